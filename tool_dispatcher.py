@@ -1,0 +1,2203 @@
+"""Tool Result v2 trusted boundary: from a model's tool-call proposal to the provider message.
+
+A model only *proposes* ``{"name": ..., "arguments": {...}}``. This module is everything the
+application does between that proposal and the message that goes back to the provider: it binds
+the trusted call context, checks the registry and an exact input contract, authorizes the trusted
+principal, requires idempotency, approval, the current business state and a live deadline for
+writes, runs a mock handler, checks an exact output contract, and splits the result into what the
+model may see (``model_result``) and what it never sees (``protected_audit``, with three SHA-256
+digests). Adapters then shape a verified package for three provider APIs.
+
+What this module never does:
+- talk to a network, an SDK, a model or a real business service: handlers are mocks over an
+  in-memory world that the fixture declares;
+- recurse over untrusted input: nesting is bounded by iterative scans before any decoder or
+  encoder sees a hostile value;
+- rely on a bare ``assert`` (``python -O`` deletes them) or emit a warning;
+- take identity from the model: principal, approval, call ids and idempotency keys come from the
+  trusted host only;
+- guess an outcome: an operation whose effect may have happened stays ``unknown`` until an
+  explicit status query reconciles it against a downstream receipt.
+
+Sections, in the order data flows:
+    1. Limits and constants          11. Handlers and the mock downstream
+    2. Errors and the code catalog   12. Output contracts
+    3. Value types                   13. Projections
+    4. Canonical JSON                14. Digests
+    5. Strict bounded JSON decoding  15. The dispatcher
+    6. Fixture loading               16. Package verification
+    7. Proposal and context binding  17. Result sets
+    8. Registry and input contracts  18. Provider adapters
+    9. Authorization                 19. Fixture runner
+   10. Operation lifecycle, approval, business state, deadline     20. CLI
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import stat
+import sys
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any, Callable, Final, Mapping, NoReturn, Sequence
+
+# ============================================================================================
+# 1. Limits and constants
+# ============================================================================================
+# Teaching limits that tests replay on both sides; they are not a production gateway's defence
+# against denial of service.
+
+MAX_FIXTURE_BYTES: Final = 65_536  # counted on the raw bytes, before any decoding
+MAX_NESTING_DEPTH: Final = 32  # containers deep; enforced by a scan before the JSON decoder runs
+MAX_SAFE_INTEGER: Final = 2**53 - 1  # the integers every JSON peer (JavaScript too) reads exactly
+MAX_INTEGER_DIGITS: Final = len(str(MAX_SAFE_INTEGER))  # a longer digit run is refused unparsed
+MAX_CASES: Final = 64  # cases in one fixture
+MAX_STEPS_PER_CASE: Final = 8  # steps run on one dispatcher instance
+MAX_ROLES: Final = 8  # roles on one principal
+MAX_ORDERS: Final = 64  # orders in the fixture's world
+MAX_APPROVERS: Final = 16  # entries on the trusted approver allowlist
+MAX_WORLD_CHANGES: Final = 8  # trusted order-status changes applied before one step
+MAX_IDENTIFIER_LENGTH: Final = 64  # ids, keys, tenants, subjects, roles
+MAX_TEXT_LENGTH: Final = 160  # case titles and proposed tool names
+MIN_TIME: Final = 0  # times are whole Unix seconds ...
+MAX_TIME: Final = 4_102_444_800  # ... up to 2100-01-01T00:00:00Z, far inside the safe integers
+MAX_REVISION: Final = 1_000_000  # an order's resource revision
+MAX_OUTPUT_BYTES: Final = 4_096  # canonical bytes of one handler output
+MAX_OUTPUT_DEPTH: Final = 8  # containers deep in one handler output
+MAX_OUTPUT_NODES: Final = 256  # values in one handler output, so a wide output stops early too
+MAX_RESULT_SET: Final = 1_024  # results answered in one provider turn
+
+PACKAGE_FORMAT: Final = "tool-result-package-v2"
+MODEL_RESULT_VERSION: Final = "model-result-v2"
+AUDIT_VERSION: Final = "protected-audit-v2"
+FIXTURE_FORMAT: Final = "tool-cases-v2"
+BOUNDARY_PRODUCER: Final = "tool-dispatcher"  # the producer of every result no handler produced
+
+REQUEST_DIGEST_DOMAIN: Final = "tool-dispatcher/request/v2"
+RESULT_DIGEST_DOMAIN: Final = "tool-dispatcher/result/v2"
+CALL_BINDING_DIGEST_DOMAIN: Final = "tool-dispatcher/call-binding/v2"
+CALL_FINGERPRINT_DOMAIN: Final = "tool-dispatcher/call-fingerprint/v2"
+SUBJECT_REF_DOMAIN: Final = "tool-dispatcher/subject-ref/v2"
+DOWNSTREAM_REF_DOMAIN: Final = "tool-dispatcher/downstream-ref/v2"
+
+# Whole-string patterns, always used with fullmatch: a regex "$" would let "ORDER-7\n" through.
+# [0-9] rather than \d, which also matches digits of other scripts.
+IDENTIFIER_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+ORDER_REF_PATTERN: Final = re.compile(r"ORDER-[0-9]{1,12}")
+DIGEST_PATTERN: Final = re.compile(r"[0-9a-f]{64}")
+
+STATUSES: Final = frozenset({"ok", "error", "unknown"})
+OUTCOMES: Final = frozenset({"succeeded", "not_executed", "failed", "unknown"})
+DELIVERIES: Final = frozenset({"fresh", "local_replay", "receipt_reconciled", "none"})
+RECOVERIES: Final = frozenset({"none", "retry", "query_status"})
+ORDER_STATUSES: Final = frozenset({"paid", "pending", "refunded"})
+OPERATION_STATES: Final = frozenset({"none", "succeeded", "unknown", "reconciled"})
+PURPOSES: Final = frozenset({"dispatch", "query_status"})
+
+# ============================================================================================
+# 2. Errors and the code catalog
+# ============================================================================================
+# One error type, one closed catalog. Messages are fixed: nothing from the input (no path, no
+# value, no key name) is ever formatted into them. Scope says where a code may surface:
+#   tool    inside a model_result, shown to the model
+#   verify  raised by package, result-set and adapter verification
+#   host    raised to the trusted host when it hands the boundary an invalid context
+#   json    raised by the strict decoder (the fixture loader and later layers share it)
+#   fixture raised by the fixture loader after decoding
+#   cli     printed by the command line
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorSpec:
+    message: str
+    retryable: bool
+    scope: str
+
+
+def _catalog(scope: str, retryable: bool, **messages: str) -> dict[str, ErrorSpec]:
+    return {code: ErrorSpec(message, retryable, scope) for code, message in messages.items()}
+
+
+ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
+    **_catalog(
+        "tool", False,
+        INVALID_PROPOSAL="The tool call proposal must be exactly a name and an arguments object.",
+        UNKNOWN_TOOL="The requested tool is not registered.",
+        INVALID_ARGUMENTS="The tool arguments do not match the tool's input contract.",
+        CALL_CONFLICT="This provider call identity is already bound to a different request.",
+        PERMISSION_DENIED="The caller is not allowed to use this tool.",
+        NOT_FOUND="The requested resource was not found.",
+        IDEMPOTENCY_KEY_REQUIRED="A write requires an idempotency key.",
+        IDEMPOTENCY_CONFLICT="The idempotency key is already bound to a different request.",
+        OUTCOME_UNKNOWN="The operation may have taken effect; query its status instead of retrying.",
+        APPROVAL_REQUIRED="This write requires an approval.",
+        APPROVER_NOT_TRUSTED="The approval was not given by a trusted approver.",
+        APPROVAL_MISMATCH="The approval does not match this exact call.",
+        APPROVAL_EXPIRED="The approval has expired.",
+        ORDER_NOT_REFUNDABLE="The order is not in a refundable state.",
+        HANDLER_FAILED="The tool failed while running.",
+        OUTPUT_CONTRACT_VIOLATION="The tool output does not match the tool's output contract.",
+        OUTPUT_SENSITIVE_FIELD="The tool output contained a sensitive field and was withheld.",
+        OUTPUT_TOO_LARGE="The tool output exceeded its size limit and was withheld.",
+        OUTPUT_TOO_DEEP="The tool output exceeded its nesting limit and was withheld.",
+        OUTPUT_BINDING_MISMATCH="The tool output is not bound to this request and was withheld.",
+        STATUS_CONFLICT="The status query does not match the recorded operation.",
+    ),
+    **_catalog(
+        "tool", True,
+        DEADLINE_EXCEEDED="The deadline passed before the tool ran; nothing was executed.",
+        RATE_LIMITED="The tool is rate limited; nothing was executed.",
+        RECEIPT_UNAVAILABLE="The operation's receipt is not available yet; its outcome stays unknown.",
+    ),
+    **_catalog(
+        "verify", False,
+        PACKAGE_MALFORMED="The result package does not have the exact expected structure.",
+        DIGEST_MALFORMED="A digest is not 64 lowercase hexadecimal characters.",
+        REQUEST_DIGEST_MISMATCH="The request digest does not match its recomputation.",
+        RESULT_DIGEST_MISMATCH="The result digest does not match its recomputation.",
+        CALL_BINDING_MISMATCH="The package is not bound to this provider call.",
+        PROVENANCE_MISMATCH="The result's source or tool contract does not match the registry.",
+        ERROR_CATALOG_MISMATCH="The result's error does not match the error catalog.",
+        PROVIDER_MISMATCH="The package belongs to another provider profile.",
+        RESULT_SET_MISSING="A call of the provider turn has no result.",
+        RESULT_SET_DUPLICATE="A call of the provider turn has more than one result.",
+        RESULT_SET_UNKNOWN="A result answers a call that is not in the provider turn.",
+        RESULT_SET_MIXED_TURN="The calls do not belong to one provider turn.",
+        RESULT_SET_TOO_LARGE="The provider turn has too many results.",
+    ),
+    **_catalog(
+        "host", False,
+        CONTEXT_INVALID="The trusted call context is malformed.",
+        PROVIDER_PROFILE_UNKNOWN="The provider profile is not registered.",
+        PRINCIPAL_INVALID="The trusted principal is malformed.",
+        LIFECYCLE_VIOLATION="The operation cannot make this lifecycle transition.",
+    ),
+    **_catalog(
+        "json", False,
+        JSON_TOO_LARGE="The document exceeds the byte limit.",
+        JSON_NOT_UTF8="The document is not valid UTF-8.",
+        JSON_TOO_DEEP="The document exceeds the nesting limit.",
+        JSON_INVALID="The document is not valid JSON.",
+        JSON_DUPLICATE_KEY="The document repeats a key inside one object.",
+        JSON_NON_FINITE="The document contains NaN or Infinity.",
+        JSON_NOT_PORTABLE="The document leaves the portable JSON domain.",
+    ),
+    **_catalog(
+        "fixture", False,
+        FIXTURE_UNREADABLE="The fixture file could not be read.",
+        FIXTURE_FIELDS="A fixture object has an unknown or a missing field.",
+        FIXTURE_VALUE="A fixture value has the wrong type or form.",
+        FIXTURE_LIMIT="A fixture collection exceeds its limit.",
+        FIXTURE_REFERENCE="A fixture reference does not name an earlier step or a known value.",
+        FIXTURE_PROFILE="The fixture names a provider profile that is not registered.",
+        FIXTURE_VERSION="The fixture format or contract version is not the one this module speaks.",
+    ),
+    **_catalog(
+        "cli", False,
+        CLI_USAGE="The command line is not valid; see --help.",
+        CLI_UNKNOWN_CASE="No case in the fixture has that id.",
+        INTERNAL_ERROR="The dispatcher failed unexpectedly.",
+    ),
+})
+
+
+class BoundaryError(Exception):
+    """The one error type of the boundary: a stable code from ERROR_CATALOG, a fixed message.
+
+    ``at`` optionally names the place in a fixture (built from known field names and indices
+    only, never from the input's own text).
+    """
+
+    def __init__(self, code: str, at: str = "") -> None:
+        if code not in ERROR_CATALOG:
+            raise ValueError("unknown error code")  # a programming error, not an input error
+        super().__init__(code)
+        self.code = code
+        self.at = at
+
+    @property
+    def message(self) -> str:
+        return ERROR_CATALOG[self.code].message
+
+    @property
+    def retryable(self) -> bool:
+        return ERROR_CATALOG[self.code].retryable
+
+    def to_json(self) -> dict[str, Any]:
+        view: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.at:
+            view["at"] = self.at
+        return view
+
+
+def error_view(code: str) -> dict[str, Any]:
+    """The model-facing error object of a tool-scope code: code, fixed message, retryable."""
+    spec = ERROR_CATALOG[code]
+    return {"code": code, "message": spec.message, "retryable": spec.retryable}
+
+
+# ============================================================================================
+# 3. Value types
+# ============================================================================================
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderProfile:
+    provider: str
+    api_family: str
+    adapter_revision: str
+
+
+PROVIDER_PROFILES: Final[Mapping[str, ProviderProfile]] = MappingProxyType({
+    profile.adapter_revision: profile
+    for profile in (
+        ProviderProfile("OpenAI", "Responses", "openai-responses-v1"),
+        ProviderProfile("Anthropic", "Messages", "anthropic-messages-v1"),
+        ProviderProfile("Google", "Interactions", "gemini-interactions-v1"),
+    )
+})
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """What the trusted adapter knows about one provider call; never taken from the model."""
+
+    provider: str
+    api_family: str
+    adapter_revision: str
+    response_id: str
+    call_id: str
+    operation_id: str
+    idempotency_key: str | None = None
+
+    @property
+    def profile(self) -> ProviderProfile:
+        return ProviderProfile(self.provider, self.api_family, self.adapter_revision)
+
+    def view(self, purpose: str) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "api_family": self.api_family,
+            "adapter_revision": self.adapter_revision,
+            "response_id": self.response_id,
+            "call_id": self.call_id,
+            "operation_id": self.operation_id,
+            "idempotency_key": self.idempotency_key,
+            "purpose": purpose,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The trusted caller: tenant, subject and sorted unique roles."""
+
+    tenant: str
+    subject: str
+    roles: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """A human approval, bound to one exact call; granted on the trusted side."""
+
+    approver: str
+    tenant: str
+    subject: str
+    provider: str
+    api_family: str
+    adapter_revision: str
+    call_id: str
+    operation_id: str
+    arguments: Any
+    contract_revision: str
+    expires_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    tenant: str
+    order_ref: str
+    owner: str
+    status: str
+    revision: int = 1
+
+
+# ============================================================================================
+# 4. Canonical JSON
+# ============================================================================================
+# The documented encoding of every digest: sorted keys, no insignificant whitespace, UTF-8, no
+# NaN or Infinity. It is deterministic for the JSON values this module builds; it does not claim
+# RFC 8785. Built once: reusing one encoder and skipping the circular-reference check (these are
+# trees) is measurably faster than json.dumps on every call.
+
+_CANONICAL_ENCODER: Final = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
+)
+
+
+def canonical_json(value: Any) -> bytes:
+    """Encode a JSON value canonically: sorted keys, no whitespace, UTF-8 bytes."""
+    return _CANONICAL_ENCODER.encode(value).encode("utf-8")
+
+
+def canonical_sha256(value: Any) -> str:
+    """SHA-256, 64 lowercase hex characters, of the canonical JSON encoding of a value."""
+    return hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON value the boundary built itself (bounded depth, JSON types only)."""
+    kind = type(value)
+    if kind is dict:
+        return {key: json_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [json_copy(item) for item in value]
+    return value
+
+
+# ============================================================================================
+# 5. Strict bounded JSON decoding
+# ============================================================================================
+# Five stages in this order, so that hostile input meets a limit before it meets a decoder:
+# byte cap, UTF-8, a non-recursive nesting scan, the decoder with refusing hooks, the portable
+# domain. Later layers (streams, durable state) decode through the same function.
+
+_STRUCTURAL: Final = b'"[]{}'
+_NOT_STRUCTURAL: Final = bytes(byte for byte in range(256) if byte not in _STRUCTURAL)
+_OPENERS: Final = frozenset(b"[{")
+
+
+def exceeds_nesting(data: bytes, max_depth: int = MAX_NESTING_DEPTH) -> bool:
+    """True when the containers of a JSON text nest deeper than max_depth; no recursion.
+
+    Escaped backslashes, then escaped quotes, are removed; only quotes and brackets are kept;
+    splitting on quotes leaves string bodies at the odd positions, which are dropped. What is left
+    is the bracket sequence outside strings. Malformed text is the decoder's business: this scan
+    only has to be right about well-formed depth and finish quickly on anything.
+    """
+    kept = data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURAL)
+    brackets = b"".join(kept.split(b'"')[::2])
+    if len(brackets) <= max_depth:
+        return False
+    depth = 0
+    for byte in brackets:
+        if byte in _OPENERS:
+            depth += 1
+            if depth > max_depth:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise BoundaryError("JSON_DUPLICATE_KEY")
+    return obj
+
+
+def _refuse_constant(_name: str) -> NoReturn:
+    raise BoundaryError("JSON_NON_FINITE")
+
+
+def _refuse_float(_text: str) -> NoReturn:
+    raise BoundaryError("JSON_NOT_PORTABLE")
+
+
+def _bounded_int(text: str) -> int:
+    # The length test comes first, so a 60,000-digit integer is never converted at all.
+    if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise BoundaryError("JSON_NOT_PORTABLE")
+    value = int(text)
+    if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        return value
+    raise BoundaryError("JSON_NOT_PORTABLE")
+
+
+def _check_portable_strings(value: Any) -> None:
+    """Refuse lone surrogates in any string or key; iterative, the depth is already bounded."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            for key, child in item.items():
+                _check_text(key)
+                stack.append(child)
+        elif kind is list:
+            stack.extend(item)
+        elif kind is str:
+            _check_text(item)
+
+
+def _check_text(text: str) -> None:
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BoundaryError("JSON_NOT_PORTABLE") from None
+
+
+def decode_strict_json(
+    data: bytes, *, max_bytes: int = MAX_FIXTURE_BYTES, max_depth: int = MAX_NESTING_DEPTH
+) -> Any:
+    """Decode untrusted JSON bytes through all five stages; raise BoundaryError(JSON_*)."""
+    if type(data) is not bytes:
+        raise BoundaryError("JSON_INVALID")
+    if len(data) > max_bytes:
+        raise BoundaryError("JSON_TOO_LARGE")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BoundaryError("JSON_NOT_UTF8") from None
+    if exceeds_nesting(data, max_depth):
+        raise BoundaryError("JSON_TOO_DEEP")
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_unique_object,
+            parse_constant=_refuse_constant,
+            parse_float=_refuse_float,
+            parse_int=_bounded_int,
+        )
+    except ValueError:  # json.JSONDecodeError, and the UTF-8 BOM refusal
+        raise BoundaryError("JSON_INVALID") from None
+    _check_portable_strings(value)
+    return value
+
+
+# ============================================================================================
+# 6. Fixture loading
+# ============================================================================================
+# After decoding: exact fields at every level, bounded collections, identifiers by whole-string
+# pattern, integer times in range, sorted unique roles, references to earlier dispatch steps,
+# registered provider profiles. `at` names a place by known field names and indices only.
+
+DISPATCH_FAULTS: Final = frozenset({
+    "none", "timeout_before_execution", "rate_limited", "timeout_after_commit",
+    "handler_raises", "invalid_output",
+})
+QUERY_FAULTS: Final = frozenset({"none", "receipt_unavailable"})
+
+
+@dataclass(frozen=True, slots=True)
+class WorldChange:
+    tenant: str
+    order_ref: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    status: str
+    error_code: str | None
+    outcome: str
+    delivery: str
+    recovery: str
+    effect_count: int
+    data: Any
+    request_sha256: str
+    result_sha256: str
+    call_binding_sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    id: str
+    kind: str
+    of_step: str | None
+    proposal: Any
+    context: CallContext
+    principal: Principal
+    approval: Approval | None
+    fault: str
+    now: int
+    deadline: int | None
+    world_changes: tuple[WorldChange, ...]
+    expect: Expectation
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    id: str
+    title: str
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    orders: tuple[Order, ...]
+    approvers: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Fixture:
+    world: World
+    cases: tuple[Case, ...]
+
+    @property
+    def step_count(self) -> int:
+        return sum(len(case.steps) for case in self.cases)
+
+
+def _fields(value: Any, fields: frozenset[str], at: str) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise BoundaryError("FIXTURE_VALUE", at)
+    if value.keys() != fields:
+        raise BoundaryError("FIXTURE_FIELDS", at)
+    return value
+
+
+def _identifier(value: Any, at: str) -> str:
+    if type(value) is str and len(value) <= MAX_IDENTIFIER_LENGTH and IDENTIFIER_PATTERN.fullmatch(value):
+        return value
+    raise BoundaryError("FIXTURE_VALUE", at)
+
+
+def _text(value: Any, at: str) -> str:
+    if type(value) is str and 0 < len(value) <= MAX_TEXT_LENGTH:
+        return value
+    raise BoundaryError("FIXTURE_VALUE", at)
+
+
+def _integer(value: Any, at: str, low: int, high: int) -> int:
+    # type() and not isinstance(): True is an int to Python, never a time or a count here.
+    if type(value) is int and low <= value <= high:
+        return value
+    raise BoundaryError("FIXTURE_VALUE", at)
+
+
+def _time(value: Any, at: str) -> int:
+    return _integer(value, at, MIN_TIME, MAX_TIME)
+
+
+def _choice(value: Any, choices: frozenset[str], at: str) -> str:
+    if type(value) is str and value in choices:
+        return value
+    raise BoundaryError("FIXTURE_VALUE", at)
+
+
+def _array(value: Any, at: str, limit: int) -> list[Any]:
+    if type(value) is not list:
+        raise BoundaryError("FIXTURE_VALUE", at)
+    if len(value) > limit:
+        raise BoundaryError("FIXTURE_LIMIT", at)
+    return value
+
+
+def _digest(value: Any, at: str) -> str:
+    if type(value) is str and DIGEST_PATTERN.fullmatch(value):
+        return value
+    raise BoundaryError("FIXTURE_VALUE", at)
+
+
+def _object(value: Any, at: str) -> dict[str, Any]:
+    if type(value) is dict:
+        return value
+    raise BoundaryError("FIXTURE_VALUE", at)
+
+
+_FIXTURE_FIELDS: Final = frozenset({"format", "model_result_version", "audit_version", "world", "cases"})
+_WORLD_FIELDS: Final = frozenset({"orders", "approvers"})
+_ORDER_FIELDS: Final = frozenset({"tenant", "order_ref", "owner", "status", "revision"})
+_CASE_FIELDS: Final = frozenset({"id", "title", "steps"})
+_STEP_COMMON: Final = frozenset({
+    "id", "kind", "proposal", "context", "principal", "fault", "now", "world_changes", "expect",
+})
+_STEP_FIELDS: Final = MappingProxyType({
+    "dispatch": _STEP_COMMON | {"approval", "deadline"},
+    "query_status": _STEP_COMMON | {"of_step"},
+})
+_STEP_FAULTS: Final = MappingProxyType({"dispatch": DISPATCH_FAULTS, "query_status": QUERY_FAULTS})
+_PROPOSAL_FIELDS: Final = frozenset({"name", "arguments"})
+_CONTEXT_FIELDS: Final = frozenset({
+    "provider", "api_family", "adapter_revision", "response_id", "call_id", "operation_id",
+    "idempotency_key",
+})
+_PRINCIPAL_FIELDS: Final = frozenset({"tenant", "subject", "roles"})
+_APPROVAL_FIELDS: Final = frozenset({
+    "approver", "tenant", "subject", "provider", "api_family", "adapter_revision", "call_id",
+    "operation_id", "arguments", "contract_revision", "expires_at",
+})
+_CHANGE_FIELDS: Final = frozenset({"tenant", "order_ref", "status"})
+_EXPECT_FIELDS: Final = frozenset({
+    "status", "error_code", "outcome", "delivery", "recovery", "effect_count", "data",
+    "request_sha256", "result_sha256", "call_binding_sha256",
+})
+_TOOL_ERROR_CODES: Final = frozenset(code for code, spec in ERROR_CATALOG.items() if spec.scope == "tool")
+_VERSIONS: Final = MappingProxyType({
+    "format": FIXTURE_FORMAT, "model_result_version": MODEL_RESULT_VERSION, "audit_version": AUDIT_VERSION,
+})
+
+
+def load_fixture(path: str | os.PathLike[str], *, max_bytes: int = MAX_FIXTURE_BYTES) -> Fixture:
+    """Read and validate a fixture file; every failure is a BoundaryError without the path."""
+    return parse_fixture(read_bounded(path, max_bytes=max_bytes), max_bytes=max_bytes)
+
+
+def read_bounded(path: str | os.PathLike[str], *, max_bytes: int = MAX_FIXTURE_BYTES) -> bytes:
+    """Read at most max_bytes + 1 bytes of a regular file; FIXTURE_UNREADABLE otherwise."""
+    # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses anything that is
+    # not a regular file (a directory, a device, a pipe) before a single byte is read.
+    try:
+        handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except (OSError, ValueError, TypeError):
+        raise BoundaryError("FIXTURE_UNREADABLE") from None
+    try:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            raise BoundaryError("FIXTURE_UNREADABLE")
+        with os.fdopen(handle, "rb", closefd=False) as stream:
+            return stream.read(max_bytes + 1)
+    except OSError:
+        raise BoundaryError("FIXTURE_UNREADABLE") from None
+    finally:
+        os.close(handle)
+
+
+def parse_fixture(data: bytes, *, max_bytes: int = MAX_FIXTURE_BYTES) -> Fixture:
+    """Validate fixture bytes: the strict decoder first, then exact fields at every level."""
+    root = _fields(decode_strict_json(data, max_bytes=max_bytes), _FIXTURE_FIELDS, "fixture")
+    for field, expected in _VERSIONS.items():
+        if root[field] != expected:
+            raise BoundaryError("FIXTURE_VERSION", field)
+    world = _parse_world(root["world"])
+    raw_cases = _array(root["cases"], "cases", MAX_CASES)
+    if not raw_cases:
+        raise BoundaryError("FIXTURE_VALUE", "cases")
+    cases = tuple(_parse_case(raw, f"cases[{index}]", world) for index, raw in enumerate(raw_cases))
+    if len({case.id for case in cases}) != len(cases):
+        raise BoundaryError("FIXTURE_VALUE", "cases")
+    return Fixture(world=world, cases=cases)
+
+
+def _parse_world(raw: Any) -> World:
+    body = _fields(raw, _WORLD_FIELDS, "world")
+    orders = tuple(_parse_order(item, f"world.orders[{index}]")
+                   for index, item in enumerate(_array(body["orders"], "world.orders", MAX_ORDERS)))
+    if len({(order.tenant, order.order_ref) for order in orders}) != len(orders):
+        raise BoundaryError("FIXTURE_VALUE", "world.orders")
+    approvers = [_identifier(item, f"world.approvers[{index}]")
+                 for index, item in enumerate(_array(body["approvers"], "world.approvers", MAX_APPROVERS))]
+    return World(orders=orders, approvers=frozenset(approvers))
+
+
+def _parse_order(raw: Any, at: str) -> Order:
+    body = _fields(raw, _ORDER_FIELDS, at)
+    return Order(
+        tenant=_identifier(body["tenant"], at + ".tenant"),
+        order_ref=_order_ref(body["order_ref"], at + ".order_ref"),
+        owner=_identifier(body["owner"], at + ".owner"),
+        status=_choice(body["status"], ORDER_STATUSES, at + ".status"),
+        revision=_integer(body["revision"], at + ".revision", 1, MAX_REVISION),
+    )
+
+
+def _order_ref(value: Any, at: str) -> str:
+    if type(value) is str and ORDER_REF_PATTERN.fullmatch(value):
+        return value
+    raise BoundaryError("FIXTURE_VALUE", at)
+
+
+def _parse_case(raw: Any, at: str, world: World) -> Case:
+    body = _fields(raw, _CASE_FIELDS, at)
+    case_id = _identifier(body["id"], at + ".id")
+    raw_steps = _array(body["steps"], at + ".steps", MAX_STEPS_PER_CASE)
+    if not raw_steps:
+        raise BoundaryError("FIXTURE_VALUE", at + ".steps")
+    steps: list[Step] = []
+    for index, item in enumerate(raw_steps):
+        step = _parse_step(item, f"{at}.steps[{index}]", world, steps)
+        steps.append(step)
+    return Case(id=case_id, title=_text(body["title"], at + ".title"), steps=tuple(steps))
+
+
+def _parse_step(raw: Any, at: str, world: World, earlier: Sequence[Step]) -> Step:
+    kind = _choice(_object(raw, at).get("kind"), frozenset(_STEP_FIELDS), at + ".kind")
+    body = _fields(raw, _STEP_FIELDS[kind], at)
+    step_id = _identifier(body["id"], at + ".id")
+    if any(step.id == step_id for step in earlier):
+        raise BoundaryError("FIXTURE_VALUE", at + ".id")
+    of_step = None
+    if kind == "query_status":
+        of_step = _identifier(body["of_step"], at + ".of_step")
+        # Only an earlier dispatch step can be queried: never itself, never a later step.
+        if not any(step.id == of_step and step.kind == "dispatch" for step in earlier):
+            raise BoundaryError("FIXTURE_REFERENCE", at + ".of_step")
+    approval = body.get("approval")
+    deadline = body.get("deadline")
+    return Step(
+        id=step_id,
+        kind=kind,
+        of_step=of_step,
+        proposal=_parse_proposal(body["proposal"], at + ".proposal"),
+        context=_parse_context(body["context"], at + ".context"),
+        principal=_parse_principal(body["principal"], at + ".principal"),
+        approval=None if approval is None else _parse_approval(approval, at + ".approval"),
+        fault=_choice(body["fault"], _STEP_FAULTS[kind], at + ".fault"),
+        now=_time(body["now"], at + ".now"),
+        deadline=None if deadline is None else _time(deadline, at + ".deadline"),
+        world_changes=_parse_changes(body["world_changes"], at + ".world_changes", world),
+        expect=_parse_expect(body["expect"], at + ".expect"),
+    )
+
+
+def _parse_proposal(raw: Any, at: str) -> dict[str, Any]:
+    # The proposal is the model's part: hostile names and arguments are its point, so only its
+    # outer shape is fixed here; the dispatcher judges the rest.
+    body = _fields(raw, _PROPOSAL_FIELDS, at)
+    _text(body["name"], at + ".name")
+    _object(body["arguments"], at + ".arguments")
+    return body
+
+
+def _parse_context(raw: Any, at: str) -> CallContext:
+    body = _fields(raw, _CONTEXT_FIELDS, at)
+    values = {field: _identifier(body[field], f"{at}.{field}")
+              for field in _CONTEXT_FIELDS - {"idempotency_key"}}
+    key = body["idempotency_key"]
+    context = CallContext(**values, idempotency_key=None if key is None else _identifier(key, at + ".idempotency_key"))
+    if PROVIDER_PROFILES.get(context.adapter_revision) != context.profile:
+        raise BoundaryError("FIXTURE_PROFILE", at)
+    return context
+
+
+def _parse_principal(raw: Any, at: str) -> Principal:
+    body = _fields(raw, _PRINCIPAL_FIELDS, at)
+    roles = tuple(_identifier(role, f"{at}.roles[{index}]")
+                  for index, role in enumerate(_array(body["roles"], at + ".roles", MAX_ROLES)))
+    if list(roles) != sorted(set(roles)):
+        raise BoundaryError("FIXTURE_VALUE", at + ".roles")
+    return Principal(
+        tenant=_identifier(body["tenant"], at + ".tenant"),
+        subject=_identifier(body["subject"], at + ".subject"),
+        roles=roles,
+    )
+
+
+def _parse_approval(raw: Any, at: str) -> Approval:
+    body = _fields(raw, _APPROVAL_FIELDS, at)
+    values = {field: _identifier(body[field], f"{at}.{field}")
+              for field in _APPROVAL_FIELDS - {"arguments", "expires_at"}}
+    return Approval(
+        **values,
+        arguments=_object(body["arguments"], at + ".arguments"),
+        expires_at=_time(body["expires_at"], at + ".expires_at"),
+    )
+
+
+def _parse_changes(raw: Any, at: str, world: World) -> tuple[WorldChange, ...]:
+    known = {(order.tenant, order.order_ref) for order in world.orders}
+    changes = []
+    for index, item in enumerate(_array(raw, at, MAX_WORLD_CHANGES)):
+        place = f"{at}[{index}]"
+        body = _fields(item, _CHANGE_FIELDS, place)
+        change = WorldChange(
+            tenant=_identifier(body["tenant"], place + ".tenant"),
+            order_ref=_order_ref(body["order_ref"], place + ".order_ref"),
+            status=_choice(body["status"], ORDER_STATUSES, place + ".status"),
+        )
+        if (change.tenant, change.order_ref) not in known:
+            raise BoundaryError("FIXTURE_REFERENCE", place)
+        changes.append(change)
+    return tuple(changes)
+
+
+def _parse_expect(raw: Any, at: str) -> Expectation:
+    body = _fields(raw, _EXPECT_FIELDS, at)
+    code = body["error_code"]
+    data = body["data"]
+    return Expectation(
+        status=_choice(body["status"], STATUSES, at + ".status"),
+        error_code=None if code is None else _choice(code, _TOOL_ERROR_CODES, at + ".error_code"),
+        outcome=_choice(body["outcome"], OUTCOMES, at + ".outcome"),
+        delivery=_choice(body["delivery"], DELIVERIES, at + ".delivery"),
+        recovery=_choice(body["recovery"], RECOVERIES, at + ".recovery"),
+        effect_count=_integer(body["effect_count"], at + ".effect_count", 0, MAX_STEPS_PER_CASE),
+        data=None if data is None else _object(data, at + ".data"),
+        request_sha256=_digest(body["request_sha256"], at + ".request_sha256"),
+        result_sha256=_digest(body["result_sha256"], at + ".result_sha256"),
+        call_binding_sha256=_digest(body["call_binding_sha256"], at + ".call_binding_sha256"),
+    )
+
+
+# ============================================================================================
+# 7. Proposal and context binding
+# ============================================================================================
+# The context, the principal, the clock and the faults come from the trusted host. A malformed
+# one is the host's bug, so it raises (host scope) rather than becoming a model-facing result.
+# The proposal comes from the model: a malformed one is answered inside a model_result.
+
+
+def is_identifier(value: Any) -> bool:
+    return (type(value) is str and len(value) <= MAX_IDENTIFIER_LENGTH
+            and IDENTIFIER_PATTERN.fullmatch(value) is not None)
+
+
+def check_context(context: Any) -> ProviderProfile:
+    """Validate a trusted call context; return its registered provider profile."""
+    if type(context) is not CallContext:
+        raise BoundaryError("CONTEXT_INVALID")
+    if not (is_identifier(context.response_id) and is_identifier(context.call_id)
+            and is_identifier(context.operation_id)):
+        raise BoundaryError("CONTEXT_INVALID")
+    if context.idempotency_key is not None and not is_identifier(context.idempotency_key):
+        raise BoundaryError("CONTEXT_INVALID")
+    profile = PROVIDER_PROFILES.get(context.adapter_revision)  # type: ignore[arg-type]
+    if profile is None or profile != context.profile:
+        raise BoundaryError("PROVIDER_PROFILE_UNKNOWN")
+    return profile
+
+
+def check_principal(principal: Any) -> None:
+    if (type(principal) is not Principal or not is_identifier(principal.tenant)
+            or not is_identifier(principal.subject) or type(principal.roles) is not tuple
+            or len(principal.roles) > MAX_ROLES or not all(is_identifier(role) for role in principal.roles)
+            or list(principal.roles) != sorted(set(principal.roles))):
+        raise BoundaryError("PRINCIPAL_INVALID")
+
+
+def _check_clock(now: Any, deadline: Any) -> None:
+    for moment in (now, deadline):
+        if moment is not None and not (type(moment) is int and MIN_TIME <= moment <= MAX_TIME):
+            raise BoundaryError("CONTEXT_INVALID")
+    if now is None:
+        raise BoundaryError("CONTEXT_INVALID")
+
+
+def _proposal_parts(proposal: Any) -> tuple[str, dict[str, Any]]:
+    if (type(proposal) is not dict or proposal.keys() != _PROPOSAL_FIELDS
+            or type(proposal["name"]) is not str or type(proposal["arguments"]) is not dict):
+        raise BoundaryError("INVALID_PROPOSAL")
+    return proposal["name"], proposal["arguments"]
+
+
+def principal_view(principal: Principal) -> dict[str, Any]:
+    """The principal as the audit keeps it: tenant, a subject reference, the roles.
+
+    The subject reference is a teaching hash, not production pseudonymization: anyone who can
+    guess a subject can recompute it. A real system would use a keyed function.
+    """
+    subject_ref = canonical_sha256(
+        {"domain": SUBJECT_REF_DOMAIN, "tenant": principal.tenant, "subject": principal.subject}
+    )
+    return {"tenant": principal.tenant, "subject_ref": subject_ref, "roles": list(principal.roles)}
+
+
+# ============================================================================================
+# 8. Registry and input contracts
+# ============================================================================================
+
+
+@dataclass(frozen=True, slots=True)
+class FieldRule:
+    """One string field: a whole-string pattern or a closed set of choices."""
+
+    pattern: re.Pattern[str] | None = None
+    choices: frozenset[str] = frozenset()
+    max_length: int = MAX_IDENTIFIER_LENGTH
+
+    def admits(self, value: Any) -> bool:
+        if type(value) is not str or len(value) > self.max_length:
+            return False
+        if self.pattern is not None:
+            return self.pattern.fullmatch(value) is not None
+        return value in self.choices
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON Schema of this field, for tool declarations generated from the registry."""
+        if self.pattern is not None:
+            return {"type": "string", "pattern": f"^{self.pattern.pattern}$", "maxLength": self.max_length}
+        return {"type": "string", "enum": sorted(self.choices)}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    effect: str  # "read" or "write"
+    required_role: str
+    resource_field: str  # the input field naming the resource that authorization checks
+    input_fields: Mapping[str, FieldRule]
+    output_fields: Mapping[str, FieldRule]
+    bound_fields: tuple[str, ...]  # output fields that must echo the input exactly
+    contract_revision: str
+    input_revision: str
+    output_revision: str
+    effect_revision: str
+    handler_revision: str
+    producer: str
+    producer_revision: str
+
+    def contract_view(self) -> dict[str, Any]:
+        return {
+            "tool": self.name,
+            "effect": self.effect,
+            "contract_revision": self.contract_revision,
+            "input_revision": self.input_revision,
+            "output_revision": self.output_revision,
+            "effect_revision": self.effect_revision,
+            "handler_revision": self.handler_revision,
+            "producer": self.producer,
+            "producer_revision": self.producer_revision,
+        }
+
+    def input_schema(self) -> dict[str, Any]:
+        """The exact input contract as a JSON Schema: every field required, nothing else allowed."""
+        return {
+            "type": "object",
+            "properties": {field: rule.schema() for field, rule in self.input_fields.items()},
+            "required": list(self.input_fields),
+            "additionalProperties": False,
+        }
+
+
+_ORDER_REF_RULE: Final = FieldRule(pattern=ORDER_REF_PATTERN, max_length=18)
+REFUND_REASONS: Final = frozenset({"duplicate", "damaged", "other"})
+
+REGISTRY: Final[Mapping[str, ToolSpec]] = MappingProxyType({
+    spec.name: spec
+    for spec in (
+        ToolSpec(
+            name="get_order",
+            description="Read one of the caller's orders and its payment status.",
+            effect="read",
+            required_role="orders.read",
+            resource_field="order_ref",
+            input_fields=MappingProxyType({"order_ref": _ORDER_REF_RULE}),
+            output_fields=MappingProxyType({
+                "order_ref": _ORDER_REF_RULE,
+                "status": FieldRule(choices=ORDER_STATUSES),
+            }),
+            bound_fields=("order_ref",),
+            contract_revision="get_order.contract.v2",
+            input_revision="get_order.input.v2",
+            output_revision="get_order.output.v2",
+            effect_revision="effect.none.v1",
+            handler_revision="get_order.handler.v1",
+            producer="orders-service",
+            producer_revision="orders-producer-v3",
+        ),
+        ToolSpec(
+            name="create_refund_draft",
+            description="Create a refund draft for one of the caller's paid orders; submits nothing.",
+            effect="write",
+            required_role="refunds.draft",
+            resource_field="order_ref",
+            input_fields=MappingProxyType({
+                "order_ref": _ORDER_REF_RULE,
+                "reason": FieldRule(choices=REFUND_REASONS),
+            }),
+            output_fields=MappingProxyType({
+                "draft_id": FieldRule(pattern=re.compile(r"DRAFT-[0-9a-f]{16}"), max_length=22),
+                "order_ref": _ORDER_REF_RULE,
+                "reason": FieldRule(choices=REFUND_REASONS),
+            }),
+            bound_fields=("order_ref", "reason"),
+            contract_revision="create_refund_draft.contract.v2",
+            input_revision="create_refund_draft.input.v2",
+            output_revision="create_refund_draft.output.v2",
+            effect_revision="effect.refund_draft.v1",
+            handler_revision="create_refund_draft.handler.v1",
+            producer="refunds-service",
+            producer_revision="refunds-producer-v2",
+        ),
+    )
+})
+
+
+def check_input(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, str]:
+    """Exactly the contract's fields, each admitted by its rule; a fresh copy on success."""
+    fields = spec.input_fields
+    if arguments.keys() != fields.keys() or not all(
+            rule.admits(arguments[field]) for field, rule in fields.items()):
+        raise BoundaryError("INVALID_ARGUMENTS")
+    return dict(arguments)  # flat strings: a shallow copy owns every value
+
+
+# ============================================================================================
+# 9. Authorization
+# ============================================================================================
+# The principal is the trusted caller; the resource is looked up inside the caller's tenant and
+# must belong to the caller's subject. Another subject's order, another tenant's order and an
+# order that does not exist all give the same NOT_FOUND: no existence oracle.
+
+
+def authorize(spec: ToolSpec, principal: Principal, arguments: Mapping[str, str],
+              orders: Mapping[tuple[str, str], Order]) -> Order:
+    if spec.required_role not in principal.roles:
+        raise BoundaryError("PERMISSION_DENIED")
+    order = orders.get((principal.tenant, arguments[spec.resource_field]))
+    if order is None or order.owner != principal.subject:
+        raise BoundaryError("NOT_FOUND")
+    return order
+
+
+# ============================================================================================
+# 10. Operation lifecycle, approval, business state, deadline
+# ============================================================================================
+# The lifecycle of a write, keyed by tenant + subject + tool + idempotency key. This table is
+# the whole specification: any move it does not list is refused.
+#
+#   none --committed--> succeeded                 the handler ran and its output passed
+#   none --outcome_lost--> unknown                the effect may have happened; answer lost
+#   unknown --receipt_confirmed--> reconciled     an explicit status query found the receipt
+
+LIFECYCLE: Final[Mapping[tuple[str, str], str]] = MappingProxyType({
+    ("none", "committed"): "succeeded",
+    ("none", "outcome_lost"): "unknown",
+    ("unknown", "receipt_confirmed"): "reconciled",
+})
+
+# What a repeated dispatch with the same key and intent gets, by the record's state.
+REPEAT_ANSWER: Final[Mapping[str, str]] = MappingProxyType({
+    "succeeded": "local_replay",
+    "reconciled": "local_replay",
+    "unknown": "OUTCOME_UNKNOWN",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRecord:
+    state: str
+    request_sha256: str
+    profile: ProviderProfile
+    operation_id: str
+    contract: Mapping[str, Any]
+    refs: Mapping[str, str | None]
+    data: Any = None
+
+
+def advance(record: OperationRecord, event: str, **changes: Any) -> OperationRecord:
+    """Move a record along LIFECYCLE, or refuse with LIFECYCLE_VIOLATION."""
+    try:
+        state = LIFECYCLE[(record.state, event)]
+    except KeyError:
+        raise BoundaryError("LIFECYCLE_VIOLATION") from None
+    return replace(record, state=state, **changes)
+
+
+def check_approval(approval: Any, *, principal: Principal, context: CallContext, spec: ToolSpec,
+                   arguments: Mapping[str, str], approvers: frozenset[str], now: int) -> None:
+    """An approval must come from a listed approver, bind this exact call, and be live.
+
+    Every path that is not a clean match fails closed. Expiry is exclusive: at the expiry
+    instant itself the approval is already dead.
+    """
+    if approval is None:
+        raise BoundaryError("APPROVAL_REQUIRED")
+    if type(approval) is not Approval:
+        raise BoundaryError("APPROVAL_MISMATCH")
+    if not is_identifier(approval.approver) or approval.approver not in approvers:
+        raise BoundaryError("APPROVER_NOT_TRUSTED")
+    bound = (approval.tenant, approval.subject, approval.provider, approval.api_family,
+             approval.adapter_revision, approval.call_id, approval.operation_id,
+             approval.contract_revision)
+    wanted = (principal.tenant, principal.subject, context.provider, context.api_family,
+              context.adapter_revision, context.call_id, context.operation_id,
+              spec.contract_revision)
+    if bound != wanted or type(approval.arguments) is not dict or approval.arguments != arguments:
+        raise BoundaryError("APPROVAL_MISMATCH")
+    if type(approval.expires_at) is not int or now >= approval.expires_at:
+        raise BoundaryError("APPROVAL_EXPIRED")
+
+
+def check_refundable(order: Order) -> None:
+    # Re-read at execution time: an approval given while the order was paid cannot outlive a
+    # change of its state.
+    if order.status != "paid":
+        raise BoundaryError("ORDER_NOT_REFUNDABLE")
+
+
+def check_deadline(now: int, deadline: int | None) -> None:
+    if deadline is not None and now >= deadline:
+        raise BoundaryError("DEADLINE_EXCEEDED")
+
+
+# ============================================================================================
+# 11. Handlers and the mock downstream
+# ============================================================================================
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    receipt_ref: str
+    request_ref: str
+    status_ref: str
+    effect_revision: str
+    producer_revision: str
+    draft_id: str
+    order_ref: str
+    reason: str
+
+
+class MockDownstream:
+    """The refund service behind the tool: an effect ledger and receipts by status reference.
+
+    It is idempotent on its own request reference, as a careful downstream would be, so a second
+    commit of the same request returns the first receipt and adds no effect.
+    """
+
+    def __init__(self) -> None:
+        self._effects: list[Receipt] = []
+        self._by_status: dict[str, Receipt] = {}
+
+    @property
+    def effect_count(self) -> int:
+        return len(self._effects)
+
+    def effects_for(self, request_ref: str) -> int:
+        return sum(1 for receipt in self._effects if receipt.request_ref == request_ref)
+
+    def commit_refund_draft(self, *, request_ref: str, status_ref: str, order_ref: str,
+                            reason: str, effect_revision: str, producer_revision: str) -> Receipt:
+        existing = self._by_status.get(status_ref)
+        if existing is not None:
+            return existing
+        receipt = Receipt(
+            receipt_ref=derived_ref("rc-", "receipt", request_ref),
+            request_ref=request_ref,
+            status_ref=status_ref,
+            effect_revision=effect_revision,
+            producer_revision=producer_revision,
+            draft_id="DRAFT-" + derived_ref("", "draft", request_ref)[:16],
+            order_ref=order_ref,
+            reason=reason,
+        )
+        self._effects.append(receipt)
+        self._by_status[status_ref] = receipt
+        return receipt
+
+    def receipt(self, status_ref: str | None) -> Receipt | None:
+        return None if status_ref is None else self._by_status.get(status_ref)
+
+
+def derived_ref(prefix: str, kind: str, *parts: Any) -> str:
+    """A deterministic opaque reference: domain-separated SHA-256 of its parts, 32 hex."""
+    return prefix + canonical_sha256({"domain": DOWNSTREAM_REF_DOMAIN, "kind": kind, "parts": list(parts)})[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerCall:
+    spec: ToolSpec
+    principal: Principal
+    arguments: Mapping[str, str]
+    order: Order
+    downstream: MockDownstream
+    request_ref: str | None
+    status_ref: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerResult:
+    output: Any
+    producer_revision: str
+    resource_revision: int
+    receipt_ref: str | None = None
+
+
+def handle_get_order(call: HandlerCall) -> HandlerResult:
+    order = call.order
+    return HandlerResult(
+        output={"order_ref": order.order_ref, "status": order.status},
+        producer_revision=call.spec.producer_revision,
+        resource_revision=order.revision,
+    )
+
+
+def handle_create_refund_draft(call: HandlerCall) -> HandlerResult:
+    receipt = call.downstream.commit_refund_draft(
+        request_ref=call.request_ref or "",
+        status_ref=call.status_ref or "",
+        order_ref=call.arguments["order_ref"],
+        reason=call.arguments["reason"],
+        effect_revision=call.spec.effect_revision,
+        producer_revision=call.spec.producer_revision,
+    )
+    return HandlerResult(
+        output=receipt_output(receipt),
+        producer_revision=receipt.producer_revision,
+        resource_revision=call.order.revision,
+        receipt_ref=receipt.receipt_ref,
+    )
+
+
+def receipt_output(receipt: Receipt) -> dict[str, str]:
+    return {"draft_id": receipt.draft_id, "order_ref": receipt.order_ref, "reason": receipt.reason}
+
+
+Handler = Callable[[HandlerCall], HandlerResult]
+
+HANDLERS: Final[Mapping[str, Handler]] = MappingProxyType({
+    "get_order": handle_get_order,
+    "create_refund_draft": handle_create_refund_draft,
+})
+
+
+class ResponseLost(Exception):
+    """Injected: the handler committed but its answer never came back."""
+
+
+class InjectedHandlerFailure(Exception):
+    """Injected: the handler raised after it had already committed."""
+
+
+def _lose_response(_result: HandlerResult) -> NoReturn:
+    raise ResponseLost
+
+
+def _fail_after_commit(_result: HandlerResult) -> NoReturn:
+    raise InjectedHandlerFailure
+
+
+def _corrupt_output(result: HandlerResult) -> HandlerResult:
+    # A control field smuggled into the output: the exact output contract must refuse it.
+    return replace(result, output={**result.output, "status": "submitted"})
+
+
+# Faults injected by the trusted host (fixture or test), before or after the handler runs.
+FAULTS_BEFORE_HANDLER: Final[Mapping[str, str]] = MappingProxyType({
+    "timeout_before_execution": "DEADLINE_EXCEEDED",
+    "rate_limited": "RATE_LIMITED",
+})
+FAULTS_AFTER_HANDLER: Final[Mapping[str, Callable[[HandlerResult], HandlerResult]]] = MappingProxyType({
+    "timeout_after_commit": _lose_response,
+    "handler_raises": _fail_after_commit,
+    "invalid_output": _corrupt_output,
+})
+
+
+# ============================================================================================
+# 12. Output contracts
+# ============================================================================================
+# Checked in an order that keeps every step bounded: a non-recursive scan for depth, width,
+# JSON types and sensitive fields; then the canonical size; then the exact fields and values;
+# then the binding to the request (input fields echoed, producer and resource revisions).
+
+SENSITIVE_KEYS: Final = frozenset({
+    "authorization", "proxy_authorization", "cookie", "set_cookie", "password", "passwd", "secret",
+    "client_secret", "token", "access_token", "refresh_token", "id_token", "api_key", "apikey",
+    "x_api_key", "private_key", "session_id", "credentials",
+})
+SENSITIVE_VALUE_PREFIXES: Final = ("bearer ", "basic ")
+_SCALARS: Final = frozenset({str, int, bool, type(None)})
+
+
+def _is_sensitive_key(key: str) -> bool:
+    return key.lower().replace("-", "_") in SENSITIVE_KEYS
+
+
+def _is_sensitive_text(text: str) -> bool:
+    return text.lstrip()[:8].lower().startswith(SENSITIVE_VALUE_PREFIXES)
+
+
+def scan_output(value: Any, *, max_depth: int = MAX_OUTPUT_DEPTH, max_nodes: int = MAX_OUTPUT_NODES) -> None:
+    """Walk a handler output without recursion; refuse depth, width, non-JSON types, secrets."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    nodes = 0
+    while stack:
+        item, depth = stack.pop()
+        nodes += 1
+        if nodes > max_nodes:
+            raise BoundaryError("OUTPUT_TOO_LARGE")
+        kind = type(item)
+        if kind is dict or kind is list:
+            if depth >= max_depth:
+                raise BoundaryError("OUTPUT_TOO_DEEP")
+            if kind is list:
+                stack.extend((child, depth + 1) for child in item)
+                continue
+            for key, child in item.items():
+                if type(key) is not str:
+                    raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
+                if _is_sensitive_key(key):
+                    raise BoundaryError("OUTPUT_SENSITIVE_FIELD")
+                stack.append((child, depth + 1))
+        elif kind not in _SCALARS or (kind is int and not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER):
+            raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
+        elif kind is str and _is_sensitive_text(item):
+            raise BoundaryError("OUTPUT_SENSITIVE_FIELD")
+
+
+def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, str], order: Order,
+                 *, max_bytes: int = MAX_OUTPUT_BYTES) -> dict[str, str]:
+    """Admit a handler result as model data, or raise the OUTPUT_* code that refuses it."""
+    if type(result) is not HandlerResult:
+        raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
+    output = result.output
+    scan_output(output)
+    if len(canonical_json(output)) > max_bytes:
+        raise BoundaryError("OUTPUT_TOO_LARGE")
+    check_output_fields(spec, output)
+    if (any(output[field] != arguments[field] for field in spec.bound_fields)
+            or result.producer_revision != spec.producer_revision
+            or result.resource_revision != order.revision):
+        raise BoundaryError("OUTPUT_BINDING_MISMATCH")
+    return dict(output)
+
+
+def check_output_fields(spec: ToolSpec, output: Any) -> None:
+    fields = spec.output_fields
+    if type(output) is not dict or output.keys() != fields.keys() or not all(
+            rule.admits(output[field]) for field, rule in fields.items()):
+        raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
+
+
+# ============================================================================================
+# 13. Projections
+# ============================================================================================
+# model_result: what the model may see. Its top-level `status` is the control plane's verdict;
+# a business `data.status` (an order's "paid") lives inside `data` and can never stand in for it.
+# protected_audit: what the model never sees (built in section 15, digested in section 14).
+
+_NO_REFS: Final[Mapping[str, None]] = MappingProxyType(
+    {"request_ref": None, "receipt_ref": None, "status_ref": None}
+)
+
+
+def recovery_for(status: str, code: str | None) -> str:
+    if status == "unknown":
+        return "query_status"
+    if code is not None and ERROR_CATALOG[code].retryable:
+        return "retry"
+    return "none"
+
+
+def project_model_result(spec: ToolSpec | None, *, status: str, outcome: str, delivery: str,
+                         data: Any = None, code: str | None = None) -> dict[str, Any]:
+    succeeded = status == "ok"
+    result: dict[str, Any] = {
+        "version": MODEL_RESULT_VERSION,
+        "status": status,
+        "outcome": outcome,
+        "delivery": delivery,
+        "complete": succeeded,
+        "truncated": False,  # outputs over their limit are refused, never cut
+        "recovery": recovery_for(status, code),
+        "source": {
+            "tool": None if spec is None else spec.name,
+            "producer": spec.producer if succeeded and spec is not None else BOUNDARY_PRODUCER,
+        },
+        "trust": "untrusted_data" if succeeded else "boundary_control",
+    }
+    if succeeded:
+        result["data"] = data
+    else:
+        result["error"] = error_view(code or "HANDLER_FAILED")
+    return result
+
+
+# ============================================================================================
+# 14. Digests
+# ============================================================================================
+# Each digest is SHA-256 over the canonical JSON of a domain-separated envelope. They detect
+# change; they are not signatures: whoever can rewrite a package can recompute them.
+
+_NULL_CONTRACT: Final[Mapping[str, None]] = MappingProxyType(
+    {"tool": None, "input_revision": None, "output_revision": None, "effect_revision": None}
+)
+
+
+def request_sha256(principal: Mapping[str, Any], tool_contract: Mapping[str, Any] | None,
+                   arguments: Mapping[str, Any] | None) -> str:
+    """The business intent: principal + tool + arguments + input/output/effect revisions.
+
+    The idempotency key is left out on purpose: two keys can carry the same intent, and the key
+    belongs to the call's execution identity, which call_binding_sha256 binds.
+    """
+    contract = tool_contract or _NULL_CONTRACT
+    return canonical_sha256({
+        "domain": REQUEST_DIGEST_DOMAIN,
+        "principal": principal,
+        "tool": contract["tool"],
+        "arguments": arguments,
+        "input_revision": contract["input_revision"],
+        "output_revision": contract["output_revision"],
+        "effect_revision": contract["effect_revision"],
+    })
+
+
+def result_sha256(model_result: Mapping[str, Any]) -> str:
+    """The whole model_result, exactly as the model will see it."""
+    return canonical_sha256({"domain": RESULT_DIGEST_DOMAIN, "model_result": model_result})
+
+
+def call_binding_sha256(provider_context: Mapping[str, Any], tool_contract: Mapping[str, Any] | None,
+                        request_digest: str, result_digest: str, downstream: Mapping[str, Any]) -> str:
+    """Ties the result to one provider call: turn, ids, key, contracts, digests, downstream refs."""
+    return canonical_sha256({
+        "domain": CALL_BINDING_DIGEST_DOMAIN,
+        "provider_context": provider_context,
+        "tool_contract": tool_contract,
+        "request_sha256": request_digest,
+        "result_sha256": result_digest,
+        "downstream": downstream,
+    })
+
+
+# ============================================================================================
+# 15. The dispatcher
+# ============================================================================================
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One call as it moves through the pipeline; each stage returns a richer copy."""
+
+    context: CallContext
+    principal: Principal
+    purpose: str
+    principal_view: Mapping[str, Any]
+    spec: ToolSpec | None = None
+    arguments: dict[str, str] | None = None
+    request_sha256: str | None = None
+
+    @property
+    def record_key(self) -> tuple[str, str, str, str | None]:
+        # The idempotency namespace: tenant + subject + tool + key.
+        return (self.principal.tenant, self.principal.subject, self.spec.name if self.spec else "",
+                self.context.idempotency_key)
+
+
+class Dispatcher:
+    """The trusted boundary over one in-memory world. Not thread-safe; one instance per case.
+
+    ``dispatch`` and ``query_operation_status`` always return a new result package (a dict with
+    ``format``, ``model_result``, ``protected_audit`` and ``execution``) for anything the model
+    controls, and raise BoundaryError only when the trusted host passes a malformed context,
+    principal or clock.
+    """
+
+    def __init__(self, orders: Sequence[Order] = (), *, approvers: frozenset[str] | Sequence[str] = (),
+                 handlers: Mapping[str, Handler] | None = None,
+                 registry: Mapping[str, ToolSpec] = REGISTRY) -> None:
+        self._orders: dict[tuple[str, str], Order] = {(order.tenant, order.order_ref): order for order in orders}
+        self._approvers = frozenset(approvers)
+        self._registry = registry
+        self._handlers: Mapping[str, Handler] = MappingProxyType({**HANDLERS, **(handlers or {})})
+        self.downstream = MockDownstream()
+        self._records: dict[tuple[str, str, str, str | None], OperationRecord] = {}
+        self._calls: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+
+    @classmethod
+    def from_world(cls, world: World, **options: Any) -> Dispatcher:
+        return cls(world.orders, approvers=world.approvers, **options)
+
+    # -- trusted host events and read-only views ---------------------------------------------
+
+    @property
+    def effect_count(self) -> int:
+        return self.downstream.effect_count
+
+    def set_order_status(self, tenant: str, order_ref: str, status: str) -> None:
+        """A trusted change of business state; the order's resource revision moves on."""
+        order = self._orders[(tenant, order_ref)]
+        if status not in ORDER_STATUSES:
+            raise BoundaryError("CONTEXT_INVALID")
+        self._orders[(tenant, order_ref)] = replace(order, status=status, revision=order.revision + 1)
+
+    def operation_state(self, principal: Principal, tool: str, idempotency_key: str) -> str:
+        record = self._records.get((principal.tenant, principal.subject, tool, idempotency_key))
+        return "none" if record is None else record.state
+
+    # -- entry points ------------------------------------------------------------------------
+
+    def dispatch(self, proposal: Any, context: CallContext, principal: Principal, *,
+                 approval: Approval | None = None, now: int, deadline: int | None = None,
+                 fault: str = "none") -> dict[str, Any]:
+        """Run one proposal through the whole boundary and return its result package."""
+        call = self._bind(context, principal, "dispatch", now, deadline, fault, DISPATCH_FAULTS)
+        try:
+            call = self._admit(call, proposal)
+            order = authorize(call.spec, principal, call.arguments, self._orders)
+            if call.spec.effect == "write":
+                return self._write(call, order, approval=approval, now=now, deadline=deadline, fault=fault)
+            return self._read(call, order, now=now, deadline=deadline, fault=fault)
+        except BoundaryError as refusal:
+            return self._refused(call, refusal)
+
+    def query_operation_status(self, proposal: Any, context: CallContext, principal: Principal, *,
+                               now: int, fault: str = "none") -> dict[str, Any]:
+        """Resolve an operation whose outcome is unknown, against the downstream receipt only.
+
+        The checks run in this order: current authorization; the recomputed request digest;
+        tenant/subject/tool/key, operation, effect and producer binding; the receipt and its
+        status reference; the provider profile of the recorded operation; then this call
+        identity is bound to the query purpose, so it can never start a dispatch.
+        """
+        call = self._bind(context, principal, "query_status", now, None, fault, QUERY_FAULTS)
+        try:
+            call = self._admit(call, proposal, bind_identity=False)
+            authorize(call.spec, principal, call.arguments, self._orders)
+            record = self._records.get(call.record_key)
+            if record is None or call.spec.effect != "write":
+                raise BoundaryError("NOT_FOUND")
+            if record.request_sha256 != call.request_sha256:
+                raise BoundaryError("STATUS_CONFLICT")
+            if record.contract != call.spec.contract_view() or record.operation_id != context.operation_id:
+                raise BoundaryError("STATUS_CONFLICT")
+            if record.state != "unknown":
+                self._bind_identity(call)
+                return self._replayed(call, record)
+            receipt = None if fault == "receipt_unavailable" else self.downstream.receipt(record.refs["status_ref"])
+            if receipt is None:
+                return self._package(call, project_model_result(
+                    call.spec, status="unknown", outcome="unknown", delivery="none", code="RECEIPT_UNAVAILABLE"),
+                    state=record.state, refs=record.refs)
+            if (receipt.request_ref != record.refs["request_ref"] or receipt.status_ref != record.refs["status_ref"]
+                    or receipt.effect_revision != call.spec.effect_revision
+                    or receipt.producer_revision != call.spec.producer_revision):
+                raise BoundaryError("STATUS_CONFLICT")
+            if record.profile != context.profile:
+                raise BoundaryError("STATUS_CONFLICT")
+            self._bind_identity(call)
+            data = receipt_output(receipt)
+            check_output_fields(call.spec, data)
+            refs = {**record.refs, "receipt_ref": receipt.receipt_ref}
+            record = advance(record, "receipt_confirmed", refs=MappingProxyType(refs), data=data)
+            self._records[call.record_key] = record
+            return self._package(call, project_model_result(
+                call.spec, status="ok", outcome="succeeded", delivery="receipt_reconciled", data=json_copy(data)),
+                state=record.state, refs=refs)
+        except BoundaryError as refusal:
+            return self._refused(call, refusal)
+
+    # -- pipeline stages -----------------------------------------------------------------------
+
+    def _bind(self, context: CallContext, principal: Principal, purpose: str, now: Any, deadline: Any,
+              fault: Any, faults: frozenset[str]) -> _Call:
+        check_context(context)
+        check_principal(principal)
+        _check_clock(now, deadline)
+        if type(fault) is not str or fault not in faults:
+            raise BoundaryError("CONTEXT_INVALID")
+        return _Call(context=context, principal=principal, purpose=purpose,
+                     principal_view=principal_view(principal))
+
+    def _admit(self, call: _Call, proposal: Any, *, bind_identity: bool = True) -> _Call:
+        # The registry comes first: an unknown tool is refused before its arguments are read.
+        name, arguments = _proposal_parts(proposal)
+        spec = self._registry.get(name)
+        if spec is None:
+            raise BoundaryError("UNKNOWN_TOOL")
+        call = replace(call, spec=spec)
+        try:
+            checked = check_input(spec, arguments)
+        except BoundaryError as refusal:
+            raise _Refused(call, refusal.code) from None
+        call = replace(call, arguments=checked, request_sha256=request_sha256(
+            call.principal_view, spec.contract_view(), checked))
+        if bind_identity:
+            self._bind_identity(call)
+        return call
+
+    def _bind_identity(self, call: _Call) -> None:
+        # One provider call identity answers one request for one purpose. The same call coming
+        # back unchanged is fine; changed in any way (another request, key, operation, or the
+        # other purpose), it conflicts.
+        context = call.context
+        identity = (context.adapter_revision, context.response_id, context.call_id)
+        fingerprint = (call.purpose, call.request_sha256, context.operation_id, context.idempotency_key)
+        if self._calls.setdefault(identity, fingerprint) != fingerprint:
+            raise BoundaryError("CALL_CONFLICT")
+
+    def _read(self, call: _Call, order: Order, *, now: int, deadline: int | None, fault: str) -> dict[str, Any]:
+        check_deadline(now, deadline)
+        _raise_fault_before(fault)
+        data, code = self._execute(call, order, _NO_REFS, fault)
+        if code is not None:
+            # A read has no effect to be unsure about: a failure is a plain failure, and a lost
+            # answer a retryable one.
+            code = "DEADLINE_EXCEEDED" if code == "OUTCOME_UNKNOWN" else code
+            return self._package(call, project_model_result(
+                call.spec, status="error", outcome="failed", delivery="none", code=code),
+                handler_invoked=True, redactions=_withheld(code))
+        return self._package(call, project_model_result(
+            call.spec, status="ok", outcome="succeeded", delivery="fresh", data=data), handler_invoked=True)
+
+    def _write(self, call: _Call, order: Order, *, approval: Any, now: int, deadline: int | None,
+               fault: str) -> dict[str, Any]:
+        if call.context.idempotency_key is None:
+            raise BoundaryError("IDEMPOTENCY_KEY_REQUIRED")
+        record = self._records.get(call.record_key)
+        if record is not None:
+            return self._repeat(call, record)
+        check_approval(approval, principal=call.principal, context=call.context, spec=call.spec,
+                       arguments=call.arguments, approvers=self._approvers, now=now)
+        check_refundable(order)
+        check_deadline(now, deadline)
+        _raise_fault_before(fault)
+        refs = self._downstream_refs(call)
+        effects_before = self.downstream.effect_count
+        data, code = self._execute(call, order, refs, fault)
+        effects = self.downstream.effect_count - effects_before
+        if code is not None:
+            # The effect may have been committed: record `unknown`, keep the status reference in
+            # the audit only, and block blind replay until a status query reconciles it.
+            self._records[call.record_key] = advance(self._new_record(call, refs), "outcome_lost")
+            return self._package(call, project_model_result(
+                call.spec, status="unknown", outcome="unknown", delivery="none", code=code),
+                state="unknown", handler_invoked=True, effects=effects, refs=refs, redactions=_withheld(code))
+        record = advance(self._new_record(call, refs), "committed", data=data)
+        self._records[call.record_key] = record
+        return self._package(call, project_model_result(
+            call.spec, status="ok", outcome="succeeded", delivery="fresh", data=json_copy(data)),
+            state=record.state, handler_invoked=True, effects=effects, refs=record.refs)
+
+    def _execute(self, call: _Call, order: Order, refs: dict[str, str | None] | Mapping[str, None],
+                 fault: str) -> tuple[dict[str, str] | None, str | None]:
+        """Run the handler and its output contract: (data, None) or (None, refusing code)."""
+        handler = self._handlers[call.spec.name]
+        try:
+            result = handler(HandlerCall(
+                spec=call.spec, principal=call.principal, arguments=dict(call.arguments), order=order,
+                downstream=self.downstream, request_ref=refs["request_ref"], status_ref=refs["status_ref"]))
+            inject = FAULTS_AFTER_HANDLER.get(fault)
+            if inject is not None:
+                result = inject(result)
+        except ResponseLost:
+            return None, "OUTCOME_UNKNOWN"
+        except Exception:  # the handler is foreign code: whatever it raises is contained here
+            return None, "HANDLER_FAILED"
+        try:
+            return check_output(call.spec, result, call.arguments, order), None
+        except BoundaryError as refusal:
+            return None, refusal.code
+
+    def _repeat(self, call: _Call, record: OperationRecord) -> dict[str, Any]:
+        # Same key: only the same intent, under the same provider profile and the same
+        # contract revisions, may see the recorded answer. Nothing runs again.
+        if (record.request_sha256 != call.request_sha256 or record.profile != call.context.profile
+                or record.contract != call.spec.contract_view()):
+            raise BoundaryError("IDEMPOTENCY_CONFLICT")
+        if REPEAT_ANSWER[record.state] == "OUTCOME_UNKNOWN":
+            return self._package(call, project_model_result(
+                call.spec, status="unknown", outcome="unknown", delivery="none", code="OUTCOME_UNKNOWN"),
+                state=record.state, refs=record.refs)
+        return self._replayed(call, record)
+
+    def _replayed(self, call: _Call, record: OperationRecord) -> dict[str, Any]:
+        # A defensive copy: nothing the caller does to this answer can reach the record.
+        return self._package(call, project_model_result(
+            call.spec, status="ok", outcome="succeeded", delivery="local_replay", data=json_copy(record.data)),
+            state=record.state, refs=record.refs)
+
+    def _new_record(self, call: _Call, refs: Mapping[str, str | None]) -> OperationRecord:
+        return OperationRecord(state="none", request_sha256=call.request_sha256 or "",
+                               profile=call.context.profile, operation_id=call.context.operation_id,
+                               contract=MappingProxyType(call.spec.contract_view()),
+                               refs=MappingProxyType(dict(refs)))
+
+    def _downstream_refs(self, call: _Call) -> dict[str, str | None]:
+        principal = call.principal
+        request_ref = derived_ref("rq-", "request", principal.tenant, principal.subject, call.spec.name,
+                                  call.context.idempotency_key, call.request_sha256)
+        return {"request_ref": request_ref, "receipt_ref": None,
+                "status_ref": derived_ref("st-", "status", request_ref)}
+
+    # -- packaging -----------------------------------------------------------------------------
+
+    def _refused(self, call: _Call, refusal: BoundaryError) -> dict[str, Any]:
+        if type(refusal) is _Refused:
+            call = refusal.call
+        if ERROR_CATALOG[refusal.code].scope != "tool":
+            raise refusal
+        return self._package(call, project_model_result(
+            call.spec, status="error", outcome="not_executed", delivery="none", code=refusal.code),
+            redactions=("rejected_arguments",) if refusal.code in _ARGUMENT_REFUSALS else ())
+
+    def _package(self, call: _Call, model_result: dict[str, Any], *, state: str = "none",
+                 handler_invoked: bool = False, effects: int = 0,
+                 refs: Mapping[str, str | None] = _NO_REFS, redactions: Sequence[str] = ()) -> dict[str, Any]:
+        spec = call.spec
+        contract = None if spec is None else spec.contract_view()
+        provider_context = call.context.view(call.purpose)
+        principal = dict(call.principal_view, roles=list(call.principal.roles))
+        downstream = dict(refs)
+        request_digest = call.request_sha256 or request_sha256(principal, contract, call.arguments)
+        result_digest = result_sha256(model_result)
+        audit = {
+            "version": AUDIT_VERSION,
+            "principal": principal,
+            "provider_context": provider_context,
+            "tool_contract": contract,
+            "arguments": None if call.arguments is None else dict(call.arguments),
+            "downstream": downstream,
+            "redactions": sorted(redactions),
+            "request_sha256": request_digest,
+            "result_sha256": result_digest,
+            "call_binding_sha256": call_binding_sha256(
+                provider_context, contract, request_digest, result_digest, downstream),
+        }
+        return {
+            "format": PACKAGE_FORMAT,
+            "model_result": model_result,
+            "protected_audit": audit,
+            "execution": {"operation_state": state, "handler_invoked": handler_invoked, "effects": effects},
+        }
+
+
+class _Refused(BoundaryError):
+    """A tool-scope refusal that carries the most complete call known when it happened."""
+
+    def __init__(self, call: _Call, code: str) -> None:
+        super().__init__(code)
+        self.call = call
+
+
+_ARGUMENT_REFUSALS: Final = frozenset({"INVALID_ARGUMENTS"})
+# Refusals after which the handler's output is withheld from the model (only the audit says so).
+_OUTPUT_REFUSALS: Final = frozenset({
+    "OUTPUT_CONTRACT_VIOLATION", "OUTPUT_SENSITIVE_FIELD", "OUTPUT_TOO_LARGE", "OUTPUT_TOO_DEEP",
+    "OUTPUT_BINDING_MISMATCH",
+})
+
+
+def _withheld(code: str) -> tuple[str, ...]:
+    return ("handler_output",) if code in _OUTPUT_REFUSALS else ()
+
+
+def _raise_fault_before(fault: str) -> None:
+    code = FAULTS_BEFORE_HANDLER.get(fault)
+    if code is not None:
+        raise BoundaryError(code)
+
+
+# ============================================================================================
+# 16. Package verification
+# ============================================================================================
+# A package is untrusted once it leaves the dispatcher. The verifier checks, in this order:
+# exact fields and types at every level (so nothing below ever walks a hostile shape); the
+# registry's provenance and the error catalog (a forger could recompute digests, but not change
+# the registry); the three digests, recomputed from the package; and, when the caller names
+# them, the trusted call context and principal the package must answer.
+
+_PACKAGE_FIELDS: Final = frozenset({"format", "model_result", "protected_audit", "execution"})
+_RESULT_BASE: Final = frozenset({
+    "version", "status", "outcome", "delivery", "complete", "truncated", "recovery", "source", "trust",
+})
+_RESULT_FIELDS: Final = MappingProxyType({
+    "ok": _RESULT_BASE | {"data"}, "error": _RESULT_BASE | {"error"}, "unknown": _RESULT_BASE | {"error"},
+})
+_SOURCE_FIELDS: Final = frozenset({"tool", "producer"})
+_ERROR_FIELDS: Final = frozenset({"code", "message", "retryable"})
+_AUDIT_FIELDS: Final = frozenset({
+    "version", "principal", "provider_context", "tool_contract", "arguments", "downstream", "redactions",
+    "request_sha256", "result_sha256", "call_binding_sha256",
+})
+_AUDIT_PRINCIPAL_FIELDS: Final = frozenset({"tenant", "subject_ref", "roles"})
+_PROVIDER_CONTEXT_FIELDS: Final = _CONTEXT_FIELDS | {"purpose"}
+_TOOL_CONTRACT_FIELDS: Final = frozenset(REGISTRY["get_order"].contract_view())
+_DOWNSTREAM_FIELDS: Final = frozenset(_NO_REFS)
+_EXECUTION_FIELDS: Final = frozenset({"operation_state", "handler_invoked", "effects"})
+REDACTIONS: Final = frozenset({"handler_output", "rejected_arguments"})
+_TRUST_BY_STATUS: Final = MappingProxyType({"ok": "untrusted_data", "error": "boundary_control",
+                                            "unknown": "boundary_control"})
+
+
+def _shape(value: Any, fields: frozenset[str]) -> dict[str, Any]:
+    if type(value) is not dict or value.keys() != fields:
+        raise BoundaryError("PACKAGE_MALFORMED")
+    return value
+
+
+def _require(condition: bool, code: str = "PACKAGE_MALFORMED") -> None:
+    if not condition:
+        raise BoundaryError(code)
+
+
+def _optional_identifier(value: Any) -> bool:
+    return value is None or is_identifier(value)
+
+
+def verify_package(package: Any, *, context: CallContext | None = None, principal: Principal | None = None,
+                   registry: Mapping[str, ToolSpec] = REGISTRY) -> None:
+    """Verify a result package completely, or raise the BoundaryError naming the first fault."""
+    body = _shape(package, _PACKAGE_FIELDS)
+    _require(body["format"] == PACKAGE_FORMAT)
+    _check_execution(body["execution"])
+    result = body["model_result"]
+    _require(type(result) is dict and result.get("status") in STATUSES)
+    status = result["status"]
+    _shape(result, _RESULT_FIELDS[status])
+    audit = _shape(body["protected_audit"], _AUDIT_FIELDS)
+    _check_result_fields(result, status)
+    provider_context = _check_audit_fields(audit)
+    spec = _check_provenance(result, audit, status, registry)
+    _check_error_or_data(result, status, spec)
+    _check_digests(result, audit, provider_context)
+    if context is not None:
+        _check_expected_context(provider_context, context)
+    if principal is not None and audit["principal"] != principal_view(principal):
+        raise BoundaryError("CALL_BINDING_MISMATCH")
+
+
+def _check_execution(execution: Any) -> None:
+    body = _shape(execution, _EXECUTION_FIELDS)
+    _require(body["operation_state"] in OPERATION_STATES and type(body["handler_invoked"]) is bool
+             and type(body["effects"]) is int and body["effects"] in (0, 1))
+
+
+def _check_result_fields(result: dict[str, Any], status: str) -> None:
+    _require(result["version"] == MODEL_RESULT_VERSION
+             and result["outcome"] in OUTCOMES and result["delivery"] in DELIVERIES
+             and result["recovery"] in RECOVERIES
+             and result["complete"] is (status == "ok") and result["truncated"] is False
+             and result["trust"] == _TRUST_BY_STATUS[status])
+    source = _shape(result["source"], _SOURCE_FIELDS)
+    _require((source["tool"] is None or type(source["tool"]) is str) and type(source["producer"]) is str)
+
+
+def _check_audit_fields(audit: dict[str, Any]) -> dict[str, Any]:
+    _require(audit["version"] == AUDIT_VERSION)
+    principal = _shape(audit["principal"], _AUDIT_PRINCIPAL_FIELDS)
+    roles = principal["roles"]
+    _require(is_identifier(principal["tenant"]) and type(principal["subject_ref"]) is str
+             and DIGEST_PATTERN.fullmatch(principal["subject_ref"]) is not None
+             and type(roles) is list and len(roles) <= MAX_ROLES and all(is_identifier(role) for role in roles)
+             and roles == sorted(set(roles)))
+    context = _shape(audit["provider_context"], _PROVIDER_CONTEXT_FIELDS)
+    _require(all(type(context[field]) is str for field in ("provider", "api_family", "adapter_revision"))
+             and all(is_identifier(context[field]) for field in ("response_id", "call_id", "operation_id"))
+             and _optional_identifier(context["idempotency_key"]) and context["purpose"] in PURPOSES)
+    profile = ProviderProfile(context["provider"], context["api_family"], context["adapter_revision"])
+    _require(PROVIDER_PROFILES.get(profile.adapter_revision) == profile, "PROVIDER_MISMATCH")
+    downstream = _shape(audit["downstream"], _DOWNSTREAM_FIELDS)
+    _require(all(_optional_identifier(ref) for ref in downstream.values()))
+    redactions = audit["redactions"]
+    _require(type(redactions) is list and all(type(item) is str and item in REDACTIONS for item in redactions)
+             and redactions == sorted(set(redactions)))
+    for field in ("request_sha256", "result_sha256", "call_binding_sha256"):
+        value = audit[field]
+        _require(type(value) is str and DIGEST_PATTERN.fullmatch(value) is not None, "DIGEST_MALFORMED")
+    return context
+
+
+def _check_provenance(result: dict[str, Any], audit: dict[str, Any], status: str,
+                      registry: Mapping[str, ToolSpec]) -> ToolSpec | None:
+    contract = audit["tool_contract"]
+    source = result["source"]
+    if contract is None:
+        _require(source["tool"] is None and source["producer"] == BOUNDARY_PRODUCER and status != "ok",
+                 "PROVENANCE_MISMATCH")
+        _require(audit["arguments"] is None)
+        return None
+    _shape(contract, _TOOL_CONTRACT_FIELDS)
+    spec = registry.get(contract["tool"]) if type(contract["tool"]) is str else None
+    _require(spec is not None and contract == spec.contract_view() and source["tool"] == spec.name
+             and source["producer"] == (spec.producer if status == "ok" else BOUNDARY_PRODUCER),
+             "PROVENANCE_MISMATCH")
+    arguments = audit["arguments"]
+    if arguments is not None:
+        _require(type(arguments) is dict)
+        try:
+            check_input(spec, arguments)
+        except BoundaryError:
+            raise BoundaryError("PACKAGE_MALFORMED") from None
+    return spec
+
+
+def _check_error_or_data(result: dict[str, Any], status: str, spec: ToolSpec | None) -> None:
+    if status == "ok":
+        _require(result["recovery"] == "none" and spec is not None)
+        check_output_fields(spec, result["data"])
+        return
+    error = _shape(result["error"], _ERROR_FIELDS)
+    code = error["code"]
+    catalog = ERROR_CATALOG.get(code) if type(code) is str else None
+    _require(catalog is not None and catalog.scope == "tool" and error["message"] == catalog.message
+             and error["retryable"] is catalog.retryable, "ERROR_CATALOG_MISMATCH")
+    _require(result["recovery"] == recovery_for(status, code))
+
+
+def _check_digests(result: dict[str, Any], audit: dict[str, Any], provider_context: dict[str, Any]) -> None:
+    request_digest = request_sha256(audit["principal"], audit["tool_contract"], audit["arguments"])
+    _require(request_digest == audit["request_sha256"], "REQUEST_DIGEST_MISMATCH")
+    result_digest = result_sha256(result)
+    _require(result_digest == audit["result_sha256"], "RESULT_DIGEST_MISMATCH")
+    binding = call_binding_sha256(provider_context, audit["tool_contract"], request_digest, result_digest,
+                                  audit["downstream"])
+    _require(binding == audit["call_binding_sha256"], "CALL_BINDING_MISMATCH")
+
+
+def _check_expected_context(provider_context: dict[str, Any], context: CallContext) -> None:
+    check_context(context)
+    expected = context.view(provider_context["purpose"])
+    _require(ProviderProfile(provider_context["provider"], provider_context["api_family"],
+                             provider_context["adapter_revision"]) == context.profile, "PROVIDER_MISMATCH")
+    _require(provider_context == expected, "CALL_BINDING_MISMATCH")
+
+
+# ============================================================================================
+# 17. Result sets
+# ============================================================================================
+# A provider turn's calls must each be answered exactly once, whatever order the results come
+# in. Matching goes through a dictionary by call id, so a turn of n results costs O(n).
+
+
+def verify_result_set(calls: Sequence[CallContext], packages: Sequence[Any], *,
+                      principal: Principal | None = None) -> list[dict[str, Any]]:
+    """Verify every package against the turn's calls; return the packages in call order."""
+    if len(calls) > MAX_RESULT_SET or len(packages) > MAX_RESULT_SET:
+        raise BoundaryError("RESULT_SET_TOO_LARGE")
+    by_call: dict[str, CallContext] = {}
+    turn = None
+    for context in calls:
+        check_context(context)
+        if turn is None:
+            turn = (context.adapter_revision, context.response_id)
+        elif (context.adapter_revision, context.response_id) != turn:
+            raise BoundaryError("RESULT_SET_MIXED_TURN")
+        if by_call.setdefault(context.call_id, context) is not context:
+            raise BoundaryError("RESULT_SET_DUPLICATE")
+    answered: dict[str, dict[str, Any]] = {}
+    for package in packages:
+        call_id = _claimed_call_id(package)
+        context = by_call.get(call_id)
+        if context is None:
+            raise BoundaryError("RESULT_SET_UNKNOWN")
+        if call_id in answered:
+            raise BoundaryError("RESULT_SET_DUPLICATE")
+        verify_package(package, context=context, principal=principal)
+        answered[call_id] = package
+    if len(answered) != len(by_call):
+        raise BoundaryError("RESULT_SET_MISSING")
+    return [answered[context.call_id] for context in calls]
+
+
+def _claimed_call_id(package: Any) -> str:
+    audit = package.get("protected_audit") if type(package) is dict else None
+    context = audit.get("provider_context") if type(audit) is dict else None
+    call_id = context.get("call_id") if type(context) is dict else None
+    if type(call_id) is not str:
+        raise BoundaryError("PACKAGE_MALFORMED")
+    return call_id
+
+
+# ============================================================================================
+# 18. Provider adapters
+# ============================================================================================
+# Adapters only shape a verified package into a provider's final message; every rule stays in
+# the dispatcher. Each checks its own profile, verifies the whole package against the trusted
+# context of the call it answers, and reads nothing but model_result and the context: no
+# protected_audit field can reach a payload. Schema-level teaching adapters, not SDK-tested.
+
+UNREGISTERED_TOOL_NAME: Final = "unregistered_tool"  # a model-invented name is never echoed back
+
+
+def model_result_text(package: Mapping[str, Any]) -> str:
+    """The model_result as the text the model reads: canonical JSON."""
+    return canonical_json(package["model_result"]).decode("utf-8")
+
+
+def _openai_item(package: Mapping[str, Any], context: CallContext) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": context.call_id, "output": model_result_text(package)}
+
+
+def _anthropic_block(package: Mapping[str, Any], context: CallContext) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": context.call_id, "content": model_result_text(package),
+            "is_error": package["model_result"]["status"] != "ok"}
+
+
+def _gemini_turn(package: Mapping[str, Any], context: CallContext) -> dict[str, Any]:
+    result = package["model_result"]
+    return {
+        "previous_interaction_id": context.response_id,
+        "input": [{
+            "type": "function_result",
+            "call_id": context.call_id,
+            "name": result["source"]["tool"] or UNREGISTERED_TOOL_NAME,
+            "result": [{"type": "text", "text": model_result_text(package)}],
+            "is_error": result["status"] != "ok",
+        }],
+    }
+
+
+ADAPTERS: Final[Mapping[str, Callable[[Mapping[str, Any], CallContext], dict[str, Any]]]] = MappingProxyType({
+    "openai-responses-v1": _openai_item,
+    "anthropic-messages-v1": _anthropic_block,
+    "gemini-interactions-v1": _gemini_turn,
+})
+
+
+def adapt(package: Any, context: CallContext, adapter_revision: str, *,
+          principal: Principal | None = None) -> dict[str, Any]:
+    """Verify a package for the call it answers and shape it with the named adapter."""
+    check_context(context)
+    if context.adapter_revision != adapter_revision:
+        raise BoundaryError("PROVIDER_MISMATCH")
+    verify_package(package, context=context, principal=principal)
+    return ADAPTERS[adapter_revision](package, context)
+
+
+def to_openai_responses(package: Any, context: CallContext, *, principal: Principal | None = None) -> dict[str, Any]:
+    """A Responses `function_call_output` item: the original call_id, output as a JSON string."""
+    return adapt(package, context, "openai-responses-v1", principal=principal)
+
+
+def to_anthropic_messages(package: Any, context: CallContext, *, principal: Principal | None = None) -> dict[str, Any]:
+    """A Messages `tool_result` block: the original tool_use_id, text content, is_error."""
+    return adapt(package, context, "anthropic-messages-v1", principal=principal)
+
+
+def to_gemini_interactions(package: Any, context: CallContext, *, principal: Principal | None = None) -> dict[str, Any]:
+    """An Interactions continuation: previous_interaction_id and one `function_result` step."""
+    return adapt(package, context, "gemini-interactions-v1", principal=principal)
+
+
+# ============================================================================================
+# 19. Fixture runner
+# ============================================================================================
+# The runner holds no per-case branch: each step's expectation is compared field by field with
+# what the boundary did, after the package has passed verification and its provider adapter.
+
+EXPECTATION_FIELDS: Final = tuple(Expectation.__slots__)
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    case_id: str
+    step_id: str
+    kind: str
+    tool: str
+    seen: Mapping[str, Any]
+    expected: Mapping[str, Any]
+
+    @property
+    def mismatches(self) -> tuple[str, ...]:
+        return tuple(field for field in self.expected if self.seen.get(field) != self.expected[field]
+                     or type(self.seen.get(field)) is not type(self.expected[field]))
+
+
+def run_step(dispatcher: Dispatcher, step: Step) -> dict[str, Any]:
+    """Run one fixture step on a dispatcher; return what was seen, in expectation fields."""
+    for change in step.world_changes:
+        dispatcher.set_order_status(change.tenant, change.order_ref, change.status)
+    if step.kind == "dispatch":
+        package = dispatcher.dispatch(step.proposal, step.context, step.principal, approval=step.approval,
+                                      now=step.now, deadline=step.deadline, fault=step.fault)
+    else:
+        package = dispatcher.query_operation_status(step.proposal, step.context, step.principal,
+                                                    now=step.now, fault=step.fault)
+    seen: dict[str, Any] = {}
+    try:
+        adapt(package, step.context, step.context.adapter_revision, principal=step.principal)
+    except BoundaryError as error:
+        seen["verification"] = error.code
+    result = package["model_result"]
+    audit = package["protected_audit"]
+    seen.update({
+        "status": result["status"],
+        "error_code": result["error"]["code"] if "error" in result else None,
+        "outcome": result["outcome"],
+        "delivery": result["delivery"],
+        "recovery": result["recovery"],
+        "effect_count": dispatcher.effect_count,
+        "data": result.get("data"),
+        "request_sha256": audit["request_sha256"],
+        "result_sha256": audit["result_sha256"],
+        "call_binding_sha256": audit["call_binding_sha256"],
+    })
+    return seen
+
+
+def run_case(case: Case, world: World) -> list[StepReport]:
+    dispatcher = Dispatcher.from_world(world)
+    reports = []
+    for step in case.steps:
+        expected = {field: getattr(step.expect, field) for field in EXPECTATION_FIELDS}
+        expected["verification"] = None
+        seen = run_step(dispatcher, step)
+        seen.setdefault("verification", None)
+        reports.append(StepReport(case.id, step.id, step.kind, str(step.proposal["name"]), seen, expected))
+    return reports
+
+
+def run_fixture(fixture: Fixture, *, case_id: str | None = None) -> tuple[dict[str, Any], list[StepReport]]:
+    """Run every case (or one) on a fresh dispatcher each; return the summary and step reports."""
+    cases = [case for case in fixture.cases if case_id is None or case.id == case_id]
+    if not cases:
+        raise BoundaryError("CLI_UNKNOWN_CASE")
+    reports = [report for case in cases for report in run_case(case, fixture.world)]
+    failures = [
+        {"case": report.case_id, "step": report.step_id, "field": field,
+         "expected": report.expected[field], "seen": report.seen.get(field)}
+        for report in reports for field in report.mismatches
+    ]
+    summary = {
+        "passed": not failures,
+        "format": FIXTURE_FORMAT,
+        "case_count": len(cases),
+        "step_count": len(reports),
+        "failures": failures,
+    }
+    return summary, reports
+
+
+def render_report(reports: Sequence[StepReport]) -> str:
+    """A per-step table for people learning from the fixture."""
+    lines = []
+    current = None
+    for report in reports:
+        if report.case_id != current:
+            current = report.case_id
+            lines.append(f"case {current}")
+        seen = report.seen
+        verdict = "PASS" if not report.mismatches else "FAIL " + ",".join(report.mismatches)
+        lines.append(
+            f"  {report.step_id:<4} {report.kind:<12} {report.tool[:24]:<24} status={seen['status']:<7} "
+            f"error={seen['error_code'] or '-':<24} outcome={seen['outcome']:<12} "
+            f"delivery={seen['delivery']:<18} effects={seen['effect_count']}  {verdict}"
+        )
+    passed = sum(1 for report in reports if not report.mismatches)
+    lines.append(f"{passed}/{len(reports)} steps as expected")
+    return "\n".join(lines)
+
+
+# ============================================================================================
+# 20. CLI
+# ============================================================================================
+# Exit 0: every expectation held. Exit 1: the fixture loaded but an expectation failed. Exit 2:
+# the fixture or the command line was rejected. Whatever the input, the output is one JSON
+# object (or, with --report, the readable table) and never a traceback or a local path.
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise BoundaryError("CLI_USAGE")
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = _Parser(prog="tool-dispatcher", description="Run a tool-cases-v2 fixture through the boundary.")
+    parser.add_argument("--fixture", required=True, help="path of the tool-cases-v2 JSON fixture")
+    parser.add_argument("--case", help="run only the case with this id")
+    parser.add_argument("--report", action="store_true", help="print a readable per-step table instead of JSON")
+    return parser.parse_args(argv)
+
+
+def _emit(value: Mapping[str, Any]) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=True) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        arguments = _arguments(argv)
+        summary, reports = run_fixture(load_fixture(arguments.fixture), case_id=arguments.case)
+    except BoundaryError as error:
+        _emit({"passed": False, "error": error.to_json()})
+        return 2
+    except Exception:  # the last line of defence: a bug here must still not print a traceback
+        _emit({"passed": False, "error": BoundaryError("INTERNAL_ERROR").to_json()})
+        return 2
+    if arguments.report:
+        sys.stdout.write(render_report(reports).encode("ascii", "backslashreplace").decode("ascii") + "\n")
+    else:
+        _emit(summary)
+    return 0 if summary["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -148,7 +148,7 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
     ),
     **_catalog(
         "tool", True,
-        DEADLINE_EXCEEDED="The deadline passed before the tool ran; nothing was executed.",
+        DEADLINE_EXCEEDED="The deadline passed before the tool could answer; no effect was committed.",
         RATE_LIMITED="The tool is rate limited; nothing was executed.",
         RECEIPT_UNAVAILABLE="The operation's receipt is not available yet; its outcome stays unknown.",
     ),
@@ -2065,6 +2065,7 @@ class StepReport:
     tool: str
     seen: Mapping[str, Any]
     expected: Mapping[str, Any]
+    payload: Mapping[str, Any] | None = None  # what goes back to the provider for this step
 
     @property
     def mismatches(self) -> tuple[str, ...]:
@@ -2074,6 +2075,10 @@ class StepReport:
 
 def run_step(dispatcher: Dispatcher, step: Step) -> dict[str, Any]:
     """Run one fixture step on a dispatcher; return what was seen, in expectation fields."""
+    return _run_step(dispatcher, step)[0]
+
+
+def _run_step(dispatcher: Dispatcher, step: Step) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
     for change in step.world_changes:
         dispatcher.set_order_status(change.tenant, change.order_ref, change.status)
     if step.kind == "dispatch":
@@ -2083,8 +2088,9 @@ def run_step(dispatcher: Dispatcher, step: Step) -> dict[str, Any]:
         package = dispatcher.query_operation_status(step.proposal, step.context, step.principal,
                                                     now=step.now, fault=step.fault)
     seen: dict[str, Any] = {}
+    payload = None
     try:
-        adapt(package, step.context, step.context.adapter_revision, principal=step.principal)
+        payload = adapt(package, step.context, step.context.adapter_revision, principal=step.principal)
     except BoundaryError as error:
         seen["verification"] = error.code
     result = package["model_result"]
@@ -2101,7 +2107,7 @@ def run_step(dispatcher: Dispatcher, step: Step) -> dict[str, Any]:
         "result_sha256": audit["result_sha256"],
         "call_binding_sha256": audit["call_binding_sha256"],
     })
-    return seen
+    return seen, package, payload
 
 
 def run_case(case: Case, world: World) -> list[StepReport]:
@@ -2110,9 +2116,9 @@ def run_case(case: Case, world: World) -> list[StepReport]:
     for step in case.steps:
         expected = {field: getattr(step.expect, field) for field in EXPECTATION_FIELDS}
         expected["verification"] = None
-        seen = run_step(dispatcher, step)
+        seen, _package, payload = _run_step(dispatcher, step)
         seen.setdefault("verification", None)
-        reports.append(StepReport(case.id, step.id, step.kind, str(step.proposal["name"]), seen, expected))
+        reports.append(StepReport(case.id, step.id, step.kind, str(step.proposal["name"]), seen, expected, payload))
     return reports
 
 
@@ -2137,8 +2143,8 @@ def run_fixture(fixture: Fixture, *, case_id: str | None = None) -> tuple[dict[s
     return summary, reports
 
 
-def render_report(reports: Sequence[StepReport]) -> str:
-    """A per-step table for people learning from the fixture."""
+def render_report(reports: Sequence[StepReport], *, payloads: bool = False) -> str:
+    """A per-step table for people learning from the fixture; optionally each provider payload."""
     lines = []
     current = None
     for report in reports:
@@ -2152,6 +2158,8 @@ def render_report(reports: Sequence[StepReport]) -> str:
             f"error={seen['error_code'] or '-':<24} outcome={seen['outcome']:<12} "
             f"delivery={seen['delivery']:<18} effects={seen['effect_count']}  {verdict}"
         )
+        if payloads and report.payload is not None:
+            lines.append("       payload " + json.dumps(report.payload, ensure_ascii=False, sort_keys=True))
     passed = sum(1 for report in reports if not report.mismatches)
     lines.append(f"{passed}/{len(reports)} steps as expected")
     return "\n".join(lines)
@@ -2174,7 +2182,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = _Parser(prog="tool-dispatcher", description="Run a tool-cases-v2 fixture through the boundary.")
     parser.add_argument("--fixture", required=True, help="path of the tool-cases-v2 JSON fixture")
     parser.add_argument("--case", help="run only the case with this id")
-    parser.add_argument("--report", action="store_true", help="print a readable per-step table instead of JSON")
+    parser.add_argument("--report", action="store_true",
+                        help="print a readable per-step table instead of JSON (with --case: each provider payload too)")
     return parser.parse_args(argv)
 
 
@@ -2193,7 +2202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _emit({"passed": False, "error": BoundaryError("INTERNAL_ERROR").to_json()})
         return 2
     if arguments.report:
-        sys.stdout.write(render_report(reports).encode("ascii", "backslashreplace").decode("ascii") + "\n")
+        text = render_report(reports, payloads=arguments.case is not None)
+        sys.stdout.write(text.encode("ascii", "backslashreplace").decode("ascii") + "\n")
     else:
         _emit(summary)
     return 0 if summary["passed"] else 1

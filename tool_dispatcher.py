@@ -1539,21 +1539,22 @@ class Dispatcher:
                 raise BoundaryError("STATUS_CONFLICT")
             if record.contract != call.spec.contract_view() or record.operation_id != context.operation_id:
                 raise BoundaryError("STATUS_CONFLICT")
-            if record.state != "unknown":
-                self._bind_identity(call)
-                return self._replayed(call, record)
-            receipt = None if fault == "receipt_unavailable" else self.downstream.receipt(record.refs["status_ref"])
-            if receipt is None:
-                return self._package(call, project_model_result(
-                    call.spec, status="unknown", outcome="unknown", delivery="none", code="RECEIPT_UNAVAILABLE"),
-                    state=record.state, refs=record.refs)
-            if (receipt.request_ref != record.refs["request_ref"] or receipt.status_ref != record.refs["status_ref"]
-                    or receipt.effect_revision != call.spec.effect_revision
-                    or receipt.producer_revision != call.spec.producer_revision):
-                raise BoundaryError("STATUS_CONFLICT")
+            receipt = None
+            if record.state == "unknown":
+                receipt = None if fault == "receipt_unavailable" else self.downstream.receipt(record.refs["status_ref"])
+                if receipt is None:
+                    return self._package(call, project_model_result(
+                        call.spec, status="unknown", outcome="unknown", delivery="none", code="RECEIPT_UNAVAILABLE"),
+                        state=record.state, refs=record.refs)
+                if (receipt.request_ref != record.refs["request_ref"] or receipt.status_ref != record.refs["status_ref"]
+                        or receipt.effect_revision != call.spec.effect_revision
+                        or receipt.producer_revision != call.spec.producer_revision):
+                    raise BoundaryError("STATUS_CONFLICT")
             if record.profile != context.profile:
                 raise BoundaryError("STATUS_CONFLICT")
             self._bind_identity(call)
+            if receipt is None:  # already settled: the local record answers
+                return self._replayed(call, record)
             data = receipt_output(receipt)
             check_output_fields(call.spec, data)
             refs = {**record.refs, "receipt_ref": receipt.receipt_ref}

@@ -846,7 +846,7 @@ def check_context(context: Any) -> ProviderProfile:
         raise BoundaryError("CONTEXT_INVALID")
     if context.idempotency_key is not None and not is_identifier(context.idempotency_key):
         raise BoundaryError("CONTEXT_INVALID")
-    profile = PROVIDER_PROFILES.get(context.adapter_revision)  # type: ignore[arg-type]
+    profile = PROVIDER_PROFILES.get(context.adapter_revision) if type(context.adapter_revision) is str else None
     if profile is None or profile != context.profile:
         raise BoundaryError("PROVIDER_PROFILE_UNKNOWN")
     return profile
@@ -1494,8 +1494,8 @@ class Dispatcher:
 
     def set_order_status(self, tenant: str, order_ref: str, status: str) -> None:
         """A trusted change of business state; the order's resource revision moves on."""
-        order = self._orders[(tenant, order_ref)]
-        if status not in ORDER_STATUSES:
+        order = self._orders.get((tenant, order_ref))
+        if order is None or not _member(status, ORDER_STATUSES):
             raise BoundaryError("CONTEXT_INVALID")
         self._orders[(tenant, order_ref)] = replace(order, status=status, revision=order.revision + 1)
 
@@ -1814,6 +1814,11 @@ def _optional_identifier(value: Any) -> bool:
     return value is None or is_identifier(value)
 
 
+def _member(value: Any, choices: frozenset[str]) -> bool:
+    # The type test first: a hostile list or dict is unhashable and must not raise TypeError.
+    return type(value) is str and value in choices
+
+
 def verify_package(package: Any, *, context: CallContext | None = None, principal: Principal | None = None,
                    registry: Mapping[str, ToolSpec] = REGISTRY) -> None:
     """Verify a result package completely, or raise the BoundaryError naming the first fault."""
@@ -1821,7 +1826,7 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
     _require(body["format"] == PACKAGE_FORMAT)
     _check_execution(body["execution"])
     result = body["model_result"]
-    _require(type(result) is dict and result.get("status") in STATUSES)
+    _require(type(result) is dict and _member(result.get("status"), STATUSES))
     status = result["status"]
     _shape(result, _RESULT_FIELDS[status])
     audit = _shape(body["protected_audit"], _AUDIT_FIELDS)
@@ -1838,14 +1843,14 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
 
 def _check_execution(execution: Any) -> None:
     body = _shape(execution, _EXECUTION_FIELDS)
-    _require(body["operation_state"] in OPERATION_STATES and type(body["handler_invoked"]) is bool
+    _require(_member(body["operation_state"], OPERATION_STATES) and type(body["handler_invoked"]) is bool
              and type(body["effects"]) is int and body["effects"] in (0, 1))
 
 
 def _check_result_fields(result: dict[str, Any], status: str) -> None:
     _require(result["version"] == MODEL_RESULT_VERSION
-             and result["outcome"] in OUTCOMES and result["delivery"] in DELIVERIES
-             and result["recovery"] in RECOVERIES
+             and _member(result["outcome"], OUTCOMES) and _member(result["delivery"], DELIVERIES)
+             and _member(result["recovery"], RECOVERIES)
              and result["complete"] is (status == "ok") and result["truncated"] is False
              and result["trust"] == _TRUST_BY_STATUS[status])
     source = _shape(result["source"], _SOURCE_FIELDS)
@@ -1863,13 +1868,13 @@ def _check_audit_fields(audit: dict[str, Any]) -> dict[str, Any]:
     context = _shape(audit["provider_context"], _PROVIDER_CONTEXT_FIELDS)
     _require(all(type(context[field]) is str for field in ("provider", "api_family", "adapter_revision"))
              and all(is_identifier(context[field]) for field in ("response_id", "call_id", "operation_id"))
-             and _optional_identifier(context["idempotency_key"]) and context["purpose"] in PURPOSES)
+             and _optional_identifier(context["idempotency_key"]) and _member(context["purpose"], PURPOSES))
     profile = ProviderProfile(context["provider"], context["api_family"], context["adapter_revision"])
     _require(PROVIDER_PROFILES.get(profile.adapter_revision) == profile, "PROVIDER_MISMATCH")
     downstream = _shape(audit["downstream"], _DOWNSTREAM_FIELDS)
     _require(all(_optional_identifier(ref) for ref in downstream.values()))
     redactions = audit["redactions"]
-    _require(type(redactions) is list and all(type(item) is str and item in REDACTIONS for item in redactions)
+    _require(type(redactions) is list and all(_member(item, REDACTIONS) for item in redactions)
              and redactions == sorted(set(redactions)))
     for field in ("request_sha256", "result_sha256", "call_binding_sha256"):
         value = audit[field]

@@ -1532,39 +1532,52 @@ class Dispatcher:
         try:
             call = self._admit(call, proposal, bind_identity=False)
             authorize(call.spec, principal, call.arguments, self._orders)
-            record = self._records.get(call.record_key)
-            if record is None or call.spec.effect != "write":
-                raise BoundaryError("NOT_FOUND")
-            if record.request_sha256 != call.request_sha256:
-                raise BoundaryError("STATUS_CONFLICT")
-            if record.contract != call.spec.contract_view() or record.operation_id != context.operation_id:
-                raise BoundaryError("STATUS_CONFLICT")
+            record = self._recorded_operation(call)
             receipt = None
             if record.state == "unknown":
-                receipt = None if fault == "receipt_unavailable" else self.downstream.receipt(record.refs["status_ref"])
+                receipt = self._checked_receipt(call, record, fault)
                 if receipt is None:
                     return self._package(call, project_model_result(
                         call.spec, status="unknown", outcome="unknown", delivery="none", code="RECEIPT_UNAVAILABLE"),
                         state=record.state, refs=record.refs)
-                if (receipt.request_ref != record.refs["request_ref"] or receipt.status_ref != record.refs["status_ref"]
-                        or receipt.effect_revision != call.spec.effect_revision
-                        or receipt.producer_revision != call.spec.producer_revision):
-                    raise BoundaryError("STATUS_CONFLICT")
             if record.profile != context.profile:
                 raise BoundaryError("STATUS_CONFLICT")
             self._bind_identity(call)
             if receipt is None:  # already settled: the local record answers
                 return self._replayed(call, record)
-            data = receipt_output(receipt)
-            check_output_fields(call.spec, data)
-            refs = {**record.refs, "receipt_ref": receipt.receipt_ref}
-            record = advance(record, "receipt_confirmed", refs=MappingProxyType(refs), data=data)
-            self._records[call.record_key] = record
-            return self._package(call, project_model_result(
-                call.spec, status="ok", outcome="succeeded", delivery="receipt_reconciled", data=json_copy(data)),
-                state=record.state, refs=refs)
+            return self._reconciled(call, record, receipt)
         except BoundaryError as refusal:
             return self._refused(call, refusal)
+
+    def _recorded_operation(self, call: _Call) -> OperationRecord:
+        # Another key or subject finds nothing; the same namespace with another intent, another
+        # operation or other contract revisions is a conflict. Never a guessed success.
+        record = self._records.get(call.record_key)
+        if record is None or call.spec.effect != "write":
+            raise BoundaryError("NOT_FOUND")
+        if (record.request_sha256 != call.request_sha256 or record.contract != call.spec.contract_view()
+                or record.operation_id != call.context.operation_id):
+            raise BoundaryError("STATUS_CONFLICT")
+        return record
+
+    def _checked_receipt(self, call: _Call, record: OperationRecord, fault: str) -> Receipt | None:
+        receipt = None if fault == "receipt_unavailable" else self.downstream.receipt(record.refs["status_ref"])
+        if receipt is not None and (
+                receipt.request_ref != record.refs["request_ref"] or receipt.status_ref != record.refs["status_ref"]
+                or receipt.effect_revision != call.spec.effect_revision
+                or receipt.producer_revision != call.spec.producer_revision):
+            raise BoundaryError("STATUS_CONFLICT")
+        return receipt
+
+    def _reconciled(self, call: _Call, record: OperationRecord, receipt: Receipt) -> dict[str, Any]:
+        data = receipt_output(receipt)
+        check_output_fields(call.spec, data)
+        refs = {**record.refs, "receipt_ref": receipt.receipt_ref}
+        record = advance(record, "receipt_confirmed", refs=MappingProxyType(refs), data=data)
+        self._records[call.record_key] = record
+        return self._package(call, project_model_result(
+            call.spec, status="ok", outcome="succeeded", delivery="receipt_reconciled", data=json_copy(data)),
+            state=record.state, refs=refs)
 
     # -- pipeline stages -----------------------------------------------------------------------
 

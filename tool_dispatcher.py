@@ -910,7 +910,8 @@ class FieldRule:
     def schema(self) -> dict[str, Any]:
         """The JSON Schema of this field, for tool declarations generated from the registry."""
         if self.pattern is not None:
-            return {"type": "string", "pattern": f"^{self.pattern.pattern}$", "maxLength": self.max_length}
+            # Grouped before anchoring: "^a|b$" would anchor only one branch of an alternation.
+            return {"type": "string", "pattern": f"^(?:{self.pattern.pattern})$", "maxLength": self.max_length}
         return {"type": "string", "enum": sorted(self.choices)}
 
 
@@ -1536,13 +1537,13 @@ class Dispatcher:
             receipt = None
             if record.state == "unknown":
                 receipt = self._checked_receipt(call, record, fault)
-                if receipt is None:
-                    return self._package(call, project_model_result(
-                        call.spec, status="unknown", outcome="unknown", delivery="none", code="RECEIPT_UNAVAILABLE"),
-                        state=record.state, refs=record.refs)
             if record.profile != context.profile:
                 raise BoundaryError("STATUS_CONFLICT")
-            self._bind_identity(call)
+            self._bind_identity(call)  # before any answer: an unavailable receipt still used it for a query
+            if receipt is None and record.state == "unknown":
+                return self._package(call, project_model_result(
+                    call.spec, status="unknown", outcome="unknown", delivery="none", code="RECEIPT_UNAVAILABLE"),
+                    state=record.state, refs=record.refs)
             if receipt is None:  # already settled: the local record answers
                 return self._replayed(call, record)
             return self._reconciled(call, record, receipt)
@@ -1970,8 +1971,9 @@ def verify_result_set(calls: Sequence[CallContext], packages: Sequence[Any], *,
             turn = (context.adapter_revision, context.response_id)
         elif (context.adapter_revision, context.response_id) != turn:
             raise BoundaryError("RESULT_SET_MIXED_TURN")
-        if by_call.setdefault(context.call_id, context) is not context:
+        if context.call_id in by_call:  # by id, not identity: the same object listed twice is a duplicate too
             raise BoundaryError("RESULT_SET_DUPLICATE")
+        by_call[context.call_id] = context
     answered: dict[str, dict[str, Any]] = {}
     for package in packages:
         call_id = _claimed_call_id(package)

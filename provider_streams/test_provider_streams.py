@@ -1,0 +1,1554 @@
+"""Tests of the provider stream layer, one TestCase per section of provider_streams.py.
+
+Run from the repository root (any of -O, -W error, both):
+    python -B -m unittest discover -s provider_streams -p 'test_provider_streams.py'
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+from types import MappingProxyType
+from unittest import mock
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))  # before the repository root: the module, not the package folder
+
+if __package__:  # discovered from the repository root, as the package provider_streams
+    from . import provider_streams as ps
+else:
+    import provider_streams as ps
+
+import tool_dispatcher  # noqa: E402
+
+PROVIDERS = ("openai", "anthropic", "gemini")
+ORDER7 = '{"order_ref":"ORDER-7"}'
+REFUND7 = '{"order_ref":"ORDER-7","reason":"damaged"}'
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def stream(provider, calls=(("call_1", "get_order", ORDER7),), **options):
+    return ps.build_events(provider, list(calls), **options)
+
+
+def kind_of(provider, event):
+    return event[ps.PROTOCOLS[provider].type_key]
+
+
+def position(provider, events, kind, nth=0):
+    found = [index for index, event in enumerate(events) if kind_of(provider, event) == kind]
+    return found[nth]
+
+
+def renumber(events):
+    """OpenAI: give every event a fresh rising sequence number after an edit."""
+    return [{**event, "sequence_number": number} for number, event in enumerate(events)]
+
+
+def edited(provider, events, kind, nth=0, **changes):
+    events = [dict(event) for event in events]
+    at = position(provider, events, kind, nth)
+    events[at] = {**events[at], **changes}
+    return events
+
+
+def inserted(provider, events, at, event):
+    events = list(events[:at]) + [event] + list(events[at:])
+    return renumber(events) if provider == "openai" else events
+
+
+def without(provider, events, at):
+    events = list(events[:at]) + list(events[at + 1:])
+    return renumber(events) if provider == "openai" else events
+
+
+class StreamTestCase(unittest.TestCase):
+    def assertRefused(self, provider, events, code, detail=None, *, event=..., **limits):
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.parse_stream(provider, events, **limits)
+        self.assertEqual((caught.exception.code, caught.exception.detail), (code, detail))
+        if event is not ...:
+            self.assertEqual(caught.exception.event, event)
+        return caught.exception
+
+    def assertCalls(self, turn, expected):
+        self.assertEqual([(call.call_id, call.name, call.arguments) for call in turn.calls], expected)
+
+
+# ============================================================================================
+# 2. Errors and the code catalog
+# ============================================================================================
+
+
+class TestErrors(unittest.TestCase):
+    def test_unknown_code_is_a_programming_error(self):
+        with self.assertRaises(ValueError):
+            ps.StreamError("STREAM_NOT_A_CODE")
+
+    def test_unknown_detail_is_a_programming_error(self):
+        with self.assertRaises(ValueError):
+            ps.StreamError("STREAM_ARGUMENTS_INVALID", detail="JSON_SOMETHING")
+
+    def test_view_has_code_fixed_message_detail_and_event(self):
+        error = ps.StreamError("STREAM_ARGUMENTS_INVALID", event=4, detail="JSON_INVALID")
+        self.assertEqual(error.to_json(), {"code": "STREAM_ARGUMENTS_INVALID",
+                                           "message": ps.STREAM_ERRORS["STREAM_ARGUMENTS_INVALID"],
+                                           "detail": "JSON_INVALID", "event": 4})
+        self.assertEqual(ps.StreamError("STREAM_INCOMPLETE").to_json(),
+                         {"code": "STREAM_INCOMPLETE", "message": ps.STREAM_ERRORS["STREAM_INCOMPLETE"]})
+
+    def test_catalog_is_closed_and_messages_are_sentences(self):
+        with self.assertRaises(TypeError):
+            ps.STREAM_ERRORS["STREAM_NEW"] = "x"  # type: ignore[index]
+        for code, message in ps.STREAM_ERRORS.items():
+            with self.subTest(code=code):
+                self.assertRegex(code, r"^STREAM_[A-Z_]+$")
+                self.assertTrue(message.endswith(".") and "{" not in message)
+
+    def test_event_position_names_the_offending_event(self):
+        events = stream("anthropic")
+        events.insert(2, 7)
+        error = ps.StreamError  # the position is the index in the list handed in
+        with self.assertRaises(error) as caught:
+            ps.parse_stream("anthropic", events)
+        self.assertEqual((caught.exception.code, caught.exception.event), ("STREAM_EVENT_MALFORMED", 2))
+
+
+# ============================================================================================
+# 4-7. Parsers: shared turn state, then each provider's events
+# ============================================================================================
+
+
+class TestSharedTurnState(StreamTestCase):
+    def test_well_formed_synthetic_streams_yield_their_calls(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                turn = ps.parse_stream(provider, stream(provider, [("call_1", "get_order", ORDER7),
+                                                                   ("call_2", "create_refund_draft", REFUND7)]))
+                self.assertCalls(turn, [
+                    ("call_1", "get_order", {"order_ref": "ORDER-7"}),
+                    ("call_2", "create_refund_draft", {"order_ref": "ORDER-7", "reason": "damaged"})])
+                self.assertEqual([call.index for call in turn.calls], [0, 1])
+                self.assertEqual(turn.adapter_revision, ps.PROTOCOLS[provider].profile.adapter_revision)
+
+    def test_turn_without_calls_is_a_turn(self):
+        stops = {"openai": "completed", "anthropic": "end_turn", "gemini": "completed"}
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                turn = ps.parse_stream(provider, stream(provider, []))
+                self.assertEqual((turn.calls, turn.stop), ((), stops[provider]))
+
+    def test_empty_stream_is_incomplete(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                self.assertRefused(provider, [], "STREAM_INCOMPLETE", event=None)
+
+    def test_missing_terminal_event_is_incomplete(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                self.assertRefused(provider, stream(provider)[:-1], "STREAM_INCOMPLETE")
+
+    def test_anything_after_the_terminal_event_is_out_of_order(self):
+        for provider in PROVIDERS:
+            events = stream(provider)
+            key = ps.PROTOCOLS[provider].type_key
+            for extra in ({key: "totally.unknown"}, {key: "error"}, events[0]):
+                with self.subTest(provider=provider, extra=extra[key]):
+                    self.assertRefused(provider, inserted(provider, events, len(events), extra),
+                                       "STREAM_OUT_OF_ORDER", event=len(events))
+
+    def test_event_that_is_not_an_object_or_lacks_its_type_is_malformed(self):
+        for provider in PROVIDERS:
+            key = ps.PROTOCOLS[provider].type_key
+            for bad in ([], "message_start", None, {}, {key: 7}, {key: None}):
+                with self.subTest(provider=provider, bad=bad):
+                    self.assertRefused(provider, [bad] + stream(provider), "STREAM_EVENT_MALFORMED", event=0)
+
+    def test_duplicate_call_id_is_refused(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                events = stream(provider, [("call_1", "get_order", ORDER7)] * 2)
+                self.assertRefused(provider, events, "STREAM_DUPLICATE")
+
+    def test_invalid_call_ids_and_names_are_refused(self):
+        for provider in PROVIDERS:
+            for call_id in ("", "call 1", "_call", "c" * 65, "call\n"):
+                with self.subTest(provider=provider, call_id=call_id):
+                    events = stream(provider, [(call_id, "get_order", ORDER7)])
+                    self.assertRefused(provider, events, "STREAM_ID_INVALID")
+            for name in ("", "get order", "get.order", "g" * 65, "get_order\n"):
+                with self.subTest(provider=provider, name=name):
+                    self.assertRefused(provider, stream(provider, [("call_1", name, ORDER7)]), "STREAM_NAME_INVALID")
+
+    def test_longest_portable_ids_and_names_are_accepted(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                turn = ps.parse_stream(provider, stream(provider, [("c" * 64, "g" * 64, ORDER7)], response_id="r" * 64))
+                self.assertEqual((turn.response_id, turn.calls[0].call_id, turn.calls[0].name),
+                                 ("r" * 64, "c" * 64, "g" * 64))
+
+    def test_invalid_response_id_is_refused(self):
+        for provider in PROVIDERS:
+            for response_id in ("", "resp 1", "r" * 65):
+                with self.subTest(provider=provider, response_id=response_id):
+                    events = stream(provider, response_id=response_id)
+                    self.assertRefused(provider, events, "STREAM_ID_INVALID", event=0)
+
+    def test_unregistered_but_portable_tool_name_is_parsed_for_the_boundary_to_refuse(self):
+        turn = ps.parse_stream("openai", stream("openai", [("call_1", "delete_everything", "{}")]))
+        self.assertCalls(turn, [("call_1", "delete_everything", {})])
+
+    def test_arguments_refused_like_the_strict_decoder_refuses_them(self):
+        cases = {'{"n": 1.5}': "JSON_NOT_PORTABLE", '{"n": NaN}': "JSON_NON_FINITE",
+                 '{"n": 9007199254740992}': "JSON_NOT_PORTABLE", '{"a":1,"a":1}': "JSON_DUPLICATE_KEY",
+                 '{"a":1} x': "JSON_INVALID", " ": "JSON_INVALID", '{"s":"\\ud800"}': "JSON_NOT_PORTABLE"}
+        for provider in PROVIDERS:
+            for text, detail in cases.items():
+                with self.subTest(provider=provider, text=text):
+                    self.assertRefused(provider, stream(provider, [("call_1", "get_order", text)]),
+                                       "STREAM_ARGUMENTS_INVALID", detail, event=None)
+
+    def test_arguments_that_are_not_an_object_are_refused(self):
+        for provider in PROVIDERS:
+            for text in ("[]", '"ORDER-7"', "7", "null", "true"):
+                with self.subTest(provider=provider, text=text):
+                    self.assertRefused(provider, stream(provider, [("call_1", "get_order", text)]),
+                                       "STREAM_ARGUMENTS_NOT_OBJECT")
+
+    def test_lone_surrogate_fragments_never_pair_up(self):
+        # A character split at the UTF-16 level is refused, not silently joined.
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                events = stream(provider, [("call_1", "get_order", '{"n":"\ud83d\ude00"}')], fragment_chars=7)
+                self.assertRefused(provider, events, "STREAM_ARGUMENTS_INVALID", "JSON_NOT_UTF8")
+
+    def test_escapes_and_multibyte_characters_split_across_fragments(self):
+        text = '{"order_ref":"ORDER-\\u0037","note":"caf\u00e9 \\"\u65e5\u672c\\" \U0001f600 \\\\"}'
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                turn = ps.parse_stream(provider, stream(provider, [("call_1", "get_order", text)], fragment_chars=1))
+                self.assertEqual(turn.calls[0].arguments,
+                                 {"order_ref": "ORDER-7", "note": 'caf\u00e9 "\u65e5\u672c" \U0001f600 \\'})
+
+    def test_parsed_calls_hand_out_copies(self):
+        turn = ps.parse_stream("anthropic", stream("anthropic"))
+        proposal = turn.calls[0].proposal()
+        proposal["arguments"]["order_ref"] = "ORDER-8"
+        turn.view()["calls"][0]["arguments"]["order_ref"] = "ORDER-9"
+        self.assertEqual(turn.calls[0].arguments, {"order_ref": "ORDER-7"})
+        self.assertEqual(turn.content[1 - 1]["input"], {"order_ref": "ORDER-7"})
+
+
+class TestOpenAIEvents(StreamTestCase):
+    def test_sequence_numbers_may_skip_but_never_repeat_or_fall(self):
+        events = [{**event, "sequence_number": 10 * number + 3} for number, event in enumerate(stream("openai"))]
+        self.assertEqual(len(ps.parse_stream("openai", events).calls), 1)
+        for at, number in ((3, 23), (3, 13), (1, 0)):
+            with self.subTest(at=at, number=number):
+                bad = [dict(event) for event in events]
+                bad[at]["sequence_number"] = number
+                self.assertRefused("openai", bad, "STREAM_SEQUENCE_INVALID", event=at)
+
+    def test_missing_or_malformed_sequence_number_is_refused(self):
+        for number in (None, -1, "3", True, 1.0):
+            with self.subTest(number=number):
+                events = stream("openai")
+                events[2] = {**events[2], "sequence_number": number}
+                self.assertRefused("openai", events, "STREAM_EVENT_MALFORMED", event=2)
+        events = stream("openai")
+        del events[0]["sequence_number"]
+        self.assertRefused("openai", events, "STREAM_EVENT_MALFORMED", event=0)
+
+    def test_first_sequence_number_zero_is_accepted(self):
+        self.assertEqual(stream("openai")[0]["sequence_number"], 0)
+        self.assertEqual(ps.parse_stream("openai", stream("openai")).stop, "completed")
+
+    def test_added_call_must_start_with_empty_arguments(self):
+        for arguments in ("{}", None, 0):
+            with self.subTest(arguments=arguments):
+                events = stream("openai")
+                events[1] = {**events[1], "item": {**events[1]["item"], "arguments": arguments}}
+                self.assertRefused("openai", events, "STREAM_EVENT_MALFORMED", event=1)
+
+    def test_added_item_needs_a_string_type_and_a_valid_item_id(self):
+        events = stream("openai")
+        events[1] = {**events[1], "item": {**events[1]["item"], "type": None}}
+        self.assertRefused("openai", events, "STREAM_EVENT_MALFORMED", event=1)
+        events = stream("openai")
+        events[1] = {**events[1], "item": {**events[1]["item"], "id": "fc 1"}}
+        self.assertRefused("openai", events, "STREAM_ID_INVALID", event=1)
+        events = stream("openai")
+        events[1] = {**events[1], "item": "function_call"}
+        self.assertRefused("openai", events, "STREAM_EVENT_MALFORMED", event=1)
+
+    def test_output_index_must_count_up_from_zero(self):
+        for index, code in ((1, "STREAM_OUT_OF_ORDER"), (-1, "STREAM_EVENT_MALFORMED"), ("0", "STREAM_EVENT_MALFORMED"),
+                            (False, "STREAM_EVENT_MALFORMED")):
+            with self.subTest(index=index):
+                self.assertRefused("openai", edited("openai", stream("openai"), "response.output_item.added",
+                                                    output_index=index), code, event=1)
+
+    def test_output_index_opened_twice_is_a_duplicate(self):
+        events = stream("openai", [("call_1", "get_order", ORDER7), ("call_2", "get_order", ORDER7)])
+        events = edited("openai", events, "response.output_item.added", 1, output_index=0)
+        self.assertRefused("openai", events, "STREAM_DUPLICATE")
+
+    def test_delta_keyed_by_another_item_id_is_not_open(self):
+        events = edited("openai", stream("openai"), "response.function_call_arguments.delta", item_id="fc_9")
+        self.assertRefused("openai", events, "STREAM_NOT_OPEN", event=2)
+
+    def test_delta_for_a_message_item_is_not_open(self):
+        events = stream("openai")
+        message = {"type": "response.output_item.added", "output_index": 1,
+                   "item": {"type": "message", "id": "msg_1", "role": "assistant", "content": []}}
+        events = inserted("openai", events, 2, message)
+        events = edited("openai", events, "response.function_call_arguments.delta", output_index=1, item_id="msg_1")
+        self.assertRefused("openai", events, "STREAM_NOT_OPEN", event=3)
+
+    def test_delta_after_the_arguments_are_done_is_out_of_order(self):
+        events = stream("openai")
+        at = position("openai", events, "response.function_call_arguments.done")
+        late = {**events[at - 1]}
+        self.assertRefused("openai", inserted("openai", events, at + 1, late), "STREAM_OUT_OF_ORDER", event=at + 1)
+
+    def test_delta_after_the_item_is_done_is_not_open(self):
+        events = stream("openai")
+        at = position("openai", events, "response.output_item.done")
+        late = {**events[at - 2]}
+        self.assertRefused("openai", inserted("openai", events, at + 1, late), "STREAM_NOT_OPEN", event=at + 1)
+
+    def test_delta_that_is_not_a_string_is_malformed(self):
+        for delta in (None, 7, ["{"]):
+            with self.subTest(delta=delta):
+                events = edited("openai", stream("openai"), "response.function_call_arguments.delta", delta=delta)
+                self.assertRefused("openai", events, "STREAM_EVENT_MALFORMED", event=2)
+
+    def test_done_must_repeat_the_deltas_and_the_name(self):
+        events = edited("openai", stream("openai"), "response.function_call_arguments.done", name="create_refund_draft")
+        self.assertRefused("openai", events, "STREAM_INCONSISTENT")
+        events = edited("openai", stream("openai"), "response.function_call_arguments.done", arguments=None)
+        self.assertRefused("openai", events, "STREAM_INCONSISTENT")
+        events = stream("openai")
+        at = position("openai", events, "response.function_call_arguments.done")
+        del events[at]["name"]  # the name is optional on this event
+        self.assertEqual(len(ps.parse_stream("openai", events).calls), 1)
+
+    def test_item_done_before_its_arguments_are_done_is_out_of_order(self):
+        events = stream("openai")
+        events = without("openai", events, position("openai", events, "response.function_call_arguments.done"))
+        self.assertRefused("openai", events, "STREAM_OUT_OF_ORDER")
+
+    def test_item_done_must_agree_with_the_stream(self):
+        events = stream("openai")
+        at = position("openai", events, "response.output_item.done")
+        for field, value in (("arguments", '{"order_ref":"ORDER-8"}'), ("call_id", "call_2"), ("name", "other"),
+                             ("id", "fc_9"), ("type", "message")):
+            with self.subTest(field=field):
+                bad = [dict(event) for event in events]
+                bad[at] = {**bad[at], "item": {**bad[at]["item"], field: value}}
+                self.assertRefused("openai", bad, "STREAM_INCONSISTENT", event=at)
+
+    def test_item_done_marked_incomplete_is_truncated(self):
+        events = stream("openai")
+        at = position("openai", events, "response.output_item.done")
+        events[at] = {**events[at], "item": {**events[at]["item"], "status": "incomplete"}}
+        self.assertRefused("openai", events, "STREAM_TRUNCATED", event=at)
+
+    def test_message_item_finishing_as_a_function_call_is_inconsistent(self):
+        events = renumber([
+            {"type": "response.created", "response": {"id": "resp_1"}},
+            {"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "id": "msg_1"}},
+            {"type": "response.output_item.done", "output_index": 0, "item": {"type": "function_call", "id": "msg_1"}},
+            {"type": "response.completed", "response": {"id": "resp_1"}},
+        ])
+        self.assertRefused("openai", events, "STREAM_INCONSISTENT", event=2)
+        events[2]["item"]["type"] = "message"
+        self.assertEqual(ps.parse_stream("openai", events).calls, ())
+
+    def test_completed_must_name_the_same_response_and_status(self):
+        for change in ({"id": "resp_other"}, {"status": "incomplete"}):
+            with self.subTest(change=change):
+                events = stream("openai")
+                events[-1] = {**events[-1], "response": {**events[-1]["response"], **change}}
+                self.assertRefused("openai", events, "STREAM_INCONSISTENT", event=len(events) - 1)
+
+    def test_completed_output_must_list_every_item_as_streamed(self):
+        events = stream("openai")
+        output = events[-1]["response"]["output"]
+        for bad in ([], output * 2, "output", [{**output[0], "arguments": "{}"}], [{**output[0], "type": "message"}]):
+            with self.subTest(bad=bad):
+                changed = [dict(event) for event in events]
+                changed[-1] = {**changed[-1], "response": {**changed[-1]["response"], "output": bad}}
+                self.assertRefused("openai", changed, "STREAM_INCONSISTENT", event=len(events) - 1)
+        changed = [dict(event) for event in events]
+        changed[-1] = {**changed[-1], "response": {**changed[-1]["response"], "output": [7]}}
+        self.assertRefused("openai", changed, "STREAM_EVENT_MALFORMED", event=len(events) - 1)
+
+    def test_completed_without_output_is_accepted(self):
+        events = stream("openai")
+        del events[-1]["response"]["output"]
+        self.assertEqual(len(ps.parse_stream("openai", events).calls), 1)
+
+    def test_completed_while_an_item_is_open_is_incomplete(self):
+        events = stream("openai")
+        events = without("openai", events, position("openai", events, "response.output_item.done"))
+        self.assertRefused("openai", events, "STREAM_INCOMPLETE")
+
+    def test_incomplete_response_without_calls_is_a_turn(self):
+        events = stream("openai", [])
+        events[-1] = {**events[-1], "type": "response.incomplete",
+                      "response": {**events[-1]["response"], "status": "incomplete"}}
+        self.assertEqual(ps.parse_stream("openai", events).stop, "incomplete")
+
+    def test_failed_response_is_a_provider_error(self):
+        events = edited("openai", stream("openai"), "response.completed", type="response.failed")
+        self.assertRefused("openai", events, "STREAM_PROVIDER_ERROR")
+
+    def test_known_text_events_may_come_while_a_call_is_open(self):
+        events = stream("openai")
+        text = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 1, "delta": "hi"}
+        self.assertEqual(len(ps.parse_stream("openai", inserted("openai", events, 3, text)).calls), 1)
+
+    def test_events_before_response_created_are_out_of_order(self):
+        events = stream("openai")
+        self.assertRefused("openai", renumber([events[1]] + events), "STREAM_OUT_OF_ORDER", event=0)
+        self.assertRefused("openai", inserted("openai", events, 1, events[0]), "STREAM_OUT_OF_ORDER", event=1)
+
+    def test_created_needs_a_response_object(self):
+        events = edited("openai", stream("openai"), "response.created", response="resp_1")
+        self.assertRefused("openai", events, "STREAM_EVENT_MALFORMED", event=0)
+
+
+class TestAnthropicEvents(StreamTestCase):
+    def turn_events(self, blocks, reason="tool_use"):
+        events = [{"type": "message_start", "message": {"id": "msg_1", "content": []}}]
+        for index, block in enumerate(blocks):
+            events += [{"type": "content_block_start", "index": index, "content_block": block[0]}]
+            events += [{"type": "content_block_delta", "index": index, "delta": delta} for delta in block[1]]
+            events += [{"type": "content_block_stop", "index": index}]
+        return events + [{"type": "message_delta", "delta": {"stop_reason": reason}}, {"type": "message_stop"}]
+
+    def tool(self, call_id="toolu_1", parts=(ORDER7,)):
+        return ({"type": "tool_use", "id": call_id, "name": "get_order", "input": {}},
+                [{"type": "input_json_delta", "partial_json": part} for part in parts])
+
+    def text(self, start="", parts=()):
+        return ({"type": "text", "text": start}, [{"type": "text_delta", "text": part} for part in parts])
+
+    def test_content_echoes_text_and_tool_use_in_index_order(self):
+        turn = ps.parse_stream("anthropic", self.turn_events([self.text("On it", [": ", "checking."]), self.tool()]))
+        self.assertEqual(list(turn.content), [
+            {"type": "text", "text": "On it: checking."},
+            {"type": "tool_use", "id": "toolu_1", "name": "get_order", "input": {"order_ref": "ORDER-7"}}])
+
+    def test_empty_text_block_is_left_out_of_the_echo(self):
+        turn = ps.parse_stream("anthropic", self.turn_events([self.text(), self.tool()]))
+        self.assertEqual([block["type"] for block in turn.content], ["tool_use"])
+        self.assertEqual(turn.calls[0].index, 1)
+
+    def test_block_types_this_layer_cannot_echo_are_refused(self):
+        for block in ({"type": "thinking", "thinking": ""}, {"type": "server_tool_use", "id": "srvtoolu_1"},
+                      {"type": "redacted_thinking", "data": "x"}):
+            with self.subTest(block=block):
+                self.assertRefused("anthropic", self.turn_events([(block, [])]), "STREAM_BLOCK_UNSUPPORTED", event=1)
+        for block in ({"type": None}, {}, {"type": ["text"]}):
+            with self.subTest(block=block):
+                self.assertRefused("anthropic", self.turn_events([(block, [])]), "STREAM_EVENT_MALFORMED", event=1)
+
+    def test_tool_use_must_start_with_empty_input(self):
+        for start in ({"order_ref": "ORDER-7"}, None, "{}"):
+            with self.subTest(start=start):
+                tool = self.tool()
+                events = self.turn_events([({**tool[0], "input": start}, tool[1])])
+                self.assertRefused("anthropic", events, "STREAM_EVENT_MALFORMED", event=1)
+        tool = self.tool()
+        block = dict(tool[0])
+        del block["input"]
+        self.assertRefused("anthropic", self.turn_events([(block, tool[1])]), "STREAM_EVENT_MALFORMED", event=1)
+
+    def test_delta_type_must_match_its_block(self):
+        text_on_tool = (self.tool()[0], [{"type": "text_delta", "text": ORDER7}])
+        json_on_text = (self.text()[0], [{"type": "input_json_delta", "partial_json": "x"}])
+        unknown = (self.tool()[0], [{"type": "citations_delta", "citation": {}}])
+        for block in (text_on_tool, json_on_text, unknown):
+            with self.subTest(block=block[1][0]["type"]):
+                self.assertRefused("anthropic", self.turn_events([block]), "STREAM_INCONSISTENT", event=2)
+
+    def test_delta_needs_an_object_and_a_string_fragment(self):
+        for delta in ("x", None):
+            with self.subTest(delta=delta):
+                events = self.turn_events([self.tool()])
+                events[2] = {**events[2], "delta": delta}
+                self.assertRefused("anthropic", events, "STREAM_EVENT_MALFORMED", event=2)
+        events = self.turn_events([self.tool()])
+        events[2] = {**events[2], "delta": {"type": "input_json_delta", "partial_json": 7}}
+        self.assertRefused("anthropic", events, "STREAM_EVENT_MALFORMED", event=2)
+
+    def test_block_stopped_twice_is_not_open(self):
+        events = self.turn_events([self.tool()])
+        events.insert(4, {"type": "content_block_stop", "index": 0})
+        self.assertRefused("anthropic", events, "STREAM_NOT_OPEN", event=4)
+
+    def test_block_index_must_count_up_from_zero(self):
+        events = self.turn_events([self.tool()])
+        for event in events[1:4]:
+            event["index"] = 1
+        self.assertRefused("anthropic", events, "STREAM_OUT_OF_ORDER", event=1)
+
+    def test_message_stop_without_message_delta_is_out_of_order(self):
+        events = self.turn_events([self.tool()])
+        del events[-2]
+        self.assertRefused("anthropic", events, "STREAM_OUT_OF_ORDER", event=len(events) - 1)
+
+    def test_no_block_may_start_after_message_delta(self):
+        events = self.turn_events([self.tool()])
+        events.insert(-1, {"type": "content_block_start", "index": 1, "content_block": self.tool("toolu_2")[0]})
+        self.assertRefused("anthropic", events, "STREAM_OUT_OF_ORDER", event=len(events) - 2)
+
+    def test_stop_reason_must_be_a_string(self):
+        events = self.turn_events([self.tool()], reason=None)
+        self.assertRefused("anthropic", events, "STREAM_EVENT_MALFORMED", event=len(events) - 2)
+
+    def test_message_stop_with_a_block_open_is_incomplete(self):
+        events = self.turn_events([self.tool()])
+        del events[3]
+        self.assertRefused("anthropic", events, "STREAM_INCOMPLETE", event=len(events) - 1)
+
+    def test_stop_reasons_against_calls(self):
+        cases = (("tool_use", [], "STREAM_STOP_MISMATCH"), ("end_turn", [self.tool()], "STREAM_STOP_MISMATCH"),
+                 ("stop_sequence", [self.tool()], "STREAM_STOP_MISMATCH"),
+                 ("max_tokens", [self.tool()], "STREAM_TRUNCATED"),
+                 ("model_context_window_exceeded", [self.tool()], "STREAM_TRUNCATED"),
+                 ("a_future_reason", [self.tool()], "STREAM_STOP_MISMATCH"))
+        for reason, blocks, code in cases:
+            with self.subTest(reason=reason):
+                self.assertRefused("anthropic", self.turn_events(blocks, reason), code)
+
+    def test_stop_reasons_without_calls_give_a_turn(self):
+        for reason in ("end_turn", "max_tokens", "refusal", "pause_turn", "a_future_reason"):
+            with self.subTest(reason=reason):
+                turn = ps.parse_stream("anthropic", self.turn_events([self.text("x")], reason))
+                self.assertEqual((turn.stop, turn.calls), (reason, ()))
+
+    def test_ping_may_come_before_message_start_and_while_closing(self):
+        events = self.turn_events([self.tool()])
+        events = [{"type": "ping"}] + events[:-1] + [{"type": "ping"}, events[-1]]
+        self.assertEqual(ps.parse_stream("anthropic", events).stop, "tool_use")
+
+    def test_unknown_event_while_only_a_text_block_is_open_is_skipped(self):
+        events = self.turn_events([self.text("a", ["b"])], "end_turn")
+        events.insert(2, {"type": "content_block_shimmer", "index": 0})
+        self.assertEqual(ps.parse_stream("anthropic", events).content, ({"type": "text", "text": "ab"},))
+
+    def test_text_with_a_lone_surrogate_is_malformed(self):
+        events = self.turn_events([self.text("\ud800")], "end_turn")
+        self.assertRefused("anthropic", events, "STREAM_EVENT_MALFORMED", event=None)
+
+    def test_message_start_needs_a_message_object(self):
+        events = self.turn_events([self.tool()])
+        events[0] = {"type": "message_start", "message": "msg_1"}
+        self.assertRefused("anthropic", events, "STREAM_EVENT_MALFORMED", event=0)
+
+
+class TestGeminiEvents(StreamTestCase):
+    def test_outputs_on_an_interaction_is_the_other_revision(self):
+        for kind in ("interaction.created", "interaction.completed"):
+            with self.subTest(kind=kind):
+                events = stream("gemini")
+                at = position("gemini", events, kind)
+                events[at] = {**events[at], "interaction": {**events[at]["interaction"], "outputs": []}}
+                self.assertRefused("gemini", events, "STREAM_REVISION_MISMATCH", event=at)
+
+    def test_legacy_content_events_are_refused_anywhere(self):
+        for kind in ("content.start", "content.delta", "content.stop"):
+            with self.subTest(kind=kind):
+                events = [{"event_type": kind}] + stream("gemini")
+                self.assertRefused("gemini", events, "STREAM_REVISION_MISMATCH", event=0)
+                events = stream("gemini")
+                self.assertRefused("gemini", inserted("gemini", events, 2, {"event_type": kind}),
+                                   "STREAM_REVISION_MISMATCH", event=2)
+
+    def test_function_call_step_must_start_without_arguments(self):
+        events = stream("gemini")
+        events[1] = {**events[1], "step": {**events[1]["step"], "arguments": {"order_ref": "ORDER-7"}}}
+        self.assertRefused("gemini", events, "STREAM_EVENT_MALFORMED", event=1)
+        events[1]["step"]["arguments"] = {}
+        self.assertEqual(len(ps.parse_stream("gemini", events).calls), 1)
+
+    def test_step_needs_a_string_type(self):
+        for kind in (3, None, {"type": "function_call"}):
+            with self.subTest(kind=kind):
+                events = stream("gemini")
+                events[1] = {**events[1], "step": {"type": kind}}
+                self.assertRefused("gemini", events, "STREAM_EVENT_MALFORMED", event=1)
+
+    def test_function_call_step_may_omit_its_empty_arguments(self):
+        events = stream("gemini")
+        self.assertNotIn("arguments", events[1]["step"])
+        self.assertEqual(ps.parse_stream("gemini", events).calls[0].arguments, {"order_ref": "ORDER-7"})
+        events[1] = {**events[1], "step": {**events[1]["step"], "arguments": ""}}
+        self.assertRefused("gemini", events, "STREAM_EVENT_MALFORMED", event=1)
+
+    def test_call_delta_must_be_an_arguments_delta(self):
+        events = edited("gemini", stream("gemini"), "step.delta", delta={"type": "text", "text": ORDER7})
+        self.assertRefused("gemini", events, "STREAM_INCONSISTENT", event=2)
+
+    def test_deltas_of_other_steps_are_not_read(self):
+        events = stream("gemini")
+        thought = [{"event_type": "step.start", "index": 0, "step": {"type": "thought"}},
+                   {"event_type": "step.delta", "index": 0, "delta": {"type": "thought_summary", "text": 7}},
+                   {"event_type": "step.stop", "index": 0}]
+        for event in events[1:-1]:
+            event["index"] = 1
+        turn = ps.parse_stream("gemini", events[:1] + thought + events[1:])
+        self.assertEqual([call.index for call in turn.calls], [1])
+        self.assertEqual(turn.content, ())
+
+    def test_completed_must_name_the_same_interaction(self):
+        events = stream("gemini")
+        events[-1] = {**events[-1], "interaction": {**events[-1]["interaction"], "id": "other"}}
+        self.assertRefused("gemini", events, "STREAM_INCONSISTENT", event=len(events) - 1)
+
+    def test_statuses_against_calls(self):
+        cases = (("failed", True, "STREAM_PROVIDER_ERROR"), ("cancelled", False, "STREAM_PROVIDER_ERROR"),
+                 ("incomplete", True, "STREAM_TRUNCATED"), ("completed", True, "STREAM_STOP_MISMATCH"),
+                 ("requires_action", False, "STREAM_STOP_MISMATCH"), (None, True, "STREAM_EVENT_MALFORMED"))
+        for status, with_call, code in cases:
+            with self.subTest(status=status, with_call=with_call):
+                events = stream("gemini", [("call_1", "get_order", ORDER7)] if with_call else [])
+                events[-1] = {**events[-1], "interaction": {**events[-1]["interaction"], "status": status}}
+                self.assertRefused("gemini", events, code, event=len(events) - 1)
+
+    def test_incomplete_without_calls_is_a_turn(self):
+        events = stream("gemini", [])
+        events[-1]["interaction"]["status"] = "incomplete"
+        self.assertEqual(ps.parse_stream("gemini", events).stop, "incomplete")
+
+    def test_status_update_before_created_is_out_of_order(self):
+        events = [{"event_type": "interaction.status_update", "status": "in_progress"}] + stream("gemini")
+        self.assertRefused("gemini", events, "STREAM_OUT_OF_ORDER", event=0)
+
+
+class TestUnknownEventRule(StreamTestCase):
+    """Skipped while no call is open; refused while one is; nothing after the end."""
+
+    def unknown(self, provider):
+        return {ps.PROTOCOLS[provider].type_key: "a.future.event", "index": 0, "delta": {"x": 1}}
+
+    def test_skipped_before_the_start_and_between_calls(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                events = stream(provider, [("call_1", "get_order", ORDER7), ("call_2", "get_order", ORDER7)])
+                first_close = position(provider, events, {"openai": "response.output_item.done",
+                                                          "anthropic": "content_block_stop",
+                                                          "gemini": "step.stop"}[provider])
+                events = inserted(provider, events, first_close + 1, self.unknown(provider))
+                events = inserted(provider, events, 0, self.unknown(provider))
+                self.assertEqual(len(ps.parse_stream(provider, events).calls), 2)
+
+    def test_refused_while_a_call_is_open(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                events = inserted(provider, stream(provider), 2, self.unknown(provider))
+                self.assertRefused(provider, events, "STREAM_UNKNOWN_EVENT", event=2)
+
+    def test_openai_call_counts_as_open_until_its_item_is_done(self):
+        events = stream("openai")
+        at = position("openai", events, "response.output_item.done")
+        self.assertRefused("openai", inserted("openai", events, at, self.unknown("openai")), "STREAM_UNKNOWN_EVENT")
+        after = inserted("openai", events, at + 1, self.unknown("openai"))
+        self.assertEqual(len(ps.parse_stream("openai", after).calls), 1)
+
+    def test_unknown_keys_on_known_events_are_tolerated(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                events = [{**event, "added_later": {"x": [1, 2]}} for event in stream(provider)]
+                self.assertEqual(len(ps.parse_stream(provider, events).calls), 1)
+
+
+class TestParseStream(StreamTestCase):
+    def test_unknown_provider_is_refused(self):
+        for provider in ("OpenAI", "openai-responses-v2", "", None, 7):
+            with self.subTest(provider=provider):
+                with self.assertRaises(ps.StreamError) as caught:
+                    ps.parse_stream(provider, stream("openai"))
+                self.assertEqual(caught.exception.code, "STREAM_PROVIDER_UNKNOWN")
+
+    def test_adapter_revision_names_the_provider_too(self):
+        turn = ps.parse_stream("gemini-interactions-v1", stream("gemini"))
+        self.assertEqual(turn.adapter_revision, "gemini-interactions-v1")
+
+    def test_events_must_be_a_list_or_tuple(self):
+        self.assertEqual(len(ps.parse_stream("anthropic", tuple(stream("anthropic"))).calls), 1)
+        for events in (iter(stream("anthropic")), {"events": []}, "message_start", None):
+            with self.subTest(events=type(events).__name__):
+                self.assertRefused("anthropic", events, "STREAM_EVENTS_INVALID", event=None)
+
+
+# ============================================================================================
+# Bounds: every limit on both sides, for every provider
+# ============================================================================================
+
+
+class TestBounds(StreamTestCase):
+    def test_event_limit(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                events = stream(provider)
+                self.assertEqual(len(ps.parse_stream(provider, events, max_events=len(events)).calls), 1)
+                self.assertRefused(provider, events, "STREAM_TOO_MANY_EVENTS", event=None, max_events=len(events) - 1)
+
+    def test_default_event_limit_admits_exactly_ten_thousand(self):
+        self.assertEqual(ps.MAX_EVENTS, 10_000)
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                self.assertEqual(len(ps.parse_stream(provider, ps.synthetic_stream(provider, 10_000)).calls), 1)
+                self.assertRefused(provider, ps.synthetic_stream(provider, 10_001), "STREAM_TOO_MANY_EVENTS")
+
+    def test_call_limit(self):
+        calls = [(f"call_{n}", "get_order", ORDER7) for n in range(3)]
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                self.assertEqual(len(ps.parse_stream(provider, stream(provider, calls), max_calls=3).calls), 3)
+                self.assertRefused(provider, stream(provider, calls), "STREAM_TOO_MANY_CALLS", max_calls=2)
+
+    def test_default_call_limit(self):
+        calls = [(f"call_{n}", "get_order", "{}") for n in range(ps.MAX_CALLS + 1)]
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                self.assertEqual(len(ps.parse_stream(provider, stream(provider, calls[:-1])).calls), ps.MAX_CALLS)
+                self.assertRefused(provider, stream(provider, calls), "STREAM_TOO_MANY_CALLS")
+
+    def test_fragment_limit_counts_utf8_bytes(self):
+        text = '{"order_ref":"ORDER-7","note":"\u00e9\u65e5\U0001f600"}'
+        size = len(text.encode("utf-8"))
+        self.assertGreater(size, len(text))
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                events = stream(provider, [("call_1", "get_order", text)], fragment_chars=len(text))
+                self.assertEqual(len(ps.parse_stream(provider, events, max_fragment_bytes=size).calls), 1)
+                self.assertRefused(provider, events, "STREAM_FRAGMENT_TOO_LARGE", max_fragment_bytes=size - 1)
+
+    def test_default_fragment_limit(self):
+        for provider in PROVIDERS:
+            limit = ps.MAX_FRAGMENT_BYTES
+            for pad, verdict in ((limit - 8, None), (limit - 7, "STREAM_FRAGMENT_TOO_LARGE")):
+                with self.subTest(provider=provider, pad=pad):
+                    text = '{"n":"' + "x" * pad + '"}'  # 8 bytes around the padding
+                    events = stream(provider, [("call_1", "get_order", text)], fragment_chars=len(text))
+                    if verdict is None:
+                        self.assertEqual(len(ps.parse_stream(provider, events).calls), 1)
+                    else:
+                        self.assertRefused(provider, events, verdict)
+
+    def test_argument_limit_is_for_the_whole_turn(self):
+        total = len(ORDER7) + len(REFUND7)
+        calls = [("call_1", "get_order", ORDER7), ("call_2", "create_refund_draft", REFUND7)]
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                events = stream(provider, calls)
+                self.assertEqual(len(ps.parse_stream(provider, events, max_argument_bytes=total).calls), 2)
+                self.assertRefused(provider, events, "STREAM_ARGUMENTS_TOO_LARGE", max_argument_bytes=total - 1)
+
+    def test_default_argument_limit(self):
+        for provider in PROVIDERS:
+            for extra, verdict in ((0, None), (1, "STREAM_ARGUMENTS_TOO_LARGE")):
+                with self.subTest(provider=provider, extra=extra):
+                    text = '{"n":"' + "x" * (ps.MAX_ARGUMENT_BYTES - 8 + extra) + '"}'
+                    events = stream(provider, [("call_1", "get_order", text)], fragment_chars=4_000)
+                    if verdict is None:
+                        self.assertEqual(len(ps.parse_stream(provider, events).calls), 1)
+                    else:
+                        self.assertRefused(provider, events, verdict)
+
+    def test_depth_limit(self):
+        text = '{"a":[[["x"]]]}'  # four containers deep
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                events = stream(provider, [("call_1", "get_order", text)])
+                self.assertEqual(ps.parse_stream(provider, events, max_depth=4).calls[0].arguments, {"a": [[["x"]]]})
+                self.assertRefused(provider, events, "STREAM_ARGUMENTS_INVALID", "JSON_TOO_DEEP", max_depth=3)
+
+    def test_default_depth_limit(self):
+        for depth, verdict in ((ps.MAX_ARGUMENT_DEPTH, None), (ps.MAX_ARGUMENT_DEPTH + 1, "JSON_TOO_DEEP")):
+            text = '{"a":' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+            with self.subTest(depth=depth):
+                events = stream("gemini", [("call_1", "get_order", text)])
+                if verdict is None:
+                    self.assertEqual(len(ps.parse_stream("gemini", events).calls), 1)
+                else:
+                    self.assertRefused("gemini", events, "STREAM_ARGUMENTS_INVALID", verdict)
+
+    def test_text_limit_for_the_anthropic_echo(self):
+        text = "Checking \u00e9\u65e5 now."
+        size = len(text.encode("utf-8"))
+        events = [{"type": "message_start", "message": {"id": "msg_1"}},
+                  {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                  {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text[:5]}},
+                  {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text[5:]}},
+                  {"type": "content_block_stop", "index": 0},
+                  {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}, {"type": "message_stop"}]
+        self.assertEqual(ps.parse_stream("anthropic", events, max_text_bytes=size).content[0]["text"], text)
+        self.assertRefused("anthropic", events, "STREAM_TEXT_TOO_LARGE", event=3, max_text_bytes=size - 1)
+        self.assertRefused("anthropic", events, "STREAM_FRAGMENT_TOO_LARGE", event=3,
+                           max_fragment_bytes=len(text[5:].encode("utf-8")) - 1)
+
+    def test_text_and_arguments_have_separate_budgets(self):
+        events = stream("anthropic")
+        text = [{"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": "x" * 30}},
+                {"type": "content_block_stop", "index": 0}]
+        for event in events[1:-2]:
+            event["index"] = 1
+        events = events[:1] + text + events[1:]
+        turn = ps.parse_stream("anthropic", events, max_argument_bytes=len(ORDER7), max_text_bytes=30)
+        self.assertEqual(len(turn.content), 2)
+
+
+# ============================================================================================
+# 8. Tool declarations: generated from the registry, and no drift from the enforced contract
+# ============================================================================================
+
+# A reader of the JSON Schema subset the declarations use. Any other keyword fails the tests,
+# so a new keyword in the registry's schemas cannot be silently ignored here.
+SCHEMA_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties", "enum", "pattern", "maxLength"})
+LENGTH_KEYWORDS = frozenset({"maxLength", "minLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                             "multipleOf", "maxItems", "minProperties", "maxProperties"})
+
+
+def schema_admits(schema, value):
+    unknown = set(schema) - SCHEMA_KEYWORDS
+    if unknown:
+        raise ValueError(f"the test reader does not know {sorted(unknown)}")
+    if schema["type"] == "object":
+        if type(value) is not dict or not set(schema["required"]) <= value.keys():
+            return False
+        if schema.get("additionalProperties") is False and not value.keys() <= schema["properties"].keys():
+            return False
+        return all(schema_admits(schema["properties"][key], item) for key, item in value.items())
+    if schema["type"] != "string":
+        raise ValueError("the test reader knows only objects and strings")
+    if type(value) is not str or len(value) > schema.get("maxLength", len(value)):
+        return False
+    if "enum" in schema and value not in schema["enum"]:
+        return False
+    if "pattern" in schema:
+        # ECMA-262 reads `$` as the very end; Python's `$` would also match before a final newline.
+        pattern = schema["pattern"]
+        python_pattern = pattern[:-1] + r"\Z" if pattern.endswith("$") else pattern
+        return re.search(python_pattern, value) is not None
+    return True
+
+
+def contract_admits(spec, arguments):
+    try:
+        tool_dispatcher.check_input(spec, arguments)
+    except tool_dispatcher.BoundaryError as refusal:
+        if refusal.code != "INVALID_ARGUMENTS":
+            raise
+        return False
+    return True
+
+
+VALID_EXAMPLES = {"order_ref": ["ORDER-7", "ORDER-0", "ORDER-" + "9" * 12]}
+PROBES = {"order_ref": ["ORDER-" + "9" * 13, "ORDER-7\n", "\nORDER-7", " ORDER-7", "order-7", "ORDER-",
+                        "ORDER-\u0667", "ORDER-\uff17", "ORDER-7a", "ORDER--7", "XORDER-7"]}
+COMMON_PROBES = ["", "x", 7, None, True, [], {}, "damaged ", "Damaged", "DUPLICATE", "\u0000"]
+
+
+def declared_parameters(provider, declaration):
+    return declaration["parameters"] if provider != "anthropic" else declaration["input_schema"]
+
+
+class TestDeclarations(unittest.TestCase):
+    def test_one_declaration_per_registered_tool_in_registry_order(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                declarations = ps.declare_tools(provider)
+                self.assertEqual([(item["name"], item["description"]) for item in declarations],
+                                 [(spec.name, spec.description) for spec in tool_dispatcher.REGISTRY.values()])
+                for item in declarations:
+                    self.assertRegex(item["name"], r"^[a-zA-Z0-9_-]{1,64}$")
+
+    def test_openai_declarations_are_strict_function_tools(self):
+        for item in ps.declare_tools("openai"):
+            with self.subTest(tool=item["name"]):
+                self.assertEqual(set(item), {"type", "name", "description", "parameters", "strict"})
+                self.assertEqual((item["type"], item["strict"]), ("function", True))
+                schema = item["parameters"]
+                self.assertEqual((schema["type"], schema["additionalProperties"]), ("object", False))
+                self.assertEqual(schema["required"], list(schema["properties"]))
+                for rule in schema["properties"].values():
+                    self.assertFalse(set(rule) & LENGTH_KEYWORDS)
+
+    def test_anthropic_declarations_are_strict_with_no_length_constraints(self):
+        declarations = ps.declare_tools("anthropic")
+        self.assertLessEqual(len(declarations), 20)
+        for item in declarations:
+            with self.subTest(tool=item["name"]):
+                self.assertEqual(set(item), {"name", "description", "input_schema", "strict"})
+                self.assertIs(item["strict"], True)
+                schema = item["input_schema"]
+                self.assertEqual((schema["type"], schema["additionalProperties"]), ("object", False))
+                for rule in schema["properties"].values():
+                    self.assertFalse(set(rule) & LENGTH_KEYWORDS)
+
+    def test_gemini_declarations_are_function_declarations_with_the_full_schema(self):
+        for item, spec in zip(ps.declare_tools("gemini"), tool_dispatcher.REGISTRY.values()):
+            with self.subTest(tool=item["name"]):
+                self.assertEqual(set(item), {"type", "name", "description", "parameters"})
+                self.assertEqual(item["type"], "function")
+                self.assertEqual(item["parameters"], spec.input_schema())
+
+    def test_declarations_are_fresh_copies(self):
+        first = ps.declare_tools("openai")
+        first[0]["parameters"]["properties"].clear()
+        self.assertTrue(ps.declare_tools("openai")[0]["parameters"]["properties"])
+
+    def test_declared_schema_and_enforced_contract_agree_value_by_value(self):
+        checked = 0
+        for provider in PROVIDERS:
+            for declaration, spec in zip(ps.declare_tools(provider), tool_dispatcher.REGISTRY.values()):
+                schema = declared_parameters(provider, declaration)
+                base = {}
+                for field, rule in spec.input_fields.items():
+                    examples = VALID_EXAMPLES.get(field) or sorted(rule.choices)
+                    self.assertTrue(examples, f"no valid example for {field}: add one to VALID_EXAMPLES")
+                    base[field] = examples[0]
+                candidates = [base, {**base, "extra": "x"}] + [
+                    {key: value for key, value in base.items() if key != field} for field in base]
+                for field, rule in spec.input_fields.items():
+                    values = (VALID_EXAMPLES.get(field, []) + PROBES.get(field, []) + sorted(rule.choices)
+                              + [choice.upper() for choice in rule.choices] + COMMON_PROBES)
+                    candidates += [{**base, field: value} for value in values]
+                for arguments in candidates:
+                    with self.subTest(provider=provider, tool=spec.name, arguments=arguments):
+                        self.assertEqual(schema_admits(schema, arguments), contract_admits(spec, arguments))
+                        checked += 1
+        self.assertGreater(checked, 100)
+
+    def test_dropping_max_length_loosens_nothing(self):
+        # Strict declarations leave maxLength out; each pattern must bound the length by itself.
+        for spec in tool_dispatcher.REGISTRY.values():
+            for field, rule in spec.input_fields.items():
+                if rule.pattern is None:
+                    continue
+                with self.subTest(tool=spec.name, field=field):
+                    longest = max(VALID_EXAMPLES[field], key=len)
+                    self.assertEqual(len(longest), rule.max_length)
+                    self.assertTrue(rule.admits(longest))
+                    self.assertTrue(any(len(probe) == rule.max_length + 1 for probe in PROBES[field]))
+
+    def test_reader_refuses_keywords_it_does_not_know(self):
+        with self.assertRaises(ValueError):
+            schema_admits({"type": "string", "format": "date"}, "2026-11-30")
+
+
+# ============================================================================================
+# 9-13. Host binding, dispatch, continuation payloads and the audit guard
+# ============================================================================================
+
+
+def run(provider, calls, host=ps.DEMO_HOST, dispatcher=None):
+    turn = ps.parse_stream(provider, stream(provider, calls))
+    return ps.run_turn(turn, dispatcher or ps.demo_dispatcher(), host)
+
+
+PARALLEL = [("call_1", "get_order", ORDER7), ("call_2", "create_refund_draft", REFUND7),
+            ("call_3", "get_order", '{"order_ref":"ORDER-8"}')]
+
+
+class TestHostBinding(unittest.TestCase):
+    def test_context_takes_the_parser_profile_and_ids_and_the_host_keys(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                turn = ps.parse_stream(provider, stream(provider))
+                context = ps.bind_call(turn, turn.calls[0], ps.DEMO_HOST)
+                profile = ps.PROTOCOLS[provider].profile
+                self.assertEqual((context.provider, context.api_family, context.adapter_revision),
+                                 (profile.provider, profile.api_family, profile.adapter_revision))
+                self.assertEqual((context.response_id, context.call_id), (turn.response_id, "call_1"))
+                self.assertRegex(context.operation_id, r"^op-[0-9a-f]{24}$")
+                self.assertRegex(context.idempotency_key, r"^key-[0-9a-f]{24}$")
+                self.assertIs(tool_dispatcher.check_context(context),
+                              tool_dispatcher.PROVIDER_PROFILES[profile.adapter_revision])
+
+    def test_keys_depend_on_the_host_session_and_the_call_identity(self):
+        turn = ps.parse_stream("openai", stream("openai", PARALLEL))
+        contexts = [ps.bind_call(turn, call, ps.DEMO_HOST) for call in turn.calls]
+        other_session = ps.bind_call(turn, turn.calls[0], ps.Host(ps.DEMO_PRINCIPAL, ps.DEMO_NOW, "session-2"))
+        again = ps.bind_call(turn, turn.calls[0], ps.DEMO_HOST)
+        self.assertEqual(len({context.idempotency_key for context in contexts}), 3)
+        self.assertEqual(again, contexts[0])
+        self.assertNotEqual(other_session.idempotency_key, contexts[0].idempotency_key)
+        self.assertNotEqual(other_session.operation_id, contexts[0].operation_id)
+
+    def test_the_stream_cannot_choose_operation_id_or_key(self):
+        # A call id that looks like a key does not become one.
+        turn = ps.parse_stream("anthropic", stream("anthropic", [("key-attacker", "get_order", ORDER7)]))
+        context = ps.bind_call(turn, turn.calls[0], ps.DEMO_HOST)
+        self.assertNotIn("attacker", context.idempotency_key + context.operation_id)
+
+    def test_approval_only_for_a_write_with_exactly_approved_arguments(self):
+        turn = ps.parse_stream("gemini", stream("gemini", PARALLEL + [
+            ("call_4", "create_refund_draft", '{"order_ref":"ORDER-7","reason":"other"}')]))
+        approvals = [ps.host_approval(ps.DEMO_HOST, ps.bind_call(turn, call, ps.DEMO_HOST), call)
+                     for call in turn.calls]
+        self.assertEqual([approval is not None for approval in approvals], [False, True, False, False])
+        approval = approvals[1]
+        self.assertEqual((approval.approver, approval.call_id, approval.arguments, approval.expires_at),
+                         ("approver-lee", "call_2", {"order_ref": "ORDER-7", "reason": "damaged"},
+                          ps.DEMO_NOW + ps.APPROVAL_TTL_SECONDS))
+
+    def test_no_approval_without_an_approver(self):
+        host = ps.Host(ps.DEMO_PRINCIPAL, ps.DEMO_NOW, "s", approver=None, approved=ps.DEMO_HOST.approved)
+        turn = ps.parse_stream("openai", stream("openai", PARALLEL))
+        call = turn.calls[1]
+        self.assertIsNone(ps.host_approval(host, ps.bind_call(turn, call, host), call))
+
+
+class TestDispatchAndContinuation(unittest.TestCase):
+    def test_results_in_call_order_through_the_boundary(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                result = run(provider, PARALLEL)
+                self.assertEqual([(row["call_id"], row["status"], row["error_code"], row["delivery"])
+                                  for row in result.results()],
+                                 [("call_1", "ok", None, "fresh"), ("call_2", "ok", None, "fresh"),
+                                  ("call_3", "error", "NOT_FOUND", "none")])
+
+    def test_openai_continuation(self):
+        result = run("openai", PARALLEL)
+        self.assertEqual(set(result.payload), {"previous_response_id", "input"})
+        self.assertEqual(result.payload["previous_response_id"], "resp_synthetic")
+        for item, package in zip(result.payload["input"], result.packages):
+            self.assertEqual(set(item), {"type", "call_id", "output"})
+            self.assertEqual(item["type"], "function_call_output")
+            self.assertEqual(json.loads(item["output"]), package["model_result"])
+        self.assertEqual([item["call_id"] for item in result.payload["input"]], ["call_1", "call_2", "call_3"])
+
+    def test_anthropic_continuation_echoes_the_turn_and_answers_every_tool_use_first(self):
+        result = run("anthropic", PARALLEL)
+        assistant, user = result.payload["messages"]
+        self.assertEqual(set(result.payload), {"messages"})
+        self.assertEqual(assistant, {"role": "assistant", "content": [dict(block) for block in result.turn.content]})
+        tool_uses = [block["id"] for block in assistant["content"] if block["type"] == "tool_use"]
+        self.assertEqual(user["role"], "user")
+        self.assertEqual([block["type"] for block in user["content"]], ["tool_result"] * 3)
+        self.assertEqual([block["tool_use_id"] for block in user["content"]], tool_uses)
+        self.assertEqual([block["is_error"] for block in user["content"]], [False, False, True])
+
+    def test_gemini_continuation(self):
+        result = run("gemini", PARALLEL)
+        self.assertEqual(set(result.payload), {"previous_interaction_id", "input"})
+        self.assertEqual(result.payload["previous_interaction_id"], "resp_synthetic")
+        steps = result.payload["input"]
+        self.assertEqual([(step["type"], step["call_id"], step["name"], step["is_error"]) for step in steps],
+                         [("function_result", "call_1", "get_order", False),
+                          ("function_result", "call_2", "create_refund_draft", False),
+                          ("function_result", "call_3", "get_order", True)])
+
+    def test_gemini_items_for_another_interaction_are_refused(self):
+        turn = ps.parse_stream("gemini", stream("gemini"))
+        item = {"previous_interaction_id": "other", "input": []}
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.PROTOCOLS["gemini"].continue_turn(turn, [item])
+        self.assertEqual(caught.exception.code, "STREAM_CONTINUATION_REFUSED")
+
+    def test_turn_without_calls_has_no_continuation(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                result = run(provider, [])
+                self.assertEqual((result.payload, result.packages, result.results()), (None, (), []))
+
+    def test_unregistered_tool_is_answered_not_dropped(self):
+        result = run("gemini", [("call_1", "delete_everything", "{}")])
+        self.assertEqual(result.results()[0]["error_code"], "UNKNOWN_TOOL")
+        self.assertEqual(result.payload["input"][0]["name"], tool_dispatcher.UNREGISTERED_TOOL_NAME)
+
+    def test_the_same_turn_processed_twice_runs_its_write_once(self):
+        dispatcher = ps.demo_dispatcher()
+        first = run("openai", PARALLEL, dispatcher=dispatcher)
+        second = run("openai", PARALLEL, dispatcher=dispatcher)
+        self.assertEqual([row["delivery"] for row in first.results()], ["fresh", "fresh", "none"])
+        self.assertEqual([row["delivery"] for row in second.results()], ["fresh", "local_replay", "none"])
+        self.assertEqual(dispatcher.effect_count, 1)
+
+    def test_another_host_session_cannot_rerun_a_provider_call(self):
+        dispatcher = ps.demo_dispatcher()
+        run("anthropic", PARALLEL, dispatcher=dispatcher)
+        other = ps.Host(ps.DEMO_PRINCIPAL, ps.DEMO_NOW, "session-2", "approver-lee", ps.DEMO_HOST.approved)
+        again = run("anthropic", PARALLEL, host=other, dispatcher=dispatcher)
+        self.assertEqual([row["error_code"] for row in again.results()], ["CALL_CONFLICT"] * 3)
+        self.assertEqual(dispatcher.effect_count, 1)
+
+    def test_write_without_approval_is_refused_by_the_boundary(self):
+        host = ps.Host(ps.DEMO_PRINCIPAL, ps.DEMO_NOW, "s")
+        result = run("openai", [("call_2", "create_refund_draft", REFUND7)], host=host)
+        self.assertEqual(result.results()[0]["error_code"], "APPROVAL_REQUIRED")
+
+    def test_boundary_refusing_the_host_becomes_a_continuation_refusal(self):
+        host = ps.Host(tool_dispatcher.Principal("tenant-a", "alice", ("z", "a")), ps.DEMO_NOW, "s")
+        with self.assertRaises(ps.StreamError) as caught:
+            run("openai", [("call_1", "get_order", ORDER7)], host=host)
+        self.assertEqual((caught.exception.code, caught.exception.detail),
+                         ("STREAM_CONTINUATION_REFUSED", "PRINCIPAL_INVALID"))
+
+    def test_turn_of_an_unknown_revision_is_refused(self):
+        turn = ps.Turn("openai-responses-v9", "resp_1", "completed", ())
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.run_turn(turn, ps.demo_dispatcher(), ps.DEMO_HOST)
+        self.assertEqual(caught.exception.code, "STREAM_PROVIDER_UNKNOWN")
+
+
+class TestAuditGuard(unittest.TestCase):
+    def test_no_payload_holds_an_audit_value(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                result = run(provider, PARALLEL)
+                self.assertEqual(ps.audit_leaks(result.payload, result.packages, result.turn), frozenset())
+                text = json.dumps(result.payload)
+                for package in result.packages:
+                    audit = package["protected_audit"]
+                    context = audit["provider_context"]
+                    hidden = (audit["request_sha256"], audit["call_binding_sha256"], audit["principal"]["subject_ref"],
+                              context["operation_id"], context["idempotency_key"])
+                    for value in hidden:
+                        self.assertNotIn(value, text)
+
+    def test_guard_finds_an_audit_value_inside_a_serialized_output(self):
+        result = run("openai", PARALLEL)
+        digest = result.packages[0]["protected_audit"]["request_sha256"]
+        payload = json.loads(json.dumps(result.payload))
+        output = json.loads(payload["input"][0]["output"])
+        output["data"]["trace"] = digest
+        payload["input"][0]["output"] = json.dumps(output)
+        self.assertEqual(ps.audit_leaks(payload, result.packages, result.turn), frozenset({digest}))
+
+    def test_guard_finds_an_audit_value_in_a_plain_field(self):
+        result = run("anthropic", PARALLEL)
+        key = result.packages[1]["protected_audit"]["provider_context"]["idempotency_key"]
+        payload = json.loads(json.dumps(result.payload))
+        payload["messages"][1]["content"].append({"type": "text", "text": key})
+        self.assertEqual(ps.audit_leaks(payload, result.packages, result.turn), frozenset({key}))
+
+    def test_values_the_model_may_see_are_not_leaks(self):
+        result = run("gemini", PARALLEL)
+        payload = json.loads(json.dumps(result.payload))
+        payload["input"].append({"text": "ORDER-7", "also": result.turn.response_id, "tool": "get_order"})
+        self.assertEqual(ps.audit_leaks(payload, result.packages, result.turn), frozenset())
+
+    def test_run_turn_refuses_a_payload_with_a_leak(self):
+        turn = ps.parse_stream("openai", stream("openai"))
+        with mock.patch.object(ps, "audit_leaks", return_value=frozenset({"x"})):
+            with self.assertRaises(ps.StreamError) as caught:
+                ps.run_turn(turn, ps.demo_dispatcher(), ps.DEMO_HOST)
+        self.assertEqual(caught.exception.code, "STREAM_AUDIT_LEAK")
+
+
+# ============================================================================================
+# 10. Synthetic streams
+# ============================================================================================
+
+
+class TestSyntheticStreams(unittest.TestCase):
+    def test_exact_event_counts(self):
+        for provider in PROVIDERS:
+            overhead = len(stream(provider, [("c", "get_order", "")]))
+            for count in (overhead, overhead + 1, overhead + 2, overhead + 3, 100, 10_000):
+                with self.subTest(provider=provider, count=count):
+                    events = ps.synthetic_stream(provider, count)
+                    self.assertEqual(len(events), count)
+                    self.assertEqual(ps.parse_stream(provider, events).calls[0].arguments, {})
+
+    def test_below_the_fixed_events_is_a_programming_error(self):
+        for provider in PROVIDERS:
+            overhead = len(stream(provider, [("c", "get_order", "")]))
+            with self.subTest(provider=provider):
+                with self.assertRaises(ValueError):
+                    ps.synthetic_stream(provider, overhead - 1)
+
+    def test_fragments_never_split_a_character(self):
+        text = '{"n":"\U0001f600\u00e9"}'
+        events = stream("anthropic", [("call_1", "get_order", text)], fragment_chars=1)
+        fragments = [event["delta"]["partial_json"] for event in events if event["type"] == "content_block_delta"]
+        self.assertEqual(fragments, list(text))
+
+
+# ============================================================================================
+# 12. SSE text
+# ============================================================================================
+
+
+class TestSSE(StreamTestCase):
+    def test_rendered_streams_parse_as_their_events_do(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                events = stream(provider, PARALLEL)
+                self.assertEqual(ps.parse_sse(provider, ps.render_sse(provider, events)),
+                                 ps.parse_stream(provider, events))
+
+    def test_fixture_streams_parse_the_same_through_sse(self):
+        for provider in PROVIDERS:
+            for case in ps.load_fixture(provider).cases.values():
+                with self.subTest(provider=provider, stream=case.name):
+                    text = ps.render_sse(provider, case.events).encode("utf-8")
+                    try:
+                        expected = ps.parse_stream(provider, case.events)
+                    except ps.StreamError as error:
+                        with self.assertRaises(ps.StreamError) as caught:
+                            ps.parse_sse(provider, text)
+                        self.assertEqual((caught.exception.code, caught.exception.event), (error.code, error.event))
+                    else:
+                        self.assertEqual(ps.parse_sse(provider, text), expected)
+
+    def test_line_endings_comments_ids_and_multiline_data(self):
+        text = ("\ufeff: keep-alive\r\nid: 7\r\nretry: 1000\r\nevent: a\r\ndata: {\"type\":\r\ndata:  \"a\"}\r\n\r\n"
+                "data:[1]\r\r: only a comment\n\nevent: no data\n\n")
+        self.assertEqual(ps.split_sse(text), [("a", {"type": "a"}), (None, [1])])
+
+    def test_unfinished_last_event_is_dropped(self):
+        self.assertEqual(ps.split_sse('data: {"a":1}\n\ndata: {"b":2}\n'), [(None, {"a": 1})])
+        self.assertEqual(ps.split_sse('data: {"a":1}\n\ndata: {"b":2}'), [(None, {"a": 1})])
+        self.assertEqual(ps.split_sse('data: {"a":1}\r\n\r\n'), [(None, {"a": 1})])
+
+    def test_event_name_must_match_the_data_type(self):
+        events = stream("anthropic")
+        text = ps.render_sse("anthropic", events).replace("event: message_stop", "event: ping")
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.parse_sse("anthropic", text)
+        self.assertEqual((caught.exception.code, caught.exception.event), ("STREAM_SSE_INVALID", len(events) - 1))
+
+    def test_events_without_a_name_are_read_by_their_data(self):
+        text = "".join(f"data: {json.dumps(event)}\n\n" for event in stream("gemini"))
+        self.assertEqual(len(ps.parse_sse("gemini", text).calls), 1)
+
+    def test_invalid_text_and_data(self):
+        cases = ((b"data: {\xff}\n\n", "STREAM_SSE_INVALID", "JSON_NOT_UTF8", None),
+                 (b"data: {nope}\n\n", "STREAM_SSE_INVALID", "JSON_INVALID", 0),
+                 (b'data: {"a":1}\n\ndata: {"a":1,"a":2}\n\n', "STREAM_SSE_INVALID", "JSON_DUPLICATE_KEY", 1),
+                 (b"data: 1.5\n\n", "STREAM_SSE_INVALID", "JSON_NOT_PORTABLE", 0))
+        for data, code, detail, event in cases:
+            with self.subTest(data=data):
+                with self.assertRaises(ps.StreamError) as caught:
+                    ps.split_sse(data)
+                error = caught.exception
+                self.assertEqual((error.code, error.detail, error.event), (code, detail, event))
+        for data in (None, 7, ["data: 1"]):
+            with self.subTest(data=data):
+                with self.assertRaises(ps.StreamError) as caught:
+                    ps.split_sse(data)
+                self.assertEqual(caught.exception.code, "STREAM_SSE_INVALID")
+
+    def test_text_limit(self):
+        text = ps.render_sse("openai", stream("openai")).encode("utf-8")
+        self.assertEqual(len(ps.parse_sse("openai", text, max_bytes=len(text)).calls), 1)
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.parse_sse("openai", text, max_bytes=len(text) - 1)
+        self.assertEqual(caught.exception.code, "STREAM_SSE_TOO_LARGE")
+
+    def test_event_data_limit(self):
+        data = '{"type":"x","text":"\u00e9\u00e9"}'
+        size = len(data.encode("utf-8"))
+        text = f"data: {data}\n\n"
+        self.assertEqual(ps.split_sse(text, max_event_bytes=size), [(None, json.loads(data))])
+        # size - 1: enough characters, too many bytes, so the decoder refuses it; fewer characters
+        # than the data has: the splitter stops early, before the decoder runs.
+        for limit, detail in ((size - 1, "JSON_TOO_LARGE"), (len(data) - 1, None)):
+            with self.subTest(limit=limit):
+                with self.assertRaises(ps.StreamError) as caught:
+                    ps.split_sse(text, max_event_bytes=limit)
+                self.assertEqual((caught.exception.code, caught.exception.event, caught.exception.detail),
+                                 ("STREAM_SSE_TOO_LARGE", 0, detail))
+
+    def test_multiline_data_counts_its_joining_newlines(self):
+        text = "data: [1,\ndata: 2]\n\n"  # "[1,\n2]" is six characters
+        self.assertEqual(ps.split_sse(text, max_event_bytes=6), [(None, [1, 2])])
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.split_sse(text, max_event_bytes=5)
+        self.assertEqual(caught.exception.code, "STREAM_SSE_TOO_LARGE")
+
+    def test_event_count_limit(self):
+        text = "data: {}\n\n" * 3
+        self.assertEqual(len(ps.split_sse(text, max_events=3)), 3)
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.split_sse(text, max_events=2)
+        self.assertEqual(caught.exception.code, "STREAM_TOO_MANY_EVENTS")
+        events = stream("gemini")
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.parse_sse("gemini", ps.render_sse("gemini", events), max_events=len(events) - 1)
+        self.assertEqual(caught.exception.code, "STREAM_TOO_MANY_EVENTS")
+
+    def test_parse_sse_forwards_the_parser_limits(self):
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.parse_sse("anthropic", ps.render_sse("anthropic", stream("anthropic")), max_argument_bytes=3)
+        self.assertEqual(caught.exception.code, "STREAM_ARGUMENTS_TOO_LARGE")
+
+
+# ============================================================================================
+# 14. Fixtures: every named stream does what its file declares
+# ============================================================================================
+
+REQUIRED_STREAMS = {"text_only", "one_call", "parallel_calls", "split_fragments", "empty_arguments", "cut_off",
+                    "provider_error", "unopened_delta", "arguments_not_json", "arguments_not_object",
+                    "unknown_event_outside_call", "unknown_event_inside_call"}
+PROVIDER_STREAMS = {"openai": {"sequence_repeated", "sequence_backwards"},
+                    "anthropic": {"max_tokens_in_tool_input"}, "gemini": {"legacy_outputs_shape"}}
+
+
+class TestFixtures(unittest.TestCase):
+    def test_files_name_their_revision_and_the_date_checked(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                fixture = ps.load_fixture(provider)
+                self.assertEqual(fixture.adapter_revision, ps.PROTOCOLS[provider].profile.adapter_revision)
+                self.assertEqual(fixture.checked, "2026-11-30")
+                self.assertIn("PROVIDERS.md", fixture.source)
+                self.assertTrue((ps.FIXTURE_DIR / f"{fixture.adapter_revision}.json").is_file())
+
+    def test_every_required_stream_is_present(self):
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                names = set(ps.load_fixture(provider).cases)
+                self.assertLessEqual(REQUIRED_STREAMS | PROVIDER_STREAMS[provider], names)
+
+    def test_every_stream_parses_to_exactly_what_it_declares(self):
+        count = 0
+        for provider in PROVIDERS:
+            for case in ps.load_fixture(provider).cases.values():
+                with self.subTest(provider=provider, stream=case.name):
+                    count += 1
+                    if "error" in case.expect:
+                        with self.assertRaises(ps.StreamError) as caught:
+                            ps.parse_stream(provider, case.events)
+                        self.assertEqual((caught.exception.code, caught.exception.detail),
+                                         (case.expect["error"], case.expect["detail"]))
+                        continue
+                    turn = ps.parse_stream(provider, case.events)
+                    self.assertEqual(turn.stop, case.expect["stop"])
+                    self.assertEqual([{"call_id": call.call_id, "name": call.name, "arguments": call.arguments}
+                                      for call in turn.calls], case.expect["calls"])
+        self.assertGreaterEqual(count, 45)
+
+    def test_every_stream_runs_end_to_end_as_declared(self):
+        for provider in PROVIDERS:
+            for case in ps.load_fixture(provider).cases.values():
+                with self.subTest(provider=provider, stream=case.name):
+                    report = ps.run_case(provider, case)
+                    self.assertIs(report["passed"], True)
+                    self.assertIs(report["dispatched"], bool(case.expect.get("calls")))
+
+    def test_well_formed_streams_leak_no_audit_value_and_answer_every_call_once(self):
+        for provider in PROVIDERS:
+            for case in ps.load_fixture(provider).cases.values():
+                if "error" in case.expect or not case.expect["calls"]:
+                    continue
+                with self.subTest(provider=provider, stream=case.name):
+                    turn = ps.parse_stream(provider, case.events)
+                    result = ps.run_turn(turn, ps.demo_dispatcher(), ps.DEMO_HOST)
+                    self.assertEqual(ps.audit_leaks(result.payload, result.packages, turn), frozenset())
+                    self.assertEqual(tool_dispatcher.verify_result_set(result.contexts, list(result.packages),
+                                                                       principal=ps.DEMO_PRINCIPAL),
+                                     list(result.packages))
+
+    def test_a_report_that_misses_its_expectation_fails(self):
+        case = ps.load_fixture("openai").cases["one_call"]
+        wrong = ps.StreamCase(case.name, case.description, case.events, {**case.expect, "stop": "incomplete"})
+        self.assertIs(ps.run_case("openai", wrong)["passed"], False)
+        errors = ps.load_fixture("openai").cases["cut_off"]
+        wrong = ps.StreamCase(errors.name, errors.description, errors.events,
+                              {"error": "STREAM_NOT_OPEN", "detail": None})
+        self.assertIs(ps.run_case("openai", wrong)["passed"], False)
+        wrong = ps.StreamCase(errors.name, errors.description, errors.events, case.expect)
+        self.assertIs(ps.run_case("openai", wrong)["passed"], False)
+
+    def write(self, directory, value):
+        path = Path(directory) / "fixture.json"
+        path.write_text(value if isinstance(value, str) else json.dumps(value), encoding="utf-8")
+        return path
+
+    def assertFixtureRefused(self, value, detail=None, **options):
+        with tempfile.TemporaryDirectory() as directory:
+            with self.assertRaises(ps.StreamError) as caught:
+                ps.load_fixture("openai", path=self.write(directory, value), **options)
+        self.assertEqual((caught.exception.code, caught.exception.detail), ("STREAM_FIXTURE_INVALID", detail))
+
+    def good(self):
+        with open(ps.FIXTURE_DIR / "openai-responses-v1.json", encoding="utf-8") as handle:
+            return json.load(handle)
+
+    def test_loader_refuses_unreadable_or_invalid_files(self):
+        with tempfile.TemporaryDirectory() as directory:
+            for path in (Path(directory) / "missing.json", Path(directory)):
+                with self.subTest(path=path.name):
+                    with self.assertRaises(ps.StreamError) as caught:
+                        ps.load_fixture("openai", path=path)
+                    self.assertEqual(caught.exception.detail, "FIXTURE_UNREADABLE")
+        self.assertFixtureRefused("{", "JSON_INVALID")
+        self.assertFixtureRefused('{"a":1,"a":1}', "JSON_DUPLICATE_KEY")
+
+    def test_loader_size_limit(self):
+        text = json.dumps(self.good())
+        with tempfile.TemporaryDirectory() as directory:
+            path = self.write(directory, text)
+            size = len(text.encode("utf-8"))
+            fixture = ps.load_fixture("openai", path=path, max_bytes=size)
+            self.assertEqual(fixture.adapter_revision, "openai-responses-v1")
+        self.assertFixtureRefused(text, "JSON_TOO_LARGE", max_bytes=size - 1)
+
+    def test_loader_refuses_the_wrong_structure(self):
+        good = self.good()
+        stream_case = good["streams"]["one_call"]
+        bad_roots = [[], {**good, "extra": 1}, {**good, "format": "provider-streams-v2"},
+                     {**good, "adapter_revision": "anthropic-messages-v1"}, {**good, "checked": "30.11.2026"},
+                     {**good, "checked": 2026}, {**good, "source": None}, {**good, "streams": {}},
+                     {**good, "streams": []}, {**good, "streams": {"Bad Name": stream_case}},
+                     {**good, "streams": {"x": {**stream_case, "extra": 1}}},
+                     {**good, "streams": {"x": {**stream_case, "events": {}}}},
+                     {**good, "streams": {"x": {**stream_case, "description": 7}}},
+                     {**good, "streams": {"x": {**stream_case, "expect": []}}},
+                     {**good, "streams": {"x": {**stream_case, "expect": {"error": "NOPE", "detail": None}}}},
+                     {**good, "streams": {"x": {**stream_case,
+                                                "expect": {"error": "STREAM_INCOMPLETE", "detail": "NOPE"}}}},
+                     {**good, "streams": {"x": {**stream_case, "expect": {"stop": "x", "calls": [{}], "results": []}}}},
+                     {**good, "streams": {"x": {**stream_case, "expect": {"stop": 1, "calls": [], "results": []}}}},
+                     {**good, "streams": {"x": {**stream_case, "expect": {"stop": "x", "calls": {}, "results": []}}}},
+                     {**good, "streams": {"x": {**stream_case, "expect": {"stop": "x", "calls": [], "results": {}}}}},
+                     {**good, "streams": {"x": {**stream_case, "expect": {"stop": "x"}}}}]
+        for root in bad_roots:
+            with self.subTest(root=str(root)[:80]):
+                self.assertFixtureRefused(root)
+
+    def test_loader_accepts_a_minimal_valid_file(self):
+        good = self.good()
+        minimal = {**good, "streams": {"x": {"description": "", "events": [],
+                                             "expect": {"error": "STREAM_INCOMPLETE", "detail": None}}}}
+        with tempfile.TemporaryDirectory() as directory:
+            fixture = ps.load_fixture("openai", path=self.write(directory, minimal))
+        self.assertEqual(list(fixture.cases), ["x"])
+        self.assertIs(ps.run_case("openai", fixture.cases["x"])["passed"], True)
+
+
+# ============================================================================================
+# 15. CLI
+# ============================================================================================
+
+
+def cli(*argv):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = ps.main(list(argv))
+    return status, out.getvalue()
+
+
+class TestCLI(unittest.TestCase):
+    def test_readable_run_of_one_stream(self):
+        status, text = cli("--provider", "anthropic", "--stream", "parallel_calls")
+        self.assertEqual(status, 0)
+        self.assertIn("turn          msg_01XFDUDYJgAACzvnptvVoYEN  stop=tool_use  calls=3", text)
+        self.assertIn("result      error  NOT_FOUND", text)
+        self.assertIn('"tool_use_id": "toolu_01Par3"', text)
+        self.assertTrue(text.rstrip().endswith("PASS"))
+        self.assertTrue(text.isascii())
+
+    def test_json_run_of_one_stream(self):
+        status, text = cli("--provider", "openai", "--stream", "one_call", "--json")
+        report = json.loads(text)
+        self.assertEqual((status, report["passed"], report["dispatched"]), (0, True, True))
+        self.assertEqual(report["continuation"]["input"][0]["call_id"], "call_Kx81")
+
+    def test_refused_stream_says_so_and_dispatches_nothing(self):
+        status, text = cli("--provider", "gemini", "--stream", "legacy_outputs_shape")
+        self.assertEqual(status, 0)
+        self.assertIn("refused       STREAM_REVISION_MISMATCH at event 1", text)
+        self.assertIn("no call was dispatched", text)
+        status, text = cli("--provider", "openai", "--stream", "arguments_duplicate_key", "--json")
+        self.assertEqual(json.loads(text)["error"]["detail"], "JSON_DUPLICATE_KEY")
+
+    def test_readable_output_escapes_non_ascii_as_json_does(self):
+        status, text = cli("--provider", "gemini", "--stream", "split_fragments")
+        self.assertEqual(status, 0)
+        self.assertIn('"note":"caf\\u00e9 \\"\\u65e5\\u672c\\" \\ud83d\\ude00 \\\\ \\u00e9"', text)
+
+    def test_text_only_stream_has_no_continuation(self):
+        status, text = cli("--provider", "openai", "--stream", "text_only")
+        self.assertEqual(status, 0)
+        self.assertIn("continuation  none", text)
+
+    def test_list_streams(self):
+        status, text = cli("--list")
+        self.assertEqual(status, 0)
+        self.assertIn("max_tokens_in_tool_input", text)
+        self.assertIn("STREAM_TRUNCATED", text)
+        status, text = cli("--list", "--provider", "gemini", "--json")
+        listing = json.loads(text)
+        self.assertEqual(list(listing["providers"]), ["gemini"])
+        self.assertEqual(listing["providers"]["gemini"]["streams"]["one_call"], "1 call(s), stop requires_action")
+
+    def test_hostile_arguments_exit_2_without_echo(self):
+        hostile = "../../etc/passwd\u202e\x1b[31m" + "A" * 5000
+        cases = (("--provider", "nope", "--stream", "one_call"), ("--provider", "openai", "--stream", hostile),
+                 ("--provider", "openai"), ("--stream", "one_call"), (), ("--bogus",),
+                 ("--provider", hostile, "--stream", "x"))
+        for argv in cases:
+            with self.subTest(argv=[arg[:20] for arg in argv]):
+                status, text = cli(*argv)
+                self.assertEqual(status, 2)
+                self.assertTrue(text.startswith("error STREAM_CLI_"))
+                self.assertNotIn("etc/passwd", text)
+                self.assertNotIn("Traceback", text)
+        status, text = cli("--provider", "openai", "--stream", hostile, "--json")
+        report = json.loads(text)
+        self.assertEqual((status, report["passed"], report["error"]["code"]), (2, False, "STREAM_CLI_UNKNOWN_STREAM"))
+
+    def test_any_unrecognised_argument_is_refused_even_beside_valid_ones(self):
+        status, text = cli("--provider", "openai", "--stream", "one_call", "--verbose")
+        self.assertEqual((status, text.strip()), (2, "error STREAM_CLI_USAGE: " + ps.STREAM_ERRORS["STREAM_CLI_USAGE"]))
+
+    def test_mismatch_exits_1(self):
+        case = ps.load_fixture("openai").cases["one_call"]
+        report = ps.run_case("openai", ps.StreamCase(case.name, case.description, case.events,
+                                                     {**case.expect, "stop": "other"}))
+        with mock.patch.object(ps, "run_named_stream", return_value=report):
+            status, text = cli("--provider", "openai", "--stream", "one_call")
+        self.assertEqual(status, 1)
+        self.assertTrue(text.rstrip().endswith("FAIL"))
+
+    def test_unexpected_failure_is_contained(self):
+        with mock.patch.object(ps, "run_named_stream", side_effect=RuntimeError("/secret/path")):
+            status, text = cli("--provider", "openai", "--stream", "one_call", "--json")
+        report = json.loads(text)
+        self.assertEqual((status, report["passed"], report["error"]["code"]), (2, False, "STREAM_INTERNAL_ERROR"))
+        self.assertNotIn("secret", text)
+
+    def test_broken_fixture_exits_2(self):
+        with mock.patch.object(ps, "FIXTURE_DIR", Path(tempfile.gettempdir()) / "no-such-fixture-dir"):
+            status, text = cli("--provider", "openai", "--stream", "one_call")
+        self.assertEqual(status, 2)
+        self.assertEqual(text.strip(), "error STREAM_FIXTURE_INVALID: " + ps.STREAM_ERRORS["STREAM_FIXTURE_INVALID"])
+
+    def test_script_runs_from_the_repository_root_without_traceback_or_bytecode(self):
+        environment = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        done = subprocess.run([sys.executable, "-B", "-W", "error", "provider_streams/provider_streams.py",
+                               "--provider", "gemini", "--stream", "one_call"],
+                              cwd=HERE.parent, capture_output=True, text=True, env=environment, timeout=60)
+        self.assertEqual((done.returncode, done.stderr), (0, ""))
+        self.assertIn("function_result", done.stdout)
+        done = subprocess.run([sys.executable, "-B", "provider_streams/provider_streams.py", "--provider", "x"],
+                              cwd=HERE.parent, capture_output=True, text=True, env=environment, timeout=60)
+        self.assertEqual((done.returncode, done.stderr), (2, ""))
+        self.assertNotIn(str(HERE), done.stdout)
+        self.assertFalse((HERE / "__pycache__").exists())
+
+
+if __name__ == "__main__":
+    unittest.main()

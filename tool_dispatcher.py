@@ -34,6 +34,7 @@ Sections, in the order data flows:
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -69,6 +70,7 @@ MAX_OUTPUT_BYTES: Final = 4_096  # canonical bytes of one handler output
 MAX_OUTPUT_DEPTH: Final = 8  # containers deep in one handler output
 MAX_OUTPUT_NODES: Final = 256  # values in one handler output, so a wide output stops early too
 MAX_RESULT_SET: Final = 1_024  # results answered in one provider turn
+SUBJECT_REF_CACHE: Final = 1_024  # subject references remembered; a cache of a pure function, not a limit
 
 PACKAGE_FORMAT: Final = "tool-result-package-v2"
 MODEL_RESULT_VERSION: Final = "model-result-v2"
@@ -368,18 +370,27 @@ def json_copy(value: Any) -> Any:
 _STRUCTURAL: Final = b'"[]{}'
 _NOT_STRUCTURAL: Final = bytes(byte for byte in range(256) if byte not in _STRUCTURAL)
 _OPENERS: Final = frozenset(b"[{")
+# One left-to-right pass removes an escaped backslash or an escaped quote, exactly as removing
+# every escaped backslash and then every escaped quote would.
+_ESCAPED_PAIR: Final = re.compile(rb'\\[\\"]')
+# The decoded text is valid UTF-8, so a lone surrogate can only come from a \uD800-\uDFFF escape.
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def exceeds_nesting(data: bytes, max_depth: int = MAX_NESTING_DEPTH) -> bool:
     """True when the containers of a JSON text nest deeper than max_depth; no recursion.
 
-    Escaped backslashes, then escaped quotes, are removed; only quotes and brackets are kept;
-    splitting on quotes leaves string bodies at the odd positions, which are dropped. What is left
-    is the bracket sequence outside strings. Malformed text is the decoder's business: this scan
-    only has to be right about well-formed depth and finish quickly on anything.
+    Escaped backslashes and escaped quotes are removed; only quotes and brackets are kept; empty
+    quote pairs are dropped (which only removes or joins string bodies); splitting on quotes leaves
+    string bodies at the odd positions, which are dropped. What is left is the bracket sequence
+    outside strings. Malformed text is the decoder's business: this scan only has to be right
+    about well-formed depth and finish quickly on anything.
     """
-    kept = data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURAL)
-    brackets = b"".join(kept.split(b'"')[::2])
+    if b"\\" in data:
+        data = _ESCAPED_PAIR.sub(b"", data)
+    brackets = data.translate(None, _NOT_STRUCTURAL)
+    if b'"' in brackets:
+        brackets = b"".join(brackets.replace(b'""', b"").split(b'"')[::2])
     if len(brackets) <= max_depth:
         return False
     depth = 0
@@ -466,7 +477,8 @@ def decode_strict_json(
         )
     except ValueError:  # json.JSONDecodeError, and the UTF-8 BOM refusal
         raise BoundaryError("JSON_INVALID") from None
-    _check_portable_strings(value)
+    if _SURROGATE_ESCAPE.search(data) is not None:
+        _check_portable_strings(value)
     return value
 
 
@@ -881,10 +893,17 @@ def principal_view(principal: Principal) -> dict[str, Any]:
     The subject reference is a teaching hash, not production pseudonymization: anyone who can
     guess a subject can recompute it. A real system would use a keyed function.
     """
-    subject_ref = canonical_sha256(
-        {"domain": SUBJECT_REF_DOMAIN, "tenant": principal.tenant, "subject": principal.subject}
-    )
-    return {"tenant": principal.tenant, "subject_ref": subject_ref, "roles": list(principal.roles)}
+    tenant, subject = principal.tenant, principal.subject
+    # Only plain strings are cached; anything else (a hostile value under verification) is
+    # hashed as it is, every time, with the same result or the same exception as before.
+    subject_ref = (_subject_ref(tenant, subject) if type(tenant) is str and type(subject) is str
+                   else _subject_ref.__wrapped__(tenant, subject))
+    return {"tenant": tenant, "subject_ref": subject_ref, "roles": list(principal.roles)}
+
+
+@functools.lru_cache(maxsize=SUBJECT_REF_CACHE)
+def _subject_ref(tenant: Any, subject: Any) -> str:
+    return canonical_sha256({"domain": SUBJECT_REF_DOMAIN, "tenant": tenant, "subject": subject})
 
 
 # ============================================================================================
@@ -1598,12 +1617,11 @@ class Dispatcher:
         spec = self._registry.get(name)
         if spec is None:
             raise BoundaryError("UNKNOWN_TOOL")
-        call = replace(call, spec=spec)
         try:
             checked = check_input(spec, arguments)
         except BoundaryError as refusal:
-            raise _Refused(call, refusal.code) from None
-        call = replace(call, arguments=checked, request_sha256=request_sha256(
+            raise _Refused(replace(call, spec=spec), refusal.code) from None
+        call = replace(call, spec=spec, arguments=checked, request_sha256=request_sha256(
             call.principal_view, spec.contract_view(), checked))
         if bind_identity:
             self._bind_identity(call)

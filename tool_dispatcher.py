@@ -41,7 +41,7 @@ import os
 import re
 import stat
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Callable, Final, Mapping, NoReturn, Sequence
 
@@ -951,9 +951,11 @@ class ToolSpec:
     handler_revision: str
     producer: str
     producer_revision: str
+    # The audit's view of this contract, built once; only ever read or copied, never handed out.
+    _contract: dict[str, Any] = field(init=False, repr=False, compare=False)
 
-    def contract_view(self) -> dict[str, Any]:
-        return {
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_contract", {
             "tool": self.name,
             "effect": self.effect,
             "contract_revision": self.contract_revision,
@@ -963,7 +965,10 @@ class ToolSpec:
             "handler_revision": self.handler_revision,
             "producer": self.producer,
             "producer_revision": self.producer_revision,
-        }
+        })
+
+    def contract_view(self) -> dict[str, Any]:
+        return dict(self._contract)
 
     def input_schema(self) -> dict[str, Any]:
         """The exact input contract as a JSON Schema: every field required, nothing else allowed."""
@@ -1575,7 +1580,7 @@ class Dispatcher:
         record = self._records.get(call.record_key)
         if record is None or call.spec.effect != "write":
             raise BoundaryError("NOT_FOUND")
-        if (record.request_sha256 != call.request_sha256 or record.contract != call.spec.contract_view()
+        if (record.request_sha256 != call.request_sha256 or record.contract != call.spec._contract
                 or record.operation_id != call.context.operation_id):
             raise BoundaryError("STATUS_CONFLICT")
         return record
@@ -1621,8 +1626,9 @@ class Dispatcher:
             checked = check_input(spec, arguments)
         except BoundaryError as refusal:
             raise _Refused(replace(call, spec=spec), refusal.code) from None
-        call = replace(call, spec=spec, arguments=checked, request_sha256=request_sha256(
-            call.principal_view, spec.contract_view(), checked))
+        # Built directly: dataclasses.replace costs more than the rest of this stage.
+        call = _Call(call.context, call.principal, call.purpose, call.principal_view, spec, checked,
+                     request_sha256(call.principal_view, spec._contract, checked))
         if bind_identity:
             self._bind_identity(call)
         return call
@@ -1704,7 +1710,7 @@ class Dispatcher:
         # Same key: only the same intent, under the same provider profile and the same
         # contract revisions, may see the recorded answer. Nothing runs again.
         if (record.request_sha256 != call.request_sha256 or record.profile != call.context.profile
-                or record.contract != call.spec.contract_view()):
+                or record.contract != call.spec._contract):
             raise BoundaryError("IDEMPOTENCY_CONFLICT")
         if REPEAT_ANSWER[record.state] == "OUTCOME_UNKNOWN":
             return self._package(call, project_model_result(
@@ -1925,7 +1931,7 @@ def _check_provenance(result: dict[str, Any], audit: dict[str, Any], status: str
         return None
     _shape(contract, _TOOL_CONTRACT_FIELDS)
     spec = registry.get(contract["tool"]) if type(contract["tool"]) is str else None
-    _require(spec is not None and contract == spec.contract_view() and source["tool"] == spec.name
+    _require(spec is not None and contract == spec._contract and source["tool"] == spec.name
              and source["producer"] == (spec.producer if status == "ok" else BOUNDARY_PRODUCER),
              "PROVENANCE_MISMATCH")
     arguments = audit["arguments"]

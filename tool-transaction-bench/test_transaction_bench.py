@@ -1,0 +1,1885 @@
+"""Tests for transaction_bench, one TestCase per section of the module, in the module's order.
+
+Every test pins an exact outcome: a code, a count, a verdict, an order. Nothing here writes
+outside a temporary directory; the committed results are only read.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from fractions import Fraction
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import transaction_bench as tb  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+_CACHE: dict = {}
+
+
+def bench() -> tb.BenchOutcome:
+    """One shared full run for the tests that only read its results."""
+    if "outcome" not in _CACHE:
+        _CACHE["outcome"] = tb.run_all()
+    return _CACHE["outcome"]
+
+
+def raw_lines() -> list[dict]:
+    return [json.loads(line) for line in bench().raw.decode("utf-8").splitlines()]
+
+
+def plan_arguments(tool: str, **changes) -> dict:
+    return {**tb._thaw(tb.PLAN_ARGUMENTS[tool]), **changes}
+
+
+def sandbox(*faults: tb.Fault, dedup: bool = True) -> tb.Sandbox:
+    return tb.Sandbox(faults, consumer_dedup=dedup)
+
+
+def call(name: str, arguments, ident: str = "c1") -> tb.ToolCall:
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return tb.ToolCall(ident, name, text)
+
+
+def provider(name: str, arguments, ident: str = "c1") -> dict:
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"arguments": text, "id": ident, "name": name}
+
+
+def run(orchestrator: str = "guarded", calls=None, *faults: tb.Fault, **options) -> dict:
+    calls = tb.plan_calls() if calls is None else calls
+    return tb.execute_run(orchestrator, calls, tb.PLACE_ORDER, faults=faults, **options)
+
+
+def with_order(box: tb.Sandbox, *tools: str) -> tb.Sandbox:
+    """Run the named plan steps on a sandbox directly, no orchestrator in between."""
+    for tool in tools:
+        response = box.call(tool, plan_arguments(tool))
+        if not response.ok:
+            raise RuntimeError(f"setup step {tool} failed with {response.code}")
+    return box
+
+
+def codes(findings) -> list[str]:
+    return [finding.code for finding in findings]
+
+
+def capture(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = tb.main(argv)
+    return status, out.getvalue(), err.getvalue()
+
+
+# ================================================================================================
+# 1-2. Limits, errors and codes
+# ================================================================================================
+
+class TestErrors(unittest.TestCase):
+    def test_error_carries_code_message_and_detail(self):
+        error = tb.BenchError("ORDER_STATE", "cancelled")
+        self.assertEqual(error.code, "ORDER_STATE")
+        self.assertEqual(str(error), "ORDER_STATE: the order's status does not allow this action (cancelled)")
+
+    def test_error_without_detail_has_no_suffix(self):
+        self.assertEqual(str(tb.BenchError("TIMEOUT")),
+                         "TIMEOUT: no answer in time: the effect may or may not have committed")
+
+    def test_every_classified_code_is_in_the_catalogue(self):
+        self.assertLessEqual(set(tb.ERROR_CLASSES), set(tb.ERRORS))
+
+    def test_classification_table(self):
+        self.assertEqual(tb.classify("TIMEOUT"), tb.UNKNOWN)
+        self.assertEqual(tb.classify("RATE_LIMITED"), tb.RETRY)
+        self.assertEqual(tb.classify("REJECTED"), tb.PERMANENT)
+        self.assertEqual(tb.classify("SOMETHING_NEW"), tb.PERMANENT)  # unclassified: never retried
+        self.assertEqual(tb.classify(None), tb.PERMANENT)
+
+    def test_limits_are_the_documented_values(self):
+        self.assertEqual((tb.GUARDED_MAX_ATTEMPTS, tb.NAIVE_MAX_ATTEMPTS, tb.MAX_ARGUMENT_BYTES,
+                          tb.MAX_NESTING, tb.MAX_SAFE_INTEGER, tb.MAX_CALLS, tb.MAX_EXPECTED_CALLS),
+                         (3, 3, 16_384, 16, 9_007_199_254_740_991, 16, 8))
+
+
+# ================================================================================================
+# 3. Lifecycle
+# ================================================================================================
+
+class TestLifecycle(unittest.TestCase):
+    EVENTS = ("accept", "refuse", "start", "reconcile", "fail", "escalate")
+
+    def walk(self, *events: str) -> tb.Lifecycle:
+        life = tb.Lifecycle()
+        for event in events:
+            life.fire(event)
+        return life
+
+    def test_happy_path(self):
+        life = self.walk("accept", "start", "reconcile")
+        self.assertEqual(life.state, tb.RECONCILED)
+        self.assertEqual(life.history(), [["PROPOSED", "accept", "VALIDATED"], ["VALIDATED", "start", "EXECUTING"],
+                                          ["EXECUTING", "reconcile", "RECONCILED"]])
+
+    def test_every_legal_path_ends_in_its_terminal_state(self):
+        paths = {("refuse",): tb.REFUSED, ("accept", "start", "escalate"): tb.MANUAL,
+                 ("accept", "start", "fail", "reconcile"): tb.RECONCILED,
+                 ("accept", "start", "fail", "escalate"): tb.MANUAL}
+        for events, state in paths.items():
+            with self.subTest(events=events):
+                self.assertEqual(self.walk(*events).state, state)
+
+    def test_every_pair_outside_the_table_is_illegal_and_changes_nothing(self):
+        for state in tb.LIFECYCLE_STATES:
+            for event in self.EVENTS:
+                if (state, event) in tb.TRANSITIONS:
+                    continue
+                with self.subTest(state=state, event=event):
+                    life = tb.Lifecycle()
+                    life._state = state
+                    with self.assertRaises(tb.IllegalTransition) as caught:
+                        life.fire(event)
+                    self.assertEqual(caught.exception.code, "LIFECYCLE_ILLEGAL")
+                    self.assertIn(state, str(caught.exception))
+                    self.assertEqual((caught.exception.state, caught.exception.event), (state, event))
+                    self.assertEqual(life.state, state)
+
+    def test_illegal_transition_is_a_bench_error(self):
+        with self.assertRaises(tb.BenchError):
+            tb.Lifecycle().fire("reconcile")
+
+    def test_terminal_states_have_no_exit_and_others_have_one(self):
+        sources = {state for state, _ in tb.TRANSITIONS}
+        self.assertEqual(sources & tb.TERMINAL_STATES, set())
+        self.assertEqual(sources | tb.TERMINAL_STATES, set(tb.LIFECYCLE_STATES))
+        self.assertLessEqual(set(tb.TRANSITIONS.values()), set(tb.LIFECYCLE_STATES))
+
+    def test_history_is_a_copy(self):
+        life = self.walk("refuse")
+        life.history().clear()
+        self.assertEqual(len(life.history()), 1)
+
+
+# ================================================================================================
+# 4. Strict argument decoding
+# ================================================================================================
+
+class TestDecodeArguments(unittest.TestCase):
+    def assertCode(self, text, code, **limits):
+        with self.assertRaises(tb.BenchError) as caught:
+            tb.decode_arguments(text, **limits)
+        self.assertEqual(caught.exception.code, code)
+
+    def test_object_decodes(self):
+        self.assertEqual(tb.decode_arguments(' {"a": [1, "x", true, null]} '), {"a": [1, "x", True, None]})
+
+    def test_not_a_string(self):
+        for value in (b"{}", {"a": 1}, None, 1, ["{}"]):
+            with self.subTest(value=value):
+                self.assertCode(value, "ARGS_NOT_STRING")
+
+    def test_not_json(self):
+        for text in ("", "{", '{"a": 1', "{a: 1}", "\ufeff{}", "{'a': 1}", '{"a": 1}}'):
+            with self.subTest(text=text):
+                self.assertCode(text, "ARGS_NOT_JSON")
+
+    def test_json_that_is_not_an_object(self):
+        for text in ("[]", "[1, 2]", "1", '"text"', "null", "true"):
+            with self.subTest(text=text):
+                self.assertCode(text, "ARGS_NOT_OBJECT")
+
+    def test_duplicate_keys_at_any_depth(self):
+        self.assertCode('{"a": 1, "a": 2}', "ARGS_DUPLICATE_KEY")
+        self.assertCode('{"a": {"b": 1, "b": 1}}', "ARGS_DUPLICATE_KEY")
+
+    def test_non_finite_numbers(self):
+        for text in ('{"a": NaN}', '{"a": Infinity}', '{"a": -Infinity}', '{"a": 1e400}', '{"a": -1e400}'):
+            with self.subTest(text=text):
+                self.assertCode(text, "ARGS_NONFINITE")
+
+    def test_finite_float_decodes_for_the_schema_to_judge(self):
+        self.assertEqual(tb.decode_arguments('{"a": 2.0}'), {"a": 2.0})
+
+    def test_integer_range_both_sides(self):
+        self.assertEqual(tb.decode_arguments('{"a": 9007199254740991}'), {"a": 2**53 - 1})
+        self.assertEqual(tb.decode_arguments('{"a": -9007199254740991}'), {"a": -(2**53 - 1)})
+        self.assertCode('{"a": 9007199254740992}', "ARGS_INT_RANGE")
+        self.assertCode('{"a": -9007199254740992}', "ARGS_INT_RANGE")
+        self.assertCode('{"a": 12345678901234567}', "ARGS_INT_RANGE")  # 17 digits: never reaches int()
+        self.assertCode('{"a": ' + "9" * 5000 + "}", "ARGS_INT_RANGE")
+
+    def test_lone_surrogates(self):
+        self.assertCode('{"a": "\\ud800"}', "ARGS_BAD_STRING")
+        self.assertCode('{"\\udfff": 1}', "ARGS_BAD_STRING")
+        self.assertCode('{"a": "\ud800"}', "ARGS_NOT_UTF8")
+
+    def test_byte_limit_both_sides(self):
+        text = '{"a": "' + "x" * 20 + '"}'
+        size = len(text.encode("utf-8"))
+        self.assertEqual(tb.decode_arguments(text, max_bytes=size), {"a": "x" * 20})
+        self.assertCode(text, "ARGS_TOO_LARGE", max_bytes=size - 1)
+
+    def test_byte_limit_counts_utf8_bytes_not_characters(self):
+        text = '{"a": "é"}'  # 10 characters, 11 bytes
+        self.assertCode(text, "ARGS_TOO_LARGE", max_bytes=10)
+        self.assertEqual(tb.decode_arguments(text, max_bytes=11), {"a": "é"})
+
+    def test_default_byte_limit(self):
+        filler = "x" * (tb.MAX_ARGUMENT_BYTES - 9)  # the whole text is then exactly at the limit
+        self.assertEqual(len(tb.decode_arguments('{"a": "' + filler + '"}')["a"]), len(filler))
+        self.assertCode('{"a": "' + filler + 'x"}', "ARGS_TOO_LARGE")
+
+    def test_nesting_limit_both_sides(self):
+        self.assertEqual(tb.decode_arguments('{"a": {"b": 1}}', max_depth=2), {"a": {"b": 1}})
+        self.assertCode('{"a": {"b": {"c": 1}}}', "ARGS_TOO_DEEP", max_depth=2)
+
+    def test_default_nesting_limit(self):
+        at_limit = '{"a": ' + "[" * 15 + "]" * 15 + "}"
+        self.assertEqual(tb.decode_arguments(at_limit)["a"], [[[[[[[[[[[[[[[]]]]]]]]]]]]]]])
+        self.assertCode('{"a": ' + "[" * 16 + "]" * 16 + "}", "ARGS_TOO_DEEP")
+
+    def test_very_deep_input_is_refused_before_the_decoder(self):
+        self.assertCode("[" * 4096 + "]" * 4096, "ARGS_TOO_DEEP")
+        self.assertCode('{"a": ' + "[" * 100_000, "ARGS_TOO_LARGE")
+
+    def test_brackets_inside_strings_do_not_count(self):
+        self.assertEqual(tb.decode_arguments('{"a": "[[[{{{"}', max_depth=1), {"a": "[[[{{{"})
+        self.assertEqual(tb.decode_arguments('{"a": "\\"[[["}', max_depth=1), {"a": '"[[['})
+        self.assertEqual(tb.decode_arguments('{"a": "\\\\", "b": "[["}', max_depth=1), {"a": "\\", "b": "[["})
+
+    def test_depth_is_counted_from_the_first_character(self):
+        with self.assertRaises(tb.BenchError) as caught:
+            tb.decode_arguments('{"a": []}', max_depth=1)
+        self.assertEqual(caught.exception.code, "ARGS_TOO_DEEP")
+
+    def test_an_escape_covers_one_character_only(self):
+        with self.assertRaises(tb.BenchError) as caught:
+            tb.decode_arguments('{"a": "\\"", "b": [[1]]}', max_depth=2)
+        self.assertEqual(caught.exception.code, "ARGS_TOO_DEEP")
+
+    def test_closing_brackets_lower_the_depth(self):
+        self.assertEqual(tb.decode_arguments('{"a": [1], "b": [2], "c": [3]}', max_depth=2),
+                         {"a": [1], "b": [2], "c": [3]})
+
+
+# ================================================================================================
+# 5. Tool contracts and schema validation
+# ================================================================================================
+
+class TestToolContracts(unittest.TestCase):
+    def test_tool_set(self):
+        self.assertEqual(sorted(tb.TOOLS), ["cancel_order", "charge_payment", "confirm_order", "create_order",
+                                            "query_logistics", "refund_payment", "release_inventory",
+                                            "reserve_inventory"])
+        self.assertEqual(tb.SIDE_EFFECT_TOOLS, frozenset(tb.TOOLS) - {"query_logistics"})
+
+    def test_every_schema_is_supported_closed_and_fully_required(self):
+        for name, schema in tb.tool_schemas().items():
+            with self.subTest(tool=name):
+                tb.check_schema(schema)
+                stack = [schema]
+                while stack:
+                    node = stack.pop()
+                    if node["type"] == "object":
+                        self.assertIs(node["additionalProperties"], False)
+                        self.assertEqual(sorted(node["required"]), sorted(node["properties"]))
+                        stack.extend(node["properties"].values())
+
+    def test_side_effect_tools_require_a_key_and_reads_take_none(self):
+        schemas = tb.tool_schemas()
+        for name in tb.SIDE_EFFECT_TOOLS:
+            self.assertIn("idempotency_key", schemas[name]["required"])
+        self.assertEqual(schemas["query_logistics"]["required"], ["order_ref"])
+
+    def test_contracts_are_read_only_at_every_level(self):
+        schema = tb.TOOLS["charge_payment"].schema
+        with self.assertRaises(TypeError):
+            schema["properties"]["payment_method"]["properties"]["cvv"] = {"type": "string"}
+        self.assertIsInstance(schema["properties"]["currency"]["enum"], tuple)
+        with self.assertRaises(TypeError):
+            tb.PLAN_ARGUMENTS["create_order"]["line"]["quantity"] = 9
+
+    def test_tool_schemas_returns_an_editable_copy(self):
+        schemas = tb.tool_schemas()
+        schemas["confirm_order"]["required"].append("x")
+        self.assertEqual(tb.tool_schemas()["confirm_order"]["required"], ["idempotency_key", "order_ref"])
+
+    def test_plan_arguments_are_valid(self):
+        for tool in tb.PLAN_TOOLS:
+            with self.subTest(tool=tool):
+                self.assertEqual(tb.validate_arguments(tb.TOOLS[tool].schema, plan_arguments(tool)), ())
+
+
+class TestValidateArguments(unittest.TestCase):
+    def findings(self, tool, arguments):
+        return [(f.code, f.path) for f in tb.validate_arguments(tb.TOOLS[tool].schema, arguments)]
+
+    def test_boolean_is_not_an_integer(self):
+        self.assertEqual(self.findings("reserve_inventory", plan_arguments("reserve_inventory", quantity=True)),
+                         [("SCHEMA_TYPE", "/quantity")])
+
+    def test_no_string_number_coercion_either_way(self):
+        self.assertEqual(self.findings("reserve_inventory", plan_arguments("reserve_inventory", quantity="2")),
+                         [("SCHEMA_TYPE", "/quantity")])
+        self.assertEqual(self.findings("confirm_order", plan_arguments("confirm_order", order_ref=30417)),
+                         [("SCHEMA_TYPE", "/order_ref")])
+
+    def test_float_is_not_an_integer(self):
+        self.assertEqual(self.findings("reserve_inventory", plan_arguments("reserve_inventory", quantity=2.0)),
+                         [("SCHEMA_TYPE", "/quantity")])
+
+    def test_enum_is_type_strict(self):
+        self.assertEqual(self.findings("charge_payment", plan_arguments("charge_payment", currency="JPY")),
+                         [("SCHEMA_ENUM", "/currency")])
+        schema = {"type": "integer", "enum": [1, 2]}
+        self.assertEqual(tb.validate_arguments(schema, 1), ())
+        self.assertEqual(codes(tb.validate_arguments({"type": "boolean"}, 1)), ["SCHEMA_TYPE"])
+        self.assertEqual(codes(tb.validate_arguments({"type": "string", "enum": ["1"]}, "2")), ["SCHEMA_ENUM"])
+
+    def test_unknown_and_missing_keys_at_every_level(self):
+        arguments = plan_arguments("charge_payment")
+        arguments["payment_method"] = {"type": "card", "cvv": "123"}
+        arguments["force"] = True
+        self.assertEqual(self.findings("charge_payment", arguments),
+                         [("SCHEMA_UNKNOWN_KEY", "/force"), ("SCHEMA_UNKNOWN_KEY", "/payment_method/cvv"),
+                          ("SCHEMA_REQUIRED", "/payment_method/token")])
+
+    def test_nested_object_type_error_stops_descent(self):
+        arguments = plan_arguments("create_order", customer=["C1042"])
+        self.assertEqual(self.findings("create_order", arguments), [("SCHEMA_TYPE", "/customer")])
+
+    def test_integer_range_both_sides(self):
+        for quantity, expected in ((1, []), (10, []), (0, [("SCHEMA_RANGE", "/quantity")]),
+                                   (11, [("SCHEMA_RANGE", "/quantity")])):
+            with self.subTest(quantity=quantity):
+                self.assertEqual(self.findings("reserve_inventory",
+                                               plan_arguments("reserve_inventory", quantity=quantity)), expected)
+
+    def test_pattern_is_a_full_match(self):
+        for ref, expected in (("30417", []), ("3041", [("SCHEMA_PATTERN", "/order_ref")]),
+                              ("304171", [("SCHEMA_PATTERN", "/order_ref")]),
+                              ("30417\n", [("SCHEMA_PATTERN", "/order_ref")])):
+            with self.subTest(ref=ref):
+                self.assertEqual(self.findings("confirm_order", plan_arguments("confirm_order", order_ref=ref)),
+                                 expected)
+
+    def test_string_length_both_sides(self):
+        schema = {"type": "string", "minLength": 2, "maxLength": 3}
+        self.assertEqual([codes(tb.validate_arguments(schema, text)) for text in ("a", "ab", "abc", "abcd")],
+                         [["SCHEMA_LENGTH"], [], [], ["SCHEMA_LENGTH"]])
+
+    def test_array_items_both_sides_and_item_paths(self):
+        schema = {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2}
+        self.assertEqual([codes(tb.validate_arguments(schema, value)) for value in ([], [1], [1, 2], [1, 2, 3])],
+                         [["SCHEMA_ITEMS"], [], [], ["SCHEMA_ITEMS"]])
+        self.assertEqual([(f.code, f.path) for f in tb.validate_arguments(schema, [1, "x"])],
+                         [("SCHEMA_TYPE", "/1")])
+
+    def test_paths_escape_slash_and_tilde(self):
+        schema = tb.TOOLS["confirm_order"].schema
+        found = tb.validate_arguments(schema, {**plan_arguments("confirm_order"), "a/b": 1, "c~d": 2})
+        self.assertEqual([f.path for f in found], ["/a~1b", "/c~0d"])
+
+    def test_findings_are_sorted_and_capped_both_sides(self):
+        value = {f"k{index:02d}": index for index in range(5)}
+        schema = tb.TOOLS["confirm_order"].schema
+        self.assertEqual(len(tb.validate_arguments(schema, value, max_findings=7)), 7)
+        self.assertEqual(len(tb.validate_arguments(schema, value, max_findings=6)), 6)
+        self.assertEqual([f.path for f in tb.validate_arguments(schema, value)][:3],
+                         ["/idempotency_key", "/k00", "/k01"])
+
+    def test_findings_are_capped_at_the_default(self):
+        value = {f"k{index:03d}": index for index in range(100)}
+        self.assertEqual(len(tb.validate_arguments(tb.TOOLS["confirm_order"].schema, value)), tb.MAX_FINDINGS)
+
+
+class TestCheckSchema(unittest.TestCase):
+    def assertUnsupported(self, schema):
+        with self.assertRaises(tb.BenchError) as caught:
+            tb.check_schema(schema)
+        self.assertEqual(caught.exception.code, "SCHEMA_UNSUPPORTED")
+
+    def test_refuses_unsupported_shapes(self):
+        closed = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
+        bad = {
+            "not a mapping": [],
+            "no type": {"properties": {}},
+            "type not a string": {"type": ["string"]},
+            "unknown type": {"type": "number"},
+            "unknown keyword": {"type": "string", "format": "email"},
+            "open object": {**closed, "additionalProperties": True},
+            "object without additionalProperties": {"type": "object", "properties": {}, "required": []},
+            "object without required": {"type": "object", "properties": {}, "additionalProperties": False},
+            "required not declared": {**closed, "required": ["a"]},
+            "required as a string": {**closed, "properties": {"a": {"type": "string"}}, "required": "a"},
+            "required holding a number": {**closed, "properties": {"a": {"type": "string"}}, "required": ["a", 1]},
+            "array without items": {"type": "array"},
+            "bad pattern": {"type": "string", "pattern": "("},
+            "pattern not text": {"type": "string", "pattern": 5},
+            "bool as a bound": {"type": "integer", "minimum": True},
+            "enum not a list": {"type": "string", "enum": "abc"},
+            "nested bad keyword": {**closed, "properties": {"a": {"type": "string", "x": 1}}, "required": ["a"]},
+            "bad array items": {"type": "array", "items": {"type": "string", "pattern": "("}},
+        }
+        for reason, schema in bad.items():
+            with self.subTest(reason=reason):
+                self.assertUnsupported(schema)
+
+    def test_nesting_limit_both_sides(self):
+        def nested(depth):
+            schema = {"type": "string"}
+            for _ in range(depth):
+                schema = {"type": "array", "items": schema}
+            return schema
+        tb.check_schema(nested(tb.MAX_NESTING))
+        self.assertUnsupported(nested(tb.MAX_NESTING + 1))
+
+    def test_accepts_a_full_supported_schema(self):
+        tb.check_schema({"type": "object", "description": "d", "additionalProperties": False, "required": ["a"],
+                         "properties": {"a": {"type": "array", "items": {"type": "boolean"}, "minItems": 0,
+                                              "maxItems": 3},
+                                        "b": {"type": "string", "pattern": "^x$", "minLength": 1,
+                                              "maxLength": 2, "enum": ["x"]}}})
+
+
+# ================================================================================================
+# 6. Fault catalogue and injector
+# ================================================================================================
+
+class TestFaults(unittest.TestCase):
+    def test_swept_kinds(self):
+        self.assertEqual(tb.SWEPT_KINDS, ("timeout_before_effect", "timeout_after_commit", "crash_after_commit",
+                                          "ack_lost", "rate_limited", "permanent_failure", "duplicate_submit"))
+
+    def test_every_call_stage_kind_has_a_submission_behaviour(self):
+        call_kinds = {name for name, kind in tb.FAULT_KINDS.items() if kind.stage == "call"}
+        self.assertEqual(set(tb.SUBMISSIONS) - {None}, call_kinds)
+
+    def test_invalid_faults_are_refused(self):
+        for fault in (tb.Fault("meteor", "charge_payment"), tb.Fault("rate_limited", "launch"),
+                      tb.Fault("rate_limited", "charge_payment", 0), tb.Fault("rate_limited", "charge_payment", True)):
+            with self.subTest(fault=fault):
+                with self.assertRaises(tb.BenchError) as caught:
+                    tb.FaultInjector((fault,))
+                self.assertEqual(caught.exception.code, "FAULT_INVALID")
+
+    def test_a_fault_strikes_exactly_its_count(self):
+        injector = tb.FaultInjector((tb.Fault("rate_limited", "charge_payment", 2),))
+        hits = [injector.take("call", "charge_payment") for _ in range(3)]
+        self.assertEqual(hits, ["rate_limited", "rate_limited", None])
+
+    def test_a_fault_strikes_only_its_stage_and_tool(self):
+        injector = tb.FaultInjector((tb.Fault("ack_lost", "confirm_order"),))
+        self.assertIsNone(injector.take("call", "confirm_order"))
+        self.assertIsNone(injector.take("ack", "charge_payment"))
+        self.assertEqual(injector.take("ack", "confirm_order"), "ack_lost")
+
+    def test_a_sticky_fault_ignores_its_count(self):
+        injector = tb.FaultInjector((tb.Fault("permanent_failure", "charge_payment", 1),))
+        self.assertEqual([injector.take("call", "charge_payment") for _ in range(5)], ["permanent_failure"] * 5)
+
+    def test_first_declared_fault_wins(self):
+        injector = tb.FaultInjector((tb.Fault("rate_limited", "charge_payment"),
+                                     tb.Fault("timeout_before_effect", "charge_payment")))
+        self.assertEqual([injector.take("call", "charge_payment") for _ in range(3)],
+                         ["rate_limited", "timeout_before_effect", None])
+
+
+# ================================================================================================
+# 7. Sandbox
+# ================================================================================================
+
+class TestSandboxTools(unittest.TestCase):
+    def test_four_steps_commit_state_and_outbox_together(self):
+        box = with_order(sandbox(), *tb.PLAN_TOOLS)
+        self.assertEqual(box.orders["30417"]["status"], "confirmed")
+        self.assertEqual(box.reservations, {"RES-0001": {"order_ref": "30417", "quantity": 2, "sku": "SKU-RED",
+                                                         "status": "held"}})
+        self.assertEqual(box.charges["CH-0001"]["status"], "captured")
+        self.assertEqual(box.inventory, {"SKU-BLUE": 5, "SKU-RED": 3})
+        self.assertEqual([row["type"] for row in box.outbox.values()],
+                         ["order_created", "inventory_reserved", "payment_captured", "order_confirmed"])
+        self.assertEqual(len(box.effects), 4)
+
+    def test_receipts_name_the_records_they_touched(self):
+        box = sandbox()
+        self.assertEqual(box.call("create_order", plan_arguments("create_order")).data,
+                         {"order_ref": "30417", "records": [["orders", "30417", "created"]]})
+        self.assertEqual(box.call("reserve_inventory", plan_arguments("reserve_inventory")).data["records"],
+                         [["reservations", "RES-0001", "held"]])
+
+    def test_business_refusals(self):
+        cases = [
+            ((), "reserve_inventory", {}, "ORDER_NOT_FOUND"),
+            (("create_order",), "create_order", {"idempotency_key": "other-key-1"}, "ORDER_EXISTS"),
+            (("create_order",), "reserve_inventory", {"quantity": 6}, "INSUFFICIENT_STOCK"),
+            (("create_order",), "reserve_inventory", {"sku": "SKU-GOLD"}, "INSUFFICIENT_STOCK"),
+            (("create_order",), "charge_payment", {"amount_cents": 5000}, "AMOUNT_MISMATCH"),
+            (("create_order", "reserve_inventory"), "confirm_order", {}, "ORDER_NOT_READY"),
+            (("create_order", "charge_payment"), "confirm_order", {}, "ORDER_NOT_READY"),
+            (("create_order",), "release_inventory", {}, "NOTHING_TO_RELEASE"),
+            (("create_order",), "refund_payment", {"amount_cents": 4999, "reason": "other"}, "NOTHING_TO_REFUND"),
+            (("create_order", "charge_payment"), "refund_payment", {"amount_cents": 1, "reason": "other"},
+             "NOTHING_TO_REFUND"),
+            (tb.PLAN_TOOLS, "charge_payment", {"idempotency_key": "second-charge"}, "ORDER_STATE"),
+            (tb.PLAN_TOOLS, "reserve_inventory", {"idempotency_key": "second-reserve"}, "ORDER_STATE"),
+        ]
+        for setup, tool, changes, code in cases:
+            with self.subTest(tool=tool, code=code):
+                box = with_order(sandbox(), *setup)
+                base = plan_arguments(tool) if tool in tb.PLAN_TOOLS else {"order_ref": "30417",
+                                                                           "idempotency_key": "k-extra-0001"}
+                response = box.call(tool, {**base, **changes})
+                self.assertEqual((response.ok, response.code), (False, code))
+
+    def test_readiness_and_release_are_per_order(self):
+        box = with_order(sandbox(), "create_order", "reserve_inventory", "charge_payment")
+        other = {**plan_arguments("create_order"), "order_ref": "30418", "idempotency_key": "k-create-30418"}
+        self.assertTrue(box.call("create_order", other).ok)
+        confirm = {"order_ref": "30418", "idempotency_key": "k-confirm-30418"}
+        self.assertEqual(box.call("confirm_order", confirm).code, "ORDER_NOT_READY")
+        release = {"order_ref": "30418", "idempotency_key": "k-release-30418"}
+        self.assertEqual(box.call("release_inventory", release).code, "NOTHING_TO_RELEASE")
+        self.assertEqual(box.reservations["RES-0001"]["status"], "held")
+
+    def test_cancelled_order_cannot_be_cancelled_or_confirmed_again(self):
+        box = with_order(sandbox(), "create_order")
+        cancel = {"order_ref": "30417", "reason": "customer_request", "idempotency_key": "k-cancel-0001"}
+        self.assertTrue(box.call("cancel_order", cancel).ok)
+        self.assertEqual(box.call("cancel_order", {**cancel, "idempotency_key": "k-cancel-0002"}).code,
+                         "ORDER_STATE")
+        self.assertEqual(box.call("confirm_order", plan_arguments("confirm_order")).code, "ORDER_STATE")
+
+    def test_the_sandbox_reads_fields_strictly(self):
+        box = with_order(sandbox(), "create_order")
+        for changes in ({"quantity": "2"}, {"quantity": True}, {"quantity": 0}, {"quantity": -1}, {"sku": 5}):
+            with self.subTest(changes=changes):
+                response = box.call("reserve_inventory", {**plan_arguments("reserve_inventory"), **changes,
+                                                          "idempotency_key": "k-bad-" + str(len(box.trace))})
+                self.assertEqual(response.code, "BAD_REQUEST")
+        self.assertEqual(box.call("reserve_inventory", ["30417"]), tb.Response(False, "BAD_REQUEST"))
+        self.assertEqual(box.call("create_order", {**plan_arguments("create_order"), "line": "SKU-RED",
+                                                   "idempotency_key": "k-other-create"}).code, "BAD_REQUEST")
+        self.assertEqual(box.call("launch_rocket", {}), tb.Response(False, "TOOL_UNKNOWN"))
+        self.assertEqual(box.inventory["SKU-RED"], 5)
+
+    def test_the_sandbox_ignores_contract_fields_it_does_not_need(self):
+        # The backend is lax on purpose: the contract is the orchestrator's to enforce.
+        box = with_order(sandbox(), *tb.PLAN_TOOLS)
+        refund = {"order_ref": "30417", "amount_cents": 4999, "idempotency_key": "k-refund-0001", "force": True}
+        self.assertTrue(box.call("refund_payment", refund).ok)
+        self.assertEqual(box.charges["CH-0001"]["status"], "refunded")
+
+    def test_release_returns_stock_and_refund_takes_the_matching_charge(self):
+        box = with_order(sandbox(), "create_order", "reserve_inventory", "charge_payment")
+        release = box.call("release_inventory", {"order_ref": "30417", "idempotency_key": "k-release-01"})
+        self.assertEqual(release.data["records"], [["reservations", "RES-0001", "released"]])
+        self.assertEqual(box.inventory["SKU-RED"], 5)
+        refund = box.call("refund_payment", {"order_ref": "30417", "amount_cents": 4999, "reason": "other",
+                                             "idempotency_key": "k-refund-01"})
+        self.assertEqual(refund.data["records"], [["charges", "CH-0001", "refunded"]])
+
+    def test_query_logistics_reads_without_effect(self):
+        box = with_order(sandbox(), "create_order")
+        response = box.call("query_logistics", {"order_ref": "30417"})
+        self.assertEqual(response.data, {"carrier_status": "awaiting_confirmation", "order_ref": "30417",
+                                         "order_status": "created", "records": []})
+        self.assertEqual((len(box.effects), len(box.outbox)), (1, 1))
+        self.assertEqual(box.call("query_logistics", {"order_ref": "99999"}).code, "ORDER_NOT_FOUND")
+
+    def test_seeded_order(self):
+        box = sandbox()
+        tb.seed_confirmed_order(box)
+        self.assertEqual(box.orders["20481"]["status"], "confirmed")
+        self.assertEqual(box.inventory["SKU-BLUE"], 4)
+        self.assertEqual((box.effects, box.outbox), ([], {}))
+        self.assertEqual(box.next_id("CH"), "CH-0002")
+
+    def test_snapshot_is_a_copy(self):
+        box = with_order(sandbox(), "create_order")
+        snapshot = box.snapshot()
+        box.orders["30417"]["status"] = "cancelled"
+        self.assertEqual(snapshot["orders"]["30417"]["status"], "created")
+        self.assertEqual(sorted(snapshot), ["charges", "consumed", "deliveries", "inventory", "orders", "outbox",
+                                            "reservations"])
+
+    def test_table_lookup_is_closed(self):
+        box = with_order(sandbox(), "create_order")
+        self.assertIs(box.table("orders"), box.orders)
+        self.assertEqual(box.table("trace"), {})
+
+
+class TestSandboxIdempotency(unittest.TestCase):
+    def test_same_key_same_intent_replays_without_a_second_effect(self):
+        box = with_order(sandbox(), "create_order")
+        first = box.call("charge_payment", plan_arguments("charge_payment"))
+        second = box.call("charge_payment", plan_arguments("charge_payment"))
+        self.assertEqual(first.data, second.data)
+        self.assertEqual(len(box.charges), 1)
+        self.assertEqual(box.ledger["charge_payment|k-charge-30417"], {"attempted": 2, "effects": 1})
+        self.assertEqual([entry["what"] for entry in box.trace if entry["what"] == "replay"], ["replay"])
+
+    def test_replay_is_a_defensive_copy(self):
+        box = with_order(sandbox(), "create_order")
+        box.call("charge_payment", plan_arguments("charge_payment")).data["records"].clear()
+        self.assertEqual(box.call("charge_payment", plan_arguments("charge_payment")).data["records"],
+                         [["charges", "CH-0001", "captured"]])
+
+    def test_same_key_other_intent_is_a_conflict_and_executes_nothing(self):
+        box = with_order(sandbox(), "create_order")
+        box.call("charge_payment", plan_arguments("charge_payment"))
+        response = box.call("charge_payment", plan_arguments("charge_payment", currency="USD"))
+        self.assertEqual(response, tb.Response(False, "IDEMPOTENCY_CONFLICT"))
+        self.assertEqual(len(box.charges), 1)
+
+    def test_keys_are_scoped_per_tool(self):
+        box = with_order(sandbox(), "create_order")
+        shared = "k-shared-key-01"
+        self.assertTrue(box.call("reserve_inventory", plan_arguments("reserve_inventory", idempotency_key=shared)).ok)
+        self.assertTrue(box.call("charge_payment", plan_arguments("charge_payment", idempotency_key=shared)).ok)
+        self.assertEqual(len(box.effects), 3)
+
+    def test_keyless_calls_execute_every_time_and_keep_no_ledger(self):
+        box = with_order(sandbox(), "create_order")
+        arguments = plan_arguments("charge_payment")
+        del arguments["idempotency_key"]
+        box.call("charge_payment", arguments)
+        box.call("charge_payment", arguments)
+        self.assertEqual(len(box.charges), 2)
+        self.assertEqual(sorted(box.ledger), ["create_order|k-create-30417"])
+
+    def test_a_non_string_key_counts_as_no_key(self):
+        box = with_order(sandbox(), "create_order")
+        box.call("charge_payment", plan_arguments("charge_payment", idempotency_key=12345678))
+        box.call("charge_payment", plan_arguments("charge_payment", idempotency_key=12345678))
+        self.assertEqual(len(box.charges), 2)
+
+    def test_failures_are_not_stored_under_the_key(self):
+        box = sandbox()
+        self.assertEqual(box.call("reserve_inventory", plan_arguments("reserve_inventory")).code, "ORDER_NOT_FOUND")
+        with_order(box, "create_order")
+        self.assertTrue(box.call("reserve_inventory", plan_arguments("reserve_inventory")).ok)
+
+    def test_status_query_answers_committed_absent_or_unavailable(self):
+        box = with_order(sandbox(tb.Fault("status_unavailable", "create_order")), "create_order")
+        self.assertEqual(box.query_status("create_order", "k-create-30417").code, "STATUS_UNAVAILABLE")
+        self.assertEqual(box.query_status("create_order", "k-create-30417").data,
+                         {"receipt": {"order_ref": "30417", "records": [["orders", "30417", "created"]]},
+                          "state": "committed"})
+        self.assertEqual(box.query_status("create_order", "never-used-key").data, {"state": "absent"})
+        self.assertEqual([entry["answer"] for entry in box.trace if entry["what"] == "status_query"],
+                         ["STATUS_UNAVAILABLE", "committed", "absent"])
+
+
+class TestSandboxFaults(unittest.TestCase):
+    def charge(self, *faults):
+        box = with_order(sandbox(*faults), "create_order", "reserve_inventory")
+        return box, box.call("charge_payment", plan_arguments("charge_payment"))
+
+    def test_timeout_before_effect(self):
+        box, response = self.charge(tb.Fault("timeout_before_effect", "charge_payment"))
+        self.assertEqual((response.code, len(box.charges), box.ledger["charge_payment|k-charge-30417"]),
+                         ("TIMEOUT", 0, {"attempted": 1, "effects": 0}))
+
+    def test_timeout_after_commit(self):
+        box, response = self.charge(tb.Fault("timeout_after_commit", "charge_payment"))
+        self.assertEqual((response.code, len(box.charges), box.ledger["charge_payment|k-charge-30417"]),
+                         ("TIMEOUT", 1, {"attempted": 1, "effects": 1}))
+
+    def test_rate_limited(self):
+        box, response = self.charge(tb.Fault("rate_limited", "charge_payment"))
+        self.assertEqual((response.code, len(box.charges)), ("RATE_LIMITED", 0))
+        self.assertTrue(box.call("charge_payment", plan_arguments("charge_payment")).ok)
+
+    def test_permanent_failure_never_lifts(self):
+        box, response = self.charge(tb.Fault("permanent_failure", "charge_payment"))
+        self.assertEqual(response.code, "REJECTED")
+        again = box.call("charge_payment", plan_arguments("charge_payment", idempotency_key="fresh-key-001"))
+        self.assertEqual((again.code, len(box.charges)), ("REJECTED", 0))
+
+    def test_duplicate_submit_reaches_the_tool_twice_with_one_effect(self):
+        box, response = self.charge(tb.Fault("duplicate_submit", "charge_payment"))
+        self.assertTrue(response.ok)
+        self.assertEqual((len(box.charges), box.ledger["charge_payment|k-charge-30417"]),
+                         (1, {"attempted": 2, "effects": 1}))
+
+    def test_crash_after_commit_leaves_the_event_in_the_outbox_until_the_relay(self):
+        box, response = self.charge(tb.Fault("crash_after_commit", "charge_payment"))
+        self.assertTrue(response.ok)
+        self.assertEqual(box.outbox["EV-0003"]["published"], False)
+        box.drain()
+        self.assertEqual(box.consumed, {"EV-0001": 1, "EV-0002": 1})
+        self.assertEqual(box.relay(), 1)
+        self.assertEqual(box.relay(), 0)
+        box.drain()
+        self.assertEqual(box.consumed, {"EV-0001": 1, "EV-0002": 1, "EV-0003": 1})
+
+    def test_ack_lost_redelivers_and_the_inbox_deduplicates(self):
+        for dedup, consumed in ((True, 1), (False, 2)):
+            with self.subTest(dedup=dedup):
+                box = with_order(sandbox(tb.Fault("ack_lost", "create_order"), dedup=dedup), "create_order")
+                box.drain()
+                self.assertEqual((box.deliveries["EV-0001"], box.consumed["EV-0001"]), (2, consumed))
+
+    def test_redelivery_stops_at_the_delivery_limit(self):
+        for times, deliveries, dead in ((tb.MAX_DELIVERIES - 1, tb.MAX_DELIVERIES, 0),
+                                        (tb.MAX_DELIVERIES, tb.MAX_DELIVERIES, 1)):
+            with self.subTest(times=times):
+                box = with_order(sandbox(tb.Fault("ack_lost", "create_order", times)), "create_order")
+                box.drain()
+                self.assertEqual(box.deliveries["EV-0001"], deliveries)
+                self.assertEqual(sum(1 for e in box.trace if e["what"] == "dead_letter"), dead)
+
+
+# ================================================================================================
+# 8. Expectations and plan validation
+# ================================================================================================
+
+class TestPlanValidation(unittest.TestCase):
+    def refusal(self, calls, expectation=tb.PLACE_ORDER):
+        plan, found = tb.validate_plan(calls, expectation)
+        return [(f.code, f.path, f.call) for f in found]
+
+    def test_the_plan_passes_whole(self):
+        plan, found = tb.validate_plan(tb.plan_calls(), tb.PLACE_ORDER)
+        self.assertEqual(found, ())
+        self.assertEqual([tool for tool, _ in plan], list(tb.PLAN_TOOLS))
+        self.assertEqual(plan[0][1], plan_arguments("create_order"))
+
+    def test_too_many_calls_both_sides(self):
+        many = tuple(call("query_logistics", {"order_ref": "30417"}, f"q{index}") for index in range(17))
+        self.assertEqual(self.refusal(many), [("PLAN_TOO_MANY_CALLS", "", None)])
+        self.assertNotIn("PLAN_TOO_MANY_CALLS", [code for code, _, _ in self.refusal(many[:16])])
+
+    def test_unknown_tool_and_unparseable_arguments(self):
+        calls = tb.plan_calls() + (call("launch_rocket", {}, "x"), tb.ToolCall("y", "query_logistics", "{"))
+        self.assertEqual(self.refusal(calls)[:2], [("TOOL_UNKNOWN", "", 4), ("ARGS_NOT_JSON", "", 5)])
+
+    def test_missing_key_and_reused_key(self):
+        missing = tb.plan_calls((("confirm_order", ("idempotency_key",), tb._ABSENT),))
+        self.assertEqual(self.refusal(missing), [("SCHEMA_REQUIRED", "/idempotency_key", 3),
+                                                 ("KEY_MISSING", "/idempotency_key", 3)])
+        reused = tb.plan_calls((("confirm_order", ("idempotency_key",), "k-charge-30417"),))
+        self.assertEqual(self.refusal(reused), [("KEY_REUSED", "/idempotency_key", 3)])
+
+    def test_call_set_missing_unexpected_forbidden(self):
+        calls = tb.plan_calls(order=("create_order", "reserve_inventory", "charge_payment"))
+        self.assertEqual(self.refusal(calls), [("CALL_MISSING", "/confirm_order", None)])
+        extra = tb.plan_calls() + (call("query_logistics", {"order_ref": "30417"}, "q"),)
+        self.assertEqual(self.refusal(extra), [("CALL_UNEXPECTED", "/query_logistics", 4)])
+        forbidden = tb.plan_calls() + (call("cancel_order", {"order_ref": "30417", "reason": "customer_request",
+                                                             "idempotency_key": "k-cancel-0001"}, "x"),)
+        self.assertEqual(self.refusal(forbidden), [("CALL_FORBIDDEN", "/cancel_order", 4)])
+
+    def test_an_expected_tool_proposed_twice_is_unexpected_the_second_time(self):
+        twice = tb.plan_calls() + (call("confirm_order", plan_arguments("confirm_order", idempotency_key="k-again-001"),
+                                        "again"),)
+        self.assertEqual(self.refusal(twice), [("CALL_UNEXPECTED", "/confirm_order", 4)])
+
+    def test_dependency_order_names_the_edge_and_the_early_call(self):
+        calls = tb.plan_calls(order=("confirm_order", "create_order", "reserve_inventory", "charge_payment"))
+        self.assertEqual(self.refusal(calls), [("DEPENDENCY_ORDER", "/reserve_inventory->confirm_order", 0),
+                                               ("DEPENDENCY_ORDER", "/charge_payment->confirm_order", 0)])
+
+    def test_dependency_check_skips_missing_calls(self):
+        calls = tb.plan_calls(order=("reserve_inventory", "charge_payment", "confirm_order"))
+        self.assertEqual(self.refusal(calls), [("CALL_MISSING", "/create_order", None)])
+
+    def test_fixed_arguments_must_match_exactly(self):
+        for changes, path in (({"order_ref": "30418"}, "/order_ref"), ({"amount_cents": 5000}, "/amount_cents")):
+            with self.subTest(changes=changes):
+                calls = tb.plan_calls(tuple(("charge_payment", (name,), value) for name, value in changes.items()))
+                self.assertEqual(self.refusal(calls), [("ARGUMENT_MISMATCH", path, 2)])
+
+    def test_expectation_checks(self):
+        tb.check_expectation(tb.PLACE_ORDER)
+        calls = tb.PLACE_ORDER.calls
+        bad = {
+            "cycle": tb.Expectation("x", calls[:2], ((0, 1), (1, 0))),
+            "self edge": tb.Expectation("x", calls[:2], ((1, 1),)),
+            "edge out of range": tb.Expectation("x", calls[:2], ((0, 2),)),
+            "negative edge": tb.Expectation("x", calls[:2], ((-1, 0),)),
+            "edge not a pair": tb.Expectation("x", calls[:2], ((0, 1, 1),)),
+            "bool edge": tb.Expectation("x", calls[:2], ((False, True),)),
+            "unknown tool": tb.Expectation("x", (tb.ExpectedCall("launch", {}),)),
+            "forbidden expected": tb.Expectation("x", calls[:1], forbidden=frozenset({"create_order"})),
+            "forbidden not a frozenset": tb.Expectation("x", calls[:1], forbidden={"cancel_order"}),
+            "not JSON": tb.Expectation("x", (tb.ExpectedCall("confirm_order", {"order_ref": {1, 2}}),)),
+            "not an expected call": tb.Expectation("x", ("confirm_order",)),
+            "arguments not a mapping": tb.Expectation("x", (tb.ExpectedCall("confirm_order", ["x"]),)),
+            "too many calls": tb.Expectation("x", (tb.ExpectedCall("confirm_order", {}),) * 9),
+            "not an expectation": {"calls": []},
+        }
+        for reason, expectation in bad.items():
+            with self.subTest(reason=reason):
+                with self.assertRaises(tb.BenchError) as caught:
+                    tb.check_expectation(expectation)
+                self.assertEqual(caught.exception.code, "EXPECTATION_INVALID")
+        tb.check_expectation(tb.Expectation("x", (tb.ExpectedCall("confirm_order", {}),) * 8))
+
+
+# ================================================================================================
+# 9. Orchestrators
+# ================================================================================================
+
+class TestGuardedRecovery(unittest.TestCase):
+    def step(self, *faults, tool="charge_payment", **options):
+        box = with_order(sandbox(*faults), "create_order", "reserve_inventory")
+        journal = tb.Journal()
+        status = tb.call_with_recovery(box, journal, tool, plan_arguments(tool), **options)
+        return status, box, journal
+
+    def test_rate_limit_is_retried_with_the_same_key_within_the_budget(self):
+        status, box, journal = self.step(tb.Fault("rate_limited", "charge_payment", 2))
+        self.assertEqual(status, "ok")
+        self.assertEqual(box.ledger, {**box.ledger, "charge_payment|k-charge-30417": {"attempted": 3, "effects": 1}})
+        self.assertEqual(journal.acks, {"charge_payment|k-charge-30417": 1})
+
+    def test_rate_limit_beyond_the_budget_is_an_explicit_failure(self):
+        status, box, journal = self.step(tb.Fault("rate_limited", "charge_payment", 3))
+        self.assertEqual((status, len(box.charges), journal.unknowns), ("failed", 0, []))
+
+    def test_budget_is_a_parameter_both_sides(self):
+        self.assertEqual(self.step(tb.Fault("rate_limited", "charge_payment", 4), max_attempts=5)[0], "ok")
+        self.assertEqual(self.step(tb.Fault("rate_limited", "charge_payment", 5), max_attempts=5)[0], "failed")
+
+    def test_permanent_failure_is_not_retried(self):
+        status, box, _ = self.step(tb.Fault("permanent_failure", "charge_payment"))
+        self.assertEqual((status, box.ledger["charge_payment|k-charge-30417"]["attempted"]), ("failed", 1))
+
+    def test_unknown_resolved_by_status_query_committed(self):
+        status, box, journal = self.step(tb.Fault("timeout_after_commit", "charge_payment"))
+        self.assertEqual((status, len(box.charges)), ("ok", 1))
+        self.assertEqual(journal.unknowns, [{"attempt": 1, "key": "k-charge-30417",
+                                             "resolution": "status_query:committed", "tool": "charge_payment"}])
+        self.assertEqual(journal.receipts, [{"order_ref": "30417", "records": [["charges", "CH-0001", "captured"]]}])
+
+    def test_unknown_resolved_absent_then_same_key_retry(self):
+        status, box, journal = self.step(tb.Fault("timeout_before_effect", "charge_payment"))
+        self.assertEqual(status, "ok")
+        self.assertEqual([u["resolution"] for u in journal.unknowns], ["status_query:absent"])
+        self.assertEqual(sorted(box.ledger), ["charge_payment|k-charge-30417", "create_order|k-create-30417",
+                                              "reserve_inventory|k-reserve-30417"])
+
+    def test_status_unavailable_falls_back_to_same_key_replay(self):
+        status, box, journal = self.step(tb.Fault("timeout_after_commit", "charge_payment"),
+                                         tb.Fault("status_unavailable", "charge_payment"))
+        self.assertEqual((status, len(box.charges)), ("ok", 1))
+        self.assertEqual(journal.unknowns[0]["resolution"], "same_key_replay")
+        self.assertEqual(journal.acks, {"charge_payment|k-charge-30417": 1})
+        self.assertEqual(box.ledger["charge_payment|k-charge-30417"], {"attempted": 2, "effects": 1})
+
+    def test_unresolvable_unknown_stays_unknown(self):
+        status, box, journal = self.step(tb.Fault("timeout_after_commit", "charge_payment", 3),
+                                         tb.Fault("status_unavailable", "charge_payment", 3))
+        self.assertEqual(status, "unknown")
+        self.assertEqual([u["resolution"] for u in journal.unknowns], [None, None, None])
+        self.assertEqual(len(box.charges), 1)
+
+    def test_exhausted_but_proven_absent_is_failed_not_unknown(self):
+        status, box, journal = self.step(tb.Fault("timeout_before_effect", "charge_payment", 3))
+        self.assertEqual((status, len(box.charges)), ("failed", 0))
+        self.assertFalse(journal.pending("charge_payment", "k-charge-30417"))
+
+    def test_a_timed_out_read_is_retried_without_a_status_query(self):
+        box = with_order(sandbox(tb.Fault("timeout_before_effect", "query_logistics")), "create_order")
+        journal = tb.Journal()
+        self.assertEqual(tb.call_with_recovery(box, journal, "query_logistics", {"order_ref": "30417"}), "ok")
+        self.assertEqual([e["what"] for e in box.trace if e["what"] == "status_query"], [])
+        self.assertEqual(journal.unknowns, [])
+
+    def test_rerunning_a_done_step_acknowledges_its_receipt_once(self):
+        # After a restart the step runs again with the same key: a replay, or a lost reply that the
+        # status query resolves; either way the receipt is the one already counted.
+        for fault in (None, tb.Fault("timeout_after_commit", "charge_payment", 2)):
+            with self.subTest(fault=fault):
+                box = with_order(sandbox(*(() if fault is None else (fault,))), "create_order", "reserve_inventory")
+                journal = tb.Journal()
+                for _ in range(2):
+                    self.assertEqual(tb.call_with_recovery(box, journal, "charge_payment",
+                                                           plan_arguments("charge_payment")), "ok")
+                self.assertEqual((journal.acks, len(journal.receipts), len(box.charges)),
+                                 ({"charge_payment|k-charge-30417": 1}, 1, 1))
+
+    def test_a_replayed_receipt_is_acknowledged_once(self):
+        journal = tb.Journal()
+        receipt = {"order_ref": "1", "records": []}
+        journal.acknowledge("t", "k", receipt, distinct=True)
+        journal.acknowledge("t", "k", dict(receipt), distinct=True)
+        self.assertEqual((journal.acks, len(journal.receipts)), ({"t|k": 1}, 1))
+        journal.acknowledge("t", "k", receipt, distinct=False)
+        self.assertEqual(journal.acks, {"t|k": 2})
+        journal.acknowledge("t", None, {"other": 1}, distinct=True)
+        self.assertEqual((journal.acks, len(journal.receipts)), ({"t|k": 2}, 3))
+
+    def test_resolve_touches_only_pending_unknowns_of_that_tool_and_key(self):
+        journal = tb.Journal()
+        journal.note_unknown("a", "k", 1)
+        journal.note_unknown("b", "k", 1)
+        journal.note_unknown("a", "j", 1)
+        journal.resolve("a", "k", "x")
+        journal.resolve("a", "k", "y")
+        self.assertEqual([u["resolution"] for u in journal.unknowns], ["x", None, None])
+        self.assertEqual((journal.pending("a", "k"), journal.pending("b", "k")), (False, True))
+
+
+class TestGuardedRuns(unittest.TestCase):
+    def test_refused_plan_touches_nothing(self):
+        record = run("guarded", tb.plan_calls(order=tb.PLAN_TOOLS[:3]))
+        self.assertEqual((record["lifecycle"], record["transitions"], record["trace"], record["side_effects"]),
+                         (tb.REFUSED, [["PROPOSED", "refuse", "REFUSED"]], [], 0))
+
+    def test_failure_at_the_first_step_has_nothing_to_compensate(self):
+        record = run("guarded", None, tb.Fault("permanent_failure", "create_order"))
+        self.assertEqual((record["lifecycle"], record["outcome"], record["compensation_order"]),
+                         (tb.RECONCILED, "failed", []))
+        self.assertEqual(record["transitions"][-2:], [["EXECUTING", "fail", "COMPENSATING"],
+                                                      ["COMPENSATING", "reconcile", "RECONCILED"]])
+
+    def test_failure_at_confirm_compensates_all_three_steps_in_reverse(self):
+        record = run("guarded", None, tb.Fault("permanent_failure", "confirm_order"))
+        self.assertEqual(record["compensation_order"], ["refund_payment", "release_inventory", "cancel_order"])
+        self.assertEqual(tb.METRICS["orders"](record), {"30417": "cancelled"})
+        self.assertEqual([row["status"] for row in record["state_after"]["charges"].values()], ["refunded"])
+        self.assertEqual(tb.METRICS["violations"](record), tb._violations())
+        self.assertEqual(record["outcome"], "compensated")
+
+    def test_compensation_keys_are_stable_and_derived(self):
+        record = run("guarded", None, tb.Fault("permanent_failure", "confirm_order"))
+        undo = sorted(key for key in record["ledger"] if key.split("|")[1].startswith("undo-"))
+        self.assertEqual(len(undo), 3)
+        self.assertEqual(undo, sorted(key for key in run("guarded", None, tb.Fault("permanent_failure", "confirm_order"))
+                                      ["ledger"] if "undo-" in key))
+        self.assertEqual(tb._undo_key("charge_payment", plan_arguments("charge_payment")),
+                         "undo-" + tb.canonical_sha256(["charge_payment", "k-charge-30417"])[:32])
+
+    def test_compensation_arguments_meet_their_contracts(self):
+        for tool, (undo, build) in tb.COMPENSATIONS.items():
+            with self.subTest(tool=tool):
+                self.assertEqual(tb.validate_arguments(tb.TOOLS[undo].schema, build(plan_arguments(tool))), ())
+
+    def test_unresolved_unknown_escalates_to_manual_without_compensating(self):
+        record = run("guarded", None, tb.Fault("timeout_after_commit", "charge_payment", 3),
+                     tb.Fault("status_unavailable", "charge_payment", 3))
+        self.assertEqual((record["lifecycle"], record["outcome"], record["compensation_order"]),
+                         (tb.MANUAL, "manual", []))
+        self.assertEqual(record["manual"], {"orders": ["30417"], "reason": "UNKNOWN_UNRESOLVED",
+                                            "tool": "charge_payment"})
+        self.assertEqual(record["transitions"][-1], ["EXECUTING", "escalate", "MANUAL"])
+        self.assertEqual(tb.METRICS["violations"](record), tb._violations())  # excused by name, not silently
+
+    def test_failed_compensation_escalates_to_manual(self):
+        record = run("guarded", None, tb.Fault("permanent_failure", "charge_payment"),
+                     tb.Fault("permanent_failure", "release_inventory"))
+        self.assertEqual((record["lifecycle"], record["compensation_order"]), (tb.MANUAL, ["release_inventory"]))
+        self.assertEqual(record["manual"]["reason"], "COMPENSATION_FAILED")
+        self.assertEqual(record["manual"]["tool"], "release_inventory")
+        self.assertEqual(record["transitions"][-1], ["COMPENSATING", "escalate", "MANUAL"])
+        self.assertEqual(tb.METRICS["orders"](record), {"30417": "created"})
+
+    def test_transient_fault_in_a_compensation_is_recovered(self):
+        record = run("guarded", None, tb.Fault("permanent_failure", "charge_payment"),
+                     tb.Fault("timeout_after_commit", "release_inventory"))
+        self.assertEqual((record["lifecycle"], record["outcome"]), (tb.RECONCILED, "compensated"))
+        self.assertEqual(tb.METRICS["unknown_resolutions"](record), ["status_query:committed"])
+
+    def test_reconciliation_catches_what_the_relay_missed(self):
+        class NoRelay(tb.Sandbox):
+            def relay(self):
+                return 0
+        box = NoRelay((tb.Fault("crash_after_commit", "confirm_order"),), consumer_dedup=True)
+        result = tb.run_guarded(tb.plan_calls(), box, tb.PLACE_ORDER, None)
+        self.assertEqual((result.lifecycle, result.outcome), (tb.MANUAL, "manual"))
+        self.assertEqual(result.manual["reason"], "RECONCILIATION_MISMATCH")
+        self.assertEqual(result.manual["mismatches"], [{"claimed": 1, "found": 0, "record": "outbox/EV-0004"}])
+
+    def test_reconcile_compares_claims_effects_and_events(self):
+        box = with_order(sandbox(), "create_order", "reserve_inventory")
+        journal = tb.Journal()
+        for tool in ("charge_payment", "confirm_order"):
+            tb.call_with_recovery(box, journal, tool, plan_arguments(tool))
+        box.drain()
+        self.assertEqual(tb.reconcile(box, journal)[:2],
+                         [{"claimed": None, "found": "create_order", "record": "effects/EV-0001"},
+                          {"claimed": None, "found": "reserve_inventory", "record": "effects/EV-0002"}])
+        box.charges["CH-0001"]["status"] = "refunded"
+        self.assertIn({"claimed": "captured", "found": "refunded", "record": "charges/CH-0001"},
+                      tb.reconcile(box, journal))
+
+    def test_reconcile_agrees_when_state_matches(self):
+        box = sandbox()
+        journal = tb.Journal()
+        for tool in tb.PLAN_TOOLS:
+            tb.call_with_recovery(box, journal, tool, plan_arguments(tool))
+        box.drain()
+        self.assertEqual(tb.reconcile(box, journal), [])
+        box.consumed["EV-0002"] = 2
+        self.assertEqual(tb.reconcile(box, journal), [{"claimed": 1, "found": 2, "record": "outbox/EV-0002"}])
+
+    def test_a_later_receipt_supersedes_an_earlier_claim(self):
+        record = run("guarded", None, tb.Fault("permanent_failure", "confirm_order"))
+        self.assertEqual(record["lifecycle"], tb.RECONCILED)  # created then cancelled: the last claim holds
+
+
+class TestNaive(unittest.TestCase):
+    def test_retries_with_a_fresh_key_from_the_seeded_generator(self):
+        record = run("naive", None, tb.Fault("rate_limited", "charge_payment"))
+        keys = sorted(key for key in record["ledger"] if key.startswith("charge_payment|"))
+        self.assertEqual(keys, ["charge_payment|k-charge-30417", "charge_payment|nv-" +
+                                f"{tb.random.Random(tb.SEED).getrandbits(64):016x}"])
+        self.assertEqual(record["outcome"], "claimed_complete")
+
+    def test_fresh_keys_depend_only_on_the_seed(self):
+        first = run("naive", None, tb.Fault("timeout_after_commit", "charge_payment"), seed=7)
+        second = run("naive", None, tb.Fault("timeout_after_commit", "charge_payment"), seed=7)
+        other = run("naive", None, tb.Fault("timeout_after_commit", "charge_payment"), seed=8)
+        self.assertEqual(first["ledger"], second["ledger"])
+        self.assertNotEqual(first["ledger"], other["ledger"])
+
+    def test_retries_permanent_failures_then_aborts_without_compensation(self):
+        record = run("naive", None, tb.Fault("permanent_failure", "charge_payment"))
+        self.assertEqual(tb.METRICS["submissions"](record), 2 + tb.NAIVE_MAX_ATTEMPTS)
+        self.assertEqual((record["outcome"], record["compensation_order"], record["lifecycle"]),
+                         ("aborted", [], None))
+
+    def test_never_relays_and_never_resolves(self):
+        record = run("naive", None, tb.Fault("crash_after_commit", "create_order"),
+                     tb.Fault("timeout_before_effect", "confirm_order"))
+        self.assertEqual(tb.METRICS["relayed_events"](record), 0)
+        self.assertEqual(tb.METRICS["unknown_resolutions"](record), [None])
+
+    def test_aborts_on_arguments_it_cannot_decode(self):
+        calls = (tb.ToolCall("c1", "create_order", "{"),) + tb.plan_calls()[1:]
+        record = run("naive", calls)
+        self.assertEqual((record["outcome"], record["side_effects"]), ("aborted", 0))
+
+    def test_keyless_retries_stay_keyless(self):
+        self.assertEqual(tb._with_fresh_key({"a": 1}, tb.random.Random(1)), {"a": 1})
+
+    def test_counts_every_success_reply_as_an_effect(self):
+        box = with_order(sandbox(dedup=False), "create_order")
+        journal = tb.Journal()
+        arguments = plan_arguments("charge_payment")
+        for _ in range(2):
+            tb._naive_step(box, journal, "charge_payment", arguments, tb.random.Random(1))
+        self.assertEqual(journal.acks, {"charge_payment|k-charge-30417": 2})
+
+
+# ================================================================================================
+# 10. Invariants
+# ================================================================================================
+
+def bare_record(**parts) -> dict:
+    record = {"ledger": {}, "lifecycle": tb.RECONCILED, "manual": None, "unknowns": [],
+              "state_after": {"charges": {}, "consumed": {}, "orders": {}, "outbox": {}, "reservations": {}}}
+    for name, value in parts.items():
+        if name in record["state_after"]:
+            record["state_after"][name] = value
+        else:
+            record[name] = value
+    return record
+
+
+def charge(order, key, status="captured"):
+    return {"amount_cents": 1, "key": key, "order_ref": order, "status": status}
+
+
+class TestInvariants(unittest.TestCase):
+    def check(self, name, record):
+        return tb.INVARIANTS[name].check(record)
+
+    def test_single_charge(self):
+        self.assertEqual(self.check("single_charge", bare_record(charges={"CH-1": charge("1", "a")})), [])
+        self.assertEqual(self.check("single_charge", bare_record(charges={"CH-1": charge("1", "a"),
+                                                                          "CH-2": charge("1", "b", "refunded")})),
+                         [{"charges": 2, "order_ref": "1"}])
+        self.assertEqual(self.check("single_charge", bare_record(charges={"CH-1": charge("1", "a"),
+                                                                          "CH-2": charge("2", "a")})),
+                         [{"charges": 2, "key": "a"}])
+        self.assertEqual(self.check("single_charge", bare_record(charges={"CH-1": charge("1", None),
+                                                                          "CH-2": charge("2", None)})), [])
+
+    def test_no_orphan_reservation(self):
+        held = {"order_ref": "1", "status": "held"}
+        cases = [
+            ({"1": {"status": "confirmed"}}, {"R1": held}, None, []),
+            ({"1": {"status": "created"}}, {"R1": held}, None,
+             [{"held": 1, "order_ref": "1", "order_status": "created"}]),
+            ({"1": {"status": "cancelled"}}, {"R1": held}, None,
+             [{"held": 1, "order_ref": "1", "order_status": "cancelled"}]),
+            ({}, {"R1": held}, None, [{"held": 1, "order_ref": "1", "order_status": None}]),
+            ({"1": {"status": "confirmed"}}, {"R1": held, "R2": held}, None,
+             [{"held": 2, "order_ref": "1", "order_status": "confirmed"}]),
+            ({"1": {"status": "cancelled"}}, {"R1": {**held, "status": "released"}}, None, []),
+            ({"1": {"status": "created"}}, {"R1": held}, {"orders": ["1"]}, []),
+            ({"1": {"status": "created"}}, {"R1": held}, {"orders": ["2"]},
+             [{"held": 1, "order_ref": "1", "order_status": "created"}]),
+        ]
+        for orders, reservations, manual, expected in cases:
+            with self.subTest(orders=orders, reservations=reservations, manual=manual):
+                record = bare_record(orders=orders, reservations=reservations, manual=manual)
+                self.assertEqual(self.check("no_orphan_reservation", record), expected)
+
+    def test_consumed_exactly_once(self):
+        outbox = {"E1": {}, "E2": {}, "E3": {}}
+        self.assertEqual(self.check("consumed_exactly_once", bare_record(outbox=outbox,
+                                                                         consumed={"E1": 1, "E3": 2})),
+                         [{"consumed": 0, "event": "E2"}, {"consumed": 2, "event": "E3"}])
+        self.assertEqual(self.check("consumed_exactly_once",
+                                    bare_record(outbox=outbox, consumed={"E1": 1, "E2": 1, "E3": 1})), [])
+
+    def test_key_ledger(self):
+        rows = {"a": {"acknowledged": 1, "attempted": 1, "effects": 1},
+                "b": {"acknowledged": 0, "attempted": 3, "effects": 1},
+                "c": {"acknowledged": 2, "attempted": 2, "effects": 1},
+                "d": {"acknowledged": 0, "attempted": 1, "effects": 2},
+                "e": {"acknowledged": 0, "attempted": 0, "effects": 0}}
+        self.assertEqual(self.check("key_ledger", bare_record(ledger=rows)),
+                         [{"key": "c", **rows["c"]}, {"key": "d", **rows["d"]}])
+
+    def test_unknown_resolved(self):
+        pending = {"attempt": 1, "key": "k", "resolution": None, "tool": "t"}
+        done = {**pending, "resolution": "status_query:absent"}
+        self.assertEqual(self.check("unknown_resolved", bare_record(unknowns=[pending, done])), [pending])
+        self.assertEqual(self.check("unknown_resolved", bare_record(unknowns=[pending], lifecycle=tb.MANUAL)), [])
+        self.assertEqual(self.check("unknown_resolved", bare_record(unknowns=[pending], lifecycle=None)), [pending])
+        self.assertEqual(self.check("unknown_resolved", bare_record(unknowns=[done])), [])
+
+    def test_check_invariants_runs_each_by_name(self):
+        self.assertEqual(tb.check_invariants(bare_record()), {name: [] for name in tb.INVARIANTS})
+        self.assertEqual(list(tb.INVARIANTS), ["single_charge", "no_orphan_reservation", "consumed_exactly_once",
+                                               "key_ledger", "unknown_resolved"])
+
+
+# ================================================================================================
+# 11. Run records
+# ================================================================================================
+
+class TestRunRecords(unittest.TestCase):
+    def test_state_diff(self):
+        before = {"orders": {"1": {"status": "created"}, "2": {"status": "created"}}, "inventory": {"A": 5}}
+        after = {"orders": {"1": {"status": "confirmed"}, "3": {"status": "created"}}, "inventory": {"A": 5},
+                 "charges": {"C": {"s": 1}}}
+        self.assertEqual(tb.state_diff(before, after), [
+            {"after": {"s": 1}, "before": None, "path": "charges/C"},
+            {"after": {"status": "confirmed"}, "before": {"status": "created"}, "path": "orders/1"},
+            {"after": None, "before": {"status": "created"}, "path": "orders/2"},
+            {"after": {"status": "created"}, "before": None, "path": "orders/3"}])
+
+    def test_seal(self):
+        sealed = tb.seal({"b": 1, "a": [1, 2]})
+        self.assertEqual(sealed["record_sha256"], tb.canonical_sha256({"a": [1, 2], "b": 1}))
+        self.assertEqual(tb.seal(sealed), sealed)
+        self.assertNotEqual(tb.seal({**sealed, "b": 2})["record_sha256"], sealed["record_sha256"])
+
+    def test_judge_is_exact(self):
+        record = bare_record(side_effects=1)
+        verdicts = tb.judge(record, (("side_effects", 1), ("side_effects", True), ("side_effects", 2)))
+        self.assertEqual([v["verdict"] for v in verdicts], ["pass", "fail", "fail"])
+        self.assertEqual(verdicts[2], {"expected": 2, "metric": "side_effects", "observed": 1, "verdict": "fail"})
+
+    def test_record_fields(self):
+        record = run("guarded")
+        self.assertEqual(sorted(record), ["compensation_order", "diff", "faults", "invariants", "ledger", "lifecycle",
+                                          "manual", "orchestrator", "outcome", "proposal_sha256", "refusal", "seed",
+                                          "side_effects", "state_after", "state_before", "trace", "transitions",
+                                          "unknowns"])
+        self.assertEqual(record["proposal_sha256"],
+                         tb.canonical_sha256([c.to_json() for c in tb.plan_calls()]))
+
+    def test_trace_records_commit_publish_and_consume(self):
+        record = run("guarded", None, tb.Fault("crash_after_commit", "confirm_order"))
+        whats = [entry["what"] for entry in record["trace"]]
+        self.assertEqual(whats.count("commit"), 4)
+        self.assertEqual(whats.count("crash"), 1)
+        self.assertEqual(whats.count("consume"), 4)
+        self.assertEqual([e["seq"] for e in record["trace"]], list(range(1, len(whats) + 1)))
+
+    def test_metrics_on_a_known_run(self):
+        record = run("naive", None, tb.Fault("ack_lost", "create_order"), tb.Fault("timeout_after_commit",
+                                                                                   "reserve_inventory"))
+        expected = {"side_effects": 5, "held_reservations": 2, "new_charges": 1, "captured_charges": 1,
+                    "max_consumption": 2, "unconsumed_events": 0, "duplicates_ignored": 0, "relayed_events": 0,
+                    "manual_reason": None, "state_changed": True, "refusal_codes": [],
+                    "inventory": {"SKU-BLUE": 5, "SKU-RED": 1}}
+        self.assertEqual({name: tb.METRICS[name](record) for name in expected}, expected)
+        self.assertEqual(tb.METRICS["violations"](record), tb._violations(
+            no_orphan_reservation=1, consumed_exactly_once=1, unknown_resolved=1))
+
+
+# ================================================================================================
+# 12. Scenarios and paired controls
+# ================================================================================================
+
+class TestScenarios(unittest.TestCase):
+    def scenario(self, ident):
+        record = tb.run_scenario(tb.SCENARIO_INDEX[ident])
+        failed = [item for item in record["assertions"] if item["verdict"] != "pass"]
+        self.assertEqual(failed, [])
+        self.assertEqual(record["verdict"], "pass")
+        return record
+
+    def test_table_shape(self):
+        self.assertEqual([s.id for s in tb.SCENARIOS], [f"S{n:02d}" for n in range(1, 15)])
+        self.assertEqual({d: sum(1 for s in tb.SCENARIOS if s.dimension == d) for d in tb.DIMENSIONS},
+                         {"schema": 4, "completeness": 2, "order": 1, "timeout": 2, "idempotency": 2,
+                          "saga": 1, "delivery": 2})
+
+    def test_s01_missing_required(self):
+        record = self.scenario("S01")
+        self.assertEqual(record["refusal"], [{"call": 2, "code": "SCHEMA_REQUIRED", "path": "/amount_cents"},
+                                             {"call": 2, "code": "ARGUMENT_MISMATCH", "path": "/amount_cents"}])
+
+    def test_s02_wrong_type(self):
+        record = self.scenario("S02")
+        self.assertEqual([(f["code"], f["path"]) for f in record["refusal"]],
+                         [("SCHEMA_TYPE", "/quantity"), ("ARGUMENT_MISMATCH", "/quantity")])
+
+    def test_s03_enum(self):
+        self.assertEqual(self.scenario("S03")["refusal"], [{"call": 2, "code": "SCHEMA_ENUM", "path": "/currency"}])
+
+    def test_s04_missing_idempotency_key(self):
+        self.assertEqual(self.scenario("S04")["state_after"], self.scenario("S04")["state_before"])
+
+    def test_s05_four_step_success(self):
+        record = self.scenario("S05")
+        self.assertEqual(record["state_after"]["consumed"], {"EV-0001": 1, "EV-0002": 1, "EV-0003": 1, "EV-0004": 1})
+        self.assertEqual(record["transitions"][-1], ["EXECUTING", "reconcile", "RECONCILED"])
+
+    def test_s06_confirm_missing_is_audited(self):
+        self.assertEqual(self.scenario("S06")["diff"], [])
+
+    def test_s07_dependency_first(self):
+        self.assertEqual(self.scenario("S07")["trace"], [])
+
+    def test_s08_timeout_before_effect(self):
+        record = self.scenario("S08")
+        self.assertEqual([e["fault"] for e in record["trace"] if e["what"] == "call" and e["tool"] == "charge_payment"],
+                         ["timeout_before_effect", None])
+
+    def test_s09_retries_exhausted(self):
+        record = self.scenario("S09")
+        charge_keys = {e["key"] for e in record["trace"] if e["what"] == "call" and e["tool"] == "charge_payment"}
+        self.assertEqual(charge_keys, {"k-charge-30417"})  # never a new key
+        self.assertEqual(record["state_after"]["charges"], {})
+
+    def test_s10_response_lost_after_commit(self):
+        record = self.scenario("S10")
+        self.assertEqual(list(record["state_after"]["charges"]), ["CH-0001"])
+
+    def test_s11_same_key_twice(self):
+        record = self.scenario("S11")
+        self.assertEqual(sum(1 for e in record["trace"] if e["what"] == "replay"), 1)
+
+    def test_s12_saga(self):
+        record = self.scenario("S12")
+        calls = [e["tool"] for e in record["trace"] if e["what"] == "call"]
+        self.assertEqual(calls, ["create_order", "reserve_inventory", "charge_payment", "release_inventory",
+                                 "cancel_order"])
+
+    def test_s13_crash_after_commit(self):
+        record = self.scenario("S13")
+        self.assertEqual([e["event"] for e in record["trace"] if e["what"] == "publish" and e["via"] == "relay"],
+                         ["EV-0004"])
+
+    def test_s14_ack_lost(self):
+        record = self.scenario("S14")
+        self.assertEqual(record["state_after"]["deliveries"]["EV-0004"], 2)
+
+
+class TestControls(unittest.TestCase):
+    def control(self, ident):
+        record = tb.run_control(next(c for c in tb.CONTROLS if c.id == ident))
+        self.assertEqual([item for item in record["assertions"] if item["verdict"] != "pass"], [])
+        self.assertEqual(record["verdict"], "shown")
+        return record
+
+    def test_pairs(self):
+        self.assertEqual([(c.id, c.scenario) for c in tb.CONTROLS],
+                         [("C1", "S10"), ("C2", "S12"), ("C3", "S13"), ("C4", "S14"), ("C5", "S04")])
+
+    def test_c1_double_charge(self):
+        record = self.control("C1")
+        keys = sorted(row["key"] for row in record["state_after"]["charges"].values())
+        self.assertEqual(keys[0], "k-charge-30417")
+        self.assertTrue(keys[1].startswith("nv-"))
+
+    def test_c2_leaked_reservation(self):
+        record = self.control("C2")
+        self.assertEqual(record["invariants"]["no_orphan_reservation"],
+                         [{"held": 1, "order_ref": "30417", "order_status": "created"}])
+
+    def test_c3_lost_event(self):
+        record = self.control("C3")
+        self.assertEqual(record["invariants"]["consumed_exactly_once"], [{"consumed": 0, "event": "EV-0004"}])
+
+    def test_c4_duplicate_consumption(self):
+        record = self.control("C4")
+        self.assertEqual(record["invariants"]["consumed_exactly_once"], [{"consumed": 2, "event": "EV-0004"}])
+
+    def test_c5_effect_from_a_refusable_plan(self):
+        record = self.control("C5")
+        self.assertIsNone(record["state_after"]["charges"]["CH-0001"]["key"])
+
+    def test_a_control_that_misses_its_fault_is_reported_not_shown(self):
+        blind = tb.Control("CX", "S05", "double charge", (("new_charges", 2),))
+        self.assertEqual(tb.run_control(blind)["verdict"], "not_shown")
+
+    def test_a_missed_control_fails_the_whole_run(self):
+        failures = tb._failures([], [{"control": "C9", "verdict": "not_shown"}],
+                                {name: {"guarded": 0, "naive": 1} for name in tb.INVARIANTS}, [])
+        self.assertEqual(failures, ("control C9 did not show its fault: the harness is broken",))
+
+
+# ================================================================================================
+# 13. Exhaustive fault sweep
+# ================================================================================================
+
+class TestSweep(unittest.TestCase):
+    def test_fault_sets_are_exhaustive(self):
+        sets = tb.sweep_fault_sets()
+        self.assertEqual(len(sets), 1 + 4 * 7 + 6 * 49)
+        self.assertEqual(sets[0], ())
+        singles = {(f.kind, f.tool) for s in sets if len(s) == 1 for f in s}
+        self.assertEqual(singles, {(k, t) for k in tb.SWEPT_KINDS for t in tb.PLAN_TOOLS})
+        pairs = [s for s in sets if len(s) == 2]
+        self.assertTrue(all(a.tool != b.tool for a, b in pairs))
+        self.assertEqual(len({tuple((f.kind, f.tool) for f in s) for s in pairs}), 294)
+
+    def test_invariant_table(self):
+        self.assertEqual(bench().summary["sweep"]["invariants"], {
+            "single_charge": {"guarded": 0, "naive": 19},
+            "no_orphan_reservation": {"guarded": 0, "naive": 55},
+            "consumed_exactly_once": {"guarded": 0, "naive": 134},
+            "key_ledger": {"guarded": 0, "naive": 0},
+            "unknown_resolved": {"guarded": 0, "naive": 140},
+        })
+
+    def test_outcomes(self):
+        self.assertEqual(bench().summary["sweep"]["outcomes"],
+                         {"guarded": {"compensated": 60, "completed": 241, "failed": 22},
+                          "naive": {"aborted": 119, "claimed_complete": 204}})
+
+    def test_guarded_keeps_every_invariant_in_every_run(self):
+        lines = [line for line in raw_lines() if line["kind"] == "sweep" and line["orchestrator"] == "guarded"]
+        self.assertEqual(len(lines), 323)
+        self.assertEqual([line for line in lines if any(line["violations"].values())], [])
+        self.assertEqual({line["lifecycle"] for line in lines}, {tb.RECONCILED})
+
+    def test_sweep_table_counts_runs_not_violations(self):
+        lines = [{"orchestrator": "naive", "violations": tb._violations(single_charge=3)},
+                 {"orchestrator": "guarded", "violations": tb._violations()}]
+        self.assertEqual(tb.sweep_table(lines)["single_charge"], {"guarded": 0, "naive": 1})
+
+    def test_a_blind_naive_side_fails_the_run(self):
+        table = {name: {"guarded": 0, "naive": 1} for name in tb.INVARIANTS}
+        table["single_charge"]["naive"] = 0
+        self.assertEqual(tb._failures([], [], table, []),
+                         ("sweep: the naive orchestrator never violated single_charge: the harness is blind to it",))
+        table["single_charge"] = {"guarded": 1, "naive": 1}
+        self.assertEqual(tb._failures([], [], table, []), ("sweep: the guarded orchestrator violated single_charge",))
+
+
+# ================================================================================================
+# 14. Full-plan scorer
+# ================================================================================================
+
+REFUND = {"amount_cents": 4999, "idempotency_key": "k-refund-20481", "order_ref": "20481", "reason": "damaged"}
+
+
+def two_refunds() -> tb.Expectation:
+    return tb.Expectation("two_refunds", (
+        tb.ExpectedCall("refund_payment", {"amount_cents": 4999, "order_ref": "20481", "reason": "damaged"}),
+        tb.ExpectedCall("refund_payment", {"amount_cents": 100, "order_ref": "20482", "reason": "other"})))
+
+
+def query_then_refund() -> tb.Expectation:
+    return tb.Expectation("query_then_refund", (tb.ExpectedCall("query_logistics", {"order_ref": "20481"}),
+                                                tb.ExpectedCall("refund_payment", {"order_ref": "20481"})),
+                          edges=((0, 1),), forbidden=frozenset({"cancel_order"}))
+
+
+class TestScorer(unittest.TestCase):
+    def score(self, *calls, expectation=None):
+        expectation = tb.SCORER_CASES[0].expectation if expectation is None else expectation
+        return tb.score_response({"tool_calls": list(calls)}, expectation)
+
+    def values(self, result):
+        return {name: ratio["value"] for name, ratio in result["sub_scores"].items()}
+
+    def test_correct_response_passes(self):
+        result = self.score(provider("query_logistics", {"order_ref": "20481"}))
+        self.assertEqual((result["verdict"], result["total"]["value"], result["vetoes"]), ("pass", "1.000", []))
+        self.assertEqual(self.values(result), {"call_set": "1.000", "dependency": "n/a", "parse": "1.000",
+                                               "schema": "1.000"})
+
+    def test_every_call_is_scored_not_only_the_first(self):
+        result = self.score(provider("query_logistics", {"order_ref": "20481"}),
+                            provider("query_logistics", {"order_ref": "20481"}, "c2"))
+        self.assertEqual((result["verdict"], self.values(result)["call_set"], result["total"]["value"]),
+                         ("incomplete", "0.500", "0.500"))
+        self.assertEqual([c["index"] for c in result["calls"]], [0, 1])
+
+    def test_matching_is_optimal_not_greedy(self):
+        p0 = {**REFUND, "reason": "other"}  # 2/3 of the first expected call, 1/3 of the second
+        p1 = {**REFUND, "idempotency_key": "k-refund-second"}  # all of the first, none of the second
+        result = self.score(provider("refund_payment", p0), provider("refund_payment", p1, "c2"),
+                            expectation=two_refunds())
+        self.assertEqual(result["matching"], [[0, 1], [1, 0]])
+        self.assertEqual(result["sub_scores"]["call_set"], {"den": 2, "num": "4/3", "value": "0.667"})
+        self.assertEqual([c["pair_score"] for c in result["calls"]], ["1/3", "1"])
+
+    def test_a_correct_later_call_is_found(self):
+        wrong = provider("query_logistics", {"order_ref": "99999"})
+        right = provider("query_logistics", {"order_ref": "20481"}, "c2")
+        result = self.score(wrong, right)
+        self.assertEqual((result["matching"], [c["matched"] for c in result["calls"]]), ([[1, 0]], [None, 0]))
+
+    def test_schema_is_validated_recursively(self):
+        arguments = {**REFUND, "extra": {"deep": True}}
+        result = self.score(provider("refund_payment", arguments), expectation=tb.SCORER_CASES[2].expectation)
+        self.assertEqual(result["verdict"], "refused")
+        self.assertEqual(result["calls"][0]["findings"], [{"call": 0, "code": "SCHEMA_UNKNOWN_KEY", "path": "/extra"}])
+
+    def test_booleans_are_not_integers(self):
+        result = self.score(provider("refund_payment", {**REFUND, "amount_cents": True}),
+                            expectation=tb.SCORER_CASES[2].expectation)
+        self.assertEqual((result["verdict"], result["calls"][0]["findings"][0]["code"]), ("refused", "SCHEMA_TYPE"))
+
+    def test_fixed_arguments_compare_without_coercion(self):
+        expectation = tb.Expectation("x", (tb.ExpectedCall("refund_payment", {"amount_cents": 4999,
+                                                                              "order_ref": "20481"}),))
+        result = self.score(provider("refund_payment", {**REFUND, "order_ref": "20482"}), expectation=expectation)
+        self.assertEqual((result["verdict"], result["calls"][0]["pair_score"]), ("incomplete", "1/2"))
+
+    def test_enum_out_of_range_is_refused(self):
+        result = self.score(provider("refund_payment", {**REFUND, "reason": "changed_mind"}),
+                            expectation=tb.SCORER_CASES[2].expectation)
+        self.assertEqual(result["calls"][0]["findings"], [{"call": 0, "code": "SCHEMA_ENUM", "path": "/reason"}])
+
+    def test_side_effect_without_key_is_refused(self):
+        arguments = dict(REFUND)
+        del arguments["idempotency_key"]
+        result = self.score(provider("refund_payment", arguments), expectation=tb.SCORER_CASES[2].expectation)
+        self.assertEqual([f["code"] for f in result["calls"][0]["findings"]], ["SCHEMA_REQUIRED", "KEY_MISSING"])
+
+    def test_unknown_tool_is_refused(self):
+        result = self.score(provider("launch_rocket", {}))
+        self.assertEqual((result["verdict"], result["calls"][0]["findings"][0]["code"]), ("refused", "TOOL_UNKNOWN"))
+
+    def test_dependency_edges_are_checked_on_the_proposed_order(self):
+        query = provider("query_logistics", {"order_ref": "20481"})
+        refund = provider("refund_payment", REFUND, "c2")
+        in_order = self.score(query, refund, expectation=query_then_refund())
+        self.assertEqual((in_order["verdict"], in_order["total"]["value"], in_order["edges"]),
+                         ("pass", "1.000", [{"after": 1, "before": 0, "satisfied": True}]))
+        reversed_ = self.score(refund, query, expectation=query_then_refund())
+        self.assertEqual((reversed_["verdict"], reversed_["total"]["value"]), ("incomplete", "0.000"))
+        self.assertEqual(reversed_["sub_scores"]["dependency"], {"den": 1, "num": "0", "value": "0.000"})
+
+    def test_an_edge_to_a_missing_call_is_unsatisfied(self):
+        result = self.score(provider("query_logistics", {"order_ref": "20481"}), expectation=query_then_refund())
+        self.assertEqual((result["edges"][0]["satisfied"], result["total"]["value"]), (False, "0.000"))
+
+    def test_total_is_call_set_times_dependency(self):
+        expectation = tb.Expectation("x", (tb.ExpectedCall("query_logistics", {"order_ref": "20481"}),
+                                           tb.ExpectedCall("refund_payment", {"order_ref": "20481", "reason": "damaged"}),
+                                           tb.ExpectedCall("confirm_order", {})),
+                                     edges=((0, 1), (1, 2)))
+        query = provider("query_logistics", {"order_ref": "20481"})
+        refund = provider("refund_payment", {**REFUND, "reason": "other"}, "c2")
+        result = self.score(refund, query, expectation=expectation)
+        self.assertEqual((result["sub_scores"]["call_set"], result["sub_scores"]["dependency"]["value"]),
+                         ({"den": 3, "num": "3/2", "value": "0.500"}, "0.000"))
+        self.assertEqual(result["total"]["value"], "0.000")
+        result = self.score(query, refund, expectation=expectation)
+        self.assertEqual((result["sub_scores"]["dependency"]["value"], result["total"]["value"]), ("0.500", "0.250"))
+
+    def test_forbidden_side_effect_vetoes_and_is_named(self):
+        result = self.score(provider("query_logistics", {"order_ref": "20481"}),
+                            provider("cancel_order", {"order_ref": "20481", "reason": "customer_request",
+                                                      "idempotency_key": "k-cancel-20481"}, "c2"))
+        self.assertEqual((result["verdict"], result["total"]["value"], result["vetoes"]),
+                         ("veto", "0.000", ["FORBIDDEN_CALL:cancel_order@1"]))
+
+    def test_veto_outranks_every_other_failure(self):
+        result = self.score(tb.SCORER_CASES[5].response["tool_calls"][0],
+                            provider("cancel_order", {"order_ref": 1}, "c2"))
+        self.assertEqual(result["verdict"], "veto")
+
+    def test_unparseable_calls_stay_in_the_denominator(self):
+        result = self.score(provider("query_logistics", {"order_ref": "20481"}),
+                            provider("query_logistics", "{", "c2"))
+        self.assertEqual(result["verdict"], "unparseable")
+        self.assertEqual(result["sub_scores"]["parse"], {"den": 2, "num": "1", "value": "0.500"})
+        self.assertEqual(result["sub_scores"]["schema"], {"den": 2, "num": "1", "value": "0.500"})
+        self.assertEqual(result["sub_scores"]["call_set"]["value"], "0.500")
+        self.assertEqual(result["total"]["value"], "0.000")
+
+    def test_an_empty_response_scores_zero_against_an_expected_call(self):
+        result = self.score()
+        self.assertEqual((result["verdict"], self.values(result)),
+                         ("incomplete", {"call_set": "0.000", "dependency": "n/a", "parse": "n/a", "schema": "n/a"}))
+
+    def test_an_expected_call_without_fixed_values_matches_any_valid_call(self):
+        expectation = tb.Expectation("x", (tb.ExpectedCall("query_logistics", {}),))
+        result = self.score(provider("query_logistics", {"order_ref": "11111"}), expectation=expectation)
+        self.assertEqual((result["calls"][0]["pair_score"], result["total"]["value"]), ("1", "1.000"))
+
+    def test_nothing_expected_and_nothing_proposed_passes(self):
+        result = self.score(expectation=tb.Expectation("no_tools", ()))
+        self.assertEqual((result["verdict"], result["total"]["value"]), ("pass", "1.000"))
+
+    def test_optimal_matching_directly(self):
+        third = Fraction(1, 3)
+        self.assertEqual(tb.optimal_matching([[2 * third, third], [Fraction(1), Fraction(0)]]),
+                         (Fraction(4, 3), ((0, 1), (1, 0))))
+        self.assertEqual(tb.optimal_matching([]), (Fraction(0), ()))
+        self.assertEqual(tb.optimal_matching([[Fraction(0)]]), (Fraction(0), ()))
+        self.assertEqual(tb.optimal_matching([[Fraction(1, 2)], [Fraction(1)]]), (Fraction(1), ((1, 0),)))
+
+    def test_ratio_rounds_half_up_and_shows_vacuous_as_na(self):
+        self.assertEqual(tb._ratio(Fraction(2), 3), {"den": 3, "num": "2", "value": "0.667"})
+        self.assertEqual(tb._ratio(Fraction(1), 3)["value"], "0.333")
+        self.assertEqual(tb._ratio(Fraction(1), 2000)["value"], "0.001")
+        self.assertEqual(tb._ratio(Fraction(1), 2001)["value"], "0.000")
+        self.assertEqual(tb._ratio(3, 3)["value"], "1.000")
+        self.assertEqual(tb._ratio(0, 0), {"den": 0, "num": "0", "value": "n/a"})
+        self.assertEqual((tb._factor(tb._ratio(0, 0)), tb._factor(tb._ratio(1, 4))), (1, Fraction(1, 4)))
+
+    def test_config_digest(self):
+        config = tb.scorer_config()
+        self.assertEqual(config["verdicts"], ["veto", "unparseable", "refused", "incomplete", "pass"])
+        self.assertEqual(bench().summary["scorer"]["config_sha256"], tb.canonical_sha256(config))
+
+
+class TestScorerHostileInput(unittest.TestCase):
+    EXPECT = tb.SCORER_CASES[0].expectation
+
+    def test_response_level_failures_are_codes(self):
+        cases = {"RESPONSE_SHAPE": [None, [], "text", {}, {"tool_calls": {}}, {"tool_calls": [], "x": 1},
+                                    {"tool_calls": "[]"}],
+                 "RESPONSE_TOO_MANY_CALLS": [{"tool_calls": [provider("query_logistics", "{}")] * 17}]}
+        for code, responses in cases.items():
+            for response in responses:
+                with self.subTest(response=str(response)[:60]):
+                    result = tb.score_response(response, self.EXPECT)
+                    self.assertEqual((result["error"], result["verdict"], result["total"]["value"]),
+                                     (code, "unparseable", "0.000"))
+                    self.assertEqual(result["sub_scores"]["parse"], {"den": 1, "num": "0", "value": "0.000"})
+
+    def test_sixteen_calls_are_still_scored(self):
+        result = tb.score_response({"tool_calls": [provider("query_logistics", {"order_ref": "20481"}, f"c{n}")
+                                                   for n in range(16)]}, self.EXPECT)
+        self.assertEqual((result["error"], result["sub_scores"]["call_set"]["den"]), (None, 16))
+
+    def test_call_level_failures_are_codes(self):
+        good = provider("query_logistics", {"order_ref": "20481"})
+        cases = {
+            "CALL_SHAPE": [None, [], {"id": "c1", "name": "query_logistics"}, {**good, "type": "function"},
+                           {**good, "id": 1}, {**good, "name": None}, {**good, "id": ""},
+                           {**good, "id": "x" * 65}, {**good, "name": "q" * 65}],
+            "ARGS_NOT_STRING": [{**good, "arguments": {"order_ref": "20481"}}, {**good, "arguments": None}],
+            "ARGS_NOT_JSON": [{**good, "arguments": "{order_ref: 20481}"}],
+            "ARGS_NOT_OBJECT": [{**good, "arguments": '["20481"]'}, {**good, "arguments": "20481"}],
+            "ARGS_TOO_DEEP": [{**good, "arguments": '{"a": ' + "[" * 5000 + "]" * 5000 + "}"}],
+            "ARGS_TOO_LARGE": [{**good, "arguments": '{"order_ref": "' + "9" * 20_000 + '"}'}],
+            "ARGS_DUPLICATE_KEY": [{**good, "arguments": '{"order_ref": "20481", "order_ref": "20482"}'}],
+            "ARGS_NONFINITE": [{**good, "arguments": '{"order_ref": NaN}'}],
+            "ARGS_INT_RANGE": [{**good, "arguments": '{"order_ref": 123456789012345678901234567890}'}],
+            "ARGS_BAD_STRING": [{**good, "arguments": '{"order_ref": "\\udc00"}'}],
+        }
+        for code, calls in cases.items():
+            for item in calls:
+                with self.subTest(code=code, item=str(item)[:60]):
+                    result = tb.score_response({"tool_calls": [item]}, self.EXPECT)
+                    self.assertEqual(result["calls"][0]["findings"], [{"call": 0, "code": code, "path": ""}])
+                    self.assertEqual((result["verdict"], result["total"]["value"]), ("unparseable", "0.000"))
+
+    def test_x_x64_ids_and_names_are_accepted(self):
+        good = provider("query_logistics", {"order_ref": "20481"}, "x" * 64)
+        self.assertEqual(tb.score_response({"tool_calls": [good]}, self.EXPECT)["verdict"], "pass")
+
+    def test_schema_level_hostility_is_refused_not_raised(self):
+        good = provider("query_logistics", {"order_ref": "20481"})
+        cases = {"SCHEMA_TYPE": [{"order_ref": 20481}, {"order_ref": True}, {"order_ref": None},
+                                 {"order_ref": ["20481"]}],
+                 "SCHEMA_UNKNOWN_KEY": [{"order_ref": "20481", "force": True}],
+                 "SCHEMA_REQUIRED": [{}]}
+        for code, arguments in cases.items():
+            for value in arguments:
+                with self.subTest(value=value):
+                    result = tb.score_response({"tool_calls": [{**good, "arguments": json.dumps(value)}]}, self.EXPECT)
+                    self.assertEqual((result["verdict"], result["calls"][0]["findings"][0]["code"]),
+                                     ("refused", code))
+
+    def test_invalid_configuration_is_reported(self):
+        bad_tools = {"query_logistics": tb.ToolContract("query_logistics", False, {"type": "object"})}
+        for tools, expectation, code in ((tb.TOOLS, "not an expectation", "EXPECTATION_INVALID"),
+                                         (bad_tools, self.EXPECT, "SCHEMA_UNSUPPORTED"),
+                                         ({"query_logistics": "schema"}, self.EXPECT, "SCHEMA_UNSUPPORTED"),
+                                         ([], self.EXPECT, "SCHEMA_UNSUPPORTED")):
+            with self.subTest(code=code):
+                result = tb.score_response({"tool_calls": []}, expectation, tools)
+                self.assertEqual((result["verdict"], result["error"]), ("invalid_input", code))
+
+
+class TestSeedRegressions(unittest.TestCase):
+    """The audited scorer's five constructed outputs with their corrected verdicts, and a baseline."""
+
+    def case(self, ident):
+        record = tb.run_scorer_case(next(c for c in tb.SCORER_CASES if c.id == ident))
+        self.assertEqual(record["verdict"], "pass")
+        return record
+
+    def test_sc1_baseline(self):
+        record = self.case("SC1")
+        self.assertEqual((record["score"]["verdict"], record["score"]["total"]["value"]), ("pass", "1.000"))
+        self.assertEqual((record["naive"]["side_effects"], record["guarded"]["lifecycle"]), (0, tb.RECONCILED))
+
+    def test_sc2_query_then_cancel_is_vetoed(self):
+        record = self.case("SC2")
+        self.assertEqual((record["score"]["total"]["value"], record["score"]["vetoes"]),
+                         ("0.000", ["FORBIDDEN_CALL:cancel_order@1"]))
+        # The model's proposal is the same; only the orchestration decides whether it lands.
+        self.assertEqual(record["naive"]["diff_paths"], ["consumed/EV-0001", "deliveries/EV-0001", "orders/20481",
+                                                         "outbox/EV-0001"])
+        self.assertEqual(record["naive"]["violations"], tb._violations(no_orphan_reservation=1))
+        self.assertEqual((record["guarded"]["lifecycle"], record["guarded"]["side_effects"]), (tb.REFUSED, 0))
+
+    def test_sc3_refund_missing_reason_is_refused(self):
+        record = self.case("SC3")
+        self.assertEqual(record["score"]["calls"][0]["findings"],
+                         [{"call": 0, "code": "SCHEMA_REQUIRED", "path": "/reason"}])
+        self.assertEqual((record["naive"]["side_effects"], record["guarded"]["side_effects"]), (1, 0))
+
+    def test_sc4_number_for_string_is_refused(self):
+        record = self.case("SC4")
+        self.assertEqual([f["code"] for f in record["score"]["calls"][0]["findings"]],
+                         ["ARGUMENT_MISMATCH", "SCHEMA_TYPE"][1:])
+        self.assertEqual(record["naive"]["outcome"], "aborted")
+
+    def test_sc5_unknown_force_is_refused(self):
+        record = self.case("SC5")
+        self.assertEqual(record["score"]["calls"][0]["findings"],
+                         [{"call": 0, "code": "SCHEMA_UNKNOWN_KEY", "path": "/force"}])
+        self.assertEqual(record["naive"]["side_effects"], 1)
+
+    def test_sc6_invalid_json_scores_zero(self):
+        record = self.case("SC6")
+        self.assertEqual((record["score"]["verdict"], record["score"]["total"]["value"],
+                          record["score"]["sub_scores"]["parse"]["value"]), ("unparseable", "0.000", "0.000"))
+        self.assertEqual(record["guarded"]["violations"], tb._violations())
+
+    def test_a_lost_verdict_fails_the_run(self):
+        self.assertEqual(tb._failures([], [], {n: {"guarded": 0, "naive": 1} for n in tb.INVARIANTS},
+                                      [{"case": "SC9", "verdict": "fail"}]),
+                         ("scorer case SC9 lost its corrected verdict",))
+
+    def test_a_wrong_declared_verdict_is_caught(self):
+        case = tb.ScorerCase("SCX", "x", tb.SCORER_CASES[0].response, tb.SCORER_CASES[0].expectation, "-",
+                             "veto", tb.RECONCILED)
+        self.assertEqual(tb.run_scorer_case(case)["verdict"], "fail")
+        case = tb.ScorerCase("SCY", "x", tb.SCORER_CASES[0].response, tb.SCORER_CASES[0].expectation, "-",
+                             "pass", tb.REFUSED)
+        self.assertEqual(tb.run_scorer_case(case)["verdict"], "fail")
+
+
+# ================================================================================================
+# 15. Bench: run_all, result files, check
+# ================================================================================================
+
+class TestBenchResults(unittest.TestCase):
+    def test_the_run_passes(self):
+        self.assertEqual((bench().passed, bench().failures), (True, ()))
+        self.assertEqual(bench().summary["runs"], {"controls": 5, "scenarios": 14, "total": 19})
+
+    def test_raw_file_layout(self):
+        lines = raw_lines()
+        self.assertEqual([line["kind"] for line in lines[:25]], ["scenario"] * 14 + ["control"] * 5 + ["scorer"] * 6)
+        self.assertEqual(len(lines), 25 + 646)
+        self.assertEqual(bench().summary["raw_results"], {"lines": 671, "sha256": tb.hashlib.sha256(bench().raw)
+                                                          .hexdigest()})
+
+    def test_every_line_is_canonical_and_full_records_are_sealed(self):
+        lines = raw_lines()
+        for text, line in zip(bench().raw.splitlines(), lines):
+            self.assertEqual(tb.canonical_json(line), text)
+        for line in lines[:25]:
+            self.assertEqual(tb.seal(line)["record_sha256"], line["record_sha256"])
+
+    def test_a_sweep_line_keeps_the_digest_of_its_reproducible_full_record(self):
+        line = next(line for line in raw_lines() if line["run_id"] == "W100/naive")
+        faults = tuple(tb.Fault(*fault) for fault in line["faults"])
+        record = tb.seal(tb.execute_run("naive", tb.plan_calls(), tb.PLACE_ORDER, faults=faults))
+        self.assertEqual(record["record_sha256"], line["record_sha256"])
+        # 1 empty + 28 singles + 49 pairs on (create, reserve) precede it: pair 22 on (create, charge).
+        self.assertEqual(line["faults"], [["ack_lost", "create_order", 1],
+                                          ["timeout_after_commit", "charge_payment", 1]])
+
+    def test_full_records_keep_what_the_issue_asks_for(self):
+        for line in raw_lines()[:19]:
+            with self.subTest(run=line["run_id"]):
+                self.assertLessEqual({"state_before", "state_after", "diff", "trace", "compensation_order",
+                                      "assertions", "record_sha256", "seed"}, set(line))
+                self.assertEqual(line["seed"], tb.SEED)
+
+    def test_rerun_is_byte_identical(self):
+        again = tb.run_all()
+        self.assertEqual((again.raw, again.summary_bytes()), (bench().raw, bench().summary_bytes()))
+        with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
+            tb.write_results(bench(), Path(first))
+            tb.write_results(again, Path(second))
+            for name in (tb.RAW_FILE, tb.SUMMARY_FILE):
+                with open(Path(first) / name, "rb") as a, open(Path(second) / name, "rb") as b:
+                    self.assertEqual(a.read(), b.read())
+
+    def test_another_seed_changes_only_seeded_content(self):
+        other = tb.run_all(seed=1)
+        self.assertEqual(other.summary["seed"], 1)
+        self.assertEqual(other.summary["sweep"]["invariants"], bench().summary["sweep"]["invariants"])
+        self.assertNotEqual(other.raw, bench().raw)
+
+    def test_committed_results_match_a_fresh_run(self):
+        self.assertEqual(tb.check_results(tb.RESULTS_DIR, bench()), [])
+
+    def test_check_fails_when_one_byte_changes(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            copy = Path(scratch) / "results"
+            shutil.copytree(tb.RESULTS_DIR, copy)
+            with open(copy / tb.RAW_FILE, "r+b") as handle:
+                handle.seek(100)
+                byte = handle.read(1)
+                handle.seek(100)
+                handle.write(bytes([byte[0] ^ 1]))
+            self.assertEqual(tb.check_results(copy, bench()), ["raw_results.jsonl: line 1 differs from a fresh run"])
+            status, out, _ = capture(["--check", "--results", str(copy)])
+            self.assertEqual(status, 1)
+            self.assertIn("check: FAILED", out)
+            self.assertNotIn(scratch, out)
+
+    def test_check_reports_missing_and_truncated_files(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            tb.write_results(bench(), Path(scratch))
+            with open(Path(scratch) / tb.SUMMARY_FILE, "ab") as handle:
+                handle.write(b"\n")
+            os.remove(Path(scratch) / tb.RAW_FILE)
+            self.assertEqual(tb.check_results(Path(scratch), bench()),
+                             ["raw_results.jsonl: missing or unreadable",
+                              f"summary.json: length differs from a fresh run ({len(bench().summary_bytes()) + 1} "
+                              f"bytes, fresh {len(bench().summary_bytes())})"])
+
+    def test_check_needs_a_directory(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            with self.assertRaises(tb.BenchError) as caught:
+                tb.check_results(Path(scratch) / "absent", bench())
+            self.assertEqual(caught.exception.code, "RESULTS_UNREADABLE")
+
+    def test_write_refuses_an_unusable_directory(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            blocker = Path(scratch) / "file"
+            with open(blocker, "w", encoding="utf-8") as handle:
+                handle.write("x")
+            for target in (blocker, blocker / "below", Path(scratch) / "a\x00b"):
+                with self.subTest(target=target.name):
+                    with self.assertRaises(tb.BenchError) as caught:
+                        tb.write_results(bench(), target)
+                    self.assertEqual(caught.exception.code, "RESULTS_UNWRITABLE")
+
+    def test_summary_bytes_are_utf8_sorted_and_indented(self):
+        outcome = tb.BenchOutcome(b"", {"b": "é", "a": [1]}, ())
+        self.assertEqual(outcome.summary_bytes(), '{\n  "a": [\n    1\n  ],\n  "b": "é"\n}\n'.encode("utf-8"))
+
+    def test_summary_counts_per_dimension(self):
+        self.assertEqual(bench().summary["dimensions"]["schema"], {"passed": 4, "scenarios": 4})
+        self.assertEqual(sum(d["passed"] for d in bench().summary["dimensions"].values()), 14)
+        self.assertEqual(bench().summary["vetoes"], [{"case": "SC2", "veto": "FORBIDDEN_CALL:cancel_order@1"}])
+
+
+# ================================================================================================
+# 16. CLI
+# ================================================================================================
+
+class TestCli(unittest.TestCase):
+    def test_full_run_writes_results_and_prints_the_tables(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            status, out, err = capture(["--results", scratch])
+            self.assertEqual((status, err), (0, ""))
+            with open(Path(scratch) / tb.RAW_FILE, "rb") as handle:
+                self.assertEqual(handle.read(), bench().raw)
+        for text in ("S10 response lost after commit: one charge", "C1 double charge: SHOWN",
+                     "single_charge", "no_orphan_reservation", "consumed_exactly_once", "key_ledger",
+                     "unknown_resolved", "parse", "schema", "call_set", "dependency", "total", "verdict",
+                     "vetoes: SC2 FORBIDDEN_CALL:cancel_order@1", "PASSED"):
+            self.assertIn(text, out)
+        self.assertEqual(out, tb.render_summary(bench().summary) + "\n")
+
+    def test_failures_are_printed(self):
+        summary = json.loads(bench().summary_bytes())
+        summary["failures"], summary["passed"] = ["control C1 did not show its fault"], False
+        rendered = tb.render_summary(summary)
+        self.assertIn("FAILED", rendered.splitlines()[0])
+        self.assertEqual(rendered.splitlines()[-1], "FAILURE: control C1 did not show its fault")
+
+    def test_check_passes_on_a_faithful_copy(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            tb.write_results(bench(), Path(scratch))
+            status, out, _ = capture(["--check", "--results", scratch])
+        self.assertEqual(status, 0)
+        self.assertTrue(out.startswith("check: OK"))
+
+    def test_one_scenario(self):
+        status, out, _ = capture(["--scenario", "S13"])
+        self.assertEqual(status, 0)
+        self.assertEqual([line.split()[0] for line in out.splitlines() if not line.startswith(" ")],
+                         ["S13/guarded", "C3/naive"])
+        status, out, _ = capture(["--scenario", "S05"])
+        self.assertEqual((status, out.splitlines()[0].split()[0], sum(1 for l in out.splitlines()
+                                                                       if not l.startswith(" "))),
+                         (0, "S05/guarded", 1))
+
+    def test_usage_errors_exit_2_without_echo_or_traceback(self):
+        for argv in (["--bogus"], ["--scenario"], ["--check", "--scenario", "S01"], ["extra"], ["--sc", "S01"],
+                     ["--results"]):
+            with self.subTest(argv=argv):
+                status, out, err = capture(argv)
+                self.assertEqual((status, out), (2, ""))
+                self.assertTrue(err.startswith("error: CLI_USAGE"))
+                self.assertIn("usage: transaction_bench.py", err)
+
+    def test_unknown_scenario_is_not_echoed(self):
+        status, _, err = capture(["--scenario", "/home/someone/secret"])
+        self.assertEqual(status, 2)
+        self.assertEqual(err, "error: SCENARIO_UNKNOWN: unknown scenario id (known ids: S01..S14)\n")
+
+    def test_bad_results_directory_is_not_echoed(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            blocker = Path(scratch) / "file"
+            with open(blocker, "w", encoding="utf-8") as handle:
+                handle.write("x")
+            for argv, code in ((["--results", str(blocker)], "RESULTS_UNWRITABLE"),
+                               (["--check", "--results", str(blocker)], "RESULTS_UNREADABLE"),
+                               (["--results", scratch + "/a\x00b"], "RESULTS_UNWRITABLE")):
+                with self.subTest(code=code):
+                    status, out, err = capture(argv)
+                    self.assertEqual(status, 2)
+                    self.assertTrue(err.startswith(f"error: {code}"))
+                    self.assertNotIn(scratch, err + out)
+
+    def test_script_exits_2_without_a_traceback(self):
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        result = subprocess.run([sys.executable, "-B", str(HERE / "transaction_bench.py"), "--nope", "/tmp/x"],
+                                capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(result.returncode, 2)
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertNotIn("/tmp/x", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,2318 @@
+#!/usr/bin/env python3
+"""tool-transaction-bench: a deterministic fault-injection sandbox for tool-call transactions.
+
+A tool call is a proposal; the persisted state is the result. The bench runs the same proposals
+through a naive and a guarded orchestrator against one in-memory sandbox (orders, inventory
+reservations, payment charges, a transactional outbox, a relay and a consumer with a dedup inbox),
+injects faults at named points, and judges every run by the state it leaves behind, never by what
+the orchestrator says about itself. A full-plan scorer grades the proposal on its own, so the
+model's share and the orchestration's share of an outcome are reported apart.
+
+What it never does: touch a network, a database, a clock or an unseeded random generator (the
+naive orchestrator's fresh keys come from `random.Random(SEED)`, and the seed is recorded);
+recurse on untrusted input beyond MAX_NESTING levels (argument text is depth-scanned before the
+decoder runs, and schema validation walks values with an explicit stack); rely on `assert` for a
+runtime check; print a local path.
+
+Sections, in the order data flows:
+  1. limits and constants
+  2. errors and codes
+  3. lifecycle: the transition table is the spec
+  4. strict argument decoding
+  5. tool contracts and schema validation
+  6. fault catalogue and injector
+  7. sandbox: state, tools, outbox, relay, consumer
+  8. expectations and plan validation
+  9. journal and orchestrators (naive, guarded)
+ 10. invariants
+ 11. run records: snapshots, diff, metrics, assertions
+ 12. scenarios and paired controls
+ 13. exhaustive fault sweep
+ 14. full-plan scorer and its cases
+ 15. bench: run_all, result files, check
+ 16. CLI
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import math
+import random
+import re
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import combinations
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Final
+
+_REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+if _REPO_ROOT not in sys.path:
+    sys.path.insert(0, _REPO_ROOT)
+import tool_dispatcher  # noqa: E402  canonical JSON and its digest are the dispatcher's, not copied
+
+canonical_json = tool_dispatcher.canonical_json
+canonical_sha256 = tool_dispatcher.canonical_sha256
+
+
+# ================================================================================================
+# 1. Limits and constants
+# ================================================================================================
+
+BENCH_FORMAT: Final = "tool-transaction-bench/results-v1"
+SEED: Final = 20240531  # the only randomness: the naive orchestrator's fresh keys per retry
+GUARDED_MAX_ATTEMPTS: Final = 3  # one try plus two same-key retries outlast any single transient fault
+NAIVE_MAX_ATTEMPTS: Final = 3  # the same budget, so the two differ in key policy, not in persistence
+MAX_ARGUMENT_BYTES: Final = 16_384  # real arguments are a few hundred bytes; counted before decoding
+MAX_NESTING: Final = 16  # the deepest contract has 3 levels; scanned before the decoder can recurse
+MAX_SAFE_INTEGER: Final = 2**53 - 1  # the largest integer every JSON consumer reads exactly
+MAX_INTEGER_DIGITS: Final = 16  # the digits of MAX_SAFE_INTEGER: longer literals never reach int()
+MAX_CALLS: Final = 16  # a longer response is refused whole, never truncated to a convenient prefix
+MAX_EXPECTED_CALLS: Final = 8  # optimal matching walks 2**n subsets; 256 of them stay instant
+MAX_FINDINGS: Final = 32  # hostile arguments cannot grow a record without bound
+MAX_NAME_CHARS: Final = 64  # call ids and tool names are short identifiers echoed into records
+MAX_DELIVERIES: Final = 4  # the broker dead-letters an event it has delivered this many times
+
+RESULTS_DIR: Final = Path(__file__).resolve().parent / "results"
+RAW_FILE: Final = "raw_results.jsonl"
+SUMMARY_FILE: Final = "summary.json"
+
+# The four-step plan every completeness, timeout, idempotency, saga and delivery scenario uses.
+PLAN_TOOLS: Final = ("create_order", "reserve_inventory", "charge_payment", "confirm_order")
+PLAN_ORDER: Final = "30417"
+SEEDED_ORDER: Final = "20481"  # the scorer cases act on an order that already exists
+INITIAL_STOCK: Final = MappingProxyType({"SKU-BLUE": 5, "SKU-RED": 5})
+
+
+# ================================================================================================
+# 2. Errors and codes
+# ================================================================================================
+
+ERRORS: Final = MappingProxyType({
+    # argument decoding: the text a provider hands over as `arguments`
+    "ARGS_NOT_STRING": "arguments must be a JSON string",
+    "ARGS_NOT_UTF8": "arguments are not encodable as UTF-8",
+    "ARGS_TOO_LARGE": "arguments exceed the byte limit",
+    "ARGS_TOO_DEEP": "arguments exceed the nesting limit",
+    "ARGS_NOT_JSON": "arguments are not valid JSON",
+    "ARGS_DUPLICATE_KEY": "arguments repeat a key",
+    "ARGS_NONFINITE": "arguments hold NaN or an infinite number",
+    "ARGS_INT_RANGE": "an integer is outside the portable range",
+    "ARGS_BAD_STRING": "a string holds a lone surrogate",
+    "ARGS_NOT_OBJECT": "arguments must be a JSON object",
+    # schema validation
+    "SCHEMA_TYPE": "a value has the wrong JSON type",
+    "SCHEMA_REQUIRED": "a required field is missing",
+    "SCHEMA_UNKNOWN_KEY": "a field is not in the contract",
+    "SCHEMA_ENUM": "a value is not one of the allowed values",
+    "SCHEMA_RANGE": "an integer is outside its range",
+    "SCHEMA_LENGTH": "a string is too short or too long",
+    "SCHEMA_PATTERN": "a string does not match its pattern",
+    "SCHEMA_ITEMS": "an array has too few or too many items",
+    "SCHEMA_UNSUPPORTED": "a schema uses a keyword or shape this validator does not support",
+    # response shape, as the scorer receives it
+    "RESPONSE_SHAPE": "the response must be an object holding only a tool_calls list",
+    "RESPONSE_TOO_MANY_CALLS": "the response proposes more calls than the limit",
+    "CALL_SHAPE": "a call must be exactly {id, name, arguments} with short string id and name",
+    # plan validation, before any tool starts
+    "TOOL_UNKNOWN": "no tool has this name",
+    "KEY_MISSING": "a side-effecting call has no idempotency key",
+    "KEY_REUSED": "two calls in one plan share an idempotency key",
+    "CALL_MISSING": "an expected call is missing from the plan",
+    "CALL_UNEXPECTED": "the plan holds a call that is not expected",
+    "CALL_FORBIDDEN": "the plan holds a forbidden call",
+    "DEPENDENCY_ORDER": "a call comes before a call it depends on",
+    "ARGUMENT_MISMATCH": "an argument differs from the value the request fixed",
+    "PLAN_TOO_MANY_CALLS": "the plan holds more calls than the limit",
+    "EXPECTATION_INVALID": "the expectation is malformed or its dependencies form a cycle",
+    "FAULT_INVALID": "a fault names an unknown kind or tool, or a count below one",
+    # sandbox answers
+    "TIMEOUT": "no answer in time: the effect may or may not have committed",
+    "RATE_LIMITED": "too many requests: refused before any effect",
+    "REJECTED": "refused for good",
+    "STATUS_UNAVAILABLE": "the status service did not answer",
+    "BAD_REQUEST": "the tool cannot read a field it needs",
+    "IDEMPOTENCY_CONFLICT": "this key was used with different arguments",
+    "ORDER_EXISTS": "an order with this reference exists",
+    "ORDER_NOT_FOUND": "no order has this reference",
+    "ORDER_STATE": "the order's status does not allow this action",
+    "ORDER_NOT_READY": "the order lacks a held reservation or a captured charge",
+    "INSUFFICIENT_STOCK": "not enough stock to reserve",
+    "AMOUNT_MISMATCH": "the amount differs from the order's amount",
+    "NOTHING_TO_RELEASE": "the order holds no reservation",
+    "NOTHING_TO_REFUND": "the order has no captured charge of this amount",
+    # lifecycle and command line
+    "LIFECYCLE_ILLEGAL": "illegal lifecycle transition",
+    "CLI_USAGE": "unrecognised or malformed command-line arguments",
+    "SCENARIO_UNKNOWN": "unknown scenario id",
+    "RESULTS_UNWRITABLE": "the results directory cannot be created or written",
+    "RESULTS_UNREADABLE": "the results directory cannot be read",
+})
+
+
+class BenchError(Exception):
+    """One error type: a stable code from ERRORS, its fixed message, and an optional safe detail."""
+
+    def __init__(self, code: str, detail: str = "") -> None:
+        self.code = code
+        self.detail = detail
+        suffix = f" ({detail})" if detail else ""
+        super().__init__(f"{code}: {ERRORS[code]}{suffix}")
+
+
+class IllegalTransition(BenchError):
+    """A lifecycle event the transition table does not allow in the current state."""
+
+    def __init__(self, state: str, event: str) -> None:
+        super().__init__("LIFECYCLE_ILLEGAL", f"{event!r} in state {state}")
+        self.state = state
+        self.event = event
+
+
+# How the guarded orchestrator treats each sandbox answer. A code not listed is never retried.
+RETRY: Final = "retry"
+UNKNOWN: Final = "unknown"
+PERMANENT: Final = "permanent"
+ERROR_CLASSES: Final = MappingProxyType({
+    "TIMEOUT": UNKNOWN,  # the effect may have committed: resolve it, never guess
+    "RATE_LIMITED": RETRY,  # refused before any effect: the same key may go again
+    "REJECTED": PERMANENT,
+    "BAD_REQUEST": PERMANENT,
+    "TOOL_UNKNOWN": PERMANENT,
+    "IDEMPOTENCY_CONFLICT": PERMANENT,
+    "ORDER_EXISTS": PERMANENT,
+    "ORDER_NOT_FOUND": PERMANENT,
+    "ORDER_STATE": PERMANENT,
+    "ORDER_NOT_READY": PERMANENT,
+    "INSUFFICIENT_STOCK": PERMANENT,
+    "AMOUNT_MISMATCH": PERMANENT,
+    "NOTHING_TO_RELEASE": PERMANENT,
+    "NOTHING_TO_REFUND": PERMANENT,
+})
+
+
+def classify(code: str | None) -> str:
+    """The class of a sandbox error code; unclassified codes are permanent, so never retried."""
+    return ERROR_CLASSES.get(code, PERMANENT)
+
+
+# ================================================================================================
+# 3. Lifecycle: the transition table is the spec
+# ================================================================================================
+
+PROPOSED: Final = "PROPOSED"
+VALIDATED: Final = "VALIDATED"
+EXECUTING: Final = "EXECUTING"
+COMPENSATING: Final = "COMPENSATING"
+RECONCILED: Final = "RECONCILED"
+MANUAL: Final = "MANUAL"
+REFUSED: Final = "REFUSED"
+
+# Everything that moves a guarded run lives here. RECONCILED means the final state was checked
+# against the receipts; MANUAL means a human owns what is left; neither is reached silently.
+TRANSITIONS: Final = MappingProxyType({
+    (PROPOSED, "accept"): VALIDATED,  # the whole plan passed validation
+    (PROPOSED, "refuse"): REFUSED,  # something failed: no tool has started
+    (VALIDATED, "start"): EXECUTING,
+    (EXECUTING, "reconcile"): RECONCILED,  # every step done and the state matches the receipts
+    (EXECUTING, "fail"): COMPENSATING,  # a step failed for good: undo the done steps in reverse
+    (EXECUTING, "escalate"): MANUAL,  # an unknown outcome stayed unknown, or the state disagrees
+    (COMPENSATING, "reconcile"): RECONCILED,
+    (COMPENSATING, "escalate"): MANUAL,  # a compensation failed
+})
+LIFECYCLE_STATES: Final = (PROPOSED, VALIDATED, EXECUTING, COMPENSATING, RECONCILED, MANUAL, REFUSED)
+TERMINAL_STATES: Final = frozenset({RECONCILED, MANUAL, REFUSED})
+
+
+class Lifecycle:
+    """One guarded run's state; only `fire` changes it, and only along TRANSITIONS."""
+
+    __slots__ = ("_state", "_history")
+
+    def __init__(self) -> None:
+        self._state = PROPOSED
+        self._history: list[tuple[str, str, str]] = []
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def fire(self, event: str) -> None:
+        try:
+            target = TRANSITIONS[(self._state, event)]
+        except KeyError:
+            raise IllegalTransition(self._state, event) from None
+        self._history.append((self._state, event, target))
+        self._state = target
+
+    def history(self) -> list[list[str]]:
+        return [list(step) for step in self._history]
+
+
+# ================================================================================================
+# 4. Strict argument decoding
+# ================================================================================================
+
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise BenchError("ARGS_DUPLICATE_KEY")  # last-one-wins would hide what the model sent
+    return value
+
+
+def _reject_constant(_name: str) -> Any:
+    raise BenchError("ARGS_NONFINITE")
+
+
+def _parse_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise BenchError("ARGS_INT_RANGE")  # refused before int() spends time on a huge literal
+    return int(digits)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BenchError("ARGS_NONFINITE")  # 1e400 decodes to inf, which no digest can encode
+    return value
+
+
+def _scan_nesting(text: str, max_depth: int) -> None:
+    """Refuse deep nesting before the (recursive) decoder sees the text."""
+    depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > max_depth:
+                raise BenchError("ARGS_TOO_DEEP")
+        elif char in "]}":
+            depth -= 1
+
+
+def _check_domain(value: Any) -> None:
+    """Integers in the portable range, strings encodable: walked with a stack, not recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise BenchError("ARGS_BAD_STRING") from None
+        elif type(item) is int and abs(item) > MAX_SAFE_INTEGER:
+            raise BenchError("ARGS_INT_RANGE")
+
+
+def decode_arguments(text: Any, *, max_bytes: int = MAX_ARGUMENT_BYTES,
+                     max_depth: int = MAX_NESTING) -> dict[str, Any]:
+    """Decode a provider's `arguments` string into a JSON object, or raise BenchError."""
+    if not isinstance(text, str):
+        raise BenchError("ARGS_NOT_STRING")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise BenchError("ARGS_NOT_UTF8") from None
+    if size > max_bytes:
+        raise BenchError("ARGS_TOO_LARGE")
+    _scan_nesting(text, max_depth)
+    try:
+        value = json.loads(text, object_pairs_hook=_object_without_duplicates,
+                           parse_constant=_reject_constant, parse_int=_parse_int,
+                           parse_float=_parse_float)
+    except ValueError:
+        raise BenchError("ARGS_NOT_JSON") from None
+    _check_domain(value)
+    if not isinstance(value, dict):
+        raise BenchError("ARGS_NOT_OBJECT")
+    return value
+
+
+# ================================================================================================
+# 5. Tool contracts and schema validation
+# ================================================================================================
+
+def _freeze(value: Any) -> Any:
+    """Read-only copy of a trusted constant (schemas are built here, never from input)."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({name: _freeze(item) for name, item in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(item) for item in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    """Plain JSON copy of a frozen constant, for digests and for callers who want to edit it."""
+    if isinstance(value, Mapping):
+        return {name: _thaw(item) for name, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_thaw(item) for item in value]
+    return value
+
+
+def _object(**properties: Any) -> dict[str, Any]:
+    # Strict contracts: every field required, nothing else allowed, at every level.
+    return {"type": "object", "properties": properties, "required": sorted(properties),
+            "additionalProperties": False}
+
+
+_ORDER_REF: Final = {"type": "string", "pattern": "^[0-9]{5}$"}
+_KEY: Final = {"type": "string", "pattern": "^[A-Za-z0-9_-]{8,64}$"}
+_SKU: Final = {"type": "string", "enum": ["SKU-BLUE", "SKU-RED"]}
+_QUANTITY: Final = {"type": "integer", "minimum": 1, "maximum": 10}
+_AMOUNT: Final = {"type": "integer", "minimum": 1, "maximum": 1_000_000}
+_CURRENCY: Final = {"type": "string", "enum": ["CNY", "EUR", "USD"]}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContract:
+    name: str
+    side_effect: bool  # a side-effecting tool requires an idempotency key
+    schema: Mapping[str, Any]
+
+
+TOOLS: Final = MappingProxyType({contract.name: contract for contract in (
+    ToolContract("create_order", True, _freeze(_object(
+        order_ref=_ORDER_REF,
+        customer=_object(id={"type": "string", "pattern": "^C[0-9]{4}$"},
+                         tier={"type": "string", "enum": ["gold", "standard"]}),
+        line=_object(sku=_SKU, quantity=_QUANTITY),
+        amount_cents=_AMOUNT, currency=_CURRENCY, idempotency_key=_KEY))),
+    ToolContract("reserve_inventory", True, _freeze(_object(
+        order_ref=_ORDER_REF, sku=_SKU, quantity=_QUANTITY, idempotency_key=_KEY))),
+    ToolContract("charge_payment", True, _freeze(_object(
+        order_ref=_ORDER_REF, amount_cents=_AMOUNT, currency=_CURRENCY,
+        payment_method=_object(type={"type": "string", "enum": ["card", "wallet"]},
+                               token={"type": "string", "pattern": "^tok_[a-z0-9]{4,32}$"}),
+        idempotency_key=_KEY))),
+    ToolContract("confirm_order", True, _freeze(_object(order_ref=_ORDER_REF, idempotency_key=_KEY))),
+    ToolContract("release_inventory", True, _freeze(_object(
+        order_ref=_ORDER_REF, idempotency_key=_KEY))),
+    ToolContract("cancel_order", True, _freeze(_object(
+        order_ref=_ORDER_REF,
+        reason={"type": "string", "enum": ["customer_request", "fraud_suspected", "saga_compensation"]},
+        idempotency_key=_KEY))),
+    ToolContract("refund_payment", True, _freeze(_object(
+        order_ref=_ORDER_REF, amount_cents=_AMOUNT,
+        reason={"type": "string", "enum": ["damaged", "duplicate", "other"]}, idempotency_key=_KEY))),
+    ToolContract("query_logistics", False, _freeze(_object(order_ref=_ORDER_REF))),
+)})
+SIDE_EFFECT_TOOLS: Final = frozenset(name for name, tool in TOOLS.items() if tool.side_effect)
+
+
+def tool_schemas() -> dict[str, Any]:
+    """Every tool's full JSON Schema, as plain JSON a caller may keep or edit."""
+    return {name: _thaw(tool.schema) for name, tool in TOOLS.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    code: str
+    path: str = ""
+    call: int | None = None  # index of the call in the plan; None for plan-level findings
+
+    def to_json(self) -> dict[str, Any]:
+        return {"call": self.call, "code": self.code, "path": self.path}
+
+
+def _pointer(path: str, token: Any) -> str:
+    text = str(token).replace("~", "~0").replace("/", "~1")
+    return f"{path}/{text}"
+
+
+_TYPE_TESTS: Final = MappingProxyType({
+    "object": lambda value: isinstance(value, dict),
+    "array": lambda value: isinstance(value, list),
+    "string": lambda value: isinstance(value, str),
+    "integer": lambda value: type(value) is int,  # a boolean is an int in Python, never in JSON
+    "boolean": lambda value: type(value) is bool,
+})
+
+_SCHEMA_KEYWORDS: Final = MappingProxyType({
+    "object": frozenset({"type", "properties", "required", "additionalProperties", "description"}),
+    "array": frozenset({"type", "items", "minItems", "maxItems", "description"}),
+    "string": frozenset({"type", "enum", "minLength", "maxLength", "pattern", "description"}),
+    "integer": frozenset({"type", "enum", "minimum", "maximum", "description"}),
+    "boolean": frozenset({"type", "description"}),
+})
+
+
+def _in_enum(value: Any, allowed: Any) -> bool:
+    # Type-strict membership: 1 is not True and "1" is not 1.
+    return any(type(value) is type(option) and value == option for option in allowed)
+
+
+def _check_object(schema: Mapping, value: dict, path: str, out: list, stack: list) -> None:
+    properties = schema["properties"]
+    for name in schema["required"]:
+        if name not in value:
+            out.append(Finding("SCHEMA_REQUIRED", _pointer(path, name)))
+    for name, item in value.items():
+        if name in properties:
+            stack.append((properties[name], item, _pointer(path, name)))
+        else:
+            out.append(Finding("SCHEMA_UNKNOWN_KEY", _pointer(path, name)))
+
+
+def _check_array(schema: Mapping, value: list, path: str, out: list, stack: list) -> None:
+    if not schema.get("minItems", 0) <= len(value) <= schema.get("maxItems", len(value)):
+        out.append(Finding("SCHEMA_ITEMS", path))
+    for index, item in enumerate(value):
+        stack.append((schema["items"], item, _pointer(path, index)))
+
+
+def _check_string(schema: Mapping, value: str, path: str, out: list, _stack: list) -> None:
+    if not schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value)):
+        out.append(Finding("SCHEMA_LENGTH", path))
+    if "pattern" in schema and re.fullmatch(schema["pattern"], value) is None:
+        out.append(Finding("SCHEMA_PATTERN", path))
+
+
+def _check_integer(schema: Mapping, value: int, path: str, out: list, _stack: list) -> None:
+    if not schema.get("minimum", value) <= value <= schema.get("maximum", value):
+        out.append(Finding("SCHEMA_RANGE", path))
+
+
+_VALUE_CHECKS: Final = MappingProxyType({
+    "object": _check_object,
+    "array": _check_array,
+    "string": _check_string,
+    "integer": _check_integer,
+    "boolean": lambda *_unused: None,
+})
+
+
+def validate_arguments(schema: Mapping[str, Any], value: Any, *,
+                       max_findings: int = MAX_FINDINGS) -> tuple[Finding, ...]:
+    """Every way a value breaks a (checked) schema, sorted by path; no coercion of any kind."""
+    out: list[Finding] = []
+    stack = [(schema, value, "")]
+    while stack:
+        node, item, path = stack.pop()
+        if not _TYPE_TESTS[node["type"]](item):
+            out.append(Finding("SCHEMA_TYPE", path))
+            continue
+        if "enum" in node and not _in_enum(item, node["enum"]):
+            out.append(Finding("SCHEMA_ENUM", path))
+        _VALUE_CHECKS[node["type"]](node, item, path, out, stack)
+    return tuple(sorted(out, key=lambda found: (found.path, found.code))[:max_findings])
+
+
+def _compiles(pattern: Any) -> bool:
+    try:
+        re.compile(pattern)
+    except (re.error, TypeError):
+        return False
+    return isinstance(pattern, str)
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
+
+
+# What each supported keyword may hold; a schema is checked against this before it is used.
+_KEYWORD_VALUES: Final = MappingProxyType({
+    "type": lambda value: isinstance(value, str),
+    "description": lambda value: isinstance(value, str),
+    "properties": lambda value: isinstance(value, Mapping) and _strings(tuple(value)),
+    "required": _strings,
+    "additionalProperties": lambda value: value is False,  # open objects are not supported at all
+    "items": lambda value: isinstance(value, Mapping),
+    "enum": lambda value: isinstance(value, (list, tuple)),
+    "pattern": _compiles,
+    **{name: lambda value: type(value) is int
+       for name in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems")},
+})
+_MANDATORY: Final = MappingProxyType({
+    "object": frozenset({"properties", "required", "additionalProperties"}), "array": frozenset({"items"}),
+})
+
+
+def check_schema(schema: Any) -> None:
+    """Refuse a schema this validator would misread: unknown keywords, open objects, no items."""
+    stack = [(schema, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING or not isinstance(node, Mapping) or not isinstance(node.get("type"), str):
+            raise BenchError("SCHEMA_UNSUPPORTED")
+        kind = node["type"]
+        allowed = _SCHEMA_KEYWORDS.get(kind, frozenset())
+        if (not set(node) <= allowed or not _MANDATORY.get(kind, frozenset()) <= set(node)
+                or not all(_KEYWORD_VALUES[name](value) for name, value in node.items())):
+            raise BenchError("SCHEMA_UNSUPPORTED")
+        if kind == "object":
+            if not set(node["required"]) <= set(node["properties"]):
+                raise BenchError("SCHEMA_UNSUPPORTED")
+            stack.extend((child, depth + 1) for child in node["properties"].values())
+        elif kind == "array":
+            stack.append((node["items"], depth + 1))
+
+
+# ================================================================================================
+# 6. Fault catalogue and injector
+# ================================================================================================
+
+@dataclass(frozen=True, slots=True)
+class FaultKind:
+    stage: str  # where it strikes: a call, a status query, an inline publish, an acknowledgement
+    sticky: bool  # strikes every attempt, whatever the count
+    swept: bool  # part of the exhaustive sweep
+    meaning: str
+
+
+FAULT_KINDS: Final = MappingProxyType({
+    "timeout_before_effect": FaultKind("call", False, True, "times out before the tool commits"),
+    "timeout_after_commit": FaultKind("call", False, True, "the tool commits, the response is lost"),
+    "crash_after_commit": FaultKind(
+        "publish", False, True, "commits and answers, then dies before publishing the event"),
+    "ack_lost": FaultKind(
+        "ack", False, True, "the consumer acts, its ACK is lost, the broker redelivers"),
+    "rate_limited": FaultKind("call", False, True, "429: refused before any effect"),
+    "permanent_failure": FaultKind("call", True, True, "refused for good, on every attempt"),
+    "duplicate_submit": FaultKind(
+        "call", False, True, "an upstream layer submits the same request twice"),
+    # Not swept: on its own it changes nothing; the MANUAL tests pair it with lost responses.
+    "status_unavailable": FaultKind("status", False, False, "the status query does not answer"),
+})
+SWEPT_KINDS: Final = tuple(name for name, kind in FAULT_KINDS.items() if kind.swept)
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    kind: str
+    tool: str
+    times: int = 1  # how many matching attempts it strikes (a sticky kind ignores this)
+
+    def to_json(self) -> list[Any]:
+        return [self.kind, self.tool, self.times]
+
+
+class FaultInjector:
+    """Hands out each fault at its stage and tool until its count is spent."""
+
+    def __init__(self, faults: tuple[Fault, ...]) -> None:
+        for fault in faults:
+            if (fault.kind not in FAULT_KINDS or fault.tool not in TOOLS
+                    or type(fault.times) is not int or fault.times < 1):
+                raise BenchError("FAULT_INVALID")
+        self._faults = tuple(faults)
+        self._hits = [0] * len(self._faults)
+
+    def take(self, stage: str, tool: str) -> str | None:
+        for index, fault in enumerate(self._faults):
+            kind = FAULT_KINDS[fault.kind]
+            if (kind.stage == stage and fault.tool == tool
+                    and (kind.sticky or self._hits[index] < fault.times)):
+                self._hits[index] += 1
+                return fault.kind
+        return None
+
+
+# ================================================================================================
+# 7. Sandbox: state, tools, outbox, relay, consumer
+# ================================================================================================
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    ok: bool
+    code: str | None = None
+    data: Any = None
+
+
+ORDER_STATES: Final = ("created", "confirmed", "cancelled")
+CARRIER_STATUS: Final = MappingProxyType(
+    {"created": "awaiting_confirmation", "confirmed": "label_created", "cancelled": "not_shipping"})
+
+
+def _key_of(arguments: Any) -> str | None:
+    key = arguments.get("idempotency_key") if isinstance(arguments, dict) else None
+    return key if isinstance(key, str) else None
+
+
+def _field(arguments: Mapping, name: str, kind: type) -> Any:
+    # The sandbox reads what it needs and coerces nothing; the rest of the contract is the
+    # orchestrator's job, which is exactly why a naive orchestrator gets effects through.
+    value = arguments.get(name)
+    if type(value) is not kind:
+        raise BenchError("BAD_REQUEST", name)
+    return value
+
+
+def _positive(arguments: Mapping, name: str) -> int:
+    value = _field(arguments, name, int)
+    if value < 1:
+        raise BenchError("BAD_REQUEST", name)
+    return value
+
+
+def _order(box: Sandbox, arguments: Mapping, *states: str) -> tuple[str, dict]:
+    reference = _field(arguments, "order_ref", str)
+    order = box.orders.get(reference)
+    if order is None:
+        raise BenchError("ORDER_NOT_FOUND")
+    if order["status"] not in states:
+        raise BenchError("ORDER_STATE")
+    return reference, order
+
+
+def _owned(table: dict, reference: str, status: str) -> list[str]:
+    return sorted(ident for ident, row in table.items()
+                  if row["order_ref"] == reference and row["status"] == status)
+
+
+def _receipt(reference: str, *records: tuple[str, str, str]) -> dict[str, Any]:
+    # A business receipt names every record it touched and the status it left: reconciliation
+    # compares these claims with the persisted state, never the orchestrator's own belief.
+    return {"order_ref": reference, "records": [list(record) for record in records]}
+
+
+def _create_order(box: Sandbox, arguments: Mapping) -> tuple[dict, str]:
+    reference = _field(arguments, "order_ref", str)
+    line = _field(arguments, "line", dict)
+    sku, quantity = _field(line, "sku", str), _positive(line, "quantity")
+    amount = _positive(arguments, "amount_cents")
+    if reference in box.orders:
+        raise BenchError("ORDER_EXISTS")  # the one unique constraint a real order table has
+    box.orders[reference] = {"amount_cents": amount, "quantity": quantity, "sku": sku,
+                             "status": "created"}
+    return _receipt(reference, ("orders", reference, "created")), "order_created"
+
+
+def _reserve_inventory(box: Sandbox, arguments: Mapping) -> tuple[dict, str]:
+    reference, _ = _order(box, arguments, "created")
+    sku, quantity = _field(arguments, "sku", str), _positive(arguments, "quantity")
+    if box.inventory.get(sku, 0) < quantity:
+        raise BenchError("INSUFFICIENT_STOCK")
+    ident = box.next_id("RES")
+    box.inventory[sku] -= quantity
+    box.reservations[ident] = {"order_ref": reference, "quantity": quantity, "sku": sku,
+                               "status": "held"}
+    return _receipt(reference, ("reservations", ident, "held")), "inventory_reserved"
+
+
+def _charge_payment(box: Sandbox, arguments: Mapping) -> tuple[dict, str]:
+    reference, order = _order(box, arguments, "created")
+    amount = _positive(arguments, "amount_cents")
+    if amount != order["amount_cents"]:
+        raise BenchError("AMOUNT_MISMATCH")
+    ident = box.next_id("CH")
+    box.charges[ident] = {"amount_cents": amount, "key": _key_of(arguments), "order_ref": reference,
+                          "status": "captured"}
+    return _receipt(reference, ("charges", ident, "captured")), "payment_captured"
+
+
+def _confirm_order(box: Sandbox, arguments: Mapping) -> tuple[dict, str]:
+    reference, order = _order(box, arguments, "created")
+    if not (_owned(box.reservations, reference, "held") and _owned(box.charges, reference, "captured")):
+        raise BenchError("ORDER_NOT_READY")
+    order["status"] = "confirmed"
+    return _receipt(reference, ("orders", reference, "confirmed")), "order_confirmed"
+
+
+def _release_inventory(box: Sandbox, arguments: Mapping) -> tuple[dict, str]:
+    reference, _ = _order(box, arguments, *ORDER_STATES)
+    held = _owned(box.reservations, reference, "held")
+    if not held:
+        raise BenchError("NOTHING_TO_RELEASE")
+    for ident in held:
+        reservation = box.reservations[ident]
+        reservation["status"] = "released"
+        box.inventory[reservation["sku"]] += reservation["quantity"]
+    records = (("reservations", ident, "released") for ident in held)
+    return _receipt(reference, *records), "inventory_released"
+
+
+def _refund_payment(box: Sandbox, arguments: Mapping) -> tuple[dict, str]:
+    reference, _ = _order(box, arguments, *ORDER_STATES)
+    amount = _positive(arguments, "amount_cents")
+    captured = [ident for ident in _owned(box.charges, reference, "captured")
+                if box.charges[ident]["amount_cents"] == amount]
+    if not captured:
+        raise BenchError("NOTHING_TO_REFUND")
+    box.charges[captured[0]]["status"] = "refunded"
+    return _receipt(reference, ("charges", captured[0], "refunded")), "payment_refunded"
+
+
+def _cancel_order(box: Sandbox, arguments: Mapping) -> tuple[dict, str]:
+    reference, order = _order(box, arguments, "created", "confirmed")
+    order["status"] = "cancelled"
+    return _receipt(reference, ("orders", reference, "cancelled")), "order_cancelled"
+
+
+def _query_logistics(box: Sandbox, arguments: Mapping) -> tuple[dict, None]:
+    reference, order = _order(box, arguments, *ORDER_STATES)
+    status = order["status"]
+    return {"carrier_status": CARRIER_STATUS[status], "order_ref": reference,
+            "order_status": status, "records": []}, None
+
+
+# A handler checks everything before it changes anything, then returns its receipt and the event
+# type of the change (None for a read). The sandbox writes the change, the outbox row and the
+# idempotency record with no fault point in between: that is its one local transaction.
+HANDLERS: Final = MappingProxyType({
+    "create_order": _create_order,
+    "reserve_inventory": _reserve_inventory,
+    "charge_payment": _charge_payment,
+    "confirm_order": _confirm_order,
+    "release_inventory": _release_inventory,
+    "cancel_order": _cancel_order,
+    "refund_payment": _refund_payment,
+    "query_logistics": _query_logistics,
+})
+
+
+class Sandbox:
+    """In-memory orders, stock, charges, outbox, relay and consumer: one instance per run."""
+
+    def __init__(self, faults: tuple[Fault, ...] = (), *, consumer_dedup: bool) -> None:
+        self.orders: dict[str, dict] = {}
+        self.reservations: dict[str, dict] = {}
+        self.charges: dict[str, dict] = {}
+        self.inventory = dict(INITIAL_STOCK)
+        self.outbox: dict[str, dict] = {}
+        self.consumed: dict[str, int] = {}
+        self.deliveries: dict[str, int] = {}
+        self.ledger: dict[str, dict[str, int]] = {}
+        self.effects: list[dict] = []
+        self.trace: list[dict] = []
+        self._queue: list[str] = []
+        self._inbox: set[str] = set()
+        self._store: dict[tuple[str, str], dict] = {}
+        self._serial: Counter[str] = Counter()
+        self._dedup = consumer_dedup
+        self._faults = FaultInjector(tuple(faults))
+
+    # -- tool calls -------------------------------------------------------------------------
+
+    def call(self, tool: str, arguments: Any) -> Response:
+        key = _key_of(arguments)
+        fault = self._faults.take("call", tool)
+        self.count(tool, key, "attempted")
+        self.note("call", tool=tool, key=key, fault=fault)
+        response = SUBMISSIONS[fault](self, tool, arguments, key)
+        self.note("answer", tool=tool, key=key, ok=response.ok, code=response.code)
+        return response
+
+    def query_status(self, tool: str, key: str) -> Response:
+        """What the tool's own records say about a key: committed (with the receipt) or absent."""
+        fault = self._faults.take("status", tool)
+        stored = self._store.get((tool, key))
+        if fault is not None:
+            response = Response(False, "STATUS_UNAVAILABLE")
+        elif stored is None:
+            response = Response(True, data={"state": "absent"})
+        else:
+            response = Response(True, data={"receipt": copy.deepcopy(stored["receipt"]), "state": "committed"})
+        answer = response.code if fault is not None else response.data["state"]
+        self.note("status_query", answer=answer, key=key, tool=tool)
+        return response
+
+    def execute(self, tool: str, arguments: Any, key: str | None) -> Response:
+        handler = HANDLERS.get(tool)
+        if handler is None:
+            return Response(False, "TOOL_UNKNOWN")
+        if not isinstance(arguments, dict):
+            return Response(False, "BAD_REQUEST")
+        intent = canonical_sha256({n: v for n, v in arguments.items() if n != "idempotency_key"})
+        stored = self._store.get((tool, key))  # keyless calls are never stored, so never replayed
+        if stored is not None:
+            return self._replay(tool, key, stored, intent)
+        try:
+            receipt, event_type = handler(self, arguments)
+        except BenchError as refusal:
+            return Response(False, refusal.code)
+        if event_type is not None:
+            self._commit(tool, key, intent, receipt, event_type)
+        return Response(True, data=receipt)
+
+    def _replay(self, tool: str, key: str | None, stored: dict, intent: str) -> Response:
+        if stored["intent"] != intent:
+            self.note("key_conflict", tool=tool, key=key)
+            return Response(False, "IDEMPOTENCY_CONFLICT")  # same key, other intent: never execute
+        self.note("replay", tool=tool, key=key)
+        return Response(True, data=copy.deepcopy(stored["receipt"]))
+
+    def _commit(self, tool: str, key: str | None, intent: str, receipt: dict, event_type: str) -> None:
+        event_id = self.next_id("EV")
+        self.outbox[event_id] = {"order_ref": receipt["order_ref"], "published": False,
+                                 "source": tool, "type": event_type}
+        self.count(tool, key, "effects")
+        self.note("commit", event=event_id, key=key, tool=tool)
+        self.effects.append({"event": event_id, "key": key, "receipt": canonical_sha256(receipt),
+                             "tool": tool})
+        if key is not None:
+            self._store[(tool, key)] = {"intent": intent, "receipt": copy.deepcopy(receipt)}
+        self._publish_inline(event_id)
+
+    # -- events: inline publish, relay, consumer ---------------------------------------------
+
+    def _publish_inline(self, event_id: str) -> None:
+        if self._faults.take("publish", self.outbox[event_id]["source"]) is not None:
+            self.note("crash", event=event_id)  # committed, answered, never published
+            return
+        self._publish(event_id, "inline")
+
+    def _publish(self, event_id: str, via: str) -> None:
+        self.outbox[event_id]["published"] = True
+        self._queue.append(event_id)
+        self.note("publish", event=event_id, via=via)
+
+    def relay(self) -> int:
+        """Publish every outbox row the inline publisher never got to; returns how many."""
+        pending = [ident for ident, row in self.outbox.items() if not row["published"]]
+        for ident in pending:
+            self._publish(ident, "relay")
+        return len(pending)
+
+    def drain(self) -> None:
+        """Deliver every queued event to the consumer, redelivering whatever is not ACKed."""
+        while self._queue:
+            event_id = self._queue.pop(0)
+            self.deliveries[event_id] = self.deliveries.get(event_id, 0) + 1
+            if self._dedup and event_id in self._inbox:
+                self.note("duplicate_ignored", event=event_id)
+            else:
+                self._inbox.add(event_id)
+                self.consumed[event_id] = self.consumed.get(event_id, 0) + 1
+                self.note("consume", event=event_id)
+            self._acknowledge(event_id)
+
+    def _acknowledge(self, event_id: str) -> None:
+        if self._faults.take("ack", self.outbox[event_id]["source"]) is None:
+            return
+        if self.deliveries[event_id] < MAX_DELIVERIES:
+            self.note("ack_lost", event=event_id)
+            self._queue.append(event_id)
+        else:
+            self.note("dead_letter", event=event_id)
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    def next_id(self, prefix: str) -> str:
+        self._serial[prefix] += 1
+        return f"{prefix}-{self._serial[prefix]:04d}"
+
+    def count(self, tool: str, key: str | None, column: str) -> None:
+        if key is None:
+            return  # a keyless call has no ledger row: nothing ties its attempts together
+        row = self.ledger.setdefault(f"{tool}|{key}", {"attempted": 0, "effects": 0})
+        row[column] += 1
+
+    def note(self, what: str, **fields: Any) -> None:
+        self.trace.append({"seq": len(self.trace) + 1, "what": what, **fields})
+
+    def table(self, name: str) -> dict[str, dict]:
+        """A business table a receipt may name; anything else reads as empty."""
+        return {"charges": self.charges, "orders": self.orders,
+                "reservations": self.reservations}.get(name, {})
+
+    def snapshot(self) -> dict[str, Any]:
+        return copy.deepcopy({
+            "charges": self.charges, "consumed": self.consumed, "deliveries": self.deliveries,
+            "inventory": self.inventory, "orders": self.orders, "outbox": self.outbox,
+            "reservations": self.reservations,
+        })
+
+
+def _submit_plain(box: Sandbox, tool: str, arguments: Any, key: str | None) -> Response:
+    return box.execute(tool, arguments, key)
+
+
+def _submit_refused(code: str) -> Callable[..., Response]:
+    return lambda _box, _tool, _arguments, _key: Response(False, code)
+
+
+def _submit_response_lost(box: Sandbox, tool: str, arguments: Any, key: str | None) -> Response:
+    box.execute(tool, arguments, key)
+    return Response(False, "TIMEOUT")
+
+
+def _submit_twice(box: Sandbox, tool: str, arguments: Any, key: str | None) -> Response:
+    box.execute(tool, arguments, key)
+    box.count(tool, key, "attempted")
+    box.note("duplicate_submit", tool=tool, key=key)
+    return box.execute(tool, arguments, key)
+
+
+# What a submission does under each call-stage fault (None: no fault).
+SUBMISSIONS: Final = MappingProxyType({
+    None: _submit_plain,
+    "timeout_before_effect": _submit_refused("TIMEOUT"),
+    "rate_limited": _submit_refused("RATE_LIMITED"),
+    "permanent_failure": _submit_refused("REJECTED"),
+    "timeout_after_commit": _submit_response_lost,
+    "duplicate_submit": _submit_twice,
+})
+
+
+def seed_confirmed_order(box: Sandbox) -> None:
+    """History for the scorer cases: one confirmed, paid order whose events were consumed."""
+    box.orders[SEEDED_ORDER] = {"amount_cents": 4999, "quantity": 1, "sku": "SKU-BLUE",
+                                "status": "confirmed"}
+    box.reservations[box.next_id("RES")] = {"order_ref": SEEDED_ORDER, "quantity": 1,
+                                            "sku": "SKU-BLUE", "status": "held"}
+    box.charges[box.next_id("CH")] = {"amount_cents": 4999, "key": "seed-charge-20481",
+                                      "order_ref": SEEDED_ORDER, "status": "captured"}
+    box.inventory["SKU-BLUE"] -= 1
+
+
+# ================================================================================================
+# 8. Expectations and plan validation
+# ================================================================================================
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: Any  # the provider's JSON string; anything else is refused when decoded
+
+    def to_json(self) -> dict[str, Any]:
+        return {"arguments": self.arguments, "id": self.id, "name": self.name}
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedCall:
+    name: str
+    arguments: Mapping[str, Any]  # the values the request fixed; others are the model's choice
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """What the request needs: the call set, the order edges between calls, the forbidden tools."""
+
+    name: str
+    calls: tuple[ExpectedCall, ...]
+    edges: tuple[tuple[int, int], ...] = ()  # (before, after), indices into calls
+    forbidden: frozenset[str] = frozenset()
+
+
+def _same_json(left: Any, right: Any) -> bool:
+    # Exact: canonical bytes differ for 1 and true, for 1 and 1.0, for "1" and 1.
+    return canonical_json(_thaw(left)) == canonical_json(_thaw(right))
+
+
+def _has_cycle(count: int, edges: tuple[tuple[int, int], ...]) -> bool:
+    indegree = [0] * count
+    after: list[list[int]] = [[] for _ in range(count)]
+    for before, later in edges:
+        after[before].append(later)
+        indegree[later] += 1
+    ready = [index for index in range(count) if indegree[index] == 0]
+    seen = 0
+    while ready:
+        index = ready.pop()
+        seen += 1
+        for later in after[index]:
+            indegree[later] -= 1
+            if indegree[later] == 0:
+                ready.append(later)
+    return seen != count
+
+
+def check_expectation(expectation: Any, tools: Mapping[str, ToolContract] = TOOLS) -> None:
+    """Refuse an expectation with unknown tools, bad edges, a cycle or a forbidden expected call."""
+    if not isinstance(expectation, Expectation):
+        raise BenchError("EXPECTATION_INVALID")
+    calls, count = expectation.calls, len(expectation.calls)
+    well_formed = (
+        count <= MAX_EXPECTED_CALLS
+        and all(isinstance(call, ExpectedCall) and call.name in tools
+                and isinstance(call.arguments, Mapping) for call in calls)
+        and all(isinstance(edge, tuple) and len(edge) == 2
+                and all(type(end) is int and 0 <= end < count for end in edge)
+                and edge[0] != edge[1] for edge in expectation.edges)
+        and isinstance(expectation.forbidden, frozenset)
+        and not expectation.forbidden & {call.name for call in calls}
+    )
+    if not well_formed or _has_cycle(count, expectation.edges):
+        raise BenchError("EXPECTATION_INVALID")
+    try:
+        canonical_json([_thaw(call.arguments) for call in calls])
+    except (TypeError, ValueError):
+        raise BenchError("EXPECTATION_INVALID") from None  # fixed values must be plain JSON
+
+
+@dataclass(frozen=True, slots=True)
+class CallCheck:
+    parsed: bool
+    arguments: Any
+    findings: tuple[Finding, ...]
+
+
+def vet_call(call: ToolCall, index: int, tools: Mapping[str, ToolContract] = TOOLS) -> CallCheck:
+    """Decode one call and check it against its tool's contract and the key policy."""
+    try:
+        arguments = decode_arguments(call.arguments)
+    except BenchError as error:
+        return CallCheck(False, None, (Finding(error.code, "", index),))
+    tool = tools.get(call.name)
+    if tool is None:
+        return CallCheck(True, arguments, (Finding("TOOL_UNKNOWN", "", index),))
+    found = [Finding(item.code, item.path, index) for item in validate_arguments(tool.schema, arguments)]
+    if tool.side_effect and "idempotency_key" not in arguments:
+        found.append(Finding("KEY_MISSING", "/idempotency_key", index))
+    return CallCheck(True, arguments, tuple(found))
+
+
+def _positional_matches(names: list[str], expectation: Expectation) -> dict[int, int]:
+    """Expected index -> proposed index: the k-th expected call of a name is its k-th proposal."""
+    proposed: dict[str, list[int]] = {}
+    for index, name in enumerate(names):
+        proposed.setdefault(name, []).append(index)
+    matches: dict[int, int] = {}
+    for expected_index, call in enumerate(expectation.calls):
+        queue = proposed.get(call.name, [])
+        if queue:
+            matches[expected_index] = queue.pop(0)
+    return matches
+
+
+def _call_set_findings(names: list[str], expectation: Expectation) -> list[Finding]:
+    wanted = Counter(call.name for call in expectation.calls)
+    found = [Finding("CALL_MISSING", f"/{name}") for name in sorted(wanted)
+             for _ in range(wanted[name] - names.count(name))]
+    seen: Counter[str] = Counter()
+    for index, name in enumerate(names):
+        seen[name] += 1
+        if seen[name] > wanted[name]:
+            code = "CALL_FORBIDDEN" if name in expectation.forbidden else "CALL_UNEXPECTED"
+            found.append(Finding(code, f"/{name}", index))
+    return found
+
+
+def _order_findings(names: list[str], expectation: Expectation, matches: dict[int, int]) -> list[Finding]:
+    found = []
+    for before, later in expectation.edges:
+        if before in matches and later in matches and matches[before] > matches[later]:
+            path = f"/{expectation.calls[before].name}->{expectation.calls[later].name}"
+            found.append(Finding("DEPENDENCY_ORDER", path, matches[later]))
+    return found
+
+
+def _argument_findings(checks: list[CallCheck], expectation: Expectation,
+                       matches: dict[int, int]) -> list[Finding]:
+    found = []
+    for expected_index, proposed_index in sorted(matches.items()):
+        arguments = checks[proposed_index].arguments
+        if not isinstance(arguments, dict):
+            continue  # a call that did not decode already has its finding
+        for name, value in sorted(expectation.calls[expected_index].arguments.items()):
+            if name not in arguments or not _same_json(arguments[name], value):
+                found.append(Finding("ARGUMENT_MISMATCH", f"/{name}", proposed_index))
+    return found
+
+
+def _key_findings(checks: list[CallCheck]) -> list[Finding]:
+    found, owners = [], {}
+    for index, check in enumerate(checks):
+        key = _key_of(check.arguments)
+        if key is not None and key in owners:
+            found.append(Finding("KEY_REUSED", "/idempotency_key", index))
+        owners.setdefault(key, index)
+    return found
+
+
+def validate_plan(calls: tuple[ToolCall, ...], expectation: Expectation,
+                  tools: Mapping[str, ToolContract] = TOOLS
+                  ) -> tuple[tuple[tuple[str, Any], ...], tuple[Finding, ...]]:
+    """The whole plan, before any tool starts: contracts, keys, call set, order, fixed values."""
+    if len(calls) > MAX_CALLS:
+        return (), (Finding("PLAN_TOO_MANY_CALLS"),)
+    checks = [vet_call(call, index, tools) for index, call in enumerate(calls)]
+    names = [call.name for call in calls]
+    matches = _positional_matches(names, expectation)
+    found = [finding for check in checks for finding in check.findings]
+    found += _key_findings(checks)
+    found += _call_set_findings(names, expectation)
+    found += _order_findings(names, expectation, matches)
+    found += _argument_findings(checks, expectation, matches)
+    plan = tuple((call.name, check.arguments) for call, check in zip(calls, checks))
+    return plan, tuple(found)
+
+
+# ================================================================================================
+# 9. Journal and orchestrators
+# ================================================================================================
+
+class Journal:
+    """What an orchestrator knew and did: acknowledgements, unknowns, compensations, receipts."""
+
+    def __init__(self) -> None:
+        self.acks: dict[str, int] = {}
+        self.receipts: list[dict] = []
+        self.digests: set[str] = set()
+        self.unknowns: list[dict] = []
+        self.compensation: list[str] = []
+
+    def acknowledge(self, tool: str, key: str | None, receipt: Any, *, distinct: bool) -> None:
+        # The guarded side counts a receipt once however often it is replayed; the naive side
+        # counts every success reply as one more effect (a reply is not a receipt).
+        digest = canonical_sha256(receipt)
+        if distinct and digest in self.digests:
+            return
+        self.digests.add(digest)
+        self.receipts.append(receipt)
+        if key is not None:
+            ledger = f"{tool}|{key}"
+            self.acks[ledger] = self.acks.get(ledger, 0) + 1
+
+    def note_unknown(self, tool: str, key: str | None, attempt: int) -> None:
+        self.unknowns.append({"attempt": attempt, "key": key, "resolution": None, "tool": tool})
+
+    def resolve(self, tool: str, key: str | None, how: str) -> None:
+        for unknown in self.unknowns:
+            if unknown["tool"] == tool and unknown["key"] == key and unknown["resolution"] is None:
+                unknown["resolution"] = how
+
+    def pending(self, tool: str, key: str | None) -> bool:
+        return any(unknown["tool"] == tool and unknown["key"] == key and unknown["resolution"] is None
+                   for unknown in self.unknowns)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    lifecycle: str | None  # None for the naive orchestrator, which keeps no lifecycle
+    transitions: list[list[str]]
+    outcome: str
+    findings: tuple[Finding, ...]
+    manual: Mapping[str, Any] | None
+    journal: Journal
+
+
+# -- naive ---------------------------------------------------------------------------------------
+
+def _with_fresh_key(arguments: dict, rng: random.Random) -> dict:
+    if "idempotency_key" not in arguments:
+        return arguments
+    return {**arguments, "idempotency_key": f"nv-{rng.getrandbits(64):016x}"}
+
+
+def _naive_step(box: Sandbox, journal: Journal, tool: str, arguments: dict, rng: random.Random) -> bool:
+    for attempt in range(1, NAIVE_MAX_ATTEMPTS + 1):
+        response = box.call(tool, arguments)
+        if response.ok:
+            journal.acknowledge(tool, _key_of(arguments), response.data, distinct=False)
+            return True
+        if classify(response.code) == UNKNOWN:
+            journal.note_unknown(tool, _key_of(arguments), attempt)  # and never resolved
+        arguments = _with_fresh_key(arguments, rng)  # "try again" with a new identity
+    return False
+
+
+def run_naive(calls: tuple[ToolCall, ...], box: Sandbox, _expectation: Expectation,
+              rng: random.Random) -> RunResult:
+    """Run calls as they come: no validation, fresh keys on retry, no compensation, no relay."""
+    journal = Journal()
+    outcome = "claimed_complete"
+    for call in calls:
+        try:
+            arguments = decode_arguments(call.arguments)
+        except BenchError:
+            outcome = "aborted"
+            break
+        if not _naive_step(box, journal, call.name, arguments, rng):
+            outcome = "aborted"
+            break
+    box.drain()
+    return RunResult(None, [], outcome, (), None, journal)
+
+
+# -- guarded -------------------------------------------------------------------------------------
+
+def _resolve_by_status(box: Sandbox, journal: Journal, tool: str, key: str) -> bool:
+    """True when the status query proves the effect committed (its receipt is then acknowledged)."""
+    status = box.query_status(tool, key)
+    if not status.ok:
+        return False  # still unknown; the next attempt is a same-key replay
+    state = status.data["state"]
+    journal.resolve(tool, key, f"status_query:{state}")
+    if state != "committed":
+        return False  # proven absent: resubmitting the same key is safe
+    journal.acknowledge(tool, key, status.data["receipt"], distinct=True)
+    return True
+
+
+def call_with_recovery(box: Sandbox, journal: Journal, tool: str, arguments: dict, *,
+                       max_attempts: int = GUARDED_MAX_ATTEMPTS) -> str:
+    """One step with a stable key: 'ok', 'failed' (proven not done) or 'unknown' (unresolved)."""
+    key = _key_of(arguments)
+    for attempt in range(1, max_attempts + 1):
+        response = box.call(tool, arguments)
+        if response.ok:
+            journal.resolve(tool, key, "same_key_replay")
+            journal.acknowledge(tool, key, response.data, distinct=True)
+            return "ok"
+        kind = classify(response.code)
+        if kind == UNKNOWN and key is not None:
+            journal.note_unknown(tool, key, attempt)
+            if _resolve_by_status(box, journal, tool, key):
+                return "ok"
+        elif kind == PERMANENT:
+            return "failed"
+        # RETRY, a resolved-absent unknown, or a timed-out read (no effect to duplicate): go again
+    return "unknown" if journal.pending(tool, key) else "failed"
+
+
+def _undo_key(tool: str, arguments: dict) -> str:
+    # Stable across retries and restarts: derived from the step it undoes, never drawn fresh.
+    return "undo-" + canonical_sha256([tool, arguments.get("idempotency_key")])[:32]
+
+
+def _cancel_arguments(arguments: dict) -> dict:
+    return {"idempotency_key": _undo_key("create_order", arguments),
+            "order_ref": arguments["order_ref"], "reason": "saga_compensation"}
+
+
+def _release_arguments(arguments: dict) -> dict:
+    return {"idempotency_key": _undo_key("reserve_inventory", arguments),
+            "order_ref": arguments["order_ref"]}
+
+
+def _refund_arguments(arguments: dict) -> dict:
+    return {"amount_cents": arguments["amount_cents"], "idempotency_key": _undo_key("charge_payment", arguments),
+            "order_ref": arguments["order_ref"], "reason": "other"}
+
+
+# The saga: each forward step's compensating tool and how its arguments follow from the step.
+COMPENSATIONS: Final = MappingProxyType({
+    "create_order": ("cancel_order", _cancel_arguments),
+    "reserve_inventory": ("release_inventory", _release_arguments),
+    "charge_payment": ("refund_payment", _refund_arguments),
+})
+
+
+def _compensate(box: Sandbox, journal: Journal, done: list[tuple[str, dict]]) -> str | None:
+    """Undo the done steps in reverse order; returns the compensation that failed, if any."""
+    for tool, arguments in reversed(done):
+        if tool not in COMPENSATIONS:
+            continue
+        undo, build = COMPENSATIONS[tool]
+        journal.compensation.append(undo)
+        if call_with_recovery(box, journal, undo, build(arguments)) != "ok":
+            return undo
+    return None
+
+
+def _manual_case(reason: str, tool: str | None, plan: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    orders = sorted({arguments["order_ref"] for _, arguments in plan if "order_ref" in arguments})
+    return {"orders": orders, "reason": reason, "tool": tool}
+
+
+def _execute_plan(box: Sandbox, journal: Journal, life: Lifecycle,
+                  plan: tuple[tuple[str, Any], ...]) -> tuple[str, dict | None]:
+    done: list[tuple[str, dict]] = []
+    for tool, arguments in plan:
+        status = call_with_recovery(box, journal, tool, arguments)
+        if status == "ok":
+            done.append((tool, arguments))
+            continue
+        if status == "unknown":
+            # Compensating an effect that may or may not exist would guess; a human decides.
+            return "manual", _manual_case("UNKNOWN_UNRESOLVED", tool, plan)
+        life.fire("fail")
+        failed = _compensate(box, journal, done)
+        if failed is not None:
+            return "manual", _manual_case("COMPENSATION_FAILED", failed, plan)
+        return ("compensated" if done else "failed"), None
+    return "completed", None
+
+
+def reconcile(box: Sandbox, journal: Journal) -> list[dict[str, Any]]:
+    """Compare the persisted state with the receipts; an empty list means they agree."""
+    claims: dict[tuple[str, str], str] = {}
+    for receipt in journal.receipts:
+        for table, ident, status in receipt.get("records", ()):
+            claims[(table, ident)] = status  # a later receipt supersedes an earlier claim
+    found = {claim: box.table(claim[0]).get(claim[1], {}).get("status") for claim in claims}
+    mismatches = [{"claimed": status, "found": found[claim], "record": f"{claim[0]}/{claim[1]}"}
+                  for claim, status in sorted(claims.items()) if found[claim] != status]
+    mismatches += [{"claimed": None, "found": effect["tool"], "record": f"effects/{effect['event']}"}
+                   for effect in box.effects if effect["receipt"] not in journal.digests]
+    mismatches += [{"claimed": 1, "found": box.consumed.get(ident, 0), "record": f"outbox/{ident}"}
+                   for ident in box.outbox if box.consumed.get(ident, 0) != 1]
+    return mismatches
+
+
+def run_guarded(calls: tuple[ToolCall, ...], box: Sandbox, expectation: Expectation,
+                _rng: random.Random) -> RunResult:
+    """Validate the whole plan, execute with stable keys, compensate, relay, reconcile."""
+    life, journal = Lifecycle(), Journal()
+    plan, findings = validate_plan(calls, expectation)
+    if findings:
+        life.fire("refuse")
+        return RunResult(life.state, life.history(), "refused", findings, None, journal)
+    life.fire("accept")
+    life.fire("start")
+    outcome, manual = _execute_plan(box, journal, life, plan)
+    box.relay()  # after any run, not only after a known crash: a crash is not always visible
+    box.drain()
+    if manual is None:
+        mismatches = reconcile(box, journal)
+        if mismatches:
+            manual = {**_manual_case("RECONCILIATION_MISMATCH", None, plan), "mismatches": mismatches}
+            outcome = "manual"
+    life.fire("escalate" if manual is not None else "reconcile")
+    return RunResult(life.state, life.history(), outcome, (), manual, journal)
+
+
+@dataclass(frozen=True, slots=True)
+class Orchestrator:
+    consumer_dedup: bool
+    run: Callable[..., RunResult]
+
+
+ORCHESTRATORS: Final = MappingProxyType({
+    "guarded": Orchestrator(True, run_guarded),
+    "naive": Orchestrator(False, run_naive),
+})
+
+
+# ================================================================================================
+# 10. Invariants
+# ================================================================================================
+
+def _single_charge(record: Mapping) -> list[dict]:
+    charges = record["state_after"]["charges"].values()
+    by_order = Counter(charge["order_ref"] for charge in charges)
+    by_key = Counter(charge["key"] for charge in charges if charge["key"] is not None)
+    return ([{"order_ref": ref, "charges": n} for ref, n in sorted(by_order.items()) if n > 1]
+            + [{"key": key, "charges": n} for key, n in sorted(by_key.items()) if n > 1])
+
+
+def _no_orphan_reservation(record: Mapping) -> list[dict]:
+    after = record["state_after"]
+    excused = set((record["manual"] or {}).get("orders", ()))  # handed to a human, by name
+    held = Counter(row["order_ref"] for row in after["reservations"].values() if row["status"] == "held")
+    found = []
+    for reference, count in sorted(held.items()):
+        status = after["orders"].get(reference, {}).get("status")
+        if reference not in excused and (status != "confirmed" or count > 1):
+            found.append({"order_ref": reference, "held": count, "order_status": status})
+    return found
+
+
+def _consumed_exactly_once(record: Mapping) -> list[dict]:
+    after = record["state_after"]
+    return [{"event": ident, "consumed": after["consumed"].get(ident, 0)}
+            for ident in sorted(after["outbox"]) if after["consumed"].get(ident, 0) != 1]
+
+
+def _key_ledger(record: Mapping) -> list[dict]:
+    return [{"key": key, **row} for key, row in sorted(record["ledger"].items())
+            if not row["acknowledged"] <= row["effects"] <= row["attempted"]]
+
+
+def _unknown_resolved(record: Mapping) -> list[dict]:
+    if record["lifecycle"] == MANUAL:
+        return []  # escalated: a human owns whatever is still unknown
+    return [unknown for unknown in record["unknowns"] if unknown["resolution"] is None]
+
+
+@dataclass(frozen=True, slots=True)
+class Invariant:
+    statement: str
+    check: Callable[[Mapping], list[dict]]
+
+
+INVARIANTS: Final = MappingProxyType({
+    "single_charge": Invariant("at most one charge per order and per key", _single_charge),
+    "no_orphan_reservation": Invariant(
+        "every held reservation belongs to a confirmed order, one per order", _no_orphan_reservation),
+    "consumed_exactly_once": Invariant(
+        "every committed state change is consumed exactly once", _consumed_exactly_once),
+    "key_ledger": Invariant("acknowledged <= effects <= attempted for each key", _key_ledger),
+    "unknown_resolved": Invariant("every unknown is resolved or escalated to MANUAL", _unknown_resolved),
+})
+# The sweep's naive side must break these, or the harness cannot see what it claims to see.
+# key_ledger is not among them: naive retries draw a fresh key, so no key ever carries two replies.
+NAIVE_BREAKS: Final = frozenset({"single_charge", "no_orphan_reservation", "consumed_exactly_once",
+                                  "unknown_resolved"})
+
+
+def check_invariants(record: Mapping) -> dict[str, list[dict]]:
+    return {name: invariant.check(record) for name, invariant in INVARIANTS.items()}
+
+
+# ================================================================================================
+# 11. Run records: snapshots, diff, metrics, assertions
+# ================================================================================================
+
+def state_diff(before: Mapping, after: Mapping) -> list[dict[str, Any]]:
+    changes = []
+    for table in sorted(set(before) | set(after)):
+        old, new = before.get(table, {}), after.get(table, {})
+        for ident in sorted(set(old) | set(new)):
+            if old.get(ident) != new.get(ident):
+                changes.append({"after": new.get(ident), "before": old.get(ident), "path": f"{table}/{ident}"})
+    return changes
+
+
+def _ledger(box: Sandbox, journal: Journal) -> dict[str, dict[str, int]]:
+    rows = {}
+    for key in sorted(set(box.ledger) | set(journal.acks)):
+        row = box.ledger.get(key, {"attempted": 0, "effects": 0})
+        rows[key] = {**row, "acknowledged": journal.acks.get(key, 0)}
+    return rows
+
+
+def seal(record: dict[str, Any]) -> dict[str, Any]:
+    """Add the SHA-256 of the record's canonical form (computed without that field)."""
+    body = {name: value for name, value in record.items() if name != "record_sha256"}
+    return {**body, "record_sha256": canonical_sha256(body)}
+
+
+def execute_run(orchestrator: str, calls: tuple[ToolCall, ...], expectation: Expectation, *,
+                faults: tuple[Fault, ...] = (), seed: int = SEED,
+                initial: Callable[[Sandbox], None] | None = None) -> dict[str, Any]:
+    """One run of one orchestrator on a fresh sandbox; returns its unsealed record."""
+    chosen = ORCHESTRATORS[orchestrator]
+    box = Sandbox(faults, consumer_dedup=chosen.consumer_dedup)
+    if initial is not None:
+        initial(box)
+    before = box.snapshot()
+    result = chosen.run(calls, box, expectation, random.Random(seed))
+    after = box.snapshot()
+    record = {
+        "compensation_order": list(result.journal.compensation),
+        "diff": state_diff(before, after),
+        "faults": [fault.to_json() for fault in faults],
+        "ledger": _ledger(box, result.journal),
+        "lifecycle": result.lifecycle,
+        "manual": result.manual,
+        "orchestrator": orchestrator,
+        "outcome": result.outcome,
+        "proposal_sha256": canonical_sha256([call.to_json() for call in calls]),
+        "refusal": [finding.to_json() for finding in result.findings],
+        "seed": seed,
+        "side_effects": len(box.effects),
+        "state_after": after,
+        "state_before": before,
+        "trace": box.trace,
+        "transitions": result.transitions,
+        "unknowns": result.journal.unknowns,
+    }
+    record["invariants"] = check_invariants(record)
+    return record
+
+
+def _new(record: Mapping, table: str) -> list[dict]:
+    before = record["state_before"][table]
+    return [row for ident, row in record["state_after"][table].items() if ident not in before]
+
+
+def _trace_count(record: Mapping, what: str, **fields: Any) -> int:
+    return sum(1 for entry in record["trace"] if entry["what"] == what
+               and all(entry.get(name) == value for name, value in fields.items()))
+
+
+# Everything an assertion may observe about a run, each a pure function of its record.
+METRICS: Final = MappingProxyType({
+    "lifecycle": lambda r: r["lifecycle"],
+    "outcome": lambda r: r["outcome"],
+    "side_effects": lambda r: r["side_effects"],
+    "state_changed": lambda r: bool(r["diff"]),
+    "submissions": lambda r: _trace_count(r, "call"),
+    "refusal": lambda r: r["refusal"],
+    "refusal_codes": lambda r: sorted({finding["code"] for finding in r["refusal"]}),
+    "orders": lambda r: {ref: row["status"] for ref, row in sorted(r["state_after"]["orders"].items())},
+    "new_charges": lambda r: len(_new(r, "charges")),
+    "captured_charges": lambda r: sum(1 for row in _new(r, "charges") if row["status"] == "captured"),
+    "held_reservations": lambda r: sum(1 for row in r["state_after"]["reservations"].values()
+                                       if row["status"] == "held"),
+    "inventory": lambda r: r["state_after"]["inventory"],
+    "compensation_order": lambda r: r["compensation_order"],
+    "unknown_resolutions": lambda r: [unknown["resolution"] for unknown in r["unknowns"]],
+    "ledger": lambda r: r["ledger"],
+    "relayed_events": lambda r: _trace_count(r, "publish", via="relay"),
+    "max_consumption": lambda r: max(r["state_after"]["consumed"].values(), default=0),
+    "unconsumed_events": lambda r: sum(1 for ident in r["state_after"]["outbox"]
+                                       if r["state_after"]["consumed"].get(ident, 0) == 0),
+    "duplicates_ignored": lambda r: _trace_count(r, "duplicate_ignored"),
+    "violations": lambda r: {name: len(found) for name, found in r["invariants"].items()},
+    "manual_reason": lambda r: (r["manual"] or {}).get("reason"),
+})
+
+
+def judge(record: Mapping, assertions: tuple[tuple[str, Any], ...]) -> list[dict[str, Any]]:
+    """Each pre-declared (metric, expected) pair with what the run showed and its verdict."""
+    verdicts = []
+    for metric, expected in assertions:
+        observed = METRICS[metric](record)
+        same = canonical_json(observed) == canonical_json(expected)
+        verdicts.append({"expected": expected, "metric": metric, "observed": observed,
+                         "verdict": "pass" if same else "fail"})
+    return verdicts
+
+
+# ================================================================================================
+# 12. Scenarios and paired controls
+# ================================================================================================
+
+PLAN_ARGUMENTS: Final = _freeze({
+    "create_order": {"amount_cents": 4999, "currency": "EUR", "customer": {"id": "C1042", "tier": "standard"},
+                     "idempotency_key": "k-create-30417", "line": {"quantity": 2, "sku": "SKU-RED"},
+                     "order_ref": PLAN_ORDER},
+    "reserve_inventory": {"idempotency_key": "k-reserve-30417", "order_ref": PLAN_ORDER, "quantity": 2,
+                          "sku": "SKU-RED"},
+    "charge_payment": {"amount_cents": 4999, "currency": "EUR", "idempotency_key": "k-charge-30417",
+                       "order_ref": PLAN_ORDER, "payment_method": {"token": "tok_4242abcd", "type": "card"}},
+    "confirm_order": {"idempotency_key": "k-confirm-30417", "order_ref": PLAN_ORDER},
+})
+
+PLACE_ORDER: Final = Expectation(
+    name="place_order",
+    calls=(ExpectedCall("create_order", _freeze({"amount_cents": 4999, "order_ref": PLAN_ORDER})),
+           ExpectedCall("reserve_inventory", _freeze({"order_ref": PLAN_ORDER, "quantity": 2,
+                                                      "sku": "SKU-RED"})),
+           ExpectedCall("charge_payment", _freeze({"amount_cents": 4999, "order_ref": PLAN_ORDER})),
+           ExpectedCall("confirm_order", _freeze({"order_ref": PLAN_ORDER}))),
+    edges=((0, 1), (0, 2), (1, 2), (1, 3), (2, 3)),  # stock before money, both before confirming
+    forbidden=frozenset({"cancel_order", "refund_payment", "release_inventory"}),
+)
+
+_ABSENT: Final = object()  # a patch value that deletes the field
+
+
+def _patch(arguments: dict, path: tuple[str, ...], value: Any) -> None:
+    parent = arguments
+    for step in path[:-1]:
+        parent = parent[step]
+    if value is _ABSENT:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+
+
+def plan_calls(patches: tuple[tuple[str, tuple[str, ...], Any], ...] = (),
+               order: tuple[str, ...] = PLAN_TOOLS) -> tuple[ToolCall, ...]:
+    """The four-step plan as provider calls, with fields patched or deleted, in a given order."""
+    calls = []
+    for index, tool in enumerate(order, 1):
+        arguments = _thaw(PLAN_ARGUMENTS[tool])
+        for target, path, value in patches:
+            if target == tool:
+                _patch(arguments, path, value)
+        calls.append(ToolCall(f"call_{index}", tool, canonical_json(arguments).decode("utf-8")))
+    return tuple(calls)
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    id: str
+    dimension: str
+    title: str
+    calls: tuple[ToolCall, ...]
+    faults: tuple[Fault, ...]
+    assertions: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    id: str
+    scenario: str
+    shows: str
+    assertions: tuple[tuple[str, Any], ...]
+
+
+def _violations(**counts: int) -> dict[str, int]:
+    """Violation counts per invariant: zero for every invariant not named."""
+    return {**{name: 0 for name in INVARIANTS}, **counts}
+
+
+_REFUSED_UNTOUCHED: Final = (("lifecycle", REFUSED), ("outcome", "refused"), ("side_effects", 0),
+                             ("state_changed", False), ("submissions", 0))
+_COMPLETED: Final = (("lifecycle", RECONCILED), ("outcome", "completed"), ("side_effects", 4),
+                     ("orders", {PLAN_ORDER: "confirmed"}), ("new_charges", 1),
+                     ("held_reservations", 1), ("violations", _violations()))
+_COMPENSATED: Final = (("lifecycle", RECONCILED), ("outcome", "compensated"),
+                       ("orders", {PLAN_ORDER: "cancelled"}), ("new_charges", 0),
+                       ("held_reservations", 0), ("inventory", {"SKU-BLUE": 5, "SKU-RED": 5}),
+                       ("compensation_order", ["release_inventory", "cancel_order"]),
+                       ("violations", _violations()))
+
+
+def _plain_ledger(**overrides: dict[str, int]) -> dict[str, dict[str, int]]:
+    """The plan's four key rows, one attempt, effect and acknowledgement each unless overridden."""
+    one = {"acknowledged": 1, "attempted": 1, "effects": 1}
+    return {f"{tool}|{PLAN_ARGUMENTS[tool]['idempotency_key']}": overrides.get(tool, one) for tool in PLAN_TOOLS}
+
+
+SCENARIOS: Final = (
+    Scenario("S01", "schema", "required field missing (charge without amount_cents)",
+             plan_calls((("charge_payment", ("amount_cents",), _ABSENT),)), (),
+             _REFUSED_UNTOUCHED + (("refusal_codes", ["ARGUMENT_MISMATCH", "SCHEMA_REQUIRED"]),)),
+    Scenario("S02", "schema", "wrong type (quantity as the string \"2\")",
+             plan_calls((("reserve_inventory", ("quantity",), "2"),)), (),
+             _REFUSED_UNTOUCHED + (("refusal_codes", ["ARGUMENT_MISMATCH", "SCHEMA_TYPE"]),)),
+    Scenario("S03", "schema", "enum out of range (currency JPY)",
+             plan_calls((("charge_payment", ("currency",), "JPY"),)), (),
+             _REFUSED_UNTOUCHED + (("refusal_codes", ["SCHEMA_ENUM"]),)),
+    Scenario("S04", "schema", "side effect without idempotency key",
+             plan_calls((("charge_payment", ("idempotency_key",), _ABSENT),)), (),
+             _REFUSED_UNTOUCHED + (("refusal_codes", ["KEY_MISSING", "SCHEMA_REQUIRED"]),)),
+    Scenario("S05", "completeness", "four-step success", plan_calls(), (),
+             _COMPLETED + (("ledger", _plain_ledger()), ("unknown_resolutions", []))),
+    Scenario("S06", "completeness", "confirm_order missing: detected and audited",
+             plan_calls(order=PLAN_TOOLS[:3]), (),
+             _REFUSED_UNTOUCHED + (("refusal", [{"call": None, "code": "CALL_MISSING",
+                                                  "path": "/confirm_order"}]),)),
+    Scenario("S07", "order", "dependent call first (charge before reserve)",
+             plan_calls(order=("create_order", "charge_payment", "reserve_inventory", "confirm_order")), (),
+             _REFUSED_UNTOUCHED + (("refusal", [{"call": 1, "code": "DEPENDENCY_ORDER",
+                                                  "path": "/reserve_inventory->charge_payment"}]),)),
+    Scenario("S08", "timeout", "timeout before the side effect: recovered with the same key",
+             plan_calls(), (Fault("timeout_before_effect", "charge_payment"),),
+             _COMPLETED + (("unknown_resolutions", ["status_query:absent"]),
+                           ("ledger", _plain_ledger(charge_payment={"acknowledged": 1, "attempted": 2,
+                                                                     "effects": 1})))),
+    Scenario("S09", "timeout", "retries exhausted: explicit failure, zero charges",
+             plan_calls(), (Fault("timeout_before_effect", "charge_payment", GUARDED_MAX_ATTEMPTS),),
+             _COMPENSATED + (("unknown_resolutions", ["status_query:absent"] * GUARDED_MAX_ATTEMPTS),
+                             # create, reserve, every charge attempt, release, cancel
+                             ("submissions", 2 + GUARDED_MAX_ATTEMPTS + 2))),
+    Scenario("S10", "idempotency", "response lost after commit: one charge",
+             plan_calls(), (Fault("timeout_after_commit", "charge_payment"),),
+             _COMPLETED + (("unknown_resolutions", ["status_query:committed"]),
+                           ("ledger", _plain_ledger()))),
+    Scenario("S11", "idempotency", "same key submitted twice: one effect",
+             plan_calls(), (Fault("duplicate_submit", "charge_payment"),),
+             _COMPLETED + (("ledger", _plain_ledger(charge_payment={"acknowledged": 1, "attempted": 2,
+                                                                     "effects": 1})),)),
+    Scenario("S12", "saga", "reserved, then payment fails for good: compensate in reverse",
+             plan_calls(), (Fault("permanent_failure", "charge_payment"),),
+             _COMPENSATED + (("submissions", 5),)),
+    Scenario("S13", "delivery", "crash after commit: the relay publishes, consumed once",
+             plan_calls(), (Fault("crash_after_commit", "confirm_order"),),
+             _COMPLETED + (("relayed_events", 1), ("max_consumption", 1), ("unconsumed_events", 0))),
+    Scenario("S14", "delivery", "ACK lost: redelivered, consumed once",
+             plan_calls(), (Fault("ack_lost", "confirm_order"),),
+             _COMPLETED + (("duplicates_ignored", 1), ("max_consumption", 1))),
+)
+SCENARIO_INDEX: Final = MappingProxyType({scenario.id: scenario for scenario in SCENARIOS})
+DIMENSIONS: Final = ("schema", "completeness", "order", "timeout", "idempotency", "saga", "delivery")
+
+# Each control runs the naive orchestrator on a scenario and must show the named fault: if it
+# does not, the harness cannot detect that fault and the whole run fails.
+CONTROLS: Final = (
+    Control("C1", "S10", "double charge",
+            (("new_charges", 2), ("captured_charges", 2), ("outcome", "claimed_complete"),
+             ("violations", _violations(single_charge=1, unknown_resolved=1)))),
+    Control("C2", "S12", "leaked reservation",
+            (("held_reservations", 1), ("orders", {PLAN_ORDER: "created"}), ("compensation_order", []),
+             ("outcome", "aborted"), ("violations", _violations(no_orphan_reservation=1)))),
+    Control("C3", "S13", "lost event",
+            (("unconsumed_events", 1), ("relayed_events", 0),
+             ("violations", _violations(consumed_exactly_once=1)))),
+    Control("C4", "S14", "duplicate consumption",
+            (("max_consumption", 2), ("duplicates_ignored", 0),
+             ("violations", _violations(consumed_exactly_once=1)))),
+    Control("C5", "S04", "effect from a plan that should have been refused",
+            (("side_effects", 4), ("orders", {PLAN_ORDER: "confirmed"}), ("new_charges", 1),
+             ("violations", _violations()))),
+)
+
+
+def _judged_run(orchestrator: str, scenario: Scenario, assertions: tuple, seed: int) -> tuple[dict, bool]:
+    record = execute_run(orchestrator, scenario.calls, PLACE_ORDER, faults=scenario.faults, seed=seed)
+    verdicts = judge(record, assertions)
+    return {**record, "assertions": verdicts}, all(item["verdict"] == "pass" for item in verdicts)
+
+
+def run_scenario(scenario: Scenario, *, seed: int = SEED) -> dict[str, Any]:
+    """The guarded orchestrator on one scenario, judged by the scenario's assertions."""
+    record, held = _judged_run("guarded", scenario, scenario.assertions, seed)
+    return seal({**record, "dimension": scenario.dimension, "kind": "scenario", "run_id": f"{scenario.id}/guarded",
+                 "scenario": scenario.id, "title": scenario.title, "verdict": "pass" if held else "fail"})
+
+
+def run_control(control: Control, *, seed: int = SEED) -> dict[str, Any]:
+    """The naive orchestrator on a control's scenario: 'shown' only if every fault it names appears."""
+    record, held = _judged_run("naive", SCENARIO_INDEX[control.scenario], control.assertions, seed)
+    return seal({**record, "control": control.id, "kind": "control", "run_id": f"{control.id}/naive",
+                 "scenario": control.scenario, "shows": control.shows, "verdict": "shown" if held else "not_shown"})
+
+
+# ================================================================================================
+# 13. Exhaustive fault sweep
+# ================================================================================================
+
+def sweep_fault_sets() -> list[tuple[Fault, ...]]:
+    """No fault; every swept kind at every step; every pair of kinds at two different steps."""
+    sets: list[tuple[Fault, ...]] = [()]
+    sets += [(Fault(kind, tool),) for tool in PLAN_TOOLS for kind in SWEPT_KINDS]
+    sets += [(Fault(first, PLAN_TOOLS[i]), Fault(second, PLAN_TOOLS[j]))
+             for i, j in combinations(range(len(PLAN_TOOLS)), 2)
+             for first in SWEPT_KINDS for second in SWEPT_KINDS]
+    return sets
+
+
+def run_sweep(*, seed: int = SEED) -> list[dict[str, Any]]:
+    """Every fault set under both orchestrators; one compact, sealed line per run."""
+    calls, lines = plan_calls(), []
+    for orchestrator in ("guarded", "naive"):
+        for index, faults in enumerate(sweep_fault_sets()):
+            record = seal(execute_run(orchestrator, calls, PLACE_ORDER, faults=faults, seed=seed))
+            lines.append({
+                "faults": record["faults"], "kind": "sweep", "lifecycle": record["lifecycle"],
+                "orchestrator": orchestrator, "outcome": record["outcome"],
+                "record_sha256": record["record_sha256"], "run_id": f"W{index:03d}/{orchestrator}",
+                "side_effects": record["side_effects"], "violations": METRICS["violations"](record),
+            })
+    return lines
+
+
+def sweep_table(lines: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per invariant: how many runs of each orchestrator violate it."""
+    table = {name: {"guarded": 0, "naive": 0} for name in INVARIANTS}
+    for line in lines:
+        for name, count in line["violations"].items():
+            table[name][line["orchestrator"]] += 1 if count else 0
+    return table
+
+
+# ================================================================================================
+# 14. Full-plan scorer and its cases
+# ================================================================================================
+
+# Verdicts, strongest first: the first that applies is the verdict. Only the last two score above 0.
+VERDICTS: Final = ("veto", "unparseable", "refused", "incomplete", "pass")
+_UNPARSED_CODES: Final = frozenset({"CALL_SHAPE", "RESPONSE_SHAPE", "RESPONSE_TOO_MANY_CALLS"}
+                                   | {code for code in ERRORS if code.startswith("ARGS_")})
+
+
+def scorer_config() -> dict[str, Any]:
+    """Everything that decides a score; its digest is published with the results."""
+    return {
+        "argument_compare": "exact canonical JSON equality: no coercion, booleans are not integers",
+        "call_set": "sum of matched pair scores / max(expected calls, proposed calls)",
+        "dependency": "satisfied edges / edges, on the proposed order of matched calls",
+        "limits": {"max_argument_bytes": MAX_ARGUMENT_BYTES, "max_calls": MAX_CALLS,
+                   "max_expected_calls": MAX_EXPECTED_CALLS, "max_name_chars": MAX_NAME_CHARS,
+                   "max_nesting": MAX_NESTING, "max_safe_integer": MAX_SAFE_INTEGER},
+        "matching": "optimal assignment over all calls (maximum total, ties to the earliest pairs)",
+        "pair_score": "0 unless same tool and the call is valid; else share of fixed arguments equal",
+        "total": "0 for veto, unparseable or refused; otherwise call_set x dependency",
+        "verdicts": list(VERDICTS),
+    }
+
+
+def _response_calls(response: Any) -> list[Any]:
+    if not isinstance(response, dict) or set(response) != {"tool_calls"}:
+        raise BenchError("RESPONSE_SHAPE")
+    calls = response["tool_calls"]
+    if not isinstance(calls, list):
+        raise BenchError("RESPONSE_SHAPE")
+    if len(calls) > MAX_CALLS:
+        raise BenchError("RESPONSE_TOO_MANY_CALLS")
+    return calls
+
+
+def _tool_call(item: Any) -> ToolCall:
+    if not isinstance(item, dict) or set(item) != {"id", "name", "arguments"}:
+        raise BenchError("CALL_SHAPE")
+    ident, name = item["id"], item["name"]
+    if not all(isinstance(text, str) and 0 < len(text) <= MAX_NAME_CHARS for text in (ident, name)):
+        raise BenchError("CALL_SHAPE")
+    return ToolCall(ident, name, item["arguments"])
+
+
+def calls_from_response(response: Any) -> tuple[ToolCall, ...]:
+    """Provider response -> calls, for the orchestrators; raises BenchError on any bad shape."""
+    return tuple(_tool_call(item) for item in _response_calls(response))
+
+
+def _pair_score(check: CallCheck, name: Any, expected: ExpectedCall) -> Fraction:
+    if name != expected.name or not check.parsed or check.findings:
+        return Fraction(0)
+    fixed = expected.arguments
+    if not fixed:
+        return Fraction(1)
+    equal = sum(1 for name, value in fixed.items()
+                if name in check.arguments and _same_json(check.arguments[name], value))
+    return Fraction(equal, len(fixed))
+
+
+def optimal_matching(weights: list[list[Fraction]]) -> tuple[Fraction, tuple[tuple[int, int], ...]]:
+    """Maximum-total one-to-one matching of proposed (rows) to expected (columns) calls."""
+    best: dict[int, tuple[Fraction, tuple[tuple[int, int], ...]]] = {0: (Fraction(0), ())}
+    for row, row_weights in enumerate(weights):
+        grown = dict(best)
+        for mask, (total, pairs) in best.items():
+            for column, weight in enumerate(row_weights):
+                if weight == 0 or mask & (1 << column):
+                    continue
+                widened, candidate = mask | (1 << column), total + weight
+                if widened not in grown or candidate > grown[widened][0]:
+                    grown[widened] = (candidate, pairs + ((row, column),))
+        best = grown
+    return max(best.values(), key=lambda entry: entry[0])
+
+
+def _ratio(numerator: Fraction | int, denominator: int) -> dict[str, Any]:
+    # An empty denominator is vacuous (nothing was asked of it): shown as n/a, counted as 1.
+    if denominator == 0:
+        return {"den": 0, "num": str(Fraction(numerator)), "value": "n/a"}
+    value = Fraction(numerator) / denominator
+    milli = (value.numerator * 2000 + value.denominator) // (2 * value.denominator)  # half up
+    return {"den": denominator, "num": str(Fraction(numerator)), "value": f"{milli // 1000}.{milli % 1000:03d}"}
+
+
+def _factor(ratio: dict[str, Any]) -> Fraction:
+    return Fraction(1) if ratio["den"] == 0 else Fraction(ratio["num"]) / ratio["den"]
+
+
+def _scored_calls(raw_calls: list[Any], tools: Mapping[str, ToolContract]
+                  ) -> tuple[list[Any], list[CallCheck]]:
+    names, checks = [], []
+    for index, item in enumerate(raw_calls):
+        try:
+            call = _tool_call(item)
+        except BenchError as error:
+            names.append(None)
+            checks.append(CallCheck(False, None, (Finding(error.code, "", index),)))
+            continue
+        names.append(call.name)
+        checks.append(vet_call(call, index, tools))
+    return names, checks
+
+
+def _failed_score(code: str, expected_calls: int) -> dict[str, Any]:
+    # The whole response failed: it counts as one proposal that scored nothing.
+    empty = _ratio(0, 1)
+    return {"calls": [], "edges": [], "error": code, "matching": [],
+            "sub_scores": {"call_set": _ratio(0, max(expected_calls, 1)), "dependency": empty,
+                           "parse": empty, "schema": empty},
+            "total": _ratio(0, 1), "verdict": "unparseable", "vetoes": []}
+
+
+def _check_configuration(expectation: Any, tools: Any) -> None:
+    if not isinstance(tools, Mapping) or not all(isinstance(tool, ToolContract) for tool in tools.values()):
+        raise BenchError("SCHEMA_UNSUPPORTED")
+    check_expectation(expectation, tools)
+    for tool in tools.values():
+        check_schema(tool.schema)
+
+
+def _edges(expectation: Expectation, pairs: tuple[tuple[int, int], ...]) -> list[dict[str, Any]]:
+    """Each dependency edge, satisfied when both ends matched and the first was proposed first."""
+    position = {column: row for row, column in pairs}
+    return [{"after": later, "before": before,
+             "satisfied": before in position and later in position and position[before] < position[later]}
+            for before, later in expectation.edges]
+
+
+def _verdict(checks: list[CallCheck], vetoes: list[str], sub_scores: dict[str, Any]) -> str:
+    applies = {
+        "veto": bool(vetoes),
+        "unparseable": any(not check.parsed for check in checks),
+        "refused": any(check.findings for check in checks),
+        "incomplete": _factor(sub_scores["call_set"]) < 1 or _factor(sub_scores["dependency"]) < 1,
+        "pass": True,
+    }
+    return next(name for name in VERDICTS if applies[name])
+
+
+def score_response(response: Any, expectation: Expectation,
+                   tools: Mapping[str, ToolContract] = TOOLS) -> dict[str, Any]:
+    """Score a whole response against an expectation; hostile input yields codes, not exceptions."""
+    try:
+        _check_configuration(expectation, tools)
+    except BenchError as error:
+        return {**_failed_score(error.code, 0), "verdict": "invalid_input"}
+    try:
+        raw_calls = _response_calls(response)
+    except BenchError as error:
+        return _failed_score(error.code, len(expectation.calls))
+    names, checks = _scored_calls(raw_calls, tools)
+    weights = [[_pair_score(check, name, expected) for expected in expectation.calls]
+               for name, check in zip(names, checks)]
+    matched, pairs = optimal_matching(weights)
+    edges = _edges(expectation, pairs)
+    vetoes = [f"FORBIDDEN_CALL:{name}@{index}" for index, name in enumerate(names)
+              if name in expectation.forbidden]
+    count = len(checks)
+    sub_scores = {
+        "call_set": _ratio(matched, max(len(expectation.calls), count)),
+        "dependency": _ratio(sum(1 for edge in edges if edge["satisfied"]), len(edges)),
+        "parse": _ratio(sum(1 for check in checks if check.parsed), count),
+        "schema": _ratio(sum(1 for check in checks if check.parsed and not check.findings), count),
+    }
+    verdict = _verdict(checks, vetoes, sub_scores)
+    total = Fraction(0)
+    if verdict in ("incomplete", "pass"):
+        total = _factor(sub_scores["call_set"]) * _factor(sub_scores["dependency"])
+    column_of = dict(pairs)
+    return {
+        "calls": [{"findings": [finding.to_json() for finding in check.findings], "index": index,
+                   "matched": column_of.get(index), "name": name, "parsed": check.parsed,
+                   "pair_score": str(weights[index][column_of[index]]) if index in column_of else "0"}
+                  for index, (name, check) in enumerate(zip(names, checks))],
+        "edges": edges, "error": None, "matching": [list(pair) for pair in pairs],
+        "sub_scores": sub_scores, "total": _ratio(total, 1), "verdict": verdict, "vetoes": vetoes,
+    }
+
+
+def _provider_call(ident: str, name: str, arguments: Any) -> dict[str, Any]:
+    text = arguments if isinstance(arguments, str) else canonical_json(arguments).decode("utf-8")
+    return {"arguments": text, "id": ident, "name": name}
+
+
+_READ_ONLY: Final = Expectation("track_order", (ExpectedCall("query_logistics",
+                                                             _freeze({"order_ref": SEEDED_ORDER})),),
+                                forbidden=SIDE_EFFECT_TOOLS)
+_REFUND: Final = Expectation("refund_damaged", (ExpectedCall("refund_payment", _freeze(
+    {"amount_cents": 4999, "order_ref": SEEDED_ORDER, "reason": "damaged"})),),
+    forbidden=SIDE_EFFECT_TOOLS - {"refund_payment"})
+_QUERY: Final = {"order_ref": SEEDED_ORDER}
+_REFUND_ARGS: Final = {"amount_cents": 4999, "idempotency_key": "k-refund-20481", "order_ref": SEEDED_ORDER}
+
+
+@dataclass(frozen=True, slots=True)
+class ScorerCase:
+    id: str
+    title: str
+    response: Mapping[str, Any]
+    expectation: Expectation
+    seed_era_score: str  # what the audited first-call-only scorer gave it
+    verdict: str  # the corrected verdict, a regression the bench must keep
+    guarded: str  # the lifecycle the guarded orchestrator must end in
+
+
+SCORER_CASES: Final = (
+    ScorerCase("SC1", "correct query (baseline)",
+               {"tool_calls": [_provider_call("c1", "query_logistics", _QUERY)]},
+               _READ_ONLY, "-", "pass", RECONCILED),
+    ScorerCase("SC2", "correct query, then cancel_order",
+               {"tool_calls": [_provider_call("c1", "query_logistics", _QUERY),
+                               _provider_call("c2", "cancel_order", {
+                                   **_QUERY, "idempotency_key": "k-cancel-20481",
+                                   "reason": "customer_request"})]},
+               _READ_ONLY, "1.00", "veto", REFUSED),
+    ScorerCase("SC3", "refund missing required reason",
+               {"tool_calls": [_provider_call("c1", "refund_payment", _REFUND_ARGS)]},
+               _REFUND, "0.75", "refused", REFUSED),
+    ScorerCase("SC4", "string field given a number",
+               {"tool_calls": [_provider_call("c1", "query_logistics", {"order_ref": 20481})]},
+               _READ_ONLY, "1.00", "refused", REFUSED),
+    ScorerCase("SC5", "unknown field force=true",
+               {"tool_calls": [_provider_call("c1", "refund_payment", {
+                   **_REFUND_ARGS, "force": True, "reason": "damaged"})]},
+               _REFUND, "0.90", "refused", REFUSED),
+    ScorerCase("SC6", "arguments are not valid JSON",
+               {"tool_calls": [_provider_call("c1", "query_logistics", '{"order_ref": "20481"')]},
+               _READ_ONLY, "0.50", "unparseable", REFUSED),
+)
+
+
+def _outcome_digest(record: Mapping) -> dict[str, Any]:
+    return {"diff_paths": [change["path"] for change in record["diff"]], "lifecycle": record["lifecycle"],
+            "outcome": record["outcome"], "side_effects": record["side_effects"],
+            "violations": METRICS["violations"](record)}
+
+
+def run_scorer_case(case: ScorerCase, *, seed: int = SEED) -> dict[str, Any]:
+    """Score the proposal, then run it under both orchestrators on a sandbox with history."""
+    score = score_response(_thaw(case.response), case.expectation)
+    calls = calls_from_response(_thaw(case.response))
+    runs = {name: seal(execute_run(name, calls, case.expectation, seed=seed, initial=seed_confirmed_order))
+            for name in ("guarded", "naive")}
+    regression = score["verdict"] == case.verdict and runs["guarded"]["lifecycle"] == case.guarded
+    return seal({
+        "case": case.id, "expected_verdict": case.verdict, "guarded": _outcome_digest(runs["guarded"]),
+        "guarded_record": runs["guarded"], "kind": "scorer", "naive": _outcome_digest(runs["naive"]),
+        "naive_record": runs["naive"], "run_id": f"{case.id}/scorer", "score": score,
+        "seed_era_score": case.seed_era_score, "title": case.title,
+        "verdict": "pass" if regression else "fail",
+    })
+
+
+# ================================================================================================
+# 15. Bench: run_all, result files, check
+# ================================================================================================
+
+@dataclass(frozen=True, slots=True)
+class BenchOutcome:
+    raw: bytes  # raw_results.jsonl, exactly as written
+    summary: dict[str, Any]
+    failures: tuple[str, ...]  # empty when every scenario, control, sweep and scorer rule held
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def summary_bytes(self) -> bytes:
+        return (json.dumps(self.summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _failures(scenarios: list, controls: list, table: dict, scorer: list) -> tuple[str, ...]:
+    found = [f"scenario {r['scenario']} failed an assertion" for r in scenarios if r["verdict"] != "pass"]
+    found += [f"control {r['control']} did not show its fault: the harness is broken"
+              for r in controls if r["verdict"] != "shown"]
+    found += [f"sweep: the guarded orchestrator violated {name}" for name, row in table.items()
+              if row["guarded"]]
+    found += [f"sweep: the naive orchestrator never violated {name}: the harness is blind to it"
+              for name in sorted(NAIVE_BREAKS) if not table[name]["naive"]]
+    found += [f"scorer case {r['case']} lost its corrected verdict" for r in scorer if r["verdict"] != "pass"]
+    return tuple(found)
+
+
+def _scenario_rows(scenarios: list, controls: list) -> list[dict[str, Any]]:
+    control_of = {record["scenario"]: record for record in controls}
+    rows = []
+    for record in scenarios:
+        paired = control_of.get(record["scenario"], {})
+        rows.append({"control": paired.get("control"), "control_verdict": paired.get("verdict"),
+                     "dimension": record["dimension"], "id": record["scenario"], "title": record["title"],
+                     "verdict": record["verdict"]})
+    return rows
+
+
+def _dimension_counts(scenarios: list) -> dict[str, dict[str, int]]:
+    counts = {dimension: {"passed": 0, "scenarios": 0} for dimension in DIMENSIONS}
+    for record in scenarios:
+        counts[record["dimension"]]["scenarios"] += 1
+        counts[record["dimension"]]["passed"] += record["verdict"] == "pass"
+    return counts
+
+
+def _sweep_summary(sweep: list) -> dict[str, Any]:
+    outcomes = {name: Counter(line["outcome"] for line in sweep if line["orchestrator"] == name)
+                for name in ORCHESTRATORS}
+    return {"fault_kinds": list(SWEPT_KINDS), "invariants": sweep_table(sweep),
+            "naive_must_break": sorted(NAIVE_BREAKS),
+            "outcomes": {name: dict(sorted(counter.items())) for name, counter in outcomes.items()},
+            "plan": list(PLAN_TOOLS), "runs_per_orchestrator": len(sweep) // len(ORCHESTRATORS),
+            "statements": {name: invariant.statement for name, invariant in INVARIANTS.items()}}
+
+
+def _scorer_summary(scorer: list) -> dict[str, Any]:
+    config = scorer_config()
+    cases = [{"guarded": record["guarded"], "id": record["case"], "naive": record["naive"],
+              "score": {name: record["score"][name] for name in ("sub_scores", "total", "verdict")},
+              "seed_era_score": record["seed_era_score"], "title": record["title"], "verdict": record["verdict"]}
+             for record in scorer]
+    return {"cases": cases, "config": config, "config_sha256": canonical_sha256(config)}
+
+
+def _summary(scenarios: list, controls: list, sweep: list, scorer: list, raw: bytes,
+             failures: tuple[str, ...], seed: int) -> dict[str, Any]:
+    return {
+        "bench": "tool-transaction-bench", "format": BENCH_FORMAT, "passed": not failures,
+        "failures": list(failures), "seed": seed,
+        "runs": {"controls": len(controls), "scenarios": len(scenarios), "total": len(scenarios) + len(controls)},
+        "dimensions": _dimension_counts(scenarios),
+        "scenarios": _scenario_rows(scenarios, controls),
+        "controls": [{"id": r["control"], "scenario": r["scenario"], "shows": r["shows"], "verdict": r["verdict"]}
+                     for r in controls],
+        "sweep": _sweep_summary(sweep),
+        "scorer": _scorer_summary(scorer),
+        "vetoes": [{"case": r["case"], "veto": veto} for r in scorer for veto in r["score"]["vetoes"]],
+        "raw_results": {"lines": raw.count(b"\n"), "sha256": hashlib.sha256(raw).hexdigest()},
+    }
+
+
+def run_all(seed: int = SEED) -> BenchOutcome:
+    """The whole bench, sweep included: 14 scenarios, 5 controls, 6 scorer cases, 646 sweep runs."""
+    scenarios = [run_scenario(scenario, seed=seed) for scenario in SCENARIOS]
+    controls = [run_control(control, seed=seed) for control in CONTROLS]
+    scorer = [run_scorer_case(case, seed=seed) for case in SCORER_CASES]
+    sweep = run_sweep(seed=seed)
+    raw = b"".join(canonical_json(line) + b"\n" for line in scenarios + controls + scorer + sweep)
+    failures = _failures(scenarios, controls, sweep_table(sweep), scorer)
+    return BenchOutcome(raw, _summary(scenarios, controls, sweep, scorer, raw, failures, seed), failures)
+
+
+def write_results(outcome: BenchOutcome, directory: Path) -> None:
+    try:
+        directory.mkdir(exist_ok=True)
+        with open(directory / RAW_FILE, "wb") as handle:
+            handle.write(outcome.raw)
+        with open(directory / SUMMARY_FILE, "wb") as handle:
+            handle.write(outcome.summary_bytes())
+    except (OSError, ValueError):
+        raise BenchError("RESULTS_UNWRITABLE") from None
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except (OSError, ValueError):
+        return None
+
+
+def _first_difference(name: str, fresh: bytes, committed: bytes | None) -> str | None:
+    if committed is None:
+        return f"{name}: missing or unreadable"
+    if committed == fresh:
+        return None
+    for number, (new, old) in enumerate(zip(fresh.split(b"\n"), committed.split(b"\n")), 1):
+        if new != old:
+            return f"{name}: line {number} differs from a fresh run"
+    return f"{name}: length differs from a fresh run ({len(committed)} bytes, fresh {len(fresh)})"
+
+
+def check_results(directory: Path, outcome: BenchOutcome) -> list[str]:
+    """Write a fresh run to a temporary directory and compare it byte for byte with `directory`."""
+    if not directory.is_dir():
+        raise BenchError("RESULTS_UNREADABLE")
+    with tempfile.TemporaryDirectory(prefix="txbench-") as scratch:
+        write_results(outcome, Path(scratch))
+        pairs = [(name, _read(Path(scratch) / name), _read(directory / name)) for name in (RAW_FILE, SUMMARY_FILE)]
+    return [problem for name, fresh, committed in pairs
+            if (problem := _first_difference(name, fresh, committed)) is not None]
+
+
+# ================================================================================================
+# 16. CLI
+# ================================================================================================
+
+def _row(*cells: Any, widths: tuple[int, ...]) -> str:
+    return "  ".join(str(cell).ljust(width) for cell, width in zip(cells, widths)).rstrip()
+
+
+def _render_scenarios(summary: Mapping[str, Any]) -> list[str]:
+    shows = {item["id"]: item["shows"] for item in summary["controls"]}
+    widths = (13, 72, 8, 40)
+    lines = [_row("dimension", "scenario", "guarded", "control", widths=widths)]
+    for item in summary["scenarios"]:
+        control = "-"
+        if item["control"] is not None:
+            control = f"{item['control']} {shows[item['control']]}: {item['control_verdict'].upper()}"
+        lines.append(_row(item["dimension"], f"{item['id']} {item['title']}", item["verdict"].upper(), control,
+                          widths=widths))
+    return lines
+
+
+def _render_invariants(sweep: Mapping[str, Any]) -> list[str]:
+    widths = (24, 68, 8, 6)
+    lines = [f"exhaustive sweep: {sweep['runs_per_orchestrator']} fault sets x 2 orchestrators "
+             f"(runs violating each invariant)",
+             _row("invariant", "statement", "guarded", "naive", widths=widths)]
+    lines += [_row(name, sweep["statements"][name], row["guarded"], row["naive"], widths=widths)
+              for name, row in sweep["invariants"].items()]
+    return lines
+
+
+def _render_scorer(scorer: Mapping[str, Any]) -> list[str]:
+    widths = (4, 38, 6, 6, 8, 10, 6, 12, 9, 14, 10)
+    lines = ["full-plan scorer (proposal score, then the same proposal under each orchestrator)",
+             _row("case", "proposal", "parse", "schema", "call_set", "dependency", "total", "verdict",
+                  "seed-era", "naive effects", "guarded", widths=widths)]
+    for case in scorer["cases"]:
+        sub, score = case["score"]["sub_scores"], case["score"]
+        lines.append(_row(case["id"], case["title"], sub["parse"]["value"], sub["schema"]["value"],
+                          sub["call_set"]["value"], sub["dependency"]["value"], score["total"]["value"],
+                          score["verdict"], case["seed_era_score"], case["naive"]["side_effects"],
+                          case["guarded"]["lifecycle"], widths=widths))
+    return lines
+
+
+def render_summary(summary: Mapping[str, Any]) -> str:
+    """The readable table: scenarios with their controls, the invariant table, the scorer cases."""
+    runs = summary["runs"]
+    lines = [f"tool-transaction-bench  seed {summary['seed']}  {runs['scenarios']} guarded runs + "
+             f"{runs['controls']} controls  {'PASSED' if summary['passed'] else 'FAILED'}", ""]
+    lines += _render_scenarios(summary) + [""] + _render_invariants(summary["sweep"]) + [""]
+    lines += _render_scorer(summary["scorer"])
+    vetoes = ", ".join(f"{item['case']} {item['veto']}" for item in summary["vetoes"])
+    lines += [f"vetoes: {vetoes or 'none'}",
+              f"scorer config sha256 {summary['scorer']['config_sha256']}",
+              f"raw_results.jsonl {summary['raw_results']['lines']} lines, "
+              f"sha256 {summary['raw_results']['sha256']}"]
+    lines += [f"FAILURE: {failure}" for failure in summary["failures"]]
+    return "\n".join(lines)
+
+
+def render_scenario(records: list[Mapping[str, Any]]) -> str:
+    lines = []
+    for record in records:
+        lines.append(f"{record['run_id']}  lifecycle {record['lifecycle']}  outcome {record['outcome']}  "
+                     f"verdict {record['verdict']}")
+        for item in record["assertions"]:
+            lines.append(f"  {item['verdict']:4}  {item['metric']}: expected "
+                         f"{canonical_json(item['expected']).decode('utf-8')}, observed "
+                         f"{canonical_json(item['observed']).decode('utf-8')}")
+    return "\n".join(lines)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse would echo the offending value: it may be a path
+        raise BenchError("CLI_USAGE")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="transaction_bench.py", allow_abbrev=False,
+                     description="Deterministic tool-transaction bench: run, check or inspect one scenario.")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true",
+                      help="compare a fresh run with the committed results byte for byte")
+    mode.add_argument("--scenario", metavar="ID", help="run one scenario (S01..S14) and its control")
+    parser.add_argument("--results", metavar="DIR", help="results directory (default: results/ here)")
+    return parser
+
+
+def _run_one(scenario_id: str) -> int:
+    scenario = SCENARIO_INDEX.get(scenario_id)
+    if scenario is None:
+        raise BenchError("SCENARIO_UNKNOWN", f"known ids: {SCENARIOS[0].id}..{SCENARIOS[-1].id}")
+    records = [run_scenario(scenario)]
+    records += [run_control(control) for control in CONTROLS if control.scenario == scenario.id]
+    print(render_scenario(records))
+    return 0 if all(r["verdict"] in ("pass", "shown") for r in records) else 1
+
+
+def _run_check(directory: Path) -> int:
+    outcome = run_all()
+    problems = check_results(directory, outcome)
+    for problem in problems:
+        print(f"check: {problem}")
+    if problems:
+        print("check: FAILED: the committed results differ from a fresh run")
+        return 1
+    print(f"check: OK: committed results match a fresh run byte for byte "
+          f"(sha256 {outcome.summary['raw_results']['sha256']})")
+    return 0 if outcome.passed else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        options = _parser().parse_args(argv)
+        directory = RESULTS_DIR if options.results is None else Path(options.results)
+        if options.scenario is not None:
+            return _run_one(options.scenario)
+        if options.check:
+            return _run_check(directory)
+        outcome = run_all()
+        write_results(outcome, directory)
+        print(render_summary(outcome.summary))
+        return 0 if outcome.passed else 1
+    except BenchError as error:
+        print(f"error: {error}", file=sys.stderr)
+        if error.code == "CLI_USAGE":
+            print(_parser().format_usage().rstrip(), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1875,8 +1875,10 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
     _check_digests(result, audit, provider_context)
     if context is not None:
         _check_expected_context(provider_context, context)
-    if principal is not None and audit["principal"] != principal_view(principal):
-        raise BoundaryError("CALL_BINDING_MISMATCH")
+    if principal is not None:
+        check_principal(principal)  # the host's own value, checked like the context: never a TypeError
+        if audit["principal"] != principal_view(principal):
+            raise BoundaryError("CALL_BINDING_MISMATCH")
 
 
 def _check_execution(execution: Any) -> None:

@@ -1970,7 +1970,8 @@ class TestProjectionsAndResultContract(unittest.TestCase):
         audit = package["protected_audit"]
         self.assertEqual(set(package), {"format", "model_result", "protected_audit", "execution"})
         self.assertEqual(set(audit), {"version", "principal", "provider_context", "tool_contract", "arguments",
-                                      "downstream", "redactions", *DIGEST_FIELDS})
+                                      "downstream", "approval", "redactions", *DIGEST_FIELDS})
+        self.assertEqual(audit["approval"], {"approver": "approver-lee", "expires_at": EXPIRES})
         self.assertEqual(audit["principal"], td.principal_view(ALICE))
         self.assertEqual(audit["provider_context"], write_context().view("dispatch"))
         self.assertEqual(audit["tool_contract"], REFUND.contract_view())
@@ -2041,7 +2042,8 @@ class TestDigests(unittest.TestCase):
         self.assertEqual(audit["call_binding_sha256"], independent_sha256({
             "domain": "tool-dispatcher/call-binding/v2", "provider_context": audit["provider_context"],
             "tool_contract": audit["tool_contract"], "request_sha256": audit["request_sha256"],
-            "result_sha256": result_digest, "downstream": audit["downstream"]}))
+            "result_sha256": result_digest, "downstream": audit["downstream"],
+            "approval": {"approver": "approver-lee", "expires_at": EXPIRES}}))
 
     def test_unknown_tool_request_digest_uses_the_null_contract(self):
         package = make_dispatcher().dispatch({"name": "nope", "arguments": {}}, context(), ALICE, now=NOW)
@@ -2078,17 +2080,60 @@ class TestDigests(unittest.TestCase):
     def test_call_binding_binds_every_part(self):
         audit = counted_write(self)["protected_audit"]
         parts = (audit["provider_context"], audit["tool_contract"], audit["request_sha256"], audit["result_sha256"],
-                 audit["downstream"])
+                 audit["downstream"], audit["approval"])
         base = td.call_binding_sha256(*parts)
         self.assertEqual(base, audit["call_binding_sha256"])
         changes = [(0, dict(parts[0], **{field: "x"})) for field in parts[0]]
         changes += [(1, dict(parts[1], contract_revision="x")), (1, None), (2, "0" * 64), (3, "0" * 64)]
         changes += [(4, dict(parts[4], **{field: "x"})) for field in parts[4]]
+        changes += [(5, dict(parts[5], approver="approver-ng")), (5, dict(parts[5], expires_at=EXPIRES + 1)),
+                    (5, None)]
         for index, value in changes:
             with self.subTest(part=index, value=str(value)[:60]):
                 changed = list(parts)
                 changed[index] = value
                 self.assertNotEqual(td.call_binding_sha256(*changed), base)
+
+    def test_approver_is_bound_by_the_call_binding(self):
+        # Only the approver is replaced in the audit: the binding no longer recomputes.
+        package = counted_write(self)
+        package["protected_audit"]["approval"]["approver"] = "approver-ng"
+        with self.assertRaises(BoundaryError) as caught:
+            td.to_openai_responses(package, write_context(), principal=ALICE)
+        self.assertEqual(caught.exception.code, "CALL_BINDING_MISMATCH")
+
+    def test_replay_and_reconciliation_carry_the_recorded_approval(self):
+        dispatcher = make_dispatcher()
+        write(dispatcher)
+        replay = write(dispatcher, write_context(response="resp_r", call="call_r"), approval=None)
+        self.assertEqual(replay["model_result"]["delivery"], "local_replay")
+        self.assertEqual(replay["protected_audit"]["approval"], {"approver": "approver-lee", "expires_at": EXPIRES})
+        other = make_dispatcher()
+        unknown_write(other)
+        reconciled = query(other)
+        self.assertEqual(reconciled["model_result"]["delivery"], "receipt_reconciled")
+        self.assertEqual(reconciled["protected_audit"]["approval"], {"approver": "approver-lee", "expires_at": EXPIRES})
+        self.assertEqual((dispatcher.effect_count, other.effect_count), (1, 1))
+
+    def test_refusals_and_reads_carry_no_approval(self):
+        dispatcher = make_dispatcher()
+        refused = write(dispatcher, approval=None)
+        self.assertEqual(refused["model_result"]["error"]["code"], "APPROVAL_REQUIRED")
+        self.assertIsNone(refused["protected_audit"]["approval"])
+        self.assertIsNone(read(dispatcher)["protected_audit"]["approval"])
+        self.assertEqual(dispatcher.effect_count, 0)
+
+    def test_an_approval_on_a_read_or_a_malformed_one_is_refused(self):
+        package = read(make_dispatcher())
+        for approval in ({"approver": "approver-lee", "expires_at": EXPIRES}, {"approver": "approver-lee"},
+                         {"approver": "bad approver", "expires_at": EXPIRES}, {"approver": "approver-lee", "expires_at": True},
+                         {"approver": "approver-lee", "expires_at": td.MAX_TIME + 1}, ["approver-lee"]):
+            with self.subTest(approval=approval):
+                forged = copy.deepcopy(package)
+                forged["protected_audit"]["approval"] = approval
+                with self.assertRaises(BoundaryError) as caught:
+                    td.verify_package(forged)
+                self.assertEqual(caught.exception.code, "PACKAGE_MALFORMED")
 
     def test_digests_are_64_lowercase_hex(self):
         audit = counted_write(self)["protected_audit"]

@@ -1094,6 +1094,7 @@ class OperationRecord:
     contract: Mapping[str, Any]
     refs: Mapping[str, str | None]
     data: Any = None
+    approval: Mapping[str, Any] | None = None  # who approved the execution, and until when
 
 
 def advance(record: OperationRecord, event: str, **changes: Any) -> OperationRecord:
@@ -1128,6 +1129,12 @@ def check_approval(approval: Any, *, principal: Principal, context: CallContext,
         raise BoundaryError("APPROVAL_MISMATCH")
     if type(approval.expires_at) is not int or now >= approval.expires_at:
         raise BoundaryError("APPROVAL_EXPIRED")
+
+
+def approval_view(approval: Approval) -> dict[str, Any]:
+    """The approval as the audit keeps it: who approved, and until when (the rest it binds is
+    already in the call binding: principal, provider call, operation, arguments, contract)."""
+    return {"approver": approval.approver, "expires_at": approval.expires_at}
 
 
 def check_refundable(order: Order) -> None:
@@ -1451,8 +1458,10 @@ def result_sha256(model_result: Mapping[str, Any]) -> str:
 
 
 def call_binding_sha256(provider_context: Mapping[str, Any], tool_contract: Mapping[str, Any] | None,
-                        request_digest: str, result_digest: str, downstream: Mapping[str, Any]) -> str:
-    """Ties the result to one provider call: turn, ids, key, contracts, digests, downstream refs."""
+                        request_digest: str, result_digest: str, downstream: Mapping[str, Any],
+                        approval: Mapping[str, Any] | None = None) -> str:
+    """Ties the result to one provider call: turn, ids, key, contracts, digests, downstream refs
+    and the approver whose approval let the effect happen (null when no write ran on one)."""
     return canonical_sha256({
         "domain": CALL_BINDING_DIGEST_DOMAIN,
         "provider_context": provider_context,
@@ -1460,6 +1469,7 @@ def call_binding_sha256(provider_context: Mapping[str, Any], tool_contract: Mapp
         "request_sha256": request_digest,
         "result_sha256": result_digest,
         "downstream": downstream,
+        "approval": approval,
     })
 
 
@@ -1567,7 +1577,7 @@ class Dispatcher:
             if receipt is None and record.state == "unknown":
                 return self._package(call, project_model_result(
                     call.spec, status="unknown", outcome="unknown", delivery="none", code="RECEIPT_UNAVAILABLE"),
-                    state=record.state, refs=record.refs)
+                    state=record.state, refs=record.refs, approval=record.approval)
             if receipt is None:  # already settled: the local record answers
                 return self._replayed(call, record)
             return self._reconciled(call, record, receipt)
@@ -1602,7 +1612,7 @@ class Dispatcher:
         self._records[call.record_key] = record
         return self._package(call, project_model_result(
             call.spec, status="ok", outcome="succeeded", delivery="receipt_reconciled", data=json_copy(data)),
-            state=record.state, refs=refs)
+            state=record.state, refs=refs, approval=record.approval)
 
     # -- pipeline stages -----------------------------------------------------------------------
 
@@ -1670,21 +1680,23 @@ class Dispatcher:
         check_deadline(now, deadline)
         _raise_fault_before(fault)
         refs = self._downstream_refs(call)
+        granted = approval_view(approval)
         effects_before = self.downstream.effect_count
         data, code = self._execute(call, order, refs, fault)
         effects = self.downstream.effect_count - effects_before
         if code is not None:
             # The effect may have been committed: record `unknown`, keep the status reference in
             # the audit only, and block blind replay until a status query reconciles it.
-            self._records[call.record_key] = advance(self._new_record(call, refs), "outcome_lost")
+            self._records[call.record_key] = advance(self._new_record(call, refs, granted), "outcome_lost")
             return self._package(call, project_model_result(
                 call.spec, status="unknown", outcome="unknown", delivery="none", code=code),
-                state="unknown", handler_invoked=True, effects=effects, refs=refs, redactions=_withheld(code))
-        record = advance(self._new_record(call, refs), "committed", data=data)
+                state="unknown", handler_invoked=True, effects=effects, refs=refs, redactions=_withheld(code),
+                approval=granted)
+        record = advance(self._new_record(call, refs, granted), "committed", data=data)
         self._records[call.record_key] = record
         return self._package(call, project_model_result(
             call.spec, status="ok", outcome="succeeded", delivery="fresh", data=json_copy(data)),
-            state=record.state, handler_invoked=True, effects=effects, refs=record.refs)
+            state=record.state, handler_invoked=True, effects=effects, refs=record.refs, approval=granted)
 
     def _execute(self, call: _Call, order: Order, refs: dict[str, str | None] | Mapping[str, None],
                  fault: str) -> tuple[dict[str, str] | None, str | None]:
@@ -1715,20 +1727,22 @@ class Dispatcher:
         if REPEAT_ANSWER[record.state] == "OUTCOME_UNKNOWN":
             return self._package(call, project_model_result(
                 call.spec, status="unknown", outcome="unknown", delivery="none", code="OUTCOME_UNKNOWN"),
-                state=record.state, refs=record.refs)
+                state=record.state, refs=record.refs, approval=record.approval)
         return self._replayed(call, record)
 
     def _replayed(self, call: _Call, record: OperationRecord) -> dict[str, Any]:
         # A defensive copy: nothing the caller does to this answer can reach the record.
         return self._package(call, project_model_result(
             call.spec, status="ok", outcome="succeeded", delivery="local_replay", data=json_copy(record.data)),
-            state=record.state, refs=record.refs)
+            state=record.state, refs=record.refs, approval=record.approval)
 
-    def _new_record(self, call: _Call, refs: Mapping[str, str | None]) -> OperationRecord:
+    def _new_record(self, call: _Call, refs: Mapping[str, str | None],
+                    approval: Mapping[str, Any] | None = None) -> OperationRecord:
         return OperationRecord(state="none", request_sha256=call.request_sha256 or "",
                                profile=call.context.profile, operation_id=call.context.operation_id,
                                contract=MappingProxyType(call.spec.contract_view()),
-                               refs=MappingProxyType(dict(refs)))
+                               refs=MappingProxyType(dict(refs)),
+                               approval=None if approval is None else MappingProxyType(dict(approval)))
 
     def _downstream_refs(self, call: _Call) -> dict[str, str | None]:
         principal = call.principal
@@ -1750,12 +1764,14 @@ class Dispatcher:
 
     def _package(self, call: _Call, model_result: dict[str, Any], *, state: str = "none",
                  handler_invoked: bool = False, effects: int = 0,
-                 refs: Mapping[str, str | None] = _NO_REFS, redactions: Sequence[str] = ()) -> dict[str, Any]:
+                 refs: Mapping[str, str | None] = _NO_REFS, redactions: Sequence[str] = (),
+                 approval: Mapping[str, Any] | None = None) -> dict[str, Any]:
         spec = call.spec
         contract = None if spec is None else spec.contract_view()
         provider_context = call.context.view(call.purpose)
         principal = dict(call.principal_view, roles=list(call.principal.roles))
         downstream = dict(refs)
+        granted = None if approval is None else dict(approval)
         request_digest = call.request_sha256 or request_sha256(principal, contract, call.arguments)
         result_digest = result_sha256(model_result)
         audit = {
@@ -1765,11 +1781,12 @@ class Dispatcher:
             "tool_contract": contract,
             "arguments": None if call.arguments is None else dict(call.arguments),
             "downstream": downstream,
+            "approval": granted,
             "redactions": sorted(redactions),
             "request_sha256": request_digest,
             "result_sha256": result_digest,
             "call_binding_sha256": call_binding_sha256(
-                provider_context, contract, request_digest, result_digest, downstream),
+                provider_context, contract, request_digest, result_digest, downstream, granted),
         }
         return {
             "format": PACKAGE_FORMAT,
@@ -1824,9 +1841,10 @@ _RESULT_FIELDS: Final = MappingProxyType({
 _SOURCE_FIELDS: Final = frozenset({"tool", "producer"})
 _ERROR_FIELDS: Final = frozenset({"code", "message", "retryable"})
 _AUDIT_FIELDS: Final = frozenset({
-    "version", "principal", "provider_context", "tool_contract", "arguments", "downstream", "redactions",
-    "request_sha256", "result_sha256", "call_binding_sha256",
+    "version", "principal", "provider_context", "tool_contract", "arguments", "downstream", "approval",
+    "redactions", "request_sha256", "result_sha256", "call_binding_sha256",
 })
+_APPROVAL_VIEW_FIELDS: Final = frozenset({"approver", "expires_at"})
 _AUDIT_PRINCIPAL_FIELDS: Final = frozenset({"tenant", "subject_ref", "roles"})
 _PROVIDER_CONTEXT_FIELDS: Final = _CONTEXT_FIELDS | {"purpose"}
 _TOOL_CONTRACT_FIELDS: Final = frozenset(REGISTRY["get_order"].contract_view())
@@ -1913,6 +1931,12 @@ def _check_audit_fields(audit: dict[str, Any]) -> dict[str, Any]:
     _require(PROVIDER_PROFILES.get(profile.adapter_revision) == profile, "PROVIDER_MISMATCH")
     downstream = _shape(audit["downstream"], _DOWNSTREAM_FIELDS)
     _require(all(_optional_identifier(ref) for ref in downstream.values()))
+    approval = audit["approval"]
+    if approval is not None:
+        _shape(approval, _APPROVAL_VIEW_FIELDS)
+        expires_at = approval["expires_at"]
+        _require(is_identifier(approval["approver"])
+                 and type(expires_at) is int and MIN_TIME <= expires_at <= MAX_TIME)
     redactions = audit["redactions"]
     _require(type(redactions) is list and all(_member(item, REDACTIONS) for item in redactions)
              and redactions == sorted(set(redactions)))
@@ -1929,13 +1953,14 @@ def _check_provenance(result: dict[str, Any], audit: dict[str, Any], status: str
     if contract is None:
         _require(source["tool"] is None and source["producer"] == BOUNDARY_PRODUCER and status != "ok",
                  "PROVENANCE_MISMATCH")
-        _require(audit["arguments"] is None)
+        _require(audit["arguments"] is None and audit["approval"] is None)
         return None
     _shape(contract, _TOOL_CONTRACT_FIELDS)
     spec = registry.get(contract["tool"]) if type(contract["tool"]) is str else None
     _require(spec is not None and contract == spec._contract and source["tool"] == spec.name
              and source["producer"] == (spec.producer if status == "ok" else BOUNDARY_PRODUCER),
              "PROVENANCE_MISMATCH")
+    _require(audit["approval"] is None or spec.effect == "write")  # only a write is ever approved
     arguments = audit["arguments"]
     if arguments is not None:
         _require(type(arguments) is dict)
@@ -1965,7 +1990,7 @@ def _check_digests(result: dict[str, Any], audit: dict[str, Any], provider_conte
     result_digest = result_sha256(result)
     _require(result_digest == audit["result_sha256"], "RESULT_DIGEST_MISMATCH")
     binding = call_binding_sha256(provider_context, audit["tool_contract"], request_digest, result_digest,
-                                  audit["downstream"])
+                                  audit["downstream"], audit["approval"])
     _require(binding == audit["call_binding_sha256"], "CALL_BINDING_MISMATCH")
 
 

@@ -161,13 +161,15 @@ def floor_get_order(proposal: dict[str, Any], context: td.CallContext, principal
     binding_digest = _floor_sha256({
         "domain": td.CALL_BINDING_DIGEST_DOMAIN, "provider_context": provider_context, "tool_contract": contract,
         "request_sha256": request_digest, "result_sha256": result_digest, "downstream": downstream,
+        "approval": None,
     })
     return {
         "format": td.PACKAGE_FORMAT,
         "model_result": model_result,
         "protected_audit": {
             "version": td.AUDIT_VERSION, "principal": principal_view, "provider_context": provider_context,
-            "tool_contract": contract, "arguments": arguments, "downstream": downstream, "redactions": [],
+            "tool_contract": contract, "arguments": arguments, "downstream": downstream, "approval": None,
+            "redactions": [],
             "request_sha256": request_digest, "result_sha256": result_digest,
             "call_binding_sha256": binding_digest,
         },

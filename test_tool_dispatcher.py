@@ -2094,6 +2094,18 @@ class TestDigests(unittest.TestCase):
                 changed[index] = value
                 self.assertNotEqual(td.call_binding_sha256(*changed), base)
 
+    def test_fresh_write_binds_all_three_downstream_references(self):
+        package = counted_write(self)
+        refs = package["protected_audit"]["downstream"]
+        self.assertRegex(refs["request_ref"], r"\Arq-[0-9a-f]{32}\Z")
+        self.assertEqual(refs["status_ref"], td.derived_ref("st-", "status", refs["request_ref"]))
+        self.assertEqual(refs["receipt_ref"], td.derived_ref("rc-", "receipt", refs["request_ref"]))
+        replay = make_dispatcher()
+        first = write(replay)
+        again = write(replay, write_context(response="resp_r", call="call_r"), approval=None)
+        self.assertEqual(again["protected_audit"]["downstream"], first["protected_audit"]["downstream"])
+        self.assertEqual(replay.effect_count, 1)
+
     def test_approver_is_bound_by_the_call_binding(self):
         # Only the approver is replaced in the audit: the binding no longer recomputes.
         package = counted_write(self)

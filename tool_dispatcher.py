@@ -1656,7 +1656,7 @@ class Dispatcher:
     def _read(self, call: _Call, order: Order, *, now: int, deadline: int | None, fault: str) -> dict[str, Any]:
         check_deadline(now, deadline)
         _raise_fault_before(fault)
-        data, code = self._execute(call, order, _NO_REFS, fault)
+        data, code, _receipt = self._execute(call, order, _NO_REFS, fault)
         if code is not None:
             # A read has no effect to be unsure about: a failure is a plain failure, and a lost
             # answer a retryable one.
@@ -1682,7 +1682,7 @@ class Dispatcher:
         refs = self._downstream_refs(call)
         granted = approval_view(approval)
         effects_before = self.downstream.effect_count
-        data, code = self._execute(call, order, refs, fault)
+        data, code, receipt_ref = self._execute(call, order, refs, fault)
         effects = self.downstream.effect_count - effects_before
         if code is not None:
             # The effect may have been committed: record `unknown`, keep the status reference in
@@ -1692,6 +1692,7 @@ class Dispatcher:
                 call.spec, status="unknown", outcome="unknown", delivery="none", code=code),
                 state="unknown", handler_invoked=True, effects=effects, refs=refs, redactions=_withheld(code),
                 approval=granted)
+        refs["receipt_ref"] = receipt_ref  # the downstream's receipt: evidence of this fresh effect
         record = advance(self._new_record(call, refs, granted), "committed", data=data)
         self._records[call.record_key] = record
         return self._package(call, project_model_result(
@@ -1699,8 +1700,11 @@ class Dispatcher:
             state=record.state, handler_invoked=True, effects=effects, refs=record.refs, approval=granted)
 
     def _execute(self, call: _Call, order: Order, refs: dict[str, str | None] | Mapping[str, None],
-                 fault: str) -> tuple[dict[str, str] | None, str | None]:
-        """Run the handler and its output contract: (data, None) or (None, refusing code)."""
+                 fault: str) -> tuple[dict[str, str] | None, str | None, str | None]:
+        """Run the handler and its output contract.
+
+        Returns (data, None, receipt reference) on success, (None, refusing code, None) otherwise.
+        """
         handler = self._handlers[call.spec.name]
         try:
             result = handler(HandlerCall(
@@ -1710,13 +1714,13 @@ class Dispatcher:
             if inject is not None:
                 result = inject(result)
         except ResponseLost:
-            return None, "OUTCOME_UNKNOWN"
+            return None, "OUTCOME_UNKNOWN", None
         except Exception:  # the handler is foreign code: whatever it raises is contained here
-            return None, "HANDLER_FAILED"
+            return None, "HANDLER_FAILED", None
         try:
-            return check_output(call.spec, result, call.arguments, order), None
+            return check_output(call.spec, result, call.arguments, order), None, result.receipt_ref
         except BoundaryError as refusal:
-            return None, refusal.code
+            return None, refusal.code, None
 
     def _repeat(self, call: _Call, record: OperationRecord) -> dict[str, Any]:
         # Same key: only the same intent, under the same provider profile and the same

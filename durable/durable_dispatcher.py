@@ -1,0 +1,1428 @@
+"""Durable layer: the trusted boundary's idempotency, leases, outbox and recovery, kept in SQLite.
+
+tool_dispatcher.py proves the write contract inside one process with an in-memory map. This module
+keeps the same contract across a crash, a restart and a second process. It imports the boundary
+(request digest, call binding, input and output contracts, handlers, projections, the result package
+and its verifier) and changes only where records live and who may write them: everything the model
+sees is built by tool_dispatcher, byte for byte as the in-memory dispatcher builds it.
+
+What this module never does:
+- copy the boundary: a write still passes tool_dispatcher's checks in tool_dispatcher's order, and
+  its package comes from tool_dispatcher's own packaging;
+- claim exactly-once: delivery is at least once; an effect happens at most once per key because the
+  ledger claims the key under a UNIQUE constraint and the downstream is keyed by a reference derived
+  from the operation;
+- use the sqlite3 module's implicit transactions: connections are in autocommit mode
+  (isolation_level=None) and every write, and every read that decides a write, runs inside
+  BEGIN IMMEDIATE, so a writer waits for the lock (busy timeout) instead of failing an upgrade;
+- let a raw sqlite3 error out: a lock held past the busy timeout is STORE_BUSY (retryable);
+- resolve an operation whose effect may have happened by running it again: only a receipt query
+  (query_operation_status, or recovery's fenced receipt query) settles it;
+- prune an `unknown` or `escalated` record, or a record whose event has not been sent;
+- rely on a bare assert (`python -O` deletes them).
+
+Sections, in the order a write flows:
+    1. Limits and constants          7. Durable downstream (receipts and fences)
+    2. Errors and the code catalog   8. The durable dispatcher
+    3. Lifecycle and leases          9. Outbox relay and consumer inbox
+    4. Schema and SQL               10. Recovery
+    5. The store (connection)       11. Pruning
+    6. The ledger                   12. Fixture runner
+                                    13. CLI
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sqlite3
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Final, Iterator, Mapping, NoReturn, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import tool_dispatcher as td  # noqa: E402  (the boundary this layer makes durable)
+
+# ============================================================================================
+# 1. Limits and constants
+# ============================================================================================
+
+SCHEMA_VERSION: Final = 1  # PRAGMA user_version of a database this module created
+APPLICATION_ID: Final = 0x54445231  # PRAGMA application_id ("TDR1"): any other file is refused
+BUSY_TIMEOUT_MS: Final = 5_000  # BEGIN IMMEDIATE waits this long for the write lock, then STORE_BUSY
+LEASE_MS: Final = 30_000  # far longer than one handler and its commits; a dead holder frees its key this fast
+MIN_LEASE_MS: Final = 1  # tests use short leases; zero would make every claim expired at birth
+MAX_LEASE_MS: Final = 3_600_000  # an hour: a longer lease is a key held hostage by a dead process
+RETENTION_MS: Final = 86_400_000  # completed records kept a day: longer than any client's retry horizon
+MAX_STORED_JSON_BYTES: Final = td.MAX_FIXTURE_BYTES  # what is read back from disk is decoded under a bound
+MAX_ANSWER_ATTEMPTS: Final = 4  # re-reads of a row that moved while we answered, then "in progress"
+RELAY_BATCH: Final = 256  # outbox events one relay pass publishes
+CONSUME_BATCH: Final = 1_024  # broker messages one consumer pass reads per realm
+MAX_RECOVERY_ROWS: Final = 10_000  # unsettled rows one recovery pass visits; run it again for more
+
+DEFAULT_REALM: Final = "default"
+DEFAULT_CONSUMER: Final = "refund-notifier"
+EVENT_TYPE: Final = "operation.settled"
+SYNCHRONOUS_MODES: Final[Mapping[str, int]] = MappingProxyType({"FULL": 2, "NORMAL": 1})
+RECOVERY_FAULTS: Final = frozenset({"none", "downstream_unavailable"})
+
+# Named points where a test (or an operator's chaos drill) can stop the process. The hook is a
+# trusted-host callable; production passes none.
+CHECKPOINTS: Final = frozenset({
+    "after_claim",              # the claim is committed; the downstream was not called
+    "after_downstream_commit",  # the downstream committed its effect; the ledger does not know yet
+    "after_outbox_write",       # inside the completion transaction: ledger row and event written, not committed
+    "after_ledger_commit",      # completion and event committed; the answer never left the process
+    "after_publish",            # the relay published an event and has not marked it sent
+    "inside_consumer",          # the consumer wrote its inbox entry and effect, not committed
+})
+
+Checkpoint = Callable[[str], None]
+
+_SQLITE_BUSY: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
+_SQLITE_NOT_OURS: Final = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
+
+
+def _no_checkpoint(_point: str) -> None:
+    return None
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# ============================================================================================
+# 2. Errors and the code catalog
+# ============================================================================================
+# tool_dispatcher's BoundaryError keeps its codes (refusals the model sees, host errors, fixture
+# and JSON errors). This layer's own conditions are DurableError codes from one closed catalog,
+# with fixed messages: no path, key or SQL text is ever formatted into them.
+
+DURABLE_ERRORS: Final[Mapping[str, td.ErrorSpec]] = MappingProxyType({
+    code: td.ErrorSpec(message, retryable, scope)
+    for code, (scope, retryable, message) in {
+        "OPERATION_IN_PROGRESS": ("host", True, "Another holder is running this operation; retry after its lease."),
+        "LEASE_LOST": ("host", True, "This holder's lease was taken over and its late commit refused; "
+                                     "dispatch again to read the operation's answer."),
+        "OPERATION_ESCALATED": ("host", False, "The operation's receipt contradicts its record; "
+                                               "an operator must resolve it."),
+        "DOWNSTREAM_FENCED": ("host", False, "The downstream refused a commit from a superseded lease."),
+        "SETTING_INVALID": ("host", False, "A store or dispatcher setting is out of its range."),
+        "STORE_BUSY": ("store", True, "The database stayed locked past the busy timeout; nothing was changed."),
+        "STORE_UNREADABLE": ("store", False, "The database file could not be opened."),
+        "STORE_EXISTS": ("store", False, "The database file already exists; this command creates a new one."),
+        "STORE_INVALID": ("store", False, "The file is not a database of this layer, or its content is damaged."),
+        "STORE_FAILED": ("store", False, "The database refused the operation."),
+        "STORE_MISUSE": ("store", False, "A database transaction was opened inside another one."),
+        "CLI_USAGE": ("cli", False, "The command line is not valid; see --help."),
+        "INTERNAL_ERROR": ("cli", False, "The durable layer failed unexpectedly."),
+    }.items()
+})
+
+
+class DurableError(Exception):
+    """The one error type of this layer: a stable code from DURABLE_ERRORS and a fixed message."""
+
+    def __init__(self, code: str) -> None:
+        if code not in DURABLE_ERRORS:
+            raise ValueError("unknown error code")  # a programming error, not an input error
+        super().__init__(code)
+        self.code = code
+
+    @property
+    def message(self) -> str:
+        return DURABLE_ERRORS[self.code].message
+
+    @property
+    def retryable(self) -> bool:
+        return DURABLE_ERRORS[self.code].retryable
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "retryable": self.retryable}
+
+
+def _store_error(error: sqlite3.Error) -> DurableError:
+    primary = (getattr(error, "sqlite_errorcode", None) or 0) & 0xFF
+    if primary in _SQLITE_BUSY:
+        return DurableError("STORE_BUSY")
+    if primary in _SQLITE_NOT_OURS:
+        return DurableError("STORE_INVALID")
+    return DurableError("STORE_FAILED")
+
+
+# ============================================================================================
+# 3. Lifecycle and leases
+# ============================================================================================
+# tool_dispatcher's lifecycle (none -> succeeded | unknown -> reconciled) with the claim in front
+# of it, as one table. Its three moves keep their names and targets; only committed and
+# outcome_lost now start from in_progress, because a durable write first claims its key.
+#
+#   none | released --claim--> claimed            the key is ours under a lease, epoch 1 or +1
+#   claimed --take_over--> claimed                an expired claim never reached the downstream
+#   claimed --release--> released                 a retryable refusal, or recovery of a dead claim
+#   claimed --start--> in_progress                from here the downstream may act
+#   in_progress --committed--> succeeded          completion and its event, one transaction
+#   in_progress --outcome_lost--> unknown         the handler's answer was lost or refused
+#   in_progress --take_over--> unknown            an expired holder may have reached the downstream
+#   unknown --receipt_confirmed--> reconciled     a receipt query found the effect
+#   unknown --receipt_absent--> released          a fenced receipt query proved there is no effect
+#   unknown --receipt_mismatch--> escalated       the receipt contradicts the record: an operator decides
+
+LIFECYCLE: Final[Mapping[tuple[str, str], str]] = MappingProxyType({
+    ("none", "claim"): "claimed",
+    ("released", "claim"): "claimed",
+    ("claimed", "take_over"): "claimed",
+    ("claimed", "release"): "released",
+    ("claimed", "start"): "in_progress",
+    ("in_progress", "committed"): "succeeded",
+    ("in_progress", "outcome_lost"): "unknown",
+    ("in_progress", "take_over"): "unknown",
+    ("unknown", "receipt_confirmed"): "reconciled",
+    ("unknown", "receipt_absent"): "released",
+    ("unknown", "receipt_mismatch"): "escalated",
+})
+STATES: Final = frozenset(state for move in LIFECYCLE.items() for state in (move[0][0], move[1]))
+STORED_STATES: Final = STATES - {"none"}  # "none" is the absence of a row
+LEASED_STATES: Final = frozenset({"claimed", "in_progress"})  # exactly the rows that carry a lease
+# What tool_dispatcher (and so the model) sees of a settled row. Escalated reads as unknown: the
+# model is told the outcome is unknown; only the protected ledger says an operator is needed.
+MODEL_STATE: Final[Mapping[str, str]] = MappingProxyType({
+    "succeeded": "succeeded", "reconciled": "reconciled", "unknown": "unknown", "escalated": "unknown",
+})
+EVENT_STATES: Final = frozenset({"succeeded", "reconciled"})  # settling here writes one outbox event
+PRUNABLE_STATES: Final = frozenset({"succeeded", "reconciled"})  # only completed records expire
+RECOVERY_HINTS: Final[Mapping[str, str]] = MappingProxyType({
+    "unknown": "query_status",  # a receipt query (query_operation_status or recover) settles it
+    "escalated": "operator",    # the receipt contradicts the record
+})
+
+
+def transition(state: str, event: str) -> str:
+    """The state LIFECYCLE gives (state, event), or LIFECYCLE_VIOLATION."""
+    try:
+        return LIFECYCLE[(state, event)]
+    except KeyError:
+        raise td.BoundaryError("LIFECYCLE_VIOLATION") from None
+
+
+def new_owner() -> str:
+    """A lease holder's name: diagnostics only. Fencing rests on the epoch, never on this name."""
+    return f"holder-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+# ============================================================================================
+# 4. Schema and SQL
+# ============================================================================================
+# One file holds the ledger and, in tables of their own written only in their own transactions,
+# the mock downstream, the broker and the consumer: a crash between two of them is a real crash
+# between two commits. A realm is one isolated world: a deployment uses one; the fixture runner
+# uses one per case, because each case starts a new dispatcher over a fresh world.
+
+
+def _sql_list(values: frozenset[str]) -> str:
+    return ", ".join(f"'{value}'" for value in sorted(values))
+
+
+_KEY_MATCH: Final = ("realm = :realm AND tenant = :tenant AND subject = :subject AND tool = :tool "
+                     "AND idempotency_key = :idempotency_key")
+
+SCHEMA: Final = (
+    f"""CREATE TABLE operations (
+        realm TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        idempotency_key TEXT NOT NULL,
+        request_sha256 TEXT NOT NULL CHECK (length(request_sha256) = 64),
+        provider TEXT NOT NULL,
+        api_family TEXT NOT NULL,
+        adapter_revision TEXT NOT NULL,
+        operation_id TEXT NOT NULL,
+        contract TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ({_sql_list(STORED_STATES)})),
+        request_ref TEXT NOT NULL,
+        status_ref TEXT NOT NULL,
+        receipt_ref TEXT,
+        data TEXT,
+        package TEXT,
+        approval TEXT,
+        lease_owner TEXT,
+        lease_epoch INTEGER NOT NULL CHECK (lease_epoch >= 1),
+        lease_expires_at INTEGER,
+        recovery_hint TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        expires_at INTEGER,
+        UNIQUE (realm, tenant, subject, tool, idempotency_key),
+        CHECK ((state IN ({_sql_list(LEASED_STATES)})) = (lease_expires_at IS NOT NULL)),
+        CHECK ((lease_owner IS NULL) = (lease_expires_at IS NULL)),
+        CHECK (expires_at IS NULL OR state IN ({_sql_list(PRUNABLE_STATES)}))
+    )""",
+    "CREATE INDEX operations_by_state ON operations (state)",
+    """CREATE TABLE call_bindings (
+        realm TEXT NOT NULL,
+        adapter_revision TEXT NOT NULL,
+        response_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (realm, adapter_revision, response_id, call_id)
+    )""",
+    """CREATE TABLE downstream_fences (
+        realm TEXT NOT NULL,
+        status_ref TEXT NOT NULL,
+        epoch INTEGER NOT NULL,
+        PRIMARY KEY (realm, status_ref)
+    )""",
+    """CREATE TABLE downstream_receipts (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        realm TEXT NOT NULL,
+        receipt_ref TEXT NOT NULL,
+        request_ref TEXT NOT NULL,
+        status_ref TEXT NOT NULL,
+        effect_revision TEXT NOT NULL,
+        producer_revision TEXT NOT NULL,
+        draft_id TEXT NOT NULL,
+        order_ref TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        epoch INTEGER NOT NULL,
+        committed_at INTEGER NOT NULL,
+        UNIQUE (realm, status_ref)
+    )""",
+    """CREATE TABLE outbox (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        realm TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        request_ref TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        sent_at INTEGER,
+        UNIQUE (realm, event_id)
+    )""",
+    "CREATE INDEX outbox_unsent ON outbox (sent_at, seq)",
+    """CREATE TABLE broker_messages (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        realm TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        published_at INTEGER NOT NULL
+    )""",
+    "CREATE INDEX broker_by_realm ON broker_messages (realm, seq)",
+    """CREATE TABLE consumer_offsets (
+        realm TEXT NOT NULL,
+        consumer TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        PRIMARY KEY (realm, consumer)
+    )""",
+    """CREATE TABLE inbox (
+        realm TEXT NOT NULL,
+        consumer TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        consumed_at INTEGER NOT NULL,
+        PRIMARY KEY (realm, consumer, event_id)
+    )""",
+    # The consumer's own action log: deliberately without a unique key, so a duplicate action
+    # would show up as a second row instead of being hidden by a constraint.
+    """CREATE TABLE consumer_effects (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        realm TEXT NOT NULL,
+        consumer TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        applied_at INTEGER NOT NULL
+    )""",
+)
+
+ROW_COLUMNS: Final = (
+    "realm", "tenant", "subject", "tool", "idempotency_key", "request_sha256", "provider", "api_family",
+    "adapter_revision", "operation_id", "contract", "state", "request_ref", "status_ref", "receipt_ref",
+    "data", "package", "approval", "lease_owner", "lease_epoch", "lease_expires_at", "recovery_hint", "created_at",
+    "updated_at", "expires_at",
+)
+SQL_READ_ROW: Final = f"SELECT {', '.join(ROW_COLUMNS)} FROM operations WHERE {_KEY_MATCH}"
+SQL_UNSETTLED_ROWS: Final = (
+    f"SELECT {', '.join(ROW_COLUMNS)} FROM operations "
+    f"WHERE state IN ({_sql_list(STORED_STATES - PRUNABLE_STATES - {'released'})}) "
+    "AND (:realm IS NULL OR realm = :realm) ORDER BY realm, created_at LIMIT :limit"
+)
+SQL_CLAIM: Final = """
+    INSERT INTO operations (realm, tenant, subject, tool, idempotency_key, request_sha256, provider,
+        api_family, adapter_revision, operation_id, contract, state, request_ref, status_ref, approval,
+        lease_owner, lease_epoch, lease_expires_at, created_at, updated_at)
+    VALUES (:realm, :tenant, :subject, :tool, :idempotency_key, :request_sha256, :provider,
+        :api_family, :adapter_revision, :operation_id, :contract, :to_state, :request_ref, :status_ref,
+        :approval, :lease_owner, 1, :lease_expires_at, :now, :now)
+    ON CONFLICT (realm, tenant, subject, tool, idempotency_key) DO NOTHING"""
+SQL_CLAIM_TAKE_OVER: Final = f"""
+    UPDATE operations SET request_sha256 = :request_sha256, provider = :provider,
+        api_family = :api_family, adapter_revision = :adapter_revision, operation_id = :operation_id,
+        contract = :contract, state = :to_state, request_ref = :request_ref, status_ref = :status_ref,
+        receipt_ref = NULL, data = NULL, package = NULL, approval = :approval, lease_owner = :lease_owner,
+        lease_epoch = lease_epoch + 1, lease_expires_at = :lease_expires_at, recovery_hint = NULL,
+        expires_at = NULL, updated_at = :now
+    WHERE {_KEY_MATCH} AND state = :from_state AND lease_epoch = :epoch"""
+# A holder's own move: fenced by its epoch, so a holder whose lease was taken over changes nothing.
+SQL_HOLDER_MOVE: Final = f"""
+    UPDATE operations SET state = :to_state, lease_owner = :lease_owner,
+        lease_expires_at = :lease_expires_at, data = :data, package = :package, receipt_ref = :receipt_ref,
+        recovery_hint = :recovery_hint, expires_at = :expires_at, updated_at = :now
+    WHERE {_KEY_MATCH} AND state = :from_state AND lease_epoch = :epoch"""
+# Another party's move on an expired lease: epoch + 1, and only if the lease really has expired.
+SQL_EXPIRE_LEASE: Final = f"""
+    UPDATE operations SET state = :to_state, lease_epoch = lease_epoch + 1, lease_owner = NULL,
+        lease_expires_at = NULL, recovery_hint = :recovery_hint, updated_at = :now
+    WHERE {_KEY_MATCH} AND state = :from_state AND lease_epoch = :epoch AND lease_expires_at <= :now"""
+SQL_FENCE_UNKNOWN: Final = f"""
+    UPDATE operations SET lease_epoch = lease_epoch + 1, updated_at = :now
+    WHERE {_KEY_MATCH} AND state = :from_state AND lease_epoch = :epoch"""
+SQL_RESOLVE_UNKNOWN: Final = f"""
+    UPDATE operations SET state = :to_state, recovery_hint = :recovery_hint, updated_at = :now
+    WHERE {_KEY_MATCH} AND state = :from_state AND lease_epoch = :epoch"""
+SQL_RECONCILE: Final = f"""
+    UPDATE operations SET state = :to_state, receipt_ref = :receipt_ref, data = :data,
+        recovery_hint = NULL, expires_at = :expires_at, updated_at = :now
+    WHERE {_KEY_MATCH} AND state = :from_state"""
+SQL_APPEND_EVENT: Final = """
+    INSERT INTO outbox (realm, event_id, request_ref, payload, created_at)
+    VALUES (:realm, :event_id, :request_ref, :payload, :now)
+    ON CONFLICT (realm, event_id) DO NOTHING"""
+
+SQL_BIND_CALL: Final = """
+    INSERT INTO call_bindings (realm, adapter_revision, response_id, call_id, fingerprint, created_at)
+    VALUES (:realm, :adapter_revision, :response_id, :call_id, :fingerprint, :now)
+    ON CONFLICT (realm, adapter_revision, response_id, call_id) DO NOTHING"""
+SQL_READ_CALL: Final = """
+    SELECT fingerprint FROM call_bindings
+    WHERE realm = :realm AND adapter_revision = :adapter_revision AND response_id = :response_id
+        AND call_id = :call_id"""
+
+RECEIPT_COLUMNS: Final = tuple(td.Receipt.__slots__)
+SQL_READ_FENCE: Final = "SELECT epoch FROM downstream_fences WHERE realm = :realm AND status_ref = :status_ref"
+SQL_WRITE_FENCE: Final = """
+    INSERT INTO downstream_fences (realm, status_ref, epoch) VALUES (:realm, :status_ref, :epoch)
+    ON CONFLICT (realm, status_ref) DO UPDATE SET epoch = excluded.epoch"""
+SQL_READ_RECEIPT: Final = (f"SELECT {', '.join(RECEIPT_COLUMNS)} FROM downstream_receipts "
+                           "WHERE realm = :realm AND status_ref = :status_ref")
+SQL_WRITE_RECEIPT: Final = (
+    f"INSERT INTO downstream_receipts (realm, {', '.join(RECEIPT_COLUMNS)}, epoch, committed_at) "
+    f"VALUES (:realm, {', '.join(':' + column for column in RECEIPT_COLUMNS)}, :epoch, :now)"
+)
+SQL_COUNT_EFFECTS: Final = "SELECT COUNT(*) FROM downstream_receipts WHERE realm = :realm"
+SQL_COUNT_EFFECTS_FOR: Final = ("SELECT COUNT(*) FROM downstream_receipts "
+                                "WHERE realm = :realm AND request_ref = :request_ref")
+
+SQL_UNSENT_EVENTS: Final = """
+    SELECT realm, event_id, payload FROM outbox
+    WHERE sent_at IS NULL AND (:realm IS NULL OR realm = :realm) ORDER BY seq LIMIT :limit"""
+SQL_PUBLISH: Final = """
+    INSERT INTO broker_messages (realm, event_id, payload, published_at)
+    VALUES (:realm, :event_id, :payload, :now)"""
+SQL_MARK_SENT: Final = """
+    UPDATE outbox SET sent_at = :now WHERE realm = :realm AND event_id = :event_id AND sent_at IS NULL"""
+SQL_BROKER_REALMS: Final = ("SELECT DISTINCT realm FROM broker_messages WHERE (:realm IS NULL OR realm = :realm) "
+                            "ORDER BY realm")
+SQL_CONSUMER_POSITION: Final = ("SELECT position FROM consumer_offsets "
+                                "WHERE realm = :realm AND consumer = :consumer")
+SQL_NEXT_MESSAGE: Final = """
+    SELECT seq, event_id FROM broker_messages WHERE realm = :realm AND seq > :position
+    ORDER BY seq LIMIT 1"""
+SQL_INBOX_INSERT: Final = """
+    INSERT INTO inbox (realm, consumer, event_id, consumed_at) VALUES (:realm, :consumer, :event_id, :now)
+    ON CONFLICT (realm, consumer, event_id) DO NOTHING"""
+SQL_CONSUMER_EFFECT: Final = """
+    INSERT INTO consumer_effects (realm, consumer, event_id, applied_at)
+    VALUES (:realm, :consumer, :event_id, :now)"""
+SQL_CONSUMER_ADVANCE: Final = """
+    INSERT INTO consumer_offsets (realm, consumer, position) VALUES (:realm, :consumer, :position)
+    ON CONFLICT (realm, consumer) DO UPDATE SET position = excluded.position"""
+
+SQL_PRUNE_OPERATIONS: Final = f"""
+    DELETE FROM operations
+    WHERE state IN ({_sql_list(PRUNABLE_STATES)}) AND expires_at <= :now
+        AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.realm = operations.realm
+                        AND outbox.request_ref = operations.request_ref AND outbox.sent_at IS NULL)"""
+SQL_PRUNE_EVENTS: Final = "DELETE FROM outbox WHERE sent_at IS NOT NULL AND sent_at <= :before"
+SQL_PRUNE_CALLS: Final = "DELETE FROM call_bindings WHERE created_at <= :before"
+
+SQL_STATE_COUNTS: Final = "SELECT state, COUNT(*) FROM operations GROUP BY state ORDER BY state"
+SQL_ALL_EFFECTS: Final = "SELECT COUNT(*) FROM downstream_receipts"
+SQL_ALL_EVENTS: Final = "SELECT COUNT(*), COUNT(sent_at) FROM outbox"
+
+
+# ============================================================================================
+# 5. The store (connection)
+# ============================================================================================
+
+
+def _checked_path(path: Any) -> str:
+    # A path is a str (or a str PathLike) without NUL: SQLite would cut a name at the NUL.
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if type(text) is not str or "\x00" in text:
+        raise DurableError("STORE_UNREADABLE")
+    return text
+
+
+def _uri(path: Any, mode: str) -> str:
+    return Path(_checked_path(path)).absolute().as_uri() + "?mode=" + mode
+
+
+def _create_new_file(path: Any) -> None:
+    # O_EXCL: the command creates the file, or refuses; it never adopts a file that was there.
+    try:
+        handle = os.open(_checked_path(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise DurableError("STORE_EXISTS") from None
+    except OSError:
+        raise DurableError("STORE_UNREADABLE") from None
+    os.close(handle)
+
+
+class DurableStore:
+    """One SQLite connection in autocommit mode, WAL, a busy timeout, synchronous FULL or NORMAL.
+
+    Every write goes through ``transaction()`` (BEGIN IMMEDIATE ... COMMIT); reads that decide a
+    write happen inside it too. Close it (or use it as a context manager): a connection left open
+    is a ResourceWarning.
+    """
+
+    def __init__(self, connection: sqlite3.Connection, *, synchronous: str,
+                 clock_ms: Callable[[], int]) -> None:
+        self._connection = connection
+        self.synchronous = synchronous
+        self._clock_ms = clock_ms
+
+    @classmethod
+    def open(cls, path: Any, *, create: bool = True, exclusive: bool = False, synchronous: str = "FULL",
+             busy_timeout_ms: int = BUSY_TIMEOUT_MS, clock_ms: Callable[[], int] | None = None) -> DurableStore:
+        """Open (or create) the database at ``path``; ``exclusive`` refuses a file that exists."""
+        if synchronous not in SYNCHRONOUS_MODES or type(busy_timeout_ms) is not int or busy_timeout_ms < 0:
+            raise DurableError("SETTING_INVALID")
+        uri = _uri(path, "rwc" if create or exclusive else "rw")
+        if exclusive:
+            _create_new_file(path)
+        try:
+            connection = sqlite3.connect(uri, uri=True, timeout=busy_timeout_ms / 1000, isolation_level=None)
+        except (sqlite3.Error, OSError, ValueError):
+            raise DurableError("STORE_UNREADABLE") from None
+        store = cls(connection, synchronous=synchronous, clock_ms=clock_ms or wall_clock_ms)
+        try:
+            store._configure(busy_timeout_ms)
+            store._ensure_schema()
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def __enter__(self) -> DurableStore:
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def now_ms(self) -> int:
+        return self._clock_ms()
+
+    def _configure(self, busy_timeout_ms: int) -> None:
+        self.query_one(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+        # Someone else's database is refused before anything (even the journal mode) is written to it.
+        identity = self._identity()  # a file that is not a database fails here
+        if identity != (APPLICATION_ID, SCHEMA_VERSION) and (
+                identity != (0, 0) or self.query_one("SELECT COUNT(*) FROM sqlite_master") != (0,)):
+            raise DurableError("STORE_INVALID")
+        journal = self.query_one("PRAGMA journal_mode")
+        if journal != ("wal",):
+            journal = self.query_one("PRAGMA journal_mode = WAL")
+        if journal != ("wal",):
+            raise DurableError("STORE_INVALID")
+        self.query_one(f"PRAGMA synchronous = {SYNCHRONOUS_MODES[self.synchronous]}")
+
+    def _ensure_schema(self) -> None:
+        if self._identity() == (APPLICATION_ID, SCHEMA_VERSION):
+            return
+        with self.transaction() as tx:
+            identity = self._identity(tx)
+            if identity == (APPLICATION_ID, SCHEMA_VERSION):
+                return  # another process created it while we waited for the lock
+            if identity != (0, 0) or tx.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]:
+                raise DurableError("STORE_INVALID")
+            for statement in SCHEMA:
+                tx.execute(statement)
+            tx.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            tx.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _identity(self, tx: sqlite3.Connection | None = None) -> tuple[int, int]:
+        if tx is None:
+            return (self.query_one("PRAGMA application_id")[0], self.query_one("PRAGMA user_version")[0])
+        return (tx.execute("PRAGMA application_id").fetchone()[0], tx.execute("PRAGMA user_version").fetchone()[0])
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT; any exception rolls back and sqlite3 errors become DurableError."""
+        connection = self._connection
+        if connection.in_transaction:
+            raise DurableError("STORE_MISUSE")
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            raise _store_error(error) from None
+        try:
+            yield connection
+            connection.execute("COMMIT")
+        except sqlite3.Error as error:
+            self._rollback()
+            raise _store_error(error) from None
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _rollback(self) -> None:
+        if self._connection.in_transaction:
+            try:
+                self._connection.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the original error is the one worth raising; SQLite rolls back on close anyway
+
+    def query(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """A read outside any transaction (autocommit: one consistent snapshot per statement)."""
+        try:
+            return self._connection.execute(sql, params).fetchall()
+        except sqlite3.Error as error:
+            raise _store_error(error) from None
+
+    def query_one(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        rows = self.query(sql, params)
+        return rows[0] if rows else None
+
+    def integrity(self) -> str:
+        return "; ".join(str(row[0]) for row in self.query("PRAGMA integrity_check"))
+
+    def facts(self) -> dict[str, Any]:
+        """What the CLI reports about a database: settings, integrity, counts. Never its path."""
+        effects = self.query_one(SQL_ALL_EFFECTS)
+        events = self.query_one(SQL_ALL_EVENTS)
+        return {
+            "journal_mode": self.query_one("PRAGMA journal_mode")[0],
+            "synchronous": self.synchronous,
+            "integrity": self.integrity(),
+            "operations": {state: count for state, count in self.query(SQL_STATE_COUNTS)},
+            "effects": effects[0] if effects else 0,
+            "events": {"written": events[0], "sent": events[1]} if events else {"written": 0, "sent": 0},
+        }
+
+
+# ============================================================================================
+# 6. The ledger
+# ============================================================================================
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else td.canonical_json(value).decode("utf-8")
+
+
+def _decoded(text: str) -> Any:
+    # What comes back from disk is decoded by the boundary's strict, bounded decoder: a damaged
+    # or edited file is a store error, never a crash deeper in.
+    try:
+        return td.decode_strict_json(text.encode("utf-8"), max_bytes=MAX_STORED_JSON_BYTES)
+    except td.BoundaryError:
+        raise DurableError("STORE_INVALID") from None
+
+
+@dataclass(frozen=True, slots=True)
+class OperationKey:
+    """The idempotency namespace, tenant + subject + tool + key, inside one realm."""
+
+    realm: str
+    tenant: str
+    subject: str
+    tool: str
+    idempotency_key: str
+
+    def params(self) -> dict[str, str]:
+        return {"realm": self.realm, "tenant": self.tenant, "subject": self.subject, "tool": self.tool,
+                "idempotency_key": self.idempotency_key}
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """What a claim binds its key to: the request digest, profile, contract and downstream refs,
+    and the approval that let it run (kept as evidence: tool_dispatcher's call binding binds it)."""
+
+    request_sha256: str
+    profile: td.ProviderProfile
+    operation_id: str
+    contract: str  # canonical JSON of the tool's contract_view
+    request_ref: str
+    status_ref: str
+    approval: str | None = None  # canonical JSON of tool_dispatcher's approval_view
+
+    @classmethod
+    def of(cls, call: Any, refs: Mapping[str, str | None], approval: td.Approval | None = None) -> Intent:
+        return cls(request_sha256=call.request_sha256, profile=call.context.profile,
+                   operation_id=call.context.operation_id,
+                   contract=td.canonical_json(call.spec.contract_view()).decode("utf-8"),
+                   request_ref=str(refs["request_ref"]), status_ref=str(refs["status_ref"]),
+                   approval=None if approval is None else _text(td.approval_view(approval)))
+
+    def matches(self, row: LedgerRow) -> bool:
+        # tool_dispatcher's repeat rule: same intent, same provider profile, same contract revisions.
+        return (row.request_sha256 == self.request_sha256 and row.profile == self.profile
+                and row.contract == self.contract)
+
+    def params(self) -> dict[str, str]:
+        return {"request_sha256": self.request_sha256, "provider": self.profile.provider,
+                "api_family": self.profile.api_family, "adapter_revision": self.profile.adapter_revision,
+                "operation_id": self.operation_id, "contract": self.contract,
+                "request_ref": self.request_ref, "status_ref": self.status_ref, "approval": self.approval}
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    realm: str
+    tenant: str
+    subject: str
+    tool: str
+    idempotency_key: str
+    request_sha256: str
+    provider: str
+    api_family: str
+    adapter_revision: str
+    operation_id: str
+    contract: str
+    state: str
+    request_ref: str
+    status_ref: str
+    receipt_ref: str | None
+    data: str | None
+    package: str | None
+    approval: str | None
+    lease_owner: str | None
+    lease_epoch: int
+    lease_expires_at: int | None
+    recovery_hint: str | None
+    created_at: int
+    updated_at: int
+    expires_at: int | None
+
+    @property
+    def key(self) -> OperationKey:
+        return OperationKey(self.realm, self.tenant, self.subject, self.tool, self.idempotency_key)
+
+    @property
+    def profile(self) -> td.ProviderProfile:
+        return td.ProviderProfile(self.provider, self.api_family, self.adapter_revision)
+
+    def lease_live(self, now_ms: int) -> bool:
+        # Like an approval, a lease is dead at its expiry instant.
+        return self.lease_expires_at is not None and now_ms < self.lease_expires_at
+
+    def record(self) -> td.OperationRecord:
+        """The settled row as tool_dispatcher's OperationRecord (what its replay and query read)."""
+        return td.OperationRecord(
+            state=MODEL_STATE[self.state], request_sha256=self.request_sha256, profile=self.profile,
+            operation_id=self.operation_id, contract=MappingProxyType(_decoded(self.contract)),
+            refs=MappingProxyType({"request_ref": self.request_ref, "receipt_ref": self.receipt_ref,
+                                   "status_ref": self.status_ref}),
+            data=None if self.data is None else _decoded(self.data),
+            approval=None if self.approval is None else MappingProxyType(_decoded(self.approval)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A holder's claim on a key: valid while the row keeps this state and this epoch."""
+
+    key: OperationKey
+    state: str
+    epoch: int
+    owner: str
+    request_ref: str
+
+
+def claim_event(row: LedgerRow, intent: Intent, now_ms: int) -> str | None:
+    """How a new claim may take a row that exists: 'claim', 'take_over', or None (answer it)."""
+    if row.state == "released":
+        return "claim"
+    if row.state == "claimed" and not row.lease_live(now_ms) and intent.matches(row):
+        return "take_over"
+    return None
+
+
+def settled_event(key: OperationKey, request_ref: str, state: str, data: Any) -> tuple[str, str]:
+    """The outbox event of a settled operation: its id (derived, so a re-settle dedupes) and payload."""
+    event_id = td.derived_ref("ev-", EVENT_TYPE, request_ref)
+    subject_ref = td.principal_view(td.Principal(key.tenant, key.subject))["subject_ref"]
+    payload = {"event_id": event_id, "type": EVENT_TYPE, "tenant": key.tenant, "subject_ref": subject_ref,
+               "tool": key.tool, "request_ref": request_ref, "state": state, "data": data}
+    return event_id, str(_text(payload))
+
+
+class Ledger:
+    """The operation ledger: claims, fenced moves, expired-lease takeovers and reconciliation."""
+
+    def __init__(self, store: DurableStore, *, retention_ms: int = RETENTION_MS,
+                 checkpoint: Checkpoint = _no_checkpoint) -> None:
+        self._store = store
+        self._retention_ms = retention_ms
+        self._checkpoint = checkpoint
+
+    def now_ms(self) -> int:
+        return self._store.now_ms()
+
+    def read(self, key: OperationKey) -> LedgerRow | None:
+        row = self._store.query_one(SQL_READ_ROW, key.params())
+        return None if row is None else LedgerRow(*row)
+
+    def claim(self, key: OperationKey, intent: Intent, *, owner: str, lease_ms: int) -> Lease | LedgerRow:
+        """Claim the key, or take over a released or expired claim; else return the row to answer."""
+        now = self._store.now_ms()
+        params = {**key.params(), **intent.params(), "lease_owner": owner, "lease_expires_at": now + lease_ms,
+                  "now": now}
+        with self._store.transaction() as tx:
+            if tx.execute(SQL_CLAIM, {**params, "to_state": transition("none", "claim")}).rowcount == 1:
+                return Lease(key, "claimed", 1, owner, intent.request_ref)
+            row = LedgerRow(*tx.execute(SQL_READ_ROW, key.params()).fetchone())
+            event = claim_event(row, intent, now)
+            if event is None:
+                return row
+            to_state = transition(row.state, event)
+            tx.execute(SQL_CLAIM_TAKE_OVER, {**params, "to_state": to_state, "from_state": row.state,
+                                             "epoch": row.lease_epoch})
+        return Lease(key, to_state, row.lease_epoch + 1, owner, intent.request_ref)
+
+    def advance(self, lease: Lease, event: str, *, lease_ms: int = 0, data: Any = None,
+                package: Any = None, receipt_ref: str | None = None) -> Lease:
+        """The holder's own move, fenced by its epoch; a settled success writes its event in the same commit."""
+        to_state = transition(lease.state, event)
+        now = self._store.now_ms()
+        leased = to_state in LEASED_STATES
+        params = {**lease.key.params(), "to_state": to_state, "from_state": lease.state, "epoch": lease.epoch,
+                  "lease_owner": lease.owner if leased else None,
+                  "lease_expires_at": now + lease_ms if leased else None,
+                  "data": _text(data), "package": _text(package), "receipt_ref": receipt_ref,
+                  "recovery_hint": RECOVERY_HINTS.get(to_state),
+                  "expires_at": now + self._retention_ms if to_state in PRUNABLE_STATES else None, "now": now}
+        with self._store.transaction() as tx:
+            if tx.execute(SQL_HOLDER_MOVE, params).rowcount != 1:
+                raise DurableError("LEASE_LOST")
+            if to_state in EVENT_STATES:
+                self._append_event(tx, lease.key, lease.request_ref, to_state, data, now)
+                self._checkpoint("after_outbox_write")
+        return replace(lease, state=to_state)
+
+    def expire(self, row: LedgerRow, event: str) -> bool:
+        """Move a row whose lease has expired (epoch + 1); False when it moved or is still live."""
+        to_state = transition(row.state, event)
+        params = {**row.key.params(), "to_state": to_state, "from_state": row.state, "epoch": row.lease_epoch,
+                  "recovery_hint": RECOVERY_HINTS.get(to_state), "now": self._store.now_ms()}
+        with self._store.transaction() as tx:
+            return tx.execute(SQL_EXPIRE_LEASE, params).rowcount == 1
+
+    def fence_unknown(self, row: LedgerRow) -> int | None:
+        """Raise an unknown row's epoch before a fenced receipt query; None when the row moved."""
+        params = {**row.key.params(), "from_state": "unknown", "epoch": row.lease_epoch, "now": self._store.now_ms()}
+        with self._store.transaction() as tx:
+            moved = tx.execute(SQL_FENCE_UNKNOWN, params).rowcount == 1
+        return row.lease_epoch + 1 if moved else None
+
+    def resolve(self, key: OperationKey, epoch: int, event: str) -> None:
+        """Settle an unknown row at the epoch its fenced receipt query used (released or escalated).
+
+        A row that moved meanwhile (another recoverer, a status query) is left as it is.
+        """
+        to_state = transition("unknown", event)
+        params = {**key.params(), "to_state": to_state, "from_state": "unknown", "epoch": epoch,
+                  "recovery_hint": RECOVERY_HINTS.get(to_state), "now": self._store.now_ms()}
+        with self._store.transaction() as tx:
+            tx.execute(SQL_RESOLVE_UNKNOWN, params)
+
+    def reconcile(self, key: OperationKey, receipt_ref: str, data: Any) -> None:
+        """unknown -> reconciled with the receipt's data and its event, one transaction.
+
+        Any epoch may reconcile: a verified receipt is the truth whoever found it. A row already
+        reconciled (by another process, from the same receipt) is left as it is.
+        """
+        now = self._store.now_ms()
+        with self._store.transaction() as tx:
+            found = tx.execute(SQL_READ_ROW, key.params()).fetchone()
+            row = None if found is None else LedgerRow(*found)
+            if row is not None and row.state == "reconciled":
+                return
+            if row is not None and row.state == "escalated":
+                raise DurableError("OPERATION_ESCALATED")
+            to_state = transition("none" if row is None else row.state, "receipt_confirmed")
+            tx.execute(SQL_RECONCILE, {**key.params(), "to_state": to_state, "from_state": row.state,
+                                       "receipt_ref": receipt_ref, "data": _text(data),
+                                       "expires_at": now + self._retention_ms, "now": now})
+            self._append_event(tx, key, row.request_ref, to_state, data, now)
+
+    @staticmethod
+    def _append_event(tx: sqlite3.Connection, key: OperationKey, request_ref: str, state: str, data: Any,
+                      now: int) -> None:
+        event_id, payload = settled_event(key, request_ref, state, data)
+        tx.execute(SQL_APPEND_EVENT, {"realm": key.realm, "event_id": event_id, "request_ref": request_ref,
+                                      "payload": payload, "now": now})
+
+
+class LedgerRecords:
+    """tool_dispatcher's record map (``get`` and item assignment), read from and written to the ledger.
+
+    The status-query path of tool_dispatcher runs unchanged over it. A row still under a live lease
+    answers OPERATION_IN_PROGRESS; an expired one is first moved on (a dead claim is released, a
+    dead in-progress write becomes unknown), so a query never waits on a dead process.
+    """
+
+    def __init__(self, ledger: Ledger, realm: str, clock_ms: Callable[[], int]) -> None:
+        self._ledger = ledger
+        self._realm = realm
+        self._clock_ms = clock_ms
+
+    def key(self, record_key: tuple[str, str, str, str | None]) -> OperationKey | None:
+        tenant, subject, tool, idempotency_key = record_key
+        return None if idempotency_key is None else OperationKey(self._realm, tenant, subject, tool, idempotency_key)
+
+    def get(self, record_key: tuple[str, str, str, str | None]) -> td.OperationRecord | None:
+        key = self.key(record_key)
+        row = None if key is None else self._ledger.read(key)
+        for _attempt in range(MAX_ANSWER_ATTEMPTS):
+            if row is None or row.state == "released":
+                return None
+            if row.state in MODEL_STATE:
+                return row.record()
+            if row.lease_live(self._clock_ms()):
+                raise DurableError("OPERATION_IN_PROGRESS")
+            self._ledger.expire(row, "release" if row.state == "claimed" else "take_over")
+            row = self._ledger.read(row.key)
+        raise DurableError("OPERATION_IN_PROGRESS")
+
+    def __setitem__(self, record_key: tuple[str, str, str, str | None], record: td.OperationRecord) -> None:
+        # tool_dispatcher assigns a record only when a status query reconciles it.
+        key = self.key(record_key)
+        if key is None or record.state != "reconciled":
+            raise td.BoundaryError("LIFECYCLE_VIOLATION")
+        self._ledger.reconcile(key, str(record.refs["receipt_ref"]), record.data)
+
+
+class CallBindings:
+    """tool_dispatcher's call-identity map (``setdefault``), kept in the database.
+
+    One provider call identity answers one request for one purpose, across processes and restarts.
+    """
+
+    def __init__(self, store: DurableStore, realm: str) -> None:
+        self._store = store
+        self._realm = realm
+
+    def setdefault(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...]) -> tuple[Any, ...]:
+        adapter_revision, response_id, call_id = identity
+        params = {"realm": self._realm, "adapter_revision": adapter_revision, "response_id": response_id,
+                  "call_id": call_id, "fingerprint": _text(list(fingerprint)), "now": self._store.now_ms()}
+        with self._store.transaction() as tx:
+            tx.execute(SQL_BIND_CALL, params)
+            stored = tx.execute(SQL_READ_CALL, params).fetchone()[0]
+        return tuple(_decoded(stored))
+
+
+# ============================================================================================
+# 7. Durable downstream (receipts and fences)
+# ============================================================================================
+# tool_dispatcher's MockDownstream with its effects on disk. Keyed by the status reference the
+# dispatcher derives from the operation, it never makes a second effect for one key. It also
+# keeps, per key, the highest lease epoch it has seen and refuses a commit from a lower one: the
+# fencing token that lets recovery prove "no effect" after a holder died.
+
+
+def _new_receipt(**fields: Any) -> td.Receipt:
+    # tool_dispatcher derives receipt and draft references inside MockDownstream; a throwaway
+    # instance computes them, so the durable receipt is the in-memory one, field for field.
+    return td.MockDownstream().commit_refund_draft(**fields)
+
+
+class DurableDownstream:
+    """The mock refund service: effects, receipts and fences in their own tables and transactions."""
+
+    def __init__(self, store: DurableStore, realm: str, *, checkpoint: Checkpoint = _no_checkpoint) -> None:
+        self._store = store
+        self._realm = realm
+        self._checkpoint = checkpoint
+
+    @property
+    def effect_count(self) -> int:
+        return self._store.query_one(SQL_COUNT_EFFECTS, {"realm": self._realm})[0]
+
+    def effects_for(self, request_ref: str) -> int:
+        return self._store.query_one(SQL_COUNT_EFFECTS_FOR, {"realm": self._realm, "request_ref": request_ref})[0]
+
+    def receipt(self, status_ref: str | None) -> td.Receipt | None:
+        """The plain receipt query (tool_dispatcher's status query reads this)."""
+        if status_ref is None:
+            return None
+        row = self._store.query_one(SQL_READ_RECEIPT, {"realm": self._realm, "status_ref": status_ref})
+        return None if row is None else td.Receipt(*row)
+
+    def fenced(self, epoch: int) -> FencedDownstream:
+        return FencedDownstream(self, epoch)
+
+    def commit(self, *, epoch: int, request_ref: str, status_ref: str, order_ref: str, reason: str,
+               effect_revision: str, producer_revision: str) -> tuple[td.Receipt, bool]:
+        """Commit the effect once per key under a fence; (receipt, whether this call created it)."""
+        receipt = _new_receipt(request_ref=request_ref, status_ref=status_ref, order_ref=order_ref, reason=reason,
+                               effect_revision=effect_revision, producer_revision=producer_revision)
+        with self._store.transaction() as tx:
+            self._raise_fence(tx, status_ref, epoch)
+            existing = tx.execute(SQL_READ_RECEIPT, {"realm": self._realm, "status_ref": status_ref}).fetchone()
+            if existing is None:
+                tx.execute(SQL_WRITE_RECEIPT, {"realm": self._realm, **{
+                    column: getattr(receipt, column) for column in RECEIPT_COLUMNS}, "epoch": epoch,
+                    "now": self._store.now_ms()})
+        self._checkpoint("after_downstream_commit")
+        return (receipt, True) if existing is None else (td.Receipt(*existing), False)
+
+    def fenced_receipt(self, status_ref: str, epoch: int) -> td.Receipt | None:
+        """The receipt query recovery uses: it raises the fence first, so no older holder commits after."""
+        with self._store.transaction() as tx:
+            self._raise_fence(tx, status_ref, epoch)
+            row = tx.execute(SQL_READ_RECEIPT, {"realm": self._realm, "status_ref": status_ref}).fetchone()
+        return None if row is None else td.Receipt(*row)
+
+    def _raise_fence(self, tx: sqlite3.Connection, status_ref: str, epoch: int) -> None:
+        params = {"realm": self._realm, "status_ref": status_ref, "epoch": epoch}
+        current = tx.execute(SQL_READ_FENCE, params).fetchone()
+        if current is not None and current[0] > epoch:
+            raise DurableError("DOWNSTREAM_FENCED")
+        tx.execute(SQL_WRITE_FENCE, params)
+
+
+class FencedDownstream:
+    """What a handler sees for one lease: the downstream, with this lease's epoch on every commit."""
+
+    def __init__(self, downstream: DurableDownstream, epoch: int) -> None:
+        self._downstream = downstream
+        self._epoch = epoch
+        self.created = 0  # effects this lease created: the package's execution.effects
+
+    @property
+    def effect_count(self) -> int:
+        return self._downstream.effect_count
+
+    def receipt(self, status_ref: str | None) -> td.Receipt | None:
+        return self._downstream.receipt(status_ref)
+
+    def commit_refund_draft(self, *, request_ref: str, status_ref: str, order_ref: str, reason: str,
+                            effect_revision: str, producer_revision: str) -> td.Receipt:
+        receipt, created = self._downstream.commit(
+            epoch=self._epoch, request_ref=request_ref, status_ref=status_ref, order_ref=order_ref,
+            reason=reason, effect_revision=effect_revision, producer_revision=producer_revision)
+        self.created += created
+        return receipt
+
+
+# ============================================================================================
+# 8. The durable dispatcher
+# ============================================================================================
+
+
+class DurableDispatcher(td.Dispatcher):
+    """tool_dispatcher's Dispatcher with its records, call bindings and downstream in SQLite.
+
+    Reads, refusals, packaging, the repeat rule and the status query are the parent's. The write
+    path is this layer's: claim the key under a lease, move it to in_progress, run the parent's
+    handler and output contract against a fenced downstream, then settle the row (and its event)
+    with a commit fenced by the lease epoch.
+
+    Besides result packages it raises DurableError to the trusted host: OPERATION_IN_PROGRESS
+    (another holder's lease is live: retry later, nothing ran), LEASE_LOST (this holder was taken
+    over; dispatch again), STORE_BUSY (retryable). tool_dispatcher's catalog has no model-facing
+    "in progress" code, so that answer cannot be a verified package yet (see README).
+    """
+
+    def __init__(self, orders: Sequence[td.Order] = (), *, store: DurableStore, realm: str = DEFAULT_REALM,
+                 approvers: frozenset[str] | Sequence[str] = (), lease_ms: int = LEASE_MS,
+                 retention_ms: int = RETENTION_MS, owner: str | None = None, checkpoint: Checkpoint | None = None,
+                 handlers: Mapping[str, td.Handler] | None = None,
+                 registry: Mapping[str, td.ToolSpec] = td.REGISTRY) -> None:
+        if not td.is_identifier(realm):
+            raise DurableError("SETTING_INVALID")
+        if type(lease_ms) is not int or not MIN_LEASE_MS <= lease_ms <= MAX_LEASE_MS:
+            raise DurableError("SETTING_INVALID")
+        super().__init__(orders, approvers=approvers, handlers=handlers, registry=registry)
+        self._store = store
+        self._realm = realm
+        self._lease_ms = lease_ms
+        self._owner = owner or new_owner()
+        self._checkpoint = checkpoint or _no_checkpoint
+        self._ledger = Ledger(store, retention_ms=retention_ms, checkpoint=self._checkpoint)
+        self._durable_downstream = DurableDownstream(store, realm, checkpoint=self._checkpoint)
+        self.downstream = self._durable_downstream  # type: ignore[assignment]
+        self._records = LedgerRecords(self._ledger, realm, store.now_ms)  # type: ignore[assignment]
+        self._calls = CallBindings(store, realm)  # type: ignore[assignment]
+
+    # -- read-only views for the trusted host ----------------------------------------------
+
+    def ledger_row(self, principal: td.Principal, tool: str, idempotency_key: str) -> LedgerRow | None:
+        return self._ledger.read(OperationKey(self._realm, principal.tenant, principal.subject, tool, idempotency_key))
+
+    def operation_state(self, principal: td.Principal, tool: str, idempotency_key: str) -> str:
+        row = self.ledger_row(principal, tool, idempotency_key)
+        return "none" if row is None else row.state
+
+    def stored_package(self, principal: td.Principal, tool: str, idempotency_key: str) -> bytes | None:
+        """The first answer stored for the operation, as canonical JSON bytes (None if none was given)."""
+        row = self.ledger_row(principal, tool, idempotency_key)
+        return None if row is None or row.package is None else row.package.encode("utf-8")
+
+    # -- the write path ------------------------------------------------------------------------
+
+    def _write(self, call: Any, order: td.Order, *, approval: Any, now: int, deadline: int | None,
+               fault: str) -> dict[str, Any]:
+        if call.context.idempotency_key is None:
+            raise td.BoundaryError("IDEMPOTENCY_KEY_REQUIRED")
+        key = OperationKey(self._realm, *call.record_key)
+        intent = Intent.of(call, self._downstream_refs(call))
+        row = self._ledger.read(key)
+        if row is not None and claim_event(row, intent, self._store.now_ms()) is None:
+            return self._answer(call, intent, row)
+        td.check_approval(approval, principal=call.principal, context=call.context, spec=call.spec,
+                          arguments=call.arguments, approvers=self._approvers, now=now)
+        td.check_refundable(order)
+        td.check_deadline(now, deadline)
+        intent = replace(intent, approval=_text(td.approval_view(approval)))
+        lease = self._ledger.claim(key, intent, owner=self._owner, lease_ms=self._lease_ms)
+        if isinstance(lease, LedgerRow):  # another process claimed it after our read
+            return self._answer(call, intent, lease)
+        self._checkpoint("after_claim")
+        refusal = td.FAULTS_BEFORE_HANDLER.get(fault)
+        if refusal is not None:
+            # A retryable refusal before anything reached the downstream frees the key again.
+            self._ledger.advance(lease, "release")
+            raise td.BoundaryError(refusal)
+        lease = self._ledger.advance(lease, "start", lease_ms=self._lease_ms)
+        return self._run_claimed(call, order, lease, fault, td.approval_view(approval))
+
+    def _run_claimed(self, call: Any, order: td.Order, lease: Lease, fault: str,
+                     granted: Mapping[str, Any]) -> dict[str, Any]:
+        refs = self._downstream_refs(call)
+        fenced = self._durable_downstream.fenced(lease.epoch)
+        self.downstream = fenced  # type: ignore[assignment]  # the parent's _execute hands it to the handler
+        try:
+            data, code, receipt_ref = self._execute(call, order, refs, fault)
+        finally:
+            self.downstream = self._durable_downstream  # type: ignore[assignment]
+        if code is not None:
+            package = self._package(call, td.project_model_result(
+                call.spec, status="unknown", outcome="unknown", delivery="none", code=code),
+                state="unknown", handler_invoked=True, effects=fenced.created, refs=refs,
+                redactions=td._withheld(code), approval=granted)
+            self._ledger.advance(lease, "outcome_lost", package=package)
+            return package
+        refs = {**refs, "receipt_ref": receipt_ref}
+        package = self._package(call, td.project_model_result(
+            call.spec, status="ok", outcome="succeeded", delivery="fresh", data=td.json_copy(data)),
+            state="succeeded", handler_invoked=True, effects=fenced.created, refs=refs, approval=granted)
+        self._ledger.advance(lease, "committed", data=data, package=package, receipt_ref=receipt_ref)
+        self._checkpoint("after_ledger_commit")
+        return package
+
+    def _answer(self, call: Any, intent: Intent, row: LedgerRow | None) -> dict[str, Any]:
+        # A row we may not claim: a settled one answers through the parent's repeat rule (replay,
+        # OUTCOME_UNKNOWN or conflict); a live lease answers "in progress"; an expired in-progress
+        # write may have reached the downstream, so it becomes unknown, never runs again.
+        for _attempt in range(MAX_ANSWER_ATTEMPTS):
+            if row is None:
+                break
+            if row.state in MODEL_STATE:
+                return self._repeat(call, row.record())
+            if not intent.matches(row):
+                raise td.BoundaryError("IDEMPOTENCY_CONFLICT")
+            if row.state != "in_progress" or row.lease_live(self._store.now_ms()):
+                break
+            self._ledger.expire(row, "take_over")
+            row = self._ledger.read(row.key)
+        raise DurableError("OPERATION_IN_PROGRESS")
+
+
+# ============================================================================================
+# 9. Outbox relay and consumer inbox
+# ============================================================================================
+# The relay publishes at least once: it may crash after publishing and before marking the event
+# sent, and then publishes it again. The consumer acts once per event id: its inbox entry, its
+# action and its read position are one transaction.
+
+
+def relay(store: DurableStore, *, realm: str | None = None, checkpoint: Checkpoint = _no_checkpoint,
+          limit: int = RELAY_BATCH) -> int:
+    """Publish unsent outbox events to the broker, then mark each sent; returns how many were published."""
+    events = store.query(SQL_UNSENT_EVENTS, {"realm": realm, "limit": limit})
+    for event_realm, event_id, payload in events:
+        params = {"realm": event_realm, "event_id": event_id, "payload": payload, "now": store.now_ms()}
+        with store.transaction() as tx:  # the broker's own commit
+            tx.execute(SQL_PUBLISH, params)
+        checkpoint("after_publish")
+        with store.transaction() as tx:
+            tx.execute(SQL_MARK_SENT, params)
+    return len(events)
+
+
+def consume(store: DurableStore, *, realm: str | None = None, consumer: str = DEFAULT_CONSUMER,
+            checkpoint: Checkpoint = _no_checkpoint, limit: int = CONSUME_BATCH) -> int:
+    """Read the broker from this consumer's position; act once per event id. Returns actions taken."""
+    acted = 0
+    for (message_realm,) in store.query(SQL_BROKER_REALMS, {"realm": realm}):
+        for _message in range(limit):
+            step = _consume_one(store, message_realm, consumer, checkpoint)
+            if step is None:
+                break
+            acted += step
+    return acted
+
+
+def _consume_one(store: DurableStore, realm: str, consumer: str, checkpoint: Checkpoint) -> bool | None:
+    with store.transaction() as tx:
+        params: dict[str, Any] = {"realm": realm, "consumer": consumer, "now": store.now_ms()}
+        position = tx.execute(SQL_CONSUMER_POSITION, params).fetchone()
+        params["position"] = 0 if position is None else position[0]
+        message = tx.execute(SQL_NEXT_MESSAGE, params).fetchone()
+        if message is None:
+            return None
+        params.update(position=message[0], event_id=message[1])
+        first = tx.execute(SQL_INBOX_INSERT, params).rowcount == 1
+        if first:
+            tx.execute(SQL_CONSUMER_EFFECT, params)
+        checkpoint("inside_consumer")
+        tx.execute(SQL_CONSUMER_ADVANCE, params)
+    return first
+
+
+# ============================================================================================
+# 10. Recovery
+# ============================================================================================
+# On restart (or any time): every unsettled row is driven somewhere definite. A dead claim is
+# released (it never reached the downstream). A dead in-progress write, and any unknown row,
+# gets a new epoch and a fenced receipt query: a matching receipt reconciles it, no receipt
+# releases it (the fence proves no older holder can still commit), a contradicting receipt
+# escalates it, an unreachable downstream keeps it unknown with a hint. A live lease is reported,
+# never touched. Nothing is executed again.
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryOutcome:
+    realm: str
+    tool: str
+    idempotency_key: str
+    before: str
+    after: str  # a stored state, or "live" for a lease another process still holds
+    hint: str | None
+
+
+def recover(store: DurableStore, *, realm: str | None = None, registry: Mapping[str, td.ToolSpec] = td.REGISTRY,
+            fault: str = "none", retention_ms: int = RETENTION_MS,
+            limit: int = MAX_RECOVERY_ROWS) -> tuple[RecoveryOutcome, ...]:
+    """Drive every unsettled row (claimed, in_progress, unknown, escalated) to a definite answer."""
+    if fault not in RECOVERY_FAULTS:
+        raise DurableError("SETTING_INVALID")
+    ledger = Ledger(store, retention_ms=retention_ms)
+    rows = [LedgerRow(*row) for row in store.query(SQL_UNSETTLED_ROWS, {"realm": realm, "limit": limit})]
+    outcomes = []
+    for row in rows:
+        after = _recover_row(ledger, DurableDownstream(store, row.realm), row, registry, fault)
+        outcomes.append(RecoveryOutcome(row.realm, row.tool, row.idempotency_key, row.state, after,
+                                        RECOVERY_HINTS.get(after)))
+    return tuple(outcomes)
+
+
+def _recover_row(ledger: Ledger, downstream: DurableDownstream, row: LedgerRow,
+                 registry: Mapping[str, td.ToolSpec], fault: str) -> str:
+    epoch: int | None
+    if row.state in LEASED_STATES:
+        if row.lease_live(ledger.now_ms()):
+            return "live"
+        event = "release" if row.state == "claimed" else "take_over"
+        if not ledger.expire(row, event) or event == "release":
+            return _state_of(ledger, row.key)
+        epoch = row.lease_epoch + 1  # the takeover's epoch belongs to this recoverer
+    elif row.state == "unknown" and fault != "downstream_unavailable":
+        epoch = ledger.fence_unknown(row)
+    else:
+        return row.state  # escalated waits for an operator; an unreachable downstream keeps unknown
+    if epoch is None or fault == "downstream_unavailable":
+        return _state_of(ledger, row.key)
+    try:
+        receipt = downstream.fenced_receipt(row.status_ref, epoch)
+    except DurableError as error:
+        if error.code != "DOWNSTREAM_FENCED":
+            raise
+        return _state_of(ledger, row.key)  # a newer recoverer fenced it first: it owns the answer
+    if receipt is None:
+        ledger.resolve(row.key, epoch, "receipt_absent")
+    elif not receipt_matches(row, receipt, registry):
+        ledger.resolve(row.key, epoch, "receipt_mismatch")
+    else:
+        ledger.reconcile(row.key, receipt.receipt_ref, td.receipt_output(receipt))
+    return _state_of(ledger, row.key)
+
+
+def _state_of(ledger: Ledger, key: OperationKey) -> str:
+    row = ledger.read(key)
+    return "none" if row is None else row.state
+
+
+def receipt_matches(row: LedgerRow, receipt: td.Receipt, registry: Mapping[str, td.ToolSpec]) -> bool:
+    """The receipt binds this record under today's registry (what tool_dispatcher's query checks)."""
+    spec = registry.get(row.tool)
+    if spec is None or row.contract != td.canonical_json(spec.contract_view()).decode("utf-8"):
+        return False
+    try:
+        td.check_output_fields(spec, td.receipt_output(receipt))
+    except td.BoundaryError:
+        return False
+    return (receipt.request_ref == row.request_ref and receipt.effect_revision == spec.effect_revision
+            and receipt.producer_revision == spec.producer_revision)
+
+
+# ============================================================================================
+# 11. Pruning
+# ============================================================================================
+# Completed records (succeeded, reconciled) expire RETENTION_MS after they settled; their event
+# must have been sent. Unknown, escalated, leased and released rows are never pruned (the schema
+# forbids an expiry on them). A retry after the window runs again; the downstream key still
+# keeps its effect to one, because the key derives from the operation, not from the ledger row.
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    operations: int
+    events: int
+    calls: int
+
+
+def prune(store: DurableStore, *, retention_ms: int = RETENTION_MS) -> PruneReport:
+    now = store.now_ms()
+    with store.transaction() as tx:
+        operations = tx.execute(SQL_PRUNE_OPERATIONS, {"now": now}).rowcount
+        events = tx.execute(SQL_PRUNE_EVENTS, {"before": now - retention_ms}).rowcount
+        calls = tx.execute(SQL_PRUNE_CALLS, {"before": now - retention_ms}).rowcount
+    return PruneReport(operations, events, calls)
+
+
+# ============================================================================================
+# 12. Fixture runner
+# ============================================================================================
+# The shipped fixture, each case in its own realm (a fresh world, as each case starts a new
+# dispatcher in tool_dispatcher), compared field by field with tool_dispatcher's run_step.
+
+
+def run_fixture(fixture: td.Fixture, store: DurableStore, *, case_id: str | None = None) -> dict[str, Any]:
+    cases = [case for case in fixture.cases if case_id is None or case.id == case_id]
+    if not cases:
+        raise td.BoundaryError("CLI_UNKNOWN_CASE")
+    reports = [report for case in cases for report in _run_case(case, fixture.world, store)]
+    failures = [{"case": report.case_id, "step": report.step_id, "field": field,
+                 "expected": report.expected[field], "seen": report.seen.get(field)}
+                for report in reports for field in report.mismatches]
+    return {"passed": not failures, "format": td.FIXTURE_FORMAT, "case_count": len(cases),
+            "step_count": len(reports), "failures": failures}
+
+
+def _run_case(case: td.Case, world: td.World, store: DurableStore) -> list[td.StepReport]:
+    dispatcher = DurableDispatcher.from_world(world, store=store, realm=case.id)
+    reports = []
+    for step in case.steps:
+        expected = {field: getattr(step.expect, field) for field in td.EXPECTATION_FIELDS}
+        expected["verification"] = None
+        seen = td.run_step(dispatcher, step)
+        seen.setdefault("verification", None)
+        reports.append(td.StepReport(case.id, step.id, step.kind, str(step.proposal["name"]), seen, expected))
+    return reports
+
+
+# ============================================================================================
+# 13. CLI
+# ============================================================================================
+# Exit 0: done (run: every expectation held; recover: nothing needs an operator). Exit 1: run: an
+# expectation failed; recover: a record is escalated or the integrity check is not ok. Exit 2: the
+# command line, the fixture or the database was rejected: one JSON object with a stable code,
+# never a traceback, never the path.
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise DurableError("CLI_USAGE")
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = _Parser(prog="durable_dispatcher", description="The durable layer: run the fixture, recover a database.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run a tool-cases-v2 fixture against a database file this command creates")
+    run.add_argument("--fixture", required=True, help="path of the tool-cases-v2 JSON fixture")
+    run.add_argument("--db", required=True, help="path of the SQLite file to create (must not exist)")
+    run.add_argument("--case", help="run only the case with this id")
+    run.add_argument("--synchronous", choices=sorted(SYNCHRONOUS_MODES), default="FULL")
+    rec = commands.add_parser("recover", help="recover leases, unknown operations and the outbox of a database")
+    rec.add_argument("--db", required=True, help="path of an existing database of this layer")
+    rec.add_argument("--synchronous", choices=sorted(SYNCHRONOUS_MODES), default="FULL")
+    return parser.parse_args(argv)
+
+
+def _run_command(arguments: argparse.Namespace) -> int:
+    # The fixture is read and the case found before the file is created: a rejected input leaves nothing.
+    fixture = td.load_fixture(arguments.fixture)
+    if arguments.case is not None and not any(case.id == arguments.case for case in fixture.cases):
+        raise td.BoundaryError("CLI_UNKNOWN_CASE")
+    with DurableStore.open(arguments.db, exclusive=True, synchronous=arguments.synchronous) as store:
+        summary = run_fixture(fixture, store, case_id=arguments.case)
+        summary["store"] = store.facts()
+    _emit(summary)
+    return 0 if summary["passed"] else 1
+
+
+def _recover_command(arguments: argparse.Namespace) -> int:
+    with DurableStore.open(arguments.db, create=False, synchronous=arguments.synchronous) as store:
+        outcomes = recover(store)
+        report = {
+            "recovered": {after: sum(1 for outcome in outcomes if outcome.after == after)
+                          for after in sorted({outcome.after for outcome in outcomes})},
+            "relayed": relay(store),
+            "consumed": consume(store),
+            "pruned": _prune_view(prune(store)),
+            "store": store.facts(),
+        }
+    _emit(report)
+    healthy = report["store"]["integrity"] == "ok" and "escalated" not in report["store"]["operations"]
+    return 0 if healthy else 1
+
+
+def _prune_view(report: PruneReport) -> dict[str, int]:
+    return {field: getattr(report, field) for field in PruneReport.__slots__}
+
+
+_COMMANDS: Final[Mapping[str, Callable[[argparse.Namespace], int]]] = MappingProxyType({
+    "run": _run_command,
+    "recover": _recover_command,
+})
+
+
+def _emit(value: Mapping[str, Any]) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=True) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        arguments = _arguments(argv)
+        return _COMMANDS[arguments.command](arguments)
+    except (DurableError, td.BoundaryError) as error:
+        _emit({"passed": False, "error": error.to_json()})
+        return 2
+    except Exception:  # the last line of defence: a bug here must still not print a traceback
+        _emit({"passed": False, "error": DurableError("INTERNAL_ERROR").to_json()})
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1580 @@
+"""Tests of the durable layer, one TestCase per section of durable_dispatcher.py, in its order.
+
+Crash and race tests run real child processes: this file is also their program
+(``python -B test_durable_dispatcher.py '<json spec>'``). Children get -B and
+PYTHONDONTWRITEBYTECODE=1, the parent's -O and -W options, and report one JSON line.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+import durable_dispatcher as dd  # noqa: E402
+import tool_dispatcher as td  # noqa: E402
+
+FIXTURE = HERE.parent / "tool-cases.json"
+NOW = 1_800_000_000
+ALICE = td.Principal("tenant-a", "alice", ("orders.read", "refunds.draft"))
+BOB = td.Principal("tenant-a", "bob", ("orders.read", "refunds.draft"))
+ALICE_B = td.Principal("tenant-b", "alice", ("orders.read", "refunds.draft"))
+ORDERS = (
+    td.Order("tenant-a", "ORDER-7", "alice", "paid", 3),
+    td.Order("tenant-a", "ORDER-8", "bob", "paid", 1),
+    td.Order("tenant-b", "ORDER-9", "alice", "paid", 1),
+)
+APPROVERS = frozenset({"approver-lee"})
+ORDER_OF = MappingProxyType({ALICE: "ORDER-7", BOB: "ORDER-8", ALICE_B: "ORDER-9"})
+KEY = "idem-crash"
+CHILD_LEASE_MS = 60_000  # children never see their own lease expire ...
+RECOVERY_SKEW_MS = 120_000  # ... the recovering process sees every one of them expired
+CRASH_EXIT = 77
+NOT_CRASHED = 3
+CHILD_TIMEOUT_S = 60
+RACERS = 8
+
+
+# --------------------------------------------------------------------------------------------
+# Shared helpers (also used by the child program at the bottom of this file)
+# --------------------------------------------------------------------------------------------
+
+
+def refund(principal: td.Principal = ALICE, reason: str = "duplicate") -> dict[str, Any]:
+    return {"name": "create_refund_draft", "arguments": {"order_ref": ORDER_OF[principal], "reason": reason}}
+
+
+def context(tag: str, key: str | None = KEY) -> td.CallContext:
+    return td.CallContext("OpenAI", "Responses", "openai-responses-v1", f"resp-{tag}", f"call-{tag}", f"op-{tag}", key)
+
+
+def approval_for(ctx: td.CallContext, proposal: dict[str, Any], principal: td.Principal = ALICE) -> td.Approval:
+    return td.Approval("approver-lee", principal.tenant, principal.subject, ctx.provider, ctx.api_family,
+                       ctx.adapter_revision, ctx.call_id, ctx.operation_id, dict(proposal["arguments"]),
+                       "create_refund_draft.contract.v2", NOW + 600)
+
+
+def write(dispatcher: td.Dispatcher, tag: str, key: str | None = KEY, *, principal: td.Principal = ALICE,
+          reason: str = "duplicate", fault: str = "none") -> dict[str, Any]:
+    proposal = refund(principal, reason)
+    ctx = context(tag, key)
+    return dispatcher.dispatch(proposal, ctx, principal, approval=approval_for(ctx, proposal, principal),
+                               now=NOW, deadline=NOW + 30, fault=fault)
+
+
+def query(dispatcher: td.Dispatcher, tag: str, key: str = KEY, *, op_tag: str | None = None,
+          fault: str = "none") -> dict[str, Any]:
+    ctx = replace(context(tag, key), operation_id=f"op-{op_tag or tag}")
+    return dispatcher.query_operation_status(refund(), ctx, ALICE, now=NOW, fault=fault)
+
+
+def canonical(package: Any) -> bytes:
+    return td.canonical_json(package)
+
+
+def answer_of(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A package's delivery or error code, or the DurableError code the host got instead."""
+    try:
+        package = call()
+    except dd.DurableError as error:
+        return {"answer": error.code, "retryable": error.retryable}
+    result = package["model_result"]
+    return {"answer": result["error"]["code"] if "error" in result else result["delivery"],
+            "data": result.get("data"), "package": canonical(package).decode("utf-8")}
+
+
+def reference() -> td.Dispatcher:
+    return td.Dispatcher(ORDERS, approvers=APPROVERS)
+
+
+def rows(path: Path, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        return connection.execute(sql, params).fetchall()
+
+
+def count(path: Path, sql: str, params: Any = ()) -> int:
+    return rows(path, sql, params)[0][0]
+
+
+def child_command(spec: dict[str, Any]) -> list[str]:
+    flags = ["-B"] + (["-O"] * sys.flags.optimize) + [f"-W{option}" for option in sys.warnoptions]
+    return [sys.executable, *flags, str(Path(__file__).resolve()), json.dumps(spec)]
+
+
+def child_env() -> dict[str, str]:
+    return dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+
+
+class Clock:
+    """A store clock the test moves by hand: leases expire without sleeping."""
+
+    def __init__(self, start: int = 1_000_000) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+class StoreCase(unittest.TestCase):
+    """A temporary directory with one database path; every store opened here is closed."""
+
+    def setUp(self) -> None:
+        directory = tempfile.TemporaryDirectory()
+        self.addCleanup(directory.cleanup)
+        self.dir = Path(directory.name)
+        self.path = self.dir / "ledger.sqlite3"
+        self.clock = Clock()
+
+    def open_store(self, **options: Any) -> dd.DurableStore:
+        # NORMAL keeps in-process tests off fsync; crash and race children run the default FULL.
+        options.setdefault("clock_ms", self.clock)
+        options.setdefault("synchronous", "NORMAL")
+        store = dd.DurableStore.open(self.path, **options)
+        self.addCleanup(store.close)
+        return store
+
+    def dispatcher(self, store: dd.DurableStore | None = None, **options: Any) -> dd.DurableDispatcher:
+        return dd.DurableDispatcher(ORDERS, store=store or self.open_store(), approvers=APPROVERS, **options)
+
+    def row(self, dispatcher: dd.DurableDispatcher, key: str = KEY,
+            principal: td.Principal = ALICE) -> dd.LedgerRow | None:
+        return dispatcher.ledger_row(principal, "create_refund_draft", key)
+
+    def tamper(self, sql: str) -> None:
+        """Change the database behind the layer's back (another writer, a damaged downstream)."""
+        with contextlib.closing(sqlite3.connect(self.path)) as connection:
+            connection.execute(sql)
+            connection.commit()
+
+    def assertDurable(self, code: str, call: Callable[[], Any]) -> dd.DurableError:
+        with self.assertRaises(dd.DurableError) as caught:
+            call()
+        self.assertEqual(caught.exception.code, code)
+        return caught.exception
+
+    def assertAnswer(self, package: dict[str, Any], answer: str) -> None:
+        result = package["model_result"]
+        self.assertEqual(result["error"]["code"] if "error" in result else result["delivery"], answer)
+
+
+# --------------------------------------------------------------------------------------------
+# 1-2. Limits, constants and the error catalog
+# --------------------------------------------------------------------------------------------
+
+
+class TestConstantsAndErrors(unittest.TestCase):
+    def test_lease_limits_bracket_the_default(self) -> None:
+        self.assertLessEqual(dd.MIN_LEASE_MS, dd.LEASE_MS)
+        self.assertLessEqual(dd.LEASE_MS, dd.MAX_LEASE_MS)
+        self.assertGreater(dd.RETENTION_MS, dd.MAX_LEASE_MS)
+
+    def test_error_catalog_is_closed(self) -> None:
+        with self.assertRaises(ValueError):
+            dd.DurableError("NOT_A_CODE")
+
+    def test_retryable_codes_are_exactly_the_transient_ones(self) -> None:
+        retryable = {code for code, spec in dd.DURABLE_ERRORS.items() if spec.retryable}
+        self.assertEqual(retryable, {"OPERATION_IN_PROGRESS", "LEASE_LOST", "STORE_BUSY"})
+
+    def test_messages_are_fixed_text(self) -> None:
+        for code, spec in dd.DURABLE_ERRORS.items():
+            with self.subTest(code=code):
+                self.assertNotIn("{", spec.message)
+                self.assertTrue(spec.message.endswith("."))
+
+    def test_error_json_has_code_message_retryable(self) -> None:
+        error = dd.DurableError("STORE_BUSY")
+        self.assertEqual(error.to_json(), {"code": "STORE_BUSY", "retryable": True,
+                                           "message": dd.DURABLE_ERRORS["STORE_BUSY"].message})
+
+    def test_checkpoints_are_the_six_named_points(self) -> None:
+        self.assertEqual(dd.CHECKPOINTS, {"after_claim", "after_downstream_commit", "after_outbox_write",
+                                          "after_ledger_commit", "after_publish", "inside_consumer"})
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Lifecycle and leases
+# --------------------------------------------------------------------------------------------
+
+
+class TestLifecycle(StoreCase):
+    def test_every_in_memory_state_is_a_durable_state(self) -> None:
+        self.assertLessEqual(set(td.OPERATION_STATES), set(dd.STATES))
+
+    def test_in_memory_moves_keep_their_names_and_targets(self) -> None:
+        for (state, event), target in td.LIFECYCLE.items():
+            with self.subTest(event=event):
+                targets = {to for (_, name), to in dd.LIFECYCLE.items() if name == event}
+                self.assertEqual(targets, {target})
+        self.assertEqual(dd.LIFECYCLE[("unknown", "receipt_confirmed")], "reconciled")
+
+    def test_moves_not_in_the_table_are_refused(self) -> None:
+        events = {event for _, event in dd.LIFECYCLE}
+        for state in sorted(dd.STATES):
+            for event in sorted(events):
+                if (state, event) in dd.LIFECYCLE:
+                    continue
+                with self.subTest(state=state, event=event), self.assertRaises(td.BoundaryError) as caught:
+                    dd.transition(state, event)
+                self.assertEqual(caught.exception.code, "LIFECYCLE_VIOLATION")
+
+    def test_claim_start_commit_path(self) -> None:
+        self.assertEqual(dd.transition("none", "claim"), "claimed")
+        self.assertEqual(dd.transition("claimed", "start"), "in_progress")
+        self.assertEqual(dd.transition("in_progress", "committed"), "succeeded")
+        self.assertEqual(dd.transition("in_progress", "take_over"), "unknown")
+
+    def test_unknown_and_escalated_are_never_prunable(self) -> None:
+        self.assertEqual(dd.PRUNABLE_STATES, {"succeeded", "reconciled"})
+        self.assertFalse(dd.PRUNABLE_STATES & dd.LEASED_STATES)
+
+    def test_model_sees_only_in_memory_states(self) -> None:
+        self.assertLessEqual(set(dd.MODEL_STATE.values()), set(td.OPERATION_STATES))
+        self.assertEqual(dd.MODEL_STATE["escalated"], "unknown")
+
+    def test_lease_is_dead_at_its_expiry_instant(self) -> None:
+        dispatcher = self.dispatcher(lease_ms=100)
+        lease = dispatcher._ledger.claim(dd.OperationKey("default", "t", "s", "tool", "k"), dd.Intent(
+            "0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st"), owner="me", lease_ms=100)
+        self.assertEqual((lease.state, lease.epoch, lease.owner), ("claimed", 1, "me"))
+        stored = dispatcher._ledger.read(lease.key)
+        self.assertEqual(stored.lease_expires_at, self.clock.now + 100)
+        self.assertTrue(stored.lease_live(self.clock.now + 99))
+        self.assertFalse(stored.lease_live(self.clock.now + 100))
+
+    def test_schema_refuses_a_state_outside_the_table(self) -> None:
+        self.open_store()
+        for index, sql in enumerate((
+            "UPDATE operations SET state = 'bogus'",
+            "UPDATE operations SET expires_at = 1",  # an unknown row may never expire
+            "UPDATE operations SET lease_expires_at = 5",  # a settled row holds no lease
+            "UPDATE operations SET lease_owner = 'someone'",  # nor an owner
+        )):
+            with self.subTest(sql=sql):
+                write(self.dispatcher(realm=f"r{index}"), "a", fault="handler_raises")
+                with contextlib.closing(sqlite3.connect(self.path)) as connection:
+                    with self.assertRaises(sqlite3.IntegrityError):
+                        connection.execute(sql + " WHERE realm = ?", (f"r{index}",))
+
+    def test_settings_out_of_range_are_refused(self) -> None:
+        store = self.open_store()
+        for options in ({"lease_ms": 0}, {"lease_ms": dd.MAX_LEASE_MS + 1}, {"lease_ms": True}, {"realm": "a realm"}):
+            with self.subTest(options=options):
+                self.assertDurable("SETTING_INVALID", lambda: self.dispatcher(store, **options))
+        self.assertEqual(self.dispatcher(store, lease_ms=dd.MAX_LEASE_MS)._lease_ms, dd.MAX_LEASE_MS)
+
+
+# --------------------------------------------------------------------------------------------
+# 5. The store
+# --------------------------------------------------------------------------------------------
+
+
+class TestStore(StoreCase):
+    def test_connection_settings(self) -> None:
+        store = self.open_store(synchronous="FULL")
+        self.assertIsNone(store._connection.isolation_level)
+        self.assertEqual(store.query_one("PRAGMA journal_mode"), ("wal",))
+        self.assertEqual(store.query_one("PRAGMA synchronous"), (2,))
+        self.assertEqual(store.query_one("PRAGMA busy_timeout"), (dd.BUSY_TIMEOUT_MS,))
+        self.assertEqual(store.query_one("PRAGMA application_id"), (dd.APPLICATION_ID,))
+        self.assertEqual(store.query_one("PRAGMA user_version"), (dd.SCHEMA_VERSION,))
+
+    def test_full_is_the_default_and_normal_is_allowed(self) -> None:
+        with dd.DurableStore.open(self.path) as default:
+            self.assertEqual((default.query_one("PRAGMA synchronous"), default.synchronous), ((2,), "FULL"))
+        store = self.open_store(synchronous="NORMAL")
+        self.assertEqual(store.query_one("PRAGMA synchronous"), (1,))
+        self.assertEqual(store.facts()["synchronous"], "NORMAL")
+
+    def test_other_settings_are_refused(self) -> None:
+        for options in ({"synchronous": "OFF"}, {"busy_timeout_ms": -1}, {"busy_timeout_ms": 1.5}):
+            with self.subTest(options=options):
+                self.assertDurable("SETTING_INVALID", lambda: dd.DurableStore.open(self.path, **options))
+        self.assertFalse(self.path.exists())
+
+    def test_reopen_keeps_the_schema(self) -> None:
+        write(self.dispatcher(), "a")
+        again = self.dispatcher(self.open_store())
+        self.assertEqual(again.operation_state(ALICE, "create_refund_draft", KEY), "succeeded")
+
+    def test_foreign_sqlite_database_is_refused_untouched(self) -> None:
+        self.tamper("CREATE TABLE theirs (x)")
+        before = self.path.read_bytes()
+        self.assertDurable("STORE_INVALID", lambda: dd.DurableStore.open(self.path))
+        self.assertEqual(self.path.read_bytes(), before)
+
+    def test_other_application_id_is_refused(self) -> None:
+        with contextlib.closing(sqlite3.connect(self.path)) as connection:
+            connection.execute("PRAGMA application_id = 7")
+        self.assertDurable("STORE_INVALID", lambda: dd.DurableStore.open(self.path))
+
+    def test_text_file_is_refused_untouched(self) -> None:
+        self.path.write_bytes(b"not a database, just some text that is long enough " * 4)
+        self.assertDurable("STORE_INVALID", lambda: dd.DurableStore.open(self.path, create=False))
+        self.assertEqual(self.path.read_bytes()[:10], b"not a data")
+
+    def test_missing_file_is_not_created_without_create(self) -> None:
+        self.assertDurable("STORE_UNREADABLE", lambda: dd.DurableStore.open(self.path, create=False))
+        self.assertFalse(self.path.exists())
+
+    def test_exclusive_refuses_an_existing_file(self) -> None:
+        self.path.write_bytes(b"")
+        self.assertDurable("STORE_EXISTS", lambda: dd.DurableStore.open(self.path, exclusive=True))
+        self.assertEqual(self.path.read_bytes(), b"")
+
+    def test_exclusive_creates_a_new_database(self) -> None:
+        store = self.open_store(exclusive=True)
+        self.assertEqual(store.integrity(), "ok")
+
+    def test_bad_paths_are_refused(self) -> None:
+        for path in (str(self.dir / "a\x00b"), 42, str(self.dir).encode(), self.dir, self.dir / "no" / "x.db"):
+            with self.subTest(path=repr(path)[:40]):
+                self.assertDurable("STORE_UNREADABLE", lambda: dd.DurableStore.open(path))
+        self.assertEqual(sorted(self.dir.iterdir()), [])
+
+    def test_nested_transaction_is_refused_and_rolled_back(self) -> None:
+        store = self.open_store()
+        with self.assertRaises(dd.DurableError) as caught:
+            with store.transaction() as tx:
+                tx.execute("INSERT INTO consumer_offsets VALUES ('r', 'c', 1)")
+                with store.transaction():
+                    pass
+        self.assertEqual(caught.exception.code, "STORE_MISUSE")
+        self.assertEqual(store.query("SELECT * FROM consumer_offsets"), [])
+
+    def test_exception_in_transaction_rolls_back(self) -> None:
+        store = self.open_store()
+        with self.assertRaises(KeyError):
+            with store.transaction() as tx:
+                tx.execute("INSERT INTO consumer_offsets VALUES ('r', 'c', 1)")
+                raise KeyError("boom")
+        self.assertEqual(store.query("SELECT * FROM consumer_offsets"), [])
+        self.assertFalse(store._connection.in_transaction)
+
+    def test_sql_error_in_transaction_is_a_store_error(self) -> None:
+        store = self.open_store()
+        with self.assertRaises(dd.DurableError) as caught:
+            with store.transaction() as tx:
+                tx.execute("INSERT INTO no_such_table VALUES (1)")
+        self.assertEqual(caught.exception.code, "STORE_FAILED")
+        self.assertDurable("STORE_FAILED", lambda: store.query("SELECT * FROM no_such_table"))
+
+    def test_lock_held_past_busy_timeout_is_store_busy(self) -> None:
+        store = self.open_store(busy_timeout_ms=30)
+        dispatcher = self.dispatcher(store)
+        with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as holder:
+            holder.execute("BEGIN IMMEDIATE")
+            error = self.assertDurable("STORE_BUSY", lambda: write(dispatcher, "a"))
+            self.assertTrue(error.retryable)
+            holder.execute("ROLLBACK")
+        self.assertAnswer(write(dispatcher, "a"), "fresh")
+
+    def test_a_transaction_that_cannot_begin_runs_nothing(self) -> None:
+        store = self.open_store(busy_timeout_ms=30)
+        ran: list[int] = []
+        with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as holder:
+            holder.execute("BEGIN IMMEDIATE")
+            with self.assertRaises(dd.DurableError) as caught:
+                with store.transaction():
+                    ran.append(1)
+            holder.execute("ROLLBACK")
+        self.assertEqual((caught.exception.code, ran), ("STORE_BUSY", []))
+
+    def test_schema_is_created_only_in_an_empty_database(self) -> None:
+        # The check inside the creating transaction, for a file that changed after it was opened.
+        for index, sql in enumerate(("CREATE TABLE theirs (x)", "PRAGMA application_id = 7")):
+            with self.subTest(sql=sql):
+                path = self.dir / f"raced-{index}.sqlite3"
+                connection = sqlite3.connect(path, isolation_level=None)
+                store = dd.DurableStore(connection, synchronous="FULL", clock_ms=self.clock)
+                self.addCleanup(store.close)
+                with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+                    other.execute(sql)
+                self.assertDurable("STORE_INVALID", store._ensure_schema)
+                self.assertEqual(store.query("SELECT name FROM sqlite_master WHERE name = 'operations'"), [])
+
+    def test_a_file_without_wal_support_is_refused(self) -> None:
+        class NoWal(dd.DurableStore):
+            def query_one(self, sql: str, params: Any = ()) -> tuple[Any, ...] | None:
+                return ("memory",) if sql.startswith("PRAGMA journal_mode") else super().query_one(sql, params)
+        store = NoWal(sqlite3.connect(self.path, isolation_level=None), synchronous="FULL", clock_ms=self.clock)
+        self.addCleanup(store.close)
+        self.assertDurable("STORE_INVALID", lambda: store._configure(100))
+
+    def test_damaged_stored_json_is_a_store_error(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a")
+        self.tamper("UPDATE operations SET data = '{\"draft_id\": '")
+        self.assertDurable("STORE_INVALID", lambda: write(dispatcher, "b"))
+
+    def test_facts_never_hold_the_path(self) -> None:
+        facts = self.open_store().facts()
+        self.assertEqual(facts["integrity"], "ok")
+        self.assertNotIn(str(self.dir), json.dumps(facts))
+
+    def test_store_error_translation(self) -> None:
+        busy = sqlite3.OperationalError("database is locked")
+        busy.sqlite_errorcode = 5  # type: ignore[attr-defined]
+        locked = sqlite3.OperationalError("locked")
+        locked.sqlite_errorcode = 262  # SQLITE_LOCKED_SHAREDCACHE: primary code 6
+        notadb = sqlite3.DatabaseError("file is not a database")
+        notadb.sqlite_errorcode = 26  # type: ignore[attr-defined]
+        for error, code in ((busy, "STORE_BUSY"), (locked, "STORE_BUSY"), (notadb, "STORE_INVALID"),
+                            (sqlite3.Error("other"), "STORE_FAILED")):
+            with self.subTest(code=code):
+                self.assertEqual(dd._store_error(error).code, code)
+
+
+# --------------------------------------------------------------------------------------------
+# 6 and 12. The ledger against the shipped fixture
+# --------------------------------------------------------------------------------------------
+
+
+def drive(dispatcher: td.Dispatcher, step: td.Step) -> dict[str, Any]:
+    for change in step.world_changes:
+        dispatcher.set_order_status(change.tenant, change.order_ref, change.status)
+    if step.kind == "dispatch":
+        return dispatcher.dispatch(step.proposal, step.context, step.principal, approval=step.approval,
+                                   now=step.now, deadline=step.deadline, fault=step.fault)
+    return dispatcher.query_operation_status(step.proposal, step.context, step.principal, now=step.now,
+                                             fault=step.fault)
+
+
+class TestFixtureParity(StoreCase):
+    def test_fixture_passes_with_its_digests(self) -> None:
+        summary = dd.run_fixture(td.load_fixture(FIXTURE), self.open_store())
+        self.assertEqual((summary["passed"], summary["case_count"], summary["step_count"], summary["failures"]),
+                         (True, 18, 23, []))
+
+    def test_every_package_equals_the_in_memory_one_byte_for_byte(self) -> None:
+        fixture = td.load_fixture(FIXTURE)
+        store = self.open_store()
+        for case in fixture.cases:
+            memory = td.Dispatcher.from_world(fixture.world)
+            durable = dd.DurableDispatcher.from_world(fixture.world, store=store, realm=case.id)
+            for step in case.steps:
+                with self.subTest(case=case.id, step=step.id):
+                    self.assertEqual(canonical(drive(durable, step)), canonical(drive(memory, step)))
+                    self.assertEqual(durable.effect_count, memory.effect_count)
+
+    def test_one_case_runs_alone(self) -> None:
+        summary = dd.run_fixture(td.load_fixture(FIXTURE), self.open_store(), case_id="idempotent-local-replay")
+        self.assertEqual((summary["passed"], summary["case_count"], summary["step_count"]), (True, 1, 2))
+
+    def test_unknown_case_is_refused(self) -> None:
+        with self.assertRaises(td.BoundaryError) as caught:
+            dd.run_fixture(td.load_fixture(FIXTURE), self.open_store(), case_id="no-such-case")
+        self.assertEqual(caught.exception.code, "CLI_UNKNOWN_CASE")
+
+    def test_a_failed_expectation_is_reported(self) -> None:
+        data = FIXTURE.read_bytes().replace(b'"effect_count": 1', b'"effect_count": 2', 1)
+        summary = dd.run_fixture(td.parse_fixture(data), self.open_store())
+        self.assertFalse(summary["passed"])
+        self.assertEqual([(f["field"], f["expected"], f["seen"]) for f in summary["failures"]],
+                         [("effect_count", 2, 1)])
+
+
+class TestIdempotency(StoreCase):
+    def test_replay_after_completion_equals_the_in_memory_replay(self) -> None:
+        dispatcher, memory = self.dispatcher(), reference()
+        first = write(dispatcher, "a")
+        self.assertEqual(canonical(first), canonical(write(memory, "a")))
+        replay = write(dispatcher, "b")
+        self.assertAnswer(replay, "local_replay")
+        self.assertEqual(canonical(replay), canonical(write(memory, "b")))
+        self.assertEqual(replay["execution"], {"operation_state": "succeeded", "handler_invoked": False, "effects": 0})
+        self.assertEqual(dispatcher.effect_count, 1)
+        self.assertEqual(dispatcher.stored_package(ALICE, "create_refund_draft", KEY), canonical(first))
+
+    def test_replay_survives_a_new_connection(self) -> None:
+        first = write(self.dispatcher(), "a")
+        replay = write(self.dispatcher(self.open_store()), "b")
+        self.assertEqual(replay["model_result"]["data"], first["model_result"]["data"])
+        self.assertEqual(canonical(replay["model_result"]["data"]), canonical(first["model_result"]["data"]))
+
+    def test_replay_is_a_defensive_copy(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a")
+        replay = write(dispatcher, "b")
+        replay["model_result"]["data"]["reason"] = "tampered"
+        self.assertEqual(write(dispatcher, "c")["model_result"]["data"]["reason"], "duplicate")
+
+    def test_stored_failures_replay_as_unknown_without_running(self) -> None:
+        for fault, code in (("handler_raises", "HANDLER_FAILED"), ("invalid_output", "OUTPUT_CONTRACT_VIOLATION"),
+                            ("timeout_after_commit", "OUTCOME_UNKNOWN")):
+            with self.subTest(fault=fault):
+                dispatcher, memory = self.dispatcher(realm=fault.replace("_", "-")), reference()
+                first = write(dispatcher, "a", fault=fault)
+                self.assertAnswer(first, code)
+                self.assertEqual(canonical(first), canonical(write(memory, "a", fault=fault)))
+                again = write(dispatcher, "b")
+                self.assertAnswer(again, "OUTCOME_UNKNOWN")
+                self.assertEqual(canonical(again), canonical(write(memory, "b")))
+                self.assertEqual((dispatcher.effect_count, again["execution"]["handler_invoked"]), (1, False))
+                self.assertEqual(dispatcher.stored_package(ALICE, "create_refund_draft", KEY), canonical(first))
+                self.assertEqual(self.row(dispatcher).recovery_hint, "query_status")
+
+    def test_same_key_other_intent_conflicts_and_leaves_the_row(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a")
+        before = self.row(dispatcher)
+        self.clock.advance(5)
+        conflict = write(dispatcher, "b", reason="damaged")
+        self.assertAnswer(conflict, "IDEMPOTENCY_CONFLICT")
+        self.assertEqual(self.row(dispatcher), before)
+        self.assertEqual(dispatcher.effect_count, 1)
+
+    def test_same_key_other_profile_conflicts(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a")
+        proposal = refund()
+        ctx = td.CallContext("Anthropic", "Messages", "anthropic-messages-v1", "msg-b", "toolu-b", "op-b", KEY)
+        package = dispatcher.dispatch(proposal, ctx, ALICE, approval=approval_for(ctx, proposal), now=NOW)
+        self.assertAnswer(package, "IDEMPOTENCY_CONFLICT")
+
+    def test_same_key_under_another_tenant_or_subject_does_not_collide(self) -> None:
+        dispatcher = self.dispatcher()
+        answers = [write(dispatcher, f"p{index}", "k-shared", principal=principal)
+                   for index, principal in enumerate((ALICE, BOB, ALICE_B))]
+        self.assertEqual([package["model_result"]["delivery"] for package in answers], ["fresh"] * 3)
+        self.assertEqual(dispatcher.effect_count, 3)
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations WHERE idempotency_key = 'k-shared'"), 3)
+
+    def test_missing_key_is_refused_and_writes_nothing(self) -> None:
+        dispatcher = self.dispatcher()
+        self.assertAnswer(write(dispatcher, "a", None), "IDEMPOTENCY_KEY_REQUIRED")
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 0)
+        self.assertEqual(dispatcher.effect_count, 0)
+
+    def test_malformed_key_is_refused_and_writes_nothing(self) -> None:
+        dispatcher = self.dispatcher()
+        for key in ("has space", "x" * (td.MAX_IDENTIFIER_LENGTH + 1), "-leading", ""):
+            with self.subTest(key=key), self.assertRaises(td.BoundaryError) as caught:
+                write(dispatcher, "a", key)
+            self.assertEqual(caught.exception.code, "CONTEXT_INVALID")
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 0)
+
+    def test_retryable_refusal_releases_the_claim(self) -> None:
+        for fault, code in (("rate_limited", "RATE_LIMITED"), ("timeout_before_execution", "DEADLINE_EXCEEDED")):
+            with self.subTest(fault=fault):
+                dispatcher = self.dispatcher(realm=fault.replace("_", "-"))
+                self.assertAnswer(write(dispatcher, "a", fault=fault), code)
+                row = self.row(dispatcher)
+                self.assertEqual((row.state, row.lease_epoch, row.lease_owner, row.lease_expires_at),
+                                 ("released", 1, None, None))
+                retry = write(dispatcher, "b")
+                self.assertAnswer(retry, "fresh")
+                self.assertEqual((self.row(dispatcher).lease_epoch, dispatcher.effect_count), (2, 1))
+
+    def test_released_key_may_carry_another_intent(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", fault="rate_limited")
+        self.assertAnswer(write(dispatcher, "b", reason="damaged"), "fresh")
+        self.assertEqual(self.row(dispatcher).state, "succeeded")
+
+    def test_reads_leave_no_ledger_row(self) -> None:
+        dispatcher = self.dispatcher()
+        package = dispatcher.dispatch({"name": "get_order", "arguments": {"order_ref": "ORDER-7"}},
+                                      context("r", None), ALICE, now=NOW)
+        self.assertAnswer(package, "fresh")
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 0)
+
+    def test_call_identity_binding_survives_a_new_connection(self) -> None:
+        write(self.dispatcher(), "a")
+        later = self.dispatcher(self.open_store())
+        self.assertAnswer(write(later, "a", "idem-other"), "CALL_CONFLICT")
+
+    def test_status_query_identity_cannot_start_a_dispatch(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", fault="timeout_after_commit")
+        self.assertAnswer(query(dispatcher, "q", op_tag="a"), "receipt_reconciled")
+        proposal = refund()
+        ctx = replace(context("q"), operation_id="op-a")
+        package = dispatcher.dispatch(proposal, ctx, ALICE, approval=approval_for(ctx, proposal), now=NOW)
+        self.assertAnswer(package, "CALL_CONFLICT")
+
+    def test_status_query_reconciles_once_with_one_event(self) -> None:
+        dispatcher, memory = self.dispatcher(), reference()
+        write(dispatcher, "a", fault="timeout_after_commit")
+        write(memory, "a", fault="timeout_after_commit")
+        reconciled = query(dispatcher, "q", op_tag="a")
+        self.assertEqual(canonical(reconciled), canonical(query(memory, "q", op_tag="a")))
+        self.assertAnswer(query(dispatcher, "q2", op_tag="a"), "local_replay")
+        row = self.row(dispatcher)
+        self.assertEqual((row.state, row.receipt_ref is not None, row.recovery_hint), ("reconciled", True, None))
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM outbox"), 1)
+        self.assertEqual(canonical(write(dispatcher, "b")), canonical(write(memory, "b")))
+
+    def test_status_query_of_nothing_is_not_found(self) -> None:
+        self.assertAnswer(query(self.dispatcher(), "q", "idem-none"), "NOT_FOUND")
+
+    def test_reconcile_through_the_record_map_needs_a_reconciled_record(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", fault="timeout_after_commit")
+        record = self.row(dispatcher).record()
+        for key, state in (((ALICE.tenant, ALICE.subject, "create_refund_draft", None), "reconciled"),
+                           ((ALICE.tenant, ALICE.subject, "create_refund_draft", KEY), "succeeded")):
+            with self.subTest(state=state), self.assertRaises(td.BoundaryError) as caught:
+                dispatcher._records[key] = replace(record, state=state)
+            self.assertEqual(caught.exception.code, "LIFECYCLE_VIOLATION")
+        self.assertEqual(self.row(dispatcher).state, "unknown")
+
+
+# --------------------------------------------------------------------------------------------
+# 6-8. Leases and fencing, interleaved in one process through the checkpoint hook
+# --------------------------------------------------------------------------------------------
+
+
+class Pause:
+    """A checkpoint hook that runs `action` once, the first time `point` is reached."""
+
+    def __init__(self, point: str, action: Callable[[], Any]) -> None:
+        self.point, self.action, self.result, self.fired = point, action, None, False
+
+    def __call__(self, reached: str) -> None:
+        if reached == self.point and not self.fired:
+            self.fired = True
+            self.result = self.action()
+
+
+class TestLeasesAndFencing(StoreCase):
+    def holders(self, point: str, action: Callable[[dd.DurableDispatcher], Any], lease_ms: int = 1_000, *,
+                raw: bool = False) -> tuple[dd.DurableDispatcher, dd.DurableDispatcher, Pause]:
+        """A holder that pauses at `point` while `other` (own connection) runs `action`; the
+        pause keeps the action's answer (or, raw, whatever it returned)."""
+        other = self.dispatcher(self.open_store(), lease_ms=lease_ms)
+        pause = Pause(point, (lambda: action(other)) if raw else (lambda: answer_of(lambda: action(other))))
+        holder = self.dispatcher(self.open_store(), lease_ms=lease_ms, checkpoint=pause)
+        return holder, other, pause
+
+    def later(self, ms: int, action: Callable[[dd.DurableDispatcher], Any]) -> Callable[[dd.DurableDispatcher], Any]:
+        """`action`, run once the shared clock has moved `ms` on (a lease of 1,000 ms dies at +1,000)."""
+        def run(other: dd.DurableDispatcher) -> Any:
+            self.clock.advance(ms)
+            return action(other)
+        return run
+
+    def test_live_claim_answers_in_progress_and_runs_nothing(self) -> None:
+        holder, other, pause = self.holders("after_claim", lambda d: write(d, "b"))
+        self.assertAnswer(write(holder, "a"), "fresh")
+        self.assertEqual(pause.result, {"answer": "OPERATION_IN_PROGRESS", "retryable": True})
+        self.assertEqual(holder.effect_count, 1)
+        self.assertAnswer(write(other, "b"), "local_replay")
+
+    def test_live_in_progress_answers_in_progress(self) -> None:
+        holder, other, pause = self.holders("after_downstream_commit", lambda d: write(d, "b"))
+        self.assertAnswer(write(holder, "a"), "fresh")
+        self.assertEqual(pause.result["answer"], "OPERATION_IN_PROGRESS")
+        self.assertEqual(holder.effect_count, 1)
+
+    def test_live_claim_with_another_intent_conflicts(self) -> None:
+        holder, _other, pause = self.holders("after_claim", lambda d: write(d, "b", reason="other"))
+        write(holder, "a")
+        self.assertEqual(pause.result["answer"], "IDEMPOTENCY_CONFLICT")
+
+    def test_expired_claim_is_taken_over_and_the_old_holder_refused(self) -> None:
+        holder, other, pause = self.holders("after_claim", self.later(1_000, lambda d: write(d, "b")))
+        self.assertDurable("LEASE_LOST", lambda: write(holder, "a"))
+        self.assertEqual(pause.result["answer"], "fresh")
+        row = self.row(other)
+        self.assertEqual((row.state, row.lease_epoch, row.operation_id, holder.effect_count),
+                         ("succeeded", 2, "op-b", 1))
+
+    def test_claim_one_millisecond_before_expiry_is_still_live(self) -> None:
+        holder, _other, pause = self.holders("after_claim", self.later(999, lambda d: write(d, "b")))
+        self.assertAnswer(write(holder, "a"), "fresh")
+        self.assertEqual(pause.result["answer"], "OPERATION_IN_PROGRESS")
+
+    def test_expired_in_progress_becomes_unknown_and_never_reruns(self) -> None:
+        holder, other, pause = self.holders("after_downstream_commit", self.later(1_000, lambda d: write(d, "b")))
+        self.assertDurable("LEASE_LOST", lambda: write(holder, "a"))
+        self.assertEqual(pause.result["answer"], "OUTCOME_UNKNOWN")
+        row = self.row(other)
+        self.assertEqual((row.state, row.lease_epoch, row.recovery_hint, row.package),
+                         ("unknown", 2, "query_status", None))
+        self.assertAnswer(write(other, "c"), "OUTCOME_UNKNOWN")
+        self.assertAnswer(query(other, "q", op_tag="c"), "STATUS_CONFLICT")  # another operation id
+        self.assertAnswer(query(other, "q2", op_tag="a"), "receipt_reconciled")
+        self.assertEqual(other.effect_count, 1)
+
+    def test_old_holder_downstream_commit_is_fenced_after_recovery(self) -> None:
+        recovered: list[Any] = []
+        store = self.open_store()
+
+        def slow_handler(call: td.HandlerCall) -> td.HandlerResult:
+            self.clock.advance(1_000)
+            recovered.extend(dd.recover(store))
+            return td.handle_create_refund_draft(call)
+
+        holder = self.dispatcher(self.open_store(), lease_ms=1_000,
+                                 handlers={"create_refund_draft": slow_handler})
+        self.assertDurable("LEASE_LOST", lambda: write(holder, "a"))
+        self.assertEqual([(o.before, o.after) for o in recovered], [("in_progress", "released")])
+        self.assertEqual(holder.effect_count, 0)
+        row = self.row(holder)
+        self.assertEqual((row.state, row.lease_epoch), ("released", 2))
+        self.assertEqual(count(self.path, "SELECT epoch FROM downstream_fences"), 2)
+        retry = write(self.dispatcher(store), "b")
+        self.assertAnswer(retry, "fresh")
+        self.assertEqual((self.row(holder).lease_epoch, holder.effect_count), (3, 1))
+
+    def test_expired_but_untouched_holder_may_still_commit(self) -> None:
+        holder = self.dispatcher(self.open_store(), lease_ms=1_000, checkpoint=Pause(
+            "after_downstream_commit", lambda: self.clock.advance(5_000)))
+        self.assertAnswer(write(holder, "a"), "fresh")
+        self.assertEqual(self.row(holder).state, "succeeded")
+
+    def test_query_on_a_live_lease_answers_in_progress(self) -> None:
+        holder, _other, pause = self.holders("after_downstream_commit", lambda d: query(d, "q", op_tag="a"))
+        write(holder, "a")
+        self.assertEqual(pause.result["answer"], "OPERATION_IN_PROGRESS")
+
+    def test_query_on_an_expired_claim_releases_it(self) -> None:
+        late_query = self.later(1_000, lambda d: query(d, "q", op_tag="a"))
+        holder, other, pause = self.holders("after_claim", late_query)
+        self.assertDurable("LEASE_LOST", lambda: write(holder, "a"))
+        self.assertEqual(pause.result["answer"], "NOT_FOUND")
+        self.assertEqual((self.row(other).state, self.row(other).lease_epoch, other.effect_count), ("released", 2, 0))
+
+    def test_query_on_an_expired_in_progress_reconciles_from_the_receipt(self) -> None:
+        late_query = self.later(1_000, lambda d: query(d, "q", op_tag="a"))
+        holder, other, pause = self.holders("after_downstream_commit", late_query)
+        self.assertDurable("LEASE_LOST", lambda: write(holder, "a"))
+        self.assertEqual(pause.result["answer"], "receipt_reconciled")
+        self.assertEqual((self.row(other).state, other.effect_count), ("reconciled", 1))
+
+    def test_claim_of_a_live_key_returns_the_row_to_answer(self) -> None:
+        holder, _other, pause = self.holders("after_claim", lambda d: d._ledger.claim(
+            dd.OperationKey("default", ALICE.tenant, ALICE.subject, "create_refund_draft", KEY),
+            dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st"),
+            owner="other", lease_ms=1_000), raw=True)
+        write(holder, "a")
+        row = pause.result
+        self.assertIsInstance(row, dd.LedgerRow)
+        self.assertEqual((row.state, row.lease_epoch, row.operation_id), ("claimed", 1, "op-a"))
+
+    def test_claim_lost_after_a_stale_read_answers_in_progress(self) -> None:
+        def stale_write(other: dd.DurableDispatcher) -> Any:
+            other._ledger.read = lambda key: None  # type: ignore[method-assign]  # read before the holder's claim
+            return write(other, "b")
+        holder, other, pause = self.holders("after_claim", stale_write)
+        self.assertAnswer(write(holder, "a"), "fresh")
+        self.assertEqual(pause.result, {"answer": "OPERATION_IN_PROGRESS", "retryable": True})
+        self.assertEqual(holder.effect_count, 1)
+
+    def test_a_live_lease_is_never_expired_by_a_reader(self) -> None:
+        expired: list[str] = []
+
+        def spy(other: dd.DurableDispatcher) -> Any:
+            original = other._ledger.expire
+            other._ledger.expire = lambda row, event: expired.append(event) or original(row, event)  # type: ignore
+            return [answer_of(lambda: write(other, "b"))["answer"],
+                    answer_of(lambda: query(other, "q", op_tag="a"))["answer"]]
+        holder, _other, pause = self.holders("after_downstream_commit", spy, raw=True)
+        write(holder, "a")
+        self.assertEqual((pause.result, expired), (["OPERATION_IN_PROGRESS"] * 2, []))
+
+    def test_answer_gives_up_after_bounded_attempts(self) -> None:
+        dispatcher = self.dispatcher(checkpoint=raise_at("after_claim"))
+        with self.assertRaises(Boom):
+            write(dispatcher, "a")
+        # A row that keeps moving under us: expired in progress, and every takeover loses its race.
+        stuck = replace(self.row(dispatcher), state="in_progress", lease_expires_at=0)
+        dispatcher._ledger.read = lambda key: stuck  # type: ignore[method-assign]
+        dispatcher._ledger.expire = lambda row, event: False  # type: ignore[method-assign]
+        self.assertDurable("OPERATION_IN_PROGRESS", lambda: write(dispatcher, "b"))
+        self.assertDurable("OPERATION_IN_PROGRESS", lambda: query(dispatcher, "q", op_tag="a"))
+
+
+# --------------------------------------------------------------------------------------------
+# 7. Durable downstream
+# --------------------------------------------------------------------------------------------
+
+
+class TestDownstream(StoreCase):
+    FIELDS = MappingProxyType({"request_ref": "rq-1", "status_ref": "st-1", "order_ref": "ORDER-7",
+                               "reason": "duplicate", "effect_revision": "e1", "producer_revision": "p1"})
+
+    def downstream(self) -> dd.DurableDownstream:
+        return dd.DurableDownstream(self.open_store(), "default")
+
+    def test_one_effect_per_key(self) -> None:
+        downstream = self.downstream()
+        first, created = downstream.commit(epoch=1, **self.FIELDS)
+        again, created_again = downstream.commit(epoch=1, **self.FIELDS)
+        self.assertEqual((created, created_again, again, downstream.effect_count), (True, False, first, 1))
+        self.assertEqual(downstream.effects_for("rq-1"), 1)
+
+    def test_receipt_equals_the_in_memory_receipt(self) -> None:
+        receipt, _ = self.downstream().commit(epoch=1, **self.FIELDS)
+        self.assertEqual(receipt, td.MockDownstream().commit_refund_draft(**self.FIELDS))
+
+    def test_lower_epoch_is_fenced_off(self) -> None:
+        downstream = self.downstream()
+        downstream.commit(epoch=2, **self.FIELDS)
+        self.assertDurable("DOWNSTREAM_FENCED", lambda: downstream.commit(epoch=1, **self.FIELDS))
+        self.assertEqual(downstream.effect_count, 1)
+
+    def test_fenced_query_closes_the_door_on_older_epochs(self) -> None:
+        downstream = self.downstream()
+        self.assertIsNone(downstream.fenced_receipt("st-1", 3))
+        self.assertDurable("DOWNSTREAM_FENCED", lambda: downstream.commit(epoch=2, **self.FIELDS))
+        self.assertEqual(downstream.effect_count, 0)
+        self.assertEqual(downstream.commit(epoch=3, **self.FIELDS)[1], True)
+        self.assertDurable("DOWNSTREAM_FENCED", lambda: downstream.fenced_receipt("st-1", 2))
+
+    def test_plain_receipt_query(self) -> None:
+        downstream = self.downstream()
+        self.assertIsNone(downstream.receipt(None))
+        self.assertIsNone(downstream.receipt("st-1"))
+        receipt, _ = downstream.commit(epoch=1, **self.FIELDS)
+        self.assertEqual(downstream.receipt("st-1"), receipt)
+
+    def test_fenced_view_counts_what_it_created(self) -> None:
+        downstream = self.downstream()
+        view = downstream.fenced(1)
+        view.commit_refund_draft(**self.FIELDS)
+        view.commit_refund_draft(**self.FIELDS)
+        self.assertEqual((view.created, view.effect_count), (1, 1))
+        self.assertEqual(view.receipt("st-1").request_ref, "rq-1")
+
+
+# --------------------------------------------------------------------------------------------
+# 9. Outbox relay and consumer inbox
+# --------------------------------------------------------------------------------------------
+
+
+class Boom(BaseException):
+    """An in-process stand-in for a crash at a checkpoint (a BaseException, like SystemExit: the
+    boundary's containment of handler errors must not swallow it)."""
+
+
+def raise_at(point: str) -> Callable[[str], None]:
+    def hook(reached: str) -> None:
+        if reached == point:
+            raise Boom(point)
+    return hook
+
+
+class TestOutbox(StoreCase):
+    def test_completion_writes_exactly_one_event(self) -> None:
+        dispatcher = self.dispatcher()
+        package = write(dispatcher, "a")
+        [(event_id, payload, sent_at)] = rows(self.path, "SELECT event_id, payload, sent_at FROM outbox")
+        row = self.row(dispatcher)
+        self.assertEqual(event_id, td.derived_ref("ev-", dd.EVENT_TYPE, row.request_ref))
+        self.assertIsNone(sent_at)
+        body = json.loads(payload)
+        self.assertEqual((body["state"], body["data"], body["tool"], body["request_ref"]),
+                         ("succeeded", package["model_result"]["data"], "create_refund_draft", row.request_ref))
+        self.assertNotIn("alice", payload)
+
+    def test_unknown_and_released_write_no_event(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", "k1", fault="handler_raises")
+        write(dispatcher, "b", "k2", fault="rate_limited")
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM outbox"), 0)
+
+    def test_crash_inside_the_completion_rolls_back_row_and_event(self) -> None:
+        dispatcher = self.dispatcher(lease_ms=100, checkpoint=raise_at("after_outbox_write"))
+        with self.assertRaises(Boom):
+            write(dispatcher, "a")
+        self.assertEqual((self.row(dispatcher).state, dispatcher.effect_count), ("in_progress", 1))
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM outbox"), 0)
+        self.clock.advance(100)
+        self.assertEqual([(o.before, o.after) for o in dd.recover(self.open_store())], [("in_progress", "reconciled")])
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM outbox"), 1)
+
+    def test_relay_publishes_and_marks_sent(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a")
+        store = self.open_store()
+        self.assertEqual((dd.relay(store), dd.relay(store)), (1, 0))
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM outbox WHERE sent_at IS NOT NULL"), 1)
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM broker_messages"), 1)
+
+    def test_relay_crash_after_publish_republishes_and_the_consumer_acts_once(self) -> None:
+        write(self.dispatcher(), "a")
+        store = self.open_store()
+        with self.assertRaises(Boom):
+            dd.relay(store, checkpoint=raise_at("after_publish"))
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL"), 1)
+        self.assertEqual(dd.relay(store), 1)
+        self.assertEqual(rows(self.path, "SELECT COUNT(*), COUNT(DISTINCT event_id) FROM broker_messages"), [(2, 1)])
+        self.assertEqual(dd.consume(store), 1)
+        self.assertEqual(dd.consume(store), 0)
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM consumer_effects"), 1)
+        self.assertEqual(count(self.path, "SELECT position FROM consumer_offsets"),
+                         count(self.path, "SELECT MAX(seq) FROM broker_messages"))
+
+    def test_crash_inside_the_consumer_rolls_back_and_is_consumed_once(self) -> None:
+        write(self.dispatcher(), "a")
+        store = self.open_store()
+        dd.relay(store)
+        with self.assertRaises(Boom):
+            dd.consume(store, checkpoint=raise_at("inside_consumer"))
+        self.assertEqual([count(self.path, f"SELECT COUNT(*) FROM {table}")
+                          for table in ("inbox", "consumer_effects", "consumer_offsets")], [0, 0, 0])
+        self.assertEqual(dd.consume(store), 1)
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM consumer_effects"), 1)
+
+    def test_consumers_are_independent_and_realms_are_filtered(self) -> None:
+        write(self.dispatcher(), "a")
+        write(self.dispatcher(realm="other"), "a")
+        store = self.open_store()
+        self.assertEqual(dd.relay(store, realm="other"), 1)
+        self.assertEqual(dd.consume(store, realm="default"), 0)
+        self.assertEqual(dd.relay(store), 1)
+        self.assertEqual(dd.consume(store, realm="other"), 1)
+        self.assertEqual(dd.consume(store), 1)
+        self.assertEqual(dd.consume(store, consumer="auditor"), 2)
+        self.assertEqual(rows(self.path, "SELECT consumer, COUNT(*) FROM consumer_effects GROUP BY consumer "
+                                         "ORDER BY consumer"), [("auditor", 2), ("refund-notifier", 2)])
+
+    def test_relay_and_consumer_batches_are_bounded(self) -> None:
+        dispatcher = self.dispatcher()
+        for index in range(3):
+            write(dispatcher, f"w{index}", f"k{index}")
+        store = self.open_store()
+        self.assertEqual(dd.relay(store, limit=2), 2)
+        self.assertEqual(dd.consume(store, limit=1), 1)
+        self.assertEqual(dd.relay(store, limit=2), 1)
+        self.assertEqual(dd.consume(store), 2)
+
+
+# --------------------------------------------------------------------------------------------
+# 10. Recovery
+# --------------------------------------------------------------------------------------------
+
+
+class TestRecovery(StoreCase):
+    def crashed(self, point: str, key: str = KEY) -> dd.DurableDispatcher:
+        dispatcher = self.dispatcher(lease_ms=100, checkpoint=raise_at(point))
+        with self.assertRaises(Boom):
+            write(dispatcher, "a" if key == KEY else key, key)
+        return dispatcher
+
+    def outcomes(self, **options: Any) -> list[tuple[str, str, str | None]]:
+        return [(o.before, o.after, o.hint) for o in dd.recover(self.open_store(), **options)]
+
+    def test_expired_claim_is_released(self) -> None:
+        dispatcher = self.crashed("after_claim")
+        self.clock.advance(100)
+        self.assertEqual(self.outcomes(), [("claimed", "released", None)])
+        self.assertEqual((self.row(dispatcher).lease_epoch, dispatcher.effect_count), (2, 0))
+
+    def test_expired_in_progress_with_a_receipt_is_reconciled(self) -> None:
+        dispatcher = self.crashed("after_downstream_commit")
+        self.clock.advance(100)
+        self.assertEqual(self.outcomes(), [("in_progress", "reconciled", None)])
+        row = self.row(dispatcher)
+        self.assertEqual((row.state, row.lease_epoch, dispatcher.effect_count), ("reconciled", 2, 1))
+        self.assertEqual(json.loads(row.data), td.receipt_output(dispatcher.downstream.receipt(row.status_ref)))
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM outbox"), 1)
+
+    def test_live_leases_are_reported_and_untouched(self) -> None:
+        dispatcher = self.crashed("after_downstream_commit")
+        before = self.row(dispatcher)
+        self.clock.advance(99)
+        self.assertEqual(self.outcomes(), [("in_progress", "live", None)])
+        self.assertEqual(self.row(dispatcher), before)
+
+    def test_unknown_without_a_receipt_is_released_behind_a_fence(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", fault="handler_raises")
+        self.tamper("DELETE FROM downstream_receipts")  # as if the commit never happened
+        self.assertEqual(self.outcomes(), [("unknown", "released", None)])
+        self.assertEqual(count(self.path, "SELECT epoch FROM downstream_fences"), 2)
+
+    def test_unknown_from_a_lost_answer_is_reconciled(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", fault="timeout_after_commit")
+        self.assertEqual(self.outcomes(), [("unknown", "reconciled", None)])
+        self.assertAnswer(write(dispatcher, "b"), "local_replay")
+
+    def test_unreachable_downstream_keeps_unknown_with_a_hint(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", fault="timeout_after_commit")
+        self.assertEqual(self.outcomes(fault="downstream_unavailable"), [("unknown", "unknown", "query_status")])
+        self.assertEqual((self.row(dispatcher).state, self.row(dispatcher).lease_epoch), ("unknown", 1))
+
+    def test_contradicting_receipt_escalates(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", fault="timeout_after_commit")
+        self.tamper("UPDATE downstream_receipts SET producer_revision = 'someone-else'")
+        self.assertEqual(self.outcomes(), [("unknown", "escalated", "operator")])
+        self.assertEqual(self.outcomes(), [("escalated", "escalated", "operator")])
+        self.assertAnswer(write(dispatcher, "b"), "OUTCOME_UNKNOWN")
+        self.assertAnswer(query(dispatcher, "q", op_tag="a"), "STATUS_CONFLICT")
+
+    def test_contract_drift_escalates(self) -> None:
+        write(self.dispatcher(), "a", fault="timeout_after_commit")
+        spec = td.REGISTRY["create_refund_draft"]
+        drifted = MappingProxyType({**td.REGISTRY, spec.name: replace(spec, producer_revision="refunds-producer-v9")})
+        self.assertEqual(self.outcomes(registry=drifted), [("unknown", "escalated", "operator")])
+
+    def test_unregistered_tool_escalates(self) -> None:
+        write(self.dispatcher(), "a", fault="timeout_after_commit")
+        self.assertEqual(self.outcomes(registry=MappingProxyType({})), [("unknown", "escalated", "operator")])
+
+    def test_receipt_contradicting_the_record_escalates(self) -> None:
+        for index, sql in enumerate((
+            "UPDATE downstream_receipts SET request_ref = 'rq-other'",  # another request's receipt
+            "UPDATE downstream_receipts SET reason = 'refund everything'",  # breaks the output contract
+            "UPDATE downstream_receipts SET effect_revision = 'effect.other.v9'",
+        )):
+            with self.subTest(sql=sql):
+                realm = f"r{index}"
+                write(self.dispatcher(realm=realm), "a", fault="timeout_after_commit")
+                self.tamper(sql + f" WHERE realm = '{realm}'")
+                self.assertEqual(self.outcomes(realm=realm), [("unknown", "escalated", "operator")])
+
+    def test_reconcile_twice_is_one_move_and_one_event(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", fault="timeout_after_commit")
+        key = self.row(dispatcher).key
+        dispatcher._ledger.reconcile(key, "rc-first", {"n": 1})
+        settled = self.row(dispatcher)
+        self.clock.advance(5)
+        dispatcher._ledger.reconcile(key, "rc-second", {"n": 2})
+        self.assertEqual(self.row(dispatcher), settled)
+        self.assertEqual((settled.state, settled.receipt_ref, count(self.path, "SELECT COUNT(*) FROM outbox")),
+                         ("reconciled", "rc-first", 1))
+
+    def test_reconcile_of_a_missing_record_is_a_lifecycle_violation(self) -> None:
+        ledger = self.dispatcher()._ledger
+        with self.assertRaises(td.BoundaryError) as caught:
+            ledger.reconcile(dd.OperationKey("default", "t", "s", "tool", "k"), "rc", {})
+        self.assertEqual(caught.exception.code, "LIFECYCLE_VIOLATION")
+
+    def test_store_errors_during_the_receipt_query_are_not_swallowed(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", fault="timeout_after_commit")
+
+        class Busy:
+            def fenced_receipt(self, status_ref: str, epoch: int) -> None:
+                raise dd.DurableError("STORE_BUSY")
+        self.assertDurable("STORE_BUSY", lambda: dd._recover_row(
+            dispatcher._ledger, Busy(), self.row(dispatcher), td.REGISTRY, "none"))  # type: ignore[arg-type]
+
+    def test_receipt_matches_answers_exactly_true_or_false(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", fault="timeout_after_commit")
+        row = self.row(dispatcher)
+        receipt = dispatcher.downstream.receipt(row.status_ref)
+        spec = td.REGISTRY["create_refund_draft"]
+        self.assertIs(dd.receipt_matches(row, receipt, td.REGISTRY), True)
+        for name, registry, bad in (
+            ("no spec", MappingProxyType({}), receipt),
+            ("drifted contract", MappingProxyType({spec.name: replace(spec, contract_revision="c.v9")}), receipt),
+            ("output contract", td.REGISTRY, replace(receipt, reason="everything")),
+            ("request", td.REGISTRY, replace(receipt, request_ref="rq-other")),
+            ("effect revision", td.REGISTRY, replace(receipt, effect_revision="effect.v9")),
+            ("producer revision", td.REGISTRY, replace(receipt, producer_revision="producer.v9")),
+        ):
+            with self.subTest(name=name):
+                self.assertIs(dd.receipt_matches(row, bad, registry), False)
+
+    def test_escalated_is_never_reconciled(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", fault="timeout_after_commit")
+        row = self.row(dispatcher)
+        self.tamper("UPDATE operations SET state = 'escalated', recovery_hint = 'operator'")
+        self.assertDurable("OPERATION_ESCALATED", lambda: dispatcher._ledger.reconcile(row.key, "rc-x", {}))
+        self.assertEqual(self.row(dispatcher).state, "escalated")
+
+    def test_recovery_is_idempotent(self) -> None:
+        self.crashed("after_downstream_commit", "k1")
+        self.crashed("after_claim", "k2")
+        self.clock.advance(100)
+        self.assertEqual(sorted(self.outcomes()), [("claimed", "released", None), ("in_progress", "reconciled", None)])
+        self.assertEqual(self.outcomes(), [])
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM downstream_receipts"), 1)
+
+    def test_recovery_filters_by_realm_and_limit(self) -> None:
+        for realm in ("r1", "r2", "r3"):
+            write(self.dispatcher(realm=realm), "a", fault="timeout_after_commit")
+        self.assertEqual([o.realm for o in dd.recover(self.open_store(), limit=1)], ["r1"])
+        self.assertEqual([o.realm for o in dd.recover(self.open_store(), realm="r3")], ["r3"])
+        self.assertEqual([o.realm for o in dd.recover(self.open_store())], ["r2"])
+
+    def test_unknown_recovery_fault_is_refused(self) -> None:
+        self.assertDurable("SETTING_INVALID", lambda: dd.recover(self.open_store(), fault="meteor"))
+
+    def test_recovery_never_executes(self) -> None:
+        dispatcher = self.crashed("after_claim")
+        self.clock.advance(100)
+        self.outcomes()
+        self.assertEqual((dispatcher.effect_count, count(self.path, "SELECT COUNT(*) FROM downstream_fences")), (0, 0))
+
+    def test_row_moved_by_someone_else_is_reported_as_it_is(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", fault="timeout_after_commit")
+        row = self.row(dispatcher)
+        ledger, downstream = dispatcher._ledger, dispatcher.downstream
+        stale = replace(row, lease_epoch=row.lease_epoch - 1 if row.lease_epoch > 1 else 99)
+        self.assertEqual(dd._recover_row(ledger, downstream, stale, td.REGISTRY, "none"), "unknown")
+        self.assertEqual(self.row(dispatcher).lease_epoch, 1)
+        downstream.fenced_receipt(row.status_ref, 5)  # a newer recoverer fenced the downstream
+        self.assertEqual(dd._recover_row(ledger, downstream, row, td.REGISTRY, "none"), "unknown")
+        expired = replace(row, state="in_progress", lease_expires_at=0)
+        self.assertEqual(dd._recover_row(ledger, downstream, expired, td.REGISTRY, "none"), "unknown")
+
+
+# --------------------------------------------------------------------------------------------
+# 11. Pruning
+# --------------------------------------------------------------------------------------------
+
+
+class TestPruning(StoreCase):
+    def test_completed_records_expire_after_the_window_only(self) -> None:
+        dispatcher = self.dispatcher(retention_ms=1_000)
+        write(dispatcher, "a")
+        store = self.open_store()
+        dd.relay(store)
+        self.clock.advance(999)
+        self.assertEqual(dd.prune(store, retention_ms=1_000), dd.PruneReport(0, 0, 0))
+        self.clock.advance(1)
+        self.assertEqual(dd.prune(store, retention_ms=1_000), dd.PruneReport(1, 1, 1))
+        self.assertIsNone(self.row(dispatcher))
+
+    def test_unsent_event_blocks_pruning(self) -> None:
+        dispatcher = self.dispatcher(retention_ms=1_000)
+        write(dispatcher, "a")
+        self.clock.advance(5_000)
+        self.assertEqual(dd.prune(self.open_store(), retention_ms=1_000).operations, 0)
+        self.assertEqual(self.row(dispatcher).state, "succeeded")
+
+    def test_unknown_escalated_and_released_are_never_pruned(self) -> None:
+        dispatcher = self.dispatcher(retention_ms=1_000)
+        write(dispatcher, "a", "k-unknown", fault="handler_raises")
+        write(dispatcher, "b", "k-released", fault="rate_limited")
+        write(dispatcher, "c", "k-escalated", fault="timeout_after_commit")
+        self.tamper("UPDATE operations SET state = 'escalated' WHERE idempotency_key = 'k-escalated'")
+        self.clock.advance(100 * dd.RETENTION_MS)
+        self.assertEqual(dd.prune(self.open_store(), retention_ms=1_000).operations, 0)
+        self.assertEqual(rows(self.path, "SELECT state FROM operations ORDER BY state"),
+                         [("escalated",), ("released",), ("unknown",)])
+
+    def test_retry_after_the_window_makes_no_second_effect(self) -> None:
+        dispatcher = self.dispatcher(retention_ms=1_000)
+        first = write(dispatcher, "a")
+        store = self.open_store()
+        dd.relay(store)
+        self.clock.advance(1_000)
+        self.assertEqual(dd.prune(store, retention_ms=1_000).operations, 1)
+        again = write(dispatcher, "b")
+        self.assertAnswer(again, "fresh")
+        self.assertEqual((again["execution"]["effects"], dispatcher.effect_count), (0, 1))
+        self.assertEqual(again["model_result"]["data"], first["model_result"]["data"])
+
+
+# --------------------------------------------------------------------------------------------
+# Crash recovery with real processes
+# --------------------------------------------------------------------------------------------
+
+# point -> (how the child dies, what recovery does to it, what the replay is)
+CRASHES = MappingProxyType({
+    "after_claim": ("exit", [("claimed", "released")], "fresh"),
+    "after_downstream_commit": ("kill", [("in_progress", "reconciled")], "local_replay"),
+    "after_outbox_write": ("exit", [("in_progress", "reconciled")], "local_replay"),
+    "after_ledger_commit": ("kill", [], "local_replay"),
+    "after_publish": ("exit", [], "local_replay"),
+    "inside_consumer": ("kill", [], "local_replay"),
+})
+
+
+def realm_of(point: str) -> str:
+    return point.replace("_", "-")
+
+
+class TestCrashRecovery(unittest.TestCase):
+    """Six children each die at one named point; then one fresh process recovers all six realms."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        directory = tempfile.TemporaryDirectory()
+        cls.addClassCleanup(directory.cleanup)
+        cls.path = Path(directory.name) / "crash.sqlite3"
+        dd.DurableStore.open(cls.path).close()
+        children = {point: subprocess.Popen(
+            child_command({"action": "crash", "db": str(cls.path), "point": point, "mode": mode}),
+            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for point, (mode, _, _) in CRASHES.items()}
+        cls.exits = {}
+        for point, child in children.items():
+            out, err = child.communicate(timeout=CHILD_TIMEOUT_S)
+            cls.exits[point] = (child.returncode, out, err)
+        done = subprocess.run(child_command({"action": "recover", "db": str(cls.path),
+                                             "realms": [realm_of(point) for point in CRASHES]}),
+                              env=child_env(), capture_output=True, timeout=CHILD_TIMEOUT_S)
+        cls.recovery = (done.returncode, done.stderr, json.loads(done.stdout) if done.returncode == 0 else None)
+
+    def test_each_child_died_at_its_point(self) -> None:
+        expected = {"exit": CRASH_EXIT, "kill": -signal.SIGKILL}
+        for point, (mode, _, _) in CRASHES.items():
+            with self.subTest(point=point):
+                self.assertEqual(self.exits[point], (expected[mode], b"", b""))
+
+    def test_recovery_process_ran_clean(self) -> None:
+        self.assertEqual(self.recovery[:2], (0, b""))
+
+    def test_recovery_drives_each_point_and_is_idempotent(self) -> None:
+        report = self.recovery[2]
+        for point, (_, moves, _) in CRASHES.items():
+            with self.subTest(point=point):
+                self.assertEqual([[o[1], o[2]] for o in report["first"] if o[0] == realm_of(point)],
+                                 [list(move) for move in moves])
+        self.assertEqual(report["second"], [])
+
+    def test_at_most_one_effect_per_key(self) -> None:
+        self.assertEqual(rows(self.path, "SELECT realm, COUNT(*) FROM downstream_receipts GROUP BY realm, status_ref "
+                                         "ORDER BY realm"), [(realm, 1) for realm in sorted(map(realm_of, CRASHES))])
+
+    def test_replay_equals_the_in_memory_answer_byte_for_byte(self) -> None:
+        for point, (_, moves, answer) in CRASHES.items():
+            with self.subTest(point=point):
+                seen = self.recovery[2]["realms"][realm_of(point)]
+                memory = reference()
+                if answer == "local_replay":
+                    lost = "timeout_after_commit" if moves else "none"
+                    original = write(memory, "a", fault=lost)
+                    if moves:
+                        query(memory, "q", op_tag="a")
+                    else:
+                        self.assertEqual(seen["stored"], canonical(original).decode("utf-8"))
+                self.assertEqual(seen["replay"], canonical(write(memory, "b")).decode("utf-8"))
+                self.assertEqual(json.loads(seen["replay"])["model_result"]["delivery"], answer)
+
+    def test_no_lost_event_and_no_duplicate_consumption(self) -> None:
+        settled = rows(self.path, "SELECT realm, request_ref FROM operations "
+                                  "WHERE state IN ('succeeded', 'reconciled') ORDER BY realm")
+        self.assertEqual([realm for realm, _ in settled], sorted(map(realm_of, CRASHES)))
+        events = rows(self.path, "SELECT realm, request_ref, event_id, sent_at IS NOT NULL FROM outbox ORDER BY realm")
+        self.assertEqual([(realm, ref) for realm, ref, _, _ in events], settled)
+        self.assertTrue(all(sent for *_, sent in events))
+        consumed = rows(self.path, "SELECT realm, event_id, COUNT(*) FROM consumer_effects GROUP BY realm, event_id "
+                                   "ORDER BY realm")
+        self.assertEqual(consumed, [(realm, event_id, 1) for realm, _, event_id, _ in events])
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM inbox"), len(CRASHES))
+
+    def test_republished_event_reached_the_broker_twice(self) -> None:
+        published = dict(rows(self.path, "SELECT realm, COUNT(*) FROM broker_messages GROUP BY realm"))
+        self.assertEqual(published, {realm_of(point): 2 if point == "after_publish" else 1 for point in CRASHES})
+
+    def test_integrity_check_is_ok(self) -> None:
+        self.assertEqual(rows(self.path, "PRAGMA integrity_check"), [("ok",)])
+
+
+# --------------------------------------------------------------------------------------------
+# Races with real processes
+# --------------------------------------------------------------------------------------------
+
+
+class TestRaces(unittest.TestCase):
+    """Eight processes claim one key at once, then eight keys at once, then relay and consume."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        directory = tempfile.TemporaryDirectory()
+        cls.addClassCleanup(directory.cleanup)
+        base = Path(directory.name)
+        cls.path = base / "race.sqlite3"
+        dd.DurableStore.open(cls.path).close()
+        barrier = base / "barrier"
+        barrier.mkdir()
+        children = [subprocess.Popen(
+            child_command({"action": "race", "db": str(cls.path), "barrier": str(barrier), "index": index,
+                           "racers": RACERS}), env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for index in range(RACERS)]
+        cls.results = []
+        for child in children:
+            out, err = child.communicate(timeout=CHILD_TIMEOUT_S)
+            cls.results.append((child.returncode, err, json.loads(out) if child.returncode == 0 else out))
+
+    def test_every_racer_exited_clean(self) -> None:
+        self.assertEqual([(code, err) for code, err, _ in self.results], [(0, b"")] * RACERS)
+
+    def test_same_key_exactly_one_fresh_others_replay_or_in_progress(self) -> None:
+        first = [result["same_first"]["answer"] for _, _, result in self.results]
+        self.assertEqual(first.count("fresh"), 1)
+        self.assertLessEqual(set(first) - {"fresh"}, {"local_replay", "OPERATION_IN_PROGRESS"})
+
+    def test_in_progress_answers_are_retryable_and_converge_to_one_answer(self) -> None:
+        finals = [result["same_final"] for _, _, result in self.results]
+        self.assertEqual(sorted(final["answer"] for final in finals), ["fresh"] + ["local_replay"] * (RACERS - 1))
+        self.assertEqual(len({json.dumps(final["data"], sort_keys=True) for final in finals}), 1)
+        for _, _, result in self.results:
+            if result["same_first"]["answer"] == "OPERATION_IN_PROGRESS":
+                self.assertIs(result["same_first"]["retryable"], True)
+
+    def test_same_key_made_one_effect(self) -> None:
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM downstream_receipts d JOIN operations o "
+                                          "ON o.status_ref = d.status_ref WHERE o.idempotency_key = 'k-same'"), 1)
+
+    def test_different_keys_each_land_once(self) -> None:
+        self.assertEqual([result["own"]["answer"] for _, _, result in self.results], ["fresh"] * RACERS)
+        drafts = {result["own"]["data"]["draft_id"] for _, _, result in self.results}
+        self.assertEqual(len(drafts), RACERS)
+        self.assertEqual(rows(self.path, "SELECT state, COUNT(*) FROM operations GROUP BY state"),
+                         [("succeeded", RACERS + 1)])
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM downstream_receipts"), RACERS + 1)
+
+    def test_concurrent_relays_and_consumers_act_once_per_event(self) -> None:
+        self.assertEqual(rows(self.path, "SELECT COUNT(*), COUNT(sent_at) FROM outbox"), [(RACERS + 1, RACERS + 1)])
+        self.assertEqual(rows(self.path, "SELECT COUNT(*), COUNT(DISTINCT event_id) FROM consumer_effects"),
+                         [(RACERS + 1, RACERS + 1)])
+        self.assertEqual(rows(self.path, "PRAGMA integrity_check"), [("ok",)])
+
+
+# --------------------------------------------------------------------------------------------
+# 13. CLI
+# --------------------------------------------------------------------------------------------
+
+
+class TestCli(StoreCase):
+    def main(self, *argv: str) -> tuple[int, dict[str, Any], str]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = dd.main(list(argv))
+        text = out.getvalue()
+        return code, json.loads(text), text
+
+    def assertRejected(self, code: str, *argv: str) -> None:
+        status, body, text = self.main(*argv)
+        self.assertEqual((status, body["passed"], body["error"]["code"]), (2, False, code))
+        self.assertNotIn(str(self.dir), text)
+        self.assertNotIn("Traceback", text)
+
+    def test_run_creates_the_database_and_passes(self) -> None:
+        status, body, _ = self.main("run", "--fixture", str(FIXTURE), "--db", str(self.path))
+        self.assertEqual((status, body["passed"], body["case_count"], body["step_count"]), (0, True, 18, 23))
+        self.assertEqual((body["store"]["integrity"], body["store"]["synchronous"], body["store"]["effects"]),
+                         ("ok", "FULL", 5))
+
+    def test_recover_after_run_reconciles_and_drains_the_outbox(self) -> None:
+        self.main("run", "--fixture", str(FIXTURE), "--db", str(self.path), "--synchronous", "NORMAL")
+        status, body, _ = self.main("recover", "--db", str(self.path))
+        self.assertEqual((status, body["recovered"], body["relayed"], body["consumed"]),
+                         (0, {"reconciled": 1}, 5, 5))
+        self.assertEqual(body["store"]["operations"], {"reconciled": 2, "released": 2, "succeeded": 3})
+        self.assertEqual(body["pruned"], {"operations": 0, "events": 0, "calls": 0})
+        status, body, _ = self.main("recover", "--db", str(self.path))
+        self.assertEqual((status, body["recovered"], body["relayed"], body["consumed"]), (0, {}, 0, 0))
+
+    def test_recover_exits_1_when_an_operator_is_needed(self) -> None:
+        write(self.dispatcher(), "a", fault="timeout_after_commit")
+        self.tamper("UPDATE downstream_receipts SET producer_revision = 'x'")
+        status, body, _ = self.main("recover", "--db", str(self.path))
+        self.assertEqual((status, body["recovered"]), (1, {"escalated": 1}))
+
+    def test_failed_expectation_exits_1_in_ascii(self) -> None:
+        broken = self.dir / "broken.json"
+        data = FIXTURE.read_bytes().replace(b'"effect_count": 1', b'"effect_count": 2', 1)
+        broken.write_bytes(data.replace(b'"status": "paid"\n', '"status": "pay\u00e9"\n'.encode(), 1))
+        status, body, text = self.main("run", "--fixture", str(broken), "--db", str(self.path))
+        self.assertEqual((status, body["passed"], [failure["field"] for failure in body["failures"]]),
+                         (1, False, ["data", "effect_count"]))
+        self.assertTrue(text.isascii())
+        self.assertIn("pay\\u00e9", text)
+
+    def test_one_case(self) -> None:
+        status, body, _ = self.main("run", "--fixture", str(FIXTURE), "--db", str(self.path), "--case",
+                                    "unknown-then-receipt-query")
+        self.assertEqual((status, body["case_count"], body["step_count"]), (0, 1, 2))
+
+    def test_hostile_command_lines_are_refused_without_trace(self) -> None:
+        self.dir.joinpath("text.db").write_bytes(b"plain text, not sqlite " * 8)
+        with contextlib.closing(sqlite3.connect(self.dir / "theirs.db")) as connection:
+            connection.execute("CREATE TABLE theirs (x)")
+        self.dir.joinpath("exists.db").write_bytes(b"")
+        fixture = str(FIXTURE)
+        cases = [
+            ("CLI_USAGE", ()),
+            ("CLI_USAGE", ("bogus",)),
+            ("CLI_USAGE", ("run", "--fixture", fixture)),
+            ("CLI_USAGE", ("run", "--db", str(self.path))),
+            ("CLI_USAGE", ("run", "--fixture", fixture, "--db", str(self.path), "--synchronous", "OFF")),
+            ("CLI_USAGE", ("recover",)),
+            ("CLI_USAGE", ("recover", "--db", str(self.path), "--extra")),
+            ("STORE_EXISTS", ("run", "--fixture", fixture, "--db", str(self.dir / "exists.db"))),
+            ("STORE_UNREADABLE", ("run", "--fixture", fixture, "--db", str(self.dir / "missing" / "x.db"))),
+            ("STORE_UNREADABLE", ("run", "--fixture", fixture, "--db", str(self.dir / "a\x00b"))),
+            ("FIXTURE_UNREADABLE", ("run", "--fixture", str(self.dir / "none.json"), "--db", str(self.path))),
+            ("FIXTURE_UNREADABLE", ("run", "--fixture", str(self.dir), "--db", str(self.path))),
+            ("CLI_UNKNOWN_CASE", ("run", "--fixture", fixture, "--db", str(self.path), "--case", "nope")),
+            ("STORE_UNREADABLE", ("recover", "--db", str(self.path))),
+            ("STORE_UNREADABLE", ("recover", "--db", str(self.dir))),
+            ("STORE_INVALID", ("recover", "--db", str(self.dir / "text.db"))),
+            ("STORE_INVALID", ("recover", "--db", str(self.dir / "theirs.db"))),
+        ]
+        for code, argv in cases:
+            with self.subTest(argv=argv[:1], code=code):
+                self.assertRejected(code, *argv)
+        self.assertFalse(self.path.exists())
+        self.assertEqual(self.dir.joinpath("text.db").read_bytes(), b"plain text, not sqlite " * 8)
+
+    def test_deep_fixture_is_refused_before_a_database_exists(self) -> None:
+        deep = self.dir / "deep.json"
+        deep.write_bytes(b"[" * 4_096 + b"]" * 4_096)
+        self.assertRejected("JSON_TOO_DEEP", "run", "--fixture", str(deep), "--db", str(self.path))
+        self.assertFalse(self.path.exists())
+
+    def test_unexpected_failure_is_internal_error(self) -> None:
+        original = dd._COMMANDS
+
+        def explode(_arguments: Any) -> int:
+            raise RuntimeError(str(self.dir))
+        dd._COMMANDS = MappingProxyType({"run": explode, "recover": explode})
+        try:
+            self.assertRejected("INTERNAL_ERROR", "recover", "--db", str(self.path))
+        finally:
+            dd._COMMANDS = original
+
+    def test_real_process_runs_and_refuses_without_traceback(self) -> None:
+        script = str(HERE / "durable_dispatcher.py")
+        flags = ["-B"] + (["-O"] * sys.flags.optimize) + [f"-W{option}" for option in sys.warnoptions]
+        ok = subprocess.run([sys.executable, *flags, script, "run", "--fixture", str(FIXTURE), "--db", str(self.path)],
+                            capture_output=True, env=child_env(), timeout=CHILD_TIMEOUT_S)
+        self.assertEqual((ok.returncode, ok.stderr, json.loads(ok.stdout)["passed"]), (0, b"", True))
+        bad = subprocess.run([sys.executable, *flags, script, "recover", "--db", str(self.dir / "nope.db")],
+                             capture_output=True, env=child_env(), timeout=CHILD_TIMEOUT_S)
+        self.assertEqual((bad.returncode, bad.stderr, json.loads(bad.stdout)["error"]["code"]),
+                         (2, b"", "STORE_UNREADABLE"))
+        self.assertNotIn(str(self.dir).encode(), bad.stdout)
+
+
+# --------------------------------------------------------------------------------------------
+# The benchmark script
+# --------------------------------------------------------------------------------------------
+
+
+class TestBenchmark(StoreCase):
+    def test_quick_benchmark_runs_and_reports_both_modes(self) -> None:
+        import bench_durable
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            status = bench_durable.main(["--quick", "--dir", str(self.dir)])
+        report = json.loads(out.getvalue())
+        self.assertEqual((status, report["passed"], report["writes"], report["quick"]),
+                         (0, True, bench_durable.QUICK_WRITES, True))
+        self.assertEqual(sorted(report["modes"]), ["FULL", "NORMAL"])
+        for mode in report["modes"].values():
+            self.assertGreater(mode["durable_writes_per_s"], 0)
+            self.assertAlmostEqual(mode["ratio_to_bare"], mode["durable_writes_per_s"] / mode["bare_commits_per_s"],
+                                   places=2)
+        self.assertEqual(list(self.dir.iterdir()), [])
+
+
+# --------------------------------------------------------------------------------------------
+# The child program (crash and race tests)
+# --------------------------------------------------------------------------------------------
+
+
+def _child_crash(spec: dict[str, Any]) -> int:
+    point, mode = spec["point"], spec["mode"]
+
+    def die(reached: str) -> None:
+        if reached == point:
+            if mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            os._exit(CRASH_EXIT)
+
+    realm = realm_of(point)
+    with dd.DurableStore.open(spec["db"]) as store:
+        dispatcher = dd.DurableDispatcher(ORDERS, store=store, realm=realm, approvers=APPROVERS,
+                                          lease_ms=CHILD_LEASE_MS, checkpoint=die)
+        write(dispatcher, "a")
+        dd.relay(store, realm=realm, checkpoint=die)
+        dd.consume(store, realm=realm, checkpoint=die)
+    return NOT_CRASHED
+
+
+def _child_recover(spec: dict[str, Any]) -> int:
+    def skewed() -> int:
+        return dd.wall_clock_ms() + RECOVERY_SKEW_MS
+
+    def view(outcomes: tuple[dd.RecoveryOutcome, ...]) -> list[list[str]]:
+        return [[outcome.realm, outcome.before, outcome.after] for outcome in outcomes]
+
+    report: dict[str, Any] = {"realms": {}}
+    with dd.DurableStore.open(spec["db"], create=False, clock_ms=skewed) as store:
+        report["first"] = view(dd.recover(store))
+        report["second"] = view(dd.recover(store))
+        for realm in spec["realms"]:
+            dispatcher = dd.DurableDispatcher(ORDERS, store=store, realm=realm, approvers=APPROVERS)
+            report["realms"][realm] = {
+                "replay": canonical(write(dispatcher, "b")).decode("utf-8"),
+                "stored": (dispatcher.stored_package(ALICE, "create_refund_draft", KEY) or b"").decode("utf-8"),
+            }
+        dd.relay(store)
+        dd.consume(store)
+    sys.stdout.write(json.dumps(report) + "\n")
+    return 0
+
+
+def _arrive(barrier: Path, phase: str, index: int, racers: int) -> None:
+    barrier.joinpath(f"{phase}-{index}").touch()
+    deadline = time.monotonic() + CHILD_TIMEOUT_S / 2
+    while len(list(barrier.glob(f"{phase}-*"))) < racers:
+        if time.monotonic() > deadline:
+            raise SystemExit("barrier timed out")
+        time.sleep(0.002)
+
+
+def _child_race(spec: dict[str, Any]) -> int:
+    index, racers, barrier = spec["index"], spec["racers"], Path(spec["barrier"])
+
+    def slow_commit(reached: str) -> None:
+        if reached == "after_downstream_commit":
+            time.sleep(0.15)  # the winner holds its lease a while, so others meet it in progress
+
+    results: dict[str, Any] = {}
+    with dd.DurableStore.open(spec["db"]) as store:
+        dispatcher = dd.DurableDispatcher(ORDERS, store=store, realm="race", approvers=APPROVERS,
+                                          checkpoint=slow_commit)
+        _arrive(barrier, "same", index, racers)
+        results["same_first"] = answer = answer_of(lambda: write(dispatcher, f"same-{index}", "k-same"))
+        for _retry in range(500):
+            if answer["answer"] != "OPERATION_IN_PROGRESS":
+                break
+            time.sleep(0.01)
+            answer = answer_of(lambda: write(dispatcher, f"same-{index}", "k-same"))
+        results["same_final"] = answer
+        _arrive(barrier, "own", index, racers)
+        results["own"] = answer_of(lambda: write(dispatcher, f"own-{index}", f"k-own-{index}"))
+        dd.relay(store)
+        dd.consume(store)
+    for result in results.values():
+        result.pop("package", None)
+    sys.stdout.write(json.dumps(results) + "\n")
+    return 0
+
+
+CHILD_ACTIONS: dict[str, Callable[[dict[str, Any]], int]] = {
+    "crash": _child_crash,
+    "recover": _child_recover,
+    "race": _child_race,
+}
+
+
+if __name__ == "__main__":
+    child_spec = json.loads(sys.argv[1])
+    sys.exit(CHILD_ACTIONS[child_spec["action"]](child_spec))

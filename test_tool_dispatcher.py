@@ -2147,6 +2147,18 @@ class TestDigests(unittest.TestCase):
                     td.verify_package(forged)
                 self.assertEqual(caught.exception.code, "PACKAGE_MALFORMED")
 
+    def test_a_malformed_approval_on_a_write_is_refused_before_the_digests(self):
+        package = counted_write(self)
+        for approval in ({"approver": "bad approver", "expires_at": EXPIRES},
+                         {"approver": "approver-lee", "expires_at": td.MIN_TIME - 1},
+                         {"approver": 7, "expires_at": EXPIRES}):
+            with self.subTest(approval=approval):
+                forged = copy.deepcopy(package)
+                forged["protected_audit"]["approval"] = approval
+                with self.assertRaises(BoundaryError) as caught:
+                    td.verify_package(forged)
+                self.assertEqual(caught.exception.code, "PACKAGE_MALFORMED")
+
     def test_digests_are_64_lowercase_hex(self):
         audit = counted_write(self)["protected_audit"]
         for field in DIGEST_FIELDS:

@@ -1561,7 +1561,8 @@ class Dispatcher:
         The checks run in this order: current authorization; the recomputed request digest;
         tenant/subject/tool/key, operation, effect and producer binding; the receipt and its
         status reference; the provider profile of the recorded operation; then this call
-        identity is bound to the query purpose, so it can never start a dispatch.
+        identity is bound to the query purpose, so it can never start a dispatch. Only after that
+        binding does a query answer, even when the answer is RECEIPT_UNAVAILABLE.
         """
         call = self._bind(context, principal, "query_status", now, None, fault, QUERY_FAULTS)
         try:

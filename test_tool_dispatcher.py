@@ -1747,6 +1747,11 @@ def nested_list(depth):
 
 class TestHandlerOutput(unittest.TestCase):
 
+    def assertScanPasses(self, value, **limits):
+        # The scan admits the value and its bound covers the value's canonical size.
+        bound = td.scan_output(value, **limits)
+        self.assertGreaterEqual(bound, len(td.canonical_json(value)))
+
     def assertOutputRefused(self, code, output, spec=GET_ORDER, arguments=None, **options):
         arguments = arguments or {"order_ref": "ORDER-7"}
         result = output if type(output) is td.HandlerResult else handler_result(output)
@@ -1812,7 +1817,8 @@ class TestHandlerOutput(unittest.TestCase):
             with self.subTest(value=value):
                 self.assertOutputRefused("OUTPUT_SENSITIVE_FIELD", {"order_ref": "ORDER-7", "status": "paid",
                                                                      "note": [value]})
-        self.assertIsNone(td.scan_output({"note": "bearerish text", "other": "the basics"}))
+        # 5 values or keys framed (3 bytes each) and 51 characters at 6 bytes: 15 + 6 * 33 = 213.
+        self.assertEqual(td.scan_output({"note": "bearerish text", "other": "the basics"}), 213)
 
     def test_sensitive_field_through_the_dispatcher_is_withheld(self):
         def leaky(call):
@@ -1828,25 +1834,25 @@ class TestHandlerOutput(unittest.TestCase):
         self.assertNotIn("sk-9", json.dumps(package) + json.dumps(payload))
 
     def test_output_depth_8_passes_the_scan_and_9_is_too_deep(self):
-        self.assertIsNone(td.scan_output(nested_list(8)))
+        self.assertScanPasses(nested_list(8))
         with self.assertRaises(BoundaryError) as caught:
             td.scan_output(nested_list(9))
         self.assertEqual(caught.exception.code, "OUTPUT_TOO_DEEP")
-        self.assertIsNone(td.scan_output({"a": nested_list(7)}))
+        self.assertScanPasses({"a": nested_list(7)})
         self.assertOutputRefused("OUTPUT_TOO_DEEP", {"order_ref": "ORDER-7", "status": "paid", "a": nested_list(8)})
 
     def test_max_depth_keyword_moves_the_output_limit(self):
-        self.assertIsNone(td.scan_output([[1]], max_depth=2))
+        self.assertScanPasses([[1]], max_depth=2)
         with self.assertRaises(BoundaryError) as caught:
             td.scan_output([[[1]]], max_depth=2)
         self.assertEqual(caught.exception.code, "OUTPUT_TOO_DEEP")
 
     def test_output_nodes_256_pass_and_257_are_too_large(self):
-        self.assertIsNone(td.scan_output(list(range(255))))
+        self.assertScanPasses(list(range(255)))
         with self.assertRaises(BoundaryError) as caught:
             td.scan_output(list(range(256)))
         self.assertEqual(caught.exception.code, "OUTPUT_TOO_LARGE")
-        self.assertIsNone(td.scan_output([1, 2], max_nodes=3))
+        self.assertScanPasses([1, 2], max_nodes=3)
         with self.assertRaises(BoundaryError) as caught:
             td.scan_output([1, 2, 3], max_nodes=3)
         self.assertEqual(caught.exception.code, "OUTPUT_TOO_LARGE")
@@ -1876,7 +1882,57 @@ class TestHandlerOutput(unittest.TestCase):
         with self.assertRaises(BoundaryError) as caught:
             td.scan_output({1: "a"})
         self.assertEqual(caught.exception.code, "OUTPUT_CONTRACT_VIOLATION")
-        self.assertIsNone(td.scan_output({"v": [2**53 - 1, -(2**53 - 1), True, None, "s"]}))
+        self.assertScanPasses({"v": [2**53 - 1, -(2**53 - 1), True, None, "s"]})
+
+    def test_text_utf8_cannot_carry_is_refused_in_values_and_keys(self):
+        # A lone surrogate is a Python str with no UTF-8 encoding: before this check, it crashed
+        # the dispatch with UnicodeEncodeError when the output's size was measured.
+        for output in ({"v": "paid\ud800"}, {"v": ["\udfff"]}, {"k\udc00": 1}):
+            with self.subTest(output=ascii(output)):
+                with self.assertRaises(BoundaryError) as caught:
+                    td.scan_output(output)
+                self.assertEqual(caught.exception.code, "OUTPUT_CONTRACT_VIOLATION")
+        # A surrogate in a secret-looking value is refused as not portable before it is read.
+        with self.assertRaises(BoundaryError) as caught:
+            td.scan_output({"note": "Bearer \ud800"})
+        self.assertEqual(caught.exception.code, "OUTPUT_CONTRACT_VIOLATION")
+        self.assertScanPasses({"données": "未信任 \U0001d11e «ok»"})  # non-ASCII that UTF-8 carries passes
+
+    def test_lone_surrogate_from_a_handler_is_withheld_not_raised(self):
+        for status in ("paid\ud800", "\udbff"):
+            def surrogate(call, status=status):
+                return handler_result({"order_ref": "ORDER-7", "status": status})
+
+            with self.subTest(status=ascii(status)):
+                package = read(make_dispatcher(handlers={"get_order": surrogate}))
+                self.assertEqual(package["model_result"],
+                                 error_result("OUTPUT_CONTRACT_VIOLATION", tool="get_order", outcome="failed"))
+                self.assertEqual(package["protected_audit"]["redactions"], ["handler_output"])
+                td.verify_package(package)
+
+    def test_scan_bound_is_never_below_the_canonical_size(self):
+        worst = [
+            "\x1f" * 40, '"' * 40, "\\" * 40, "é" * 40, "未" * 40, "\U0001d11e" * 40, "\x7f" * 40, "",
+            -(2**53 - 1), 2**53 - 1, False, True, None, [], {}, [[]] * 10, [{}] * 10, [0] * 40,
+            {"\x1f" * 10: {"\u00e9": [None, -1]}},
+        ]
+        for value in worst:
+            with self.subTest(value=ascii(value)[:40]):
+                self.assertScanPasses(value)
+        self.assertEqual(td.scan_output("\x1f"), 3 + 6)  # one frame, six bytes a character: "\u001f" takes 8
+
+    def test_size_is_measured_exactly_when_the_bound_is_not_enough(self):
+        # Each is near its bound: a bound any tighter would let the first three through unmeasured.
+        base = {"order_ref": "ORDER-7", "status": "paid"}
+        for name, extra in (("control characters", "\x1f" * 200), ("empty lists", [[]] * 200),
+                            ("empty objects", [{}] * 200), ("quotes", '"' * 300)):
+            output = dict(base, x=extra)
+            size = len(td.canonical_json(output))
+            with self.subTest(name=name):
+                self.assertGreaterEqual(td.scan_output(output), size)
+                self.assertOutputRefused("OUTPUT_TOO_LARGE", output, max_bytes=size - 1)
+                # At exactly its size it passes the size check; its extra field then fails.
+                self.assertOutputRefused("OUTPUT_CONTRACT_VIOLATION", output, max_bytes=size)
 
     def test_deep_output_is_refused_under_control(self):
         deep = nested_list(100_000)

@@ -1326,15 +1326,38 @@ def _is_sensitive_text(text: str) -> bool:
     return text.lstrip()[:8].lower().startswith(SENSITIVE_VALUE_PREFIXES)
 
 
-def scan_output(value: Any, *, max_depth: int = MAX_OUTPUT_DEPTH, max_nodes: int = MAX_OUTPUT_NODES) -> None:
-    """Walk a handler output without recursion; refuse depth, width, non-JSON types, secrets."""
+def _is_portable_text(text: str) -> bool:
+    # A lone surrogate is a Python str but not UTF-8: no canonical encoding, no peer can read it.
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# Upper bounds of canonical bytes, for a size check that rarely needs to encode: a character
+# takes at most 6 bytes (a control character becomes \u001f; UTF-8 takes at most 4), a scalar
+# other than a string at most 17 (-9007199254740991), and every value, key or container adds at
+# most 3 more (quotes or brackets, and the comma or colon after it).
+_MAX_BYTES_PER_CHAR: Final = 6
+_MAX_SCALAR_BYTES: Final = len(str(-MAX_SAFE_INTEGER))
+_MAX_FRAME_BYTES: Final = 3
+
+
+def scan_output(value: Any, *, max_depth: int = MAX_OUTPUT_DEPTH, max_nodes: int = MAX_OUTPUT_NODES) -> int:
+    """Walk a handler output without recursion; refuse depth, width, non-JSON types, text UTF-8
+    cannot carry and secrets. Return an upper bound of the output's canonical size in bytes."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     nodes = 0
+    bound = 0
     while stack:
         item, depth = stack.pop()
         nodes += 1
         if nodes > max_nodes:
             raise BoundaryError("OUTPUT_TOO_LARGE")
+        bound += _MAX_FRAME_BYTES
         kind = type(item)
         if kind is dict or kind is list:
             if depth >= max_depth:
@@ -1343,15 +1366,23 @@ def scan_output(value: Any, *, max_depth: int = MAX_OUTPUT_DEPTH, max_nodes: int
                 stack.extend((child, depth + 1) for child in item)
                 continue
             for key, child in item.items():
-                if type(key) is not str:
+                if type(key) is not str or not _is_portable_text(key):
                     raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
                 if _is_sensitive_key(key):
                     raise BoundaryError("OUTPUT_SENSITIVE_FIELD")
+                bound += _MAX_FRAME_BYTES + _MAX_BYTES_PER_CHAR * len(key)
                 stack.append((child, depth + 1))
+        elif kind is str:
+            if not _is_portable_text(item):
+                raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
+            if _is_sensitive_text(item):
+                raise BoundaryError("OUTPUT_SENSITIVE_FIELD")
+            bound += _MAX_BYTES_PER_CHAR * len(item)
         elif kind not in _SCALARS or (kind is int and not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER):
             raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
-        elif kind is str and _is_sensitive_text(item):
-            raise BoundaryError("OUTPUT_SENSITIVE_FIELD")
+        else:
+            bound += _MAX_SCALAR_BYTES
+    return bound
 
 
 def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, str], order: Order,
@@ -1360,8 +1391,8 @@ def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, str], orde
     if type(result) is not HandlerResult:
         raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
     output = result.output
-    scan_output(output)
-    if len(canonical_json(output)) > max_bytes:
+    # Encoded only when the scan's upper bound does not already prove the size within the limit.
+    if scan_output(output) > max_bytes and len(canonical_json(output)) > max_bytes:
         raise BoundaryError("OUTPUT_TOO_LARGE")
     check_output_fields(spec, output)
     if (any(output[field] != arguments[field] for field in spec.bound_fields)

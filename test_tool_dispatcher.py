@@ -831,6 +831,30 @@ class TestProposalAndContextBinding(unittest.TestCase):
         dispatcher = make_dispatcher()
         self.assertHostError("PRINCIPAL_INVALID", lambda: read(dispatcher, principal=Principal("t", "s", ("b", "a"))))
 
+    def test_a_checked_principal_cannot_be_impersonated_through_the_cache(self):
+        # Checks are remembered for plain strings only: a str subclass equal to a checked tenant,
+        # subject or role (and hashing like it) would otherwise meet the cached answer.
+        class Twin(str):
+            def __eq__(self, other):
+                return True
+
+            __hash__ = str.__hash__
+
+        td.check_principal(ALICE)
+        read(make_dispatcher())  # the dispatcher has checked ALICE too
+        for principal in (Principal(Twin("tenant-a"), "alice", ALICE.roles),
+                          Principal("tenant-a", Twin("alice"), ALICE.roles),
+                          Principal("tenant-a", "alice", (Twin("orders.read"), "refunds.draft")),
+                          Principal("tenant-a", "alice", list(ALICE.roles))):
+            with self.subTest(principal=principal):
+                self.assertHostError("PRINCIPAL_INVALID", lambda: td.check_principal(principal))
+                self.assertHostError("PRINCIPAL_INVALID", lambda: read(make_dispatcher(), principal=principal))
+
+    def test_an_invalid_principal_stays_invalid_when_asked_again(self):
+        for _ in range(2):
+            self.assertHostError("PRINCIPAL_INVALID", lambda: td.check_principal(Principal("t", "s", ("b", "a"))))
+        self.assertIsNone(td.check_principal(Principal("t", "s", ("a", "b"))))
+
     def test_clock_must_be_an_integer_time_in_range(self):
         dispatcher = make_dispatcher()
         for now, deadline in ((None, None), (True, None), (-1, None), (td.MAX_TIME + 1, None), (NOW, "soon"),
@@ -2074,6 +2098,89 @@ class TestDigests(unittest.TestCase):
         self.assertEqual(td.canonical_sha256(value), hashlib.sha256(td.canonical_json(value)).hexdigest())
         self.assertEqual(td.canonical_sha256({}), "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a")
 
+    CANONICAL_CORPUS = (
+        None, True, False, 0, -(2**53 - 1), 2**53 - 1, "", "plain", 'q"uo\\te', "\x00\x1f\x7f", "é未\U0001f600",
+        "%s %% %d", [], {}, [[], {}], {"b": 1, "a": [True, None, "\u00e9"], "A": {}, "": "empty key"},
+        {"z": {"y": {"x": [1, "two", {"k": None}]}}}, {"\u00e9": 1, "e": 2, "E": 3, "\U0001f600": 4},
+    )
+
+    def test_canonical_text_is_json_dumps_with_the_documented_settings(self):
+        for value in self.CANONICAL_CORPUS:
+            with self.subTest(value=ascii(value)[:40]):
+                expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                      allow_nan=False)
+                self.assertEqual(td.canonical_text(value), expected)
+                self.assertEqual(td.canonical_json(value), expected.encode("utf-8"))
+        with self.assertRaises(TypeError):
+            td.canonical_text({"x": object()})
+        with self.assertRaises(ValueError):
+            td.canonical_text([float("inf")])
+
+    def test_canonical_text_without_the_c_accelerator_gives_the_same_text(self):
+        expected = [td.canonical_text(value) for value in self.CANONICAL_CORPUS]
+        with mock.patch.object(td, "_C_ENCODER", None):
+            self.assertEqual([td.canonical_text(value) for value in self.CANONICAL_CORPUS], expected)
+            with self.assertRaises(TypeError):
+                td.canonical_text({"x": object()})
+        self.assertIsNotNone(td._C_ENCODER)  # CPython has it: the fast path is the one measured
+
+    def test_template_fills_its_slots_in_sorted_key_order(self):
+        members = {"b": td.SLOT, "a": "fixed %s and %%", "d": td.SLOT, "c": [1, "é"]}
+        template = td.CanonicalTemplate(members)
+        self.assertEqual(template.slots, ("b", "d"))
+        value = {"b": {"x": "100%"}, "a": "fixed %s and %%", "d": None, "c": [1, "é"]}
+        self.assertEqual(template.sha256(td.canonical_text(value["b"]), td.canonical_text(value["d"])),
+                         independent_sha256(value))
+        with self.assertRaises(TypeError):
+            template.sha256("1")  # one text short
+        with self.assertRaises(TypeError):
+            template.sha256("1", "2", "3")
+        only_fixed = td.CanonicalTemplate({"k": "v"})
+        self.assertEqual((only_fixed.slots, only_fixed.sha256()), ((), independent_sha256({"k": "v"})))
+
+    def test_spec_templates_compute_the_defined_digests(self):
+        principals = [td.principal_view(ALICE), td.principal_view(BOB),
+                      {"tenant": "t%s", "subject_ref": "0" * 64, "roles": []}]
+        contexts = [context().view("dispatch"), write_context().view("query_status")]
+        approvals = [None, {"approver": "approver-lee", "expires_at": EXPIRES}]
+        downstreams = [dict(td._NO_REFS), {"request_ref": "rq-1", "receipt_ref": "rc-%d", "status_ref": "st-1"}]
+        for spec in td.REGISTRY.values():
+            arguments_list = [None, {"order_ref": "ORDER-7"}, {"order_ref": "ORDER-7", "reason": "duplicate"}]
+            for principal in principals:
+                for arguments in arguments_list:
+                    with self.subTest(tool=spec.name, principal=principal["tenant"], arguments=arguments):
+                        self.assertEqual(
+                            td.spec_request_sha256(spec, td.canonical_text(principal), arguments),
+                            td.request_sha256(principal, spec.contract_view(), arguments))
+            for provider_context in contexts:
+                for approval in approvals:
+                    for downstream in downstreams:
+                        with self.subTest(tool=spec.name, approval=approval, downstream=downstream):
+                            self.assertEqual(
+                                td.spec_call_binding_sha256(spec, provider_context, "1" * 64, "2" * 64, downstream,
+                                                            approval),
+                                td.call_binding_sha256(provider_context, spec.contract_view(), "1" * 64, "2" * 64,
+                                                       downstream, approval))
+        for package in (read(make_dispatcher()), counted_write(self)):
+            result = package["model_result"]
+            self.assertEqual(td.model_result_sha256(result), td.result_sha256(result))
+            self.assertEqual(td.model_result_sha256(result), package["protected_audit"]["result_sha256"])
+
+    def test_a_changed_contract_gets_its_own_templates(self):
+        spec = td.REGISTRY["create_refund_draft"]
+        moved = dataclasses.replace(spec, effect_revision="effect.refund_draft.v9")
+        context_view = write_context().view("dispatch")
+        arguments = {"order_ref": "ORDER-7", "reason": "duplicate"}
+        for candidate in (spec, moved):
+            with self.subTest(effect_revision=candidate.effect_revision):
+                self.assertEqual(td.spec_request_sha256(candidate, td.canonical_text(td.principal_view(ALICE)), arguments),
+                                 td.request_sha256(td.principal_view(ALICE), candidate.contract_view(), arguments))
+                self.assertEqual(
+                    td.spec_call_binding_sha256(candidate, context_view, "1" * 64, "2" * 64, dict(td._NO_REFS), None),
+                    td.call_binding_sha256(context_view, candidate.contract_view(), "1" * 64, "2" * 64,
+                                           dict(td._NO_REFS), None))
+        self.assertNotEqual(td.spec_request_sha256(spec, "{}", arguments), td.spec_request_sha256(moved, "{}", arguments))
+
     def test_json_copy_is_deep(self):
         value = {"a": [{"b": "c"}], "d": 1}
         duplicate = td.json_copy(value)
@@ -2277,6 +2384,73 @@ class TestPackageVerification(unittest.TestCase):
                 self.assertIsNone(td.verify_package(package))
         self.assertIsNone(td.verify_package(self.write_package, context=write_context(), principal=ALICE))
         self.assertEqual((self.write_effects, self.unknown_effects), (1, 1))
+
+    def test_a_value_that_lies_about_equality_is_refused_not_raised(self):
+        # Before the exact type tests, an object whose __eq__ always said yes passed as the
+        # format or audit version, and crashed the digests (TypeError) as a model_result version,
+        # trust, error message or contract revision.
+        class Liar:
+            def __eq__(self, other):
+                return True
+
+            def __ne__(self, other):
+                return False
+
+            __hash__ = object.__hash__
+
+        cases = (
+            (self.read_package, ("format",), "PACKAGE_MALFORMED"),
+            (self.read_package, ("model_result", "version"), "PACKAGE_MALFORMED"),
+            (self.read_package, ("model_result", "trust"), "PACKAGE_MALFORMED"),
+            (self.read_package, ("protected_audit", "version"), "PACKAGE_MALFORMED"),
+            (self.read_package, ("protected_audit", "tool_contract", "producer"), "PROVENANCE_MISMATCH"),
+            (self.write_package, ("protected_audit", "tool_contract", "effect_revision"), "PROVENANCE_MISMATCH"),
+            (self.error_package, ("model_result", "error", "message"), "ERROR_CATALOG_MISMATCH"),
+        )
+        for package, path, code in cases:
+            with self.subTest(path=path):
+                self.assertRefused(code, forged(package, path, Liar()))
+
+    def test_any_value_replaced_by_a_hostile_one_is_refused_with_a_code(self):
+        class LyingStr(str):
+            def __eq__(self, other):
+                return True
+
+            def __ne__(self, other):
+                return False
+
+            __hash__ = str.__hash__
+
+        def paths(value, prefix=()):
+            if type(value) is dict:
+                items = value.items()
+            elif type(value) is list:
+                items = enumerate(value)
+            else:
+                return
+            for key, child in items:
+                yield prefix + (key,), child
+                yield from paths(child, prefix + (key,))
+
+        hostile = (LyingStr("x"), "\ud800", float("nan"), [], {}, 2**64, object())
+        packages = (self.read_package, self.error_package, self.write_package, self.unknown_package,
+                    self.reconciled_package)
+        checked = 0
+        for package in packages:
+            for path, original in paths(package):
+                for value in hostile:
+                    if type(value) is type(original) and value == original:
+                        continue
+                    with self.subTest(path=path, value=ascii(value)[:24]):
+                        with self.assertRaises(BoundaryError) as caught:
+                            td.verify_package(forged(package, path, value))
+                        code = caught.exception.code
+                        if path[:2] == ("model_result", "data"):  # the data answers to its output contract
+                            self.assertEqual(code, "OUTPUT_CONTRACT_VIOLATION")
+                        else:
+                            self.assertEqual(td.ERROR_CATALOG[code].scope, "verify")
+                    checked += 1
+        self.assertGreater(checked, 2_000)
 
     def test_package_for_call_a_handed_to_call_b_is_a_binding_mismatch(self):
         for field, value in (("call_id", "call_2"), ("response_id", "resp_2"), ("operation_id", "op-2"),

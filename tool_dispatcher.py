@@ -43,7 +43,7 @@ import stat
 import sys
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Callable, Final, Mapping, NoReturn, Sequence
+from typing import Any, Callable, Final, Mapping, NamedTuple, NoReturn, Sequence
 
 # ============================================================================================
 # 1. Limits and constants
@@ -71,6 +71,7 @@ MAX_OUTPUT_DEPTH: Final = 8  # containers deep in one handler output
 MAX_OUTPUT_NODES: Final = 256  # values in one handler output, so a wide output stops early too
 MAX_RESULT_SET: Final = 1_024  # results answered in one provider turn
 SUBJECT_REF_CACHE: Final = 1_024  # subject references remembered; a cache of a pure function, not a limit
+TEMPLATE_CACHE: Final = 64  # tool contracts whose digest templates are kept; a cache too, not a limit
 
 PACKAGE_FORMAT: Final = "tool-result-package-v2"
 MODEL_RESULT_VERSION: Final = "model-result-v2"
@@ -332,22 +333,76 @@ class Order:
 # ============================================================================================
 # The documented encoding of every digest: sorted keys, no insignificant whitespace, UTF-8, no
 # NaN or Infinity. It is deterministic for the JSON values this module builds; it does not claim
-# RFC 8785. Built once: reusing one encoder and skipping the circular-reference check (these are
-# trees) is measurably faster than json.dumps on every call.
+# RFC 8785.
+#
+# Speed, without changing a byte: JSONEncoder.encode() builds a new C encoder on every call,
+# which costs more than encoding a small envelope. The same C encoder is built once here, with
+# the same settings (the circular-reference check is off: these are trees); where the C
+# accelerator is missing, encode() itself is used. The bytes are the same either way.
 
 _CANONICAL_ENCODER: Final = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
 )
+_C_ENCODER: Final = None if json.encoder.c_make_encoder is None else json.encoder.c_make_encoder(
+    None, _CANONICAL_ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
+)
+
+
+def canonical_text(value: Any) -> str:
+    """The canonical JSON text of a value (str); canonical_json is its UTF-8 encoding."""
+    if _C_ENCODER is None:
+        return _CANONICAL_ENCODER.encode(value)
+    return "".join(_C_ENCODER(value, 0))
 
 
 def canonical_json(value: Any) -> bytes:
     """Encode a JSON value canonically: sorted keys, no whitespace, UTF-8 bytes."""
-    return _CANONICAL_ENCODER.encode(value).encode("utf-8")
+    return canonical_text(value).encode("utf-8")
 
 
 def canonical_sha256(value: Any) -> str:
     """SHA-256, 64 lowercase hex characters, of the canonical JSON encoding of a value."""
-    return hashlib.sha256(canonical_json(value)).hexdigest()
+    return hashlib.sha256(canonical_text(value).encode("utf-8")).hexdigest()
+
+
+class _Slot:
+    """Marks a member of a CanonicalTemplate that is filled on every use."""
+
+
+SLOT: Final = _Slot()
+
+
+class CanonicalTemplate:
+    """The canonical text of an object whose fixed members are encoded once, at build time.
+
+    Canonical JSON is compositional: an object is "{", its members in sorted key order as
+    "key":value joined by ",", then "}"; a member's text never depends on its neighbours. So the
+    text around the variable members (SLOT) is fixed, kept as one %-format with a %s at each
+    slot, and each use only encodes the variable values, passed in the template's sorted slot
+    order. The digest functions in section 14 stay the definition; tests hold every template to
+    them byte for byte.
+    """
+
+    __slots__ = ("slots", "_format")
+
+    def __init__(self, members: Mapping[str, Any]) -> None:
+        pieces: list[str] = []
+        text = "{"
+        for index, key in enumerate(sorted(members)):
+            text += ("," if index else "") + canonical_text(key) + ":"
+            if members[key] is SLOT:
+                pieces.append(text)
+                text = ""
+            else:
+                text += canonical_text(members[key])
+        pieces.append(text + "}")
+        self.slots: tuple[str, ...] = tuple(key for key in sorted(members) if members[key] is SLOT)
+        self._format = "%s".join(piece.replace("%", "%%") for piece in pieces)
+
+    def sha256(self, *texts: str) -> str:
+        """SHA-256 of the whole object, given the canonical text of each slot, in slot order."""
+        # A wrong count raises TypeError from the % operator itself.
+        return hashlib.sha256((self._format % texts).encode("utf-8")).hexdigest()
 
 
 def json_copy(value: Any) -> Any:
@@ -859,17 +914,25 @@ def check_context(context: Any) -> ProviderProfile:
     if context.idempotency_key is not None and not is_identifier(context.idempotency_key):
         raise BoundaryError("CONTEXT_INVALID")
     profile = PROVIDER_PROFILES.get(context.adapter_revision) if type(context.adapter_revision) is str else None
-    if profile is None or profile != context.profile:
+    if profile is None or profile.provider != context.provider or profile.api_family != context.api_family:
         raise BoundaryError("PROVIDER_PROFILE_UNKNOWN")
     return profile
 
 
 def check_principal(principal: Any) -> None:
-    if (type(principal) is not Principal or not is_identifier(principal.tenant)
-            or not is_identifier(principal.subject) or type(principal.roles) is not tuple
-            or len(principal.roles) > MAX_ROLES or not all(is_identifier(role) for role in principal.roles)
-            or list(principal.roles) != sorted(set(principal.roles))):
+    # Exact types first: the cache below compares its keys with ==, which a str subclass can fake.
+    if (type(principal) is not Principal or type(principal.tenant) is not str
+            or type(principal.subject) is not str or type(principal.roles) is not tuple
+            or len(principal.roles) > MAX_ROLES or not all(type(role) is str for role in principal.roles)
+            or not _valid_principal(principal.tenant, principal.subject, principal.roles)):
         raise BoundaryError("PRINCIPAL_INVALID")
+
+
+@functools.lru_cache(maxsize=SUBJECT_REF_CACHE)
+def _valid_principal(tenant: str, subject: str, roles: tuple[str, ...]) -> bool:
+    # A pure function of plain strings: a host that reuses its principal checks it once.
+    return (is_identifier(tenant) and is_identifier(subject) and all(is_identifier(role) for role in roles)
+            and list(roles) == sorted(set(roles)))
 
 
 def _check_clock(now: Any, deadline: Any) -> None:
@@ -904,6 +967,12 @@ def principal_view(principal: Principal) -> dict[str, Any]:
 @functools.lru_cache(maxsize=SUBJECT_REF_CACHE)
 def _subject_ref(tenant: Any, subject: Any) -> str:
     return canonical_sha256({"domain": SUBJECT_REF_DOMAIN, "tenant": tenant, "subject": subject})
+
+
+@functools.lru_cache(maxsize=SUBJECT_REF_CACHE)
+def _principal_text(tenant: str, subject: str, roles: tuple[str, ...]) -> str:
+    # Only called on a checked principal: plain strings, a tuple of roles.
+    return canonical_text(principal_view(Principal(tenant, subject, roles)))
 
 
 # ============================================================================================
@@ -953,6 +1022,7 @@ class ToolSpec:
     producer_revision: str
     # The audit's view of this contract, built once; only ever read or copied, never handed out.
     _contract: dict[str, Any] = field(init=False, repr=False, compare=False)
+    _contract_items: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_contract", {
@@ -966,6 +1036,7 @@ class ToolSpec:
             "producer": self.producer,
             "producer_revision": self.producer_revision,
         })
+        object.__setattr__(self, "_contract_items", tuple(self._contract.items()))  # its digest templates' key
 
     def contract_view(self) -> dict[str, Any]:
         return dict(self._contract)
@@ -1037,9 +1108,11 @@ REGISTRY: Final[Mapping[str, ToolSpec]] = MappingProxyType({
 def check_input(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, str]:
     """Exactly the contract's fields, each admitted by its rule; a fresh copy on success."""
     fields = spec.input_fields
-    if arguments.keys() != fields.keys() or not all(
-            rule.admits(arguments[field]) for field, rule in fields.items()):
+    if arguments.keys() != fields.keys():
         raise BoundaryError("INVALID_ARGUMENTS")
+    for field, rule in fields.items():
+        if not rule.admits(arguments[field]):
+            raise BoundaryError("INVALID_ARGUMENTS")
     return dict(arguments)  # flat strings: a shallow copy owns every value
 
 
@@ -1404,9 +1477,11 @@ def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, str], orde
 
 def check_output_fields(spec: ToolSpec, output: Any) -> None:
     fields = spec.output_fields
-    if type(output) is not dict or output.keys() != fields.keys() or not all(
-            rule.admits(output[field]) for field, rule in fields.items()):
+    if type(output) is not dict or output.keys() != fields.keys():
         raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
+    for field, rule in fields.items():
+        if not rule.admits(output[field]):
+            raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
 
 
 # ============================================================================================
@@ -1471,21 +1546,12 @@ def request_sha256(principal: Mapping[str, Any], tool_contract: Mapping[str, Any
     The idempotency key is left out on purpose: two keys can carry the same intent, and the key
     belongs to the call's execution identity, which call_binding_sha256 binds.
     """
-    contract = tool_contract or _NULL_CONTRACT
-    return canonical_sha256({
-        "domain": REQUEST_DIGEST_DOMAIN,
-        "principal": principal,
-        "tool": contract["tool"],
-        "arguments": arguments,
-        "input_revision": contract["input_revision"],
-        "output_revision": contract["output_revision"],
-        "effect_revision": contract["effect_revision"],
-    })
+    return canonical_sha256(_request_envelope(principal, tool_contract or _NULL_CONTRACT, arguments))
 
 
 def result_sha256(model_result: Mapping[str, Any]) -> str:
     """The whole model_result, exactly as the model will see it."""
-    return canonical_sha256({"domain": RESULT_DIGEST_DOMAIN, "model_result": model_result})
+    return canonical_sha256(_result_envelope(model_result))
 
 
 def call_binding_sha256(provider_context: Mapping[str, Any], tool_contract: Mapping[str, Any] | None,
@@ -1493,7 +1559,29 @@ def call_binding_sha256(provider_context: Mapping[str, Any], tool_contract: Mapp
                         approval: Mapping[str, Any] | None = None) -> str:
     """Ties the result to one provider call: turn, ids, key, contracts, digests, downstream refs
     and the approver whose approval let the effect happen (null when no write ran on one)."""
-    return canonical_sha256({
+    return canonical_sha256(_binding_envelope(provider_context, tool_contract, request_digest, result_digest,
+                                              downstream, approval))
+
+
+def _request_envelope(principal: Any, contract: Mapping[str, Any], arguments: Any) -> dict[str, Any]:
+    return {
+        "domain": REQUEST_DIGEST_DOMAIN,
+        "principal": principal,
+        "tool": contract["tool"],
+        "arguments": arguments,
+        "input_revision": contract["input_revision"],
+        "output_revision": contract["output_revision"],
+        "effect_revision": contract["effect_revision"],
+    }
+
+
+def _result_envelope(model_result: Any) -> dict[str, Any]:
+    return {"domain": RESULT_DIGEST_DOMAIN, "model_result": model_result}
+
+
+def _binding_envelope(provider_context: Any, tool_contract: Any, request_digest: Any, result_digest: Any,
+                      downstream: Any, approval: Any) -> dict[str, Any]:
+    return {
         "domain": CALL_BINDING_DIGEST_DOMAIN,
         "provider_context": provider_context,
         "tool_contract": tool_contract,
@@ -1501,7 +1589,44 @@ def call_binding_sha256(provider_context: Mapping[str, Any], tool_contract: Mapp
         "result_sha256": result_digest,
         "downstream": downstream,
         "approval": approval,
-    })
+    }
+
+
+# The same three digests for a registered tool, from templates: each envelope above with its
+# fixed members (domain, tool, revisions, the whole contract) encoded once per contract. This is
+# where a dispatch and a verification spend most of their time; tests hold every template to the
+# definitions above byte for byte.
+
+_RESULT_TEMPLATE: Final = CanonicalTemplate(_result_envelope(SLOT))  # slots: model_result
+
+
+@functools.lru_cache(maxsize=TEMPLATE_CACHE)
+def _contract_templates(contract: tuple[tuple[str, str], ...]) -> tuple[CanonicalTemplate, CanonicalTemplate]:
+    view = dict(contract)
+    return (
+        CanonicalTemplate(_request_envelope(SLOT, view, SLOT)),  # slots: arguments, principal
+        # slots: approval, downstream, provider_context, request_sha256, result_sha256
+        CanonicalTemplate(_binding_envelope(SLOT, view, SLOT, SLOT, SLOT, SLOT)),
+    )
+
+
+def spec_request_sha256(spec: ToolSpec, principal_text: str, arguments: Mapping[str, str]) -> str:
+    """request_sha256 for a registered spec, given the principal view's canonical text."""
+    return _contract_templates(spec._contract_items)[0].sha256(canonical_text(arguments), principal_text)
+
+
+def model_result_sha256(model_result: Mapping[str, Any]) -> str:
+    """result_sha256, from the template."""
+    return _RESULT_TEMPLATE.sha256(canonical_text(model_result))
+
+
+def spec_call_binding_sha256(spec: ToolSpec, provider_context: Mapping[str, Any], request_digest: str,
+                             result_digest: str, downstream: Mapping[str, Any],
+                             approval: Mapping[str, Any] | None) -> str:
+    """call_binding_sha256 for a registered spec; the two digests are hex, so they are quoted as is."""
+    return _contract_templates(spec._contract_items)[1].sha256(
+        canonical_text(approval), canonical_text(downstream), canonical_text(provider_context),
+        f'"{request_digest}"', f'"{result_digest}"')
 
 
 # ============================================================================================
@@ -1509,14 +1634,17 @@ def call_binding_sha256(provider_context: Mapping[str, Any], tool_contract: Mapp
 # ============================================================================================
 
 
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """One call as it moves through the pipeline; each stage returns a richer copy."""
+class _Call(NamedTuple):
+    """One call as it moves through the pipeline; each stage returns a richer copy.
+
+    A NamedTuple rather than a frozen dataclass: it is built twice per call, and a frozen
+    dataclass pays for every field it sets.
+    """
 
     context: CallContext
     principal: Principal
     purpose: str
-    principal_view: Mapping[str, Any]
+    principal_text: str  # the canonical text of principal_view(principal), for the request digest
     spec: ToolSpec | None = None
     arguments: dict[str, str] | None = None
     request_sha256: str | None = None
@@ -1655,8 +1783,7 @@ class Dispatcher:
         _check_clock(now, deadline)
         if type(fault) is not str or fault not in faults:
             raise BoundaryError("CONTEXT_INVALID")
-        return _Call(context=context, principal=principal, purpose=purpose,
-                     principal_view=principal_view(principal))
+        return _Call(context, principal, purpose, _principal_text(principal.tenant, principal.subject, principal.roles))
 
     def _admit(self, call: _Call, proposal: Any, *, bind_identity: bool = True) -> _Call:
         # The registry comes first: an unknown tool is refused before its arguments are read.
@@ -1667,10 +1794,10 @@ class Dispatcher:
         try:
             checked = check_input(spec, arguments)
         except BoundaryError as refusal:
-            raise _Refused(replace(call, spec=spec), refusal.code) from None
+            raise _Refused(call._replace(spec=spec), refusal.code) from None
         # Built directly: dataclasses.replace costs more than the rest of this stage.
-        call = _Call(call.context, call.principal, call.purpose, call.principal_view, spec, checked,
-                     request_sha256(call.principal_view, spec._contract, checked))
+        call = _Call(call.context, call.principal, call.purpose, call.principal_text, spec, checked,
+                     spec_request_sha256(spec, call.principal_text, checked))
         if bind_identity:
             self._bind_identity(call)
         return call
@@ -1739,9 +1866,9 @@ class Dispatcher:
         """
         handler = self._handlers[call.spec.name]
         try:
-            result = handler(HandlerCall(
-                spec=call.spec, principal=call.principal, arguments=dict(call.arguments), order=order,
-                downstream=self.downstream, request_ref=refs["request_ref"], status_ref=refs["status_ref"]))
+            # Positional: a frozen dataclass takes keywords measurably slower.
+            result = handler(HandlerCall(call.spec, call.principal, dict(call.arguments), order, self.downstream,
+                                         refs["request_ref"], refs["status_ref"]))
             inject = FAULTS_AFTER_HANDLER.get(fault)
             if inject is not None:
                 result = inject(result)
@@ -1805,11 +1932,18 @@ class Dispatcher:
         spec = call.spec
         contract = None if spec is None else spec.contract_view()
         provider_context = call.context.view(call.purpose)
-        principal = dict(call.principal_view, roles=list(call.principal.roles))
+        principal = principal_view(call.principal)
         downstream = dict(refs)
         granted = None if approval is None else dict(approval)
-        request_digest = call.request_sha256 or request_sha256(principal, contract, call.arguments)
-        result_digest = result_sha256(model_result)
+        result_digest = model_result_sha256(model_result)
+        if spec is None:  # refused before the registry named a tool: the definitions, no template
+            request_digest = request_sha256(principal, None, None)
+            binding_digest = call_binding_sha256(provider_context, None, request_digest, result_digest, downstream,
+                                                 granted)
+        else:
+            request_digest = call.request_sha256 or request_sha256(principal, contract, call.arguments)
+            binding_digest = spec_call_binding_sha256(spec, provider_context, request_digest, result_digest,
+                                                      downstream, granted)
         audit = {
             "version": AUDIT_VERSION,
             "principal": principal,
@@ -1821,8 +1955,7 @@ class Dispatcher:
             "redactions": sorted(redactions),
             "request_sha256": request_digest,
             "result_sha256": result_digest,
-            "call_binding_sha256": call_binding_sha256(
-                provider_context, contract, request_digest, result_digest, downstream, granted),
+            "call_binding_sha256": binding_digest,
         }
         return {
             "format": PACKAGE_FORMAT,
@@ -1906,6 +2039,11 @@ def _optional_identifier(value: Any) -> bool:
     return value is None or is_identifier(value)
 
 
+def _is_text(value: Any, expected: str) -> bool:
+    # The type test first: an object whose __eq__ always says yes must not pass for a string.
+    return type(value) is str and value == expected
+
+
 def _member(value: Any, choices: frozenset[str]) -> bool:
     # The type test first: a hostile list or dict is unhashable and must not raise TypeError.
     return type(value) is str and value in choices
@@ -1915,7 +2053,7 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
                    registry: Mapping[str, ToolSpec] = REGISTRY) -> None:
     """Verify a result package completely, or raise the BoundaryError naming the first fault."""
     body = _shape(package, _PACKAGE_FIELDS)
-    _require(body["format"] == PACKAGE_FORMAT)
+    _require(_is_text(body["format"], PACKAGE_FORMAT))
     _check_execution(body["execution"])
     result = body["model_result"]
     _require(type(result) is dict and _member(result.get("status"), STATUSES))
@@ -1926,7 +2064,7 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
     provider_context = _check_audit_fields(audit)
     spec = _check_provenance(result, audit, status, registry)
     _check_error_or_data(result, status, spec)
-    _check_digests(result, audit, provider_context)
+    _check_digests(result, audit, provider_context, spec)
     if context is not None:
         _check_expected_context(provider_context, context)
     if principal is not None:
@@ -1942,17 +2080,17 @@ def _check_execution(execution: Any) -> None:
 
 
 def _check_result_fields(result: dict[str, Any], status: str) -> None:
-    _require(result["version"] == MODEL_RESULT_VERSION
+    _require(_is_text(result["version"], MODEL_RESULT_VERSION)
              and _member(result["outcome"], OUTCOMES) and _member(result["delivery"], DELIVERIES)
              and _member(result["recovery"], RECOVERIES)
              and result["complete"] is (status == "ok") and result["truncated"] is False
-             and result["trust"] == _TRUST_BY_STATUS[status])
+             and _is_text(result["trust"], _TRUST_BY_STATUS[status]))
     source = _shape(result["source"], _SOURCE_FIELDS)
     _require((source["tool"] is None or type(source["tool"]) is str) and type(source["producer"]) is str)
 
 
 def _check_audit_fields(audit: dict[str, Any]) -> dict[str, Any]:
-    _require(audit["version"] == AUDIT_VERSION)
+    _require(_is_text(audit["version"], AUDIT_VERSION))
     principal = _shape(audit["principal"], _AUDIT_PRINCIPAL_FIELDS)
     roles = principal["roles"]
     _require(is_identifier(principal["tenant"]) and type(principal["subject_ref"]) is str
@@ -1993,7 +2131,10 @@ def _check_provenance(result: dict[str, Any], audit: dict[str, Any], status: str
         return None
     _shape(contract, _TOOL_CONTRACT_FIELDS)
     spec = registry.get(contract["tool"]) if type(contract["tool"]) is str else None
-    _require(spec is not None and contract == spec._contract and source["tool"] == spec.name
+    # Plain strings only: then equal means the same canonical bytes, and the spec's own digest
+    # templates may stand for the package's contract.
+    _require(spec is not None and all(type(value) is str for value in contract.values())
+             and contract == spec._contract and source["tool"] == spec.name
              and source["producer"] == (spec.producer if status == "ok" else BOUNDARY_PRODUCER),
              "PROVENANCE_MISMATCH")
     _require(audit["approval"] is None or spec.effect == "write")  # only a write is ever approved
@@ -2015,18 +2156,28 @@ def _check_error_or_data(result: dict[str, Any], status: str, spec: ToolSpec | N
     error = _shape(result["error"], _ERROR_FIELDS)
     code = error["code"]
     catalog = ERROR_CATALOG.get(code) if type(code) is str else None
-    _require(catalog is not None and catalog.scope == "tool" and error["message"] == catalog.message
+    _require(catalog is not None and catalog.scope == "tool" and _is_text(error["message"], catalog.message)
              and error["retryable"] is catalog.retryable, "ERROR_CATALOG_MISMATCH")
     _require(result["recovery"] == recovery_for(status, code))
 
 
-def _check_digests(result: dict[str, Any], audit: dict[str, Any], provider_context: dict[str, Any]) -> None:
-    request_digest = request_sha256(audit["principal"], audit["tool_contract"], audit["arguments"])
+def _check_digests(result: dict[str, Any], audit: dict[str, Any], provider_context: dict[str, Any],
+                   spec: ToolSpec | None) -> None:
+    # Recomputed from the package alone. With a spec, the audit's contract is exactly the spec's
+    # (checked above), so the spec's templates compute the same bytes as the definitions.
+    if spec is None:
+        request_digest = request_sha256(audit["principal"], None, audit["arguments"])
+    else:
+        request_digest = spec_request_sha256(spec, canonical_text(audit["principal"]), audit["arguments"])
     _require(request_digest == audit["request_sha256"], "REQUEST_DIGEST_MISMATCH")
-    result_digest = result_sha256(result)
+    result_digest = model_result_sha256(result)
     _require(result_digest == audit["result_sha256"], "RESULT_DIGEST_MISMATCH")
-    binding = call_binding_sha256(provider_context, audit["tool_contract"], request_digest, result_digest,
-                                  audit["downstream"], audit["approval"])
+    if spec is None:
+        binding = call_binding_sha256(provider_context, None, request_digest, result_digest, audit["downstream"],
+                                      audit["approval"])
+    else:
+        binding = spec_call_binding_sha256(spec, provider_context, request_digest, result_digest,
+                                           audit["downstream"], audit["approval"])
     _require(binding == audit["call_binding_sha256"], "CALL_BINDING_MISMATCH")
 
 

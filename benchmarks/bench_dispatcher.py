@@ -101,12 +101,12 @@ def delivery(package: dict[str, Any]) -> str:
 # ============================================================================================
 # What no implementation of this boundary can skip: the exact key-set checks (proposal, input,
 # output), the registry and handler lookup, the owner check, one copy of the data for the model,
-# the two projections, and canonical JSON + SHA-256 of the same three envelopes. The encoder is
-# built once with the module's canonical settings. A subject reference depends only on the
-# trusted principal, so it is computed once per principal, as any careful host would.
+# the two projections, and canonical JSON + SHA-256 of the same three envelopes, each encoded
+# whole by the module's own canonical encoder (built once; the encoder is not what is measured).
+# A subject reference depends only on the trusted principal, so it is computed once per
+# principal, as any careful host would.
 
-_FLOOR_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
-                                 check_circular=False).encode
+_FLOOR_ENCODE = td.canonical_text
 _FLOOR_SPEC = td.REGISTRY["get_order"]
 _FLOOR_CONTRACT = _FLOOR_SPEC.contract_view()
 _FLOOR_PROPOSAL_KEYS = frozenset({"name", "arguments"})

@@ -358,9 +358,23 @@ def verification_measurements() -> list[Measurement]:
         ("adapter_anthropic", "Anthropic Messages adapter", td.to_anthropic_messages, "anthropic-messages-v1"),
         ("adapter_gemini", "Gemini Interactions adapter", td.to_gemini_interactions, "gemini-interactions-v1"),
     )
+    audit, spec = openai["protected_audit"], td.REGISTRY["get_order"]
+
+    def digests_alone() -> None:
+        # The part of verification no implementation can skip: the three digests, recomputed
+        # from the package with the module's fastest path (its templates).
+        request = td.spec_request_sha256(spec, td.canonical_text(audit["principal"]), audit["arguments"])
+        result = td.model_result_sha256(openai["model_result"])
+        binding = td.spec_call_binding_sha256(spec, audit["provider_context"], request, result, audit["downstream"],
+                                              audit["approval"])
+        if (request, result, binding) != (audit["request_sha256"], audit["result_sha256"],
+                                          audit["call_binding_sha256"]):
+            raise SystemExit("bench: the digests alone do not match the package")
+
     measurements = [
         Measurement("verify_package", "verification", "verify_package (3 digests, context, principal)",
                     repeat(lambda: td.verify_package(openai, context=READ_CONTEXT, principal=PRINCIPAL))),
+        Measurement("verify_digests", "verification", "  of which its three digests alone", repeat(digests_alone)),
     ]
     for key, label, adapter, revision in adapters:
         measurements.append(Measurement(key, "verification", label + " (verifies, then shapes)", repeat(
@@ -525,6 +539,7 @@ RATIOS = (
     Ratio("replay_vs_read", "write_replay", "dispatch_read", "fresh read", 1.0),
     Ratio("reconcile_vs_read", "query_reconcile", "dispatch_read", "fresh read"),
     Ratio("verify_vs_dispatch", "verify_package", "dispatch_read", "fresh read", 0.5),
+    Ratio("verify_digests_vs_dispatch", "verify_digests", "dispatch_read", "fresh read"),
     Ratio("openai_vs_dispatch", "adapter_openai", "dispatch_read", "fresh read"),
     Ratio("anthropic_vs_dispatch", "adapter_anthropic", "dispatch_read", "fresh read"),
     Ratio("gemini_vs_dispatch", "adapter_gemini", "dispatch_read", "fresh read"),

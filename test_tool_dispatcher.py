@@ -721,6 +721,19 @@ class TestFixtureAndStrictJson(unittest.TestCase):
                 document["cases"][9]["steps"][0]["approval"][field] = value
                 self.assertFixtureError("FIXTURE_VALUE", document=document)
 
+    def test_first_bad_identifier_is_named_in_field_order_whatever_the_hash_seed(self):
+        # Every identifier of one context (then of one approval) is bad: the place named is the
+        # first field in declaration order, not the first of a frozenset's hash-seeded order.
+        for level, first in (("context", "provider"), ("approval", "approver")):
+            with self.subTest(level=level):
+                document = shipped_document()
+                body = document["cases"][9]["steps"][0][level]
+                for field, value in body.items():
+                    if type(value) is str:
+                        body[field] = "not an identifier"
+                error = self.assertFixtureError("FIXTURE_VALUE", document=document)
+                self.assertEqual(error.at, f"cases[9].steps[0].{level}.{first}")
+
     def test_parsed_step_holds_the_trusted_values(self):
         step = parse(shipped_document()).cases[9].steps[0]
         self.assertEqual(step.context, CallContext("Anthropic", "Messages", "anthropic-messages-v1", "msg_01",

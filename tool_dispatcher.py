@@ -635,6 +635,13 @@ _APPROVAL_FIELDS: Final = frozenset({
     "approver", "tenant", "subject", "provider", "api_family", "adapter_revision", "call_id",
     "operation_id", "arguments", "contract_revision", "expires_at",
 })
+# The identifiers of a context and of an approval, checked in this order: iterating a frozenset
+# would name a different first fault under each PYTHONHASHSEED.
+_CONTEXT_IDENTIFIERS: Final = ("provider", "api_family", "adapter_revision", "response_id", "call_id", "operation_id")
+_APPROVAL_IDENTIFIERS: Final = (
+    "approver", "tenant", "subject", "provider", "api_family", "adapter_revision", "call_id", "operation_id",
+    "contract_revision",
+)
 _CHANGE_FIELDS: Final = frozenset({"tenant", "order_ref", "status"})
 _EXPECT_FIELDS: Final = frozenset({
     "status", "error_code", "outcome", "delivery", "recovery", "effect_count", "data",
@@ -768,8 +775,7 @@ def _parse_proposal(raw: Any, at: str) -> dict[str, Any]:
 
 def _parse_context(raw: Any, at: str) -> CallContext:
     body = _fields(raw, _CONTEXT_FIELDS, at)
-    values = {field: _identifier(body[field], f"{at}.{field}")
-              for field in _CONTEXT_FIELDS - {"idempotency_key"}}
+    values = {field: _identifier(body[field], f"{at}.{field}") for field in _CONTEXT_IDENTIFIERS}
     key = body["idempotency_key"]
     context = CallContext(**values, idempotency_key=None if key is None else _identifier(key, at + ".idempotency_key"))
     if PROVIDER_PROFILES.get(context.adapter_revision) != context.profile:
@@ -792,8 +798,7 @@ def _parse_principal(raw: Any, at: str) -> Principal:
 
 def _parse_approval(raw: Any, at: str) -> Approval:
     body = _fields(raw, _APPROVAL_FIELDS, at)
-    values = {field: _identifier(body[field], f"{at}.{field}")
-              for field in _APPROVAL_FIELDS - {"arguments", "expires_at"}}
+    values = {field: _identifier(body[field], f"{at}.{field}") for field in _APPROVAL_IDENTIFIERS}
     return Approval(
         **values,
         arguments=_object(body["arguments"], at + ".arguments"),

@@ -343,6 +343,31 @@ class TestFixtureAndStrictJson(unittest.TestCase):
         self.assertTrue(td.exceeds_nesting(data))
         self.assertDecodeError("JSON_TOO_DEEP", data)
 
+    def test_nesting_scan_gives_the_exact_depth_on_every_path(self):
+        # Shortcuts first (a leading run of openers, passes that delete innermost pairs), the
+        # exact count last: each row names the path it takes and the answer every path must give.
+        rows = (
+            ("emptied by three passes", b"[[[]]]", 3, False),
+            ("four openers before a closer", b"[[[[]]]]", 3, True),
+            ("three passes leave a pair", b"[][[[[]]]]", 3, True),
+            ("three passes leave an opener", b"[[]]" * 10 + b"[", 2, False),
+            ("braces fold with brackets", b"{[{}]}", 3, False),
+            ("mismatched kinds still nest", b"{[{[}]}]", 3, True),
+            ("a pass that barely shrinks, deep", b"[]" + deep_array(33), 32, True),
+            ("a pass that barely shrinks, shallow", b"[]" + deep_array(20), 32, False),
+            ("closers first, never above zero", b"]" * 40 + b"[" * 40, 32, False),
+            ("closers first, then too deep", b"]" + b"[" * 34, 32, True),
+            ("mismatched pairs side by side", b"[}" * 40, 32, False),
+        )
+        for name, data, max_depth, expected in rows:
+            with self.subTest(path=name):
+                self.assertIs(td.exceeds_nesting(data, max_depth), expected)
+
+    def test_object_members_deeper_than_the_limit_are_refused_before_decoding(self):
+        self.assertEqual(td.decode_strict_json(b'{"a":' * 32 + b"1" + b"}" * 32, max_depth=32)["a"]["a"]["a"]["a"]
+                         .keys(), {"a"})
+        self.assertDecodeError("JSON_TOO_DEEP", b'{"a":' * 33 + b"1" + b"}" * 33)
+
     # -- the decoder's refusals ------------------------------------------------------------------
 
     def test_duplicate_keys_are_refused_at_any_depth(self):
@@ -374,6 +399,34 @@ class TestFixtureAndStrictJson(unittest.TestCase):
         self.assertDecodeError("JSON_NOT_PORTABLE", b'{"\\udc00": 1}')
         self.assertDecodeError("JSON_NOT_PORTABLE", b'{"a": {"b": ["ok", "x\\udfffy"]}}')
         self.assertEqual(td.decode_strict_json(b'["\\ud83d\\ude00"]'), ["\U0001f600"])
+
+    def test_only_a_real_escape_can_make_a_lone_surrogate(self):
+        self.assertEqual(td.decode_strict_json(b'["\\\\ud800"]'), ["\\ud800"])  # an escaped backslash, then text
+        self.assertDecodeError("JSON_NOT_PORTABLE", b'["\\\\\\ud800"]')  # an escaped backslash, then the escape
+        self.assertEqual(td.decode_strict_json(b'["a\\nb", "\\\\", "\\""]'), ["a\nb", "\\", '"'])
+
+    def test_colons_inside_strings_are_not_members(self):
+        data = b'{"a:b": "c:d", "e": [":", {"f:": ":", "g": {}}], "h": {"i": "j::"}}'
+        self.assertEqual(td.decode_strict_json(data),
+                         {"a:b": "c:d", "e": [":", {"f:": ":", "g": {}}], "h": {"i": "j::"}})
+        self.assertDecodeError("JSON_DUPLICATE_KEY", b'{"a": 1, "\\u0061": 2}')  # one key, once escaped
+        self.assertDecodeError("JSON_DUPLICATE_KEY", b'{"a:": {"b": 1, "b": 1}}')
+
+    def test_the_first_fault_in_the_text_is_the_one_raised(self):
+        rows = (
+            (b'[{"a": 1, "a": 2}, 1.5]', "JSON_DUPLICATE_KEY"),  # the object closes before the float
+            (b'{"a": 1, "a": 2, "b": 1.5}', "JSON_NOT_PORTABLE"),  # the float comes before the close
+            (b'[1.5, {"a": 1, "a": 2}]', "JSON_NOT_PORTABLE"),
+            (b'[{"a": 1, "a": 2}, NaN]', "JSON_DUPLICATE_KEY"),
+            (b'[NaN, {"a": 1, "a": 2}]', "JSON_NON_FINITE"),
+            (b'[99999999999999999, {"a": 1, "a": 2}]', "JSON_NOT_PORTABLE"),
+            (b'[{"a": 1, "a": 2}, ]', "JSON_DUPLICATE_KEY"),  # before the syntax error
+            (b'[{"a": 1, "a": 2}', "JSON_DUPLICATE_KEY"),  # before the missing bracket
+            (b'[{"a": 1, "b": 2}, ]', "JSON_INVALID"),
+        )
+        for data, code in rows:
+            with self.subTest(data=data):
+                self.assertDecodeError(code, data)
 
     # -- fixture shape ---------------------------------------------------------------------------
 

@@ -787,6 +787,107 @@ class TestFixtureAndStrictJson(unittest.TestCase):
                 error = self.assertFixtureError("FIXTURE_VALUE", document=document)
                 self.assertEqual(error.at, f"cases[9].steps[0].{level}.{first}")
 
+    def _flat_objects(self, document):
+        """Each flat object of a fixture: its place, the object, and its fields in check order."""
+        step = document["cases"][9]["steps"][0]
+        step["world_changes"] = [{"tenant": "tenant-a", "order_ref": "ORDER-7", "status": "paid"}]
+        at = "cases[9].steps[0]"
+        return (
+            ("world.orders[1]", document["world"]["orders"][1],
+             ("tenant", "order_ref", "owner", "status", "revision")),
+            (at + ".proposal", step["proposal"], ("name", "arguments")),
+            (at + ".context", step["context"],
+             ("provider", "api_family", "adapter_revision", "response_id", "call_id", "operation_id",
+              "idempotency_key")),
+            (at + ".principal", step["principal"], ("tenant", "subject")),  # after the roles
+            (at + ".approval", step["approval"],
+             ("approver", "tenant", "subject", "provider", "api_family", "adapter_revision", "call_id",
+              "operation_id", "contract_revision", "arguments", "expires_at")),
+            (at, step, ("fault", "now", "deadline")),  # after the approval, before the world changes
+            (at + ".world_changes[0]", step["world_changes"][0], ("tenant", "order_ref", "status")),
+            (at + ".expect", step["expect"],
+             ("status", "error_code", "outcome", "delivery", "recovery", "effect_count", "data",
+              "request_sha256", "result_sha256", "call_binding_sha256")),
+        )
+
+    def test_each_wrong_field_of_a_flat_object_is_named(self):
+        for index, (place, _, fields) in enumerate(self._flat_objects(shipped_document())):
+            for field in fields:
+                with self.subTest(place=place, field=field):
+                    document = shipped_document()
+                    _, body, _ = self._flat_objects(document)[index]
+                    body[field] = ["wrong"]  # an array is wrong in every one of these fields
+                    error = self.assertFixtureError("FIXTURE_VALUE", document=document)
+                    self.assertEqual(error.at, f"{place}.{field}")
+
+    def test_of_several_wrong_fields_the_first_checked_is_named(self):
+        for index, (place, _, fields) in enumerate(self._flat_objects(shipped_document())):
+            for first in range(len(fields)):
+                with self.subTest(place=place, first=fields[first]):
+                    document = shipped_document()
+                    _, body, _ = self._flat_objects(document)[index]
+                    for field in fields[first:]:
+                        body[field] = ["wrong"]
+                    error = self.assertFixtureError("FIXTURE_VALUE", document=document)
+                    self.assertEqual(error.at, f"{place}.{fields[first]}")
+
+    def test_objects_are_checked_in_document_order(self):
+        # A step's own objects before its scalars, a case's steps before its title, the
+        # principal's roles before its names.
+        document = shipped_document()
+        step = document["cases"][9]["steps"][0]
+        step["approval"]["approver"] = "approver lee"
+        step["fault"] = "no such fault"
+        step["expect"]["status"] = "maybe"
+        document["cases"][9]["title"] = ""
+        error = self.assertFixtureError("FIXTURE_VALUE", document=document)
+        self.assertEqual(error.at, "cases[9].steps[0].approval.approver")
+        step["approval"]["approver"] = "approver-lee"
+        self.assertEqual(self.assertFixtureError("FIXTURE_VALUE", document=document).at, "cases[9].steps[0].fault")
+        step["fault"] = "none"
+        self.assertEqual(self.assertFixtureError("FIXTURE_VALUE", document=document).at,
+                         "cases[9].steps[0].expect.status")
+        step["expect"]["status"] = "ok"
+        self.assertEqual(self.assertFixtureError("FIXTURE_VALUE", document=document).at, "cases[9].title")
+        principal = document["cases"][0]["steps"][0]["principal"]
+        principal.update(tenant="no tenant", roles=["b", "a"])
+        self.assertEqual(self.assertFixtureError("FIXTURE_VALUE", document=document).at,
+                         "cases[0].steps[0].principal.roles")
+
+    def test_identifiers_outside_flat_objects_are_named(self):
+        places = {
+            "world.approvers[1]": lambda d: (d["world"]["approvers"], 1),
+            "cases[3].id": lambda d: (d["cases"][3], "id"),
+            "cases[15].steps[1].id": lambda d: (d["cases"][15]["steps"][1], "id"),
+            "cases[15].steps[1].of_step": lambda d: (d["cases"][15]["steps"][1], "of_step"),
+            "cases[0].steps[0].principal.roles[1]": lambda d: (d["cases"][0]["steps"][0]["principal"]["roles"], 1),
+        }
+        for place, locate in places.items():
+            with self.subTest(place=place):
+                document = shipped_document()
+                container, key = locate(document)
+                container[key] = "zz not an identifier"  # still sorts last among the roles
+                error = self.assertFixtureError("FIXTURE_VALUE", document=document)
+                self.assertEqual(error.at, place)
+
+    def test_optional_fields_accept_null(self):
+        document = shipped_document()
+        step = document["cases"][9]["steps"][0]
+        step.update(approval=None, deadline=None)
+        step["context"]["idempotency_key"] = None
+        step["expect"].update(error_code=None, data=None)
+        parsed = parse(document).cases[9].steps[0]
+        self.assertEqual((parsed.approval, parsed.deadline, parsed.context.idempotency_key,
+                          parsed.expect.error_code, parsed.expect.data), (None, None, None, None, None))
+
+    def test_steps_that_are_not_objects_are_named(self):
+        for value in (["not", "an", "object"], "s1", None):
+            with self.subTest(value=value):
+                document = shipped_document()
+                document["cases"][15]["steps"][1] = value
+                error = self.assertFixtureError("FIXTURE_VALUE", document=document)
+                self.assertEqual(error.at, "cases[15].steps[1]")
+
     def test_parsed_step_holds_the_trusted_values(self):
         step = parse(shipped_document()).cases[9].steps[0]
         self.assertEqual(step.context, CallContext("Anthropic", "Messages", "anthropic-messages-v1", "msg_01",

@@ -343,6 +343,31 @@ class TestFixtureAndStrictJson(unittest.TestCase):
         self.assertTrue(td.exceeds_nesting(data))
         self.assertDecodeError("JSON_TOO_DEEP", data)
 
+    def test_nesting_scan_gives_the_exact_depth_on_every_path(self):
+        # Shortcuts first (a leading run of openers, passes that delete innermost pairs), the
+        # exact count last: each row names the path it takes and the answer every path must give.
+        rows = (
+            ("emptied by three passes", b"[[[]]]", 3, False),
+            ("four openers before a closer", b"[[[[]]]]", 3, True),
+            ("three passes leave a pair", b"[][[[[]]]]", 3, True),
+            ("three passes leave an opener", b"[[]]" * 10 + b"[", 2, False),
+            ("braces fold with brackets", b"{[{}]}", 3, False),
+            ("mismatched kinds still nest", b"{[{[}]}]", 3, True),
+            ("a pass that barely shrinks, deep", b"[]" + deep_array(33), 32, True),
+            ("a pass that barely shrinks, shallow", b"[]" + deep_array(20), 32, False),
+            ("closers first, never above zero", b"]" * 40 + b"[" * 40, 32, False),
+            ("closers first, then too deep", b"]" + b"[" * 34, 32, True),
+            ("mismatched pairs side by side", b"[}" * 40, 32, False),
+        )
+        for name, data, max_depth, expected in rows:
+            with self.subTest(path=name):
+                self.assertIs(td.exceeds_nesting(data, max_depth), expected)
+
+    def test_object_members_deeper_than_the_limit_are_refused_before_decoding(self):
+        self.assertEqual(td.decode_strict_json(b'{"a":' * 32 + b"1" + b"}" * 32, max_depth=32)["a"]["a"]["a"]["a"]
+                         .keys(), {"a"})
+        self.assertDecodeError("JSON_TOO_DEEP", b'{"a":' * 33 + b"1" + b"}" * 33)
+
     # -- the decoder's refusals ------------------------------------------------------------------
 
     def test_duplicate_keys_are_refused_at_any_depth(self):
@@ -374,6 +399,34 @@ class TestFixtureAndStrictJson(unittest.TestCase):
         self.assertDecodeError("JSON_NOT_PORTABLE", b'{"\\udc00": 1}')
         self.assertDecodeError("JSON_NOT_PORTABLE", b'{"a": {"b": ["ok", "x\\udfffy"]}}')
         self.assertEqual(td.decode_strict_json(b'["\\ud83d\\ude00"]'), ["\U0001f600"])
+
+    def test_only_a_real_escape_can_make_a_lone_surrogate(self):
+        self.assertEqual(td.decode_strict_json(b'["\\\\ud800"]'), ["\\ud800"])  # an escaped backslash, then text
+        self.assertDecodeError("JSON_NOT_PORTABLE", b'["\\\\\\ud800"]')  # an escaped backslash, then the escape
+        self.assertEqual(td.decode_strict_json(b'["a\\nb", "\\\\", "\\""]'), ["a\nb", "\\", '"'])
+
+    def test_colons_inside_strings_are_not_members(self):
+        data = b'{"a:b": "c:d", "e": [":", {"f:": ":", "g": {}}], "h": {"i": "j::"}}'
+        self.assertEqual(td.decode_strict_json(data),
+                         {"a:b": "c:d", "e": [":", {"f:": ":", "g": {}}], "h": {"i": "j::"}})
+        self.assertDecodeError("JSON_DUPLICATE_KEY", b'{"a": 1, "\\u0061": 2}')  # one key, once escaped
+        self.assertDecodeError("JSON_DUPLICATE_KEY", b'{"a:": {"b": 1, "b": 1}}')
+
+    def test_the_first_fault_in_the_text_is_the_one_raised(self):
+        rows = (
+            (b'[{"a": 1, "a": 2}, 1.5]', "JSON_DUPLICATE_KEY"),  # the object closes before the float
+            (b'{"a": 1, "a": 2, "b": 1.5}', "JSON_NOT_PORTABLE"),  # the float comes before the close
+            (b'[1.5, {"a": 1, "a": 2}]', "JSON_NOT_PORTABLE"),
+            (b'[{"a": 1, "a": 2}, NaN]', "JSON_DUPLICATE_KEY"),
+            (b'[NaN, {"a": 1, "a": 2}]', "JSON_NON_FINITE"),
+            (b'[99999999999999999, {"a": 1, "a": 2}]', "JSON_NOT_PORTABLE"),
+            (b'[{"a": 1, "a": 2}, ]', "JSON_DUPLICATE_KEY"),  # before the syntax error
+            (b'[{"a": 1, "a": 2}', "JSON_DUPLICATE_KEY"),  # before the missing bracket
+            (b'[{"a": 1, "b": 2}, ]', "JSON_INVALID"),
+        )
+        for data, code in rows:
+            with self.subTest(data=data):
+                self.assertDecodeError(code, data)
 
     # -- fixture shape ---------------------------------------------------------------------------
 
@@ -720,6 +773,120 @@ class TestFixtureAndStrictJson(unittest.TestCase):
                 document = shipped_document()
                 document["cases"][9]["steps"][0]["approval"][field] = value
                 self.assertFixtureError("FIXTURE_VALUE", document=document)
+
+    def test_first_bad_identifier_is_named_in_field_order_whatever_the_hash_seed(self):
+        # Every identifier of one context (then of one approval) is bad: the place named is the
+        # first field in declaration order, not the first of a frozenset's hash-seeded order.
+        for level, first in (("context", "provider"), ("approval", "approver")):
+            with self.subTest(level=level):
+                document = shipped_document()
+                body = document["cases"][9]["steps"][0][level]
+                for field, value in body.items():
+                    if type(value) is str:
+                        body[field] = "not an identifier"
+                error = self.assertFixtureError("FIXTURE_VALUE", document=document)
+                self.assertEqual(error.at, f"cases[9].steps[0].{level}.{first}")
+
+    def _flat_objects(self, document):
+        """Each flat object of a fixture: its place, the object, and its fields in check order."""
+        step = document["cases"][9]["steps"][0]
+        step["world_changes"] = [{"tenant": "tenant-a", "order_ref": "ORDER-7", "status": "paid"}]
+        at = "cases[9].steps[0]"
+        return (
+            ("world.orders[1]", document["world"]["orders"][1],
+             ("tenant", "order_ref", "owner", "status", "revision")),
+            (at + ".proposal", step["proposal"], ("name", "arguments")),
+            (at + ".context", step["context"],
+             ("provider", "api_family", "adapter_revision", "response_id", "call_id", "operation_id",
+              "idempotency_key")),
+            (at + ".principal", step["principal"], ("tenant", "subject")),  # after the roles
+            (at + ".approval", step["approval"],
+             ("approver", "tenant", "subject", "provider", "api_family", "adapter_revision", "call_id",
+              "operation_id", "contract_revision", "arguments", "expires_at")),
+            (at, step, ("fault", "now", "deadline")),  # after the approval, before the world changes
+            (at + ".world_changes[0]", step["world_changes"][0], ("tenant", "order_ref", "status")),
+            (at + ".expect", step["expect"],
+             ("status", "error_code", "outcome", "delivery", "recovery", "effect_count", "data",
+              "request_sha256", "result_sha256", "call_binding_sha256")),
+        )
+
+    def test_each_wrong_field_of_a_flat_object_is_named(self):
+        for index, (place, _, fields) in enumerate(self._flat_objects(shipped_document())):
+            for field in fields:
+                with self.subTest(place=place, field=field):
+                    document = shipped_document()
+                    _, body, _ = self._flat_objects(document)[index]
+                    body[field] = ["wrong"]  # an array is wrong in every one of these fields
+                    error = self.assertFixtureError("FIXTURE_VALUE", document=document)
+                    self.assertEqual(error.at, f"{place}.{field}")
+
+    def test_of_several_wrong_fields_the_first_checked_is_named(self):
+        for index, (place, _, fields) in enumerate(self._flat_objects(shipped_document())):
+            for first in range(len(fields)):
+                with self.subTest(place=place, first=fields[first]):
+                    document = shipped_document()
+                    _, body, _ = self._flat_objects(document)[index]
+                    for field in fields[first:]:
+                        body[field] = ["wrong"]
+                    error = self.assertFixtureError("FIXTURE_VALUE", document=document)
+                    self.assertEqual(error.at, f"{place}.{fields[first]}")
+
+    def test_objects_are_checked_in_document_order(self):
+        # A step's own objects before its scalars, a case's steps before its title, the
+        # principal's roles before its names.
+        document = shipped_document()
+        step = document["cases"][9]["steps"][0]
+        step["approval"]["approver"] = "approver lee"
+        step["fault"] = "no such fault"
+        step["expect"]["status"] = "maybe"
+        document["cases"][9]["title"] = ""
+        error = self.assertFixtureError("FIXTURE_VALUE", document=document)
+        self.assertEqual(error.at, "cases[9].steps[0].approval.approver")
+        step["approval"]["approver"] = "approver-lee"
+        self.assertEqual(self.assertFixtureError("FIXTURE_VALUE", document=document).at, "cases[9].steps[0].fault")
+        step["fault"] = "none"
+        self.assertEqual(self.assertFixtureError("FIXTURE_VALUE", document=document).at,
+                         "cases[9].steps[0].expect.status")
+        step["expect"]["status"] = "ok"
+        self.assertEqual(self.assertFixtureError("FIXTURE_VALUE", document=document).at, "cases[9].title")
+        principal = document["cases"][0]["steps"][0]["principal"]
+        principal.update(tenant="no tenant", roles=["b", "a"])
+        self.assertEqual(self.assertFixtureError("FIXTURE_VALUE", document=document).at,
+                         "cases[0].steps[0].principal.roles")
+
+    def test_identifiers_outside_flat_objects_are_named(self):
+        places = {
+            "world.approvers[1]": lambda d: (d["world"]["approvers"], 1),
+            "cases[3].id": lambda d: (d["cases"][3], "id"),
+            "cases[15].steps[1].id": lambda d: (d["cases"][15]["steps"][1], "id"),
+            "cases[15].steps[1].of_step": lambda d: (d["cases"][15]["steps"][1], "of_step"),
+            "cases[0].steps[0].principal.roles[1]": lambda d: (d["cases"][0]["steps"][0]["principal"]["roles"], 1),
+        }
+        for place, locate in places.items():
+            with self.subTest(place=place):
+                document = shipped_document()
+                container, key = locate(document)
+                container[key] = "zz not an identifier"  # still sorts last among the roles
+                error = self.assertFixtureError("FIXTURE_VALUE", document=document)
+                self.assertEqual(error.at, place)
+
+    def test_optional_fields_accept_null(self):
+        document = shipped_document()
+        step = document["cases"][9]["steps"][0]
+        step.update(approval=None, deadline=None)
+        step["context"]["idempotency_key"] = None
+        step["expect"].update(error_code=None, data=None)
+        parsed = parse(document).cases[9].steps[0]
+        self.assertEqual((parsed.approval, parsed.deadline, parsed.context.idempotency_key,
+                          parsed.expect.error_code, parsed.expect.data), (None, None, None, None, None))
+
+    def test_steps_that_are_not_objects_are_named(self):
+        for value in (["not", "an", "object"], "s1", None):
+            with self.subTest(value=value):
+                document = shipped_document()
+                document["cases"][15]["steps"][1] = value
+                error = self.assertFixtureError("FIXTURE_VALUE", document=document)
+                self.assertEqual(error.at, "cases[15].steps[1]")
 
     def test_parsed_step_holds_the_trusted_values(self):
         step = parse(shipped_document()).cases[9].steps[0]

@@ -421,10 +421,18 @@ def json_copy(value: Any) -> Any:
 # Five stages in this order, so that hostile input meets a limit before it meets a decoder:
 # byte cap, UTF-8, a non-recursive nesting scan, the decoder with refusing hooks, the portable
 # domain. Later layers (streams, durable state) decode through the same function.
+#
+# The decoder runs first with cheap hooks: C builds the dicts, a hook counts their members. A
+# valid text holds one colon outside its strings per member, so fewer members than colons means
+# a repeated key. On any fault at all the text is decoded again with the refusing hooks, which
+# raise the first fault in text order, exactly as if they had been the only decoder.
 
-_STRUCTURAL: Final = b'"[]{}'
-_NOT_STRUCTURAL: Final = bytes(byte for byte in range(256) if byte not in _STRUCTURAL)
-_OPENERS: Final = frozenset(b"[{")
+# The outline of a JSON text is what lies outside its strings: its brackets, each folded to "["
+# or "]" (depth does not care which kind), and, for the decoder, its colons.
+_FOLD_BRACKETS: Final = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKET_OR_QUOTE: Final = bytes(byte for byte in range(256) if byte not in b'"[]{}')
+_NOT_OUTLINE: Final = bytes(byte for byte in range(256) if byte not in b'"[]{}:')
+_OPENER: Final = ord("[")
 # One left-to-right pass removes an escaped backslash or an escaped quote, exactly as removing
 # every escaped backslash and then every escaped quote would.
 _ESCAPED_PAIR: Final = re.compile(rb'\\[\\"]')
@@ -441,16 +449,41 @@ def exceeds_nesting(data: bytes, max_depth: int = MAX_NESTING_DEPTH) -> bool:
     outside strings. Malformed text is the decoder's business: this scan only has to be right
     about well-formed depth and finish quickly on anything.
     """
-    if b"\\" in data:
-        data = _ESCAPED_PAIR.sub(b"", data)
-    brackets = data.translate(None, _NOT_STRUCTURAL)
-    if b'"' in brackets:
-        brackets = b"".join(brackets.replace(b'""', b"").split(b'"')[::2])
+    return _too_deep(_outline(_without_escaped_pairs(data), _NOT_BRACKET_OR_QUOTE), max_depth)
+
+
+def _without_escaped_pairs(data: bytes) -> bytes:
+    return _ESCAPED_PAIR.sub(b"", data) if b"\\" in data else data
+
+
+def _outline(unescaped: bytes, drop: bytes) -> bytes:
+    outline = unescaped.translate(_FOLD_BRACKETS, drop)
+    if b'"' in outline:
+        outline = b"".join(outline.replace(b'""', b"").split(b'"')[::2])
+    return outline
+
+
+def _too_deep(brackets: bytes, max_depth: int) -> bool:
+    """The nesting scan on a sequence of "[" and "]": True once the depth exceeds max_depth."""
     if len(brackets) <= max_depth:
         return False
+    if brackets.find(b"]", 0, max_depth + 1) == -1:
+        return True  # more than max_depth openers before the first closer
+    # Each pass deletes every innermost "[]" at C speed, one nesting level a pass: a sequence
+    # that empties within max_depth passes is balanced and no deeper than max_depth. A pass that
+    # leaves over three quarters of its input stops them, which bounds their work to four lengths.
+    remaining = brackets
+    for _ in range(max_depth):
+        shorter = remaining.replace(b"[]", b"")
+        if not shorter:
+            return False
+        if 4 * len(shorter) > 3 * len(remaining):
+            break
+        remaining = shorter
+    # Deeper, unbalanced or slow to shrink: the exact count decides, on the whole sequence.
     depth = 0
     for byte in brackets:
-        if byte in _OPENERS:
+        if byte == _OPENER:
             depth += 1
             if depth > max_depth:
                 return True
@@ -520,10 +553,45 @@ def decode_strict_json(
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise BoundaryError("JSON_NOT_UTF8") from None
-    if exceeds_nesting(data, max_depth):
+    unescaped = _without_escaped_pairs(data)
+    outline = _outline(unescaped, _NOT_OUTLINE)
+    if _too_deep(outline.replace(b":", b""), max_depth):
         raise BoundaryError("JSON_TOO_DEEP")
+    value = _decode_counting(text, members=outline.count(b":"))
+    if value is _FAULT:
+        value = _decode_refusing(text)
+    # Only a backslash that is not half of an escaped pair can start a surrogate escape.
+    if b"\\" in unescaped and _SURROGATE_ESCAPE.search(unescaped) is not None:
+        _check_portable_strings(value)
+    return value
+
+
+_FAULT: Final = object()  # what _decode_counting answers for a text with any fault
+
+
+def _decode_counting(text: str, *, members: int) -> Any:
+    """The value of a text with `members` object members and no fault at all; _FAULT otherwise."""
+    held = 0
+
+    def count_members(obj: dict[str, Any]) -> dict[str, Any]:
+        nonlocal held
+        held += len(obj)
+        return obj
+
     try:
-        value = json.loads(
+        # object_hook rather than object_pairs_hook: the dict is built in C, with no list of
+        # pairs to build and copy first; this is a third of the cost of the refusing hooks.
+        value = json.loads(text, object_hook=count_members, parse_constant=_refuse_constant,
+                           parse_float=_refuse_float, parse_int=_bounded_int)
+    except (ValueError, BoundaryError):
+        return _FAULT
+    return value if held == members else _FAULT
+
+
+def _decode_refusing(text: str) -> Any:
+    """Decode with every refusing hook, so that the first fault in the text is the one raised."""
+    try:
+        return json.loads(
             text,
             object_pairs_hook=_unique_object,
             parse_constant=_refuse_constant,
@@ -532,9 +600,6 @@ def decode_strict_json(
         )
     except ValueError:  # json.JSONDecodeError, and the UTF-8 BOM refusal
         raise BoundaryError("JSON_INVALID") from None
-    if _SURROGATE_ESCAPE.search(data) is not None:
-        _check_portable_strings(value)
-    return value
 
 
 # ============================================================================================
@@ -543,6 +608,10 @@ def decode_strict_json(
 # After decoding: exact fields at every level, bounded collections, identifiers by whole-string
 # pattern, integer times in range, sorted unique roles, references to earlier dispatch steps,
 # registered provider profiles. `at` names a place by known field names and indices only.
+#
+# A flat object is a closed table of field -> check, read in order: the first check that fails
+# names the place. Checks answer True or False; the place of a field is formatted only when its
+# check fails (a fixture has thousands of fields and, at most, one fault worth naming).
 
 DISPATCH_FAULTS: Final = frozenset({
     "none", "timeout_before_execution", "rate_limited", "timeout_after_commit",
@@ -611,6 +680,60 @@ class Fixture:
         return sum(len(case.steps) for case in self.cases)
 
 
+_Check = Callable[[Any], bool]  # True when a decoded value is acceptable in its field
+
+
+def _is_identifier(value: Any) -> bool:
+    return (type(value) is str and len(value) <= MAX_IDENTIFIER_LENGTH
+            and IDENTIFIER_PATTERN.fullmatch(value) is not None)
+
+
+def _is_order_ref(value: Any) -> bool:
+    return type(value) is str and ORDER_REF_PATTERN.fullmatch(value) is not None
+
+
+def _is_digest(value: Any) -> bool:
+    return type(value) is str and DIGEST_PATTERN.fullmatch(value) is not None
+
+
+def _is_text(value: Any) -> bool:
+    return type(value) is str and 0 < len(value) <= MAX_TEXT_LENGTH
+
+
+def _is_object(value: Any) -> bool:
+    return type(value) is dict
+
+
+def _is_time(value: Any) -> bool:
+    # type() and not isinstance(): True is an int to Python, never a time or a count here.
+    return type(value) is int and MIN_TIME <= value <= MAX_TIME
+
+
+def _integer_in(low: int, high: int) -> _Check:
+    return lambda value: type(value) is int and low <= value <= high
+
+
+def _one_of(choices: frozenset[str]) -> _Check:
+    return lambda value: type(value) is str and value in choices
+
+
+def _or_null(check: _Check) -> _Check:
+    return lambda value: value is None or check(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """The closed table of a flat object: its exact fields, and each field's check."""
+
+    fields: frozenset[str]
+    # In the order faults are named: a tuple, as a set's order would change with PYTHONHASHSEED.
+    checks: tuple[tuple[str, _Check], ...]
+
+
+def _table(**checks: _Check) -> _Table:
+    return _Table(fields=frozenset(checks), checks=tuple(checks.items()))
+
+
 def _fields(value: Any, fields: frozenset[str], at: str) -> dict[str, Any]:
     if type(value) is not dict:
         raise BoundaryError("FIXTURE_VALUE", at)
@@ -619,33 +742,17 @@ def _fields(value: Any, fields: frozenset[str], at: str) -> dict[str, Any]:
     return value
 
 
-def _identifier(value: Any, at: str) -> str:
-    if type(value) is str and len(value) <= MAX_IDENTIFIER_LENGTH and IDENTIFIER_PATTERN.fullmatch(value):
-        return value
-    raise BoundaryError("FIXTURE_VALUE", at)
+def _check(body: dict[str, Any], table: _Table, at: str) -> None:
+    for name, check in table.checks:
+        if not check(body[name]):
+            raise BoundaryError("FIXTURE_VALUE", f"{at}.{name}")
 
 
-def _text(value: Any, at: str) -> str:
-    if type(value) is str and 0 < len(value) <= MAX_TEXT_LENGTH:
-        return value
-    raise BoundaryError("FIXTURE_VALUE", at)
-
-
-def _integer(value: Any, at: str, low: int, high: int) -> int:
-    # type() and not isinstance(): True is an int to Python, never a time or a count here.
-    if type(value) is int and low <= value <= high:
-        return value
-    raise BoundaryError("FIXTURE_VALUE", at)
-
-
-def _time(value: Any, at: str) -> int:
-    return _integer(value, at, MIN_TIME, MAX_TIME)
-
-
-def _choice(value: Any, choices: frozenset[str], at: str) -> str:
-    if type(value) is str and value in choices:
-        return value
-    raise BoundaryError("FIXTURE_VALUE", at)
+def _flat(value: Any, table: _Table, at: str) -> dict[str, Any]:
+    """A flat object: exactly the table's fields, each passing its check."""
+    body = _fields(value, table.fields, at)
+    _check(body, table, at)
+    return body
 
 
 def _array(value: Any, at: str, limit: int) -> list[Any]:
@@ -656,21 +763,8 @@ def _array(value: Any, at: str, limit: int) -> list[Any]:
     return value
 
 
-def _digest(value: Any, at: str) -> str:
-    if type(value) is str and DIGEST_PATTERN.fullmatch(value):
-        return value
-    raise BoundaryError("FIXTURE_VALUE", at)
-
-
-def _object(value: Any, at: str) -> dict[str, Any]:
-    if type(value) is dict:
-        return value
-    raise BoundaryError("FIXTURE_VALUE", at)
-
-
 _FIXTURE_FIELDS: Final = frozenset({"format", "model_result_version", "audit_version", "world", "cases"})
 _WORLD_FIELDS: Final = frozenset({"orders", "approvers"})
-_ORDER_FIELDS: Final = frozenset({"tenant", "order_ref", "owner", "status", "revision"})
 _CASE_FIELDS: Final = frozenset({"id", "title", "steps"})
 _STEP_COMMON: Final = frozenset({
     "id", "kind", "proposal", "context", "principal", "fault", "now", "world_changes", "expect",
@@ -679,25 +773,45 @@ _STEP_FIELDS: Final = MappingProxyType({
     "dispatch": _STEP_COMMON | {"approval", "deadline"},
     "query_status": _STEP_COMMON | {"of_step"},
 })
-_STEP_FAULTS: Final = MappingProxyType({"dispatch": DISPATCH_FAULTS, "query_status": QUERY_FAULTS})
-_PROPOSAL_FIELDS: Final = frozenset({"name", "arguments"})
-_CONTEXT_FIELDS: Final = frozenset({
-    "provider", "api_family", "adapter_revision", "response_id", "call_id", "operation_id",
-    "idempotency_key",
-})
 _PRINCIPAL_FIELDS: Final = frozenset({"tenant", "subject", "roles"})
-_APPROVAL_FIELDS: Final = frozenset({
-    "approver", "tenant", "subject", "provider", "api_family", "adapter_revision", "call_id",
-    "operation_id", "arguments", "contract_revision", "expires_at",
-})
-_CHANGE_FIELDS: Final = frozenset({"tenant", "order_ref", "status"})
-_EXPECT_FIELDS: Final = frozenset({
-    "status", "error_code", "outcome", "delivery", "recovery", "effect_count", "data",
-    "request_sha256", "result_sha256", "call_binding_sha256",
-})
 _TOOL_ERROR_CODES: Final = frozenset(code for code, spec in ERROR_CATALOG.items() if spec.scope == "tool")
 _VERSIONS: Final = MappingProxyType({
     "format": FIXTURE_FORMAT, "model_result_version": MODEL_RESULT_VERSION, "audit_version": AUDIT_VERSION,
+})
+
+# The flat objects, each a closed table of every field it holds.
+_ORDER: Final = _table(
+    tenant=_is_identifier, order_ref=_is_order_ref, owner=_is_identifier, status=_one_of(ORDER_STATUSES),
+    revision=_integer_in(1, MAX_REVISION),
+)
+# The model's part: hostile names and arguments are its point, so only its outer shape is fixed
+# here; the dispatcher judges the rest.
+_PROPOSAL: Final = _table(name=_is_text, arguments=_is_object)
+_CONTEXT: Final = _table(
+    provider=_is_identifier, api_family=_is_identifier, adapter_revision=_is_identifier,
+    response_id=_is_identifier, call_id=_is_identifier, operation_id=_is_identifier,
+    idempotency_key=_or_null(_is_identifier),
+)
+_APPROVAL: Final = _table(
+    approver=_is_identifier, tenant=_is_identifier, subject=_is_identifier, provider=_is_identifier,
+    api_family=_is_identifier, adapter_revision=_is_identifier, call_id=_is_identifier,
+    operation_id=_is_identifier, contract_revision=_is_identifier, arguments=_is_object, expires_at=_is_time,
+)
+_CHANGE: Final = _table(tenant=_is_identifier, order_ref=_is_order_ref, status=_one_of(ORDER_STATUSES))
+_EXPECT: Final = _table(
+    status=_one_of(STATUSES), error_code=_or_null(_one_of(_TOOL_ERROR_CODES)), outcome=_one_of(OUTCOMES),
+    delivery=_one_of(DELIVERIES), recovery=_one_of(RECOVERIES),
+    effect_count=_integer_in(0, MAX_STEPS_PER_CASE), data=_or_null(_is_object),
+    request_sha256=_is_digest, result_sha256=_is_digest, call_binding_sha256=_is_digest,
+)
+# Proposal binding (section 7) and package verification (section 16) read these field sets too.
+_PROPOSAL_FIELDS: Final = _PROPOSAL.fields
+_CONTEXT_FIELDS: Final = _CONTEXT.fields
+# The scalar fields of objects that also hold arrays or objects, checked after those.
+_PRINCIPAL_NAMES: Final = _table(tenant=_is_identifier, subject=_is_identifier)  # after the roles
+_STEP_SCALARS: Final = MappingProxyType({  # after the approval, before the world changes
+    "dispatch": _table(fault=_one_of(DISPATCH_FAULTS), now=_is_time, deadline=_or_null(_is_time)),
+    "query_status": _table(fault=_one_of(QUERY_FAULTS), now=_is_time),
 })
 
 
@@ -735,7 +849,8 @@ def parse_fixture(data: bytes, *, max_bytes: int = MAX_FIXTURE_BYTES) -> Fixture
     raw_cases = _array(root["cases"], "cases", MAX_CASES)
     if not raw_cases:
         raise BoundaryError("FIXTURE_VALUE", "cases")
-    cases = tuple(_parse_case(raw, f"cases[{index}]", world) for index, raw in enumerate(raw_cases))
+    known = frozenset((order.tenant, order.order_ref) for order in world.orders)
+    cases = tuple(_parse_case(raw, f"cases[{index}]", known) for index, raw in enumerate(raw_cases))
     if len({case.id for case in cases}) != len(cases):
         raise BoundaryError("FIXTURE_VALUE", "cases")
     return Fixture(world=world, cases=cases)
@@ -747,147 +862,133 @@ def _parse_world(raw: Any) -> World:
                    for index, item in enumerate(_array(body["orders"], "world.orders", MAX_ORDERS)))
     if len({(order.tenant, order.order_ref) for order in orders}) != len(orders):
         raise BoundaryError("FIXTURE_VALUE", "world.orders")
-    approvers = [_identifier(item, f"world.approvers[{index}]")
-                 for index, item in enumerate(_array(body["approvers"], "world.approvers", MAX_APPROVERS))]
+    approvers = _array(body["approvers"], "world.approvers", MAX_APPROVERS)
+    for index, approver in enumerate(approvers):
+        if not _is_identifier(approver):
+            raise BoundaryError("FIXTURE_VALUE", f"world.approvers[{index}]")
     return World(orders=orders, approvers=frozenset(approvers))
 
 
+# The flat objects are built with their fields spelled out: Order(**body) would cost more, as
+# the decoded keys are not the interned names that keyword arguments are matched against first.
 def _parse_order(raw: Any, at: str) -> Order:
-    body = _fields(raw, _ORDER_FIELDS, at)
-    return Order(
-        tenant=_identifier(body["tenant"], at + ".tenant"),
-        order_ref=_order_ref(body["order_ref"], at + ".order_ref"),
-        owner=_identifier(body["owner"], at + ".owner"),
-        status=_choice(body["status"], ORDER_STATUSES, at + ".status"),
-        revision=_integer(body["revision"], at + ".revision", 1, MAX_REVISION),
-    )
+    body = _flat(raw, _ORDER, at)
+    return Order(tenant=body["tenant"], order_ref=body["order_ref"], owner=body["owner"], status=body["status"],
+                 revision=body["revision"])
 
 
-def _order_ref(value: Any, at: str) -> str:
-    if type(value) is str and ORDER_REF_PATTERN.fullmatch(value):
-        return value
-    raise BoundaryError("FIXTURE_VALUE", at)
-
-
-def _parse_case(raw: Any, at: str, world: World) -> Case:
+def _parse_case(raw: Any, at: str, known: frozenset[tuple[str, str]]) -> Case:
     body = _fields(raw, _CASE_FIELDS, at)
-    case_id = _identifier(body["id"], at + ".id")
+    if not _is_identifier(body["id"]):
+        raise BoundaryError("FIXTURE_VALUE", at + ".id")
     raw_steps = _array(body["steps"], at + ".steps", MAX_STEPS_PER_CASE)
     if not raw_steps:
         raise BoundaryError("FIXTURE_VALUE", at + ".steps")
     steps: list[Step] = []
+    earlier: dict[str, str] = {}  # the kind of every earlier step of the case, by id
     for index, item in enumerate(raw_steps):
-        step = _parse_step(item, f"{at}.steps[{index}]", world, steps)
+        step = _parse_step(item, f"{at}.steps[{index}]", known, earlier)
+        earlier[step.id] = step.kind
         steps.append(step)
-    return Case(id=case_id, title=_text(body["title"], at + ".title"), steps=tuple(steps))
+    if not _is_text(body["title"]):
+        raise BoundaryError("FIXTURE_VALUE", at + ".title")
+    return Case(id=body["id"], title=body["title"], steps=tuple(steps))
 
 
-def _parse_step(raw: Any, at: str, world: World, earlier: Sequence[Step]) -> Step:
-    kind = _choice(_object(raw, at).get("kind"), frozenset(_STEP_FIELDS), at + ".kind")
+def _parse_step(raw: Any, at: str, known: frozenset[tuple[str, str]], earlier: Mapping[str, str]) -> Step:
+    if type(raw) is not dict:
+        raise BoundaryError("FIXTURE_VALUE", at)
+    kind = raw.get("kind")
+    if type(kind) is not str or kind not in _STEP_FIELDS:
+        raise BoundaryError("FIXTURE_VALUE", at + ".kind")
     body = _fields(raw, _STEP_FIELDS[kind], at)
-    step_id = _identifier(body["id"], at + ".id")
-    if any(step.id == step_id for step in earlier):
+    step_id = body["id"]
+    if not _is_identifier(step_id) or step_id in earlier:
         raise BoundaryError("FIXTURE_VALUE", at + ".id")
     of_step = None
     if kind == "query_status":
-        of_step = _identifier(body["of_step"], at + ".of_step")
+        of_step = body["of_step"]
+        if not _is_identifier(of_step):
+            raise BoundaryError("FIXTURE_VALUE", at + ".of_step")
         # Only an earlier dispatch step can be queried: never itself, never a later step.
-        if not any(step.id == of_step and step.kind == "dispatch" for step in earlier):
+        if earlier.get(of_step) != "dispatch":
             raise BoundaryError("FIXTURE_REFERENCE", at + ".of_step")
+    proposal = _flat(body["proposal"], _PROPOSAL, at + ".proposal")
+    context = _parse_context(body["context"], at + ".context")
+    principal = _parse_principal(body["principal"], at + ".principal")
     approval = body.get("approval")
-    deadline = body.get("deadline")
+    if approval is not None:
+        approval = _parse_approval(approval, at + ".approval")
+    _check(body, _STEP_SCALARS[kind], at)
     return Step(
         id=step_id,
         kind=kind,
         of_step=of_step,
-        proposal=_parse_proposal(body["proposal"], at + ".proposal"),
-        context=_parse_context(body["context"], at + ".context"),
-        principal=_parse_principal(body["principal"], at + ".principal"),
-        approval=None if approval is None else _parse_approval(approval, at + ".approval"),
-        fault=_choice(body["fault"], _STEP_FAULTS[kind], at + ".fault"),
-        now=_time(body["now"], at + ".now"),
-        deadline=None if deadline is None else _time(deadline, at + ".deadline"),
-        world_changes=_parse_changes(body["world_changes"], at + ".world_changes", world),
+        proposal=proposal,
+        context=context,
+        principal=principal,
+        approval=approval,
+        fault=body["fault"],
+        now=body["now"],
+        deadline=body.get("deadline"),
+        world_changes=_parse_changes(body["world_changes"], at + ".world_changes", known),
         expect=_parse_expect(body["expect"], at + ".expect"),
     )
 
 
-def _parse_proposal(raw: Any, at: str) -> dict[str, Any]:
-    # The proposal is the model's part: hostile names and arguments are its point, so only its
-    # outer shape is fixed here; the dispatcher judges the rest.
-    body = _fields(raw, _PROPOSAL_FIELDS, at)
-    _text(body["name"], at + ".name")
-    _object(body["arguments"], at + ".arguments")
-    return body
-
-
 def _parse_context(raw: Any, at: str) -> CallContext:
-    body = _fields(raw, _CONTEXT_FIELDS, at)
-    values = {field: _identifier(body[field], f"{at}.{field}")
-              for field in _CONTEXT_FIELDS - {"idempotency_key"}}
-    key = body["idempotency_key"]
-    context = CallContext(**values, idempotency_key=None if key is None else _identifier(key, at + ".idempotency_key"))
-    if PROVIDER_PROFILES.get(context.adapter_revision) != context.profile:
+    body = _flat(raw, _CONTEXT, at)
+    # Field by field, rather than `!= context.profile`, which builds a ProviderProfile to compare.
+    profile = PROVIDER_PROFILES.get(body["adapter_revision"])
+    if profile is None or profile.provider != body["provider"] or profile.api_family != body["api_family"]:
         raise BoundaryError("FIXTURE_PROFILE", at)
-    return context
+    return CallContext(
+        provider=body["provider"], api_family=body["api_family"], adapter_revision=body["adapter_revision"],
+        response_id=body["response_id"], call_id=body["call_id"], operation_id=body["operation_id"],
+        idempotency_key=body["idempotency_key"],
+    )
 
 
 def _parse_principal(raw: Any, at: str) -> Principal:
     body = _fields(raw, _PRINCIPAL_FIELDS, at)
-    roles = tuple(_identifier(role, f"{at}.roles[{index}]")
-                  for index, role in enumerate(_array(body["roles"], at + ".roles", MAX_ROLES)))
-    if list(roles) != sorted(set(roles)):
+    roles = _array(body["roles"], at + ".roles", MAX_ROLES)
+    for index, role in enumerate(roles):
+        if not _is_identifier(role):
+            raise BoundaryError("FIXTURE_VALUE", f"{at}.roles[{index}]")
+    if roles != sorted(set(roles)):
         raise BoundaryError("FIXTURE_VALUE", at + ".roles")
-    return Principal(
-        tenant=_identifier(body["tenant"], at + ".tenant"),
-        subject=_identifier(body["subject"], at + ".subject"),
-        roles=roles,
-    )
+    _check(body, _PRINCIPAL_NAMES, at)
+    return Principal(tenant=body["tenant"], subject=body["subject"], roles=tuple(roles))
 
 
 def _parse_approval(raw: Any, at: str) -> Approval:
-    body = _fields(raw, _APPROVAL_FIELDS, at)
-    values = {field: _identifier(body[field], f"{at}.{field}")
-              for field in _APPROVAL_FIELDS - {"arguments", "expires_at"}}
+    body = _flat(raw, _APPROVAL, at)
     return Approval(
-        **values,
-        arguments=_object(body["arguments"], at + ".arguments"),
-        expires_at=_time(body["expires_at"], at + ".expires_at"),
+        approver=body["approver"], tenant=body["tenant"], subject=body["subject"], provider=body["provider"],
+        api_family=body["api_family"], adapter_revision=body["adapter_revision"], call_id=body["call_id"],
+        operation_id=body["operation_id"], arguments=body["arguments"],
+        contract_revision=body["contract_revision"], expires_at=body["expires_at"],
     )
 
 
-def _parse_changes(raw: Any, at: str, world: World) -> tuple[WorldChange, ...]:
-    known = {(order.tenant, order.order_ref) for order in world.orders}
+def _parse_changes(raw: Any, at: str, known: frozenset[tuple[str, str]]) -> tuple[WorldChange, ...]:
     changes = []
     for index, item in enumerate(_array(raw, at, MAX_WORLD_CHANGES)):
         place = f"{at}[{index}]"
-        body = _fields(item, _CHANGE_FIELDS, place)
-        change = WorldChange(
-            tenant=_identifier(body["tenant"], place + ".tenant"),
-            order_ref=_order_ref(body["order_ref"], place + ".order_ref"),
-            status=_choice(body["status"], ORDER_STATUSES, place + ".status"),
-        )
-        if (change.tenant, change.order_ref) not in known:
+        body = _flat(item, _CHANGE, place)
+        if (body["tenant"], body["order_ref"]) not in known:
             raise BoundaryError("FIXTURE_REFERENCE", place)
-        changes.append(change)
+        changes.append(WorldChange(tenant=body["tenant"], order_ref=body["order_ref"], status=body["status"]))
     return tuple(changes)
 
 
 def _parse_expect(raw: Any, at: str) -> Expectation:
-    body = _fields(raw, _EXPECT_FIELDS, at)
-    code = body["error_code"]
-    data = body["data"]
+    body = _flat(raw, _EXPECT, at)
     return Expectation(
-        status=_choice(body["status"], STATUSES, at + ".status"),
-        error_code=None if code is None else _choice(code, _TOOL_ERROR_CODES, at + ".error_code"),
-        outcome=_choice(body["outcome"], OUTCOMES, at + ".outcome"),
-        delivery=_choice(body["delivery"], DELIVERIES, at + ".delivery"),
-        recovery=_choice(body["recovery"], RECOVERIES, at + ".recovery"),
-        effect_count=_integer(body["effect_count"], at + ".effect_count", 0, MAX_STEPS_PER_CASE),
-        data=None if data is None else _object(data, at + ".data"),
-        request_sha256=_digest(body["request_sha256"], at + ".request_sha256"),
-        result_sha256=_digest(body["result_sha256"], at + ".result_sha256"),
-        call_binding_sha256=_digest(body["call_binding_sha256"], at + ".call_binding_sha256"),
+        status=body["status"], error_code=body["error_code"], outcome=body["outcome"], delivery=body["delivery"],
+        recovery=body["recovery"], effect_count=body["effect_count"], data=body["data"],
+        request_sha256=body["request_sha256"], result_sha256=body["result_sha256"],
+        call_binding_sha256=body["call_binding_sha256"],
     )
 
 

@@ -683,7 +683,8 @@ class Fixture:
 _Check = Callable[[Any], bool]  # True when a decoded value is acceptable in its field
 
 
-def _is_identifier(value: Any) -> bool:
+def is_identifier(value: Any) -> bool:
+    """An identifier: a plain str of at most 64 characters, matching IDENTIFIER_PATTERN whole."""
     return (type(value) is str and len(value) <= MAX_IDENTIFIER_LENGTH
             and IDENTIFIER_PATTERN.fullmatch(value) is not None)
 
@@ -781,23 +782,23 @@ _VERSIONS: Final = MappingProxyType({
 
 # The flat objects, each a closed table of every field it holds.
 _ORDER: Final = _table(
-    tenant=_is_identifier, order_ref=_is_order_ref, owner=_is_identifier, status=_one_of(ORDER_STATUSES),
+    tenant=is_identifier, order_ref=_is_order_ref, owner=is_identifier, status=_one_of(ORDER_STATUSES),
     revision=_integer_in(1, MAX_REVISION),
 )
 # The model's part: hostile names and arguments are its point, so only its outer shape is fixed
 # here; the dispatcher judges the rest.
 _PROPOSAL: Final = _table(name=_is_text, arguments=_is_object)
 _CONTEXT: Final = _table(
-    provider=_is_identifier, api_family=_is_identifier, adapter_revision=_is_identifier,
-    response_id=_is_identifier, call_id=_is_identifier, operation_id=_is_identifier,
-    idempotency_key=_or_null(_is_identifier),
+    provider=is_identifier, api_family=is_identifier, adapter_revision=is_identifier,
+    response_id=is_identifier, call_id=is_identifier, operation_id=is_identifier,
+    idempotency_key=_or_null(is_identifier),
 )
 _APPROVAL: Final = _table(
-    approver=_is_identifier, tenant=_is_identifier, subject=_is_identifier, provider=_is_identifier,
-    api_family=_is_identifier, adapter_revision=_is_identifier, call_id=_is_identifier,
-    operation_id=_is_identifier, contract_revision=_is_identifier, arguments=_is_object, expires_at=_is_time,
+    approver=is_identifier, tenant=is_identifier, subject=is_identifier, provider=is_identifier,
+    api_family=is_identifier, adapter_revision=is_identifier, call_id=is_identifier,
+    operation_id=is_identifier, contract_revision=is_identifier, arguments=_is_object, expires_at=_is_time,
 )
-_CHANGE: Final = _table(tenant=_is_identifier, order_ref=_is_order_ref, status=_one_of(ORDER_STATUSES))
+_CHANGE: Final = _table(tenant=is_identifier, order_ref=_is_order_ref, status=_one_of(ORDER_STATUSES))
 _EXPECT: Final = _table(
     status=_one_of(STATUSES), error_code=_or_null(_one_of(_TOOL_ERROR_CODES)), outcome=_one_of(OUTCOMES),
     delivery=_one_of(DELIVERIES), recovery=_one_of(RECOVERIES),
@@ -808,7 +809,7 @@ _EXPECT: Final = _table(
 _PROPOSAL_FIELDS: Final = _PROPOSAL.fields
 _CONTEXT_FIELDS: Final = _CONTEXT.fields
 # The scalar fields of objects that also hold arrays or objects, checked after those.
-_PRINCIPAL_NAMES: Final = _table(tenant=_is_identifier, subject=_is_identifier)  # after the roles
+_PRINCIPAL_NAMES: Final = _table(tenant=is_identifier, subject=is_identifier)  # after the roles
 _STEP_SCALARS: Final = MappingProxyType({  # after the approval, before the world changes
     "dispatch": _table(fault=_one_of(DISPATCH_FAULTS), now=_is_time, deadline=_or_null(_is_time)),
     "query_status": _table(fault=_one_of(QUERY_FAULTS), now=_is_time),
@@ -864,7 +865,7 @@ def _parse_world(raw: Any) -> World:
         raise BoundaryError("FIXTURE_VALUE", "world.orders")
     approvers = _array(body["approvers"], "world.approvers", MAX_APPROVERS)
     for index, approver in enumerate(approvers):
-        if not _is_identifier(approver):
+        if not is_identifier(approver):
             raise BoundaryError("FIXTURE_VALUE", f"world.approvers[{index}]")
     return World(orders=orders, approvers=frozenset(approvers))
 
@@ -879,7 +880,7 @@ def _parse_order(raw: Any, at: str) -> Order:
 
 def _parse_case(raw: Any, at: str, known: frozenset[tuple[str, str]]) -> Case:
     body = _fields(raw, _CASE_FIELDS, at)
-    if not _is_identifier(body["id"]):
+    if not is_identifier(body["id"]):
         raise BoundaryError("FIXTURE_VALUE", at + ".id")
     raw_steps = _array(body["steps"], at + ".steps", MAX_STEPS_PER_CASE)
     if not raw_steps:
@@ -903,12 +904,12 @@ def _parse_step(raw: Any, at: str, known: frozenset[tuple[str, str]], earlier: M
         raise BoundaryError("FIXTURE_VALUE", at + ".kind")
     body = _fields(raw, _STEP_FIELDS[kind], at)
     step_id = body["id"]
-    if not _is_identifier(step_id) or step_id in earlier:
+    if not is_identifier(step_id) or step_id in earlier:
         raise BoundaryError("FIXTURE_VALUE", at + ".id")
     of_step = None
     if kind == "query_status":
         of_step = body["of_step"]
-        if not _is_identifier(of_step):
+        if not is_identifier(of_step):
             raise BoundaryError("FIXTURE_VALUE", at + ".of_step")
         # Only an earlier dispatch step can be queried: never itself, never a later step.
         if earlier.get(of_step) != "dispatch":
@@ -953,7 +954,7 @@ def _parse_principal(raw: Any, at: str) -> Principal:
     body = _fields(raw, _PRINCIPAL_FIELDS, at)
     roles = _array(body["roles"], at + ".roles", MAX_ROLES)
     for index, role in enumerate(roles):
-        if not _is_identifier(role):
+        if not is_identifier(role):
             raise BoundaryError("FIXTURE_VALUE", f"{at}.roles[{index}]")
     if roles != sorted(set(roles)):
         raise BoundaryError("FIXTURE_VALUE", at + ".roles")
@@ -998,11 +999,6 @@ def _parse_expect(raw: Any, at: str) -> Expectation:
 # The context, the principal, the clock and the faults come from the trusted host. A malformed
 # one is the host's bug, so it raises (host scope) rather than becoming a model-facing result.
 # The proposal comes from the model: a malformed one is answered inside a model_result.
-
-
-def is_identifier(value: Any) -> bool:
-    return (type(value) is str and len(value) <= MAX_IDENTIFIER_LENGTH
-            and IDENTIFIER_PATTERN.fullmatch(value) is not None)
 
 
 def check_context(context: Any) -> ProviderProfile:
@@ -2140,7 +2136,7 @@ def _optional_identifier(value: Any) -> bool:
     return value is None or is_identifier(value)
 
 
-def _is_text(value: Any, expected: str) -> bool:
+def _is_exactly(value: Any, expected: str) -> bool:
     # The type test first: an object whose __eq__ always says yes must not pass for a string.
     return type(value) is str and value == expected
 
@@ -2154,7 +2150,7 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
                    registry: Mapping[str, ToolSpec] = REGISTRY) -> None:
     """Verify a result package completely, or raise the BoundaryError naming the first fault."""
     body = _shape(package, _PACKAGE_FIELDS)
-    _require(_is_text(body["format"], PACKAGE_FORMAT))
+    _require(_is_exactly(body["format"], PACKAGE_FORMAT))
     _check_execution(body["execution"])
     result = body["model_result"]
     _require(type(result) is dict and _member(result.get("status"), STATUSES))
@@ -2181,17 +2177,17 @@ def _check_execution(execution: Any) -> None:
 
 
 def _check_result_fields(result: dict[str, Any], status: str) -> None:
-    _require(_is_text(result["version"], MODEL_RESULT_VERSION)
+    _require(_is_exactly(result["version"], MODEL_RESULT_VERSION)
              and _member(result["outcome"], OUTCOMES) and _member(result["delivery"], DELIVERIES)
              and _member(result["recovery"], RECOVERIES)
              and result["complete"] is (status == "ok") and result["truncated"] is False
-             and _is_text(result["trust"], _TRUST_BY_STATUS[status]))
+             and _is_exactly(result["trust"], _TRUST_BY_STATUS[status]))
     source = _shape(result["source"], _SOURCE_FIELDS)
     _require((source["tool"] is None or type(source["tool"]) is str) and type(source["producer"]) is str)
 
 
 def _check_audit_fields(audit: dict[str, Any]) -> dict[str, Any]:
-    _require(_is_text(audit["version"], AUDIT_VERSION))
+    _require(_is_exactly(audit["version"], AUDIT_VERSION))
     principal = _shape(audit["principal"], _AUDIT_PRINCIPAL_FIELDS)
     roles = principal["roles"]
     _require(is_identifier(principal["tenant"]) and type(principal["subject_ref"]) is str
@@ -2257,7 +2253,7 @@ def _check_error_or_data(result: dict[str, Any], status: str, spec: ToolSpec | N
     error = _shape(result["error"], _ERROR_FIELDS)
     code = error["code"]
     catalog = ERROR_CATALOG.get(code) if type(code) is str else None
-    _require(catalog is not None and catalog.scope == "tool" and _is_text(error["message"], catalog.message)
+    _require(catalog is not None and catalog.scope == "tool" and _is_exactly(error["message"], catalog.message)
              and error["retryable"] is catalog.retryable, "ERROR_CATALOG_MISMATCH")
     _require(result["recovery"] == recovery_for(status, code))
 

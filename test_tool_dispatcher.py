@@ -331,6 +331,17 @@ class TestFixtureAndStrictJson(unittest.TestCase):
                 self.assertLess(len(data), td.MAX_FIXTURE_BYTES)
                 self.assertFixtureError("JSON_TOO_DEEP", data)
 
+    def test_a_max_depth_beyond_what_python_can_decode_is_still_a_code(self):
+        # A caller may raise max_depth; past the interpreter's own recursion limit the decoder
+        # would raise RecursionError, which is answered as the document being too deep.
+        deep = deep_array(50_000)
+        self.assertDecodeError("JSON_TOO_DEEP", deep, max_bytes=len(deep), max_depth=100_000)
+        expected: list = []
+        for _ in range(39):
+            expected = [expected]
+        self.assertEqual(td.decode_strict_json(deep_array(40), max_depth=40), expected)
+        self.assertDecodeError("JSON_TOO_DEEP", deep_array(40), max_depth=39)
+
     def test_brackets_inside_strings_do_not_count(self):
         self.assertFalse(td.exceeds_nesting(b'["' + b"[" * 100 + b'"]'))
         self.assertFalse(td.exceeds_nesting(b'["\\"' + b"{" * 100 + b'"]'))
@@ -689,6 +700,15 @@ class TestFixtureAndStrictJson(unittest.TestCase):
         document = shipped_document()
         document["cases"][0]["steps"] = []
         self.assertFixtureError("FIXTURE_VALUE", document=document)
+
+    def test_a_repeated_approver_is_refused_like_a_repeated_order(self):
+        document = shipped_document()
+        document["world"]["approvers"] = ["approver-lee", "approver-ng", "approver-lee"]
+        self.assertEqual(self.assertFixtureError("FIXTURE_VALUE", document=document).at, "world.approvers")
+        document["world"]["approvers"] = ["approver-lee", "approver-ng"]
+        self.assertEqual(parse(document).world.approvers, frozenset({"approver-lee", "approver-ng"}))
+        document["world"]["orders"].append(dict(document["world"]["orders"][0]))
+        self.assertEqual(self.assertFixtureError("FIXTURE_VALUE", document=document).at, "world.orders")
 
     def test_roles_must_be_sorted_and_unique(self):
         for roles in (["refunds.draft", "orders.read"], ["orders.read", "orders.read"]):

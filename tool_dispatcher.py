@@ -583,7 +583,7 @@ def _decode_counting(text: str, *, members: int) -> Any:
         # pairs to build and copy first; this is a third of the cost of the refusing hooks.
         value = json.loads(text, object_hook=count_members, parse_constant=_refuse_constant,
                            parse_float=_refuse_float, parse_int=_bounded_int)
-    except (ValueError, BoundaryError):
+    except (ValueError, BoundaryError, RecursionError):
         return _FAULT
     return value if held == members else _FAULT
 
@@ -600,6 +600,8 @@ def _decode_refusing(text: str) -> Any:
         )
     except ValueError:  # json.JSONDecodeError, and the UTF-8 BOM refusal
         raise BoundaryError("JSON_INVALID") from None
+    except RecursionError:  # only with a max_depth far above MAX_NESTING_DEPTH: deeper than Python goes
+        raise BoundaryError("JSON_TOO_DEEP") from None
 
 
 # ============================================================================================
@@ -867,6 +869,8 @@ def _parse_world(raw: Any) -> World:
     for index, approver in enumerate(approvers):
         if not is_identifier(approver):
             raise BoundaryError("FIXTURE_VALUE", f"world.approvers[{index}]")
+    if len(set(approvers)) != len(approvers):  # a repeated approver, like a repeated order, is refused
+        raise BoundaryError("FIXTURE_VALUE", "world.approvers")
     return World(orders=orders, approvers=frozenset(approvers))
 
 

@@ -1569,9 +1569,10 @@ def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, str], orde
     if scan_output(output) > max_bytes and len(canonical_json(output)) > max_bytes:
         raise BoundaryError("OUTPUT_TOO_LARGE")
     check_output_fields(spec, output)
-    if (any(output[field] != arguments[field] for field in spec.bound_fields)
-            or result.producer_revision != spec.producer_revision
-            or result.resource_revision != order.revision):
+    for field in spec.bound_fields:
+        if output[field] != arguments[field]:
+            raise BoundaryError("OUTPUT_BINDING_MISMATCH")
+    if result.producer_revision != spec.producer_revision or result.resource_revision != order.revision:
         raise BoundaryError("OUTPUT_BINDING_MISMATCH")
     return dict(output)
 
@@ -2028,13 +2029,13 @@ class Dispatcher:
 
     def _package(self, call: _Call, model_result: dict[str, Any], *, state: str = "none",
                  handler_invoked: bool = False, effects: int = 0,
-                 refs: Mapping[str, str | None] = _NO_REFS, redactions: Sequence[str] = (),
+                 refs: dict[str, str | None] | MappingProxyType[str, str | None] = _NO_REFS, redactions: Sequence[str] = (),
                  approval: Mapping[str, Any] | None = None) -> dict[str, Any]:
         spec = call.spec
         contract = None if spec is None else spec.contract_view()
         provider_context = call.context.view(call.purpose)
         principal = principal_view(call.principal)
-        downstream = dict(refs)
+        downstream = refs.copy()  # a dict, from a dict or a read-only view: copy() is the cheaper spelling
         granted = None if approval is None else dict(approval)
         result_digest = model_result_sha256(model_result)
         if spec is None:  # refused before the registry named a tool: the definitions, no template

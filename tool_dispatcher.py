@@ -2029,8 +2029,8 @@ class Dispatcher:
 
     def _package(self, call: _Call, model_result: dict[str, Any], *, state: str = "none",
                  handler_invoked: bool = False, effects: int = 0,
-                 refs: dict[str, str | None] | MappingProxyType[str, str | None] = _NO_REFS, redactions: Sequence[str] = (),
-                 approval: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 refs: dict[str, str | None] | MappingProxyType[str, str | None] = _NO_REFS,
+                 redactions: Sequence[str] = (), approval: Mapping[str, Any] | None = None) -> dict[str, Any]:
         spec = call.spec
         contract = None if spec is None else spec.contract_view()
         provider_context = call.context.view(call.purpose)

@@ -343,6 +343,9 @@ class Order:
 _CANONICAL_ENCODER: Final = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
 )
+# The arguments JSONEncoder.iterencode passes: markers (None: no circular check), default,
+# the string encoder (UTF-8 kept, not \u-escaped), indent, key and item separators, sort_keys,
+# skipkeys, allow_nan.
 _C_ENCODER: Final = None if json.encoder.c_make_encoder is None else json.encoder.c_make_encoder(
     None, _CANONICAL_ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
 )

@@ -2368,6 +2368,14 @@ class TestDigests(unittest.TestCase):
                                            dict(td._NO_REFS), None))
         self.assertNotEqual(td.spec_request_sha256(spec, "{}", arguments), td.spec_request_sha256(moved, "{}", arguments))
 
+    def test_spec_binding_digest_encodes_any_string_it_is_given_as_the_definition_does(self):
+        spec, context_view = td.REGISTRY["get_order"], context().view("dispatch")
+        for odd in ('quote " and \\ backslash', "%s", "é"):
+            with self.subTest(odd=odd):
+                self.assertEqual(
+                    td.spec_call_binding_sha256(spec, context_view, odd, odd, dict(td._NO_REFS), None),
+                    td.call_binding_sha256(context_view, spec.contract_view(), odd, odd, dict(td._NO_REFS), None))
+
     def test_json_copy_is_deep(self):
         value = {"a": [{"b": "c"}], "d": 1}
         duplicate = td.json_copy(value)

@@ -1728,10 +1728,10 @@ def model_result_sha256(model_result: Mapping[str, Any]) -> str:
 def spec_call_binding_sha256(spec: ToolSpec, provider_context: Mapping[str, Any], request_digest: str,
                              result_digest: str, downstream: Mapping[str, Any],
                              approval: Mapping[str, Any] | None) -> str:
-    """call_binding_sha256 for a registered spec; the two digests are hex, so they are quoted as is."""
+    """call_binding_sha256 for a registered spec."""
     return _contract_templates(spec._contract_items)[1].sha256(
         canonical_text(approval), canonical_text(downstream), canonical_text(provider_context),
-        f'"{request_digest}"', f'"{result_digest}"')
+        canonical_text(request_digest), canonical_text(result_digest))
 
 
 # ============================================================================================

@@ -2370,7 +2370,7 @@ class TestDigests(unittest.TestCase):
 
     def test_spec_binding_digest_encodes_any_string_it_is_given_as_the_definition_does(self):
         spec, context_view = td.REGISTRY["get_order"], context().view("dispatch")
-        for odd in ('quote " and \\ backslash', "%s", "é"):
+        for odd in ('quote " and \\ backslash', "%s", "é", None, 7):
             with self.subTest(odd=odd):
                 self.assertEqual(
                     td.spec_call_binding_sha256(spec, context_view, odd, odd, dict(td._NO_REFS), None),

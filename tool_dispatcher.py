@@ -358,6 +358,13 @@ def canonical_text(value: Any) -> str:
     return "".join(_C_ENCODER(value, 0))
 
 
+def _string_text(text: str) -> str:
+    # The canonical text of a str, without the encoder's call: the same C function quotes it.
+    if type(text) is not str:
+        return canonical_text(text)
+    return json.encoder.encode_basestring(text)
+
+
 def canonical_json(value: Any) -> bytes:
     """Encode a JSON value canonically: sorted keys, no whitespace, UTF-8 bytes."""
     return canonical_text(value).encode("utf-8")
@@ -1543,14 +1550,14 @@ def scan_output(value: Any, *, max_depth: int = MAX_OUTPUT_DEPTH, max_nodes: int
                 stack.extend((child, depth + 1) for child in item)
                 continue
             for key, child in item.items():
-                if type(key) is not str or not _is_portable_text(key):
+                if type(key) is not str or not (key.isascii() or _is_portable_text(key)):
                     raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
                 if _is_sensitive_key(key):
                     raise BoundaryError("OUTPUT_SENSITIVE_FIELD")
                 bound += _MAX_FRAME_BYTES + _MAX_BYTES_PER_CHAR * len(key)
                 stack.append((child, depth + 1))
         elif kind is str:
-            if not _is_portable_text(item):
+            if not (item.isascii() or _is_portable_text(item)):  # the ASCII test first: no call
                 raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
             if _is_sensitive_text(item):
                 raise BoundaryError("OUTPUT_SENSITIVE_FIELD")
@@ -1731,7 +1738,7 @@ def spec_call_binding_sha256(spec: ToolSpec, provider_context: Mapping[str, Any]
     """call_binding_sha256 for a registered spec."""
     return _contract_templates(spec._contract_items)[1].sha256(
         canonical_text(approval), canonical_text(downstream), canonical_text(provider_context),
-        canonical_text(request_digest), canonical_text(result_digest))
+        _string_text(request_digest), _string_text(result_digest))
 
 
 # ============================================================================================

@@ -3149,6 +3149,29 @@ class TestFixtureRunner(unittest.TestCase):
         self.assertEqual([(r.step_id, r.kind, r.seen["delivery"]) for r in reports],
                          [("s1", "dispatch", "none"), ("s2", "query_status", "receipt_reconciled")])
 
+    def test_each_case_runs_on_the_dispatcher_its_factory_builds(self):
+        fixture = parse(shipped_document())
+        built = []
+
+        class Counting(Dispatcher):
+            def dispatch(self, *args, **kwargs):
+                self.dispatches += 1
+                return super().dispatch(*args, **kwargs)
+
+        def factory(case, world):
+            dispatcher = Counting.from_world(world)
+            dispatcher.dispatches = 0
+            built.append((case.id, dispatcher))
+            return dispatcher
+
+        summary, reports = td.run_fixture(fixture, dispatcher_for=factory)
+        self.assertEqual((summary["passed"], summary["step_count"]), (True, 23))
+        self.assertEqual([case_id for case_id, _ in built], [case.id for case in fixture.cases])
+        dispatch_steps = sum(1 for report in reports if report.kind == "dispatch")
+        self.assertEqual(sum(dispatcher.dispatches for _, dispatcher in built), dispatch_steps)
+        self.assertEqual(td.run_case(fixture.cases[0], fixture.world, dispatcher_for=factory)[0].mismatches, ())
+        self.assertEqual(len(built), len(fixture.cases) + 1)
+
     def test_unknown_case_id_is_refused(self):
         with self.assertRaises(BoundaryError) as caught:
             td.run_fixture(parse(shipped_document()), case_id="no-such-case")

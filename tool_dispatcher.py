@@ -2481,8 +2481,17 @@ def _run_step(dispatcher: Dispatcher, step: Step) -> tuple[dict[str, Any], dict[
     return seen, package, payload
 
 
-def run_case(case: Case, world: World) -> list[StepReport]:
-    dispatcher = Dispatcher.from_world(world)
+def fresh_dispatcher(case: Case, world: World) -> Dispatcher:
+    """The default dispatcher of a case: in memory, over the fixture's world, one per case."""
+    return Dispatcher.from_world(world)
+
+
+DispatcherFactory = Callable[[Case, World], Dispatcher]
+
+
+def run_case(case: Case, world: World, *, dispatcher_for: DispatcherFactory = fresh_dispatcher) -> list[StepReport]:
+    """Run one case's steps in order on one dispatcher (another layer passes its own factory)."""
+    dispatcher = dispatcher_for(case, world)
     reports = []
     for step in case.steps:
         expected = {field: getattr(step.expect, field) for field in EXPECTATION_FIELDS}
@@ -2493,12 +2502,13 @@ def run_case(case: Case, world: World) -> list[StepReport]:
     return reports
 
 
-def run_fixture(fixture: Fixture, *, case_id: str | None = None) -> tuple[dict[str, Any], list[StepReport]]:
+def run_fixture(fixture: Fixture, *, case_id: str | None = None,
+                dispatcher_for: DispatcherFactory = fresh_dispatcher) -> tuple[dict[str, Any], list[StepReport]]:
     """Run every case (or one) on a fresh dispatcher each; return the summary and step reports."""
     cases = [case for case in fixture.cases if case_id is None or case.id == case_id]
     if not cases:
         raise BoundaryError("CLI_UNKNOWN_CASE")
-    reports = [report for case in cases for report in run_case(case, fixture.world)]
+    reports = [report for case in cases for report in run_case(case, fixture.world, dispatcher_for=dispatcher_for)]
     failures = [
         {"case": report.case_id, "step": report.step_id, "field": field,
          "expected": report.expected[field], "seen": report.seen.get(field)}

@@ -1319,27 +1319,11 @@ def prune(store: DurableStore, *, retention_ms: int = RETENTION_MS) -> PruneRepo
 
 
 def run_fixture(fixture: td.Fixture, store: DurableStore, *, case_id: str | None = None) -> dict[str, Any]:
-    cases = [case for case in fixture.cases if case_id is None or case.id == case_id]
-    if not cases:
-        raise td.BoundaryError("CLI_UNKNOWN_CASE")
-    reports = [report for case in cases for report in _run_case(case, fixture.world, store)]
-    failures = [{"case": report.case_id, "step": report.step_id, "field": field,
-                 "expected": report.expected[field], "seen": report.seen.get(field)}
-                for report in reports for field in report.mismatches]
-    return {"passed": not failures, "format": td.FIXTURE_FORMAT, "case_count": len(cases),
-            "step_count": len(reports), "failures": failures}
-
-
-def _run_case(case: td.Case, world: td.World, store: DurableStore) -> list[td.StepReport]:
-    dispatcher = DurableDispatcher.from_world(world, store=store, realm=case.id)
-    reports = []
-    for step in case.steps:
-        expected = {field: getattr(step.expect, field) for field in td.EXPECTATION_FIELDS}
-        expected["verification"] = None
-        seen = td.run_step(dispatcher, step)
-        seen.setdefault("verification", None)
-        reports.append(td.StepReport(case.id, step.id, step.kind, str(step.proposal["name"]), seen, expected))
-    return reports
+    """tool_dispatcher's fixture runner, with one durable dispatcher per case (its realm)."""
+    summary, _reports = td.run_fixture(
+        fixture, case_id=case_id,
+        dispatcher_for=lambda case, world: DurableDispatcher.from_world(world, store=store, realm=case.id))
+    return summary
 
 
 # ============================================================================================

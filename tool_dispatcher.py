@@ -1934,7 +1934,7 @@ class Dispatcher:
             code = "DEADLINE_EXCEEDED" if code == "OUTCOME_UNKNOWN" else code
             return self._package(call, project_model_result(
                 call.spec, status="error", outcome="failed", delivery="none", code=code),
-                handler_invoked=True, redactions=_withheld(code))
+                handler_invoked=True, redactions=withheld(code))
         return self._package(call, project_model_result(
             call.spec, status="ok", outcome="succeeded", delivery="fresh", data=data), handler_invoked=True)
 
@@ -1961,7 +1961,7 @@ class Dispatcher:
             self._records[call.record_key] = advance(self._new_record(call, refs, granted), "outcome_lost")
             return self._package(call, project_model_result(
                 call.spec, status="unknown", outcome="unknown", delivery="none", code=code),
-                state="unknown", handler_invoked=True, effects=effects, refs=refs, redactions=_withheld(code),
+                state="unknown", handler_invoked=True, effects=effects, refs=refs, redactions=withheld(code),
                 approval=granted)
         refs["receipt_ref"] = receipt_ref  # the downstream's receipt: evidence of this fresh effect
         record = advance(self._new_record(call, refs, granted), "committed", data=data)
@@ -2093,7 +2093,8 @@ _OUTPUT_REFUSALS: Final = frozenset({
 })
 
 
-def _withheld(code: str) -> tuple[str, ...]:
+def withheld(code: str) -> tuple[str, ...]:
+    """The audit's redactions for a failed execution: the handler's output, when a check refused it."""
     return ("handler_output",) if code in _OUTPUT_REFUSALS else ()
 
 

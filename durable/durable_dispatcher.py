@@ -1119,7 +1119,7 @@ class DurableDispatcher(td.Dispatcher):
             package = self._package(call, td.project_model_result(
                 call.spec, status="unknown", outcome="unknown", delivery="none", code=code),
                 state="unknown", handler_invoked=True, effects=fenced.created, refs=refs,
-                redactions=td._withheld(code), approval=granted)
+                redactions=td.withheld(code), approval=granted)
             self._ledger.advance(lease, "outcome_lost", package=package)
             return package
         refs = {**refs, "receipt_ref": receipt_ref}

@@ -410,6 +410,9 @@ class TestFixtureAndStrictJson(unittest.TestCase):
         self.assertDecodeError("JSON_NOT_PORTABLE", b'{"\\udc00": 1}')
         self.assertDecodeError("JSON_NOT_PORTABLE", b'{"a": {"b": ["ok", "x\\udfffy"]}}')
         self.assertEqual(td.decode_strict_json(b'["\\ud83d\\ude00"]'), ["\U0001f600"])
+        # A document with a surrogate escape has every string checked: plain ASCII ones pass.
+        self.assertEqual(td.decode_strict_json(b'{"key": ["\\ud83d\\ude00", "ascii"]}'),
+                         {"key": ["\U0001f600", "ascii"]})
 
     def test_only_a_real_escape_can_make_a_lone_surrogate(self):
         self.assertEqual(td.decode_strict_json(b'["\\\\ud800"]'), ["\\ud800"])  # an escaped backslash, then text

@@ -535,20 +535,25 @@ def _check_portable_strings(value: Any) -> None:
         kind = type(item)
         if kind is dict:
             for key, child in item.items():
-                _check_text(key)
+                if not _is_portable_text(key):
+                    raise BoundaryError("JSON_NOT_PORTABLE")
                 stack.append(child)
         elif kind is list:
             stack.extend(item)
-        elif kind is str:
-            _check_text(item)
+        elif kind is str and not _is_portable_text(item):
+            raise BoundaryError("JSON_NOT_PORTABLE")
 
 
-def _check_text(text: str) -> None:
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise BoundaryError("JSON_NOT_PORTABLE") from None
+def _is_portable_text(text: str) -> bool:
+    # A lone surrogate is a Python str but not UTF-8: no canonical encoding, no peer can read it.
+    # The decoder refuses it in a document, the output scan in a handler's output.
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def decode_strict_json(
@@ -1508,17 +1513,6 @@ def _is_sensitive_key(key: str) -> bool:
 
 def _is_sensitive_text(text: str) -> bool:
     return text.lstrip()[:8].lower().startswith(SENSITIVE_VALUE_PREFIXES)
-
-
-def _is_portable_text(text: str) -> bool:
-    # A lone surrogate is a Python str but not UTF-8: no canonical encoding, no peer can read it.
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 # Upper bounds of canonical bytes, for a size check that rarely needs to encode: a character

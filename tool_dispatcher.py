@@ -264,6 +264,15 @@ PROVIDER_PROFILES: Final[Mapping[str, ProviderProfile]] = MappingProxyType({
 })
 
 
+def registered_profile(provider: Any, api_family: Any, adapter_revision: Any) -> ProviderProfile | None:
+    """The registered profile these three values name exactly, or None. Field by field: no
+    ProviderProfile is built to compare, and an unhashable revision is never looked up."""
+    profile = PROVIDER_PROFILES.get(adapter_revision) if type(adapter_revision) is str else None
+    if profile is None or profile.provider != provider or profile.api_family != api_family:
+        return None
+    return profile
+
+
 @dataclass(frozen=True, slots=True)
 class CallContext:
     """What the trusted adapter knows about one provider call; never taken from the model."""
@@ -958,9 +967,7 @@ def _parse_step(raw: Any, at: str, known: frozenset[tuple[str, str]], earlier: M
 
 def _parse_context(raw: Any, at: str) -> CallContext:
     body = _flat(raw, _CONTEXT, at)
-    # Field by field, rather than `!= context.profile`, which builds a ProviderProfile to compare.
-    profile = PROVIDER_PROFILES.get(body["adapter_revision"])
-    if profile is None or profile.provider != body["provider"] or profile.api_family != body["api_family"]:
+    if registered_profile(body["provider"], body["api_family"], body["adapter_revision"]) is None:
         raise BoundaryError("FIXTURE_PROFILE", at)
     return CallContext(
         provider=body["provider"], api_family=body["api_family"], adapter_revision=body["adapter_revision"],
@@ -1029,8 +1036,8 @@ def check_context(context: Any) -> ProviderProfile:
         raise BoundaryError("CONTEXT_INVALID")
     if context.idempotency_key is not None and not is_identifier(context.idempotency_key):
         raise BoundaryError("CONTEXT_INVALID")
-    profile = PROVIDER_PROFILES.get(context.adapter_revision) if type(context.adapter_revision) is str else None
-    if profile is None or profile.provider != context.provider or profile.api_family != context.api_family:
+    profile = registered_profile(context.provider, context.api_family, context.adapter_revision)
+    if profile is None:
         raise BoundaryError("PROVIDER_PROFILE_UNKNOWN")
     return profile
 
@@ -2208,8 +2215,8 @@ def _check_audit_fields(audit: dict[str, Any]) -> dict[str, Any]:
     _require(all(type(context[field]) is str for field in ("provider", "api_family", "adapter_revision"))
              and all(is_identifier(context[field]) for field in ("response_id", "call_id", "operation_id"))
              and _optional_identifier(context["idempotency_key"]) and _member(context["purpose"], PURPOSES))
-    profile = ProviderProfile(context["provider"], context["api_family"], context["adapter_revision"])
-    _require(PROVIDER_PROFILES.get(profile.adapter_revision) == profile, "PROVIDER_MISMATCH")
+    _require(registered_profile(context["provider"], context["api_family"], context["adapter_revision"])
+             is not None, "PROVIDER_MISMATCH")
     downstream = _shape(audit["downstream"], _DOWNSTREAM_FIELDS)
     _require(all(_optional_identifier(ref) for ref in downstream.values()))
     approval = audit["approval"]

@@ -956,9 +956,9 @@ class TestFixtureAndStrictJson(unittest.TestCase):
         document["cases"][2]["steps"][0]["principal"]["tenant"] = "secret\nvalue"
         error = self.assertFixtureError("FIXTURE_VALUE", document=document)
         self.assertEqual(error.to_json(), {"code": "FIXTURE_VALUE", "message": "A fixture value has the wrong type or form.",
-                                           "at": "cases[2].steps[0].principal.tenant"})
+                                           "retryable": False, "at": "cases[2].steps[0].principal.tenant"})
         self.assertEqual(BoundaryError("JSON_INVALID").to_json(),
-                         {"code": "JSON_INVALID", "message": "The document is not valid JSON."})
+                         {"code": "JSON_INVALID", "message": "The document is not valid JSON.", "retryable": False})
 
 
 # ============================================================================================

@@ -37,13 +37,14 @@ import argparse
 import functools
 import hashlib
 import json
+import math
 import os
 import re
 import stat
 import sys
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Callable, Final, Mapping, NamedTuple, NoReturn, Sequence
+from typing import Any, Callable, ClassVar, Final, Mapping, NamedTuple, NoReturn, Sequence
 
 # ============================================================================================
 # 1. Limits and constants
@@ -55,6 +56,7 @@ MAX_FIXTURE_BYTES: Final = 65_536  # counted on the raw bytes, before any decodi
 MAX_NESTING_DEPTH: Final = 32  # containers deep; enforced by a scan before the JSON decoder runs
 MAX_SAFE_INTEGER: Final = 2**53 - 1  # the integers every JSON peer (JavaScript too) reads exactly
 MAX_INTEGER_DIGITS: Final = len(str(MAX_SAFE_INTEGER))  # a longer digit run is refused unparsed
+MAX_ENVELOPE_INTEGER_DIGITS: Final = 39  # 2**128 has 39 digits: any provider counter, never a slow int()
 MAX_CASES: Final = 64  # cases in one fixture
 MAX_STEPS_PER_CASE: Final = 8  # steps run on one dispatcher instance
 MAX_ROLES: Final = 8  # roles on one principal
@@ -120,12 +122,13 @@ class ErrorSpec:
     scope: str
 
 
-def _catalog(scope: str, retryable: bool, **messages: str) -> dict[str, ErrorSpec]:
+def error_specs(scope: str, retryable: bool, **messages: str) -> dict[str, ErrorSpec]:
+    """Catalog entries that share a scope and a retryability: code=fixed message, ..."""
     return {code: ErrorSpec(message, retryable, scope) for code, message in messages.items()}
 
 
 ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
-    **_catalog(
+    **error_specs(
         "tool", False,
         INVALID_PROPOSAL="The tool call proposal must be exactly a name and an arguments object.",
         UNKNOWN_TOOL="The requested tool is not registered.",
@@ -149,13 +152,13 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         OUTPUT_BINDING_MISMATCH="The tool output is not bound to this request and was withheld.",
         STATUS_CONFLICT="The status query does not match the recorded operation.",
     ),
-    **_catalog(
+    **error_specs(
         "tool", True,
         DEADLINE_EXCEEDED="The deadline passed before the tool could answer; no effect was committed.",
         RATE_LIMITED="The tool is rate limited; nothing was executed.",
         RECEIPT_UNAVAILABLE="The operation's receipt is not available yet; its outcome stays unknown.",
     ),
-    **_catalog(
+    **error_specs(
         "verify", False,
         PACKAGE_MALFORMED="The result package does not have the exact expected structure.",
         DIGEST_MALFORMED="A digest is not 64 lowercase hexadecimal characters.",
@@ -171,14 +174,14 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         RESULT_SET_MIXED_TURN="The calls do not belong to one provider turn.",
         RESULT_SET_TOO_LARGE="The provider turn has too many results.",
     ),
-    **_catalog(
+    **error_specs(
         "host", False,
         CONTEXT_INVALID="The trusted call context is malformed.",
         PROVIDER_PROFILE_UNKNOWN="The provider profile is not registered.",
         PRINCIPAL_INVALID="The trusted principal is malformed.",
         LIFECYCLE_VIOLATION="The operation cannot make this lifecycle transition.",
     ),
-    **_catalog(
+    **error_specs(
         "json", False,
         JSON_TOO_LARGE="The document exceeds the byte limit.",
         JSON_NOT_UTF8="The document is not valid UTF-8.",
@@ -188,7 +191,7 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         JSON_NON_FINITE="The document contains NaN or Infinity.",
         JSON_NOT_PORTABLE="The document leaves the portable JSON domain.",
     ),
-    **_catalog(
+    **error_specs(
         "fixture", False,
         FIXTURE_UNREADABLE="The fixture file could not be read.",
         FIXTURE_FIELDS="A fixture object has an unknown or a missing field.",
@@ -198,7 +201,7 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         FIXTURE_PROFILE="The fixture names a provider profile that is not registered.",
         FIXTURE_VERSION="The fixture format or contract version is not the one this module speaks.",
     ),
-    **_catalog(
+    **error_specs(
         "cli", False,
         CLI_USAGE="The command line is not valid; see --help.",
         CLI_UNKNOWN_CASE="No case in the fixture has that id.",
@@ -207,15 +210,19 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
 })
 
 
-class BoundaryError(Exception):
-    """The one error type of the boundary: a stable code from ERROR_CATALOG, a fixed message.
+class CatalogError(Exception):
+    """The base of every error this project raises: a code from a closed catalog, a fixed message.
 
-    ``at`` optionally names the place in a fixture (built from known field names and indices
-    only, never from the input's own text).
+    Each layer subclasses it with its own CATALOG (codes that no other layer's catalog holds) and,
+    when it has more to say, with details(). ``at`` optionally names a place inside a document,
+    built from known field names and indices only, never from the input's own text. to_json() is
+    the one JSON form of every error: code, message, retryable, then ``at`` and the details.
     """
 
+    CATALOG: ClassVar[Mapping[str, ErrorSpec]] = MappingProxyType({})
+
     def __init__(self, code: str, at: str = "") -> None:
-        if code not in ERROR_CATALOG:
+        if type(code) is not str or code not in self.CATALOG:
             raise ValueError("unknown error code")  # a programming error, not an input error
         super().__init__(code)
         self.code = code
@@ -223,17 +230,28 @@ class BoundaryError(Exception):
 
     @property
     def message(self) -> str:
-        return ERROR_CATALOG[self.code].message
+        return self.CATALOG[self.code].message
 
     @property
     def retryable(self) -> bool:
-        return ERROR_CATALOG[self.code].retryable
+        return self.CATALOG[self.code].retryable
+
+    def details(self) -> dict[str, Any]:
+        """What a subclass adds to the JSON form (never text taken from the input)."""
+        return {}
 
     def to_json(self) -> dict[str, Any]:
-        view: dict[str, Any] = {"code": self.code, "message": self.message}
+        view: dict[str, Any] = {"code": self.code, "message": self.message, "retryable": self.retryable}
         if self.at:
             view["at"] = self.at
+        view.update(self.details())
         return view
+
+
+class BoundaryError(CatalogError):
+    """The boundary's error: a stable code from ERROR_CATALOG and its fixed message."""
+
+    CATALOG = ERROR_CATALOG
 
 
 def error_view(code: str) -> dict[str, Any]:
@@ -522,11 +540,24 @@ def _refuse_constant(_name: str) -> NoReturn:
     raise BoundaryError("JSON_NON_FINITE")
 
 
-def _refuse_float(_text: str) -> NoReturn:
+# The number hooks a policy chooses from; each has json.loads's hook signature.
+
+
+def refuse_float(_text: str) -> NoReturn:
+    """The portable domain has no floats: two peers may read one float two ways."""
     raise BoundaryError("JSON_NOT_PORTABLE")
 
 
-def _bounded_int(text: str) -> int:
+def finite_float(text: str) -> float:
+    """A float, unless it overflows to infinity (1e400), which no canonical encoding can hold."""
+    value = float(text)
+    if math.isfinite(value):
+        return value
+    raise BoundaryError("JSON_NON_FINITE")
+
+
+def safe_int(text: str) -> int:
+    """An integer that every JSON peer reads exactly: within +/-(2**53 - 1)."""
     # The length test comes first, so a 60,000-digit integer is never converted at all.
     if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
         raise BoundaryError("JSON_NOT_PORTABLE")
@@ -534,6 +565,35 @@ def _bounded_int(text: str) -> int:
     if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
         return value
     raise BoundaryError("JSON_NOT_PORTABLE")
+
+
+def short_int(text: str) -> int:
+    """Any integer of at most MAX_ENVELOPE_INTEGER_DIGITS digits (a provider's own counters)."""
+    if len(text.lstrip("-")) > MAX_ENVELOPE_INTEGER_DIGITS:
+        raise BoundaryError("JSON_NOT_PORTABLE")
+    return int(text)
+
+
+@dataclass(frozen=True, slots=True)
+class JsonPolicy:
+    """What the decoder makes of the values JSON leaves to its reader, in json.loads's hook shape.
+
+    The caller chooses; the decoder holds no policy of its own. Whatever the policy, the decoder
+    keeps its bounds (bytes, nesting), refuses duplicate keys (two peers would read two different
+    objects) and refuses NaN and Infinity (not JSON).
+    """
+
+    name: str
+    parse_float: Callable[[str], Any]
+    parse_int: Callable[[str], Any]
+    portable_text: bool  # refuse lone surrogates in strings and keys
+
+
+# Fixtures, tool arguments, stored rows and everything that is digested or echoed.
+PORTABLE_JSON: Final = JsonPolicy("portable", refuse_float, safe_int, portable_text=True)
+# A provider's frames around the arguments (temperature: 1.0, logprobs, usage counters): read,
+# never forwarded or digested. What becomes a proposal is decoded again, under PORTABLE_JSON.
+ENVELOPE_JSON: Final = JsonPolicy("envelope", finite_float, short_int, portable_text=False)
 
 
 def _check_portable_strings(value: Any) -> None:
@@ -566,9 +626,13 @@ def _is_portable_text(text: str) -> bool:
 
 
 def decode_strict_json(
-    data: bytes, *, max_bytes: int = MAX_FIXTURE_BYTES, max_depth: int = MAX_NESTING_DEPTH
+    data: bytes, *, max_bytes: int = MAX_FIXTURE_BYTES, max_depth: int = MAX_NESTING_DEPTH,
+    policy: JsonPolicy = PORTABLE_JSON,
 ) -> Any:
-    """Decode untrusted JSON bytes through all five stages; raise BoundaryError(JSON_*)."""
+    """Decode untrusted JSON bytes through all five stages; raise BoundaryError(JSON_*).
+
+    ``policy`` says what numbers and text may be (PORTABLE_JSON unless the caller says otherwise).
+    """
     if type(data) is not bytes:
         raise BoundaryError("JSON_INVALID")
     if len(data) > max_bytes:
@@ -581,11 +645,11 @@ def decode_strict_json(
     outline = _outline(unescaped, _NOT_OUTLINE)
     if _too_deep(outline.replace(b":", b""), max_depth):
         raise BoundaryError("JSON_TOO_DEEP")
-    value = _decode_counting(text, members=outline.count(b":"))
+    value = _decode_counting(text, members=outline.count(b":"), policy=policy)
     if value is _FAULT:
-        value = _decode_refusing(text)
+        value = _decode_refusing(text, policy)
     # Only a backslash that is not half of an escaped pair can start a surrogate escape.
-    if b"\\" in unescaped and _SURROGATE_ESCAPE.search(unescaped) is not None:
+    if policy.portable_text and b"\\" in unescaped and _SURROGATE_ESCAPE.search(unescaped) is not None:
         _check_portable_strings(value)
     return value
 
@@ -593,7 +657,7 @@ def decode_strict_json(
 _FAULT: Final = object()  # what _decode_counting answers for a text with any fault
 
 
-def _decode_counting(text: str, *, members: int) -> Any:
+def _decode_counting(text: str, *, members: int, policy: JsonPolicy) -> Any:
     """The value of a text with `members` object members and no fault at all; _FAULT otherwise."""
     held = 0
 
@@ -606,21 +670,21 @@ def _decode_counting(text: str, *, members: int) -> Any:
         # object_hook rather than object_pairs_hook: the dict is built in C, with no list of
         # pairs to build and copy first; this is a third of the cost of the refusing hooks.
         value = json.loads(text, object_hook=count_members, parse_constant=_refuse_constant,
-                           parse_float=_refuse_float, parse_int=_bounded_int)
+                           parse_float=policy.parse_float, parse_int=policy.parse_int)
     except (ValueError, BoundaryError, RecursionError):
         return _FAULT
     return value if held == members else _FAULT
 
 
-def _decode_refusing(text: str) -> Any:
+def _decode_refusing(text: str, policy: JsonPolicy) -> Any:
     """Decode with every refusing hook, so that the first fault in the text is the one raised."""
     try:
         return json.loads(
             text,
             object_pairs_hook=_unique_object,
             parse_constant=_refuse_constant,
-            parse_float=_refuse_float,
-            parse_int=_bounded_int,
+            parse_float=policy.parse_float,
+            parse_int=policy.parse_int,
         )
     except ValueError:  # json.JSONDecodeError, and the UTF-8 BOM refusal
         raise BoundaryError("JSON_INVALID") from None
@@ -2556,13 +2620,41 @@ def render_report(reports: Sequence[StepReport], *, payloads: bool = False) -> s
 # object (or, with --report, the readable table) and never a traceback or a local path.
 
 
-class _Parser(argparse.ArgumentParser):
+# Every command line of the project answers a failure the same way, through these two: one JSON
+# object {"passed": false, "error": {...}} on stdout, exit 2, and INTERNAL_ERROR for anything
+# unforeseen, never a traceback.
+
+
+class CliParser(argparse.ArgumentParser):
+    """argparse, except that a bad command line is CLI_USAGE (argparse would print and exit)."""
+
     def error(self, message: str) -> NoReturn:
         raise BoundaryError("CLI_USAGE")
 
 
+def emit_json(value: Any, *, indent: int | None = 2) -> None:
+    """One JSON document on stdout, ASCII only (a terminal of any encoding shows it)."""
+    sys.stdout.write(json.dumps(value, indent=indent, ensure_ascii=True) + "\n")
+
+
+def cli_failure(error: CatalogError) -> int:
+    """Print the one failure shape of every CLI and answer its exit status, 2."""
+    emit_json({"passed": False, "error": error.to_json()})
+    return 2
+
+
+def run_cli(command: Callable[[], int]) -> int:
+    """Run a CLI body: its own exit status, or 2 and the failure shape for any error at all."""
+    try:
+        return command()
+    except CatalogError as error:
+        return cli_failure(error)
+    except Exception:  # the last line of defence: a bug must still not print a traceback
+        return cli_failure(BoundaryError("INTERNAL_ERROR"))
+
+
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = _Parser(prog="tool-dispatcher", description="Run a tool-cases-v2 fixture through the boundary.")
+    parser = CliParser(prog="tool-dispatcher", description="Run a tool-cases-v2 fixture through the boundary.")
     parser.add_argument("--fixture", required=True, help="path of the tool-cases-v2 JSON fixture")
     parser.add_argument("--case", help="run only the case with this id")
     parser.add_argument("--report", action="store_true",
@@ -2570,25 +2662,18 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _emit(value: Mapping[str, Any]) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=True) + "\n")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        arguments = _arguments(argv)
-        summary, reports = run_fixture(load_fixture(arguments.fixture), case_id=arguments.case)
-    except BoundaryError as error:
-        _emit({"passed": False, "error": error.to_json()})
-        return 2
-    except Exception:  # the last line of defence: a bug here must still not print a traceback
-        _emit({"passed": False, "error": BoundaryError("INTERNAL_ERROR").to_json()})
-        return 2
+    return run_cli(lambda: _run(argv))
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    arguments = _arguments(argv)
+    summary, reports = run_fixture(load_fixture(arguments.fixture), case_id=arguments.case)
     if arguments.report:
         text = render_report(reports, payloads=arguments.case is not None)
         sys.stdout.write(text.encode("ascii", "backslashreplace").decode("ascii") + "\n")
     else:
-        _emit(summary)
+        emit_json(summary)
     return 0 if summary["passed"] else 1
 
 

@@ -1536,30 +1536,44 @@ class TestApprovalLifecycleIdempotency(unittest.TestCase):
 
     def test_lifecycle_table_is_the_whole_specification(self):
         self.assertEqual(dict(td.LIFECYCLE), {
-            ("none", "committed"): "succeeded",
-            ("none", "outcome_lost"): "unknown",
+            ("none", "claim"): "claimed",
+            ("released", "claim"): "claimed",
+            ("claimed", "take_over"): "claimed",
+            ("claimed", "release"): "released",
+            ("claimed", "start"): "in_progress",
+            ("in_progress", "committed"): "succeeded",
+            ("in_progress", "outcome_lost"): "unknown",
+            ("in_progress", "take_over"): "unknown",
             ("unknown", "receipt_confirmed"): "reconciled",
+            ("unknown", "receipt_absent"): "released",
+            ("unknown", "receipt_mismatch"): "escalated",
         })
-        self.assertEqual(dict(td.REPEAT_ANSWER), {"succeeded": "local_replay", "reconciled": "local_replay",
-                                                  "unknown": "OUTCOME_UNKNOWN"})
+        self.assertEqual(dict(td.REPEAT_ANSWER), {
+            "succeeded": ("ok", "succeeded", "local_replay", None),
+            "reconciled": ("ok", "succeeded", "local_replay", None),
+            "unknown": ("unknown", "unknown", "none", "OUTCOME_UNKNOWN"),
+        })
+        self.assertEqual(set(td.MODEL_STATE), td.LIFECYCLE_STATES - td.LEASED_STATES - td.FREE_STATES)
 
     def test_illegal_transitions_are_lifecycle_violations(self):
         record = td.OperationRecord(state="none", request_sha256="0" * 64,
                                     profile=td.PROVIDER_PROFILES["openai-responses-v1"], operation_id="op",
                                     contract={}, refs={})
         for state, event in (("none", "receipt_confirmed"), ("succeeded", "committed"), ("unknown", "committed"),
-                             ("unknown", "outcome_lost"), ("reconciled", "receipt_confirmed"), ("none", "replayed")):
+                             ("unknown", "outcome_lost"), ("reconciled", "receipt_confirmed"), ("none", "replayed"),
+                             ("none", "committed"), ("claimed", "committed"), ("released", "start"),
+                             (["unhashable"], "claim")):
             with self.subTest(state=state, event=event):
                 with self.assertRaises(BoundaryError) as caught:
                     td.advance(dataclasses.replace(record, state=state), event)
                 self.assertEqual(caught.exception.code, "LIFECYCLE_VIOLATION")
 
     def test_advance_returns_a_new_record(self):
-        record = td.OperationRecord(state="none", request_sha256="0" * 64,
+        record = td.OperationRecord(state="in_progress", request_sha256="0" * 64,
                                     profile=td.PROVIDER_PROFILES["openai-responses-v1"], operation_id="op",
                                     contract={}, refs={})
         moved = td.advance(record, "outcome_lost")
-        self.assertEqual((record.state, moved.state), ("none", "unknown"))
+        self.assertEqual((record.state, moved.state), ("in_progress", "unknown"))
         done = td.advance(moved, "receipt_confirmed", data={"x": "y"})
         self.assertEqual((done.state, done.data), ("reconciled", {"x": "y"}))
 
@@ -1835,8 +1849,7 @@ class TestDispatcherFaultsAndStatusQuery(unittest.TestCase):
         for field, value in (("request_ref", "rq-forged"), ("status_ref", "st-forged"),
                              ("effect_revision", "effect.other.v1"), ("producer_revision", "refunds-producer-v1")):
             with self.subTest(field=field):
-                dispatcher = make_dispatcher()
-                dispatcher.downstream = ForgingDownstream(**{field: value})
+                dispatcher = make_dispatcher(operations=td.MemoryOperations(ForgingDownstream(**{field: value})))
                 unknown_write(dispatcher)
                 self.assertEqual(code_of(query(dispatcher)), "STATUS_CONFLICT")
                 self.assertEqual(dispatcher.effect_count, 1)
@@ -1928,14 +1941,19 @@ class TestDispatcherFaultsAndStatusQuery(unittest.TestCase):
 
     def test_a_move_missing_from_the_lifecycle_table_is_raised_to_the_host(self):
         without_commit = MappingProxyType({key: value for key, value in td.LIFECYCLE.items()
-                                           if key != ("none", "committed")})
+                                           if key != ("in_progress", "committed")})
         dispatcher = make_dispatcher()
         with mock.patch.object(td, "LIFECYCLE", without_commit):
             with self.assertRaises(BoundaryError) as caught:
                 write(dispatcher)
         self.assertEqual(caught.exception.code, "LIFECYCLE_VIOLATION")
         self.assertEqual(dispatcher.effect_count, 1)  # the mock downstream committed before the refusal
-        self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "none")
+        # The claim still holds the key: a host bug leaves it in progress, never free to run again.
+        self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "in_progress")
+        with self.assertRaises(BoundaryError) as again:
+            write(dispatcher, write_context(response="r9", call="c9"))
+        self.assertEqual(again.exception.code, "OPERATION_IN_PROGRESS")
+        self.assertEqual(dispatcher.effect_count, 1)
 
 
 # ============================================================================================
@@ -2220,7 +2238,7 @@ class TestProjectionsAndResultContract(unittest.TestCase):
         with self.assertRaises(ValueError):
             BoundaryError("NOT_A_CODE")
         retryable = sorted(code for code, spec in td.ERROR_CATALOG.items() if spec.retryable)
-        self.assertEqual(retryable, ["DEADLINE_EXCEEDED", "RATE_LIMITED", "RECEIPT_UNAVAILABLE"])
+        self.assertEqual(retryable, ["DEADLINE_EXCEEDED", "OPERATION_IN_PROGRESS", "RATE_LIMITED", "RECEIPT_UNAVAILABLE"])
         self.assertEqual({spec.scope for spec in td.ERROR_CATALOG.values()},
                          {"tool", "verify", "host", "json", "fixture", "cli"})
 

@@ -42,9 +42,10 @@ import os
 import re
 import stat
 import sys
+import threading
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Callable, ClassVar, Final, Mapping, NamedTuple, NoReturn, Sequence
+from typing import Any, Callable, ClassVar, Final, Mapping, NamedTuple, NoReturn, Protocol, Sequence
 
 # ============================================================================================
 # 1. Limits and constants
@@ -180,6 +181,11 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         PROVIDER_PROFILE_UNKNOWN="The provider profile is not registered.",
         PRINCIPAL_INVALID="The trusted principal is malformed.",
         LIFECYCLE_VIOLATION="The operation cannot make this lifecycle transition.",
+    ),
+    **error_specs(
+        "host", True,
+        OPERATION_IN_PROGRESS="Another caller holds this operation and is running it; nothing ran for this "
+                              "call. Dispatch again later to read its answer.",
     ),
     **error_specs(
         "json", False,
@@ -1324,29 +1330,66 @@ def authorize(spec: ToolSpec, principal: Principal, arguments: Mapping[str, str]
 # ============================================================================================
 # 10. Operation lifecycle, approval, business state, deadline
 # ============================================================================================
-# The lifecycle of a write, keyed by tenant + subject + tool + idempotency key. This table is
-# the whole specification: any move it does not list is refused.
+# The lifecycle of a write, keyed by tenant + subject + tool + idempotency key, one table for
+# every store (the in-memory one here, the durable ones in durable/). Any move it does not list
+# is refused. A write claims its key before anything can reach the downstream, so a second
+# caller with the same key (another thread, another process, a handler that dispatches again)
+# finds the claim and never runs a second effect.
 #
-#   none --committed--> succeeded                 the handler ran and its output passed
-#   none --outcome_lost--> unknown                the effect may have happened; answer lost
+#   none | released --claim--> claimed            the key is this caller's; nothing has run yet
+#   claimed --take_over--> claimed                an expired claim never reached the downstream
+#   claimed --release--> released                 a retryable refusal before the downstream
+#   claimed --start--> in_progress                from here the downstream may act
+#   in_progress --committed--> succeeded          the handler ran and its output passed
+#   in_progress --outcome_lost--> unknown         the effect may have happened; its answer was lost
+#   in_progress --take_over--> unknown            an expired holder may have reached the downstream
 #   unknown --receipt_confirmed--> reconciled     an explicit status query found the receipt
+#   unknown --receipt_absent--> released          the downstream said, with authority, "no effect"
+#   unknown --receipt_mismatch--> escalated       the receipt contradicts the record: an operator decides
 
 LIFECYCLE: Final[Mapping[tuple[str, str], str]] = MappingProxyType({
-    ("none", "committed"): "succeeded",
-    ("none", "outcome_lost"): "unknown",
+    ("none", "claim"): "claimed",
+    ("released", "claim"): "claimed",
+    ("claimed", "take_over"): "claimed",
+    ("claimed", "release"): "released",
+    ("claimed", "start"): "in_progress",
+    ("in_progress", "committed"): "succeeded",
+    ("in_progress", "outcome_lost"): "unknown",
+    ("in_progress", "take_over"): "unknown",
     ("unknown", "receipt_confirmed"): "reconciled",
+    ("unknown", "receipt_absent"): "released",
+    ("unknown", "receipt_mismatch"): "escalated",
+})
+LIFECYCLE_STATES: Final = frozenset(state for move in LIFECYCLE.items() for state in (move[0][0], move[1]))
+LEASED_STATES: Final = frozenset({"claimed", "in_progress"})  # a holder is running it: answer "in progress"
+FREE_STATES: Final = frozenset({"none", "released"})  # a write may claim the key
+# What the model (and a package's execution.operation_state) sees of a settled state. Escalated
+# reads as unknown: only the protected store says that an operator is needed.
+MODEL_STATE: Final[Mapping[str, str]] = MappingProxyType({
+    "succeeded": "succeeded", "reconciled": "reconciled", "unknown": "unknown", "escalated": "unknown",
 })
 
-# What a repeated dispatch with the same key and intent gets, by the record's state.
-REPEAT_ANSWER: Final[Mapping[str, str]] = MappingProxyType({
-    "succeeded": "local_replay",
-    "reconciled": "local_replay",
-    "unknown": "OUTCOME_UNKNOWN",
+# What a repeat of the same intent answers, by the settled record's state as the model sees it:
+# (status, outcome, delivery, error code). Nothing runs again.
+REPEAT_ANSWER: Final[Mapping[str, tuple[str, str, str, str | None]]] = MappingProxyType({
+    "succeeded": ("ok", "succeeded", "local_replay", None),
+    "reconciled": ("ok", "succeeded", "local_replay", None),
+    "unknown": ("unknown", "unknown", "none", "OUTCOME_UNKNOWN"),
 })
+
+
+def transition(state: str, event: str) -> str:
+    """The state LIFECYCLE gives (state, event), or LIFECYCLE_VIOLATION."""
+    try:
+        return LIFECYCLE[(state, event)]
+    except (KeyError, TypeError):  # TypeError: an unhashable state or event from a damaged store
+        raise BoundaryError("LIFECYCLE_VIOLATION") from None
 
 
 @dataclass(frozen=True, slots=True)
 class OperationRecord:
+    """One write's record in a store: its state, the intent it is bound to, and its evidence."""
+
     state: str
     request_sha256: str
     profile: ProviderProfile
@@ -1359,11 +1402,7 @@ class OperationRecord:
 
 def advance(record: OperationRecord, event: str, **changes: Any) -> OperationRecord:
     """Move a record along LIFECYCLE, or refuse with LIFECYCLE_VIOLATION."""
-    try:
-        state = LIFECYCLE[(record.state, event)]
-    except KeyError:
-        raise BoundaryError("LIFECYCLE_VIOLATION") from None
-    return replace(record, state=state, **changes)
+    return replace(record, state=transition(record.state, event), **changes)
 
 
 def check_approval(approval: Any, *, principal: Principal, context: CallContext, spec: ToolSpec,
@@ -1811,11 +1850,12 @@ def spec_call_binding_sha256(spec: ToolSpec, provider_context: Mapping[str, Any]
 # ============================================================================================
 
 
-class _Call(NamedTuple):
+class AdmittedCall(NamedTuple):
     """One call as it moves through the pipeline; each stage returns a richer copy.
 
-    A NamedTuple rather than a frozen dataclass: it is built twice per call, and a frozen
-    dataclass pays for every field it sets.
+    Once the registry knows its tool and its arguments passed the input contract, it is what
+    every store sees. A NamedTuple rather than a frozen dataclass: it is built twice per call,
+    and a frozen dataclass pays for every field it sets.
     """
 
     context: CallContext
@@ -1827,31 +1867,218 @@ class _Call(NamedTuple):
     request_sha256: str | None = None
 
     @property
-    def record_key(self) -> tuple[str, str, str, str | None]:
+    def record_key(self) -> RecordKey:
         # The idempotency namespace: tenant + subject + tool + key.
         return (self.principal.tenant, self.principal.subject, self.spec.name if self.spec else "",
                 self.context.idempotency_key)
 
 
+RecordKey = tuple[str, str, str, "str | None"]
+
+
+def same_intent(record: OperationRecord, call: AdmittedCall) -> bool:
+    """The repeat rule of every store: a key answers only the intent it was first bound to, under
+    the same provider profile and the same contract revisions."""
+    spec = call.spec
+    return (spec is not None and record.request_sha256 == call.request_sha256
+            and record.profile == call.context.profile and record.contract == spec._contract)
+
+
+def receipt_binds(record: OperationRecord, receipt: Receipt, spec: ToolSpec) -> bool:
+    """A receipt is this record's: its request and status references, and the tool's effect and
+    producer revisions. Every store checks it before a receipt settles anything."""
+    refs = record.refs
+    return (receipt.request_ref == refs["request_ref"] and receipt.status_ref == refs["status_ref"]
+            and receipt.effect_revision == spec.effect_revision
+            and receipt.producer_revision == spec.producer_revision)
+
+
+def downstream_refs(call: AdmittedCall) -> dict[str, str | None]:
+    """The downstream references of a write, derived from its key and intent (so a retry of the
+    same operation reaches the same downstream request, and the downstream dedupes it)."""
+    principal = call.principal
+    request_ref = derived_ref("rq-", "request", principal.tenant, principal.subject,
+                              call.spec.name if call.spec else "", call.context.idempotency_key, call.request_sha256)
+    return {"request_ref": request_ref, "receipt_ref": None, "status_ref": derived_ref("st-", "status", request_ref)}
+
+
+class Claim(NamedTuple):
+    """A caller's hold on a key: the record as claimed, and what the store needs to fence its
+    later moves (the durable stores keep a lease epoch there; the in-memory store needs none)."""
+
+    key: RecordKey
+    record: OperationRecord
+    token: Any = None
+
+
+class OperationStore(Protocol):
+    """Where a Dispatcher keeps its operations and call identities, and the downstream its
+    handlers reach. The write path is written once, in Dispatcher, against these operations;
+    a store decides only where records live and who may move them.
+
+    Every method raises a CatalogError (never another exception type) when it cannot answer:
+    BoundaryError IDEMPOTENCY_CONFLICT or OPERATION_IN_PROGRESS from answer/claim/find, and the
+    store's own codes (a lost lease, a busy or damaged database) from anything.
+    """
+
+    downstream: Any  # the downstream reads and status queries see: receipt(status_ref), effect_count
+
+    def answer(self, call: AdmittedCall) -> OperationRecord | None:
+        """The settled record a write with this key is answered from, or None when the key is
+        free; IDEMPOTENCY_CONFLICT or OPERATION_IN_PROGRESS when another intent or a live holder has it."""
+
+    def claim(self, call: AdmittedCall, record: OperationRecord) -> Claim | OperationRecord:
+        """Claim the key for ``record`` (state claimed): a Claim, or, when another caller got
+        there first, what answer() would now give."""
+
+    def release(self, claim: Claim) -> None:
+        """claimed -> released: a retryable refusal before the downstream; the key is free again."""
+
+    def start(self, claim: Claim) -> Claim:
+        """claimed -> in_progress: from here the downstream may act."""
+
+    def downstream_for(self, claim: Claim) -> Any:
+        """The downstream this claim's handler commits through; its ``created`` counts the
+        effects this claim created (a package's execution.effects)."""
+
+    def settle(self, claim: Claim, event: str, record: OperationRecord, package: dict[str, Any]) -> None:
+        """in_progress -> succeeded | unknown: the record as advanced by ``event``, with the first
+        answer's package; refused when the claim is no longer the holder."""
+
+    def find(self, key: RecordKey) -> OperationRecord | None:
+        """The settled record a status query reads (None: nothing to query); OPERATION_IN_PROGRESS
+        while a live holder runs it."""
+
+    def reconcile(self, key: RecordKey, record: OperationRecord) -> None:
+        """unknown -> reconciled, with the receipt's data and references."""
+
+    def bind_call(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Bind a provider call identity to its fingerprint, once: the fingerprint it is bound to."""
+
+
+class CountingDownstream:
+    """One claim's view of a MockDownstream: the same ledger, counting the effects it created."""
+
+    def __init__(self, downstream: MockDownstream) -> None:
+        self._downstream = downstream
+        self.created = 0
+
+    @property
+    def effect_count(self) -> int:
+        return self._downstream.effect_count
+
+    def receipt(self, status_ref: str | None) -> Receipt | None:
+        return self._downstream.receipt(status_ref)
+
+    def commit_refund_draft(self, **request: str) -> Receipt:
+        before = self._downstream.effect_count
+        receipt = self._downstream.commit_refund_draft(**request)
+        self.created += self._downstream.effect_count - before
+        return receipt
+
+
+class MemoryOperations:
+    """The in-memory OperationStore: records and call identities in dicts, a MockDownstream.
+
+    Safe to share between threads: one lock per store guards every read-decide-write of a record
+    or a call identity, and is never held while a handler runs (the claim is what keeps a second
+    caller out, so a handler that dispatches the same key again gets an answer, not a deadlock).
+    """
+
+    def __init__(self, downstream: MockDownstream | None = None) -> None:
+        self.downstream = downstream if downstream is not None else MockDownstream()
+        self._records: dict[RecordKey, OperationRecord] = {}
+        self._calls: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+        self._lock = threading.Lock()
+
+    def answer(self, call: AdmittedCall) -> OperationRecord | None:
+        with self._lock:
+            return self._answer(call)
+
+    def _answer(self, call: AdmittedCall) -> OperationRecord | None:
+        record = self._records.get(call.record_key)
+        if record is None or record.state in FREE_STATES:
+            return None
+        if record.state in LEASED_STATES:
+            if not same_intent(record, call):
+                raise BoundaryError("IDEMPOTENCY_CONFLICT")
+            raise BoundaryError("OPERATION_IN_PROGRESS")
+        return record
+
+    def claim(self, call: AdmittedCall, record: OperationRecord) -> Claim | OperationRecord:
+        with self._lock:
+            existing = self._answer(call)
+            if existing is not None:
+                return existing
+            previous = self._records.get(call.record_key)
+            claimed = advance(record, "claim") if previous is None else replace(
+                record, state=transition(previous.state, "claim"))
+            self._records[call.record_key] = claimed
+        return Claim(call.record_key, claimed)
+
+    def release(self, claim: Claim) -> None:
+        self._move(claim, advance(claim.record, "release"))
+
+    def start(self, claim: Claim) -> Claim:
+        started = advance(claim.record, "start")
+        self._move(claim, started)
+        return claim._replace(record=started)
+
+    def downstream_for(self, claim: Claim) -> CountingDownstream:
+        return CountingDownstream(self.downstream)
+
+    def settle(self, claim: Claim, event: str, record: OperationRecord, package: dict[str, Any]) -> None:
+        if transition(claim.record.state, event) != record.state:
+            raise BoundaryError("LIFECYCLE_VIOLATION")
+        self._move(claim, record)
+
+    def _move(self, claim: Claim, record: OperationRecord) -> None:
+        with self._lock:
+            if self._records.get(claim.key) is not claim.record:
+                raise BoundaryError("LIFECYCLE_VIOLATION")  # the claim no longer holds the key
+            self._records[claim.key] = record
+
+    def find(self, key: RecordKey) -> OperationRecord | None:
+        with self._lock:
+            record = self._records.get(key)
+        if record is None or record.state in FREE_STATES:
+            return None
+        if record.state in LEASED_STATES:
+            raise BoundaryError("OPERATION_IN_PROGRESS")
+        return record
+
+    def reconcile(self, key: RecordKey, record: OperationRecord) -> None:
+        with self._lock:
+            current = self._records.get(key)
+            if current is None or transition(current.state, "receipt_confirmed") != record.state:
+                raise BoundaryError("LIFECYCLE_VIOLATION")
+            self._records[key] = record
+
+    def bind_call(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...]) -> tuple[Any, ...]:
+        with self._lock:
+            return self._calls.setdefault(identity, fingerprint)
+
+
 class Dispatcher:
-    """The trusted boundary over one in-memory world. Not thread-safe; one instance per case.
+    """The trusted boundary over one world and one operation store.
 
     ``dispatch`` and ``query_operation_status`` always return a new result package (a dict with
     ``format``, ``model_result``, ``protected_audit`` and ``execution``) for anything the model
-    controls, and raise BoundaryError only when the trusted host passes a malformed context,
-    principal or clock.
+    controls, and raise a CatalogError only to the trusted host: a malformed context, principal
+    or clock, an operation another holder is running (OPERATION_IN_PROGRESS), or a store error.
+    The operations store (MemoryOperations unless the host plugs in another, as durable/ does)
+    holds records and call identities; the write path itself is written once, here.
     """
 
     def __init__(self, orders: Sequence[Order] = (), *, approvers: frozenset[str] | Sequence[str] = (),
                  handlers: Mapping[str, Handler] | None = None,
-                 registry: Mapping[str, ToolSpec] = REGISTRY) -> None:
+                 registry: Mapping[str, ToolSpec] = REGISTRY,
+                 operations: OperationStore | None = None) -> None:
         self._orders: dict[tuple[str, str], Order] = {(order.tenant, order.order_ref): order for order in orders}
         self._approvers = frozenset(approvers)
         self._registry = registry
         self._handlers: Mapping[str, Handler] = MappingProxyType({**HANDLERS, **(handlers or {})})
-        self.downstream = MockDownstream()
-        self._records: dict[tuple[str, str, str, str | None], OperationRecord] = {}
-        self._calls: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+        self.operations: OperationStore = operations if operations is not None else MemoryOperations()
 
     @classmethod
     def from_world(cls, world: World, **options: Any) -> Dispatcher:
@@ -1860,8 +2087,12 @@ class Dispatcher:
     # -- trusted host events and read-only views ---------------------------------------------
 
     @property
+    def downstream(self) -> Any:
+        return self.operations.downstream
+
+    @property
     def effect_count(self) -> int:
-        return self.downstream.effect_count
+        return self.operations.downstream.effect_count
 
     def set_order_status(self, tenant: str, order_ref: str, status: str) -> None:
         """A trusted change of business state; the order's resource revision moves on."""
@@ -1871,7 +2102,12 @@ class Dispatcher:
         self._orders[(tenant, order_ref)] = replace(order, status=status, revision=order.revision + 1)
 
     def operation_state(self, principal: Principal, tool: str, idempotency_key: str) -> str:
-        record = self._records.get((principal.tenant, principal.subject, tool, idempotency_key))
+        try:
+            record = self.operations.find((principal.tenant, principal.subject, tool, idempotency_key))
+        except BoundaryError as error:
+            if error.code != "OPERATION_IN_PROGRESS":
+                raise
+            return "in_progress"
         return "none" if record is None else record.state
 
     # -- entry points ------------------------------------------------------------------------
@@ -1921,32 +2157,31 @@ class Dispatcher:
         except BoundaryError as refusal:
             return self._refused(call, refusal)
 
-    def _recorded_operation(self, call: _Call) -> OperationRecord:
+    def _recorded_operation(self, call: AdmittedCall) -> OperationRecord:
         # Another key or subject finds nothing; the same namespace with another intent, another
         # operation or other contract revisions is a conflict. Never a guessed success.
-        record = self._records.get(call.record_key)
-        if record is None or call.spec.effect != "write":
+        record = None if call.spec.effect != "write" else self.operations.find(call.record_key)
+        if record is None:
             raise BoundaryError("NOT_FOUND")
+        record = replace(record, state=MODEL_STATE[record.state])
         if (record.request_sha256 != call.request_sha256 or record.contract != call.spec._contract
                 or record.operation_id != call.context.operation_id):
             raise BoundaryError("STATUS_CONFLICT")
         return record
 
-    def _checked_receipt(self, call: _Call, record: OperationRecord, fault: str) -> Receipt | None:
-        receipt = None if fault == "receipt_unavailable" else self.downstream.receipt(record.refs["status_ref"])
-        if receipt is not None and (
-                receipt.request_ref != record.refs["request_ref"] or receipt.status_ref != record.refs["status_ref"]
-                or receipt.effect_revision != call.spec.effect_revision
-                or receipt.producer_revision != call.spec.producer_revision):
+    def _checked_receipt(self, call: AdmittedCall, record: OperationRecord, fault: str) -> Receipt | None:
+        receipt = None if fault == "receipt_unavailable" else self.operations.downstream.receipt(
+            record.refs["status_ref"])
+        if receipt is not None and not receipt_binds(record, receipt, call.spec):
             raise BoundaryError("STATUS_CONFLICT")
         return receipt
 
-    def _reconciled(self, call: _Call, record: OperationRecord, receipt: Receipt) -> dict[str, Any]:
+    def _reconciled(self, call: AdmittedCall, record: OperationRecord, receipt: Receipt) -> dict[str, Any]:
         data = receipt_output(receipt)
         check_output_fields(call.spec, data)
         refs = {**record.refs, "receipt_ref": receipt.receipt_ref}
         record = advance(record, "receipt_confirmed", refs=MappingProxyType(refs), data=data)
-        self._records[call.record_key] = record
+        self.operations.reconcile(call.record_key, record)
         return self._package(call, project_model_result(
             call.spec, status="ok", outcome="succeeded", delivery="receipt_reconciled", data=json_copy(data)),
             state=record.state, refs=refs, approval=record.approval)
@@ -1954,15 +2189,16 @@ class Dispatcher:
     # -- pipeline stages -----------------------------------------------------------------------
 
     def _bind(self, context: CallContext, principal: Principal, purpose: str, now: Any, deadline: Any,
-              fault: Any, faults: frozenset[str]) -> _Call:
+              fault: Any, faults: frozenset[str]) -> AdmittedCall:
         check_context(context)
         check_principal(principal)
         _check_clock(now, deadline)
         if type(fault) is not str or fault not in faults:
             raise BoundaryError("CONTEXT_INVALID")
-        return _Call(context, principal, purpose, _principal_text(principal.tenant, principal.subject, principal.roles))
+        return AdmittedCall(context, principal, purpose,
+                            _principal_text(principal.tenant, principal.subject, principal.roles))
 
-    def _admit(self, call: _Call, proposal: Any, *, bind_identity: bool = True) -> _Call:
+    def _admit(self, call: AdmittedCall, proposal: Any, *, bind_identity: bool = True) -> AdmittedCall:
         # The registry comes first: an unknown tool is refused before its arguments are read.
         name, arguments = _proposal_parts(proposal)
         spec = self._registry.get(name)
@@ -1973,26 +2209,27 @@ class Dispatcher:
         except BoundaryError as refusal:
             raise _Refused(call._replace(spec=spec), refusal.code) from None
         # Built directly: NamedTuple._replace is Python code, and costs a microsecond more here.
-        call = _Call(call.context, call.principal, call.purpose, call.principal_text, spec, checked,
-                     spec_request_sha256(spec, call.principal_text, checked))
+        call = AdmittedCall(call.context, call.principal, call.purpose, call.principal_text, spec, checked,
+                            spec_request_sha256(spec, call.principal_text, checked))
         if bind_identity:
             self._bind_identity(call)
         return call
 
-    def _bind_identity(self, call: _Call) -> None:
+    def _bind_identity(self, call: AdmittedCall) -> None:
         # One provider call identity answers one request for one purpose. The same call coming
         # back unchanged is fine; changed in any way (another request, key, operation, or the
         # other purpose), it conflicts.
         context = call.context
         identity = (context.adapter_revision, context.response_id, context.call_id)
         fingerprint = (call.purpose, call.request_sha256, context.operation_id, context.idempotency_key)
-        if self._calls.setdefault(identity, fingerprint) != fingerprint:
+        if self.operations.bind_call(identity, fingerprint) != fingerprint:
             raise BoundaryError("CALL_CONFLICT")
 
-    def _read(self, call: _Call, order: Order, *, now: int, deadline: int | None, fault: str) -> dict[str, Any]:
+    def _read(self, call: AdmittedCall, order: Order, *, now: int, deadline: int | None,
+              fault: str) -> dict[str, Any]:
         check_deadline(now, deadline)
         _raise_fault_before(fault)
-        data, code, _receipt = self._execute(call, order, _NO_REFS, fault)
+        data, code, _receipt = self._execute(call, order, _NO_REFS, fault, self.operations.downstream)
         if code is not None:
             # A read has no effect to be unsure about: a failure is a plain failure, and a lost
             # answer a retryable one.
@@ -2003,40 +2240,50 @@ class Dispatcher:
         return self._package(call, project_model_result(
             call.spec, status="ok", outcome="succeeded", delivery="fresh", data=data), handler_invoked=True)
 
-    def _write(self, call: _Call, order: Order, *, approval: Any, now: int, deadline: int | None,
+    def _write(self, call: AdmittedCall, order: Order, *, approval: Any, now: int, deadline: int | None,
                fault: str) -> dict[str, Any]:
         if call.context.idempotency_key is None:
             raise BoundaryError("IDEMPOTENCY_KEY_REQUIRED")
-        record = self._records.get(call.record_key)
+        operations = self.operations
+        record = operations.answer(call)
         if record is not None:
             return self._repeat(call, record)
         check_approval(approval, principal=call.principal, context=call.context, spec=call.spec,
                        arguments=call.arguments, approvers=self._approvers, now=now)
         check_refundable(order)
         check_deadline(now, deadline)
-        _raise_fault_before(fault)
-        refs = self._downstream_refs(call)
+        refs = downstream_refs(call)
         granted = approval_view(approval)
-        effects_before = self.downstream.effect_count
-        data, code, receipt_ref = self._execute(call, order, refs, fault)
-        effects = self.downstream.effect_count - effects_before
+        claim = operations.claim(call, self._new_record(call, refs, granted))
+        if type(claim) is not Claim:  # another caller claimed the key between answer() and claim()
+            return self._repeat(call, claim)
+        refusal = FAULTS_BEFORE_HANDLER.get(fault)
+        if refusal is not None:
+            # A retryable refusal before anything reached the downstream frees the key again.
+            operations.release(claim)
+            raise BoundaryError(refusal)
+        claim = operations.start(claim)
+        downstream = operations.downstream_for(claim)
+        data, code, receipt_ref = self._execute(call, order, refs, fault, downstream)
         if code is not None:
             # The effect may have been committed: record `unknown`, keep the status reference in
             # the audit only, and block blind replay until a status query reconciles it.
-            self._records[call.record_key] = advance(self._new_record(call, refs, granted), "outcome_lost")
-            return self._package(call, project_model_result(
+            package = self._package(call, project_model_result(
                 call.spec, status="unknown", outcome="unknown", delivery="none", code=code),
-                state="unknown", handler_invoked=True, effects=effects, refs=refs, redactions=withheld(code),
-                approval=granted)
+                state="unknown", handler_invoked=True, effects=downstream.created, refs=refs,
+                redactions=withheld(code), approval=granted)
+            operations.settle(claim, "outcome_lost", advance(claim.record, "outcome_lost"), package)
+            return package
         refs["receipt_ref"] = receipt_ref  # the downstream's receipt: evidence of this fresh effect
-        record = advance(self._new_record(call, refs, granted), "committed", data=data)
-        self._records[call.record_key] = record
-        return self._package(call, project_model_result(
+        record = advance(claim.record, "committed", refs=MappingProxyType(refs), data=data)
+        package = self._package(call, project_model_result(
             call.spec, status="ok", outcome="succeeded", delivery="fresh", data=json_copy(data)),
-            state=record.state, handler_invoked=True, effects=effects, refs=record.refs, approval=granted)
+            state=record.state, handler_invoked=True, effects=downstream.created, refs=refs, approval=granted)
+        operations.settle(claim, "committed", record, package)
+        return package
 
-    def _execute(self, call: _Call, order: Order, refs: dict[str, str | None] | Mapping[str, None],
-                 fault: str) -> tuple[dict[str, str] | None, str | None, str | None]:
+    def _execute(self, call: AdmittedCall, order: Order, refs: Mapping[str, str | None], fault: str,
+                 downstream: Any) -> tuple[dict[str, str] | None, str | None, str | None]:
         """Run the handler and its output contract.
 
         Returns (data, None, receipt reference) on success, (None, refusing code, None) otherwise.
@@ -2044,7 +2291,7 @@ class Dispatcher:
         handler = self._handlers[call.spec.name]
         try:
             # Positional: a frozen dataclass takes keywords measurably slower.
-            result = handler(HandlerCall(call.spec, call.principal, dict(call.arguments), order, self.downstream,
+            result = handler(HandlerCall(call.spec, call.principal, dict(call.arguments), order, downstream,
                                          refs["request_ref"], refs["status_ref"]))
             inject = FAULTS_AFTER_HANDLER.get(fault)
             if inject is not None:
@@ -2058,25 +2305,25 @@ class Dispatcher:
         except BoundaryError as refusal:
             return None, refusal.code, None
 
-    def _repeat(self, call: _Call, record: OperationRecord) -> dict[str, Any]:
+    def _repeat(self, call: AdmittedCall, record: OperationRecord) -> dict[str, Any]:
         # Same key: only the same intent, under the same provider profile and the same
         # contract revisions, may see the recorded answer. Nothing runs again.
-        if (record.request_sha256 != call.request_sha256 or record.profile != call.context.profile
-                or record.contract != call.spec._contract):
+        if not same_intent(record, call):
             raise BoundaryError("IDEMPOTENCY_CONFLICT")
-        if REPEAT_ANSWER[record.state] == "OUTCOME_UNKNOWN":
-            return self._package(call, project_model_result(
-                call.spec, status="unknown", outcome="unknown", delivery="none", code="OUTCOME_UNKNOWN"),
-                state=record.state, refs=record.refs, approval=record.approval)
-        return self._replayed(call, record)
+        state = MODEL_STATE[record.state]
+        status, outcome, delivery, code = REPEAT_ANSWER[state]
+        data = json_copy(record.data) if status == "ok" else None  # a copy: the caller cannot reach the record
+        return self._package(call, project_model_result(
+            call.spec, status=status, outcome=outcome, delivery=delivery, code=code, data=data),
+            state=state, refs=record.refs, approval=record.approval)
 
-    def _replayed(self, call: _Call, record: OperationRecord) -> dict[str, Any]:
+    def _replayed(self, call: AdmittedCall, record: OperationRecord) -> dict[str, Any]:
         # A defensive copy: nothing the caller does to this answer can reach the record.
         return self._package(call, project_model_result(
             call.spec, status="ok", outcome="succeeded", delivery="local_replay", data=json_copy(record.data)),
             state=record.state, refs=record.refs, approval=record.approval)
 
-    def _new_record(self, call: _Call, refs: Mapping[str, str | None],
+    def _new_record(self, call: AdmittedCall, refs: Mapping[str, str | None],
                     approval: Mapping[str, Any] | None = None) -> OperationRecord:
         return OperationRecord(state="none", request_sha256=call.request_sha256 or "",
                                profile=call.context.profile, operation_id=call.context.operation_id,
@@ -2084,16 +2331,9 @@ class Dispatcher:
                                refs=MappingProxyType(dict(refs)),
                                approval=None if approval is None else MappingProxyType(dict(approval)))
 
-    def _downstream_refs(self, call: _Call) -> dict[str, str | None]:
-        principal = call.principal
-        request_ref = derived_ref("rq-", "request", principal.tenant, principal.subject, call.spec.name,
-                                  call.context.idempotency_key, call.request_sha256)
-        return {"request_ref": request_ref, "receipt_ref": None,
-                "status_ref": derived_ref("st-", "status", request_ref)}
-
     # -- packaging -----------------------------------------------------------------------------
 
-    def _refused(self, call: _Call, refusal: BoundaryError) -> dict[str, Any]:
+    def _refused(self, call: AdmittedCall, refusal: BoundaryError) -> dict[str, Any]:
         if type(refusal) is _Refused:
             call = refusal.call
         if ERROR_CATALOG[refusal.code].scope != "tool":
@@ -2102,7 +2342,7 @@ class Dispatcher:
             call.spec, status="error", outcome="not_executed", delivery="none", code=refusal.code),
             redactions=("rejected_arguments",) if refusal.code in _ARGUMENT_REFUSALS else ())
 
-    def _package(self, call: _Call, model_result: dict[str, Any], *, state: str = "none",
+    def _package(self, call: AdmittedCall, model_result: dict[str, Any], *, state: str = "none",
                  handler_invoked: bool = False, effects: int = 0,
                  refs: dict[str, str | None] | MappingProxyType[str, str | None] = _NO_REFS,
                  redactions: Sequence[str] = (), approval: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -2145,7 +2385,7 @@ class Dispatcher:
 class _Refused(BoundaryError):
     """A tool-scope refusal that carries the most complete call known when it happened."""
 
-    def __init__(self, call: _Call, code: str) -> None:
+    def __init__(self, call: AdmittedCall, code: str) -> None:
         super().__init__(code)
         self.call = call
 

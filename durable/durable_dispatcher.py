@@ -33,7 +33,6 @@ Sections, in the order a write flows:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import secrets
 import sqlite3
@@ -43,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Final, Iterator, Mapping, NoReturn, Sequence
+from typing import Any, Callable, Final, Iterator, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tool_dispatcher as td  # noqa: E402  (the boundary this layer makes durable)
@@ -99,51 +98,42 @@ def wall_clock_ms() -> int:
 # ============================================================================================
 # 2. Errors and the code catalog
 # ============================================================================================
-# tool_dispatcher's BoundaryError keeps its codes (refusals the model sees, host errors, fixture
-# and JSON errors). This layer's own conditions are DurableError codes from one closed catalog,
-# with fixed messages: no path, key or SQL text is ever formatted into them.
+# tool_dispatcher's BoundaryError keeps its codes (refusals the model sees, host errors such as
+# OPERATION_IN_PROGRESS, fixture, JSON and CLI errors). This layer's own conditions are
+# DurableError codes from one closed catalog that shares no code with the core's, with fixed
+# messages: no path, key or SQL text is ever formatted into them.
 
 DURABLE_ERRORS: Final[Mapping[str, td.ErrorSpec]] = MappingProxyType({
-    code: td.ErrorSpec(message, retryable, scope)
-    for code, (scope, retryable, message) in {
-        "OPERATION_IN_PROGRESS": ("host", True, "Another holder is running this operation; retry after its lease."),
-        "LEASE_LOST": ("host", True, "This holder's lease was taken over and its late commit refused; "
-                                     "dispatch again to read the operation's answer."),
-        "OPERATION_ESCALATED": ("host", False, "The operation's receipt contradicts its record; "
-                                               "an operator must resolve it."),
-        "DOWNSTREAM_FENCED": ("host", False, "The downstream refused a commit from a superseded lease."),
-        "SETTING_INVALID": ("host", False, "A store or dispatcher setting is out of its range."),
-        "STORE_BUSY": ("store", True, "The database stayed locked past the busy timeout; nothing was changed."),
-        "STORE_UNREADABLE": ("store", False, "The database file could not be opened."),
-        "STORE_EXISTS": ("store", False, "The database file already exists; this command creates a new one."),
-        "STORE_INVALID": ("store", False, "The file is not a database of this layer, or its content is damaged."),
-        "STORE_FAILED": ("store", False, "The database refused the operation."),
-        "STORE_MISUSE": ("store", False, "A database transaction was opened inside another one."),
-        "CLI_USAGE": ("cli", False, "The command line is not valid; see --help."),
-        "INTERNAL_ERROR": ("cli", False, "The durable layer failed unexpectedly."),
-    }.items()
+    **td.error_specs(
+        "host", True,
+        LEASE_LOST="This holder's lease was taken over and its late commit refused; "
+                   "dispatch again to read the operation's answer.",
+    ),
+    **td.error_specs(
+        "host", False,
+        OPERATION_ESCALATED="The operation's receipt contradicts its record; an operator must resolve it.",
+        DOWNSTREAM_FENCED="The downstream refused a commit from a superseded lease.",
+        SETTING_INVALID="A store or dispatcher setting is out of its range.",
+    ),
+    **td.error_specs(
+        "store", True,
+        STORE_BUSY="The database stayed locked past the busy timeout; nothing was changed.",
+    ),
+    **td.error_specs(
+        "store", False,
+        STORE_UNREADABLE="The database file could not be opened.",
+        STORE_EXISTS="The database file already exists; this command creates a new one.",
+        STORE_INVALID="The file is not a database of this layer, or its content is damaged.",
+        STORE_FAILED="The database refused the operation.",
+        STORE_MISUSE="A database transaction was opened inside another one.",
+    ),
 })
 
 
-class DurableError(Exception):
-    """The one error type of this layer: a stable code from DURABLE_ERRORS and a fixed message."""
+class DurableError(td.CatalogError):
+    """This layer's error: a stable code from DURABLE_ERRORS and its fixed message."""
 
-    def __init__(self, code: str) -> None:
-        if code not in DURABLE_ERRORS:
-            raise ValueError("unknown error code")  # a programming error, not an input error
-        super().__init__(code)
-        self.code = code
-
-    @property
-    def message(self) -> str:
-        return DURABLE_ERRORS[self.code].message
-
-    @property
-    def retryable(self) -> bool:
-        return DURABLE_ERRORS[self.code].retryable
-
-    def to_json(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "retryable": self.retryable}
+    CATALOG = DURABLE_ERRORS
 
 
 def _store_error(error: sqlite3.Error) -> DurableError:
@@ -158,42 +148,12 @@ def _store_error(error: sqlite3.Error) -> DurableError:
 # ============================================================================================
 # 3. Lifecycle and leases
 # ============================================================================================
-# tool_dispatcher's lifecycle (none -> succeeded | unknown -> reconciled) with the claim in front
-# of it, as one table. Its three moves keep their names and targets; only committed and
-# outcome_lost now start from in_progress, because a durable write first claims its key.
-#
-#   none | released --claim--> claimed            the key is ours under a lease, epoch 1 or +1
-#   claimed --take_over--> claimed                an expired claim never reached the downstream
-#   claimed --release--> released                 a retryable refusal, or recovery of a dead claim
-#   claimed --start--> in_progress                from here the downstream may act
-#   in_progress --committed--> succeeded          completion and its event, one transaction
-#   in_progress --outcome_lost--> unknown         the handler's answer was lost or refused
-#   in_progress --take_over--> unknown            an expired holder may have reached the downstream
-#   unknown --receipt_confirmed--> reconciled     a receipt query found the effect
-#   unknown --receipt_absent--> released          a fenced receipt query proved there is no effect
-#   unknown --receipt_mismatch--> escalated       the receipt contradicts the record: an operator decides
+# The lifecycle is tool_dispatcher's LIFECYCLE, the one table of every store: the claim, the
+# lease moves (take_over, release, start), the settling moves and the receipt moves. This layer
+# adds where each state lives on disk and which states carry a lease, an event or an expiry.
 
-LIFECYCLE: Final[Mapping[tuple[str, str], str]] = MappingProxyType({
-    ("none", "claim"): "claimed",
-    ("released", "claim"): "claimed",
-    ("claimed", "take_over"): "claimed",
-    ("claimed", "release"): "released",
-    ("claimed", "start"): "in_progress",
-    ("in_progress", "committed"): "succeeded",
-    ("in_progress", "outcome_lost"): "unknown",
-    ("in_progress", "take_over"): "unknown",
-    ("unknown", "receipt_confirmed"): "reconciled",
-    ("unknown", "receipt_absent"): "released",
-    ("unknown", "receipt_mismatch"): "escalated",
-})
-STATES: Final = frozenset(state for move in LIFECYCLE.items() for state in (move[0][0], move[1]))
-STORED_STATES: Final = STATES - {"none"}  # "none" is the absence of a row
-LEASED_STATES: Final = frozenset({"claimed", "in_progress"})  # exactly the rows that carry a lease
-# What tool_dispatcher (and so the model) sees of a settled row. Escalated reads as unknown: the
-# model is told the outcome is unknown; only the protected ledger says an operator is needed.
-MODEL_STATE: Final[Mapping[str, str]] = MappingProxyType({
-    "succeeded": "succeeded", "reconciled": "reconciled", "unknown": "unknown", "escalated": "unknown",
-})
+STORED_STATES: Final = td.LIFECYCLE_STATES - {"none"}  # "none" is the absence of a row
+LEASED_STATES: Final = td.LEASED_STATES  # exactly the rows that carry a lease
 EVENT_STATES: Final = frozenset({"succeeded", "reconciled"})  # settling here writes one outbox event
 PRUNABLE_STATES: Final = frozenset({"succeeded", "reconciled"})  # only completed records expire
 RECOVERY_HINTS: Final[Mapping[str, str]] = MappingProxyType({
@@ -202,12 +162,7 @@ RECOVERY_HINTS: Final[Mapping[str, str]] = MappingProxyType({
 })
 
 
-def transition(state: str, event: str) -> str:
-    """The state LIFECYCLE gives (state, event), or LIFECYCLE_VIOLATION."""
-    try:
-        return LIFECYCLE[(state, event)]
-    except KeyError:
-        raise td.BoundaryError("LIFECYCLE_VIOLATION") from None
+transition: Final = td.transition
 
 
 def new_owner() -> str:
@@ -662,19 +617,19 @@ class Intent:
     request_ref: str
     status_ref: str
     approval: str | None = None  # canonical JSON of tool_dispatcher's approval_view
+    call: td.AdmittedCall | None = None  # the call that claims: what the repeat rule compares with
 
     @classmethod
-    def of(cls, call: Any, refs: Mapping[str, str | None], approval: td.Approval | None = None) -> Intent:
-        return cls(request_sha256=call.request_sha256, profile=call.context.profile,
-                   operation_id=call.context.operation_id,
-                   contract=td.canonical_json(call.spec.contract_view()).decode("utf-8"),
-                   request_ref=str(refs["request_ref"]), status_ref=str(refs["status_ref"]),
-                   approval=None if approval is None else _text(td.approval_view(approval)))
+    def of(cls, call: td.AdmittedCall, record: td.OperationRecord) -> Intent:
+        return cls(request_sha256=record.request_sha256, profile=record.profile,
+                   operation_id=record.operation_id,
+                   contract=str(_text(dict(record.contract))),
+                   request_ref=str(record.refs["request_ref"]), status_ref=str(record.refs["status_ref"]),
+                   approval=None if record.approval is None else _text(dict(record.approval)), call=call)
 
     def matches(self, row: LedgerRow) -> bool:
-        # tool_dispatcher's repeat rule: same intent, same provider profile, same contract revisions.
-        return (row.request_sha256 == self.request_sha256 and row.profile == self.profile
-                and row.contract == self.contract)
+        # tool_dispatcher's repeat rule, the one every store applies.
+        return self.call is not None and td.same_intent(row.record(), self.call)
 
     def params(self) -> dict[str, str]:
         return {"request_sha256": self.request_sha256, "provider": self.profile.provider,
@@ -724,9 +679,9 @@ class LedgerRow:
         return self.lease_expires_at is not None and now_ms < self.lease_expires_at
 
     def record(self) -> td.OperationRecord:
-        """The settled row as tool_dispatcher's OperationRecord (what its replay and query read)."""
+        """The row as tool_dispatcher's OperationRecord (what its repeat rule, replay and query read)."""
         return td.OperationRecord(
-            state=MODEL_STATE[self.state], request_sha256=self.request_sha256, profile=self.profile,
+            state=self.state, request_sha256=self.request_sha256, profile=self.profile,
             operation_id=self.operation_id, contract=MappingProxyType(_decoded(self.contract)),
             refs=MappingProxyType({"request_ref": self.request_ref, "receipt_ref": self.receipt_ref,
                                    "status_ref": self.status_ref}),
@@ -746,11 +701,12 @@ class Lease:
     request_ref: str
 
 
-def claim_event(row: LedgerRow, intent: Intent, now_ms: int) -> str | None:
+def claim_event(row: LedgerRow, call: td.AdmittedCall | None, now_ms: int) -> str | None:
     """How a new claim may take a row that exists: 'claim', 'take_over', or None (answer it)."""
     if row.state == "released":
         return "claim"
-    if row.state == "claimed" and not row.lease_live(now_ms) and intent.matches(row):
+    if (row.state == "claimed" and not row.lease_live(now_ms) and call is not None
+            and td.same_intent(row.record(), call)):
         return "take_over"
     return None
 
@@ -789,7 +745,7 @@ class Ledger:
             if tx.execute(SQL_CLAIM, {**params, "to_state": transition("none", "claim")}).rowcount == 1:
                 return Lease(key, "claimed", 1, owner, intent.request_ref)
             row = LedgerRow(*tx.execute(SQL_READ_ROW, key.params()).fetchone())
-            event = claim_event(row, intent, now)
+            event = claim_event(row, intent.call, now)
             if event is None:
                 return row
             to_state = transition(row.state, event)
@@ -871,56 +827,15 @@ class Ledger:
                                       "payload": payload, "now": now})
 
 
-class LedgerRecords:
-    """tool_dispatcher's record map (``get`` and item assignment), read from and written to the ledger.
-
-    The status-query path of tool_dispatcher runs unchanged over it. A row still under a live lease
-    answers OPERATION_IN_PROGRESS; an expired one is first moved on (a dead claim is released, a
-    dead in-progress write becomes unknown), so a query never waits on a dead process.
-    """
-
-    def __init__(self, ledger: Ledger, realm: str, clock_ms: Callable[[], int]) -> None:
-        self._ledger = ledger
-        self._realm = realm
-        self._clock_ms = clock_ms
-
-    def key(self, record_key: tuple[str, str, str, str | None]) -> OperationKey | None:
-        tenant, subject, tool, idempotency_key = record_key
-        return None if idempotency_key is None else OperationKey(self._realm, tenant, subject, tool, idempotency_key)
-
-    def get(self, record_key: tuple[str, str, str, str | None]) -> td.OperationRecord | None:
-        key = self.key(record_key)
-        row = None if key is None else self._ledger.read(key)
-        for _attempt in range(MAX_ANSWER_ATTEMPTS):
-            if row is None or row.state == "released":
-                return None
-            if row.state in MODEL_STATE:
-                return row.record()
-            if row.lease_live(self._clock_ms()):
-                raise DurableError("OPERATION_IN_PROGRESS")
-            self._ledger.expire(row, "release" if row.state == "claimed" else "take_over")
-            row = self._ledger.read(row.key)
-        raise DurableError("OPERATION_IN_PROGRESS")
-
-    def __setitem__(self, record_key: tuple[str, str, str, str | None], record: td.OperationRecord) -> None:
-        # tool_dispatcher assigns a record only when a status query reconciles it.
-        key = self.key(record_key)
-        if key is None or record.state != "reconciled":
-            raise td.BoundaryError("LIFECYCLE_VIOLATION")
-        self._ledger.reconcile(key, str(record.refs["receipt_ref"]), record.data)
-
-
 class CallBindings:
-    """tool_dispatcher's call-identity map (``setdefault``), kept in the database.
-
-    One provider call identity answers one request for one purpose, across processes and restarts.
-    """
+    """The call-identity half of the store: one provider call identity answers one request for
+    one purpose, across processes and restarts."""
 
     def __init__(self, store: DurableStore, realm: str) -> None:
         self._store = store
         self._realm = realm
 
-    def setdefault(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...]) -> tuple[Any, ...]:
+    def bind(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...]) -> tuple[Any, ...]:
         adapter_revision, response_id, call_id = identity
         params = {"realm": self._realm, "adapter_revision": adapter_revision, "response_id": response_id,
                   "call_id": call_id, "fingerprint": _text(list(fingerprint)), "now": self._store.now_ms()}
@@ -1029,18 +944,120 @@ class FencedDownstream:
 # ============================================================================================
 
 
+class SqliteOperations:
+    """tool_dispatcher's OperationStore in SQLite: the ledger, the call bindings, the downstream.
+
+    tool_dispatcher's Dispatcher runs its one write path over it: claim the key under a lease,
+    start it, run the handler against a downstream fenced by the lease epoch, settle the row (and
+    its event) with a commit fenced by the same epoch. A row under a live lease answers
+    OPERATION_IN_PROGRESS; an expired one is first moved on (a dead claim is released, a dead
+    in-progress write becomes unknown), so no caller waits on a dead process.
+    """
+
+    def __init__(self, store: DurableStore, *, realm: str = DEFAULT_REALM, lease_ms: int = LEASE_MS,
+                 retention_ms: int = RETENTION_MS, owner: str | None = None,
+                 checkpoint: Checkpoint | None = None) -> None:
+        if not td.is_identifier(realm):
+            raise DurableError("SETTING_INVALID")
+        if type(lease_ms) is not int or not MIN_LEASE_MS <= lease_ms <= MAX_LEASE_MS:
+            raise DurableError("SETTING_INVALID")
+        self.store = store
+        self.realm = realm
+        self.lease_ms = lease_ms
+        self._owner = owner or new_owner()
+        self._checkpoint = checkpoint or _no_checkpoint
+        self.ledger = Ledger(store, retention_ms=retention_ms, checkpoint=self._checkpoint)
+        self.downstream = DurableDownstream(store, realm, checkpoint=self._checkpoint)
+        self._calls = CallBindings(store, realm)
+
+    def key(self, record_key: td.RecordKey) -> OperationKey | None:
+        tenant, subject, tool, idempotency_key = record_key
+        return None if idempotency_key is None else OperationKey(self.realm, tenant, subject, tool, idempotency_key)
+
+    # -- the write path ----------------------------------------------------------------------
+
+    def answer(self, call: td.AdmittedCall) -> td.OperationRecord | None:
+        key = self.key(call.record_key)
+        row = None if key is None else self.ledger.read(key)
+        if row is None or claim_event(row, call, self.store.now_ms()) is not None:
+            return None
+        return self._answer(call, row)
+
+    def claim(self, call: td.AdmittedCall, record: td.OperationRecord) -> td.Claim | td.OperationRecord:
+        key = self.key(call.record_key)
+        if key is None:
+            raise td.BoundaryError("IDEMPOTENCY_KEY_REQUIRED")
+        lease = self.ledger.claim(key, Intent.of(call, record), owner=self._owner, lease_ms=self.lease_ms)
+        if isinstance(lease, LedgerRow):  # another process claimed it after our read
+            return self._answer(call, lease)
+        self._checkpoint("after_claim")
+        return td.Claim(call.record_key, replace(record, state=lease.state), lease)
+
+    def release(self, claim: td.Claim) -> None:
+        self.ledger.advance(claim.token, "release")
+
+    def start(self, claim: td.Claim) -> td.Claim:
+        lease = self.ledger.advance(claim.token, "start", lease_ms=self.lease_ms)
+        return td.Claim(claim.key, replace(claim.record, state=lease.state), lease)
+
+    def downstream_for(self, claim: td.Claim) -> FencedDownstream:
+        return self.downstream.fenced(claim.token.epoch)
+
+    def settle(self, claim: td.Claim, event: str, record: td.OperationRecord, package: dict[str, Any]) -> None:
+        self.ledger.advance(claim.token, event, data=record.data, package=package,
+                            receipt_ref=record.refs["receipt_ref"])
+        if event == "committed":
+            self._checkpoint("after_ledger_commit")
+
+    def _answer(self, call: td.AdmittedCall, row: LedgerRow | None) -> td.OperationRecord:
+        # A row we may not claim: a settled one answers through the repeat rule (replay,
+        # OUTCOME_UNKNOWN or conflict); a live lease answers "in progress"; an expired in-progress
+        # write may have reached the downstream, so it becomes unknown, never runs again.
+        for _attempt in range(MAX_ANSWER_ATTEMPTS):
+            if row is None:
+                break
+            if row.state in td.MODEL_STATE:
+                return row.record()
+            if not td.same_intent(row.record(), call):
+                raise td.BoundaryError("IDEMPOTENCY_CONFLICT")
+            if row.state != "in_progress" or row.lease_live(self.store.now_ms()):
+                break
+            self.ledger.expire(row, "take_over")
+            row = self.ledger.read(row.key)
+        raise td.BoundaryError("OPERATION_IN_PROGRESS")
+
+    # -- the status query ----------------------------------------------------------------------
+
+    def find(self, record_key: td.RecordKey) -> td.OperationRecord | None:
+        key = self.key(record_key)
+        row = None if key is None else self.ledger.read(key)
+        for _attempt in range(MAX_ANSWER_ATTEMPTS):
+            if row is None or row.state in td.FREE_STATES:
+                return None
+            if row.state in td.MODEL_STATE:
+                return row.record()
+            if row.lease_live(self.store.now_ms()):
+                raise td.BoundaryError("OPERATION_IN_PROGRESS")
+            self.ledger.expire(row, "release" if row.state == "claimed" else "take_over")
+            row = self.ledger.read(row.key)
+        raise td.BoundaryError("OPERATION_IN_PROGRESS")
+
+    def reconcile(self, record_key: td.RecordKey, record: td.OperationRecord) -> None:
+        key = self.key(record_key)
+        if key is None or record.state != "reconciled":
+            raise td.BoundaryError("LIFECYCLE_VIOLATION")
+        self.ledger.reconcile(key, str(record.refs["receipt_ref"]), record.data)
+
+    def bind_call(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...]) -> tuple[Any, ...]:
+        return self._calls.bind(identity, fingerprint)
+
+
 class DurableDispatcher(td.Dispatcher):
-    """tool_dispatcher's Dispatcher with its records, call bindings and downstream in SQLite.
+    """tool_dispatcher's Dispatcher over SqliteOperations: nothing of the boundary is overridden.
 
-    Reads, refusals, packaging, the repeat rule and the status query are the parent's. The write
-    path is this layer's: claim the key under a lease, move it to in_progress, run the parent's
-    handler and output contract against a fenced downstream, then settle the row (and its event)
-    with a commit fenced by the lease epoch.
-
-    Besides result packages it raises DurableError to the trusted host: OPERATION_IN_PROGRESS
-    (another holder's lease is live: retry later, nothing ran), LEASE_LOST (this holder was taken
-    over; dispatch again), STORE_BUSY (retryable). tool_dispatcher's catalog has no model-facing
-    "in progress" code, so that answer cannot be a verified package yet (see README).
+    Besides result packages it raises to the trusted host: OPERATION_IN_PROGRESS (another
+    holder's lease is live: retry later, nothing ran), LEASE_LOST (this holder was taken over;
+    dispatch again), STORE_BUSY (retryable).
     """
 
     def __init__(self, orders: Sequence[td.Order] = (), *, store: DurableStore, realm: str = DEFAULT_REALM,
@@ -1048,26 +1065,16 @@ class DurableDispatcher(td.Dispatcher):
                  retention_ms: int = RETENTION_MS, owner: str | None = None, checkpoint: Checkpoint | None = None,
                  handlers: Mapping[str, td.Handler] | None = None,
                  registry: Mapping[str, td.ToolSpec] = td.REGISTRY) -> None:
-        if not td.is_identifier(realm):
-            raise DurableError("SETTING_INVALID")
-        if type(lease_ms) is not int or not MIN_LEASE_MS <= lease_ms <= MAX_LEASE_MS:
-            raise DurableError("SETTING_INVALID")
-        super().__init__(orders, approvers=approvers, handlers=handlers, registry=registry)
-        self._store = store
-        self._realm = realm
-        self._lease_ms = lease_ms
-        self._owner = owner or new_owner()
-        self._checkpoint = checkpoint or _no_checkpoint
-        self._ledger = Ledger(store, retention_ms=retention_ms, checkpoint=self._checkpoint)
-        self._durable_downstream = DurableDownstream(store, realm, checkpoint=self._checkpoint)
-        self.downstream = self._durable_downstream  # type: ignore[assignment]
-        self._records = LedgerRecords(self._ledger, realm, store.now_ms)  # type: ignore[assignment]
-        self._calls = CallBindings(store, realm)  # type: ignore[assignment]
+        operations = SqliteOperations(store, realm=realm, lease_ms=lease_ms, retention_ms=retention_ms,
+                                      owner=owner, checkpoint=checkpoint)
+        super().__init__(orders, approvers=approvers, handlers=handlers, registry=registry, operations=operations)
+        self.operations: SqliteOperations = operations
 
     # -- read-only views for the trusted host ----------------------------------------------
 
     def ledger_row(self, principal: td.Principal, tool: str, idempotency_key: str) -> LedgerRow | None:
-        return self._ledger.read(OperationKey(self._realm, principal.tenant, principal.subject, tool, idempotency_key))
+        return self.operations.ledger.read(
+            OperationKey(self.operations.realm, principal.tenant, principal.subject, tool, idempotency_key))
 
     def operation_state(self, principal: td.Principal, tool: str, idempotency_key: str) -> str:
         row = self.ledger_row(principal, tool, idempotency_key)
@@ -1077,75 +1084,6 @@ class DurableDispatcher(td.Dispatcher):
         """The first answer stored for the operation, as canonical JSON bytes (None if none was given)."""
         row = self.ledger_row(principal, tool, idempotency_key)
         return None if row is None or row.package is None else row.package.encode("utf-8")
-
-    # -- the write path ------------------------------------------------------------------------
-
-    def _write(self, call: Any, order: td.Order, *, approval: Any, now: int, deadline: int | None,
-               fault: str) -> dict[str, Any]:
-        if call.context.idempotency_key is None:
-            raise td.BoundaryError("IDEMPOTENCY_KEY_REQUIRED")
-        key = OperationKey(self._realm, *call.record_key)
-        intent = Intent.of(call, self._downstream_refs(call))
-        row = self._ledger.read(key)
-        if row is not None and claim_event(row, intent, self._store.now_ms()) is None:
-            return self._answer(call, intent, row)
-        td.check_approval(approval, principal=call.principal, context=call.context, spec=call.spec,
-                          arguments=call.arguments, approvers=self._approvers, now=now)
-        td.check_refundable(order)
-        td.check_deadline(now, deadline)
-        intent = replace(intent, approval=_text(td.approval_view(approval)))
-        lease = self._ledger.claim(key, intent, owner=self._owner, lease_ms=self._lease_ms)
-        if isinstance(lease, LedgerRow):  # another process claimed it after our read
-            return self._answer(call, intent, lease)
-        self._checkpoint("after_claim")
-        refusal = td.FAULTS_BEFORE_HANDLER.get(fault)
-        if refusal is not None:
-            # A retryable refusal before anything reached the downstream frees the key again.
-            self._ledger.advance(lease, "release")
-            raise td.BoundaryError(refusal)
-        lease = self._ledger.advance(lease, "start", lease_ms=self._lease_ms)
-        return self._run_claimed(call, order, lease, fault, td.approval_view(approval))
-
-    def _run_claimed(self, call: Any, order: td.Order, lease: Lease, fault: str,
-                     granted: Mapping[str, Any]) -> dict[str, Any]:
-        refs = self._downstream_refs(call)
-        fenced = self._durable_downstream.fenced(lease.epoch)
-        self.downstream = fenced  # type: ignore[assignment]  # the parent's _execute hands it to the handler
-        try:
-            data, code, receipt_ref = self._execute(call, order, refs, fault)
-        finally:
-            self.downstream = self._durable_downstream  # type: ignore[assignment]
-        if code is not None:
-            package = self._package(call, td.project_model_result(
-                call.spec, status="unknown", outcome="unknown", delivery="none", code=code),
-                state="unknown", handler_invoked=True, effects=fenced.created, refs=refs,
-                redactions=td.withheld(code), approval=granted)
-            self._ledger.advance(lease, "outcome_lost", package=package)
-            return package
-        refs = {**refs, "receipt_ref": receipt_ref}
-        package = self._package(call, td.project_model_result(
-            call.spec, status="ok", outcome="succeeded", delivery="fresh", data=td.json_copy(data)),
-            state="succeeded", handler_invoked=True, effects=fenced.created, refs=refs, approval=granted)
-        self._ledger.advance(lease, "committed", data=data, package=package, receipt_ref=receipt_ref)
-        self._checkpoint("after_ledger_commit")
-        return package
-
-    def _answer(self, call: Any, intent: Intent, row: LedgerRow | None) -> dict[str, Any]:
-        # A row we may not claim: a settled one answers through the parent's repeat rule (replay,
-        # OUTCOME_UNKNOWN or conflict); a live lease answers "in progress"; an expired in-progress
-        # write may have reached the downstream, so it becomes unknown, never runs again.
-        for _attempt in range(MAX_ANSWER_ATTEMPTS):
-            if row is None:
-                break
-            if row.state in MODEL_STATE:
-                return self._repeat(call, row.record())
-            if not intent.matches(row):
-                raise td.BoundaryError("IDEMPOTENCY_CONFLICT")
-            if row.state != "in_progress" or row.lease_live(self._store.now_ms()):
-                break
-            self._ledger.expire(row, "take_over")
-            row = self._ledger.read(row.key)
-        raise DurableError("OPERATION_IN_PROGRESS")
 
 
 # ============================================================================================
@@ -1276,14 +1214,14 @@ def _state_of(ledger: Ledger, key: OperationKey) -> str:
 def receipt_matches(row: LedgerRow, receipt: td.Receipt, registry: Mapping[str, td.ToolSpec]) -> bool:
     """The receipt binds this record under today's registry (what tool_dispatcher's query checks)."""
     spec = registry.get(row.tool)
-    if spec is None or row.contract != td.canonical_json(spec.contract_view()).decode("utf-8"):
+    record = row.record()
+    if spec is None or record.contract != spec.contract_view():
         return False
     try:
         td.check_output_fields(spec, td.receipt_output(receipt))
     except td.BoundaryError:
         return False
-    return (receipt.request_ref == row.request_ref and receipt.effect_revision == spec.effect_revision
-            and receipt.producer_revision == spec.producer_revision)
+    return td.receipt_binds(record, receipt, spec)
 
 
 # ============================================================================================
@@ -1335,13 +1273,8 @@ def run_fixture(fixture: td.Fixture, store: DurableStore, *, case_id: str | None
 # never a traceback, never the path.
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise DurableError("CLI_USAGE")
-
-
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = _Parser(prog="durable_dispatcher", description="The durable layer: run the fixture, recover a database.")
+    parser = td.CliParser(prog="durable_dispatcher", description="The durable layer: run the fixture, recover a database.")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a tool-cases-v2 fixture against a database file this command creates")
     run.add_argument("--fixture", required=True, help="path of the tool-cases-v2 JSON fixture")
@@ -1362,7 +1295,7 @@ def _run_command(arguments: argparse.Namespace) -> int:
     with DurableStore.open(arguments.db, exclusive=True, synchronous=arguments.synchronous) as store:
         summary = run_fixture(fixture, store, case_id=arguments.case)
         summary["store"] = store.facts()
-    _emit(summary)
+    td.emit_json(summary)
     return 0 if summary["passed"] else 1
 
 
@@ -1377,7 +1310,7 @@ def _recover_command(arguments: argparse.Namespace) -> int:
             "pruned": _prune_view(prune(store)),
             "store": store.facts(),
         }
-    _emit(report)
+    td.emit_json(report)
     healthy = report["store"]["integrity"] == "ok" and "escalated" not in report["store"]["operations"]
     return 0 if healthy else 1
 
@@ -1392,20 +1325,13 @@ _COMMANDS: Final[Mapping[str, Callable[[argparse.Namespace], int]]] = MappingPro
 })
 
 
-def _emit(value: Mapping[str, Any]) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=True) + "\n")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        arguments = _arguments(argv)
-        return _COMMANDS[arguments.command](arguments)
-    except (DurableError, td.BoundaryError) as error:
-        _emit({"passed": False, "error": error.to_json()})
-        return 2
-    except Exception:  # the last line of defence: a bug here must still not print a traceback
-        _emit({"passed": False, "error": DurableError("INTERNAL_ERROR").to_json()})
-        return 2
+    return td.run_cli(lambda: _run_main(argv))
+
+
+def _run_main(argv: Sequence[str] | None) -> int:
+    arguments = _arguments(argv)
+    return _COMMANDS[arguments.command](arguments)
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ def answer_of(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """A package's delivery or error code, or the DurableError code the host got instead."""
     try:
         package = call()
-    except dd.DurableError as error:
+    except td.CatalogError as error:
         return {"answer": error.code, "retryable": error.retryable}
     result = package["model_result"]
     return {"answer": result["error"]["code"] if "error" in result else result["delivery"],
@@ -164,7 +164,7 @@ class StoreCase(unittest.TestCase):
             connection.commit()
 
     def assertDurable(self, code: str, call: Callable[[], Any]) -> dd.DurableError:
-        with self.assertRaises(dd.DurableError) as caught:
+        with self.assertRaises(td.CatalogError) as caught:
             call()
         self.assertEqual(caught.exception.code, code)
         return caught.exception
@@ -191,7 +191,13 @@ class TestConstantsAndErrors(unittest.TestCase):
 
     def test_retryable_codes_are_exactly_the_transient_ones(self) -> None:
         retryable = {code for code, spec in dd.DURABLE_ERRORS.items() if spec.retryable}
-        self.assertEqual(retryable, {"OPERATION_IN_PROGRESS", "LEASE_LOST", "STORE_BUSY"})
+        self.assertEqual(retryable, {"LEASE_LOST", "STORE_BUSY"})
+        # "In progress" is the core's host code: one lifecycle, one answer for every store.
+        self.assertTrue(td.ERROR_CATALOG["OPERATION_IN_PROGRESS"].retryable)
+
+    def test_catalog_shares_no_code_with_the_core(self) -> None:
+        self.assertEqual(set(dd.DURABLE_ERRORS) & set(td.ERROR_CATALOG), set())
+        self.assertTrue(issubclass(dd.DurableError, td.CatalogError))
 
     def test_messages_are_fixed_text(self) -> None:
         for code, spec in dd.DURABLE_ERRORS.items():
@@ -215,21 +221,19 @@ class TestConstantsAndErrors(unittest.TestCase):
 
 
 class TestLifecycle(StoreCase):
-    def test_every_in_memory_state_is_a_durable_state(self) -> None:
-        self.assertLessEqual(set(td.OPERATION_STATES), set(dd.STATES))
+    def test_every_package_state_is_a_stored_state(self) -> None:
+        self.assertLessEqual(set(td.OPERATION_STATES) - {"none"}, set(dd.STORED_STATES))
 
-    def test_in_memory_moves_keep_their_names_and_targets(self) -> None:
-        for (state, event), target in td.LIFECYCLE.items():
-            with self.subTest(event=event):
-                targets = {to for (_, name), to in dd.LIFECYCLE.items() if name == event}
-                self.assertEqual(targets, {target})
-        self.assertEqual(dd.LIFECYCLE[("unknown", "receipt_confirmed")], "reconciled")
+    def test_the_layer_runs_on_the_core_lifecycle_table(self) -> None:
+        self.assertIs(dd.transition, td.transition)
+        self.assertEqual(dd.STORED_STATES, td.LIFECYCLE_STATES - {"none"})
+        self.assertIs(dd.LEASED_STATES, td.LEASED_STATES)
 
     def test_moves_not_in_the_table_are_refused(self) -> None:
-        events = {event for _, event in dd.LIFECYCLE}
-        for state in sorted(dd.STATES):
+        events = {event for _, event in td.LIFECYCLE}
+        for state in sorted(td.LIFECYCLE_STATES):
             for event in sorted(events):
-                if (state, event) in dd.LIFECYCLE:
+                if (state, event) in td.LIFECYCLE:
                     continue
                 with self.subTest(state=state, event=event), self.assertRaises(td.BoundaryError) as caught:
                     dd.transition(state, event)
@@ -245,16 +249,16 @@ class TestLifecycle(StoreCase):
         self.assertEqual(dd.PRUNABLE_STATES, {"succeeded", "reconciled"})
         self.assertFalse(dd.PRUNABLE_STATES & dd.LEASED_STATES)
 
-    def test_model_sees_only_in_memory_states(self) -> None:
-        self.assertLessEqual(set(dd.MODEL_STATE.values()), set(td.OPERATION_STATES))
-        self.assertEqual(dd.MODEL_STATE["escalated"], "unknown")
+    def test_model_sees_only_package_states(self) -> None:
+        self.assertLessEqual(set(td.MODEL_STATE.values()), set(td.OPERATION_STATES))
+        self.assertEqual(td.MODEL_STATE["escalated"], "unknown")
 
     def test_lease_is_dead_at_its_expiry_instant(self) -> None:
         dispatcher = self.dispatcher(lease_ms=100)
-        lease = dispatcher._ledger.claim(dd.OperationKey("default", "t", "s", "tool", "k"), dd.Intent(
+        lease = dispatcher.operations.ledger.claim(dd.OperationKey("default", "t", "s", "tool", "k"), dd.Intent(
             "0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st"), owner="me", lease_ms=100)
         self.assertEqual((lease.state, lease.epoch, lease.owner), ("claimed", 1, "me"))
-        stored = dispatcher._ledger.read(lease.key)
+        stored = dispatcher.operations.ledger.read(lease.key)
         self.assertEqual(stored.lease_expires_at, self.clock.now + 100)
         self.assertTrue(stored.lease_live(self.clock.now + 99))
         self.assertFalse(stored.lease_live(self.clock.now + 100))
@@ -278,7 +282,7 @@ class TestLifecycle(StoreCase):
         for options in ({"lease_ms": 0}, {"lease_ms": dd.MAX_LEASE_MS + 1}, {"lease_ms": True}, {"realm": "a realm"}):
             with self.subTest(options=options):
                 self.assertDurable("SETTING_INVALID", lambda: self.dispatcher(store, **options))
-        self.assertEqual(self.dispatcher(store, lease_ms=dd.MAX_LEASE_MS)._lease_ms, dd.MAX_LEASE_MS)
+        self.assertEqual(self.dispatcher(store, lease_ms=dd.MAX_LEASE_MS).operations.lease_ms, dd.MAX_LEASE_MS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -632,7 +636,7 @@ class TestIdempotency(StoreCase):
         for key, state in (((ALICE.tenant, ALICE.subject, "create_refund_draft", None), "reconciled"),
                            ((ALICE.tenant, ALICE.subject, "create_refund_draft", KEY), "succeeded")):
             with self.subTest(state=state), self.assertRaises(td.BoundaryError) as caught:
-                dispatcher._records[key] = replace(record, state=state)
+                dispatcher.operations.reconcile(key, replace(record, state=state))
             self.assertEqual(caught.exception.code, "LIFECYCLE_VIOLATION")
         self.assertEqual(self.row(dispatcher).state, "unknown")
 
@@ -761,7 +765,7 @@ class TestLeasesAndFencing(StoreCase):
         self.assertEqual((self.row(other).state, other.effect_count), ("reconciled", 1))
 
     def test_claim_of_a_live_key_returns_the_row_to_answer(self) -> None:
-        holder, _other, pause = self.holders("after_claim", lambda d: d._ledger.claim(
+        holder, _other, pause = self.holders("after_claim", lambda d: d.operations.ledger.claim(
             dd.OperationKey("default", ALICE.tenant, ALICE.subject, "create_refund_draft", KEY),
             dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st"),
             owner="other", lease_ms=1_000), raw=True)
@@ -772,7 +776,7 @@ class TestLeasesAndFencing(StoreCase):
 
     def test_claim_lost_after_a_stale_read_answers_in_progress(self) -> None:
         def stale_write(other: dd.DurableDispatcher) -> Any:
-            other._ledger.read = lambda key: None  # type: ignore[method-assign]  # read before the holder's claim
+            other.operations.ledger.read = lambda key: None  # type: ignore[method-assign]  # read before the holder's claim
             return write(other, "b")
         holder, other, pause = self.holders("after_claim", stale_write)
         self.assertAnswer(write(holder, "a"), "fresh")
@@ -783,8 +787,8 @@ class TestLeasesAndFencing(StoreCase):
         expired: list[str] = []
 
         def spy(other: dd.DurableDispatcher) -> Any:
-            original = other._ledger.expire
-            other._ledger.expire = lambda row, event: expired.append(event) or original(row, event)  # type: ignore
+            original = other.operations.ledger.expire
+            other.operations.ledger.expire = lambda row, event: expired.append(event) or original(row, event)  # type: ignore
             return [answer_of(lambda: write(other, "b"))["answer"],
                     answer_of(lambda: query(other, "q", op_tag="a"))["answer"]]
         holder, _other, pause = self.holders("after_downstream_commit", spy, raw=True)
@@ -797,8 +801,8 @@ class TestLeasesAndFencing(StoreCase):
             write(dispatcher, "a")
         # A row that keeps moving under us: expired in progress, and every takeover loses its race.
         stuck = replace(self.row(dispatcher), state="in_progress", lease_expires_at=0)
-        dispatcher._ledger.read = lambda key: stuck  # type: ignore[method-assign]
-        dispatcher._ledger.expire = lambda row, event: False  # type: ignore[method-assign]
+        dispatcher.operations.ledger.read = lambda key: stuck  # type: ignore[method-assign]
+        dispatcher.operations.ledger.expire = lambda row, event: False  # type: ignore[method-assign]
         self.assertDurable("OPERATION_IN_PROGRESS", lambda: write(dispatcher, "b"))
         self.assertDurable("OPERATION_IN_PROGRESS", lambda: query(dispatcher, "q", op_tag="a"))
 
@@ -1050,16 +1054,16 @@ class TestRecovery(StoreCase):
         dispatcher = self.dispatcher()
         write(dispatcher, "a", fault="timeout_after_commit")
         key = self.row(dispatcher).key
-        dispatcher._ledger.reconcile(key, "rc-first", {"n": 1})
+        dispatcher.operations.ledger.reconcile(key, "rc-first", {"n": 1})
         settled = self.row(dispatcher)
         self.clock.advance(5)
-        dispatcher._ledger.reconcile(key, "rc-second", {"n": 2})
+        dispatcher.operations.ledger.reconcile(key, "rc-second", {"n": 2})
         self.assertEqual(self.row(dispatcher), settled)
         self.assertEqual((settled.state, settled.receipt_ref, count(self.path, "SELECT COUNT(*) FROM outbox")),
                          ("reconciled", "rc-first", 1))
 
     def test_reconcile_of_a_missing_record_is_a_lifecycle_violation(self) -> None:
-        ledger = self.dispatcher()._ledger
+        ledger = self.dispatcher().operations.ledger
         with self.assertRaises(td.BoundaryError) as caught:
             ledger.reconcile(dd.OperationKey("default", "t", "s", "tool", "k"), "rc", {})
         self.assertEqual(caught.exception.code, "LIFECYCLE_VIOLATION")
@@ -1072,7 +1076,7 @@ class TestRecovery(StoreCase):
             def fenced_receipt(self, status_ref: str, epoch: int) -> None:
                 raise dd.DurableError("STORE_BUSY")
         self.assertDurable("STORE_BUSY", lambda: dd._recover_row(
-            dispatcher._ledger, Busy(), self.row(dispatcher), td.REGISTRY, "none"))  # type: ignore[arg-type]
+            dispatcher.operations.ledger, Busy(), self.row(dispatcher), td.REGISTRY, "none"))  # type: ignore[arg-type]
 
     def test_receipt_matches_answers_exactly_true_or_false(self) -> None:
         dispatcher = self.dispatcher()
@@ -1097,7 +1101,7 @@ class TestRecovery(StoreCase):
         write(dispatcher, "a", fault="timeout_after_commit")
         row = self.row(dispatcher)
         self.tamper("UPDATE operations SET state = 'escalated', recovery_hint = 'operator'")
-        self.assertDurable("OPERATION_ESCALATED", lambda: dispatcher._ledger.reconcile(row.key, "rc-x", {}))
+        self.assertDurable("OPERATION_ESCALATED", lambda: dispatcher.operations.ledger.reconcile(row.key, "rc-x", {}))
         self.assertEqual(self.row(dispatcher).state, "escalated")
 
     def test_recovery_is_idempotent(self) -> None:
@@ -1128,7 +1132,7 @@ class TestRecovery(StoreCase):
         dispatcher = self.dispatcher()
         write(dispatcher, "a", fault="timeout_after_commit")
         row = self.row(dispatcher)
-        ledger, downstream = dispatcher._ledger, dispatcher.downstream
+        ledger, downstream = dispatcher.operations.ledger, dispatcher.downstream
         stale = replace(row, lease_epoch=row.lease_epoch - 1 if row.lease_epoch > 1 else 99)
         self.assertEqual(dd._recover_row(ledger, downstream, stale, td.REGISTRY, "none"), "unknown")
         self.assertEqual(self.row(dispatcher).lease_epoch, 1)

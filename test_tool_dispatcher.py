@@ -6,6 +6,7 @@ must be refused. Subprocess tests are few and run side by side in one batch.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import dataclasses
@@ -3498,3 +3499,58 @@ class TestCommandLine(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestPublicSurface(unittest.TestCase):
+    """The layers around the boundary use only the names in tool_dispatcher.__all__."""
+
+    LAYER_FOLDERS = ("durable", "provider_streams", "tool-transaction-bench", "benchmarks", "mcp_import")
+
+    def test_all_names_exactly_the_public_definitions(self):
+        self.assertEqual(len(td.__all__), len(set(td.__all__)))
+        for name in td.__all__:
+            with self.subTest(name=name):
+                self.assertFalse(name.startswith("_"))
+                self.assertTrue(hasattr(td, name))
+
+    def test_no_layer_reaches_for_a_private_or_unlisted_name(self):
+        public = set(td.__all__)
+        seen = 0
+        for folder in self.LAYER_FOLDERS:
+            for path in sorted(glob_python(os.path.join(ROOT, folder))):
+                with open(path, encoding="utf-8") as handle:
+                    tree = ast.parse(handle.read())
+                for name, line in core_names_used(tree):
+                    seen += 1
+                    with self.subTest(file=os.path.relpath(path, ROOT), line=line, name=name):
+                        self.assertIn(name, public)
+        self.assertGreater(seen, 100)  # the scan found the layers' uses, not nothing
+
+    def test_the_scan_sees_each_way_of_reaching_in(self):
+        tree = ast.parse("import tool_dispatcher as td\nfrom tool_dispatcher import _hidden, Dispatcher\n"
+                         "td._NO_REFS\ntool_dispatcher.verify_package\n")
+        self.assertEqual(sorted(core_names_used(tree)),
+                         [("Dispatcher", 2), ("_NO_REFS", 3), ("_hidden", 2), ("verify_package", 4)])
+
+
+def glob_python(folder: str) -> list[str]:
+    found = []
+    for directory, _folders, files in os.walk(folder):
+        found += [os.path.join(directory, name) for name in files if name.endswith(".py")]
+    return found
+
+
+def core_names_used(tree: ast.AST) -> list[tuple[str, int]]:
+    """(name, line) for every name of tool_dispatcher a module imports or reads as an attribute."""
+    aliases = {"tool_dispatcher"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases |= {alias.asname or alias.name for alias in node.names if alias.name == "tool_dispatcher"}
+    used = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "tool_dispatcher":
+            used += [(alias.name, node.lineno) for alias in node.names]
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id in aliases):
+            used.append((node.attr, node.lineno))
+    return used

@@ -47,6 +47,68 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Final, Mapping, NamedTuple, NoReturn, Protocol, Sequence
 
+__all__ = [  # what other layers and readers may use; every other name is this module's own
+    # 1. Limits and constants
+    "MAX_FIXTURE_BYTES", "MAX_NESTING_DEPTH", "MAX_SAFE_INTEGER", "MAX_INTEGER_DIGITS",
+    "MAX_ENVELOPE_INTEGER_DIGITS", "MAX_CASES", "MAX_STEPS_PER_CASE", "MAX_ROLES", "MAX_ORDERS",
+    "MAX_APPROVERS", "MAX_WORLD_CHANGES", "MAX_IDENTIFIER_LENGTH", "MAX_TEXT_LENGTH", "MIN_TIME",
+    "MAX_TIME", "MAX_REVISION", "MAX_OUTPUT_BYTES", "MAX_OUTPUT_DEPTH", "MAX_OUTPUT_NODES",
+    "MAX_RESULT_SET", "SUBJECT_REF_CACHE", "TEMPLATE_CACHE", "PACKAGE_FORMAT", "MODEL_RESULT_VERSION",
+    "AUDIT_VERSION", "FIXTURE_FORMAT", "BOUNDARY_PRODUCER", "REQUEST_DIGEST_DOMAIN", "RESULT_DIGEST_DOMAIN",
+    "CALL_BINDING_DIGEST_DOMAIN", "CALL_FINGERPRINT_DOMAIN", "SUBJECT_REF_DOMAIN", "DOWNSTREAM_REF_DOMAIN",
+    "IDENTIFIER_PATTERN", "ORDER_REF_PATTERN", "DIGEST_PATTERN", "STATUSES", "OUTCOMES", "DELIVERIES",
+    "RECOVERIES", "ORDER_STATUSES", "OPERATION_STATES", "PURPOSES",
+    # 2. Errors and the code catalog
+    "ErrorSpec", "error_specs", "ERROR_CATALOG", "CatalogError", "BoundaryError", "error_view",
+    # 3. Value types
+    "ProviderProfile", "PROVIDER_PROFILES", "registered_profile", "CallContext", "Principal", "Approval",
+    "Order",
+    # 4. Canonical JSON
+    "canonical_text", "canonical_json", "canonical_sha256", "SLOT", "CanonicalTemplate", "json_copy",
+    # 5. Strict bounded JSON decoding
+    "exceeds_nesting", "refuse_float", "finite_float", "safe_int", "short_int", "JsonPolicy",
+    "PORTABLE_JSON", "ENVELOPE_JSON", "decode_strict_json",
+    # 6. Fixture loading
+    "DISPATCH_FAULTS", "QUERY_FAULTS", "WorldChange", "Expectation", "Step", "Case", "World", "Fixture",
+    "is_identifier", "load_fixture", "read_bounded", "parse_fixture",
+    # 7. Proposal and context binding
+    "check_context", "check_principal", "principal_view",
+    # 8. Registry and input contracts
+    "FieldRule", "ToolSpec", "REFUND_REASONS", "REGISTRY", "check_input",
+    # 9. Authorization
+    "authorize",
+    # 10. Operation lifecycle, approval, business state, deadline
+    "LIFECYCLE", "LIFECYCLE_STATES", "LEASED_STATES", "FREE_STATES", "MODEL_STATE", "REPEAT_ANSWER",
+    "transition", "OperationRecord", "advance", "check_approval", "approval_view", "check_refundable",
+    "check_deadline",
+    # 11. Handlers and the mock downstream
+    "Receipt", "MockDownstream", "derived_ref", "HandlerCall", "HandlerResult", "handle_get_order",
+    "handle_create_refund_draft", "receipt_output", "Handler", "HANDLERS", "ResponseLost",
+    "InjectedHandlerFailure", "FAULTS_BEFORE_HANDLER", "FAULTS_AFTER_HANDLER",
+    # 12. Output contracts
+    "SENSITIVE_KEYS", "SENSITIVE_VALUE_PREFIXES", "scan_output", "check_output", "check_output_fields",
+    # 13. Projections
+    "recovery_for", "project_model_result",
+    # 14. Digests
+    "request_sha256", "result_sha256", "call_binding_sha256", "spec_request_sha256", "model_result_sha256",
+    "spec_call_binding_sha256",
+    # 15. The dispatcher
+    "AdmittedCall", "RecordKey", "same_intent", "receipt_binds", "downstream_refs", "Claim",
+    "OperationStore", "CountingDownstream", "MemoryOperations", "Dispatcher", "withheld",
+    # 16. Package verification
+    "REDACTIONS", "verify_package",
+    # 17. Result sets
+    "verify_result_set",
+    # 18. Provider adapters
+    "UNREGISTERED_TOOL_NAME", "model_result_text", "ADAPTERS", "adapt", "to_openai_responses",
+    "to_anthropic_messages", "to_gemini_interactions",
+    # 19. Fixture runner
+    "EXPECTATION_FIELDS", "StepReport", "run_step", "fresh_dispatcher", "DispatcherFactory", "run_case",
+    "run_fixture", "render_report",
+    # 20. CLI
+    "CliParser", "emit_json", "cli_failure", "run_cli", "main",
+]
+
 # ============================================================================================
 # 1. Limits and constants
 # ============================================================================================

@@ -69,7 +69,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "exceeds_nesting", "refuse_float", "finite_float", "safe_int", "short_int", "JsonPolicy",
     "PORTABLE_JSON", "ENVELOPE_JSON", "decode_strict_json",
     # 6. Fixture loading
-    "DISPATCH_FAULTS", "QUERY_FAULTS", "WorldChange", "Expectation", "Step", "Case", "World", "Fixture",
+    "WorldChange", "Expectation", "Step", "Case", "World", "Fixture",
     "is_identifier", "load_fixture", "read_bounded", "parse_fixture",
     # 7. Proposal and context binding
     "check_context", "check_principal", "principal_view",
@@ -84,7 +84,8 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     # 11. Handlers and the mock downstream
     "Receipt", "MockDownstream", "derived_ref", "HandlerCall", "HandlerResult", "handle_get_order",
     "handle_create_refund_draft", "receipt_output", "Handler", "HANDLERS", "ResponseLost",
-    "InjectedHandlerFailure", "FAULTS_BEFORE_HANDLER", "FAULTS_AFTER_HANDLER",
+    "InjectedHandlerFailure", "FAULTS_BEFORE_HANDLER", "FAULTS_AFTER_HANDLER", "FAULTS_BEFORE_RECEIPT",
+    "FAULTS",
     # 12. Output contracts
     "SENSITIVE_KEYS", "SENSITIVE_VALUE_PREFIXES", "scan_output", "check_output", "check_output_fields",
     # 13. Projections
@@ -771,13 +772,6 @@ def _decode_refusing(text: str, policy: JsonPolicy) -> Any:
 # names the place. Checks answer True or False; the place of a field is formatted only when its
 # check fails (a fixture has thousands of fields and, at most, one fault worth naming).
 
-DISPATCH_FAULTS: Final = frozenset({
-    "none", "timeout_before_execution", "rate_limited", "timeout_after_commit",
-    "handler_raises", "invalid_output",
-})
-QUERY_FAULTS: Final = frozenset({"none", "receipt_unavailable"})
-
-
 @dataclass(frozen=True, slots=True)
 class WorldChange:
     tenant: str
@@ -876,6 +870,11 @@ def _one_of(choices: frozenset[str]) -> _Check:
     return lambda value: type(value) is str and value in choices
 
 
+def _is_fault(purpose: str) -> _Check:
+    # FAULTS, with the handler's fault tables (section 11), is the one list of injectable faults.
+    return lambda value: type(value) is str and value in FAULTS[purpose]
+
+
 def _or_null(check: _Check) -> _Check:
     return lambda value: value is None or check(value)
 
@@ -969,8 +968,8 @@ _CONTEXT_FIELDS: Final = _CONTEXT.fields
 # The scalar fields of objects that also hold arrays or objects, checked after those.
 _PRINCIPAL_NAMES: Final = _table(tenant=is_identifier, subject=is_identifier)  # after the roles
 _STEP_SCALARS: Final = MappingProxyType({  # after the approval, before the world changes
-    "dispatch": _table(fault=_one_of(DISPATCH_FAULTS), now=_is_time, deadline=_or_null(_is_time)),
-    "query_status": _table(fault=_one_of(QUERY_FAULTS), now=_is_time),
+    "dispatch": _table(fault=_is_fault("dispatch"), now=_is_time, deadline=_or_null(_is_time)),
+    "query_status": _table(fault=_is_fault("query_status"), now=_is_time),
 })
 
 
@@ -1661,6 +1660,13 @@ FAULTS_AFTER_HANDLER: Final[Mapping[str, Callable[[HandlerResult], HandlerResult
     "handler_raises": _fail_after_commit,
     "invalid_output": _corrupt_output,
 })
+# A status query's one fault: the receipt store does not answer.
+FAULTS_BEFORE_RECEIPT: Final = frozenset({"receipt_unavailable"})
+# Every fault a host may inject, by purpose, derived from the tables above ("none": no fault).
+FAULTS: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
+    "dispatch": frozenset({"none", *FAULTS_BEFORE_HANDLER, *FAULTS_AFTER_HANDLER}),
+    "query_status": frozenset({"none", *FAULTS_BEFORE_RECEIPT}),
+})
 
 
 # ============================================================================================
@@ -2178,7 +2184,7 @@ class Dispatcher:
                  approval: Approval | None = None, now: int, deadline: int | None = None,
                  fault: str = "none") -> dict[str, Any]:
         """Run one proposal through the whole boundary and return its result package."""
-        call = self._bind(context, principal, "dispatch", now, deadline, fault, DISPATCH_FAULTS)
+        call = self._bind(context, principal, "dispatch", now, deadline, fault)
         try:
             call = self._admit(call, proposal)
             order = authorize(call.spec, principal, call.arguments, self._orders)
@@ -2198,7 +2204,7 @@ class Dispatcher:
         identity is bound to the query purpose, so it can never start a dispatch. Only after that
         binding does a query answer, even when the answer is RECEIPT_UNAVAILABLE.
         """
-        call = self._bind(context, principal, "query_status", now, None, fault, QUERY_FAULTS)
+        call = self._bind(context, principal, "query_status", now, None, fault)
         try:
             call = self._admit(call, proposal, bind_identity=False)
             authorize(call.spec, principal, call.arguments, self._orders)
@@ -2232,7 +2238,7 @@ class Dispatcher:
         return record
 
     def _checked_receipt(self, call: AdmittedCall, record: OperationRecord, fault: str) -> Receipt | None:
-        receipt = None if fault == "receipt_unavailable" else self.operations.downstream.receipt(
+        receipt = None if fault in FAULTS_BEFORE_RECEIPT else self.operations.downstream.receipt(
             record.refs["status_ref"])
         if receipt is not None and not receipt_binds(record, receipt, call.spec):
             raise BoundaryError("STATUS_CONFLICT")
@@ -2251,11 +2257,11 @@ class Dispatcher:
     # -- pipeline stages -----------------------------------------------------------------------
 
     def _bind(self, context: CallContext, principal: Principal, purpose: str, now: Any, deadline: Any,
-              fault: Any, faults: frozenset[str]) -> AdmittedCall:
+              fault: Any) -> AdmittedCall:
         check_context(context)
         check_principal(principal)
         _check_clock(now, deadline)
-        if type(fault) is not str or fault not in faults:
+        if type(fault) is not str or fault not in FAULTS[purpose]:
             raise BoundaryError("CONTEXT_INVALID")
         return AdmittedCall(context, principal, purpose,
                             _principal_text(principal.tenant, principal.subject, principal.roles))

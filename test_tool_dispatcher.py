@@ -98,7 +98,8 @@ def approval_for(ctx, principal=ALICE, arguments=None, **changes) -> Approval:
     approval = Approval(
         approver="approver-lee", tenant=principal.tenant, subject=principal.subject,
         provider=ctx.provider, api_family=ctx.api_family, adapter_revision=ctx.adapter_revision,
-        call_id=ctx.call_id, operation_id=ctx.operation_id,
+        response_id=ctx.response_id, call_id=ctx.call_id, operation_id=ctx.operation_id,
+        idempotency_key=ctx.idempotency_key or "none",
         arguments=dict(arguments or refund_proposal()["arguments"]),
         contract_revision=REFUND_CONTRACT, expires_at=EXPIRES,
     )
@@ -155,6 +156,13 @@ def error_result(code, *, tool=None, status="error", outcome="not_executed") -> 
         "source": {"tool": tool, "producer": "tool-dispatcher"}, "trust": "boundary_control",
         "error": {"code": code, "message": spec.message, "retryable": spec.retryable},
     }
+
+
+def dispatcher_with_conflict(provider) -> Dispatcher:
+    """A dispatcher whose provider call identity already answered another read."""
+    dispatcher = make_dispatcher()
+    read(dispatcher, context(provider))
+    return dispatcher
 
 
 def independent_sha256(value) -> str:
@@ -1511,8 +1519,22 @@ class TestApprovalLifecycleIdempotency(unittest.TestCase):
         dispatcher = make_dispatcher()
         self.assertEqual(read(dispatcher)["model_result"]["status"], "ok")
         package = read(dispatcher, order_ref="ORDER-11")
-        self.assertEqual(package["model_result"], error_result("CALL_CONFLICT"))
+        self.assertEqual(package["model_result"], error_result("CALL_CONFLICT", tool="get_order"))
         self.assertEqual(dispatcher.effect_count, 0)
+        # Admitted before the conflict: the audit keeps the tool, its contract and the arguments.
+        audit = package["protected_audit"]
+        self.assertEqual((audit["tool_contract"], audit["arguments"], audit["redactions"]),
+                         (td.REGISTRY["get_order"].contract_view(), {"order_ref": "ORDER-11"}, []))
+        self.assertEqual(audit["request_sha256"], td.request_sha256(
+            audit["principal"], audit["tool_contract"], audit["arguments"]))
+        for provider in ("openai", "anthropic", "gemini"):  # every adapter names the function the model called
+            with self.subTest(provider=provider):
+                conflict = read(dispatcher_with_conflict(provider), context(provider), order_ref="ORDER-11")
+                self.assertEqual(code_of(conflict), "CALL_CONFLICT")
+                payload = json.dumps(ADAPTER_FUNCTIONS[provider](conflict, context(provider)))
+                self.assertNotIn(td.UNREGISTERED_TOOL_NAME, payload)
+                if provider == "gemini":
+                    self.assertIn('"name": "get_order"', payload)
 
     def test_same_call_identity_unchanged_is_not_a_conflict(self):
         dispatcher = make_dispatcher()
@@ -1861,7 +1883,7 @@ class TestDispatcherFaultsAndStatusQuery(unittest.TestCase):
         unknown_write(dispatcher)
         self.assertEqual(query(dispatcher)["model_result"]["delivery"], "receipt_reconciled")
         same_intent = write(dispatcher, query_context())
-        self.assertEqual(same_intent["model_result"], error_result("CALL_CONFLICT"))
+        self.assertEqual(same_intent["model_result"], error_result("CALL_CONFLICT", tool="create_refund_draft"))
         new_intent = write(dispatcher, query_context(key="idem-new"))
         self.assertEqual(code_of(new_intent), "CALL_CONFLICT")
         self.assertEqual(dispatcher.effect_count, 1)
@@ -1871,7 +1893,7 @@ class TestDispatcherFaultsAndStatusQuery(unittest.TestCase):
         unknown_write(dispatcher)
         self.assertEqual(code_of(query(dispatcher, fault="receipt_unavailable")), "RECEIPT_UNAVAILABLE")
         new_intent = write(dispatcher, query_context(key="idem-new"))
-        self.assertEqual(new_intent["model_result"], error_result("CALL_CONFLICT"))
+        self.assertEqual(new_intent["model_result"], error_result("CALL_CONFLICT", tool="create_refund_draft"))
         self.assertEqual(dispatcher.effect_count, 1)
         self.assertEqual(query(dispatcher)["model_result"]["delivery"], "receipt_reconciled")  # the same query again
         self.assertEqual(dispatcher.effect_count, 1)
@@ -1930,7 +1952,12 @@ class TestDispatcherFaultsAndStatusQuery(unittest.TestCase):
         self.assertEqual(code_of(package), "HANDLER_FAILED")
         self.assertEqual(package["execution"], {"operation_state": "unknown", "handler_invoked": True, "effects": 0})
         self.assertEqual(dispatcher.effect_count, 0)
-        self.assertEqual(code_of(query(dispatcher)), "RECEIPT_UNAVAILABLE")
+        # The downstream has no receipt, with authority: the operation settles as not executed.
+        answer = query(dispatcher)
+        self.assertEqual((code_of(answer), answer["model_result"]["outcome"], answer["model_result"]["recovery"]),
+                         ("OPERATION_NOT_EXECUTED", "not_executed", "retry"))
+        self.assertEqual(answer["execution"], {"operation_state": "none", "handler_invoked": False, "effects": 0})
+        self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "none")
         self.assertEqual(dispatcher.effect_count, 0)
 
     def test_a_foreign_handler_raising_a_boundary_error_is_contained(self):
@@ -2239,7 +2266,8 @@ class TestProjectionsAndResultContract(unittest.TestCase):
         with self.assertRaises(ValueError):
             BoundaryError("NOT_A_CODE")
         retryable = sorted(code for code, spec in td.ERROR_CATALOG.items() if spec.retryable)
-        self.assertEqual(retryable, ["DEADLINE_EXCEEDED", "OPERATION_IN_PROGRESS", "RATE_LIMITED", "RECEIPT_UNAVAILABLE"])
+        self.assertEqual(retryable, ["DEADLINE_EXCEEDED", "OPERATION_IN_PROGRESS", "OPERATION_NOT_EXECUTED",
+                                     "RATE_LIMITED", "RECEIPT_UNAVAILABLE"])
         self.assertEqual({spec.scope for spec in td.ERROR_CATALOG.values()},
                          {"tool", "verify", "host", "json", "fixture", "cli"})
 
@@ -3499,6 +3527,146 @@ class TestCommandLine(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestBoundaryHardening(unittest.TestCase):
+    """One approval, one write; an in-flight claim; the negative-receipt walk (issue 11)."""
+
+    def test_a_used_approval_is_refused_under_any_new_call_key_or_operation(self):
+        dispatcher = make_dispatcher()
+        first_ctx = write_context()
+        approval = approval_for(first_ctx)
+        self.assertEqual(write(dispatcher, first_ctx, approval=approval)["model_result"]["delivery"], "fresh")
+        for fields in ({"call": "call_2", "key": "idem-2"}, {"response": "resp_2", "call": "call_2", "key": "idem-3"},
+                       {"response": "resp_3", "call": "call_3", "operation": "op-w9", "key": "idem-4"}):
+            with self.subTest(fields=fields):
+                package = write(dispatcher, write_context(**fields), approval=approval)
+                self.assertEqual(code_of(package), "APPROVAL_CONSUMED")
+                self.assertEqual(package["execution"], {"operation_state": "none", "handler_invoked": False,
+                                                        "effects": 0})
+        self.assertEqual(dispatcher.effect_count, 1)
+        # The same key and intent still replays the first answer; nothing runs.
+        replay = write(dispatcher, first_ctx, approval=approval)
+        self.assertEqual((replay["model_result"]["delivery"], dispatcher.effect_count), ("local_replay", 1))
+        self.assertFalse(td.ERROR_CATALOG["APPROVAL_CONSUMED"].retryable)
+
+    def test_an_approval_binds_the_response_and_the_idempotency_key(self):
+        for field, value in (("response_id", "resp_other"), ("idempotency_key", "idem-other")):
+            with self.subTest(field=field):
+                dispatcher = make_dispatcher()
+                package = write(dispatcher, approval=approval_for(write_context(), **{field: value}))
+                self.assertEqual((code_of(package), dispatcher.effect_count), ("APPROVAL_MISMATCH", 0))
+
+    def test_a_retryable_refusal_before_the_downstream_leaves_the_approval_unused(self):
+        dispatcher = make_dispatcher()
+        approval = approval_for(write_context())
+        self.assertEqual(code_of(write(dispatcher, approval=approval, fault="rate_limited")), "RATE_LIMITED")
+        self.assertEqual(write(dispatcher, approval=approval)["model_result"]["delivery"], "fresh")
+        self.assertEqual(dispatcher.effect_count, 1)
+
+    def test_approval_expiry_is_checked_in_the_clock_domain_before_any_effect(self):
+        for expires_at, code in ((EXPIRES * 1000, "APPROVAL_EXPIRED"), (td.MAX_TIME + 1, "APPROVAL_EXPIRED"),
+                                 (-1, "APPROVAL_EXPIRED"), (td.MAX_TIME, None)):
+            with self.subTest(expires_at=expires_at):
+                dispatcher = make_dispatcher()
+                package = write(dispatcher, approval=approval_for(write_context(), expires_at=expires_at))
+                if code is None:
+                    self.assertEqual(package["model_result"]["delivery"], "fresh")
+                    td.verify_package(package)
+                    self.assertEqual(package["protected_audit"]["approval"]["expires_at"], td.MAX_TIME)
+                else:
+                    self.assertEqual((code_of(package), dispatcher.effect_count), (code, 0))
+
+    def test_lying_approval_fields_match_nothing_and_raise_nothing(self):
+        class Liar(str):
+            def __eq__(self, other):
+                return True
+
+            def __ne__(self, other):
+                return False
+
+            __hash__ = str.__hash__
+
+        for field in ("tenant", "subject", "provider", "api_family", "adapter_revision", "response_id", "call_id",
+                      "operation_id", "idempotency_key", "contract_revision"):
+            with self.subTest(field=field):
+                dispatcher = make_dispatcher()
+                package = write(dispatcher, approval=approval_for(write_context(), **{field: Liar("anything")}))
+                self.assertEqual((code_of(package), dispatcher.effect_count), ("APPROVAL_MISMATCH", 0))
+        dispatcher = make_dispatcher()
+        lying_arguments = {Liar("order_ref"): "ORDER-7", "reason": "duplicate"}
+        package = write(dispatcher, approval=approval_for(write_context(), arguments=lying_arguments))
+        self.assertEqual((code_of(package), dispatcher.effect_count), ("APPROVAL_MISMATCH", 0))
+
+    def test_sixteen_threads_on_one_key_make_exactly_one_effect(self):
+        import threading
+        dispatcher = make_dispatcher()
+        ctx = write_context()
+        approval = approval_for(ctx)
+        answers, barrier = [], threading.Barrier(16)
+
+        def worker():
+            barrier.wait()
+            try:
+                answers.append(write(dispatcher, ctx, approval=approval)["model_result"]["delivery"])
+            except td.CatalogError as error:
+                answers.append(error.code)
+
+        threads = [threading.Thread(target=worker) for _ in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.assertEqual(dispatcher.effect_count, 1)
+        self.assertEqual(answers.count("fresh"), 1)
+        self.assertLessEqual(set(answers), {"fresh", "local_replay", "OPERATION_IN_PROGRESS"})
+        self.assertEqual(len(answers), 16)
+
+    def test_a_handler_that_dispatches_its_own_key_again_gets_in_progress(self):
+        inner = []
+
+        def reentrant(call):
+            try:
+                inner.append(write(dispatcher, write_context())["model_result"]["delivery"])
+            except td.CatalogError as error:
+                inner.append(error.code)
+            return td.handle_create_refund_draft(call)
+
+        dispatcher = make_dispatcher(handlers={"create_refund_draft": reentrant})
+        package = write(dispatcher)
+        self.assertEqual((package["model_result"]["delivery"], inner, dispatcher.effect_count),
+                         ("fresh", ["OPERATION_IN_PROGRESS"], 1))
+
+    def test_negative_receipt_walk_frees_the_key_but_not_the_approval(self):
+        attempts = []
+
+        def fails_once(call):
+            attempts.append(1)
+            if len(attempts) == 1:
+                raise OSError("connection reset before the commit")
+            return td.handle_create_refund_draft(call)
+
+        dispatcher = make_dispatcher(handlers={"create_refund_draft": fails_once})
+        ctx = write_context()
+        approval = approval_for(ctx)
+        self.assertEqual(code_of(write(dispatcher, ctx, approval=approval)), "HANDLER_FAILED")
+        self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "unknown")
+        self.assertEqual(code_of(query(dispatcher, fault="receipt_unavailable")), "RECEIPT_UNAVAILABLE")
+        self.assertEqual(code_of(query(dispatcher)), "OPERATION_NOT_EXECUTED")
+        self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "none")
+        self.assertEqual(code_of(write(dispatcher, ctx, approval=approval)), "APPROVAL_CONSUMED")
+        fresh = write(dispatcher, ctx, approval=approval_for(ctx, expires_at=EXPIRES + 1))
+        self.assertEqual((fresh["model_result"]["delivery"], dispatcher.effect_count, len(attempts)),
+                         ("fresh", 1, 2))
+
+    def test_a_receipt_present_is_never_declared_absent(self):
+        dispatcher = make_dispatcher()
+        unknown_write(dispatcher)  # committed, answer lost: the receipt exists
+        key = (ALICE.tenant, ALICE.subject, "create_refund_draft", "idem-1")
+        record = dispatcher.operations.find(key)
+        self.assertFalse(dispatcher.operations.confirm_absent(key, record))
+        self.assertEqual(query(dispatcher)["model_result"]["delivery"], "receipt_reconciled")
+        self.assertFalse(dispatcher.operations.confirm_absent(key, record))  # reconciled: not unknown
 
 
 class TestPublicSurface(unittest.TestCase):

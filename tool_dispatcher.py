@@ -56,6 +56,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "MAX_RESULT_SET", "SUBJECT_REF_CACHE", "TEMPLATE_CACHE", "PACKAGE_FORMAT", "MODEL_RESULT_VERSION",
     "AUDIT_VERSION", "FIXTURE_FORMAT", "BOUNDARY_PRODUCER", "REQUEST_DIGEST_DOMAIN", "RESULT_DIGEST_DOMAIN",
     "CALL_BINDING_DIGEST_DOMAIN", "CALL_FINGERPRINT_DOMAIN", "SUBJECT_REF_DOMAIN", "DOWNSTREAM_REF_DOMAIN",
+    "APPROVAL_REF_DOMAIN",
     "IDENTIFIER_PATTERN", "ORDER_REF_PATTERN", "DIGEST_PATTERN", "STATUSES", "OUTCOMES", "DELIVERIES",
     "RECOVERIES", "ORDER_STATUSES", "OPERATION_STATES", "PURPOSES",
     # 2. Errors and the code catalog
@@ -79,7 +80,8 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "authorize",
     # 10. Operation lifecycle, approval, business state, deadline
     "LIFECYCLE", "LIFECYCLE_STATES", "LEASED_STATES", "FREE_STATES", "MODEL_STATE", "REPEAT_ANSWER",
-    "transition", "OperationRecord", "advance", "check_approval", "approval_view", "check_refundable",
+    "transition", "OperationRecord", "advance", "check_approval", "approval_ref", "approval_for_call",
+    "approval_view", "check_refundable",
     "check_deadline",
     # 11. Handlers and the mock downstream
     "Receipt", "MockDownstream", "derived_ref", "HandlerCall", "HandlerResult", "handle_get_order",
@@ -151,6 +153,7 @@ CALL_BINDING_DIGEST_DOMAIN: Final = "tool-dispatcher/call-binding/v2"
 CALL_FINGERPRINT_DOMAIN: Final = "tool-dispatcher/call-fingerprint/v2"
 SUBJECT_REF_DOMAIN: Final = "tool-dispatcher/subject-ref/v2"
 DOWNSTREAM_REF_DOMAIN: Final = "tool-dispatcher/downstream-ref/v2"
+APPROVAL_REF_DOMAIN: Final = "tool-dispatcher/approval-ref/v1"
 
 # Whole-string patterns, always used with fullmatch: a regex "$" would let "ORDER-7\n" through.
 # [0-9] rather than \d, which also matches digits of other scripts.
@@ -207,6 +210,7 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         APPROVER_NOT_TRUSTED="The approval was not given by a trusted approver.",
         APPROVAL_MISMATCH="The approval does not match this exact call.",
         APPROVAL_EXPIRED="The approval has expired.",
+        APPROVAL_CONSUMED="The approval was already used by a write; a new write needs a new approval.",
         ORDER_NOT_REFUNDABLE="The order is not in a refundable state.",
         HANDLER_FAILED="The tool failed while running.",
         OUTPUT_CONTRACT_VIOLATION="The tool output does not match the tool's output contract.",
@@ -221,6 +225,8 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         DEADLINE_EXCEEDED="The deadline passed before the tool could answer; no effect was committed.",
         RATE_LIMITED="The tool is rate limited; nothing was executed.",
         RECEIPT_UNAVAILABLE="The operation's receipt is not available yet; its outcome stays unknown.",
+        OPERATION_NOT_EXECUTED="The downstream confirmed that the operation took no effect; it may be "
+                               "dispatched again, with a new approval.",
     ),
     **error_specs(
         "verify", False,
@@ -398,9 +404,15 @@ class Principal:
     roles: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Approval:
-    """A human approval, bound to one exact call; granted on the trusted side."""
+    """A human approval of one write, granted on the trusted side, and used at most once.
+
+    It binds the principal, the whole provider call identity (adapter revision, response id,
+    call id), the operation, the idempotency key, the exact arguments and the contract revision.
+    Executing the write consumes it: the same approval presented again, under any key, response
+    or operation, is APPROVAL_CONSUMED.
+    """
 
     approver: str
     tenant: str
@@ -408,8 +420,10 @@ class Approval:
     provider: str
     api_family: str
     adapter_revision: str
+    response_id: str
     call_id: str
     operation_id: str
+    idempotency_key: str
     arguments: Any
     contract_revision: str
     expires_at: int
@@ -952,8 +966,9 @@ _CONTEXT: Final = _table(
 )
 _APPROVAL: Final = _table(
     approver=is_identifier, tenant=is_identifier, subject=is_identifier, provider=is_identifier,
-    api_family=is_identifier, adapter_revision=is_identifier, call_id=is_identifier,
-    operation_id=is_identifier, contract_revision=is_identifier, arguments=_is_object, expires_at=_is_time,
+    api_family=is_identifier, adapter_revision=is_identifier, response_id=is_identifier, call_id=is_identifier,
+    operation_id=is_identifier, idempotency_key=is_identifier, contract_revision=is_identifier,
+    arguments=_is_object, expires_at=_is_time,
 )
 _CHANGE: Final = _table(tenant=is_identifier, order_ref=_is_order_ref, status=_one_of(ORDER_STATUSES))
 _EXPECT: Final = _table(
@@ -1123,9 +1138,9 @@ def _parse_approval(raw: Any, at: str) -> Approval:
     body = _flat(raw, _APPROVAL, at)
     return Approval(
         approver=body["approver"], tenant=body["tenant"], subject=body["subject"], provider=body["provider"],
-        api_family=body["api_family"], adapter_revision=body["adapter_revision"], call_id=body["call_id"],
-        operation_id=body["operation_id"], arguments=body["arguments"],
-        contract_revision=body["contract_revision"], expires_at=body["expires_at"],
+        api_family=body["api_family"], adapter_revision=body["adapter_revision"], response_id=body["response_id"],
+        call_id=body["call_id"], operation_id=body["operation_id"], idempotency_key=body["idempotency_key"],
+        arguments=body["arguments"], contract_revision=body["contract_revision"], expires_at=body["expires_at"],
     )
 
 
@@ -1466,12 +1481,30 @@ def advance(record: OperationRecord, event: str, **changes: Any) -> OperationRec
     return replace(record, state=transition(record.state, event), **changes)
 
 
-def check_approval(approval: Any, *, principal: Principal, context: CallContext, spec: ToolSpec,
-                   arguments: Mapping[str, str], approvers: frozenset[str], now: int) -> None:
-    """An approval must come from a listed approver, bind this exact call, and be live.
+# The fields an approval binds, each with the trusted value it must equal exactly.
+_APPROVAL_BINDING: Final[tuple[tuple[str, Callable[[Principal, CallContext, ToolSpec], Any]], ...]] = (
+    ("tenant", lambda principal, context, spec: principal.tenant),
+    ("subject", lambda principal, context, spec: principal.subject),
+    ("provider", lambda principal, context, spec: context.provider),
+    ("api_family", lambda principal, context, spec: context.api_family),
+    ("adapter_revision", lambda principal, context, spec: context.adapter_revision),
+    ("response_id", lambda principal, context, spec: context.response_id),
+    ("call_id", lambda principal, context, spec: context.call_id),
+    ("operation_id", lambda principal, context, spec: context.operation_id),
+    ("idempotency_key", lambda principal, context, spec: context.idempotency_key),
+    ("contract_revision", lambda principal, context, spec: spec.contract_revision),
+)
 
-    Every path that is not a clean match fails closed. Expiry is exclusive: at the expiry
-    instant itself the approval is already dead.
+
+def check_approval(approval: Any, *, principal: Principal, context: CallContext, spec: ToolSpec,
+                   arguments: Mapping[str, str], approvers: frozenset[str], now: int,
+                   consumed: Callable[[str], bool] = lambda _ref: False) -> str:
+    """An approval must come from a listed approver, be unused, bind this exact call, and be
+    live; answer its reference (approval_ref), which the write then consumes.
+
+    Every path that is not a clean match fails closed, and every field is tested for its exact
+    type before its value: a str subclass that claims to equal anything matches nothing. Expiry
+    is exclusive: at the expiry instant itself the approval is already dead.
     """
     if approval is None:
         raise BoundaryError("APPROVAL_REQUIRED")
@@ -1479,16 +1512,61 @@ def check_approval(approval: Any, *, principal: Principal, context: CallContext,
         raise BoundaryError("APPROVAL_MISMATCH")
     if not is_identifier(approval.approver) or approval.approver not in approvers:
         raise BoundaryError("APPROVER_NOT_TRUSTED")
-    bound = (approval.tenant, approval.subject, approval.provider, approval.api_family,
-             approval.adapter_revision, approval.call_id, approval.operation_id,
-             approval.contract_revision)
-    wanted = (principal.tenant, principal.subject, context.provider, context.api_family,
-              context.adapter_revision, context.call_id, context.operation_id,
-              spec.contract_revision)
-    if bound != wanted or type(approval.arguments) is not dict or approval.arguments != arguments:
+    if not (type(approval.expires_at) is int and MIN_TIME <= approval.expires_at <= MAX_TIME):
+        raise BoundaryError("APPROVAL_EXPIRED")  # outside the clock's domain: no instant it is live at
+    if not _is_json_exact(approval.arguments):
         raise BoundaryError("APPROVAL_MISMATCH")
-    if type(approval.expires_at) is not int or now >= approval.expires_at:
+    reference = approval_ref(approval)
+    if consumed(reference):
+        raise BoundaryError("APPROVAL_CONSUMED")
+    for name, wanted in _APPROVAL_BINDING:
+        value = getattr(approval, name)
+        if type(value) is not str or value != wanted(principal, context, spec):
+            raise BoundaryError("APPROVAL_MISMATCH")
+    if type(approval.arguments) is not dict or approval.arguments != arguments:
+        raise BoundaryError("APPROVAL_MISMATCH")
+    if now >= approval.expires_at:
         raise BoundaryError("APPROVAL_EXPIRED")
+    return reference
+
+
+def _is_json_exact(value: Any) -> bool:
+    """A tree of exactly dict (str keys), list, str, int, bool and None, no deeper than the
+    output limit: the only values an approval's arguments may hold, compared without surprises."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if depth > MAX_OUTPUT_DEPTH:
+            return False
+        if kind is dict:
+            for key, child in item.items():
+                if type(key) is not str:
+                    return False
+                stack.append((child, depth + 1))
+        elif kind is list:
+            stack.extend((child, depth + 1) for child in item)
+        elif kind not in _SCALARS:
+            return False
+    return True
+
+
+def approval_ref(approval: Approval) -> str:
+    """The approval's identity, which a write consumes: domain-separated SHA-256 of every field."""
+    return canonical_sha256({"domain": APPROVAL_REF_DOMAIN, "approval": {
+        name: getattr(approval, name) for name in Approval.__slots__}})
+
+
+def approval_for_call(*, approver: str, principal: Principal, context: CallContext, spec: ToolSpec,
+                      arguments: Mapping[str, Any], expires_at: int) -> Approval:
+    """The approval a trusted approver gives for exactly this call (what a host's approval flow
+    builds once a person said yes to these arguments)."""
+    return Approval(approver=approver, tenant=principal.tenant, subject=principal.subject,
+                    provider=context.provider, api_family=context.api_family,
+                    adapter_revision=context.adapter_revision, response_id=context.response_id,
+                    call_id=context.call_id, operation_id=context.operation_id,
+                    idempotency_key=context.idempotency_key or "", arguments=json_copy(dict(arguments)),
+                    contract_revision=spec.contract_revision, expires_at=expires_at)
 
 
 def approval_view(approval: Approval) -> dict[str, Any]:
@@ -1995,12 +2073,17 @@ class OperationStore(Protocol):
         """The settled record a write with this key is answered from, or None when the key is
         free; IDEMPOTENCY_CONFLICT or OPERATION_IN_PROGRESS when another intent or a live holder has it."""
 
-    def claim(self, call: AdmittedCall, record: OperationRecord) -> Claim | OperationRecord:
-        """Claim the key for ``record`` (state claimed): a Claim, or, when another caller got
-        there first, what answer() would now give."""
+    def approval_used(self, approval_ref: str) -> bool:
+        """Whether a write already consumed this approval (approval_ref)."""
+
+    def claim(self, call: AdmittedCall, record: OperationRecord, approval_ref: str) -> Claim | OperationRecord:
+        """Claim the key for ``record`` (state claimed) and consume the approval, atomically: a
+        Claim, or, when another caller got there first, what answer() would now give;
+        APPROVAL_CONSUMED when the approval was used meanwhile (nothing claimed)."""
 
     def release(self, claim: Claim) -> None:
-        """claimed -> released: a retryable refusal before the downstream; the key is free again."""
+        """claimed -> released: a retryable refusal before the downstream; the key is free again,
+        and the approval unused (nothing ran)."""
 
     def start(self, claim: Claim) -> Claim:
         """claimed -> in_progress: from here the downstream may act."""
@@ -2019,6 +2102,11 @@ class OperationStore(Protocol):
 
     def reconcile(self, key: RecordKey, record: OperationRecord) -> None:
         """unknown -> reconciled, with the receipt's data and references."""
+
+    def confirm_absent(self, key: RecordKey, record: OperationRecord) -> bool:
+        """unknown -> released when the downstream proves, with authority, that the operation took
+        no effect and never will (a store whose holders may still be running fences them first);
+        False when a receipt exists or the record moved. The approval stays consumed."""
 
     def bind_call(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...]) -> tuple[Any, ...]:
         """Bind a provider call identity to its fingerprint, once: the fingerprint it is bound to."""
@@ -2057,6 +2145,8 @@ class MemoryOperations:
         self.downstream = downstream if downstream is not None else MockDownstream()
         self._records: dict[RecordKey, OperationRecord] = {}
         self._calls: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+        self._approvals: dict[str, RecordKey] = {}  # consumed approval -> the key that consumed it
+        self._claimed_with: dict[RecordKey, str] = {}  # a live claim's approval, freed by a release
         self._lock = threading.Lock()
 
     def answer(self, call: AdmittedCall) -> OperationRecord | None:
@@ -2073,19 +2163,29 @@ class MemoryOperations:
             raise BoundaryError("OPERATION_IN_PROGRESS")
         return record
 
-    def claim(self, call: AdmittedCall, record: OperationRecord) -> Claim | OperationRecord:
+    def approval_used(self, approval_ref: str) -> bool:
+        with self._lock:
+            return approval_ref in self._approvals
+
+    def claim(self, call: AdmittedCall, record: OperationRecord, approval_ref: str) -> Claim | OperationRecord:
         with self._lock:
             existing = self._answer(call)
             if existing is not None:
                 return existing
+            if approval_ref in self._approvals:
+                raise BoundaryError("APPROVAL_CONSUMED")
             previous = self._records.get(call.record_key)
             claimed = advance(record, "claim") if previous is None else replace(
                 record, state=transition(previous.state, "claim"))
             self._records[call.record_key] = claimed
+            self._approvals[approval_ref] = call.record_key
+            self._claimed_with[call.record_key] = approval_ref
         return Claim(call.record_key, claimed)
 
     def release(self, claim: Claim) -> None:
         self._move(claim, advance(claim.record, "release"))
+        with self._lock:
+            self._approvals.pop(self._claimed_with.pop(claim.key, ""), None)
 
     def start(self, claim: Claim) -> Claim:
         started = advance(claim.record, "start")
@@ -2121,6 +2221,18 @@ class MemoryOperations:
             if current is None or transition(current.state, "receipt_confirmed") != record.state:
                 raise BoundaryError("LIFECYCLE_VIOLATION")
             self._records[key] = record
+
+    def confirm_absent(self, key: RecordKey, record: OperationRecord) -> bool:
+        # The mock downstream commits synchronously inside the handler: once a record is unknown
+        # no holder can still reach it, so its answer of "no receipt" is final.
+        with self._lock:
+            current = self._records.get(key)
+            if (current is None or current.state != "unknown"
+                    or self.downstream.receipt(current.refs["status_ref"]) is not None):
+                return False
+            self._records[key] = advance(current, "receipt_absent")
+            self._claimed_with.pop(key, None)
+            return True
 
     def bind_call(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...]) -> tuple[Any, ...]:
         with self._lock:
@@ -2216,6 +2328,11 @@ class Dispatcher:
                 raise BoundaryError("STATUS_CONFLICT")
             self._bind_identity(call)  # before any answer: an unavailable receipt still used it for a query
             if receipt is None and record.state == "unknown":
+                if fault not in FAULTS_BEFORE_RECEIPT and self.operations.confirm_absent(call.record_key, record):
+                    # The downstream has no receipt, with authority: nothing happened, the key is free.
+                    return self._package(call, project_model_result(
+                        call.spec, status="error", outcome="not_executed", delivery="none",
+                        code="OPERATION_NOT_EXECUTED"), refs=record.refs, approval=record.approval)
                 return self._package(call, project_model_result(
                     call.spec, status="unknown", outcome="unknown", delivery="none", code="RECEIPT_UNAVAILABLE"),
                     state=record.state, refs=record.refs, approval=record.approval)
@@ -2280,7 +2397,10 @@ class Dispatcher:
         call = AdmittedCall(call.context, call.principal, call.purpose, call.principal_text, spec, checked,
                             spec_request_sha256(spec, call.principal_text, checked))
         if bind_identity:
-            self._bind_identity(call)
+            try:
+                self._bind_identity(call)
+            except BoundaryError as refusal:  # admitted: the audit keeps its tool, contract and arguments
+                raise _Refused(call, refusal.code) from None
         return call
 
     def _bind_identity(self, call: AdmittedCall) -> None:
@@ -2316,13 +2436,14 @@ class Dispatcher:
         record = operations.answer(call)
         if record is not None:
             return self._repeat(call, record)
-        check_approval(approval, principal=call.principal, context=call.context, spec=call.spec,
-                       arguments=call.arguments, approvers=self._approvers, now=now)
+        reference = check_approval(approval, principal=call.principal, context=call.context, spec=call.spec,
+                                   arguments=call.arguments, approvers=self._approvers, now=now,
+                                   consumed=operations.approval_used)
         check_refundable(order)
         check_deadline(now, deadline)
         refs = downstream_refs(call)
         granted = approval_view(approval)
-        claim = operations.claim(call, self._new_record(call, refs, granted))
+        claim = operations.claim(call, self._new_record(call, refs, granted), reference)
         if type(claim) is not Claim:  # another caller claimed the key between answer() and claim()
             return self._repeat(call, claim)
         refusal = FAULTS_BEFORE_HANDLER.get(fault)

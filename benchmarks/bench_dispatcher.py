@@ -78,11 +78,9 @@ def write_call(index: int, *, prefix: str = "w") -> tuple[td.CallContext, td.App
     """A fresh write identity (call id, operation id, idempotency key) and its bound approval."""
     context = td.CallContext("OpenAI", "Responses", "openai-responses-v1", f"resp_{prefix}{index}",
                              f"call_{prefix}{index}", f"op-{prefix}{index}", f"idem-{prefix}{index}")
-    approval = td.Approval(
-        approver="approver-lee", tenant="tenant-a", subject="alice", provider=context.provider,
-        api_family=context.api_family, adapter_revision=context.adapter_revision, call_id=context.call_id,
-        operation_id=context.operation_id, arguments=dict(REFUND["arguments"]),
-        contract_revision=td.REGISTRY["create_refund_draft"].contract_revision, expires_at=NOW + 300)
+    approval = td.approval_for_call(
+        approver="approver-lee", principal=td.Principal("tenant-a", "alice"), context=context,
+        spec=td.REGISTRY["create_refund_draft"], arguments=REFUND["arguments"], expires_at=NOW + 300)
     return context, approval
 
 

@@ -63,9 +63,9 @@ def bare_rate(path: Path, writes: int, synchronous: str) -> float:
 def _call(index: int) -> tuple[td.CallContext, td.Approval]:
     context = td.CallContext("OpenAI", "Responses", "openai-responses-v1", f"resp-{index}", f"call-{index}",
                              f"op-{index}", f"bench-key-{index}")
-    approval = td.Approval(APPROVER, PRINCIPAL.tenant, PRINCIPAL.subject, context.provider, context.api_family,
-                           context.adapter_revision, context.call_id, context.operation_id,
-                           dict(PROPOSAL["arguments"]), "create_refund_draft.contract.v2", NOW + 3_600)
+    approval = td.approval_for_call(approver=APPROVER, principal=PRINCIPAL, context=context,
+                                    spec=td.REGISTRY["create_refund_draft"], arguments=PROPOSAL["arguments"],
+                                    expires_at=NOW + 3_600)
     return context, approval
 
 

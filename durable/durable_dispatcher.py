@@ -51,7 +51,7 @@ import tool_dispatcher as td  # noqa: E402  (the boundary this layer makes durab
 # 1. Limits and constants
 # ============================================================================================
 
-SCHEMA_VERSION: Final = 1  # PRAGMA user_version of a database this module created
+SCHEMA_VERSION: Final = 2  # PRAGMA user_version of a database this module created (2: approval uses)
 APPLICATION_ID: Final = 0x54445231  # PRAGMA application_id ("TDR1"): any other file is refused
 BUSY_TIMEOUT_MS: Final = 5_000  # BEGIN IMMEDIATE waits this long for the write lock, then STORE_BUSY
 LEASE_MS: Final = 30_000  # far longer than one handler and its commits; a dead holder frees its key this fast
@@ -219,6 +219,18 @@ SCHEMA: Final = (
         CHECK (expires_at IS NULL OR state IN ({_sql_list(PRUNABLE_STATES)}))
     )""",
     "CREATE INDEX operations_by_state ON operations (state)",
+    # One approval authorises one write: a UNIQUE row per consumed approval, written in the same
+    # transaction as the claim that consumes it (and deleted by the release of that claim).
+    """CREATE TABLE approval_uses (
+        realm TEXT NOT NULL,
+        approval_ref TEXT NOT NULL CHECK (length(approval_ref) = 64),
+        tenant TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        idempotency_key TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (realm, approval_ref)
+    )""",
     """CREATE TABLE call_bindings (
         realm TEXT NOT NULL,
         adapter_revision TEXT NOT NULL,
@@ -345,6 +357,15 @@ SQL_APPEND_EVENT: Final = """
     INSERT INTO outbox (realm, event_id, request_ref, payload, created_at)
     VALUES (:realm, :event_id, :request_ref, :payload, :now)
     ON CONFLICT (realm, event_id) DO NOTHING"""
+
+SQL_USE_APPROVAL: Final = """
+    INSERT INTO approval_uses (realm, approval_ref, tenant, subject, tool, idempotency_key, created_at)
+    VALUES (:realm, :approval_ref, :tenant, :subject, :tool, :idempotency_key, :now)
+    ON CONFLICT (realm, approval_ref) DO NOTHING"""
+SQL_APPROVAL_USER: Final = """
+    SELECT tenant, subject, tool, idempotency_key FROM approval_uses
+    WHERE realm = :realm AND approval_ref = :approval_ref"""
+SQL_FREE_APPROVAL: Final = f"DELETE FROM approval_uses WHERE {_KEY_MATCH}"
 
 SQL_BIND_CALL: Final = """
     INSERT INTO call_bindings (realm, adapter_revision, response_id, call_id, fingerprint, created_at)
@@ -736,13 +757,19 @@ class Ledger:
         row = self._store.query_one(SQL_READ_ROW, key.params())
         return None if row is None else LedgerRow(*row)
 
-    def claim(self, key: OperationKey, intent: Intent, *, owner: str, lease_ms: int) -> Lease | LedgerRow:
-        """Claim the key, or take over a released or expired claim; else return the row to answer."""
+    def claim(self, key: OperationKey, intent: Intent, *, owner: str, lease_ms: int,
+              approval_ref: str | None = None) -> Lease | LedgerRow:
+        """Claim the key, or take over a released or expired claim; else return the row to answer.
+
+        With an approval reference, the claim also consumes it, in the same transaction: an
+        approval another key consumed is APPROVAL_CONSUMED, and nothing is claimed.
+        """
         now = self._store.now_ms()
         params = {**key.params(), **intent.params(), "lease_owner": owner, "lease_expires_at": now + lease_ms,
                   "now": now}
         with self._store.transaction() as tx:
             if tx.execute(SQL_CLAIM, {**params, "to_state": transition("none", "claim")}).rowcount == 1:
+                self._use_approval(tx, key, approval_ref, now)
                 return Lease(key, "claimed", 1, owner, intent.request_ref)
             row = LedgerRow(*tx.execute(SQL_READ_ROW, key.params()).fetchone())
             event = claim_event(row, intent.call, now)
@@ -751,7 +778,23 @@ class Ledger:
             to_state = transition(row.state, event)
             tx.execute(SQL_CLAIM_TAKE_OVER, {**params, "to_state": to_state, "from_state": row.state,
                                              "epoch": row.lease_epoch})
+            self._use_approval(tx, key, approval_ref, now)
         return Lease(key, to_state, row.lease_epoch + 1, owner, intent.request_ref)
+
+    @staticmethod
+    def _use_approval(tx: sqlite3.Connection, key: OperationKey, approval_ref: str | None, now: int) -> None:
+        if approval_ref is None:
+            return
+        params = {**key.params(), "approval_ref": approval_ref, "now": now}
+        if tx.execute(SQL_USE_APPROVAL, params).rowcount == 1:
+            return
+        user = tx.execute(SQL_APPROVAL_USER, params).fetchone()
+        if tuple(user) != (key.tenant, key.subject, key.tool, key.idempotency_key):
+            raise td.BoundaryError("APPROVAL_CONSUMED")  # rolls the claim back with it
+        # The same key took over its own expired claim: the approval was consumed by this operation.
+
+    def approval_used(self, realm: str, approval_ref: str) -> bool:
+        return self._store.query_one(SQL_APPROVAL_USER, {"realm": realm, "approval_ref": approval_ref}) is not None
 
     def advance(self, lease: Lease, event: str, *, lease_ms: int = 0, data: Any = None,
                 package: Any = None, receipt_ref: str | None = None) -> Lease:
@@ -768,6 +811,8 @@ class Ledger:
         with self._store.transaction() as tx:
             if tx.execute(SQL_HOLDER_MOVE, params).rowcount != 1:
                 raise DurableError("LEASE_LOST")
+            if event == "release":  # nothing ran: the approval this claim consumed is unused again
+                tx.execute(SQL_FREE_APPROVAL, lease.key.params())
             if to_state in EVENT_STATES:
                 self._append_event(tx, lease.key, lease.request_ref, to_state, data, now)
                 self._checkpoint("after_outbox_write")
@@ -788,7 +833,7 @@ class Ledger:
             moved = tx.execute(SQL_FENCE_UNKNOWN, params).rowcount == 1
         return row.lease_epoch + 1 if moved else None
 
-    def resolve(self, key: OperationKey, epoch: int, event: str) -> None:
+    def resolve(self, key: OperationKey, epoch: int, event: str) -> bool:
         """Settle an unknown row at the epoch its fenced receipt query used (released or escalated).
 
         A row that moved meanwhile (another recoverer, a status query) is left as it is.
@@ -797,7 +842,7 @@ class Ledger:
         params = {**key.params(), "to_state": to_state, "from_state": "unknown", "epoch": epoch,
                   "recovery_hint": RECOVERY_HINTS.get(to_state), "now": self._store.now_ms()}
         with self._store.transaction() as tx:
-            tx.execute(SQL_RESOLVE_UNKNOWN, params)
+            return tx.execute(SQL_RESOLVE_UNKNOWN, params).rowcount == 1
 
     def reconcile(self, key: OperationKey, receipt_ref: str, data: Any) -> None:
         """unknown -> reconciled with the receipt's data and its event, one transaction.
@@ -983,11 +1028,16 @@ class SqliteOperations:
             return None
         return self._answer(call, row)
 
-    def claim(self, call: td.AdmittedCall, record: td.OperationRecord) -> td.Claim | td.OperationRecord:
+    def approval_used(self, approval_ref: str) -> bool:
+        return self.ledger.approval_used(self.realm, approval_ref)
+
+    def claim(self, call: td.AdmittedCall, record: td.OperationRecord,
+              approval_ref: str) -> td.Claim | td.OperationRecord:
         key = self.key(call.record_key)
         if key is None:
             raise td.BoundaryError("IDEMPOTENCY_KEY_REQUIRED")
-        lease = self.ledger.claim(key, Intent.of(call, record), owner=self._owner, lease_ms=self.lease_ms)
+        lease = self.ledger.claim(key, Intent.of(call, record), owner=self._owner, lease_ms=self.lease_ms,
+                                  approval_ref=approval_ref)
         if isinstance(lease, LedgerRow):  # another process claimed it after our read
             return self._answer(call, lease)
         self._checkpoint("after_claim")
@@ -1047,6 +1097,27 @@ class SqliteOperations:
         if key is None or record.state != "reconciled":
             raise td.BoundaryError("LIFECYCLE_VIOLATION")
         self.ledger.reconcile(key, str(record.refs["receipt_ref"]), record.data)
+
+    def confirm_absent(self, record_key: td.RecordKey, record: td.OperationRecord) -> bool:
+        # A plain "no receipt" is not proof here: a holder whose lease was taken over may still be
+        # about to commit. The row's epoch is raised and the downstream fenced at it first, as
+        # recovery does; only then is "no receipt" final.
+        key = self.key(record_key)
+        row = None if key is None else self.ledger.read(key)
+        if row is None or row.state != "unknown":
+            return False
+        epoch = self.ledger.fence_unknown(row)
+        if epoch is None:
+            return False
+        try:
+            receipt = self.downstream.fenced_receipt(row.status_ref, epoch)
+        except DurableError as error:
+            if error.code != "DOWNSTREAM_FENCED":
+                raise
+            return False
+        if receipt is not None:
+            return False
+        return self.ledger.resolve(row.key, epoch, "receipt_absent")
 
     def bind_call(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...]) -> tuple[Any, ...]:
         return self._calls.bind(identity, fingerprint)

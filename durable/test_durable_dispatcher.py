@@ -63,9 +63,9 @@ def context(tag: str, key: str | None = KEY) -> td.CallContext:
 
 
 def approval_for(ctx: td.CallContext, proposal: dict[str, Any], principal: td.Principal = ALICE) -> td.Approval:
-    return td.Approval("approver-lee", principal.tenant, principal.subject, ctx.provider, ctx.api_family,
-                       ctx.adapter_revision, ctx.call_id, ctx.operation_id, dict(proposal["arguments"]),
-                       "create_refund_draft.contract.v2", NOW + 600)
+    return td.approval_for_call(approver="approver-lee", principal=principal, context=ctx,
+                                spec=td.REGISTRY["create_refund_draft"], arguments=proposal["arguments"],
+                                expires_at=NOW + 600)
 
 
 def write(dispatcher: td.Dispatcher, tag: str, key: str | None = KEY, *, principal: td.Principal = ALICE,
@@ -656,6 +656,61 @@ class Pause:
         if reached == self.point and not self.fired:
             self.fired = True
             self.result = self.action()
+
+
+class TestApprovalConsumption(StoreCase):
+    """One approval, one write, across keys, processes and restarts (a UNIQUE row per approval)."""
+
+    def test_a_used_approval_under_a_new_key_is_consumed_with_no_effect(self) -> None:
+        dispatcher = self.dispatcher()
+        proposal = refund()
+        first = context("a")
+        approval = approval_for(first, proposal)
+        self.assertAnswer(dispatcher.dispatch(proposal, first, ALICE, approval=approval, now=NOW), "fresh")
+        again = self.dispatcher(self.open_store())  # another connection: the use is on disk
+        for ctx in (context("b", "idem-other"), replace(context("c", "idem-third"), operation_id="op-z")):
+            with self.subTest(key=ctx.idempotency_key):
+                package = again.dispatch(proposal, ctx, ALICE, approval=approval, now=NOW)
+                self.assertAnswer(package, "APPROVAL_CONSUMED")
+                self.assertEqual(package["execution"]["effects"], 0)
+        self.assertEqual(dispatcher.effect_count, 1)
+        self.assertAnswer(again.dispatch(proposal, first, ALICE, approval=approval, now=NOW), "local_replay")
+
+    def test_a_released_claim_frees_its_approval(self) -> None:
+        dispatcher = self.dispatcher()
+        proposal = refund()
+        ctx = context("a")
+        approval = approval_for(ctx, proposal)
+        self.assertAnswer(dispatcher.dispatch(proposal, ctx, ALICE, approval=approval, now=NOW,
+                                              fault="rate_limited"), "RATE_LIMITED")
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM approval_uses"), 0)
+        self.assertAnswer(dispatcher.dispatch(proposal, ctx, ALICE, approval=approval, now=NOW), "fresh")
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM approval_uses"), 1)
+
+    def test_two_claims_with_one_approval_claim_once_and_atomically(self) -> None:
+        ledger = self.dispatcher().operations.ledger
+        intent = dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st")
+        first = dd.OperationKey("default", "t", "s", "tool", "k1")
+        second = dd.OperationKey("default", "t", "s", "tool", "k2")
+        ledger.claim(first, intent, owner="one", lease_ms=1_000, approval_ref="a" * 64)
+        with self.assertRaises(td.BoundaryError) as caught:
+            ledger.claim(second, intent, owner="two", lease_ms=1_000, approval_ref="a" * 64)
+        self.assertEqual(caught.exception.code, "APPROVAL_CONSUMED")
+        self.assertIsNone(ledger.read(second))  # the refused claim left no row: one transaction
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 1)
+
+    def test_the_negative_receipt_walk_releases_the_key(self) -> None:
+        def fails_before_commit(call: td.HandlerCall) -> td.HandlerResult:
+            raise OSError("reset before the commit")
+
+        dispatcher = self.dispatcher(handlers={"create_refund_draft": fails_before_commit})
+        self.assertAnswer(write(dispatcher, "a"), "HANDLER_FAILED")
+        self.assertEqual(self.row(dispatcher).state, "unknown")
+        self.assertAnswer(query(dispatcher, "q", op_tag="a"), "OPERATION_NOT_EXECUTED")
+        row = self.row(dispatcher)
+        self.assertEqual((row.state, dispatcher.effect_count), ("released", 0))
+        # The fence was raised before "no receipt" was believed: a late holder cannot commit.
+        self.assertEqual(count(self.path, "SELECT epoch FROM downstream_fences"), row.lease_epoch)
 
 
 class TestLeasesAndFencing(StoreCase):

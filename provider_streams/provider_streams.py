@@ -1058,11 +1058,9 @@ def host_approval(host: Host, context: CallContext, call: ParsedCall) -> Approva
         return None
     if (call.name, call.arguments) not in host.approved:
         return None
-    return Approval(approver=host.approver, tenant=host.principal.tenant, subject=host.principal.subject,
-                    provider=context.provider, api_family=context.api_family,
-                    adapter_revision=context.adapter_revision, call_id=context.call_id,
-                    operation_id=context.operation_id, arguments=json_copy(call.arguments),
-                    contract_revision=spec.contract_revision, expires_at=host.now + APPROVAL_TTL_SECONDS)
+    return tool_dispatcher.approval_for_call(approver=host.approver, principal=host.principal, context=context,
+                                             spec=spec, arguments=call.arguments,
+                                             expires_at=host.now + APPROVAL_TTL_SECONDS)
 
 
 def run_turn(turn: Turn, dispatcher: Dispatcher, host: Host) -> TurnRun:

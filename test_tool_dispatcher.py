@@ -234,25 +234,26 @@ class TestFixtureAndStrictJson(unittest.TestCase):
 
     # -- the shipped fixture and the byte cap ----------------------------------------------
 
-    def test_shipped_fixture_loads_with_18_cases_and_23_steps(self):
+    def test_shipped_fixture_loads_with_20_cases_and_30_steps(self):
         fixture = td.load_fixture(FIXTURE_PATH)
-        self.assertEqual(len(fixture.cases), 18)
-        self.assertEqual(fixture.step_count, 23)
+        self.assertEqual(len(fixture.cases), 20)
+        self.assertEqual(fixture.step_count, 30)
         self.assertEqual(fixture.world.approvers, frozenset({"approver-lee", "approver-ng"}))
         self.assertEqual(fixture.world.orders[0], Order("tenant-a", "ORDER-7", "alice", "paid", 3))
         queries = [(case.id, step.of_step) for case in fixture.cases for step in case.steps
                    if step.kind == "query_status"]
-        self.assertEqual(queries, [("unknown-then-receipt-query", "s1"), ("receipt-unavailable", "s1")])
+        self.assertEqual(queries, [("unknown-then-receipt-query", "s1"), ("receipt-unavailable", "s1"),
+                                   ("negative-receipt-walk", "s1")])
 
     def test_exactly_65536_bytes_are_accepted(self):
         data = SHIPPED_BYTES + b" " * (td.MAX_FIXTURE_BYTES - len(SHIPPED_BYTES))
         self.assertEqual(len(data), 65_536)
-        self.assertEqual(td.parse_fixture(data).step_count, 23)
+        self.assertEqual(td.parse_fixture(data).step_count, 30)
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "exact.json")
             with open(path, "wb") as handle:
                 handle.write(data)
-            self.assertEqual(len(td.load_fixture(path).cases), 18)
+            self.assertEqual(len(td.load_fixture(path).cases), 20)
 
     def test_65537_bytes_are_refused_in_memory_and_from_a_file(self):
         data = SHIPPED_BYTES + b" " * (td.MAX_FIXTURE_BYTES + 1 - len(SHIPPED_BYTES))
@@ -573,7 +574,7 @@ class TestFixtureAndStrictJson(unittest.TestCase):
                     document = shipped_document()
                     locate(document)[field] = value
                     if accepted:
-                        self.assertEqual(len(parse(document).cases), 18)
+                        self.assertEqual(len(parse(document).cases), 20)
                     else:
                         self.assertFixtureError("FIXTURE_VALUE", document=document)
         self.assertEqual((td.MIN_TIME, td.MAX_TIME), (0, 4_102_444_800))
@@ -3188,10 +3189,10 @@ class TestFixtureRunner(unittest.TestCase):
 
     def test_shipped_fixture_passes_every_expectation(self):
         summary, reports = td.run_fixture(td.load_fixture(FIXTURE_PATH))
-        self.assertEqual(summary, {"passed": True, "format": "tool-cases-v2", "case_count": 18, "step_count": 23,
+        self.assertEqual(summary, {"passed": True, "format": "tool-cases-v2", "case_count": 20, "step_count": 30,
                                    "failures": []})
-        self.assertEqual(len(reports), 23)
-        self.assertEqual([report.mismatches for report in reports], [()] * 23)
+        self.assertEqual(len(reports), 30)
+        self.assertEqual([report.mismatches for report in reports], [()] * 30)
 
     def test_one_case_can_be_run_alone(self):
         summary, reports = td.run_fixture(parse(shipped_document()), case_id="unknown-then-receipt-query")
@@ -3215,7 +3216,7 @@ class TestFixtureRunner(unittest.TestCase):
             return dispatcher
 
         summary, reports = td.run_fixture(fixture, dispatcher_for=factory)
-        self.assertEqual((summary["passed"], summary["step_count"]), (True, 23))
+        self.assertEqual((summary["passed"], summary["step_count"]), (True, 30))
         self.assertEqual([case_id for case_id, _ in built], [case.id for case in fixture.cases])
         dispatch_steps = sum(1 for report in reports if report.kind == "dispatch")
         self.assertEqual(sum(dispatcher.dispatches for _, dispatcher in built), dispatch_steps)
@@ -3241,7 +3242,7 @@ class TestFixtureRunner(unittest.TestCase):
                         self.assertEqual([(f["case"], f["step"], f["field"]) for f in summary["failures"]],
                                          [(case["id"], step["id"], field)])
                     checked += 1
-        self.assertEqual(checked, 230)
+        self.assertEqual(checked, 300)
 
     def test_an_invalid_expectation_value_is_a_fixture_error(self):
         document = shipped_document()
@@ -3321,9 +3322,9 @@ class TestFixtureRunner(unittest.TestCase):
         text = td.render_report(reports)
         lines = text.splitlines()
         self.assertEqual(lines[0], "case own-order-read")
-        self.assertEqual(lines[-1], "23/23 steps as expected")
-        self.assertEqual(sum(1 for line in lines if line.endswith("PASS")), 23)
-        self.assertEqual(len(lines), 18 + 23 + 1)  # no payload lines unless asked for
+        self.assertEqual(lines[-1], "30/30 steps as expected")
+        self.assertEqual(sum(1 for line in lines if line.endswith("PASS")), 30)
+        self.assertEqual(len(lines), 20 + 30 + 1)  # no payload lines unless asked for
         case = copy.deepcopy(document["cases"][15])
         case["steps"][1]["expect"]["delivery"] = "fresh"
         _, reports = td.run_fixture(parse(case_document(document, case)))
@@ -3435,13 +3436,13 @@ class TestCommandLine(unittest.TestCase):
     def test_shipped_fixture_passes_in_normal_mode(self):
         status, out, err = self.runs["normal"]
         self.assertEqual(status, 0)
-        self.assertEqual(json.loads(out), {"passed": True, "format": "tool-cases-v2", "case_count": 18,
-                                           "step_count": 23, "failures": []})
+        self.assertEqual(json.loads(out), {"passed": True, "format": "tool-cases-v2", "case_count": 20,
+                                           "step_count": 30, "failures": []})
         self.assertEqual(err, "")
 
     def test_shipped_fixture_passes_in_optimized_warning_free_mode(self):
         status, out, err = self.runs["optimized"]
-        self.assertEqual((status, json.loads(out)["passed"], json.loads(out)["step_count"], err), (0, True, 23, ""))
+        self.assertEqual((status, json.loads(out)["passed"], json.loads(out)["step_count"], err), (0, True, 30, ""))
 
     def test_one_case_through_the_cli(self):
         status, out, _ = self.runs["one case"]
@@ -3452,7 +3453,7 @@ class TestCommandLine(unittest.TestCase):
         status, out, _ = self.runs["report"]
         self.assertEqual(status, 0)
         self.assertEqual(out.splitlines()[0], "case own-order-read")
-        self.assertEqual(out.splitlines()[-1], "23/23 steps as expected")
+        self.assertEqual(out.splitlines()[-1], "30/30 steps as expected")
 
     def test_failed_expectation_exits_1_and_names_it(self):
         status, out, _ = self.runs["failing"]
@@ -3497,9 +3498,9 @@ class TestCommandLine(unittest.TestCase):
         status, out = run_main("--fixture", FIXTURE_PATH, "--case", "own-order-read")
         self.assertEqual((status, json.loads(out)["case_count"]), (0, 1))
         status, out = run_main("--fixture", FIXTURE_PATH, "--report")
-        self.assertEqual((status, out.splitlines()[-1]), (0, "23/23 steps as expected"))
+        self.assertEqual((status, out.splitlines()[-1]), (0, "30/30 steps as expected"))
         status, out = run_main("--fixture", self.failing_path, "--report")
-        self.assertEqual((status, out.splitlines()[-1]), (1, "22/23 steps as expected"))
+        self.assertEqual((status, out.splitlines()[-1]), (1, "29/30 steps as expected"))
         self.assertNotIn("payload", out)
 
     def test_json_output_is_ascii_whatever_the_fixture_holds(self):

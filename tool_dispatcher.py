@@ -87,7 +87,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "Receipt", "MockDownstream", "derived_ref", "HandlerCall", "HandlerResult", "handle_get_order",
     "handle_create_refund_draft", "receipt_output", "Handler", "HANDLERS", "ResponseLost",
     "InjectedHandlerFailure", "FAULTS_BEFORE_HANDLER", "FAULTS_AFTER_HANDLER", "FAULTS_BEFORE_RECEIPT",
-    "FAULTS",
+    "FAULTS_INSTEAD_OF_HANDLER", "FAULTS",
     # 12. Output contracts
     "SENSITIVE_KEYS", "SENSITIVE_VALUE_PREFIXES", "scan_output", "check_output", "check_output_fields",
     # 13. Projections
@@ -1715,6 +1715,10 @@ class InjectedHandlerFailure(Exception):
     """Injected: the handler raised after it had already committed."""
 
 
+def _fail_before_commit(_call: HandlerCall) -> NoReturn:
+    raise InjectedHandlerFailure
+
+
 def _lose_response(_result: HandlerResult) -> NoReturn:
     raise ResponseLost
 
@@ -1738,11 +1742,16 @@ FAULTS_AFTER_HANDLER: Final[Mapping[str, Callable[[HandlerResult], HandlerResult
     "handler_raises": _fail_after_commit,
     "invalid_output": _corrupt_output,
 })
+# Injected instead of the handler: it fails before it reaches the downstream (no effect, but the
+# boundary cannot know that: the outcome is unknown until a status query asks the downstream).
+FAULTS_INSTEAD_OF_HANDLER: Final[Mapping[str, Handler]] = MappingProxyType({
+    "handler_fails_before_commit": _fail_before_commit,
+})
 # A status query's one fault: the receipt store does not answer.
 FAULTS_BEFORE_RECEIPT: Final = frozenset({"receipt_unavailable"})
 # Every fault a host may inject, by purpose, derived from the tables above ("none": no fault).
 FAULTS: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
-    "dispatch": frozenset({"none", *FAULTS_BEFORE_HANDLER, *FAULTS_AFTER_HANDLER}),
+    "dispatch": frozenset({"none", *FAULTS_BEFORE_HANDLER, *FAULTS_INSTEAD_OF_HANDLER, *FAULTS_AFTER_HANDLER}),
     "query_status": frozenset({"none", *FAULTS_BEFORE_RECEIPT}),
 })
 
@@ -2477,7 +2486,7 @@ class Dispatcher:
 
         Returns (data, None, receipt reference) on success, (None, refusing code, None) otherwise.
         """
-        handler = self._handlers[call.spec.name]
+        handler = FAULTS_INSTEAD_OF_HANDLER.get(fault) or self._handlers[call.spec.name]
         try:
             # Positional: a frozen dataclass takes keywords measurably slower.
             result = handler(HandlerCall(call.spec, call.principal, dict(call.arguments), order, downstream,

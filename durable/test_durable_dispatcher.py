@@ -465,7 +465,7 @@ class TestFixtureParity(StoreCase):
     def test_fixture_passes_with_its_digests(self) -> None:
         summary = dd.run_fixture(td.load_fixture(FIXTURE), self.open_store())
         self.assertEqual((summary["passed"], summary["case_count"], summary["step_count"], summary["failures"]),
-                         (True, 18, 23, []))
+                         (True, 20, 30, []))
 
     def test_every_package_equals_the_in_memory_one_byte_for_byte(self) -> None:
         fixture = td.load_fixture(FIXTURE)
@@ -1424,16 +1424,16 @@ class TestCli(StoreCase):
 
     def test_run_creates_the_database_and_passes(self) -> None:
         status, body, _ = self.main("run", "--fixture", str(FIXTURE), "--db", str(self.path))
-        self.assertEqual((status, body["passed"], body["case_count"], body["step_count"]), (0, True, 18, 23))
+        self.assertEqual((status, body["passed"], body["case_count"], body["step_count"]), (0, True, 20, 30))
         self.assertEqual((body["store"]["integrity"], body["store"]["synchronous"], body["store"]["effects"]),
-                         ("ok", "FULL", 5))
+                         ("ok", "FULL", 7))
 
     def test_recover_after_run_reconciles_and_drains_the_outbox(self) -> None:
         self.main("run", "--fixture", str(FIXTURE), "--db", str(self.path), "--synchronous", "NORMAL")
         status, body, _ = self.main("recover", "--db", str(self.path))
         self.assertEqual((status, body["recovered"], body["relayed"], body["consumed"]),
-                         (0, {"reconciled": 1}, 5, 5))
-        self.assertEqual(body["store"]["operations"], {"reconciled": 2, "released": 2, "succeeded": 3})
+                         (0, {"reconciled": 1}, 7, 7))
+        self.assertEqual(body["store"]["operations"], {"reconciled": 2, "released": 2, "succeeded": 5})
         self.assertEqual(body["pruned"], {"operations": 0, "events": 0, "calls": 0})
         status, body, _ = self.main("recover", "--db", str(self.path))
         self.assertEqual((status, body["recovered"], body["relayed"], body["consumed"]), (0, {}, 0, 0))

@@ -2576,7 +2576,8 @@ class TestTheDispatcher(unittest.TestCase):
                 return None if receipt is None else dataclasses.replace(receipt, **self.forged)
 
         for field, value in (("request_ref", "rq-forged"), ("status_ref", "st-forged"),
-                             ("effect_revision", "effect.other.v1"), ("producer_revision", "refunds-producer-v1")):
+                             ("effect_revision", "effect.other.v1"), ("producer_revision", "refunds-producer-v1"),
+                             ("order_ref", "ORDER-8"), ("reason", "other")):  # a receipt for another request
             with self.subTest(field=field):
                 dispatcher = make_dispatcher(operations=td.MemoryOperations(ForgingDownstream(**{field: value})))
                 unknown_write(dispatcher)

@@ -1474,6 +1474,7 @@ class OperationRecord:
     refs: Mapping[str, str | None]
     data: Any = None
     approval: Mapping[str, Any] | None = None  # who approved the execution, and until when
+    arguments: Mapping[str, Any] | None = None  # the admitted arguments: what a receipt must echo
 
 
 def advance(record: OperationRecord, event: str, **changes: Any) -> OperationRecord:
@@ -2040,12 +2041,21 @@ def same_intent(record: OperationRecord, call: AdmittedCall) -> bool:
 
 
 def receipt_binds(record: OperationRecord, receipt: Receipt, spec: ToolSpec) -> bool:
-    """A receipt is this record's: its request and status references, and the tool's effect and
-    producer revisions. Every store checks it before a receipt settles anything."""
+    """A receipt is this record's: its request and status references, the tool's effect and
+    producer revisions, and on every bound field the recorded request's own arguments (a receipt
+    for another order or another reason reconciles nothing). Every store checks it before a
+    receipt settles anything. Exact types first: a downstream's object that claims to equal
+    anything matches nothing."""
+    if type(receipt) is not Receipt or type(record.arguments) not in (dict, MappingProxyType):
+        return False
     refs = record.refs
-    return (receipt.request_ref == refs["request_ref"] and receipt.status_ref == refs["status_ref"]
-            and receipt.effect_revision == spec.effect_revision
-            and receipt.producer_revision == spec.producer_revision)
+    wanted = (refs["request_ref"], refs["status_ref"], spec.effect_revision, spec.producer_revision)
+    seen = (receipt.request_ref, receipt.status_ref, receipt.effect_revision, receipt.producer_revision)
+    if not all(type(value) is str and value == want for value, want in zip(seen, wanted)):
+        return False
+    output = receipt_output(receipt)
+    return all(type(output.get(name)) is str and output[name] == record.arguments.get(name)
+               for name in spec.bound_fields if name in output)
 
 
 def downstream_refs(call: AdmittedCall) -> dict[str, str | None]:
@@ -2527,7 +2537,8 @@ class Dispatcher:
                                profile=call.context.profile, operation_id=call.context.operation_id,
                                contract=MappingProxyType(call.spec.contract_view()),
                                refs=MappingProxyType(dict(refs)),
-                               approval=None if approval is None else MappingProxyType(dict(approval)))
+                               approval=None if approval is None else MappingProxyType(dict(approval)),
+                               arguments=MappingProxyType(dict(call.arguments or {})))
 
     # -- packaging -----------------------------------------------------------------------------
 

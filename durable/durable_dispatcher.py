@@ -213,6 +213,7 @@ SCHEMA: Final = (
         created_at INTEGER NOT NULL,
         updated_at INTEGER NOT NULL,
         expires_at INTEGER,
+        arguments TEXT NOT NULL,
         UNIQUE (realm, tenant, subject, tool, idempotency_key),
         CHECK ((state IN ({_sql_list(LEASED_STATES)})) = (lease_expires_at IS NOT NULL)),
         CHECK ((lease_owner IS NULL) = (lease_expires_at IS NULL)),
@@ -308,7 +309,7 @@ ROW_COLUMNS: Final = (
     "realm", "tenant", "subject", "tool", "idempotency_key", "request_sha256", "provider", "api_family",
     "adapter_revision", "operation_id", "contract", "state", "request_ref", "status_ref", "receipt_ref",
     "data", "package", "approval", "lease_owner", "lease_epoch", "lease_expires_at", "recovery_hint", "created_at",
-    "updated_at", "expires_at",
+    "updated_at", "expires_at", "arguments",
 )
 SQL_READ_ROW: Final = f"SELECT {', '.join(ROW_COLUMNS)} FROM operations WHERE {_KEY_MATCH}"
 SQL_UNSETTLED_ROWS: Final = (
@@ -319,16 +320,17 @@ SQL_UNSETTLED_ROWS: Final = (
 SQL_CLAIM: Final = """
     INSERT INTO operations (realm, tenant, subject, tool, idempotency_key, request_sha256, provider,
         api_family, adapter_revision, operation_id, contract, state, request_ref, status_ref, approval,
-        lease_owner, lease_epoch, lease_expires_at, created_at, updated_at)
+        lease_owner, lease_epoch, lease_expires_at, created_at, updated_at, arguments)
     VALUES (:realm, :tenant, :subject, :tool, :idempotency_key, :request_sha256, :provider,
         :api_family, :adapter_revision, :operation_id, :contract, :to_state, :request_ref, :status_ref,
-        :approval, :lease_owner, 1, :lease_expires_at, :now, :now)
+        :approval, :lease_owner, 1, :lease_expires_at, :now, :now, :arguments)
     ON CONFLICT (realm, tenant, subject, tool, idempotency_key) DO NOTHING"""
 SQL_CLAIM_TAKE_OVER: Final = f"""
     UPDATE operations SET request_sha256 = :request_sha256, provider = :provider,
         api_family = :api_family, adapter_revision = :adapter_revision, operation_id = :operation_id,
         contract = :contract, state = :to_state, request_ref = :request_ref, status_ref = :status_ref,
-        receipt_ref = NULL, data = NULL, package = NULL, approval = :approval, lease_owner = :lease_owner,
+        receipt_ref = NULL, data = NULL, package = NULL, approval = :approval, arguments = :arguments,
+        lease_owner = :lease_owner,
         lease_epoch = lease_epoch + 1, lease_expires_at = :lease_expires_at, recovery_hint = NULL,
         expires_at = NULL, updated_at = :now
     WHERE {_KEY_MATCH} AND state = :from_state AND lease_epoch = :epoch"""
@@ -639,6 +641,7 @@ class Intent:
     status_ref: str
     approval: str | None = None  # canonical JSON of tool_dispatcher's approval_view
     call: td.AdmittedCall | None = None  # the call that claims: what the repeat rule compares with
+    arguments: str = "{}"  # canonical JSON of the admitted arguments: what a receipt must echo
 
     @classmethod
     def of(cls, call: td.AdmittedCall, record: td.OperationRecord) -> Intent:
@@ -646,7 +649,8 @@ class Intent:
                    operation_id=record.operation_id,
                    contract=str(_text(dict(record.contract))),
                    request_ref=str(record.refs["request_ref"]), status_ref=str(record.refs["status_ref"]),
-                   approval=None if record.approval is None else _text(dict(record.approval)), call=call)
+                   approval=None if record.approval is None else _text(dict(record.approval)), call=call,
+                   arguments=str(_text(dict(record.arguments or {}))))
 
     def matches(self, row: LedgerRow) -> bool:
         # tool_dispatcher's repeat rule, the one every store applies.
@@ -656,7 +660,8 @@ class Intent:
         return {"request_sha256": self.request_sha256, "provider": self.profile.provider,
                 "api_family": self.profile.api_family, "adapter_revision": self.profile.adapter_revision,
                 "operation_id": self.operation_id, "contract": self.contract,
-                "request_ref": self.request_ref, "status_ref": self.status_ref, "approval": self.approval}
+                "request_ref": self.request_ref, "status_ref": self.status_ref, "approval": self.approval,
+                "arguments": self.arguments}
 
 
 @dataclass(frozen=True, slots=True)
@@ -686,6 +691,7 @@ class LedgerRow:
     created_at: int
     updated_at: int
     expires_at: int | None
+    arguments: str
 
     @property
     def key(self) -> OperationKey:
@@ -708,6 +714,7 @@ class LedgerRow:
                                    "status_ref": self.status_ref}),
             data=None if self.data is None else _decoded(self.data),
             approval=None if self.approval is None else MappingProxyType(_decoded(self.approval)),
+            arguments=MappingProxyType(_decoded(self.arguments)),
         )
 
 

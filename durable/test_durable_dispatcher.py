@@ -1083,6 +1083,17 @@ class TestRecovery(StoreCase):
         self.assertAnswer(write(dispatcher, "b"), "OUTCOME_UNKNOWN")
         self.assertAnswer(query(dispatcher, "q", op_tag="a"), "STATUS_CONFLICT")
 
+    def test_a_receipt_for_another_request_escalates_and_is_never_delivered(self) -> None:
+        for column, value in (("order_ref", "ORDER-8"), ("reason", "other")):
+            with self.subTest(column=column):
+                self.path.unlink(missing_ok=True)
+                dispatcher = self.dispatcher(self.open_store())
+                write(dispatcher, "a", fault="timeout_after_commit")
+                self.tamper(f"UPDATE downstream_receipts SET {column} = '{value}'")
+                self.assertAnswer(query(dispatcher, "q", op_tag="a"), "STATUS_CONFLICT")
+                self.assertEqual(self.row(dispatcher).state, "unknown")  # nothing settled by the query
+                self.assertEqual(self.outcomes(), [("unknown", "escalated", "operator")])
+
     def test_contract_drift_escalates(self) -> None:
         write(self.dispatcher(), "a", fault="timeout_after_commit")
         spec = td.REGISTRY["create_refund_draft"]

@@ -19,6 +19,7 @@ import copy
 import dataclasses
 import datetime
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -56,6 +57,7 @@ ALICE = Principal("tenant-a", "alice", ("orders.read", "refunds.draft"))
 BOB = Principal("tenant-a", "bob", ("orders.read", "refunds.draft"))
 APPROVERS = frozenset({"approver-lee", "approver-ng"})
 DIGEST_FIELDS = ("request_sha256", "result_sha256", "call_binding_sha256")
+NO_REFS = {"request_ref": None, "receipt_ref": None, "status_ref": None}
 _AUTO = object()
 
 
@@ -317,23 +319,32 @@ class TestLimitsAndConstants(unittest.TestCase):
 
     def test_all_names_exactly_the_public_definitions(self):
         self.assertEqual(len(td.__all__), len(set(td.__all__)))
-        for name in td.__all__:
-            with self.subTest(name=name):
-                self.assertFalse(name.startswith("_"))
-                self.assertTrue(hasattr(td, name))
+        with open(td.__file__, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+        defined = set()
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.Assign):
+                defined |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                defined.add(node.target.id)
+        self.assertEqual(set(td.__all__), {name for name in defined if not name.startswith("_")})
 
     def test_no_layer_reaches_for_a_private_or_unlisted_name(self):
         public = set(td.__all__)
         seen = 0
-        for folder in self.LAYER_FOLDERS:
-            for path in sorted(glob_python(os.path.join(ROOT, folder))):
-                with open(path, encoding="utf-8") as handle:
-                    tree = ast.parse(handle.read())
-                for name, line in core_names_used(tree):
-                    seen += 1
-                    with self.subTest(file=os.path.relpath(path, ROOT), line=line, name=name):
-                        self.assertIn(name, public)
-        self.assertGreater(seen, 100)  # the scan found the layers' uses, not nothing
+        paths = [path for folder in self.LAYER_FOLDERS for path in sorted(glob_python(os.path.join(ROOT, folder)))]
+        for path in paths + [os.path.abspath(__file__)]:  # this suite too: it tests what readers may use
+            with open(path, encoding="utf-8") as handle:
+                tree = ast.parse(handle.read())
+            for name, line in core_names_used(tree):
+                if name.startswith("__") and name.endswith("__"):
+                    continue  # the module's own dunders (__file__, __all__)
+                seen += 1
+                with self.subTest(file=os.path.relpath(path, ROOT), line=line, name=name):
+                    self.assertIn(name, public)
+        self.assertGreater(seen, 500)  # the scan found the uses, not nothing
 
     def test_the_scan_sees_each_way_of_reaching_in(self):
         tree = ast.parse("import tool_dispatcher as td\nfrom tool_dispatcher import _hidden, Dispatcher\n"
@@ -450,11 +461,17 @@ class TestCanonicalJson(unittest.TestCase):
 
     def test_canonical_text_without_the_c_accelerator_gives_the_same_text(self):
         expected = [td.canonical_text(value) for value in self.CANONICAL_CORPUS]
-        with mock.patch.object(td, "_C_ENCODER", None):
-            self.assertEqual([td.canonical_text(value) for value in self.CANONICAL_CORPUS], expected)
-            with self.assertRaises(TypeError):
-                td.canonical_text({"x": object()})
-        self.assertIsNotNone(td._C_ENCODER)  # CPython has it: the fast path is the one measured
+        # A second copy of the module, loaded where the C accelerator is missing: its public
+        # canonical_text takes the pure-Python path.
+        spec = importlib.util.spec_from_file_location("tool_dispatcher_without_c", MODULE_PATH)
+        pure = importlib.util.module_from_spec(spec)
+        with mock.patch("json.encoder.c_make_encoder", None), \
+                mock.patch.dict(sys.modules, {"tool_dispatcher_without_c": pure}):
+            spec.loader.exec_module(pure)
+        self.assertEqual([pure.canonical_text(value) for value in self.CANONICAL_CORPUS], expected)
+        with self.assertRaises(TypeError):
+            pure.canonical_text({"x": object()})
+        self.assertIsNotNone(json.encoder.c_make_encoder)  # CPython has it: the fast path is the one measured
 
     def test_template_fills_its_slots_in_sorted_key_order(self):
         members = {"b": td.SLOT, "a": "fixed %s and %%", "d": td.SLOT, "c": [1, "é"]}
@@ -1697,10 +1714,12 @@ class TestOperationLifecycleApprovalBusinessStateDeadline(unittest.TestCase):
             ("unknown", "receipt_mismatch"): "escalated",
         })
         self.assertEqual(dict(td.REPEAT_ANSWER), {
-            "succeeded": ("ok", "succeeded", "local_replay", None),
-            "reconciled": ("ok", "succeeded", "local_replay", None),
-            "unknown": ("unknown", "unknown", "none", "OUTCOME_UNKNOWN"),
+            "succeeded": ("replayed", None), "reconciled": ("replayed", None),
+            "unknown": ("still_unknown", "OUTCOME_UNKNOWN"),
         })
+        for answer, code in td.REPEAT_ANSWER.values():
+            self.assertEqual(code is None, not td.ANSWERS[answer].codes)
+            self.assertTrue(code is None or code in td.ANSWERS[answer].codes)
         self.assertEqual(set(td.MODEL_STATE), td.LIFECYCLE_STATES - td.LEASED_STATES - td.FREE_STATES)
 
     def test_illegal_transitions_are_lifecycle_violations(self):
@@ -2008,21 +2027,19 @@ class TestProjections(unittest.TestCase):
                          ("ok", "refunded"))
 
     def test_error_projection_has_the_fixed_catalog_view(self):
-        result = td.project_model_result(GET_ORDER, status="error", outcome="not_executed", delivery="none",
-                                         code="NOT_FOUND")
+        result = td.project_model_result(GET_ORDER, "refused", code="NOT_FOUND")
         self.assertEqual(result, error_result("NOT_FOUND", tool="get_order"))
         self.assertNotIn("data", result)
 
     def test_ok_projection_carries_data_and_the_producer(self):
-        result = td.project_model_result(REFUND, status="ok", outcome="succeeded", delivery="local_replay",
-                                         data={"k": "v"})
+        result = td.project_model_result(REFUND, "replayed", data={"k": "v"})
         self.assertEqual(result["source"], {"tool": "create_refund_draft", "producer": "refunds-service"})
         self.assertEqual((result["complete"], result["truncated"], result["trust"], result["data"]),
                          (True, False, "untrusted_data", {"k": "v"}))
         self.assertNotIn("error", result)
 
     def test_error_projection_without_a_code_is_handler_failed(self):
-        result = td.project_model_result(None, status="error", outcome="failed", delivery="none")
+        result = td.project_model_result(None, "read_failed")
         self.assertEqual(result["error"], td.error_view("HANDLER_FAILED"))
         self.assertEqual(result["source"], {"tool": None, "producer": "tool-dispatcher"})
 
@@ -2046,7 +2063,7 @@ class TestDigests(unittest.TestCase):
                       {"tenant": "t%s", "subject_ref": "0" * 64, "roles": []}]
         contexts = [context().view("dispatch"), write_context().view("query_status")]
         approvals = [None, {"approver": "approver-lee", "expires_at": EXPIRES}]
-        downstreams = [dict(td._NO_REFS), {"request_ref": "rq-1", "receipt_ref": "rc-%d", "status_ref": "st-1"}]
+        downstreams = [dict(NO_REFS), {"request_ref": "rq-1", "receipt_ref": "rc-%d", "status_ref": "st-1"}]
         for spec in td.REGISTRY.values():
             arguments_list = [None, {"order_ref": "ORDER-7"}, {"order_ref": "ORDER-7", "reason": "duplicate"}]
             for principal in principals:
@@ -2079,9 +2096,9 @@ class TestDigests(unittest.TestCase):
                 self.assertEqual(td.spec_request_sha256(candidate, td.canonical_text(td.principal_view(ALICE)), arguments),
                                  td.request_sha256(td.principal_view(ALICE), candidate.contract_view(), arguments))
                 self.assertEqual(
-                    td.spec_call_binding_sha256(candidate, context_view, "1" * 64, "2" * 64, dict(td._NO_REFS), None),
+                    td.spec_call_binding_sha256(candidate, context_view, "1" * 64, "2" * 64, dict(NO_REFS), None),
                     td.call_binding_sha256(context_view, candidate.contract_view(), "1" * 64, "2" * 64,
-                                           dict(td._NO_REFS), None))
+                                           dict(NO_REFS), None))
         self.assertNotEqual(td.spec_request_sha256(spec, "{}", arguments), td.spec_request_sha256(moved, "{}", arguments))
 
     def test_spec_binding_digest_encodes_any_string_it_is_given_as_the_definition_does(self):
@@ -2089,8 +2106,8 @@ class TestDigests(unittest.TestCase):
         for odd in ('quote " and \\ backslash', "%s", "é", None, 7):
             with self.subTest(odd=odd):
                 self.assertEqual(
-                    td.spec_call_binding_sha256(spec, context_view, odd, odd, dict(td._NO_REFS), None),
-                    td.call_binding_sha256(context_view, spec.contract_view(), odd, odd, dict(td._NO_REFS), None))
+                    td.spec_call_binding_sha256(spec, context_view, odd, odd, dict(NO_REFS), None),
+                    td.call_binding_sha256(context_view, spec.contract_view(), odd, odd, dict(NO_REFS), None))
 
     def test_request_digest_envelope_recomputed_independently(self):
         package = read(make_dispatcher())
@@ -2768,6 +2785,46 @@ class TestTheDispatcher(unittest.TestCase):
         self.assertIsNone(read(dispatcher)["protected_audit"]["approval"])
         self.assertEqual(dispatcher.effect_count, 0)
 
+    def test_lying_keys_and_host_values_get_a_catalog_code_never_another_exception(self):
+        class Liar(str):
+            def __eq__(self, other):
+                return True
+
+            def __ne__(self, other):
+                return False
+
+            __hash__ = str.__hash__
+
+        dispatcher = make_dispatcher()
+        refused = {
+            "proposal key": ({Liar("name"): "get_order", "arguments": {"order_ref": "ORDER-7"}}, "INVALID_PROPOSAL"),
+            "argument key": ({"name": "get_order", "arguments": {Liar("order_ref"): "ORDER-7"}},
+                             "INVALID_ARGUMENTS"),
+            "extra argument that claims to be a field": (
+                {"name": "create_refund_draft", "arguments": {"order_ref": "ORDER-7", Liar("reason"): "duplicate"}},
+                "INVALID_ARGUMENTS"),
+        }
+        for name, (proposal, code) in refused.items():
+            with self.subTest(part=name):
+                package = dispatcher.dispatch(proposal, write_context(call="c-" + name.replace(" ", "-")), ALICE,
+                                              now=NOW)
+                self.assertEqual(code_of(package), code)
+                td.verify_package(package)
+        for field in ("provider", "api_family", "adapter_revision"):
+            with self.subTest(context_field=field):
+                ctx = dataclasses.replace(context(), **{field: Liar("x")})
+                with self.assertRaises(BoundaryError) as caught:
+                    read(make_dispatcher(), ctx)
+                self.assertEqual(caught.exception.code, "PROVIDER_PROFILE_UNKNOWN")
+        package = read(make_dispatcher())
+        lying = copy.deepcopy(package)
+        lying["model_result"] = {Liar("status") if key == "status" else key: value
+                                 for key, value in lying["model_result"].items()}
+        with self.assertRaises(BoundaryError) as caught:
+            td.verify_package(lying)
+        self.assertEqual(caught.exception.code, "PACKAGE_MALFORMED")
+        self.assertEqual(dispatcher.effect_count, 0)
+
     def test_a_used_approval_is_refused_under_any_new_call_key_or_operation(self):
         dispatcher = make_dispatcher()
         first_ctx = write_context()
@@ -2910,6 +2967,24 @@ class TestTheDispatcher(unittest.TestCase):
 # ============================================================================================
 
 
+def resealed(package, *changes):
+    """A forger's package: values replaced (path, value), then all three digests recomputed, as
+    anyone who can edit a package can do. Only the answer table can still refuse it."""
+    copied = copy.deepcopy(package)
+    for path, value in changes:
+        target = copied
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+    audit = copied["protected_audit"]
+    audit["request_sha256"] = td.request_sha256(audit["principal"], audit["tool_contract"], audit["arguments"])
+    audit["result_sha256"] = td.result_sha256(copied["model_result"])
+    audit["call_binding_sha256"] = td.call_binding_sha256(
+        audit["provider_context"], audit["tool_contract"], audit["request_sha256"], audit["result_sha256"],
+        audit["downstream"], audit["approval"])
+    return copied
+
+
 def forged(package, path, value):
     """A deep copy of a package with one value replaced (path: keys from the top)."""
     copied = copy.deepcopy(package)
@@ -2938,6 +3013,58 @@ class TestPackageVerification(unittest.TestCase):
         with self.assertRaises(BoundaryError) as caught:
             td.verify_package(package, **options)
         self.assertEqual(caught.exception.code, code)
+
+    def test_resealed_combinations_the_dispatcher_never_builds_are_refused(self):
+        write_error = {"code": "HANDLER_FAILED", "message": td.ERROR_CATALOG["HANDLER_FAILED"].message,
+                       "retryable": False}
+        cases = {
+            "error that claims success": resealed(
+                self.error_package, (("model_result", "outcome"), "succeeded"),
+                (("model_result", "delivery"), "fresh")),
+            "ok with an unknown outcome": resealed(self.read_package, (("model_result", "outcome"), "unknown")),
+            "a read that claims reconciliation": resealed(
+                self.read_package, (("model_result", "delivery"), "receipt_reconciled")),
+            "a read that claims an effect": resealed(self.read_package, (("execution", "effects"), 1)),
+            "a fresh write without its approval": resealed(self.write_package,
+                                                           (("protected_audit", "approval"), None)),
+            "a fresh write without its receipt": resealed(
+                self.write_package, (("protected_audit", "downstream", "receipt_ref"), None)),
+            "a write that says it never ran": resealed(self.write_package,
+                                                       (("execution", "handler_invoked"), False)),
+            "unknown with a replay's code": resealed(
+                self.unknown_package, (("model_result", "error"), write_error),
+                (("execution", "handler_invoked"), False)),
+            "a replay for a query the read path answered": resealed(
+                self.read_package, (("model_result", "delivery"), "local_replay")),
+            "data naming another order": resealed(self.read_package,
+                                                  (("model_result", "data", "order_ref"), "ORDER-11")),
+            "a refused tool with a catalog code the registry step cannot give": resealed(
+                self.error_package, (("model_result", "error"), {
+                    "code": "UNKNOWN_TOOL", "message": td.ERROR_CATALOG["UNKNOWN_TOOL"].message,
+                    "retryable": False})),
+        }
+        for name, package in cases.items():
+            with self.subTest(forgery=name):
+                self.assertRefused("PACKAGE_INCONSISTENT", package)
+
+    def test_the_audited_approver_must_be_on_the_host_allowlist_when_given(self):
+        self.assertIsNone(td.verify_package(self.write_package, approvers=APPROVERS))
+        self.assertRefused("PACKAGE_APPROVER_UNKNOWN", self.write_package, approvers=frozenset({"approver-ng"}))
+        swapped = resealed(self.write_package, (("protected_audit", "approval", "approver"), "mallory"))
+        self.assertIsNone(td.verify_package(swapped))  # digests recomputed: only the allowlist can tell
+        self.assertRefused("PACKAGE_APPROVER_UNKNOWN", swapped, approvers=APPROVERS)
+        self.assertRefused("PACKAGE_APPROVER_UNKNOWN", self.write_package, approvers=["approver-lee"])
+
+    def test_every_answer_of_the_table_is_built_and_verifies(self):
+        seen = set()
+        for package in (self.read_package, self.error_package, self.write_package, self.unknown_package,
+                        self.reconciled_package):
+            td.verify_package(package)
+            result = package["model_result"]
+            seen |= {name for name, answer in td.ANSWERS.items()
+                     if (answer.status, answer.outcome, answer.delivery)
+                     == (result["status"], result["outcome"], result["delivery"])}
+        self.assertLessEqual({"read", "refused", "written", "write_unknown", "reconciled"}, seen)
 
     def test_every_kind_of_package_the_dispatcher_builds_verifies(self):
         packages = [self.read_package, self.error_package, self.write_package, self.unknown_package,

@@ -91,7 +91,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     # 12. Output contracts
     "SENSITIVE_KEYS", "SENSITIVE_VALUE_PREFIXES", "scan_output", "check_output", "check_output_fields",
     # 13. Projections
-    "recovery_for", "project_model_result",
+    "Answer", "ANSWERS", "recovery_for", "project_model_result",
     # 14. Digests
     "request_sha256", "result_sha256", "call_binding_sha256", "spec_request_sha256", "model_result_sha256",
     "spec_call_binding_sha256",
@@ -231,6 +231,8 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
     **error_specs(
         "verify", False,
         PACKAGE_MALFORMED="The result package does not have the exact expected structure.",
+        PACKAGE_INCONSISTENT="The result package combines fields the dispatcher never combines.",
+        PACKAGE_APPROVER_UNKNOWN="The package's approver is not on the host's approver allowlist.",
         DIGEST_MALFORMED="A digest is not 64 lowercase hexadecimal characters.",
         REQUEST_DIGEST_MISMATCH="The request digest does not match its recomputation.",
         RESULT_DIGEST_MISMATCH="The result digest does not match its recomputation.",
@@ -360,7 +362,9 @@ PROVIDER_PROFILES: Final[Mapping[str, ProviderProfile]] = MappingProxyType({
 def registered_profile(provider: Any, api_family: Any, adapter_revision: Any) -> ProviderProfile | None:
     """The registered profile these three values name exactly, or None. Field by field: no
     ProviderProfile is built to compare, and an unhashable revision is never looked up."""
-    profile = PROVIDER_PROFILES.get(adapter_revision) if type(adapter_revision) is str else None
+    if not (type(provider) is str and type(api_family) is str and type(adapter_revision) is str):
+        return None  # exact types first: a str subclass can claim to equal any registered name
+    profile = PROVIDER_PROFILES.get(adapter_revision)
     if profile is None or profile.provider != provider or profile.api_family != api_family:
         return None
     return profile
@@ -1213,7 +1217,8 @@ def _check_clock(now: Any, deadline: Any) -> None:
 
 
 def _proposal_parts(proposal: Any) -> tuple[str, dict[str, Any]]:
-    if (type(proposal) is not dict or proposal.keys() != _PROPOSAL_FIELDS
+    if (type(proposal) is not dict or not all(type(key) is str for key in proposal)
+            or proposal.keys() != _PROPOSAL_FIELDS
             or type(proposal["name"]) is not str or type(proposal["arguments"]) is not dict):
         raise BoundaryError("INVALID_PROPOSAL")
     return proposal["name"], proposal["arguments"]
@@ -1377,7 +1382,9 @@ REGISTRY: Final[Mapping[str, ToolSpec]] = MappingProxyType({
 def check_input(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, str]:
     """Exactly the contract's fields, each admitted by its rule; a fresh copy on success."""
     fields = spec.input_fields
-    if arguments.keys() != fields.keys():
+    # Exact key types first: a str subclass that hashes like a field name and equals anything
+    # would pass the set comparison and ride into the admitted copy.
+    if not all(type(key) is str for key in arguments) or arguments.keys() != fields.keys():
         raise BoundaryError("INVALID_ARGUMENTS")
     for field, rule in fields.items():
         if not rule.admits(arguments[field]):
@@ -1446,11 +1453,11 @@ MODEL_STATE: Final[Mapping[str, str]] = MappingProxyType({
 })
 
 # What a repeat of the same intent answers, by the settled record's state as the model sees it:
-# (status, outcome, delivery, error code). Nothing runs again.
-REPEAT_ANSWER: Final[Mapping[str, tuple[str, str, str, str | None]]] = MappingProxyType({
-    "succeeded": ("ok", "succeeded", "local_replay", None),
-    "reconciled": ("ok", "succeeded", "local_replay", None),
-    "unknown": ("unknown", "unknown", "none", "OUTCOME_UNKNOWN"),
+# one of ANSWERS (section 13) and its error code. Nothing runs again.
+REPEAT_ANSWER: Final[Mapping[str, tuple[str, str | None]]] = MappingProxyType({
+    "succeeded": ("replayed", None),
+    "reconciled": ("replayed", None),
+    "unknown": ("still_unknown", "OUTCOME_UNKNOWN"),
 })
 
 
@@ -1868,6 +1875,72 @@ _NO_REFS: Final[Mapping[str, None]] = MappingProxyType(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One kind of package the dispatcher builds: every field a verifier can hold it to."""
+
+    status: str
+    outcome: str
+    delivery: str
+    codes: frozenset[str]  # the error codes it may carry; empty: it carries data
+    states: frozenset[str]  # execution.operation_state
+    effect: str  # the tool's effect: "read", "write", or "any" (refused before it mattered)
+    handler_invoked: bool
+    effects: frozenset[int]  # execution.effects
+    approved: bool  # the audit names the approval that let the write run
+    refs: str  # downstream evidence: "none", "pending" (request and status refs), "receipt" (all three)
+    purposes: frozenset[str]
+
+
+# Refusals before anything ran (the dispatcher's own verdicts), and what a failed execution says.
+_REFUSAL_CODES: Final = frozenset({
+    "INVALID_PROPOSAL", "UNKNOWN_TOOL", "INVALID_ARGUMENTS", "CALL_CONFLICT", "PERMISSION_DENIED", "NOT_FOUND",
+    "IDEMPOTENCY_KEY_REQUIRED", "IDEMPOTENCY_CONFLICT", "APPROVAL_REQUIRED", "APPROVER_NOT_TRUSTED",
+    "APPROVAL_MISMATCH", "APPROVAL_EXPIRED", "APPROVAL_CONSUMED", "ORDER_NOT_REFUNDABLE", "STATUS_CONFLICT",
+    "DEADLINE_EXCEEDED", "RATE_LIMITED",
+})
+_OUTPUT_REFUSALS: Final = frozenset({
+    "OUTPUT_CONTRACT_VIOLATION", "OUTPUT_SENSITIVE_FIELD", "OUTPUT_TOO_LARGE", "OUTPUT_TOO_DEEP",
+    "OUTPUT_BINDING_MISMATCH",
+})
+_EXECUTION_FAILURES: Final = _OUTPUT_REFUSALS | {"HANDLER_FAILED"}
+_ANY_PURPOSE: Final = frozenset({"dispatch", "query_status"})
+_DISPATCH: Final = frozenset({"dispatch"})
+_QUERY: Final = frozenset({"query_status"})
+_NONE: Final = frozenset({"none"})
+_ZERO: Final = frozenset({0})
+_ZERO_OR_ONE: Final = frozenset({0, 1})
+
+# Every package the dispatcher can build, and only those: the projection builds each model_result
+# from its row, and package verification refuses any combination outside the table.
+ANSWERS: Final[Mapping[str, Answer]] = MappingProxyType({
+    "refused": Answer("error", "not_executed", "none", _REFUSAL_CODES, _NONE, "any", False, _ZERO, False,
+                      "none", _ANY_PURPOSE),
+    "read": Answer("ok", "succeeded", "fresh", frozenset(), _NONE, "read", True, _ZERO, False, "none", _DISPATCH),
+    "read_failed": Answer("error", "failed", "none", _EXECUTION_FAILURES | {"DEADLINE_EXCEEDED"}, _NONE, "read",
+                          True, _ZERO, False, "none", _DISPATCH),
+    "written": Answer("ok", "succeeded", "fresh", frozenset(), frozenset({"succeeded"}), "write", True,
+                      _ZERO_OR_ONE, True, "receipt", _DISPATCH),
+    "write_unknown": Answer("unknown", "unknown", "none", _EXECUTION_FAILURES | {"OUTCOME_UNKNOWN"},
+                            frozenset({"unknown"}), "write", True, _ZERO_OR_ONE, True, "pending", _DISPATCH),
+    "replayed": Answer("ok", "succeeded", "local_replay", frozenset(), frozenset({"succeeded", "reconciled"}),
+                       "write", False, _ZERO, True, "receipt", _ANY_PURPOSE),
+    "still_unknown": Answer("unknown", "unknown", "none", frozenset({"OUTCOME_UNKNOWN"}), frozenset({"unknown"}),
+                            "write", False, _ZERO, True, "pending", _DISPATCH),
+    "receipt_unavailable": Answer("unknown", "unknown", "none", frozenset({"RECEIPT_UNAVAILABLE"}),
+                                  frozenset({"unknown"}), "write", False, _ZERO, True, "pending", _QUERY),
+    "reconciled": Answer("ok", "succeeded", "receipt_reconciled", frozenset(), frozenset({"reconciled"}), "write",
+                         False, _ZERO, True, "receipt", _QUERY),
+    "not_executed": Answer("error", "not_executed", "none", frozenset({"OPERATION_NOT_EXECUTED"}), _NONE, "write",
+                           False, _ZERO, True, "pending", _QUERY),
+})
+# Where a package's downstream references must be present, by Answer.refs.
+_REFS_PRESENT: Final[Mapping[str, tuple[bool, bool, bool]]] = MappingProxyType({
+    # (request_ref, status_ref, receipt_ref)
+    "none": (False, False, False), "pending": (True, True, False), "receipt": (True, True, True),
+})
+
+
 def recovery_for(status: str, code: str | None) -> str:
     if status == "unknown":
         return "query_status"
@@ -1876,14 +1949,17 @@ def recovery_for(status: str, code: str | None) -> str:
     return "none"
 
 
-def project_model_result(spec: ToolSpec | None, *, status: str, outcome: str, delivery: str,
-                         data: Any = None, code: str | None = None) -> dict[str, Any]:
+def project_model_result(spec: ToolSpec | None, answer: str, *, data: Any = None,
+                         code: str | None = None) -> dict[str, Any]:
+    """The model_result of one of ANSWERS: its status, outcome and delivery, with data or an error."""
+    row = ANSWERS[answer]
+    status = row.status
     succeeded = status == "ok"
     result: dict[str, Any] = {
         "version": MODEL_RESULT_VERSION,
         "status": status,
-        "outcome": outcome,
-        "delivery": delivery,
+        "outcome": row.outcome,
+        "delivery": row.delivery,
         "complete": succeeded,
         "truncated": False,  # outputs over their limit are refused, never cut
         "recovery": recovery_for(status, code),
@@ -2349,11 +2425,8 @@ class Dispatcher:
             if receipt is None and record.state == "unknown":
                 if fault not in FAULTS_BEFORE_RECEIPT and self.operations.confirm_absent(call.record_key, record):
                     # The downstream has no receipt, with authority: nothing happened, the key is free.
-                    return self._package(call, project_model_result(
-                        call.spec, status="error", outcome="not_executed", delivery="none",
-                        code="OPERATION_NOT_EXECUTED"), refs=record.refs, approval=record.approval)
-                return self._package(call, project_model_result(
-                    call.spec, status="unknown", outcome="unknown", delivery="none", code="RECEIPT_UNAVAILABLE"),
+                    return self._package(call, project_model_result(call.spec, "not_executed", code="OPERATION_NOT_EXECUTED"), refs=record.refs, approval=record.approval)
+                return self._package(call, project_model_result(call.spec, "receipt_unavailable", code="RECEIPT_UNAVAILABLE"),
                     state=record.state, refs=record.refs, approval=record.approval)
             if receipt is None:  # already settled: the local record answers
                 return self._replayed(call, record)
@@ -2386,8 +2459,7 @@ class Dispatcher:
         refs = {**record.refs, "receipt_ref": receipt.receipt_ref}
         record = advance(record, "receipt_confirmed", refs=MappingProxyType(refs), data=data)
         self.operations.reconcile(call.record_key, record)
-        return self._package(call, project_model_result(
-            call.spec, status="ok", outcome="succeeded", delivery="receipt_reconciled", data=json_copy(data)),
+        return self._package(call, project_model_result(call.spec, "reconciled", data=json_copy(data)),
             state=record.state, refs=refs, approval=record.approval)
 
     # -- pipeline stages -----------------------------------------------------------------------
@@ -2441,11 +2513,9 @@ class Dispatcher:
             # A read has no effect to be unsure about: a failure is a plain failure, and a lost
             # answer a retryable one.
             code = "DEADLINE_EXCEEDED" if code == "OUTCOME_UNKNOWN" else code
-            return self._package(call, project_model_result(
-                call.spec, status="error", outcome="failed", delivery="none", code=code),
+            return self._package(call, project_model_result(call.spec, "read_failed", code=code),
                 handler_invoked=True, redactions=withheld(code))
-        return self._package(call, project_model_result(
-            call.spec, status="ok", outcome="succeeded", delivery="fresh", data=data), handler_invoked=True)
+        return self._package(call, project_model_result(call.spec, "read", data=data), handler_invoked=True)
 
     def _write(self, call: AdmittedCall, order: Order, *, approval: Any, now: int, deadline: int | None,
                fault: str) -> dict[str, Any]:
@@ -2476,16 +2546,14 @@ class Dispatcher:
         if code is not None:
             # The effect may have been committed: record `unknown`, keep the status reference in
             # the audit only, and block blind replay until a status query reconciles it.
-            package = self._package(call, project_model_result(
-                call.spec, status="unknown", outcome="unknown", delivery="none", code=code),
+            package = self._package(call, project_model_result(call.spec, "write_unknown", code=code),
                 state="unknown", handler_invoked=True, effects=downstream.created, refs=refs,
                 redactions=withheld(code), approval=granted)
             operations.settle(claim, "outcome_lost", advance(claim.record, "outcome_lost"), package)
             return package
         refs["receipt_ref"] = receipt_ref  # the downstream's receipt: evidence of this fresh effect
         record = advance(claim.record, "committed", refs=MappingProxyType(refs), data=data)
-        package = self._package(call, project_model_result(
-            call.spec, status="ok", outcome="succeeded", delivery="fresh", data=json_copy(data)),
+        package = self._package(call, project_model_result(call.spec, "written", data=json_copy(data)),
             state=record.state, handler_invoked=True, effects=downstream.created, refs=refs, approval=granted)
         operations.settle(claim, "committed", record, package)
         return package
@@ -2519,16 +2587,14 @@ class Dispatcher:
         if not same_intent(record, call):
             raise BoundaryError("IDEMPOTENCY_CONFLICT")
         state = MODEL_STATE[record.state]
-        status, outcome, delivery, code = REPEAT_ANSWER[state]
-        data = json_copy(record.data) if status == "ok" else None  # a copy: the caller cannot reach the record
-        return self._package(call, project_model_result(
-            call.spec, status=status, outcome=outcome, delivery=delivery, code=code, data=data),
-            state=state, refs=record.refs, approval=record.approval)
+        answer, code = REPEAT_ANSWER[state]
+        data = json_copy(record.data) if code is None else None  # a copy: the caller cannot reach the record
+        return self._package(call, project_model_result(call.spec, answer, code=code, data=data),
+                             state=state, refs=record.refs, approval=record.approval)
 
     def _replayed(self, call: AdmittedCall, record: OperationRecord) -> dict[str, Any]:
         # A defensive copy: nothing the caller does to this answer can reach the record.
-        return self._package(call, project_model_result(
-            call.spec, status="ok", outcome="succeeded", delivery="local_replay", data=json_copy(record.data)),
+        return self._package(call, project_model_result(call.spec, "replayed", data=json_copy(record.data)),
             state=record.state, refs=record.refs, approval=record.approval)
 
     def _new_record(self, call: AdmittedCall, refs: Mapping[str, str | None],
@@ -2547,8 +2613,7 @@ class Dispatcher:
             call = refusal.call
         if ERROR_CATALOG[refusal.code].scope != "tool":
             raise refusal
-        return self._package(call, project_model_result(
-            call.spec, status="error", outcome="not_executed", delivery="none", code=refusal.code),
+        return self._package(call, project_model_result(call.spec, "refused", code=refusal.code),
             redactions=("rejected_arguments",) if refusal.code in _ARGUMENT_REFUSALS else ())
 
     def _package(self, call: AdmittedCall, model_result: dict[str, Any], *, state: str = "none",
@@ -2600,11 +2665,8 @@ class _Refused(BoundaryError):
 
 
 _ARGUMENT_REFUSALS: Final = frozenset({"INVALID_ARGUMENTS"})
-# Refusals after which the handler's output is withheld from the model (only the audit says so).
-_OUTPUT_REFUSALS: Final = frozenset({
-    "OUTPUT_CONTRACT_VIOLATION", "OUTPUT_SENSITIVE_FIELD", "OUTPUT_TOO_LARGE", "OUTPUT_TOO_DEEP",
-    "OUTPUT_BINDING_MISMATCH",
-})
+# _OUTPUT_REFUSALS (section 13): the refusals after which the handler's output is withheld from
+# the model (only the audit says so).
 
 
 def withheld(code: str) -> tuple[str, ...]:
@@ -2652,9 +2714,15 @@ _TRUST_BY_STATUS: Final = MappingProxyType({"ok": "untrusted_data", "error": "bo
 
 
 def _shape(value: Any, fields: frozenset[str]) -> dict[str, Any]:
-    if type(value) is not dict or value.keys() != fields:
+    # Exact key types first: a str subclass that hashes like "status" and equals anything would
+    # otherwise pass for it, and ride into a verified payload.
+    if type(value) is not dict or not _plain_keys(value) or value.keys() != fields:
         raise BoundaryError("PACKAGE_MALFORMED")
     return value
+
+
+def _plain_keys(mapping: dict[Any, Any]) -> bool:
+    return all(type(key) is str for key in mapping)
 
 
 def _require(condition: bool, code: str = "PACKAGE_MALFORMED") -> None:
@@ -2677,8 +2745,11 @@ def _member(value: Any, choices: frozenset[str]) -> bool:
 
 
 def verify_package(package: Any, *, context: CallContext | None = None, principal: Principal | None = None,
-                   registry: Mapping[str, ToolSpec] = REGISTRY) -> None:
-    """Verify a result package completely, or raise the BoundaryError naming the first fault."""
+                   registry: Mapping[str, ToolSpec] = REGISTRY, approvers: frozenset[str] | None = None) -> None:
+    """Verify a result package completely, or raise the BoundaryError naming the first fault.
+
+    ``approvers``, the host's approver allowlist, when given: the audited approver must be on it.
+    """
     body = _shape(package, _PACKAGE_FIELDS)
     _require(_is_exactly(body["format"], PACKAGE_FORMAT))
     _check_execution(body["execution"])
@@ -2692,12 +2763,18 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
     spec = _check_provenance(result, audit, status, registry)
     _check_error_or_data(result, status, spec)
     _check_digests(result, audit, provider_context, spec)
+    # After the digests: what is left to catch is a package whose digests were recomputed over a
+    # combination the dispatcher never builds.
+    _check_answer(result, audit, body["execution"], provider_context, spec)
     if context is not None:
         _check_expected_context(provider_context, context)
     if principal is not None:
         check_principal(principal)  # the host's own value, checked like the context: never a TypeError
         if audit["principal"] != principal_view(principal):
             raise BoundaryError("CALL_BINDING_MISMATCH")
+    if approvers is not None and audit["approval"] is not None:
+        _require(type(approvers) is frozenset and _member(audit["approval"]["approver"], approvers),
+                 "PACKAGE_APPROVER_UNKNOWN")
 
 
 def _check_execution(execution: Any) -> None:
@@ -2786,6 +2863,39 @@ def _check_error_or_data(result: dict[str, Any], status: str, spec: ToolSpec | N
     _require(catalog is not None and catalog.scope == "tool" and _is_exactly(error["message"], catalog.message)
              and error["retryable"] is catalog.retryable, "ERROR_CATALOG_MISMATCH")
     _require(result["recovery"] == recovery_for(status, code))
+
+
+def _check_answer(result: dict[str, Any], audit: dict[str, Any], execution: dict[str, Any],
+                  provider_context: dict[str, Any], spec: ToolSpec | None) -> None:
+    """The package is one of ANSWERS, whole: the same table the projection builds from."""
+    code = result["error"]["code"] if "error" in result else None
+    downstream = audit["downstream"]
+    present = (downstream["request_ref"] is not None, downstream["status_ref"] is not None,
+               downstream["receipt_ref"] is not None)
+    effect = "any" if spec is None else spec.effect
+    for answer in ANSWERS.values():
+        if (answer.status == result["status"] and answer.outcome == result["outcome"]
+                and answer.delivery == result["delivery"]
+                and (code in answer.codes if code is not None else not answer.codes)
+                and execution["operation_state"] in answer.states
+                and execution["handler_invoked"] is answer.handler_invoked and execution["effects"] in answer.effects
+                and (audit["approval"] is not None) is answer.approved and _REFS_PRESENT[answer.refs] == present
+                and provider_context["purpose"] in answer.purposes
+                and answer.effect in ("any", effect)):
+            break
+    else:
+        raise BoundaryError("PACKAGE_INCONSISTENT")
+    # Refused before the registry named a tool: exactly the two codes that can say so.
+    _require((spec is None) == (code in _BEFORE_THE_REGISTRY), "PACKAGE_INCONSISTENT")
+    if spec is not None and code is None:
+        # Data echoes the audited arguments on every bound field.
+        arguments = audit["arguments"]
+        _require(type(arguments) is dict and all(
+            result["data"].get(name) == arguments.get(name) for name in spec.bound_fields if name in arguments),
+            "PACKAGE_INCONSISTENT")
+
+
+_BEFORE_THE_REGISTRY: Final = frozenset({"INVALID_PROPOSAL", "UNKNOWN_TOOL"})
 
 
 def _check_digests(result: dict[str, Any], audit: dict[str, Any], provider_context: dict[str, Any],

@@ -3054,6 +3054,12 @@ class TestPackageVerification(unittest.TestCase):
         self.assertIsNone(td.verify_package(swapped))  # digests recomputed: only the allowlist can tell
         self.assertRefused("PACKAGE_APPROVER_UNKNOWN", swapped, approvers=APPROVERS)
         self.assertRefused("PACKAGE_APPROVER_UNKNOWN", self.write_package, approvers=["approver-lee"])
+        for provider, adapter in ADAPTER_FUNCTIONS.items():
+            with self.subTest(adapter=provider):
+                with self.assertRaises(BoundaryError) as caught:
+                    adapter(swapped, write_context(), approvers=APPROVERS)
+                self.assertEqual(caught.exception.code,
+                                 "PACKAGE_APPROVER_UNKNOWN" if provider == "openai" else "PROVIDER_MISMATCH")
 
     def test_every_answer_of_the_table_is_built_and_verifies(self):
         seen = set()

@@ -3020,28 +3020,32 @@ ADAPTERS: Final[Mapping[str, Callable[[Mapping[str, Any], CallContext], dict[str
 
 
 def adapt(package: Any, context: CallContext, adapter_revision: str, *,
-          principal: Principal | None = None) -> dict[str, Any]:
-    """Verify a package for the call it answers and shape it with the named adapter."""
+          principal: Principal | None = None, approvers: frozenset[str] | None = None) -> dict[str, Any]:
+    """Verify a package for the call it answers and shape it with the named adapter (with the
+    host's approver allowlist, when given, the audited approver must be on it)."""
     check_context(context)
     if context.adapter_revision != adapter_revision:
         raise BoundaryError("PROVIDER_MISMATCH")
-    verify_package(package, context=context, principal=principal)
+    verify_package(package, context=context, principal=principal, approvers=approvers)
     return ADAPTERS[adapter_revision](package, context)
 
 
-def to_openai_responses(package: Any, context: CallContext, *, principal: Principal | None = None) -> dict[str, Any]:
+def to_openai_responses(package: Any, context: CallContext, *, principal: Principal | None = None,
+                        approvers: frozenset[str] | None = None) -> dict[str, Any]:
     """A Responses `function_call_output` item: the original call_id, output as a JSON string."""
-    return adapt(package, context, "openai-responses-v1", principal=principal)
+    return adapt(package, context, "openai-responses-v1", principal=principal, approvers=approvers)
 
 
-def to_anthropic_messages(package: Any, context: CallContext, *, principal: Principal | None = None) -> dict[str, Any]:
+def to_anthropic_messages(package: Any, context: CallContext, *, principal: Principal | None = None,
+                          approvers: frozenset[str] | None = None) -> dict[str, Any]:
     """A Messages `tool_result` block: the original tool_use_id, text content, is_error."""
-    return adapt(package, context, "anthropic-messages-v1", principal=principal)
+    return adapt(package, context, "anthropic-messages-v1", principal=principal, approvers=approvers)
 
 
-def to_gemini_interactions(package: Any, context: CallContext, *, principal: Principal | None = None) -> dict[str, Any]:
+def to_gemini_interactions(package: Any, context: CallContext, *, principal: Principal | None = None,
+                           approvers: frozenset[str] | None = None) -> dict[str, Any]:
     """An Interactions continuation: previous_interaction_id and one `function_result` step."""
-    return adapt(package, context, "gemini-interactions-v1", principal=principal)
+    return adapt(package, context, "gemini-interactions-v1", principal=principal, approvers=approvers)
 
 
 # ============================================================================================

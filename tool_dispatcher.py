@@ -797,7 +797,7 @@ class WorldChange:
     status: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Expectation:
     status: str
     error_code: str | None
@@ -811,7 +811,7 @@ class Expectation:
     call_binding_sha256: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Step:
     id: str
     kind: str
@@ -1277,7 +1277,7 @@ class FieldRule:
         return {"type": "string", "enum": sorted(self.choices)}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolSpec:
     name: str
     description: str
@@ -1469,7 +1469,7 @@ def transition(state: str, event: str) -> str:
         raise BoundaryError("LIFECYCLE_VIOLATION") from None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OperationRecord:
     """One write's record in a store: its state, the intent it is bound to, and its evidence."""
 

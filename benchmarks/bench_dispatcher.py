@@ -120,7 +120,10 @@ def _floor_sha256(value: Any) -> str:
 
 def floor_get_order(proposal: dict[str, Any], context: td.CallContext, principal: td.Principal,
                     orders: dict[tuple[str, str], td.Order]) -> dict[str, Any]:
-    if proposal.keys() != _FLOOR_PROPOSAL_KEYS or proposal["arguments"].keys() != _FLOOR_INPUT_KEYS:
+    # Exact key types, then the key sets: the contract requires both (a str subclass can hash like
+    # a field name and equal anything).
+    if (not td.plain_keys(proposal) or proposal.keys() != _FLOOR_PROPOSAL_KEYS
+            or not td.plain_keys(proposal["arguments"]) or proposal["arguments"].keys() != _FLOOR_INPUT_KEYS):
         raise ValueError("floor: proposal")
     name = proposal["name"]
     handler = _FLOOR_HANDLERS[name]

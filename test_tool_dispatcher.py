@@ -2008,6 +2008,186 @@ class TestOutputContracts(unittest.TestCase):
             td.check_output(GET_ORDER, {"order_ref": "ORDER-7", "status": "paid"}, {"order_ref": "ORDER-7"}, ORDER_7)
         self.assertEqual(caught.exception.code, "OUTPUT_CONTRACT_VIOLATION")
 
+    # -- the secret scan: key words, value shapes, the pass-list, linear time, the seam --------
+
+    # Keys that name a secret, in every spelling the key rule splits.
+    SECRET_KEYS = (
+        "auth_token", "sessionToken", "SessionToken", "aws_secret_access_key", "AWS_SECRET_ACCESS_KEY",
+        "x-api-key", "X-Api-Key", "apiKey", "apikey", "api_keys", "apikeys", "ApiKeys", "API key", "private.key",
+        "privateKey",
+        "client_secret", "clientSecret", "clientsecret", "authtoken", "refresh_token", "id_token", "token",
+        "Password", "user.password", "db password", "passwords", "passwd", "pwd", "passphrase", "secret",
+        "secrets", "credential", "credentials", "session", "session_id", "sessionid", "cookie", "Set-Cookie",
+        "cookies", "Authorization", "Proxy-Authorization", "auth", "basic_auth", "bearer", "jwt",
+        "accessKeyId", "access_keys", "signing_key", "encryption_key", "ssh_key", "connection_string",
+        "oauth2Token",
+        # Borderline, refused: a secret word with no counting word beside it.
+        "session_start", "token_expires_at", "max_session_token", "token_value",
+    )
+    # Keys that must pass, with the reason each one is not a secret.
+    ORDINARY_KEYS = (
+        "token_count", "max_token", "token_type", "tokenType", "password_min_length", "auth_type",  # qualified
+        "cookie_count", "session_count", "secret_kind", "max_api_key", "api_key_count",  # qualified
+        "tokens", "max_tokens", "prompt_tokens", "completion_tokens", "sessions", "sessions_count",  # plurals
+        "tokenizer", "secretary", "passage", "author", "authority", "authors", "skeleton", "sk", "paid",
+        "key", "keys", "sort_key", "idempotency_key", "keyboard", "monkey", "api", "access", "private",
+        "order_ref", "status", "draft_id", "reason", "",
+    )
+    # One or more values of each shape, and near misses of that shape that must pass.
+    SHAPES = {
+        "authorization_header": (
+            ("Bearer abc", "  bearer abc", "BASIC x", "Basic dXNlcjpwYXNz\n", "Bearer  a.b~c+d/e=", "\tBearer x ",
+             "Basic plan"),  # borderline, refused: one word after the scheme is a credential's shape
+            ("Bearer", "Bearer ", "Basic plan is included", "The bearer of this note", "bearerish text",
+             "the basics", "Bearer abc def", "x Bearer abc", "Bearer abc@def"),
+        ),
+        "jwt": (
+            ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln", "token=eyJa.eyJb.", "see eyJa.eyJb.c and more"),
+            ("eyJhbGciOiJIUzI1NiJ9", "eyJa.b.c", "eyJ.eyJb.c", "eyJa.eyJ.c", "eyJa.eyJb", "xeyJa.eyJb.c",
+             "-eyJa.eyJb.c", "_eyJa.eyJb.c", "eyJa eyJb.c"),
+        ),
+        "pem_private_key": (
+            ("-----BEGIN PRIVATE KEY-----\nMIIE", "x\n-----BEGIN RSA PRIVATE KEY-----", "-----BEGIN EC PRIVATE KEY",
+             "-----BEGIN DSA PRIVATE KEY", "-----BEGIN OPENSSH PRIVATE KEY", "-----BEGIN ENCRYPTED PRIVATE KEY",
+             "-----BEGIN PGP PRIVATE KEY BLOCK-----"),
+            ("-----BEGIN PUBLIC KEY-----", "-----BEGIN CERTIFICATE-----", "-----BEGIN RSA PUBLIC KEY-----",
+             "-----BEGIN FOO PRIVATE KEY-----", "----BEGIN PRIVATE KEY-----", "-----BEGIN private key"),
+        ),
+        "url_password": (
+            ("https://user:pass@example.com/x", "postgres://app:s3cr3t@db:5432/prod", "git https://:tok@host",
+             "ftp://a:b:c@host"),
+            ("https://example.com/a@b", "mailto:a@b.c", "https://user@example.com/", "https://user:@host",
+             "http://host:8080/a@b", "http://host:8080?x=a@b", "http://host:8080#a@b", "http://a:b c@d",
+             "user:pass@host", "https://a@b:c@d"),
+        ),
+        "provider_key": (
+            tuple(prefix + "a" * 16 for prefix in td.SECRET_KEY_PREFIXES) + ("key=sk-" + "A1_-" * 4,),
+            tuple(prefix + "a" * 15 for prefix in td.SECRET_KEY_PREFIXES)
+            + tuple("x" + prefix + "a" * 16 for prefix in td.SECRET_KEY_PREFIXES)
+            + ("ask-me", "sk", "sk-learn", "task-" + "a" * 20, "sk-" + "a" * 15 + ".b"),
+        ),
+        "aws_access_key_id": (
+            ("AKIAABCDEFGHIJ234567", "ASIAABCDEFGHIJ234567", "id: AKIAABCDEFGHIJ234567."),
+            ("AKIAABCDEFGHIJ23456", "AKIAABCDEFGHIJ2345678", "akiaABCDEFGHIJ234567", "AKIAabcdefghij234567",
+             "XAKIAABCDEFGHIJ234567", "AKIAABCDEFGHIJ234567_", "ASIAN markets", "AKIA"),
+        ),
+        "google_api_key": (
+            ("AIza" + "a" * 35, "k=AIza" + "0_-" * 11 + "ab"),
+            ("AIza" + "a" * 34, "AIza" + "a" * 36, "xAIza" + "a" * 35, "aiza" + "a" * 35),
+        ),
+    }
+    ORDINARY_VALUES = (
+        "ask-me", "sk", "https://example.com/a@b", "mailto:a@b.c", "alice@example.com", "ORDER-7",
+        "DRAFT-0123456789abcdef", "paid", "", " ", "The bearer of this note asked for a refund of a basic plan.",
+        "Your session token was rotated; see https://example.com/help#tokens.", "eyJ", "tokens: 1234",
+    )
+
+    @staticmethod
+    def one_pair_bound(key, value):
+        # scan_output's bound of {key: value}: three frames of 3 bytes and 6 bytes a character.
+        return 9 + 6 * (len(key) + len(value))
+
+    def assertScanRefuses(self, output):
+        with self.assertRaises(BoundaryError) as caught:
+            td.scan_output(output)
+        self.assertEqual(caught.exception.code, "OUTPUT_SENSITIVE_FIELD")
+
+    def test_the_shape_table_is_covered_here(self):
+        self.assertEqual(set(self.SHAPES), set(td.SECRET_VALUE_SHAPES))
+        self.assertEqual(td.MIN_SECRET_KEY_BODY, 16)
+
+    def test_secret_keys_in_every_spelling_are_refused(self):
+        for key in self.SECRET_KEYS:
+            with self.subTest(key=key):
+                self.assertIs(td.is_secret_key(key), True)
+                self.assertScanRefuses({"note": [{key: "v"}]})
+
+    def test_ordinary_keys_pass(self):
+        for key in self.ORDINARY_KEYS:
+            with self.subTest(key=key):
+                self.assertIs(td.is_secret_key(key), False)
+                self.assertEqual(td.scan_output({key: "v"}), self.one_pair_bound(key, "v"))
+
+    def test_a_qualifier_counts_only_beside_the_secret_word(self):
+        for key, secret in (("token_x_count", True), ("count_x_token", True), ("x_token_count", False),
+                            ("max_token_x", False), ("max_api_x_key", False), ("api_key_x_count", True),
+                            ("max_x_api_key", True), ("api_key_count", False), ("max_api_key", False)):
+            with self.subTest(key=key):
+                self.assertIs(td.is_secret_key(key), secret)
+
+    def test_secret_value_shapes_are_refused_and_near_misses_pass(self):
+        for name, (secrets, near_misses) in self.SHAPES.items():
+            for value in secrets:
+                with self.subTest(shape=name, value=value):
+                    self.assertIs(td.is_secret_text(value), True)
+                    self.assertScanRefuses({"note": value})
+            for value in near_misses:
+                with self.subTest(shape=name, near_miss=value):
+                    self.assertIs(td.is_secret_text(value), False)
+                    self.assertEqual(td.scan_output({"note": value}), self.one_pair_bound("note", value))
+
+    def test_ordinary_values_pass(self):
+        for value in self.ORDINARY_VALUES:
+            with self.subTest(value=value):
+                self.assertIs(td.is_secret_text(value), False)
+                self.assertEqual(td.scan_output({"note": value}), self.one_pair_bound("note", value))
+
+    def test_hostile_strings_are_scanned_in_linear_time(self):
+        # A linear-time guard without a timed assert (which a busy machine could fail): every
+        # input below has 200,000 characters or more, so a scan that backtracks or restarts its
+        # work at every position (quadratic: some 10**10 steps) would hang the suite, while the
+        # linear scan takes milliseconds. The verdict on each input is asserted too.
+        def long(unit, head="", tail=""):
+            return head + unit * (200_000 // len(unit) + 1) + tail
+
+        values = ((long("a.", "eyJ"), False), (long("eyJ"), False), (long("eyJa."), True),
+                  (long(":", "://", "@"), True), (long(":", "://"), False), (long("://"), False),
+                  (long("-----BEGIN "), False), (long("sk-"), True), (long("s", tail="k-" + "a" * 16), False),
+                  (long("AKIA"), False), (long("a"), False), (long(" ", tail="Bearer x"), True),
+                  (long(" ", "Bearer ", "x y"), False), (long(" ", "Bearer x", "y"), False))
+        for value, secret in values:
+            with self.subTest(value=value[:12], length=len(value)):
+                self.assertIs(td.is_secret_text(value), secret)
+        keys = ((long("x_", tail="token"), True), (long("aA"), False), (long("A", tail="a"), False),
+                (long("token_count_"), False), (long("token", "Count"), True))
+        for key, secret in keys:
+            with self.subTest(key=key[:12], length=len(key)):
+                self.assertIs(td.is_secret_key(key), secret)
+
+    def test_only_short_keys_are_cached(self):
+        # The verdict cache holds keys of 64 characters at most: a longer key is judged afresh.
+        before = td.SECRET_KEY_VERDICTS.cache_info().currsize
+        self.assertIs(td.is_secret_key("k" * 65 + "_token"), True)
+        self.assertEqual(td.SECRET_KEY_VERDICTS.cache_info().currsize, before)
+        self.assertIs(td.is_secret_key("k" * 58 + "_token"), True)  # 64 characters
+        self.assertEqual(td.SECRET_KEY_VERDICTS.cache_info().currsize, before + 1)
+        self.assertIs(td.is_secret_key("k" * 58 + "_token"), True)  # a hit: the same verdict
+        self.assertEqual(td.SECRET_KEY_VERDICTS.cache_info().currsize, before + 1)
+
+    def leaky_dispatch(self, extra):
+        def leaky(call):
+            result = td.handle_get_order(call)
+            return dataclasses.replace(result, output={**result.output, **extra})
+
+        return read(make_dispatcher(handlers={"get_order": leaky}))
+
+    def assertWithheld(self, package, secret):
+        self.assertEqual(package["model_result"],
+                         error_result("OUTPUT_SENSITIVE_FIELD", tool="get_order", outcome="failed"))
+        self.assertEqual(package["protected_audit"]["redactions"], ["handler_output"])
+        self.assertNotIn(secret, json.dumps(package) + json.dumps(td.to_openai_responses(package, context())))
+
+    def test_secret_keys_through_the_dispatcher_are_withheld(self):
+        for key in self.SECRET_KEYS:
+            with self.subTest(key=key):
+                self.assertWithheld(self.leaky_dispatch({"debug": {key: "v-7f3a9"}}), "v-7f3a9")
+
+    def test_secret_values_through_the_dispatcher_are_withheld(self):
+        for name, (secrets, _near_misses) in self.SHAPES.items():
+            for value in secrets:
+                with self.subTest(shape=name, value=value):
+                    self.assertWithheld(self.leaky_dispatch({"note": value}), value)
+
 
 # ============================================================================================
 # 13. Projections

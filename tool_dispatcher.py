@@ -89,7 +89,9 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "InjectedHandlerFailure", "FAULTS_BEFORE_HANDLER", "FAULTS_AFTER_HANDLER", "FAULTS_BEFORE_RECEIPT",
     "FAULTS_INSTEAD_OF_HANDLER", "FAULTS",
     # 12. Output contracts
-    "SENSITIVE_KEYS", "SENSITIVE_VALUE_PREFIXES", "scan_output", "check_output", "check_output_fields",
+    "SECRET_KEY_WORDS", "SECRET_WORD_ENDINGS", "SECRET_KEY_PAIRS", "SECRET_WORD_QUALIFIERS", "MIN_SECRET_KEY_BODY",
+    "SECRET_KEY_PREFIXES", "SECRET_VALUE_SHAPES", "SECRET_KEY_VERDICTS", "is_secret_key", "is_secret_text",
+    "scan_output", "check_output", "check_output_fields",
     # 13. Projections
     "Answer", "ANSWERS", "recovery_for", "project_model_result",
     # 14. Digests
@@ -1781,21 +1783,116 @@ FAULTS: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
 # JSON types and sensitive fields; then the canonical size; then the exact fields and values;
 # then the binding to the request (input fields echoed, producer and resource revisions).
 
-SENSITIVE_KEYS: Final = frozenset({
-    "authorization", "proxy_authorization", "cookie", "set_cookie", "password", "passwd", "secret",
-    "client_secret", "token", "access_token", "refresh_token", "id_token", "api_key", "apikey",
-    "x_api_key", "private_key", "session_id", "credentials",
+# The secret scan. A handler's output must never carry a credential to the model, whatever its
+# contract says: a free-text tool has no exact field list to refuse an extra key, so the scan is
+# the only guard there. Two rules, each read from closed tables below, both linear in the text.
+#
+# Keys. A key is split into lower-case ASCII words at case changes, digits and every other
+# character ("sessionToken", "X-Api-Key", "aws.secret_access_key", "db password"), and names a
+# secret when one word is in SECRET_KEY_WORDS or ends with one of SECRET_WORD_ENDINGS
+# ("authtoken", "clientsecret"), or when two adjacent words form a pair of SECRET_KEY_PAIRS, in
+# the singular or the plural, written apart or as one word ("api_key", "apiKeys", "apikey").
+# Qualifier rule: a secret word or pair with a word of SECRET_WORD_QUALIFIERS right before or
+# right after it names a number or a kind of secret, not the secret itself, and passes
+# ("token_count", "max_token", "token_type", "password_min_length", "api_key_count"); every
+# other secret word of the key must be qualified too ("max_session_token" is refused by its
+# "token"). The plurals "tokens" and "sessions" are not secret words: "max_tokens",
+# "prompt_tokens", "sessions" count an LLM's tokens or a user's sessions. Whatever a key passes
+# for, the value under it is still scanned.
+SECRET_KEY_WORDS: Final = frozenset({
+    "pwd", "passphrase", "credential", "credentials", "session", "sessionid", "cookie", "cookies",
+    "authorization", "auth", "bearer", "jwt",
 })
-SENSITIVE_VALUE_PREFIXES: Final = ("bearer ", "basic ")
+SECRET_WORD_ENDINGS: Final = ("token", "secret", "secrets", "password", "passwords", "passwd")
+SECRET_KEY_PAIRS: Final = frozenset({
+    ("api", "key"), ("access", "key"), ("private", "key"), ("signing", "key"), ("encryption", "key"),
+    ("ssh", "key"), ("connection", "string"),
+})
+SECRET_WORD_QUALIFIERS: Final = frozenset({
+    "count", "limit", "max", "min", "usage", "used", "type", "kind", "length", "size", "total", "num",
+})
+_SECRET_PAIRS: Final = SECRET_KEY_PAIRS | {(first, second + "s") for first, second in SECRET_KEY_PAIRS}
+_SECRET_WORDS: Final = SECRET_KEY_WORDS | {first + second for first, second in _SECRET_PAIRS}
+# ASCII words: an upper-case run not followed by a lower-case letter ("API" of "APIKey"), a word
+# with at most one leading capital, or a run of digits. Each alternative backtracks at most one
+# character, so splitting is linear in the key.
+_KEY_WORD: Final = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
+# Values. A string is a secret when it contains one of SECRET_VALUE_SHAPES anywhere, except the
+# authorization header shape, which must be the whole value. A key or token shape counts only at
+# a word start (the character before it is not one of A-Z a-z 0-9 _ -): "ask-me" is no "sk-" key.
+# Linear time: every repeat is possessive or of a fixed or closed length, and a repeat that
+# follows a word start stays inside that word (a JWT: inside two dot-separated segments; a URL:
+# before the next "/"), so no character is read by more than a few attempts, whatever the string.
+# Every shape but the anchored header begins with a literal, which keeps the combined search fast.
+# Provider keys carry 20 or more random characters after their prefix; asking for 16 keeps a
+# margin and leaves words such as "sk-learn" alone.
+MIN_SECRET_KEY_BODY: Final = 16
+SECRET_KEY_PREFIXES: Final = (
+    "sk-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "ghp_", "gho_", "ghu_", "ghs_", "github_pat_",
+    "xoxb-", "xoxp-", "glpat-",
+)
+
+
+def _at_word_start(literal: str) -> str:
+    """A pattern for `literal` where no word character comes right before it."""
+    return re.escape(literal) + "(?<![A-Za-z0-9_-]" + re.escape(literal) + ")"
+
+
+_WORD_END: Final = r"(?![A-Za-z0-9_-])"
+SECRET_VALUE_SHAPES: Final[Mapping[str, str]] = MappingProxyType({
+    # The whole value is an HTTP authorization header value: a scheme, spaces, one credential
+    # (token68). "Basic support is included" is prose and passes; "Basic plan" does not.
+    "authorization_header": r"\A\s*+(?i:bearer|basic) ++[A-Za-z0-9._~+/=-]++\s*+\Z",
+    # A JSON Web Token: base64url header and payload, both JSON objects ("eyJ" is '{"'), then a dot.
+    "jwt": _at_word_start("eyJ") + r"[A-Za-z0-9_-]++\.eyJ[A-Za-z0-9_-]++\.",
+    # A PEM private key block of any key type that writes one.
+    "pem_private_key": r"-----BEGIN (?:RSA |EC |DSA |OPENSSH |ENCRYPTED |PGP )?PRIVATE KEY",
+    # A URL whose userinfo carries a password: scheme://user:password@host.
+    "url_password": r"://[^\s/?#@:]*+:[^\s/?#@]++@",
+    # OpenAI, Stripe, GitHub, Slack and GitLab keys: a documented prefix, then the key body.
+    "provider_key": ("(?:" + "|".join(map(_at_word_start, SECRET_KEY_PREFIXES)) + ")"
+                     + "[A-Za-z0-9_-]{%d,}+" % MIN_SECRET_KEY_BODY),
+    # An AWS access key id (long-term AKIA, temporary ASIA): exactly 20 upper-case alphanumerics.
+    "aws_access_key_id": "(?:" + _at_word_start("AKIA") + "|" + _at_word_start("ASIA") + ")[A-Z0-9]{16}" + _WORD_END,
+    # A Google API key: AIza and 35 more characters.
+    "google_api_key": _at_word_start("AIza") + "[A-Za-z0-9_-]{35}" + _WORD_END,
+})
+_SECRET_VALUE: Final = re.compile("|".join(f"(?:{shape})" for shape in SECRET_VALUE_SHAPES.values()))
 _SCALARS: Final = frozenset({str, int, bool, type(None)})
 
 
-def _is_sensitive_key(key: str) -> bool:
-    return key.lower().replace("-", "_") in SENSITIVE_KEYS
+def _names_a_secret(key: str) -> bool:
+    words = ["", *map(str.lower, _KEY_WORD.findall(key)), ""]  # padded: every word has two neighbours
+    for at in range(1, len(words) - 1):
+        word = words[at]
+        if word in _SECRET_WORDS or word.endswith(SECRET_WORD_ENDINGS):
+            end = at + 1
+        elif (word, words[at + 1]) in _SECRET_PAIRS:
+            end = at + 2
+        else:
+            continue
+        if words[at - 1] not in SECRET_WORD_QUALIFIERS and words[end] not in SECRET_WORD_QUALIFIERS:
+            return True
+    return False
 
 
-def _is_sensitive_text(text: str) -> bool:
-    return text.lstrip()[:8].lower().startswith(SENSITIVE_VALUE_PREFIXES)
+# Key verdicts are cached: a tool's field names repeat from output to output, and splitting a key
+# into words costs more than the rest of the scan of a small output. Only short keys are cached,
+# so the cache holds at most 1,024 keys of 64 characters, whatever handlers send.
+SECRET_KEY_VERDICTS: Final = functools.lru_cache(maxsize=1_024)(_names_a_secret)
+_MAX_CACHED_KEY: Final = 64
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether an output key names a secret: split into words (case, camelCase, snake_case,
+    kebab-case, dots, spaces), a secret word or pair not qualified by a counting word."""
+    return SECRET_KEY_VERDICTS(key) if len(key) <= _MAX_CACHED_KEY else _names_a_secret(key)
+
+
+def is_secret_text(text: str) -> bool:
+    """Whether an output string carries one of SECRET_VALUE_SHAPES; linear in the text."""
+    return _SECRET_VALUE.search(text) is not None
 
 
 # Upper bounds of canonical bytes, for a size check that rarely needs to encode: a character
@@ -1829,14 +1926,14 @@ def scan_output(value: Any, *, max_depth: int = MAX_OUTPUT_DEPTH, max_nodes: int
             for key, child in item.items():
                 if type(key) is not str or not (key.isascii() or _is_portable_text(key)):
                     raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
-                if _is_sensitive_key(key):
+                if is_secret_key(key):
                     raise BoundaryError("OUTPUT_SENSITIVE_FIELD")
                 bound += _MAX_FRAME_BYTES + _MAX_BYTES_PER_CHAR * len(key)
                 stack.append((child, depth + 1))
         elif kind is str:
             if not (item.isascii() or _is_portable_text(item)):  # the ASCII test first: no call
                 raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
-            if _is_sensitive_text(item):
+            if is_secret_text(item):
                 raise BoundaryError("OUTPUT_SENSITIVE_FIELD")
             bound += _MAX_BYTES_PER_CHAR * len(item)
         elif kind not in _SCALARS or (kind is int and not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER):

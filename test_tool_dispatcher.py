@@ -19,8 +19,10 @@ import copy
 import dataclasses
 import datetime
 import hashlib
+import hmac
 import importlib.util
 import io
+import itertools
 import json
 import os
 import re
@@ -58,6 +60,10 @@ BOB = Principal("tenant-a", "bob", ("orders.read", "refunds.draft"))
 APPROVERS = frozenset({"approver-lee", "approver-ng"})
 DIGEST_FIELDS = ("request_sha256", "result_sha256", "call_binding_sha256")
 NO_REFS = {"request_ref": None, "receipt_ref": None, "status_ref": None}
+EVIDENCE = {"execution": {"operation_state": "none", "handler_invoked": False, "effects": 0}, "redactions": [],
+            "resource_revision": None}
+OTHER_EVIDENCE = {"execution": {"operation_state": "succeeded", "handler_invoked": True, "effects": 1},
+                  "redactions": ["handler_output"], "resource_revision": 7}
 _AUTO = object()
 
 
@@ -364,10 +370,11 @@ class TestErrorsAndTheCodeCatalog(StrictJsonAssertions, unittest.TestCase):
         with self.assertRaises(ValueError):
             BoundaryError("NOT_A_CODE")
         retryable = sorted(code for code, spec in td.ERROR_CATALOG.items() if spec.retryable)
+        self.assertTrue(all(spec.scope != "audit" or not spec.retryable for spec in td.ERROR_CATALOG.values()))
         self.assertEqual(retryable, ["DEADLINE_EXCEEDED", "OPERATION_IN_PROGRESS", "OPERATION_NOT_EXECUTED",
                                      "RATE_LIMITED", "RECEIPT_UNAVAILABLE"])
         self.assertEqual({spec.scope for spec in td.ERROR_CATALOG.values()},
-                         {"tool", "verify", "host", "json", "fixture", "cli"})
+                         {"tool", "verify", "host", "json", "fixture", "audit", "cli"})
 
     def test_messages_are_fixed_text(self):
         for code, spec in td.ERROR_CATALOG.items():
@@ -814,7 +821,7 @@ class TestFixtureLoading(StrictJsonAssertions, unittest.TestCase):
 
     def test_versions_must_be_the_ones_this_module_speaks(self):
         for field, value in (("format", "tool-cases-v1"), ("model_result_version", "model-result-v1"),
-                             ("audit_version", "protected-audit-v3")):
+                             ("audit_version", "protected-audit-v2")):
             with self.subTest(field=field):
                 document = shipped_document()
                 document[field] = value
@@ -2232,11 +2239,11 @@ class TestProjections(unittest.TestCase):
 
 
 # ============================================================================================
-# 14. Digests
+# 14. Digests and seals
 # ============================================================================================
 
 
-class TestDigests(unittest.TestCase):
+class TestDigestsAndSeals(unittest.TestCase):
 
     def test_spec_templates_compute_the_defined_digests(self):
         principals = [td.principal_view(ALICE), td.principal_view(BOB),
@@ -2252,15 +2259,14 @@ class TestDigests(unittest.TestCase):
                         self.assertEqual(
                             td.spec_request_sha256(spec, td.canonical_text(principal), arguments),
                             td.request_sha256(principal, spec.contract_view(), arguments))
-            for provider_context in contexts:
-                for approval in approvals:
-                    for downstream in downstreams:
-                        with self.subTest(tool=spec.name, approval=approval, downstream=downstream):
-                            self.assertEqual(
-                                td.spec_call_binding_sha256(spec, provider_context, "1" * 64, "2" * 64, downstream,
-                                                            approval),
-                                td.call_binding_sha256(provider_context, spec.contract_view(), "1" * 64, "2" * 64,
-                                                       downstream, approval))
+            for provider_context, approval, downstream, evidence in itertools.product(
+                    contexts, approvals, downstreams, (EVIDENCE, OTHER_EVIDENCE)):
+                with self.subTest(tool=spec.name, approval=approval, downstream=downstream, evidence=evidence):
+                    self.assertEqual(
+                        td.spec_call_binding_sha256(spec, provider_context, "1" * 64, "2" * 64, downstream,
+                                                    approval, evidence),
+                        td.call_binding_sha256(provider_context, spec.contract_view(), "1" * 64, "2" * 64,
+                                               downstream, approval, evidence))
         for package in (read(make_dispatcher()), counted_write(self)):
             result = package["model_result"]
             self.assertEqual(td.model_result_sha256(result), td.result_sha256(result))
@@ -2276,9 +2282,9 @@ class TestDigests(unittest.TestCase):
                 self.assertEqual(td.spec_request_sha256(candidate, td.canonical_text(td.principal_view(ALICE)), arguments),
                                  td.request_sha256(td.principal_view(ALICE), candidate.contract_view(), arguments))
                 self.assertEqual(
-                    td.spec_call_binding_sha256(candidate, context_view, "1" * 64, "2" * 64, dict(NO_REFS), None),
+                    td.spec_call_binding_sha256(candidate, context_view, "1" * 64, "2" * 64, dict(NO_REFS), None, EVIDENCE),
                     td.call_binding_sha256(context_view, candidate.contract_view(), "1" * 64, "2" * 64,
-                                           dict(NO_REFS), None))
+                                           dict(NO_REFS), None, EVIDENCE))
         self.assertNotEqual(td.spec_request_sha256(spec, "{}", arguments), td.spec_request_sha256(moved, "{}", arguments))
 
     def test_spec_binding_digest_encodes_any_string_it_is_given_as_the_definition_does(self):
@@ -2286,8 +2292,8 @@ class TestDigests(unittest.TestCase):
         for odd in ('quote " and \\ backslash', "%s", "é", None, 7):
             with self.subTest(odd=odd):
                 self.assertEqual(
-                    td.spec_call_binding_sha256(spec, context_view, odd, odd, dict(NO_REFS), None),
-                    td.call_binding_sha256(context_view, spec.contract_view(), odd, odd, dict(NO_REFS), None))
+                    td.spec_call_binding_sha256(spec, context_view, odd, odd, dict(NO_REFS), None, EVIDENCE),
+                    td.call_binding_sha256(context_view, spec.contract_view(), odd, odd, dict(NO_REFS), None, EVIDENCE))
 
     def test_request_digest_envelope_recomputed_independently(self):
         package = read(make_dispatcher())
@@ -2305,10 +2311,12 @@ class TestDigests(unittest.TestCase):
                                             "model_result": package["model_result"]})
         self.assertEqual(audit["result_sha256"], result_digest)
         self.assertEqual(audit["call_binding_sha256"], independent_sha256({
-            "domain": "tool-dispatcher/call-binding/v2", "provider_context": audit["provider_context"],
+            "domain": "tool-dispatcher/call-binding/v3", "provider_context": audit["provider_context"],
             "tool_contract": audit["tool_contract"], "request_sha256": audit["request_sha256"],
             "result_sha256": result_digest, "downstream": audit["downstream"],
-            "approval": {"approver": "approver-lee", "expires_at": EXPIRES}}))
+            "approval": {"approver": "approver-lee", "expires_at": EXPIRES},
+            "evidence": {"execution": {"operation_state": "succeeded", "handler_invoked": True, "effects": 1},
+                         "redactions": [], "resource_revision": 3}}))
 
     def test_unknown_tool_request_digest_uses_the_null_contract(self):
         package = make_dispatcher().dispatch({"name": "nope", "arguments": {}}, context(), ALICE, now=NOW)
@@ -2343,9 +2351,10 @@ class TestDigests(unittest.TestCase):
         self.assertEqual(td.request_sha256(principal, dict(contract, handler_revision="x"), arguments), base)
 
     def test_call_binding_binds_every_part(self):
-        audit = counted_write(self)["protected_audit"]
+        package = counted_write(self)
+        audit = package["protected_audit"]
         parts = (audit["provider_context"], audit["tool_contract"], audit["request_sha256"], audit["result_sha256"],
-                 audit["downstream"], audit["approval"])
+                 audit["downstream"], audit["approval"], td.evidence_view(package))
         base = td.call_binding_sha256(*parts)
         self.assertEqual(base, audit["call_binding_sha256"])
         changes = [(0, dict(parts[0], **{field: "x"})) for field in parts[0]]
@@ -2353,6 +2362,11 @@ class TestDigests(unittest.TestCase):
         changes += [(4, dict(parts[4], **{field: "x"})) for field in parts[4]]
         changes += [(5, dict(parts[5], approver="approver-ng")), (5, dict(parts[5], expires_at=EXPIRES + 1)),
                     (5, None)]
+        execution = parts[6]["execution"]
+        changes += [(6, dict(parts[6], execution=dict(execution, effects=0))),  # "no effect happened"
+                    (6, dict(parts[6], execution=dict(execution, handler_invoked=False))),
+                    (6, dict(parts[6], execution=dict(execution, operation_state="unknown"))),
+                    (6, dict(parts[6], redactions=["handler_output"])), (6, dict(parts[6], resource_revision=4))]
         for index, value in changes:
             with self.subTest(part=index, value=str(value)[:60]):
                 changed = list(parts)
@@ -2378,6 +2392,144 @@ class TestDigests(unittest.TestCase):
         package = dispatcher.dispatch(step.proposal, step.context, step.principal, now=step.now, deadline=step.deadline)
         self.assertEqual(tuple(package["protected_audit"][field] for field in DIGEST_FIELDS),
                          (step.expect.request_sha256, step.expect.result_sha256, step.expect.call_binding_sha256))
+
+    # -- seals ------------------------------------------------------------------------------
+
+    def test_a_sealed_package_verifies_only_with_a_key_that_holds(self):
+        keys = seal_keys()
+        package = read(make_dispatcher(seal_keys=keys))
+        seal = package["seal"]
+        self.assertEqual(seal["key_id"], "k-a")
+        message = td.canonical_json({"domain": td.SEAL_DOMAIN, "key_id": "k-a", "purpose": "package",
+                                     "digest": package["protected_audit"]["call_binding_sha256"]})
+        self.assertEqual(seal["hmac_sha256"], hmac.new(KEY_A, message, hashlib.sha256).hexdigest())
+        self.assertIsNone(td.verify_package(package, seal_keys=keys, require_seal=True))
+        rotated = seal_keys(current="k-b")  # sealing moved on to k-b; k-a is still accepted
+        self.assertIsNone(td.verify_package(package, seal_keys=rotated, require_seal=True))
+        self.assertEqual(read(make_dispatcher(seal_keys=rotated))["seal"]["key_id"], "k-b")
+        only_b = seal_keys(current="k-b", keys=(("k-b", KEY_B),))
+        with self.assertRaises(BoundaryError) as caught:
+            td.verify_package(package, seal_keys=only_b)
+        self.assertEqual(caught.exception.code, "SEAL_KEY_UNKNOWN")
+
+    def test_edit_and_reseal_without_the_key_is_refused(self):
+        keys = seal_keys()
+        dispatcher = make_dispatcher(seal_keys=keys)
+        write_package = write(dispatcher)
+        forgeries = {
+            "data changed": resealed(read(dispatcher), (("model_result", "data", "status"), "refunded")),
+            "effects flipped to 0": resealed(write_package, (("execution", "effects"), 0)),
+            "approver swapped": resealed(write_package, (("protected_audit", "approval", "approver"), "approver-ng")),
+            "receipt replaced": resealed(write_package, (("protected_audit", "downstream", "receipt_ref"), "rc-x")),
+            "revision moved": resealed(write_package, (("protected_audit", "resource_revision"), 9)),
+            "redaction added": resealed(read(dispatcher, context(call="c9")),
+                                        (("protected_audit", "redactions"), ["handler_output"])),
+        }
+        for name, package in forgeries.items():
+            with self.subTest(forgery=name):
+                self.assertIsNone(td.verify_package(package))  # the digests alone: self-consistent
+                with self.assertRaises(BoundaryError) as caught:
+                    td.verify_package(package, seal_keys=keys)
+                self.assertEqual(caught.exception.code, "SEAL_MISMATCH")
+                with self.assertRaises(BoundaryError) as caught:
+                    td.to_openai_responses(package, package_context(package), seal_keys=keys, require_seal=True)
+                self.assertEqual(caught.exception.code, "SEAL_MISMATCH")
+
+    def test_unsealed_packages_say_so_and_a_required_seal_refuses_them(self):
+        package = read(make_dispatcher())
+        self.assertEqual(package["seal"], {"key_id": None, "hmac_sha256": None})
+        self.assertIsNone(td.verify_package(package))
+        for keys in (None, seal_keys()):
+            with self.subTest(keys=keys is not None), self.assertRaises(BoundaryError) as caught:
+                td.verify_package(package, seal_keys=keys, require_seal=True)
+            self.assertEqual(caught.exception.code, "SEAL_REQUIRED")
+        sealed = read(make_dispatcher(seal_keys=seal_keys()))
+        with self.assertRaises(BoundaryError) as caught:
+            td.verify_package(sealed, require_seal=True)  # a seal nobody can check is no seal
+        self.assertEqual(caught.exception.code, "SEAL_REQUIRED")
+        for seal in ({"key_id": "k-a", "hmac_sha256": None}, {"key_id": None, "hmac_sha256": "0" * 64},
+                     {"key_id": "k-a", "hmac_sha256": "XYZ"}, {"key_id": "k-a"}, "sealed"):
+            with self.subTest(seal=seal), self.assertRaises(BoundaryError) as caught:
+                td.verify_package(forged(sealed, ("seal",), seal))
+            self.assertEqual(caught.exception.code, "PACKAGE_MALFORMED")
+
+    def test_seal_keys_files_are_bounded_and_strict(self):
+        good = seal_keys_document()
+        self.assertEqual(repr(seal_keys()).count(KEY_A.hex()), 0)  # a key is never printed
+        bad = {
+            "format": dict(good, format="seal-keys-v2"),
+            "current unknown": dict(good, current="k-z"),
+            "short key": dict(good, keys=[{"key_id": "k-a", "secret_hex": "00" * 31}]),
+            "long key": dict(good, keys=[{"key_id": "k-a", "secret_hex": "00" * 65}]),
+            "odd hex": dict(good, keys=[{"key_id": "k-a", "secret_hex": "0" * 65}]),
+            "upper hex": dict(good, keys=[{"key_id": "k-a", "secret_hex": "AB" * 32}]),
+            "repeated id": dict(good, keys=[good["keys"][0], good["keys"][0]]),
+            "no keys": dict(good, keys=[]),
+            "too many": dict(good, keys=[{"key_id": f"k{n}", "secret_hex": "00" * 32} for n in range(17)]),
+            "extra field": dict(good, note="x"),
+            "key not an identifier": dict(good, keys=[{"key_id": "k a", "secret_hex": "00" * 32}]),
+        }
+        for name, document in bad.items():
+            with self.subTest(case=name), self.assertRaises(BoundaryError) as caught:
+                td.parse_seal_keys(document)
+            self.assertEqual(caught.exception.code, "SEAL_KEYS_INVALID")
+        self.assertEqual(len(td.parse_seal_keys(dict(good, keys=[
+            {"key_id": f"k{n}", "secret_hex": "00" * 64} for n in range(16)], current="k0")).secrets), 16)
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "keys.json")
+            with open(path, "w", encoding="utf-8") as handle:
+                json.dump(good, handle)
+            self.assertEqual(td.load_seal_keys(path).current, "k-a")
+            self.assertEqual(td.seal_keys_from_environment({td.SEAL_KEYS_ENVIRONMENT: path}).current, "k-a")
+            self.assertIsNone(td.seal_keys_from_environment({}))
+            for target, code in ((folder, "SEAL_KEYS_UNREADABLE"), (os.path.join(folder, "none"), "SEAL_KEYS_UNREADABLE")):
+                with self.subTest(target=code), self.assertRaises(BoundaryError) as caught:
+                    td.load_seal_keys(target)
+                self.assertEqual(caught.exception.code, code)
+                self.assertNotIn(folder, json.dumps(caught.exception.to_json()))
+            with open(path, "wb") as handle:
+                handle.write(b" " * (td.MAX_SEAL_KEYS_BYTES + 1))
+            with self.assertRaises(BoundaryError) as caught:
+                td.load_seal_keys(path)
+            self.assertEqual(caught.exception.code, "SEAL_KEYS_INVALID")
+        with self.assertRaises(BoundaryError) as caught:
+            make_dispatcher(seal_keys={"current": "k-a"})
+        self.assertEqual(caught.exception.code, "SEAL_KEYS_INVALID")
+
+    def test_everything_the_package_claims_is_bound(self):
+        dispatcher = make_dispatcher()
+        first = read(dispatcher)
+        self.assertEqual(first["protected_audit"]["resource_revision"], 3)
+        dispatcher.set_order_status("tenant-a", "ORDER-7", "refunded")  # a status change moves the revision
+        second = read(dispatcher, context(call="c2"))
+        self.assertEqual((second["protected_audit"]["resource_revision"], second["model_result"]["data"]["status"]),
+                         (4, "refunded"))
+        for path, value in ((("execution", "effects"), 1), (("execution", "handler_invoked"), False),
+                            (("protected_audit", "redactions"), ["handler_output"]),
+                            (("protected_audit", "resource_revision"), 2)):
+            with self.subTest(path=path), self.assertRaises(BoundaryError) as caught:
+                td.verify_package(forged(first, path, value))
+            self.assertEqual(caught.exception.code, "CALL_BINDING_MISMATCH")
+
+    def test_replays_and_reconciliations_carry_the_first_answers_evidence(self):
+        dispatcher = make_dispatcher()
+        fresh = write(dispatcher)
+        replay = write(dispatcher, write_context(response="resp_r", call="call_r"))
+        other = make_dispatcher()
+        _, unknown = unknown_write(other)
+        reconciled = query(other)
+        again = query(other, query_context(response="resp_q2", call="call_q2"))
+        for first, later in ((fresh, replay), (unknown, reconciled), (unknown, again)):
+            audit, later_audit = first["protected_audit"], later["protected_audit"]
+            with self.subTest(delivery=later["model_result"]["delivery"]):
+                self.assertEqual(later_audit["approval"], audit["approval"])
+                self.assertEqual(later_audit["resource_revision"], audit["resource_revision"])
+                self.assertEqual(later_audit["downstream"]["request_ref"], audit["downstream"]["request_ref"])
+                self.assertEqual(later_audit["downstream"]["status_ref"], audit["downstream"]["status_ref"])
+        self.assertEqual(replay["protected_audit"]["downstream"], fresh["protected_audit"]["downstream"])
+        self.assertIsNotNone(reconciled["protected_audit"]["downstream"]["receipt_ref"])
+        self.assertEqual(again["protected_audit"]["downstream"], reconciled["protected_audit"]["downstream"])
+
 
 
 # ============================================================================================
@@ -2901,15 +3053,16 @@ class TestTheDispatcher(unittest.TestCase):
         dispatcher = make_dispatcher()
         _, package = unknown_write(dispatcher)
         audit = package["protected_audit"]
-        self.assertEqual(set(package), {"format", "model_result", "protected_audit", "execution"})
+        self.assertEqual(set(package), {"format", "model_result", "protected_audit", "execution", "seal"})
         self.assertEqual(set(audit), {"version", "principal", "provider_context", "tool_contract", "arguments",
-                                      "downstream", "approval", "redactions", *DIGEST_FIELDS})
+                                      "downstream", "approval", "redactions", "resource_revision", *DIGEST_FIELDS})
+        self.assertEqual(audit["resource_revision"], 3)
         self.assertEqual(audit["approval"], {"approver": "approver-lee", "expires_at": EXPIRES})
         self.assertEqual(audit["principal"], td.principal_view(ALICE))
         self.assertEqual(audit["provider_context"], write_context().view("dispatch"))
         self.assertEqual(audit["tool_contract"], REFUND.contract_view())
         self.assertEqual(audit["arguments"], {"order_ref": "ORDER-7", "reason": "duplicate"})
-        self.assertEqual(package["format"], "tool-result-package-v2")
+        self.assertEqual(package["format"], "tool-result-package-v3")
         self.assertEqual(dispatcher.effect_count, 1)
 
     def test_no_audit_value_appears_in_the_model_result(self):
@@ -3147,6 +3300,26 @@ class TestTheDispatcher(unittest.TestCase):
 # ============================================================================================
 
 
+KEY_A = bytes(range(32))  # fixed keys: the known-answer tests pin what they give
+KEY_B = bytes(range(100, 132))
+
+
+def seal_keys_document(current="k-a", keys=(("k-a", KEY_A), ("k-b", KEY_B))) -> dict:
+    return {"format": "seal-keys-v1", "current": current,
+            "keys": [{"key_id": key_id, "secret_hex": secret.hex()} for key_id, secret in keys]}
+
+
+def seal_keys(current="k-a", keys=(("k-a", KEY_A), ("k-b", KEY_B))) -> td.SealKeys:
+    return td.parse_seal_keys(seal_keys_document(current, keys))
+
+
+def package_context(package) -> CallContext:
+    """The trusted context a package answers, rebuilt from its audit (for adapter calls in tests)."""
+    view = dict(package["protected_audit"]["provider_context"])
+    del view["purpose"]
+    return CallContext(**view)
+
+
 def resealed(package, *changes):
     """A forger's package: values replaced (path, value), then all three digests recomputed, as
     anyone who can edit a package can do. Only the answer table can still refuse it."""
@@ -3161,7 +3334,7 @@ def resealed(package, *changes):
     audit["result_sha256"] = td.result_sha256(copied["model_result"])
     audit["call_binding_sha256"] = td.call_binding_sha256(
         audit["provider_context"], audit["tool_contract"], audit["request_sha256"], audit["result_sha256"],
-        audit["downstream"], audit["approval"])
+        audit["downstream"], audit["approval"], td.evidence_view(copied))
     return copied
 
 
@@ -3809,7 +3982,152 @@ class TestProviderAdapters(unittest.TestCase):
 
 
 # ============================================================================================
-# 19. Fixture runner
+# 19. The audit log
+# ============================================================================================
+
+
+# Known answers: the shipped fixture, run and logged with KEY_A (key id "k-a"), and unsealed, gives
+# these chain heads; a second implementation of the envelopes, the digests and the seal must
+# reproduce them.
+KNOWN_SEALED_HEAD = "74cd5e59d049ef043d66b2232046b959701f8e5ffd386b0783f8f0a96eb51062"
+KNOWN_UNSEALED_HEAD = "212a543c125ebe813cafb9741015c788eac9d35b46347c1afdae3b510d5b35a2"
+
+
+def fixture_log(keys=None) -> bytes:
+    """The shipped fixture's whole run as an audit log, in memory."""
+    _, reports = td.run_fixture(td.load_fixture(FIXTURE_PATH), seal_keys=keys)
+    stream = io.BytesIO()
+    log = td.AuditLog(stream, seal_keys=keys)
+    for report in reports:
+        log.append(report.package)
+    log.close()
+    return stream.getvalue()
+
+
+def relinked(lines, keys=None) -> list:
+    """Lines whose chain a forger recomputed after an edit: indices, previous digests, entry
+    digests, and seals with the given keys (a forger without the real key uses another one)."""
+    entries = [json.loads(line) for line in lines]
+    previous = td.GENESIS_SHA256
+    out = []
+    for index, entry in enumerate(entries):
+        entry["index"], entry["previous_sha256"] = index, previous
+        body = {name: value for name, value in entry.items() if name not in ("entry_sha256", "seal")}
+        digest = td.audit_entry_sha256(body)
+        if keys is not None and digest != entry["entry_sha256"]:  # entries the edit did not reach keep theirs
+            entry["seal"] = keys.seal("audit-entry", digest)
+        entry["entry_sha256"] = previous = digest
+        out.append(td.canonical_json(entry))
+    return out
+
+
+class TestTheAuditLog(unittest.TestCase):
+    KEYS = seal_keys()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sealed = fixture_log(cls.KEYS)
+        cls.unsealed = fixture_log()
+
+    def assertBad(self, code, index, data, **options):
+        with self.assertRaises(BoundaryError) as caught:
+            td.verify_audit_log(data, **options)
+        self.assertEqual((caught.exception.code, caught.exception.at), (code, f"entries[{index}]"))
+
+    def test_a_whole_log_verifies_and_its_head_is_pinned(self):
+        report = td.verify_audit_log(self.sealed, seal_keys=self.KEYS, require_seal=True)
+        self.assertEqual((report.entries, report.sealed), (30, True))
+        self.assertEqual(report.head_sha256, KNOWN_SEALED_HEAD)
+        unsealed = td.verify_audit_log(self.unsealed)
+        self.assertEqual((unsealed.entries, unsealed.sealed, unsealed.head_sha256), (30, False, KNOWN_UNSEALED_HEAD))
+        self.assertEqual(self.sealed, fixture_log(self.KEYS))  # deterministic, byte for byte
+
+    def test_every_tamper_is_named_at_its_entry(self):
+        lines = self.sealed.split(b"\n")[:-1]
+        edited = list(lines)
+        edited[4] = edited[4].replace(b'"effects":0', b'"effects":1', 1)
+        self.assertNotEqual(edited[4], lines[4])
+        cases = {
+            "edited": (b"\n".join(edited) + b"\n", "AUDIT_ENTRY_EDITED", 4),
+            "deleted": (b"\n".join(lines[:3] + lines[4:]) + b"\n", "AUDIT_ENTRY_DELETED", 3),
+            "reordered": (b"\n".join(lines[:3] + [lines[4], lines[3]] + lines[5:]) + b"\n",
+                          "AUDIT_ENTRY_REORDERED", 3),
+            "inserted (a copy)": (b"\n".join(lines[:3] + [lines[2]] + lines[3:]) + b"\n", "AUDIT_ENTRY_INSERTED", 3),
+            "truncated at the end": (b"\n".join(lines[:-3]) + b"\n", "AUDIT_TRUNCATED", 28),
+            "cut inside a line": (self.sealed[:-10], "AUDIT_TRUNCATED", 30),
+            "empty": (b"", "AUDIT_TRUNCATED", 0),
+        }
+        for name, (data, code, index) in cases.items():
+            with self.subTest(tamper=name):
+                self.assertBad(code, index, data, seal_keys=self.KEYS)
+
+    def test_edit_and_rechain_without_the_key_is_caught_by_the_seal(self):
+        lines = self.sealed.split(b"\n")[:-1]
+        entry = json.loads(lines[4])
+        entry["package"]["execution"]["effects"] = 1  # "an effect happened"
+        forged = lines[:4] + [td.canonical_json(entry)] + lines[5:]
+        mallory = seal_keys(keys=(("k-a", bytes(32)),))  # the right key id, the wrong key
+        rechained = b"\n".join(relinked(forged, mallory)) + b"\n"
+        self.assertEqual(td.verify_audit_log(rechained).entries, 30)  # without the key: consistent
+        self.assertBad("AUDIT_ENTRY_EDITED", 4, rechained, seal_keys=self.KEYS)
+        # A forged entry slipped in before entry 3, chained to entry 2, the rest left as they were.
+        extra = json.loads(lines[2])
+        extra["index"], extra["previous_sha256"] = 3, json.loads(lines[2])["entry_sha256"]
+        extra["entry_sha256"] = td.audit_entry_sha256(
+            {name: value for name, value in extra.items() if name not in ("entry_sha256", "seal")})
+        extra["seal"] = mallory.seal("audit-entry", extra["entry_sha256"])
+        inserted = lines[:3] + [td.canonical_json(extra)] + lines[3:]
+        self.assertBad("AUDIT_ENTRY_INSERTED", 3, b"\n".join(inserted) + b"\n", seal_keys=self.KEYS)
+        # Re-chained after the insertion, it is the first entry the forger had to re-seal.
+        rechained_insert = relinked(lines[:3] + [lines[2]] + lines[3:], mallory)
+        self.assertBad("AUDIT_ENTRY_EDITED", 3, b"\n".join(rechained_insert) + b"\n", seal_keys=self.KEYS)
+        entry = json.loads(lines[0])
+        entry["seal"] = seal_keys(current="k-z", keys=(("k-z", KEY_B),)).seal("audit-entry", entry["entry_sha256"])
+        unknown = [td.canonical_json(entry)] + lines[1:]
+        self.assertBad("AUDIT_KEY_UNKNOWN", 0, b"\n".join(unknown) + b"\n", seal_keys=self.KEYS)
+        self.assertBad("AUDIT_UNSEALED", 0, self.unsealed, seal_keys=self.KEYS, require_seal=True)
+
+    def test_hostile_lines_are_malformed_never_an_exception(self):
+        lines = self.unsealed.split(b"\n")[:-1]
+        closing = lines[-1]
+        hostile = {
+            "not json": b"{",
+            "not canonical (spaces)": lines[0].replace(b'":', b'": ', 1),
+            "extra member": lines[0][:-1] + b',"x":1}',
+            "a list": b"[]",
+            "deep": b"[" * 5000 + b"]" * 5000,
+            "float index": lines[0].replace(b'"index":0', b'"index":0.0', 1),
+            "closing in the middle": closing,
+        }
+        for name, line in hostile.items():
+            with self.subTest(line=name):
+                data = b"\n".join([line] + lines[1:]) + b"\n" if name != "closing in the middle" else \
+                    b"\n".join(lines[:2] + [closing] + lines[2:]) + b"\n"
+                with self.assertRaises(BoundaryError) as caught:
+                    td.verify_audit_log(data)
+                self.assertIn(caught.exception.code, ("AUDIT_MALFORMED", "AUDIT_ENTRY_INSERTED",
+                                                      "AUDIT_ENTRY_REORDERED", "AUDIT_ENTRY_EDITED"))
+        self.assertBad("AUDIT_MALFORMED", 0, b"{" + b"\n" + b"\n".join(lines[1:]) + b"\n")
+        too_long = b'"' + b"a" * td.MAX_AUDIT_LINE_BYTES + b'"'
+        self.assertBad("AUDIT_MALFORMED", 0, too_long + b"\n")
+        with self.assertRaises(BoundaryError) as caught:
+            td.verify_audit_log("text")
+        self.assertEqual(caught.exception.code, "AUDIT_LOG_UNREADABLE")
+
+    def test_verification_is_one_linear_pass(self):
+        # 2,000 entries verify, and a log twice as long is twice as many entries: no quadratic
+        # lookups (the reorder check reads a position table built once).
+        stream = io.BytesIO()
+        log = td.AuditLog(stream, seal_keys=self.KEYS)
+        package = json.loads(self.sealed.split(b"\n")[0])["package"]
+        for _ in range(2_000):
+            log.append(package)
+        log.close()
+        self.assertEqual(td.verify_audit_log(stream.getvalue(), seal_keys=self.KEYS).entries, 2_000)
+
+
+# ============================================================================================
+# 20. Fixture runner
 # ============================================================================================
 
 
@@ -3969,7 +4287,7 @@ class TestFixtureRunner(unittest.TestCase):
 
 
 # ============================================================================================
-# 20. CLI
+# 21. CLI
 # ============================================================================================
 
 
@@ -4159,6 +4477,52 @@ class TestCli(unittest.TestCase):
         self.assertEqual((payload["type"], payload["tool_use_id"], payload["is_error"]),
                          ("tool_result", "toolu_01", True))
         self.assertEqual(json.loads(payload["content"])["error"]["code"], "NOT_FOUND")
+
+    def test_audit_log_written_sealed_then_verified_and_a_tampered_byte_named(self):
+        with tempfile.TemporaryDirectory() as folder:
+            keys_path = os.path.join(folder, "keys.json")
+            with open(keys_path, "w", encoding="utf-8") as handle:
+                json.dump(seal_keys_document(), handle)
+            log_path = os.path.join(folder, "audit.jsonl")
+            status, out = run_main("--fixture", FIXTURE_PATH, "--audit-log", log_path, "--seal-key", keys_path)
+            self.assertEqual((status, json.loads(out)["audit_log"]),
+                             (0, {"entries": 30, "head_sha256": KNOWN_SEALED_HEAD, "sealed": True}))
+            status, out = run_main("--verify-audit", log_path, "--seal-key", keys_path)
+            self.assertEqual((status, json.loads(out)), (0, {"passed": True, "entries": 30,
+                                                             "head_sha256": KNOWN_SEALED_HEAD, "sealed": True}))
+            with open(log_path, "rb") as handle:
+                data = handle.read()
+            with open(log_path, "wb") as handle:
+                handle.write(data.replace(b'"effects":0', b'"effects":1', 1))
+            status, out = run_main("--verify-audit", log_path, "--seal-key", keys_path)
+            failure = json.loads(out)["failure"]
+            self.assertEqual((status, failure["index"], failure["code"], failure["at"]),
+                             (1, 0, "AUDIT_ENTRY_EDITED", "entries[0]"))
+            self.assertNotIn(folder, out)
+            # An existing log is never overwritten; a missing one is unreadable: exit 2 both.
+            status, out = run_main("--fixture", FIXTURE_PATH, "--audit-log", log_path)
+            self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "AUDIT_LOG_UNREADABLE"))
+            status, out = run_main("--verify-audit", os.path.join(folder, "missing.jsonl"))
+            self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "AUDIT_LOG_UNREADABLE"))
+            self.assertNotIn(folder, out)
+            # The environment names the key file when the flag does not.
+            with mock.patch.dict(os.environ, {td.SEAL_KEYS_ENVIRONMENT: keys_path}):
+                other_log = os.path.join(folder, "env.jsonl")
+                status, out = run_main("--fixture", FIXTURE_PATH, "--case", "own-order-read",
+                                       "--audit-log", other_log)
+                self.assertEqual((status, json.loads(out)["audit_log"]["sealed"]), (0, True))
+            status, out = run_main("--verify-audit", other_log, "--seal-key", keys_path)
+            self.assertEqual((status, json.loads(out)["entries"]), (0, 1))
+
+    def test_audit_flags_that_do_not_go_together_are_usage_errors(self):
+        for argv in (("--fixture", FIXTURE_PATH, "--verify-audit", "x"), ("--verify-audit", "x", "--case", "a"),
+                     ("--verify-audit", "x", "--report"), ("--verify-audit", "x", "--audit-log", "y"), ()):
+            with self.subTest(argv=argv):
+                status, out = run_main(*argv)
+                self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "CLI_USAGE"))
+        status, out = run_main("--fixture", FIXTURE_PATH, "--seal-key", FIXTURE_PATH)
+        self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "SEAL_KEYS_INVALID"))
+
 
 
 if __name__ == "__main__":

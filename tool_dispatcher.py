@@ -20,22 +20,24 @@ What this module never does:
   explicit status query reconciles it against a downstream receipt.
 
 Sections, in the order data flows:
-    1. Limits and constants          11. Handlers and the mock downstream
-    2. Errors and the code catalog   12. Output contracts
-    3. Value types                   13. Projections
-    4. Canonical JSON                14. Digests
-    5. Strict bounded JSON decoding  15. The dispatcher
-    6. Fixture loading               16. Package verification
-    7. Proposal and context binding  17. Result sets
-    8. Registry and input contracts  18. Provider adapters
-    9. Authorization                 19. Fixture runner
-   10. Operation lifecycle, approval, business state, deadline     20. CLI
+    1. Limits and constants          12. Output contracts
+    2. Errors and the code catalog   13. Projections
+    3. Value types                   14. Digests and seals
+    4. Canonical JSON                15. The dispatcher
+    5. Strict bounded JSON decoding  16. Package verification
+    6. Fixture loading               17. Result sets
+    7. Proposal and context binding  18. Provider adapters
+    8. Registry and input contracts  19. The audit log
+    9. Authorization                 20. Fixture runner
+   10. Operation lifecycle, approval, business state, deadline                21. CLI
+   11. Handlers and the mock downstream
 """
 from __future__ import annotations
 
 import argparse
 import functools
 import hashlib
+import hmac
 import json
 import math
 import os
@@ -56,7 +58,9 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "MAX_RESULT_SET", "SUBJECT_REF_CACHE", "TEMPLATE_CACHE", "PACKAGE_FORMAT", "MODEL_RESULT_VERSION",
     "AUDIT_VERSION", "FIXTURE_FORMAT", "BOUNDARY_PRODUCER", "REQUEST_DIGEST_DOMAIN", "RESULT_DIGEST_DOMAIN",
     "CALL_BINDING_DIGEST_DOMAIN", "CALL_FINGERPRINT_DOMAIN", "SUBJECT_REF_DOMAIN", "DOWNSTREAM_REF_DOMAIN",
-    "APPROVAL_REF_DOMAIN",
+    "APPROVAL_REF_DOMAIN", "SEAL_DOMAIN", "AUDIT_ENTRY_DOMAIN", "SEAL_KEYS_FORMAT", "AUDIT_LOG_FORMAT",
+    "SEAL_KEYS_ENVIRONMENT", "MAX_SEAL_KEYS", "MIN_SEAL_KEY_BYTES", "MAX_SEAL_KEY_BYTES", "MAX_SEAL_KEYS_BYTES",
+    "MAX_AUDIT_LINE_BYTES", "MAX_AUDIT_ENTRIES", "MAX_AUDIT_LOG_BYTES",
     "IDENTIFIER_PATTERN", "ORDER_REF_PATTERN", "DIGEST_PATTERN", "STATUSES", "OUTCOMES", "DELIVERIES",
     "RECOVERIES", "ORDER_STATUSES", "OPERATION_STATES", "PURPOSES",
     # 2. Errors and the code catalog
@@ -94,9 +98,10 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "scan_output", "check_output", "check_output_fields",
     # 13. Projections
     "Answer", "ANSWERS", "recovery_for", "project_model_result",
-    # 14. Digests
+    # 14. Digests and seals
     "request_sha256", "result_sha256", "call_binding_sha256", "spec_request_sha256", "model_result_sha256",
-    "spec_call_binding_sha256",
+    "spec_call_binding_sha256", "evidence_view", "SealKeys", "UNSEALED", "seal_view", "seal_holds",
+    "load_seal_keys", "parse_seal_keys", "seal_keys_from_environment",
     # 15. The dispatcher
     "AdmittedCall", "RecordKey", "same_intent", "receipt_binds", "downstream_refs", "Claim",
     "OperationStore", "CountingDownstream", "MemoryOperations", "Dispatcher", "withheld",
@@ -107,10 +112,12 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     # 18. Provider adapters
     "UNREGISTERED_TOOL_NAME", "model_result_text", "ADAPTERS", "adapt", "to_openai_responses",
     "to_anthropic_messages", "to_gemini_interactions",
-    # 19. Fixture runner
+    # 19. The audit log
+    "GENESIS_SHA256", "audit_entry_sha256", "AuditLog", "AuditReport", "read_audit_log", "verify_audit_log",
+    # 20. Fixture runner
     "EXPECTATION_FIELDS", "StepReport", "run_step", "fresh_dispatcher", "DispatcherFactory", "run_case",
     "run_fixture", "render_report",
-    # 20. CLI
+    # 21. CLI
     "CliParser", "emit_json", "cli_failure", "run_cli", "main",
 ]
 
@@ -142,18 +149,30 @@ MAX_OUTPUT_NODES: Final = 256  # values in one handler output, so a wide output 
 MAX_RESULT_SET: Final = 1_024  # results answered in one provider turn
 SUBJECT_REF_CACHE: Final = 1_024  # subject references remembered; a cache of a pure function, not a limit
 TEMPLATE_CACHE: Final = 64  # tool contracts whose digest templates are kept; a cache too, not a limit
+MAX_SEAL_KEYS: Final = 16  # keys a verifier accepts at once: the current one and those it rotated out
+MIN_SEAL_KEY_BYTES: Final = 32  # HMAC-SHA256 keys no shorter than its output
+MAX_SEAL_KEY_BYTES: Final = 64  # SHA-256's block: a longer key is hashed first, and gains nothing
+MAX_SEAL_KEYS_BYTES: Final = 8_192  # a seal-keys file: 16 keys of 64 bytes in hex fit with room
+MAX_AUDIT_LINE_BYTES: Final = 65_536  # one audit entry: a package is at most a few KiB
+MAX_AUDIT_ENTRIES: Final = 1_000_000  # entries one verification reads
+MAX_AUDIT_LOG_BYTES: Final = 256 * 1024 * 1024  # a log that one verification reads, whole
 
-PACKAGE_FORMAT: Final = "tool-result-package-v2"
+PACKAGE_FORMAT: Final = "tool-result-package-v3"
 MODEL_RESULT_VERSION: Final = "model-result-v2"
-AUDIT_VERSION: Final = "protected-audit-v2"
+AUDIT_VERSION: Final = "protected-audit-v3"
 FIXTURE_FORMAT: Final = "tool-cases-v2"
 BOUNDARY_PRODUCER: Final = "tool-dispatcher"  # the producer of every result no handler produced
 
 REQUEST_DIGEST_DOMAIN: Final = "tool-dispatcher/request/v2"
 RESULT_DIGEST_DOMAIN: Final = "tool-dispatcher/result/v2"
-CALL_BINDING_DIGEST_DOMAIN: Final = "tool-dispatcher/call-binding/v2"
+CALL_BINDING_DIGEST_DOMAIN: Final = "tool-dispatcher/call-binding/v3"
 CALL_FINGERPRINT_DOMAIN: Final = "tool-dispatcher/call-fingerprint/v2"
 SUBJECT_REF_DOMAIN: Final = "tool-dispatcher/subject-ref/v2"
+SEAL_DOMAIN: Final = "tool-dispatcher/seal/v1"
+AUDIT_ENTRY_DOMAIN: Final = "tool-dispatcher/audit-entry/v1"
+SEAL_KEYS_FORMAT: Final = "seal-keys-v1"
+AUDIT_LOG_FORMAT: Final = "audit-log-v1"
+SEAL_KEYS_ENVIRONMENT: Final = "TOOL_DISPATCHER_SEAL_KEYS"  # names a seal-keys file; never the key itself
 DOWNSTREAM_REF_DOMAIN: Final = "tool-dispatcher/downstream-ref/v2"
 APPROVAL_REF_DOMAIN: Final = "tool-dispatcher/approval-ref/v1"
 
@@ -181,6 +200,7 @@ PURPOSES: Final = frozenset({"dispatch", "query_status"})
 #   host    raised to the trusted host when it hands the boundary an invalid context
 #   json    raised by the strict decoder (the fixture loader and later layers share it)
 #   fixture raised by the fixture loader after decoding
+#   audit   the first fault an audit-log verification finds
 #   cli     printed by the command line
 
 
@@ -235,6 +255,9 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         PACKAGE_MALFORMED="The result package does not have the exact expected structure.",
         PACKAGE_INCONSISTENT="The result package combines fields the dispatcher never combines.",
         PACKAGE_APPROVER_UNKNOWN="The package's approver is not on the host's approver allowlist.",
+        SEAL_REQUIRED="The package is not sealed, and this verifier requires a seal.",
+        SEAL_KEY_UNKNOWN="The package is sealed with a key this verifier does not hold.",
+        SEAL_MISMATCH="The package's seal does not match its call binding.",
         DIGEST_MALFORMED="A digest is not 64 lowercase hexadecimal characters.",
         REQUEST_DIGEST_MISMATCH="The request digest does not match its recomputation.",
         RESULT_DIGEST_MISMATCH="The result digest does not match its recomputation.",
@@ -254,6 +277,8 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         PROVIDER_PROFILE_UNKNOWN="The provider profile is not registered.",
         PRINCIPAL_INVALID="The trusted principal is malformed.",
         LIFECYCLE_VIOLATION="The operation cannot make this lifecycle transition.",
+        SEAL_KEYS_INVALID="The seal keys are malformed.",
+        SEAL_KEYS_UNREADABLE="The seal keys could not be read.",
     ),
     **error_specs(
         "host", True,
@@ -279,6 +304,18 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         FIXTURE_REFERENCE="A fixture reference does not name an earlier step or a known value.",
         FIXTURE_PROFILE="The fixture names a provider profile that is not registered.",
         FIXTURE_VERSION="The fixture format or contract version is not the one this module speaks.",
+    ),
+    **error_specs(
+        "audit", False,
+        AUDIT_LOG_UNREADABLE="The audit log could not be read.",
+        AUDIT_MALFORMED="An audit log line is not a canonical entry of this format.",
+        AUDIT_ENTRY_EDITED="An audit entry was changed after it was written.",
+        AUDIT_ENTRY_DELETED="An audit entry is missing from the chain.",
+        AUDIT_ENTRY_INSERTED="An audit entry was added to the chain.",
+        AUDIT_ENTRY_REORDERED="Audit entries are out of order.",
+        AUDIT_TRUNCATED="The audit log ends before its closing entry.",
+        AUDIT_KEY_UNKNOWN="An audit entry is sealed with a key this verifier does not hold.",
+        AUDIT_UNSEALED="An audit entry is not sealed, and this verifier requires seals.",
     ),
     **error_specs(
         "cli", False,
@@ -1494,6 +1531,7 @@ class OperationRecord:
     data: Any = None
     approval: Mapping[str, Any] | None = None  # who approved the execution, and until when
     arguments: Mapping[str, Any] | None = None  # the admitted arguments: what a receipt must echo
+    resource_revision: int | None = None  # the revision of the resource the first answer came from
 
 
 def advance(record: OperationRecord, event: str, **changes: Any) -> OperationRecord:
@@ -2084,10 +2122,12 @@ def project_model_result(spec: ToolSpec | None, answer: str, *, data: Any = None
 
 
 # ============================================================================================
-# 14. Digests
+# 14. Digests and seals
 # ============================================================================================
 # Each digest is SHA-256 over the canonical JSON of a domain-separated envelope. They detect
-# change; they are not signatures: whoever can rewrite a package can recompute them.
+# change; they are not signatures: whoever can rewrite a package can recompute them. A seal is:
+# HMAC-SHA256 under a key the host holds, over the call-binding digest (which binds everything
+# else), so a verifier holding the key knows the package came from a key holder.
 
 _NULL_CONTRACT: Final[Mapping[str, None]] = MappingProxyType(
     {"tool": None, "input_revision": None, "output_revision": None, "effect_revision": None}
@@ -2111,11 +2151,20 @@ def result_sha256(model_result: Mapping[str, Any]) -> str:
 
 def call_binding_sha256(provider_context: Mapping[str, Any], tool_contract: Mapping[str, Any] | None,
                         request_digest: str, result_digest: str, downstream: Mapping[str, Any],
-                        approval: Mapping[str, Any] | None = None) -> str:
-    """Ties the result to one provider call: turn, ids, key, contracts, digests, downstream refs
-    and the approver whose approval let the effect happen (null when no write ran on one)."""
+                        approval: Mapping[str, Any] | None, evidence: Mapping[str, Any]) -> str:
+    """Ties the result to one provider call: turn, ids, key, contracts, digests, downstream refs,
+    the approver whose approval let the effect happen (null when no write ran on one), and the
+    evidence of what happened (evidence_view: execution, redactions, resource revision)."""
     return canonical_sha256(_binding_envelope(provider_context, tool_contract, request_digest, result_digest,
-                                              downstream, approval))
+                                              downstream, approval, evidence))
+
+
+def evidence_view(package: Mapping[str, Any]) -> dict[str, Any]:
+    """What a package says happened, as the call binding binds it: the execution block (did an
+    effect happen), the audit's redactions and the resource revision the data came from."""
+    audit = package["protected_audit"]
+    return {"execution": package["execution"], "redactions": audit["redactions"],
+            "resource_revision": audit["resource_revision"]}
 
 
 def _request_envelope(principal: Any, contract: Mapping[str, Any], arguments: Any) -> dict[str, Any]:
@@ -2135,7 +2184,7 @@ def _result_envelope(model_result: Any) -> dict[str, Any]:
 
 
 def _binding_envelope(provider_context: Any, tool_contract: Any, request_digest: Any, result_digest: Any,
-                      downstream: Any, approval: Any) -> dict[str, Any]:
+                      downstream: Any, approval: Any, evidence: Any) -> dict[str, Any]:
     return {
         "domain": CALL_BINDING_DIGEST_DOMAIN,
         "provider_context": provider_context,
@@ -2144,6 +2193,7 @@ def _binding_envelope(provider_context: Any, tool_contract: Any, request_digest:
         "result_sha256": result_digest,
         "downstream": downstream,
         "approval": approval,
+        "evidence": evidence,
     }
 
 
@@ -2160,8 +2210,8 @@ def _contract_templates(contract: tuple[tuple[str, str], ...]) -> tuple[Canonica
     view = dict(contract)
     return (
         CanonicalTemplate(_request_envelope(SLOT, view, SLOT)),  # slots: arguments, principal
-        # slots: approval, downstream, provider_context, request_sha256, result_sha256
-        CanonicalTemplate(_binding_envelope(SLOT, view, SLOT, SLOT, SLOT, SLOT)),
+        # slots: approval, downstream, evidence, provider_context, request_sha256, result_sha256
+        CanonicalTemplate(_binding_envelope(SLOT, view, SLOT, SLOT, SLOT, SLOT, SLOT)),
     )
 
 
@@ -2177,11 +2227,87 @@ def model_result_sha256(model_result: Mapping[str, Any]) -> str:
 
 def spec_call_binding_sha256(spec: ToolSpec, provider_context: Mapping[str, Any], request_digest: str,
                              result_digest: str, downstream: Mapping[str, Any],
-                             approval: Mapping[str, Any] | None) -> str:
+                             approval: Mapping[str, Any] | None, evidence: Mapping[str, Any]) -> str:
     """call_binding_sha256 for a registered spec."""
     return _contract_templates(spec._contract_items)[1].sha256(
-        canonical_text(approval), canonical_text(downstream), canonical_text(provider_context),
-        _string_text(request_digest), _string_text(result_digest))
+        canonical_text(approval), canonical_text(downstream), canonical_text(evidence),
+        canonical_text(provider_context), _string_text(request_digest), _string_text(result_digest))
+
+
+@dataclass(frozen=True, slots=True)
+class SealKeys:
+    """The host's seal keys: the one it seals with now, and every key it still accepts."""
+
+    current: str
+    secrets: Mapping[str, bytes] = field(repr=False)  # key id -> key; never printed
+
+    def mac(self, key_id: str, purpose: str, digest: str) -> str:
+        """HMAC-SHA256, under the named key, of a domain-separated envelope naming what is sealed."""
+        message = canonical_json({"domain": SEAL_DOMAIN, "key_id": key_id, "purpose": purpose, "digest": digest})
+        return hmac.new(self.secrets[key_id], message, hashlib.sha256).hexdigest()
+
+    def seal(self, purpose: str, digest: str) -> dict[str, str]:
+        return {"key_id": self.current, "hmac_sha256": self.mac(self.current, purpose, digest)}
+
+
+# What a package or a log entry carries when no key was configured: it says so, plainly.
+UNSEALED: Final[Mapping[str, None]] = MappingProxyType({"key_id": None, "hmac_sha256": None})
+
+
+def seal_view(keys: SealKeys | None, purpose: str, digest: str) -> dict[str, Any]:
+    return dict(UNSEALED) if keys is None else keys.seal(purpose, digest)
+
+
+def seal_holds(keys: SealKeys, seal: Mapping[str, Any], purpose: str, digest: str) -> bool | None:
+    """True when the seal is the named key's MAC of the digest, False when it is not, None when
+    this verifier holds no such key. The comparison is constant-time."""
+    key_id = seal["key_id"]
+    if type(key_id) is not str or key_id not in keys.secrets:
+        return None
+    mac = seal["hmac_sha256"]
+    return type(mac) is str and hmac.compare_digest(mac, keys.mac(key_id, purpose, digest))
+
+
+def load_seal_keys(path: str | os.PathLike[str]) -> SealKeys:
+    """Read a seal-keys-v1 file: {"format", "current", "keys": [{"key_id", "secret_hex"}]}.
+
+    Bounded and strict like the fixture; any fault is SEAL_KEYS_INVALID (SEAL_KEYS_UNREADABLE
+    when the file cannot be read), never a message with a key, a path or the file's text.
+    """
+    try:
+        data = read_bounded(path, max_bytes=MAX_SEAL_KEYS_BYTES)
+        document = decode_strict_json(data, max_bytes=MAX_SEAL_KEYS_BYTES)
+    except BoundaryError as error:
+        raise BoundaryError("SEAL_KEYS_UNREADABLE" if error.code == "FIXTURE_UNREADABLE"
+                            else "SEAL_KEYS_INVALID") from None
+    return parse_seal_keys(document)
+
+
+def parse_seal_keys(document: Any) -> SealKeys:
+    if not (type(document) is dict and plain_keys(document) and document.keys() == {"format", "current", "keys"}
+            and _is_exactly(document["format"], SEAL_KEYS_FORMAT) and type(document["keys"]) is list
+            and 1 <= len(document["keys"]) <= MAX_SEAL_KEYS):
+        raise BoundaryError("SEAL_KEYS_INVALID")
+    secrets: dict[str, bytes] = {}
+    for entry in document["keys"]:
+        if not (type(entry) is dict and plain_keys(entry) and entry.keys() == {"key_id", "secret_hex"}
+                and is_identifier(entry["key_id"]) and entry["key_id"] not in secrets
+                and type(entry["secret_hex"]) is str and _HEX.fullmatch(entry["secret_hex"]) is not None
+                and MIN_SEAL_KEY_BYTES * 2 <= len(entry["secret_hex"]) <= MAX_SEAL_KEY_BYTES * 2):
+            raise BoundaryError("SEAL_KEYS_INVALID")
+        secrets[entry["key_id"]] = bytes.fromhex(entry["secret_hex"])
+    if not _member(document["current"], frozenset(secrets)):
+        raise BoundaryError("SEAL_KEYS_INVALID")
+    return SealKeys(document["current"], MappingProxyType(secrets))
+
+
+_HEX: Final = re.compile(r"(?:[0-9a-f]{2})+")
+
+
+def seal_keys_from_environment(environ: Mapping[str, str] = os.environ) -> SealKeys | None:
+    """The keys in the file SEAL_KEYS_ENVIRONMENT names, or None when it names none."""
+    path = environ.get(SEAL_KEYS_ENVIRONMENT)
+    return None if not path else load_seal_keys(path)
 
 
 # ============================================================================================
@@ -2455,12 +2581,15 @@ class Dispatcher:
     def __init__(self, orders: Sequence[Order] = (), *, approvers: frozenset[str] | Sequence[str] = (),
                  handlers: Mapping[str, Handler] | None = None,
                  registry: Mapping[str, ToolSpec] = REGISTRY,
-                 operations: OperationStore | None = None) -> None:
+                 operations: OperationStore | None = None, seal_keys: SealKeys | None = None) -> None:
         self._orders: dict[tuple[str, str], Order] = {(order.tenant, order.order_ref): order for order in orders}
         self._approvers = frozenset(approvers)
         self._registry = registry
         self._handlers: Mapping[str, Handler] = MappingProxyType({**HANDLERS, **(handlers or {})})
         self.operations: OperationStore = operations if operations is not None else MemoryOperations()
+        if seal_keys is not None and type(seal_keys) is not SealKeys:
+            raise BoundaryError("SEAL_KEYS_INVALID")
+        self._seal_keys = seal_keys  # None: every package says plainly that it is unsealed
 
     @classmethod
     def from_world(cls, world: World, **options: Any) -> Dispatcher:
@@ -2532,9 +2661,13 @@ class Dispatcher:
             if receipt is None and record.state == "unknown":
                 if fault not in FAULTS_BEFORE_RECEIPT and self.operations.confirm_absent(call.record_key, record):
                     # The downstream has no receipt, with authority: nothing happened, the key is free.
-                    return self._package(call, project_model_result(call.spec, "not_executed", code="OPERATION_NOT_EXECUTED"), refs=record.refs, approval=record.approval)
-                return self._package(call, project_model_result(call.spec, "receipt_unavailable", code="RECEIPT_UNAVAILABLE"),
-                    state=record.state, refs=record.refs, approval=record.approval)
+                    return self._package(
+                        call, project_model_result(call.spec, "not_executed", code="OPERATION_NOT_EXECUTED"),
+                        refs=record.refs, approval=record.approval, revision=record.resource_revision)
+                return self._package(
+                    call, project_model_result(call.spec, "receipt_unavailable", code="RECEIPT_UNAVAILABLE"),
+                    state=record.state, refs=record.refs, approval=record.approval,
+                    revision=record.resource_revision)
             if receipt is None:  # already settled: the local record answers
                 return self._replayed(call, record)
             return self._reconciled(call, record, receipt)
@@ -2567,7 +2700,8 @@ class Dispatcher:
         record = advance(record, "receipt_confirmed", refs=MappingProxyType(refs), data=data)
         self.operations.reconcile(call.record_key, record)
         return self._package(call, project_model_result(call.spec, "reconciled", data=json_copy(data)),
-            state=record.state, refs=refs, approval=record.approval)
+                             state=record.state, refs=refs, approval=record.approval,
+                             revision=record.resource_revision)
 
     # -- pipeline stages -----------------------------------------------------------------------
 
@@ -2621,8 +2755,9 @@ class Dispatcher:
             # answer a retryable one.
             code = "DEADLINE_EXCEEDED" if code == "OUTCOME_UNKNOWN" else code
             return self._package(call, project_model_result(call.spec, "read_failed", code=code),
-                handler_invoked=True, redactions=withheld(code))
-        return self._package(call, project_model_result(call.spec, "read", data=data), handler_invoked=True)
+                                 handler_invoked=True, redactions=withheld(code), revision=order.revision)
+        return self._package(call, project_model_result(call.spec, "read", data=data), handler_invoked=True,
+                             revision=order.revision)
 
     def _write(self, call: AdmittedCall, order: Order, *, approval: Any, now: int, deadline: int | None,
                fault: str) -> dict[str, Any]:
@@ -2639,7 +2774,7 @@ class Dispatcher:
         check_deadline(now, deadline)
         refs = downstream_refs(call)
         granted = approval_view(approval)
-        claim = operations.claim(call, self._new_record(call, refs, granted), reference)
+        claim = operations.claim(call, self._new_record(call, refs, granted, order.revision), reference)
         if type(claim) is not Claim:  # another caller claimed the key between answer() and claim()
             return self._repeat(call, claim)
         refusal = FAULTS_BEFORE_HANDLER.get(fault)
@@ -2654,14 +2789,15 @@ class Dispatcher:
             # The effect may have been committed: record `unknown`, keep the status reference in
             # the audit only, and block blind replay until a status query reconciles it.
             package = self._package(call, project_model_result(call.spec, "write_unknown", code=code),
-                state="unknown", handler_invoked=True, effects=downstream.created, refs=refs,
-                redactions=withheld(code), approval=granted)
+                                    state="unknown", handler_invoked=True, effects=downstream.created, refs=refs,
+                                    redactions=withheld(code), approval=granted, revision=order.revision)
             operations.settle(claim, "outcome_lost", advance(claim.record, "outcome_lost"), package)
             return package
         refs["receipt_ref"] = receipt_ref  # the downstream's receipt: evidence of this fresh effect
         record = advance(claim.record, "committed", refs=MappingProxyType(refs), data=data)
         package = self._package(call, project_model_result(call.spec, "written", data=json_copy(data)),
-            state=record.state, handler_invoked=True, effects=downstream.created, refs=refs, approval=granted)
+                                state=record.state, handler_invoked=True, effects=downstream.created, refs=refs,
+                                approval=granted, revision=order.revision)
         operations.settle(claim, "committed", record, package)
         return package
 
@@ -2697,21 +2833,24 @@ class Dispatcher:
         answer, code = REPEAT_ANSWER[state]
         data = json_copy(record.data) if code is None else None  # a copy: the caller cannot reach the record
         return self._package(call, project_model_result(call.spec, answer, code=code, data=data),
-                             state=state, refs=record.refs, approval=record.approval)
+                             state=state, refs=record.refs, approval=record.approval,
+                             revision=record.resource_revision)
 
     def _replayed(self, call: AdmittedCall, record: OperationRecord) -> dict[str, Any]:
         # A defensive copy: nothing the caller does to this answer can reach the record.
         return self._package(call, project_model_result(call.spec, "replayed", data=json_copy(record.data)),
-            state=record.state, refs=record.refs, approval=record.approval)
+                             state=record.state, refs=record.refs, approval=record.approval,
+                             revision=record.resource_revision)
 
     def _new_record(self, call: AdmittedCall, refs: Mapping[str, str | None],
-                    approval: Mapping[str, Any] | None = None) -> OperationRecord:
+                    approval: Mapping[str, Any] | None, revision: int) -> OperationRecord:
         return OperationRecord(state="none", request_sha256=call.request_sha256 or "",
                                profile=call.context.profile, operation_id=call.context.operation_id,
                                contract=MappingProxyType(call.spec.contract_view()),
                                refs=MappingProxyType(dict(refs)),
                                approval=None if approval is None else MappingProxyType(dict(approval)),
-                               arguments=MappingProxyType(dict(call.arguments or {})))
+                               arguments=MappingProxyType(dict(call.arguments or {})),
+                               resource_revision=revision)
 
     # -- packaging -----------------------------------------------------------------------------
 
@@ -2721,27 +2860,31 @@ class Dispatcher:
         if ERROR_CATALOG[refusal.code].scope != "tool":
             raise refusal
         return self._package(call, project_model_result(call.spec, "refused", code=refusal.code),
-            redactions=("rejected_arguments",) if refusal.code in _ARGUMENT_REFUSALS else ())
+                             redactions=("rejected_arguments",) if refusal.code in _ARGUMENT_REFUSALS else ())
 
     def _package(self, call: AdmittedCall, model_result: dict[str, Any], *, state: str = "none",
                  handler_invoked: bool = False, effects: int = 0,
                  refs: dict[str, str | None] | MappingProxyType[str, str | None] = _NO_REFS,
-                 redactions: Sequence[str] = (), approval: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 redactions: Sequence[str] = (), approval: Mapping[str, Any] | None = None,
+                 revision: int | None = None) -> dict[str, Any]:
         spec = call.spec
         contract = None if spec is None else spec.contract_view()
         provider_context = call.context.view(call.purpose)
         principal = principal_view(call.principal)
         downstream = refs.copy()  # a dict, from a dict or a read-only view: copy() is the cheaper spelling
         granted = None if approval is None else dict(approval)
+        execution = {"operation_state": state, "handler_invoked": handler_invoked, "effects": effects}
+        redacted = sorted(redactions)
+        evidence = {"execution": execution, "redactions": redacted, "resource_revision": revision}
         result_digest = model_result_sha256(model_result)
         if spec is None:  # refused before the registry named a tool: the definitions, no template
             request_digest = request_sha256(principal, None, None)
             binding_digest = call_binding_sha256(provider_context, None, request_digest, result_digest, downstream,
-                                                 granted)
+                                                 granted, evidence)
         else:
             request_digest = call.request_sha256 or request_sha256(principal, contract, call.arguments)
             binding_digest = spec_call_binding_sha256(spec, provider_context, request_digest, result_digest,
-                                                      downstream, granted)
+                                                      downstream, granted, evidence)
         audit = {
             "version": AUDIT_VERSION,
             "principal": principal,
@@ -2750,7 +2893,8 @@ class Dispatcher:
             "arguments": None if call.arguments is None else dict(call.arguments),
             "downstream": downstream,
             "approval": granted,
-            "redactions": sorted(redactions),
+            "redactions": redacted,
+            "resource_revision": revision,
             "request_sha256": request_digest,
             "result_sha256": result_digest,
             "call_binding_sha256": binding_digest,
@@ -2759,7 +2903,8 @@ class Dispatcher:
             "format": PACKAGE_FORMAT,
             "model_result": model_result,
             "protected_audit": audit,
-            "execution": {"operation_state": state, "handler_invoked": handler_invoked, "effects": effects},
+            "execution": execution,
+            "seal": seal_view(self._seal_keys, "package", binding_digest),
         }
 
 
@@ -2796,7 +2941,8 @@ def _raise_fault_before(fault: str) -> None:
 # the registry); the three digests, recomputed from the package; and, when the caller names
 # them, the trusted call context and principal the package must answer.
 
-_PACKAGE_FIELDS: Final = frozenset({"format", "model_result", "protected_audit", "execution"})
+_PACKAGE_FIELDS: Final = frozenset({"format", "model_result", "protected_audit", "execution", "seal"})
+_SEAL_FIELDS: Final = frozenset(UNSEALED)
 _RESULT_BASE: Final = frozenset({
     "version", "status", "outcome", "delivery", "complete", "truncated", "recovery", "source", "trust",
 })
@@ -2807,7 +2953,7 @@ _SOURCE_FIELDS: Final = frozenset({"tool", "producer"})
 _ERROR_FIELDS: Final = frozenset({"code", "message", "retryable"})
 _AUDIT_FIELDS: Final = frozenset({
     "version", "principal", "provider_context", "tool_contract", "arguments", "downstream", "approval",
-    "redactions", "request_sha256", "result_sha256", "call_binding_sha256",
+    "redactions", "resource_revision", "request_sha256", "result_sha256", "call_binding_sha256",
 })
 _APPROVAL_VIEW_FIELDS: Final = frozenset({"approver", "expires_at"})
 _AUDIT_PRINCIPAL_FIELDS: Final = frozenset({"tenant", "subject_ref", "roles"})
@@ -2848,10 +2994,14 @@ def _member(value: Any, choices: frozenset[str]) -> bool:
 
 
 def verify_package(package: Any, *, context: CallContext | None = None, principal: Principal | None = None,
-                   registry: Mapping[str, ToolSpec] = REGISTRY, approvers: frozenset[str] | None = None) -> None:
+                   registry: Mapping[str, ToolSpec] = REGISTRY, approvers: frozenset[str] | None = None,
+                   seal_keys: SealKeys | None = None, require_seal: bool = False) -> None:
     """Verify a result package completely, or raise the BoundaryError naming the first fault.
 
     ``approvers``, the host's approver allowlist, when given: the audited approver must be on it.
+    ``seal_keys``: a sealed package's seal is checked whenever the keys are given; with
+    ``require_seal`` an unsealed package is refused (SEAL_REQUIRED), and so is any package when no
+    keys were given to check it with. Never a silent pass.
     """
     body = _shape(package, _PACKAGE_FIELDS)
     _require(_is_exactly(body["format"], PACKAGE_FORMAT))
@@ -2865,10 +3015,11 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
     provider_context = _check_audit_fields(audit)
     spec = _check_provenance(result, audit, status, registry)
     _check_error_or_data(result, status, spec)
-    _check_digests(result, audit, provider_context, spec)
+    _check_digests(result, audit, body["execution"], provider_context, spec)
     # After the digests: what is left to catch is a package whose digests were recomputed over a
     # combination the dispatcher never builds.
     _check_answer(result, audit, body["execution"], provider_context, spec)
+    _check_seal(body["seal"], audit["call_binding_sha256"], seal_keys, require_seal)
     if context is not None:
         _check_expected_context(provider_context, context)
     if principal is not None:
@@ -2878,6 +3029,21 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
     if approvers is not None and audit["approval"] is not None:
         _require(type(approvers) is frozenset and _member(audit["approval"]["approver"], approvers),
                  "PACKAGE_APPROVER_UNKNOWN")
+
+
+def _check_seal(seal: Any, binding_digest: str, keys: SealKeys | None, required: bool) -> None:
+    body = _shape(seal, _SEAL_FIELDS)
+    sealed = body["key_id"] is not None
+    _require(sealed == (body["hmac_sha256"] is not None))
+    if sealed:
+        _require(is_identifier(body["key_id"]) and type(body["hmac_sha256"]) is str
+                 and DIGEST_PATTERN.fullmatch(body["hmac_sha256"]) is not None)
+    if required and (not sealed or keys is None):
+        raise BoundaryError("SEAL_REQUIRED")
+    if sealed and keys is not None:
+        holds = seal_holds(keys, body, "package", binding_digest)
+        _require(holds is not None, "SEAL_KEY_UNKNOWN")
+        _require(bool(holds), "SEAL_MISMATCH")
 
 
 def _check_execution(execution: Any) -> None:
@@ -2921,6 +3087,8 @@ def _check_audit_fields(audit: dict[str, Any]) -> dict[str, Any]:
     redactions = audit["redactions"]
     _require(type(redactions) is list and all(_member(item, REDACTIONS) for item in redactions)
              and redactions == sorted(set(redactions)))
+    revision = audit["resource_revision"]
+    _require(revision is None or (type(revision) is int and 1 <= revision <= MAX_REVISION))
     for field in ("request_sha256", "result_sha256", "call_binding_sha256"):
         value = audit[field]
         _require(type(value) is str and DIGEST_PATTERN.fullmatch(value) is not None, "DIGEST_MALFORMED")
@@ -3001,8 +3169,8 @@ def _check_answer(result: dict[str, Any], audit: dict[str, Any], execution: dict
 _BEFORE_THE_REGISTRY: Final = frozenset({"INVALID_PROPOSAL", "UNKNOWN_TOOL"})
 
 
-def _check_digests(result: dict[str, Any], audit: dict[str, Any], provider_context: dict[str, Any],
-                   spec: ToolSpec | None) -> None:
+def _check_digests(result: dict[str, Any], audit: dict[str, Any], execution: dict[str, Any],
+                   provider_context: dict[str, Any], spec: ToolSpec | None) -> None:
     # Recomputed from the package alone. With a spec, the audit's contract is exactly the spec's
     # (checked above), so the spec's templates compute the same bytes as the definitions.
     if spec is None:
@@ -3012,12 +3180,14 @@ def _check_digests(result: dict[str, Any], audit: dict[str, Any], provider_conte
     _require(request_digest == audit["request_sha256"], "REQUEST_DIGEST_MISMATCH")
     result_digest = model_result_sha256(result)
     _require(result_digest == audit["result_sha256"], "RESULT_DIGEST_MISMATCH")
+    evidence = {"execution": execution, "redactions": audit["redactions"],
+                "resource_revision": audit["resource_revision"]}
     if spec is None:
         binding = call_binding_sha256(provider_context, None, request_digest, result_digest, audit["downstream"],
-                                      audit["approval"])
+                                      audit["approval"], evidence)
     else:
         binding = spec_call_binding_sha256(spec, provider_context, request_digest, result_digest,
-                                           audit["downstream"], audit["approval"])
+                                           audit["downstream"], audit["approval"], evidence)
     _require(binding == audit["call_binding_sha256"], "CALL_BINDING_MISMATCH")
 
 
@@ -3123,36 +3293,183 @@ ADAPTERS: Final[Mapping[str, Callable[[Mapping[str, Any], CallContext], dict[str
 
 
 def adapt(package: Any, context: CallContext, adapter_revision: str, *,
-          principal: Principal | None = None, approvers: frozenset[str] | None = None) -> dict[str, Any]:
+          principal: Principal | None = None, approvers: frozenset[str] | None = None,
+          seal_keys: SealKeys | None = None, require_seal: bool = False) -> dict[str, Any]:
     """Verify a package for the call it answers and shape it with the named adapter (with the
-    host's approver allowlist, when given, the audited approver must be on it)."""
+    host's approver allowlist and seal keys, when given, as verify_package takes them)."""
     check_context(context)
     if context.adapter_revision != adapter_revision:
         raise BoundaryError("PROVIDER_MISMATCH")
-    verify_package(package, context=context, principal=principal, approvers=approvers)
+    verify_package(package, context=context, principal=principal, approvers=approvers, seal_keys=seal_keys,
+                   require_seal=require_seal)
     return ADAPTERS[adapter_revision](package, context)
 
 
-def to_openai_responses(package: Any, context: CallContext, *, principal: Principal | None = None,
-                        approvers: frozenset[str] | None = None) -> dict[str, Any]:
-    """A Responses `function_call_output` item: the original call_id, output as a JSON string."""
-    return adapt(package, context, "openai-responses-v1", principal=principal, approvers=approvers)
+def to_openai_responses(package: Any, context: CallContext, **options: Any) -> dict[str, Any]:
+    """A Responses `function_call_output` item: the original call_id, output as a JSON string.
+    Options as adapt() takes them: principal, approvers, seal_keys, require_seal."""
+    return adapt(package, context, "openai-responses-v1", **options)
 
 
-def to_anthropic_messages(package: Any, context: CallContext, *, principal: Principal | None = None,
-                          approvers: frozenset[str] | None = None) -> dict[str, Any]:
-    """A Messages `tool_result` block: the original tool_use_id, text content, is_error."""
-    return adapt(package, context, "anthropic-messages-v1", principal=principal, approvers=approvers)
+def to_anthropic_messages(package: Any, context: CallContext, **options: Any) -> dict[str, Any]:
+    """A Messages `tool_result` block: the original tool_use_id, text content, is_error.
+    Options as adapt() takes them: principal, approvers, seal_keys, require_seal."""
+    return adapt(package, context, "anthropic-messages-v1", **options)
 
 
-def to_gemini_interactions(package: Any, context: CallContext, *, principal: Principal | None = None,
-                           approvers: frozenset[str] | None = None) -> dict[str, Any]:
-    """An Interactions continuation: previous_interaction_id and one `function_result` step."""
-    return adapt(package, context, "gemini-interactions-v1", principal=principal, approvers=approvers)
+def to_gemini_interactions(package: Any, context: CallContext, **options: Any) -> dict[str, Any]:
+    """An Interactions continuation: previous_interaction_id and one `function_result` step.
+    Options as adapt() takes them: principal, approvers, seal_keys, require_seal."""
+    return adapt(package, context, "gemini-interactions-v1", **options)
 
 
 # ============================================================================================
-# 19. Fixture runner
+# 19. The audit log
+# ============================================================================================
+# An append-only log of packages, one canonical JSON line each, hash-chained: every entry holds
+# the previous entry's digest, its own digest (over its index, the previous digest and the whole
+# package) and its seal; a closing entry ends the log, so a log cut short is told from a whole
+# one. Anyone can recompute an unsealed chain; only a key holder can seal one. The verifier reads
+# a bounded log in one pass and names the first bad entry and why.
+
+GENESIS_SHA256: Final = "0" * 64  # the "previous entry" of the first one
+_ENTRY_FIELDS: Final = frozenset({"format", "index", "previous_sha256", "package", "entry_sha256", "seal"})
+_CLOSING_FIELDS: Final = frozenset({"format", "index", "previous_sha256", "closed", "entry_sha256", "seal"})
+
+
+def audit_entry_sha256(body: Mapping[str, Any]) -> str:
+    """The digest of an entry's body (every member but entry_sha256 and seal), domain-separated."""
+    return canonical_sha256({"domain": AUDIT_ENTRY_DOMAIN, **body})
+
+
+class AuditLog:
+    """Writes packages to a binary stream as a hash chain; close() writes the closing entry."""
+
+    def __init__(self, stream: Any, *, seal_keys: SealKeys | None = None) -> None:
+        self._stream = stream
+        self._seal_keys = seal_keys
+        self.index = 0
+        self.head = GENESIS_SHA256  # the digest of the last entry written
+
+    def append(self, package: Mapping[str, Any]) -> str:
+        return self._write({"format": AUDIT_LOG_FORMAT, "index": self.index, "previous_sha256": self.head,
+                            "package": package})
+
+    def close(self) -> str:
+        return self._write({"format": AUDIT_LOG_FORMAT, "index": self.index, "previous_sha256": self.head,
+                            "closed": True})
+
+    def _write(self, body: dict[str, Any]) -> str:
+        digest = audit_entry_sha256(body)
+        entry = {**body, "entry_sha256": digest, "seal": seal_view(self._seal_keys, "audit-entry", digest)}
+        self._stream.write(canonical_json(entry) + b"\n")
+        self.index += 1
+        self.head = digest
+        return digest
+
+
+@dataclass(frozen=True, slots=True)
+class AuditReport:
+    entries: int  # packages in the log (the closing entry not counted)
+    head_sha256: str  # the closing entry's digest: what a second implementation must reproduce
+    sealed: bool  # every entry sealed and checked
+
+
+def read_audit_log(path: str | os.PathLike[str]) -> bytes:
+    try:
+        data = read_bounded(path, max_bytes=MAX_AUDIT_LOG_BYTES)
+    except BoundaryError:
+        raise BoundaryError("AUDIT_LOG_UNREADABLE") from None
+    if len(data) > MAX_AUDIT_LOG_BYTES:
+        raise BoundaryError("AUDIT_LOG_UNREADABLE")
+    return data
+
+
+def verify_audit_log(data: bytes, *, seal_keys: SealKeys | None = None, require_seal: bool = False) -> AuditReport:
+    """Verify a whole log, or raise BoundaryError(AUDIT_*, at="entries[i]") for its first bad entry.
+
+    Linear: each line is decoded once, checked to be canonical, and its digest recomputed once.
+    With seal keys every sealed entry's seal is checked; with ``require_seal`` an unsealed entry
+    is refused too. The packages inside are bound by the entry digest and seal; a package's own
+    consistency is verify_package's business, not re-run here.
+    """
+    if type(data) is not bytes or len(data) > MAX_AUDIT_LOG_BYTES:
+        raise BoundaryError("AUDIT_LOG_UNREADABLE")
+    lines = data.split(b"\n")
+    if lines[-1] != b"":
+        raise BoundaryError("AUDIT_TRUNCATED", at=f"entries[{len(lines) - 1}]")  # the last line was cut
+    lines.pop()
+    if len(lines) > MAX_AUDIT_ENTRIES + 1:
+        raise BoundaryError("AUDIT_MALFORMED", at=f"entries[{MAX_AUDIT_ENTRIES + 1}]")
+    entries = [_audit_entry(line, position) for position, line in enumerate(lines)]
+    indices = [entry["index"] for entry in entries]
+    later = {}  # index -> the last position it appears at
+    for position, index in enumerate(indices):
+        later[index] = position
+    previous = GENESIS_SHA256
+    for position, entry in enumerate(entries):
+        at = f"entries[{position}]"
+        index = entry["index"]
+        if index < position:
+            raise BoundaryError("AUDIT_ENTRY_INSERTED", at=at)  # an index seen again
+        if index > position:
+            moved = later.get(position, -1) > position  # the expected index comes later
+            raise BoundaryError("AUDIT_ENTRY_REORDERED" if moved else "AUDIT_ENTRY_DELETED", at=at)
+        if entry["previous_sha256"] != previous:
+            # This entry still names the digest its predecessor had: the predecessor changed.
+            raise BoundaryError("AUDIT_ENTRY_EDITED", at=f"entries[{max(position - 1, 0)}]")
+        body = {name: value for name, value in entry.items() if name not in ("entry_sha256", "seal")}
+        digest = audit_entry_sha256(body)
+        if digest != entry["entry_sha256"]:
+            raise BoundaryError("AUDIT_ENTRY_EDITED", at=at)
+        _check_entry_seal(entry, digest, seal_keys, require_seal, at,
+                          inserted=position + 1 < len(indices) and indices[position + 1] == index)
+        if "closed" in entry and position != len(entries) - 1:
+            raise BoundaryError("AUDIT_MALFORMED", at=at)  # nothing may follow the closing entry
+        previous = digest
+    if not entries or "closed" not in entries[-1]:
+        raise BoundaryError("AUDIT_TRUNCATED", at=f"entries[{len(entries)}]")
+    return AuditReport(entries=len(entries) - 1, head_sha256=previous,
+                       sealed=seal_keys is not None and all(entry["seal"]["key_id"] is not None for entry in entries))
+
+
+def _audit_entry(line: bytes, position: int) -> dict[str, Any]:
+    at = f"entries[{position}]"
+    try:
+        entry = decode_strict_json(line, max_bytes=MAX_AUDIT_LINE_BYTES)
+    except BoundaryError:
+        raise BoundaryError("AUDIT_MALFORMED", at=at) from None
+    fields = _CLOSING_FIELDS if type(entry) is dict and "closed" in entry else _ENTRY_FIELDS
+    if not (type(entry) is dict and plain_keys(entry) and entry.keys() == fields
+            and _is_exactly(entry["format"], AUDIT_LOG_FORMAT)
+            and type(entry["index"]) is int and 0 <= entry["index"] <= MAX_AUDIT_ENTRIES
+            and _is_digest(entry["previous_sha256"]) and _is_digest(entry["entry_sha256"])
+            and entry.get("closed", True) is True and entry.get("package", {}).__class__ is dict
+            and type(entry["seal"]) is dict and plain_keys(entry["seal"]) and entry["seal"].keys() == _SEAL_FIELDS
+            and canonical_json(entry) == line):  # one spelling per entry: no second form to hide behind
+        raise BoundaryError("AUDIT_MALFORMED", at=at)
+    return entry
+
+
+def _check_entry_seal(entry: dict[str, Any], digest: str, keys: SealKeys | None, required: bool, at: str,
+                      *, inserted: bool) -> None:
+    seal = entry["seal"]
+    if seal["key_id"] is None:
+        if required:
+            raise BoundaryError("AUDIT_UNSEALED", at=at)
+        return
+    if keys is None:
+        return
+    holds = seal_holds(keys, seal, "audit-entry", digest)
+    if holds is None:
+        raise BoundaryError("AUDIT_KEY_UNKNOWN", at=at)
+    if not holds:
+        # Recomputed by someone without the key: a forged entry beside a real one, or an edit.
+        raise BoundaryError("AUDIT_ENTRY_INSERTED" if inserted else "AUDIT_ENTRY_EDITED", at=at)
+
+
+# ============================================================================================
+# 20. Fixture runner
 # ============================================================================================
 # The runner holds no per-case branch: each step's expectation is compared field by field with
 # what the boundary did, after the package has passed verification and its provider adapter.
@@ -3169,6 +3486,7 @@ class StepReport:
     seen: Mapping[str, Any]
     expected: Mapping[str, Any]
     payload: Mapping[str, Any] | None = None  # what goes back to the provider for this step
+    package: Mapping[str, Any] | None = None  # the step's whole result package (what an audit log keeps)
 
     @property
     def mismatches(self) -> tuple[str, ...]:
@@ -3176,12 +3494,13 @@ class StepReport:
                      or type(self.seen.get(field)) is not type(self.expected[field]))
 
 
-def run_step(dispatcher: Dispatcher, step: Step) -> dict[str, Any]:
+def run_step(dispatcher: Dispatcher, step: Step, *, seal_keys: SealKeys | None = None) -> dict[str, Any]:
     """Run one fixture step on a dispatcher; return what was seen, in expectation fields."""
-    return _run_step(dispatcher, step)[0]
+    return _run_step(dispatcher, step, seal_keys)[0]
 
 
-def _run_step(dispatcher: Dispatcher, step: Step) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+def _run_step(dispatcher: Dispatcher, step: Step, seal_keys: SealKeys | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
     for change in step.world_changes:
         dispatcher.set_order_status(change.tenant, change.order_ref, change.status)
     if step.kind == "dispatch":
@@ -3193,7 +3512,8 @@ def _run_step(dispatcher: Dispatcher, step: Step) -> tuple[dict[str, Any], dict[
     seen: dict[str, Any] = {}
     payload = None
     try:
-        payload = adapt(package, step.context, step.context.adapter_revision, principal=step.principal)
+        payload = adapt(package, step.context, step.context.adapter_revision, principal=step.principal,
+                        seal_keys=seal_keys, require_seal=seal_keys is not None)
     except BoundaryError as error:
         seen["verification"] = error.code
     result = package["model_result"]
@@ -3221,26 +3541,36 @@ def fresh_dispatcher(case: Case, world: World) -> Dispatcher:
 DispatcherFactory = Callable[[Case, World], Dispatcher]
 
 
-def run_case(case: Case, world: World, *, dispatcher_for: DispatcherFactory = fresh_dispatcher) -> list[StepReport]:
-    """Run one case's steps in order on one dispatcher (another layer passes its own factory)."""
-    dispatcher = dispatcher_for(case, world)
+def run_case(case: Case, world: World, *, dispatcher_for: DispatcherFactory = fresh_dispatcher,
+             seal_keys: SealKeys | None = None) -> list[StepReport]:
+    """Run one case's steps in order on one dispatcher (another layer passes its own factory).
+
+    With seal keys, the default dispatcher seals every package and every package must verify
+    with its seal.
+    """
+    if seal_keys is not None and dispatcher_for is fresh_dispatcher:
+        dispatcher = Dispatcher.from_world(world, seal_keys=seal_keys)
+    else:
+        dispatcher = dispatcher_for(case, world)
     reports = []
     for step in case.steps:
         expected = {field: getattr(step.expect, field) for field in EXPECTATION_FIELDS}
         expected["verification"] = None
-        seen, _package, payload = _run_step(dispatcher, step)
+        seen, package, payload = _run_step(dispatcher, step, seal_keys)
         seen.setdefault("verification", None)
-        reports.append(StepReport(case.id, step.id, step.kind, str(step.proposal["name"]), seen, expected, payload))
+        reports.append(StepReport(case.id, step.id, step.kind, str(step.proposal["name"]), seen, expected, payload,
+                                  package))
     return reports
 
 
-def run_fixture(fixture: Fixture, *, case_id: str | None = None,
-                dispatcher_for: DispatcherFactory = fresh_dispatcher) -> tuple[dict[str, Any], list[StepReport]]:
+def run_fixture(fixture: Fixture, *, case_id: str | None = None, dispatcher_for: DispatcherFactory = fresh_dispatcher,
+                seal_keys: SealKeys | None = None) -> tuple[dict[str, Any], list[StepReport]]:
     """Run every case (or one) on a fresh dispatcher each; return the summary and step reports."""
     cases = [case for case in fixture.cases if case_id is None or case.id == case_id]
     if not cases:
         raise BoundaryError("CLI_UNKNOWN_CASE")
-    reports = [report for case in cases for report in run_case(case, fixture.world, dispatcher_for=dispatcher_for)]
+    reports = [report for case in cases
+               for report in run_case(case, fixture.world, dispatcher_for=dispatcher_for, seal_keys=seal_keys)]
     failures = [
         {"case": report.case_id, "step": report.step_id, "field": field,
          "expected": report.expected[field], "seen": report.seen.get(field)}
@@ -3279,7 +3609,7 @@ def render_report(reports: Sequence[StepReport], *, payloads: bool = False) -> s
 
 
 # ============================================================================================
-# 20. CLI
+# 21. CLI
 # ============================================================================================
 # Exit 0: every expectation held. Exit 1: the fixture loaded but an expectation failed. Exit 2:
 # the fixture or the command line was rejected. Whatever the input, the output is one JSON
@@ -3321,11 +3651,20 @@ def run_cli(command: Callable[[], int]) -> int:
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = CliParser(prog="tool-dispatcher", description="Run a tool-cases-v2 fixture through the boundary.")
-    parser.add_argument("--fixture", required=True, help="path of the tool-cases-v2 JSON fixture")
+    task = parser.add_mutually_exclusive_group(required=True)
+    task.add_argument("--fixture", help="path of the tool-cases-v2 JSON fixture")
+    task.add_argument("--verify-audit", metavar="FILE", help="verify an audit log's chain (and seals, with keys)")
     parser.add_argument("--case", help="run only the case with this id")
     parser.add_argument("--report", action="store_true",
                         help="print a readable per-step table instead of JSON (with --case: each provider payload too)")
-    return parser.parse_args(argv)
+    parser.add_argument("--audit-log", metavar="FILE", help="write the run's packages as a hash-chained log (new file)")
+    parser.add_argument("--seal-key", metavar="FILE", help=f"a {SEAL_KEYS_FORMAT} file: seal packages and log "
+                                                           f"entries, or require and check their seals "
+                                                           f"(default: the file ${SEAL_KEYS_ENVIRONMENT} names)")
+    arguments = parser.parse_args(argv)
+    if arguments.verify_audit is not None and (arguments.case or arguments.report or arguments.audit_log):
+        raise BoundaryError("CLI_USAGE")
+    return arguments
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -3334,13 +3673,46 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     arguments = _arguments(argv)
-    summary, reports = run_fixture(load_fixture(arguments.fixture), case_id=arguments.case)
+    seal_keys = load_seal_keys(arguments.seal_key) if arguments.seal_key else seal_keys_from_environment()
+    if arguments.verify_audit is not None:
+        return _verify_audit_command(arguments.verify_audit, seal_keys)
+    fixture = load_fixture(arguments.fixture)
+    summary, reports = run_fixture(fixture, case_id=arguments.case, seal_keys=seal_keys)
+    if arguments.audit_log is not None:
+        summary["audit_log"] = _write_audit_log(arguments.audit_log, reports, seal_keys)
     if arguments.report:
         text = render_report(reports, payloads=arguments.case is not None)
         sys.stdout.write(text.encode("ascii", "backslashreplace").decode("ascii") + "\n")
     else:
         emit_json(summary)
     return 0 if summary["passed"] else 1
+
+
+def _write_audit_log(path: str, reports: Sequence[StepReport], seal_keys: SealKeys | None) -> dict[str, Any]:
+    # A new file only ("x"): an audit log is appended to by its writer, never overwritten by a run.
+    try:
+        with open(path, "xb") as stream:
+            log = AuditLog(stream, seal_keys=seal_keys)
+            for report in reports:
+                log.append(report.package)
+            head = log.close()
+    except OSError:
+        raise BoundaryError("AUDIT_LOG_UNREADABLE") from None
+    return {"entries": len(reports), "head_sha256": head, "sealed": seal_keys is not None}
+
+
+def _verify_audit_command(path: str, seal_keys: SealKeys | None) -> int:
+    try:
+        report = verify_audit_log(read_audit_log(path), seal_keys=seal_keys, require_seal=seal_keys is not None)
+    except BoundaryError as error:
+        if error.code == "AUDIT_LOG_UNREADABLE":
+            raise
+        index = int(error.at[len("entries["):-1])  # the first bad entry, by its position in the file
+        emit_json({"passed": False, "failure": {"index": index, **error.to_json()}})
+        return 1
+    emit_json({"passed": True, "entries": report.entries, "head_sha256": report.head_sha256,
+               "sealed": report.sealed})
+    return 0
 
 
 if __name__ == "__main__":

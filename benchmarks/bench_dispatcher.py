@@ -159,10 +159,12 @@ def floor_get_order(proposal: dict[str, Any], context: td.CallContext, principal
         "idempotency_key": context.idempotency_key, "purpose": "dispatch",
     }
     downstream = {"request_ref": None, "receipt_ref": None, "status_ref": None}
+    execution = {"operation_state": "none", "handler_invoked": True, "effects": 0}
     binding_digest = _floor_sha256({
         "domain": td.CALL_BINDING_DIGEST_DOMAIN, "provider_context": provider_context, "tool_contract": contract,
         "request_sha256": request_digest, "result_sha256": result_digest, "downstream": downstream,
         "approval": None,
+        "evidence": {"execution": execution, "redactions": [], "resource_revision": order.revision},
     })
     return {
         "format": td.PACKAGE_FORMAT,
@@ -170,11 +172,12 @@ def floor_get_order(proposal: dict[str, Any], context: td.CallContext, principal
         "protected_audit": {
             "version": td.AUDIT_VERSION, "principal": principal_view, "provider_context": provider_context,
             "tool_contract": contract, "arguments": arguments, "downstream": downstream, "approval": None,
-            "redactions": [],
+            "redactions": [], "resource_revision": order.revision,
             "request_sha256": request_digest, "result_sha256": result_digest,
             "call_binding_sha256": binding_digest,
         },
-        "execution": {"operation_state": "none", "handler_invoked": True, "effects": 0},
+        "execution": execution,
+        "seal": {"key_id": None, "hmac_sha256": None},
     }
 
 
@@ -367,7 +370,7 @@ def verification_measurements() -> list[Measurement]:
         request = td.spec_request_sha256(spec, td.canonical_text(audit["principal"]), audit["arguments"])
         result = td.model_result_sha256(openai["model_result"])
         binding = td.spec_call_binding_sha256(spec, audit["provider_context"], request, result, audit["downstream"],
-                                              audit["approval"])
+                                              audit["approval"], td.evidence_view(openai))
         if (request, result, binding) != (audit["request_sha256"], audit["result_sha256"],
                                           audit["call_binding_sha256"]):
             raise SystemExit("bench: the digests alone do not match the package")

@@ -214,6 +214,7 @@ SCHEMA: Final = (
         updated_at INTEGER NOT NULL,
         expires_at INTEGER,
         arguments TEXT NOT NULL,
+        resource_revision INTEGER CHECK (resource_revision IS NULL OR resource_revision >= 1),
         UNIQUE (realm, tenant, subject, tool, idempotency_key),
         CHECK ((state IN ({_sql_list(LEASED_STATES)})) = (lease_expires_at IS NOT NULL)),
         CHECK ((lease_owner IS NULL) = (lease_expires_at IS NULL)),
@@ -309,7 +310,7 @@ ROW_COLUMNS: Final = (
     "realm", "tenant", "subject", "tool", "idempotency_key", "request_sha256", "provider", "api_family",
     "adapter_revision", "operation_id", "contract", "state", "request_ref", "status_ref", "receipt_ref",
     "data", "package", "approval", "lease_owner", "lease_epoch", "lease_expires_at", "recovery_hint", "created_at",
-    "updated_at", "expires_at", "arguments",
+    "updated_at", "expires_at", "arguments", "resource_revision",
 )
 SQL_READ_ROW: Final = f"SELECT {', '.join(ROW_COLUMNS)} FROM operations WHERE {_KEY_MATCH}"
 SQL_UNSETTLED_ROWS: Final = (
@@ -320,16 +321,17 @@ SQL_UNSETTLED_ROWS: Final = (
 SQL_CLAIM: Final = """
     INSERT INTO operations (realm, tenant, subject, tool, idempotency_key, request_sha256, provider,
         api_family, adapter_revision, operation_id, contract, state, request_ref, status_ref, approval,
-        lease_owner, lease_epoch, lease_expires_at, created_at, updated_at, arguments)
+        lease_owner, lease_epoch, lease_expires_at, created_at, updated_at, arguments, resource_revision)
     VALUES (:realm, :tenant, :subject, :tool, :idempotency_key, :request_sha256, :provider,
         :api_family, :adapter_revision, :operation_id, :contract, :to_state, :request_ref, :status_ref,
-        :approval, :lease_owner, 1, :lease_expires_at, :now, :now, :arguments)
+        :approval, :lease_owner, 1, :lease_expires_at, :now, :now, :arguments, :resource_revision)
     ON CONFLICT (realm, tenant, subject, tool, idempotency_key) DO NOTHING"""
 SQL_CLAIM_TAKE_OVER: Final = f"""
     UPDATE operations SET request_sha256 = :request_sha256, provider = :provider,
         api_family = :api_family, adapter_revision = :adapter_revision, operation_id = :operation_id,
         contract = :contract, state = :to_state, request_ref = :request_ref, status_ref = :status_ref,
         receipt_ref = NULL, data = NULL, package = NULL, approval = :approval, arguments = :arguments,
+        resource_revision = :resource_revision,
         lease_owner = :lease_owner,
         lease_epoch = lease_epoch + 1, lease_expires_at = :lease_expires_at, recovery_hint = NULL,
         expires_at = NULL, updated_at = :now
@@ -642,6 +644,7 @@ class Intent:
     approval: str | None = None  # canonical JSON of tool_dispatcher's approval_view
     call: td.AdmittedCall | None = None  # the call that claims: what the repeat rule compares with
     arguments: str = "{}"  # canonical JSON of the admitted arguments: what a receipt must echo
+    resource_revision: int | None = None  # the resource's revision when the claim was made
 
     @classmethod
     def of(cls, call: td.AdmittedCall, record: td.OperationRecord) -> Intent:
@@ -650,7 +653,7 @@ class Intent:
                    contract=str(_text(dict(record.contract))),
                    request_ref=str(record.refs["request_ref"]), status_ref=str(record.refs["status_ref"]),
                    approval=None if record.approval is None else _text(dict(record.approval)), call=call,
-                   arguments=str(_text(dict(record.arguments or {}))))
+                   arguments=str(_text(dict(record.arguments or {}))), resource_revision=record.resource_revision)
 
     def matches(self, row: LedgerRow) -> bool:
         # tool_dispatcher's repeat rule, the one every store applies.
@@ -661,7 +664,7 @@ class Intent:
                 "api_family": self.profile.api_family, "adapter_revision": self.profile.adapter_revision,
                 "operation_id": self.operation_id, "contract": self.contract,
                 "request_ref": self.request_ref, "status_ref": self.status_ref, "approval": self.approval,
-                "arguments": self.arguments}
+                "arguments": self.arguments, "resource_revision": self.resource_revision}
 
 
 @dataclass(frozen=True, slots=True)
@@ -692,6 +695,7 @@ class LedgerRow:
     updated_at: int
     expires_at: int | None
     arguments: str
+    resource_revision: int | None
 
     @property
     def key(self) -> OperationKey:
@@ -715,6 +719,7 @@ class LedgerRow:
             data=None if self.data is None else _decoded(self.data),
             approval=None if self.approval is None else MappingProxyType(_decoded(self.approval)),
             arguments=MappingProxyType(_decoded(self.arguments)),
+            resource_revision=self.resource_revision,
         )
 
 

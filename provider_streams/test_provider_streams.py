@@ -99,21 +99,44 @@ class TestErrors(unittest.TestCase):
         with self.assertRaises(ValueError):
             ps.StreamError("STREAM_ARGUMENTS_INVALID", detail="JSON_SOMETHING")
 
-    def test_view_has_code_fixed_message_detail_and_event(self):
+    def test_view_has_code_fixed_message_retryable_detail_and_event(self):
         error = ps.StreamError("STREAM_ARGUMENTS_INVALID", event=4, detail="JSON_INVALID")
         self.assertEqual(error.to_json(), {"code": "STREAM_ARGUMENTS_INVALID",
-                                           "message": ps.STREAM_ERRORS["STREAM_ARGUMENTS_INVALID"],
-                                           "detail": "JSON_INVALID", "event": 4})
+                                           "message": "A call's arguments are not strict, portable JSON.",
+                                           "retryable": False, "detail": "JSON_INVALID", "event": 4})
         self.assertEqual(ps.StreamError("STREAM_INCOMPLETE").to_json(),
-                         {"code": "STREAM_INCOMPLETE", "message": ps.STREAM_ERRORS["STREAM_INCOMPLETE"]})
+                         {"code": "STREAM_INCOMPLETE", "message": ps.STREAM_CATALOG["STREAM_INCOMPLETE"].message,
+                          "retryable": True})
+        self.assertEqual(list(ps.StreamError("STREAM_TRUNCATED", event=0).to_json()),
+                         ["code", "message", "retryable", "event"])
+
+    def test_stream_error_is_the_project_error_base(self):
+        self.assertTrue(issubclass(ps.StreamError, tool_dispatcher.CatalogError))
+        self.assertIs(ps.StreamError.CATALOG, ps.STREAM_CATALOG)
+        self.assertEqual(ps.StreamError("STREAM_NOT_OPEN").message, ps.STREAM_CATALOG["STREAM_NOT_OPEN"].message)
+
+    def test_catalog_shares_no_code_with_the_core(self):
+        self.assertEqual(set(ps.STREAM_CATALOG) & set(tool_dispatcher.ERROR_CATALOG), set())
+        self.assertEqual({spec.scope for spec in ps.STREAM_CATALOG.values()}, {"stream"})
+        self.assertEqual(sorted(code for code, spec in ps.STREAM_CATALOG.items() if spec.retryable),
+                         ["STREAM_INCOMPLETE", "STREAM_PROVIDER_ERROR", "STREAM_TRUNCATED"])
 
     def test_catalog_is_closed_and_messages_are_sentences(self):
         with self.assertRaises(TypeError):
-            ps.STREAM_ERRORS["STREAM_NEW"] = "x"  # type: ignore[index]
-        for code, message in ps.STREAM_ERRORS.items():
+            ps.STREAM_CATALOG["STREAM_NEW"] = "x"  # type: ignore[index]
+        for code, spec in ps.STREAM_CATALOG.items():
             with self.subTest(code=code):
                 self.assertRegex(code, r"^STREAM_[A-Z_]+$")
-                self.assertTrue(message.endswith(".") and "{" not in message)
+                self.assertTrue(spec.message.endswith(".") and "{" not in spec.message)
+
+    def test_only_public_names_of_the_core_are_used(self):
+        with open(HERE / "provider_streams.py", encoding="utf-8") as source:
+            text = source.read()
+        self.assertEqual(re.findall(r"tool_dispatcher\._\w+", text), [])
+        imported = re.search(r"from tool_dispatcher import \((.*?)\)", text, re.S).group(1)
+        names = [name.strip() for name in imported.split(",") if name.strip()]
+        self.assertGreater(len(names), 10)
+        self.assertEqual([name for name in names if name.startswith("_")], [])
 
     def test_event_position_names_the_offending_event(self):
         events = stream("anthropic")
@@ -291,9 +314,9 @@ class TestOpenAIEvents(StreamTestCase):
         events[1] = {**events[1], "item": "function_call"}
         self.assertRefused("openai", events, "STREAM_EVENT_MALFORMED", event=1)
 
-    def test_output_index_must_count_up_from_zero(self):
-        for index, code in ((1, "STREAM_OUT_OF_ORDER"), (-1, "STREAM_EVENT_MALFORMED"), ("0", "STREAM_EVENT_MALFORMED"),
-                            (False, "STREAM_EVENT_MALFORMED")):
+    def test_output_index_must_be_a_natural_number(self):
+        for index, code in ((-1, "STREAM_EVENT_MALFORMED"), ("0", "STREAM_EVENT_MALFORMED"),
+                            (False, "STREAM_EVENT_MALFORMED"), ([0], "STREAM_EVENT_MALFORMED")):
             with self.subTest(index=index):
                 self.assertRefused("openai", edited("openai", stream("openai"), "response.output_item.added",
                                                     output_index=index), code, event=1)
@@ -1168,6 +1191,12 @@ class TestSyntheticStreams(unittest.TestCase):
                 with self.subTest(provider=provider, count=count):
                     events = ps.synthetic_stream(provider, count)
                     self.assertEqual(len(events), count)
+                    if provider == "openai" and count == overhead:  # no fragment: "" is not JSON there
+                        with self.assertRaises(ps.StreamError) as caught:
+                            ps.parse_stream(provider, events)
+                        self.assertEqual((caught.exception.code, caught.exception.detail),
+                                         ("STREAM_ARGUMENTS_INVALID", "JSON_INVALID"))
+                        continue
                     self.assertEqual(ps.parse_stream(provider, events).calls[0].arguments, {})
 
     def test_below_the_fixed_events_is_a_programming_error(self):
@@ -1236,7 +1265,8 @@ class TestSSE(StreamTestCase):
         cases = ((b"data: {\xff}\n\n", "STREAM_SSE_INVALID", "JSON_NOT_UTF8", None),
                  (b"data: {nope}\n\n", "STREAM_SSE_INVALID", "JSON_INVALID", 0),
                  (b'data: {"a":1}\n\ndata: {"a":1,"a":2}\n\n', "STREAM_SSE_INVALID", "JSON_DUPLICATE_KEY", 1),
-                 (b"data: 1.5\n\n", "STREAM_SSE_INVALID", "JSON_NOT_PORTABLE", 0))
+                 (b"data: 1e400\n\n", "STREAM_SSE_INVALID", "JSON_NON_FINITE", 0),
+                 (b"data: " + b"9" * 40 + b"\n\n", "STREAM_SSE_INVALID", "JSON_NOT_PORTABLE", 0))
         for data, code, detail, event in cases:
             with self.subTest(data=data):
                 with self.assertRaises(ps.StreamError) as caught:
@@ -1503,7 +1533,9 @@ class TestCLI(unittest.TestCase):
             with self.subTest(argv=[arg[:20] for arg in argv]):
                 status, text = cli(*argv)
                 self.assertEqual(status, 2)
-                self.assertTrue(text.startswith("error STREAM_CLI_"))
+                report = json.loads(text)
+                self.assertEqual(list(report), ["passed", "error"])
+                self.assertIn(report["error"]["code"], ("CLI_USAGE", "STREAM_CLI_UNKNOWN_STREAM"))
                 self.assertNotIn("etc/passwd", text)
                 self.assertNotIn("Traceback", text)
         status, text = cli("--provider", "openai", "--stream", hostile, "--json")
@@ -1512,7 +1544,8 @@ class TestCLI(unittest.TestCase):
 
     def test_any_unrecognised_argument_is_refused_even_beside_valid_ones(self):
         status, text = cli("--provider", "openai", "--stream", "one_call", "--verbose")
-        self.assertEqual((status, text.strip()), (2, "error STREAM_CLI_USAGE: " + ps.STREAM_ERRORS["STREAM_CLI_USAGE"]))
+        self.assertEqual((status, json.loads(text)),
+                         (2, {"passed": False, "error": tool_dispatcher.BoundaryError("CLI_USAGE").to_json()}))
 
     def test_mismatch_exits_1(self):
         case = ps.load_fixture("openai").cases["one_call"]
@@ -1527,14 +1560,18 @@ class TestCLI(unittest.TestCase):
         with mock.patch.object(ps, "run_named_stream", side_effect=RuntimeError("/secret/path")):
             status, text = cli("--provider", "openai", "--stream", "one_call", "--json")
         report = json.loads(text)
-        self.assertEqual((status, report["passed"], report["error"]["code"]), (2, False, "STREAM_INTERNAL_ERROR"))
+        self.assertEqual((status, report["passed"], report["error"]["code"]), (2, False, "INTERNAL_ERROR"))
         self.assertNotIn("secret", text)
+        with mock.patch.object(ps, "run_named_stream", side_effect=TypeError("unhashable")):
+            status, text = cli("--provider", "openai", "--stream", "one_call")  # readable mode: the same shape
+        self.assertEqual((status, json.loads(text)["error"]["code"]), (2, "INTERNAL_ERROR"))
 
     def test_broken_fixture_exits_2(self):
         with mock.patch.object(ps, "FIXTURE_DIR", Path(tempfile.gettempdir()) / "no-such-fixture-dir"):
             status, text = cli("--provider", "openai", "--stream", "one_call")
-        self.assertEqual(status, 2)
-        self.assertEqual(text.strip(), "error STREAM_FIXTURE_INVALID: " + ps.STREAM_ERRORS["STREAM_FIXTURE_INVALID"])
+        self.assertEqual((status, json.loads(text)),
+                         (2, {"passed": False, "error": ps.StreamError("STREAM_FIXTURE_INVALID",
+                                                                       detail="FIXTURE_UNREADABLE").to_json()}))
 
     def test_script_runs_from_the_repository_root_without_traceback_or_bytecode(self):
         environment = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}

@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -70,6 +71,33 @@ def inserted(provider, events, at, event):
 def without(provider, events, at):
     events = list(events[:at]) + list(events[at + 1:])
     return renumber(events) if provider == "openai" else events
+
+
+def openai_items(items, call=("call_1", "get_order", ORDER7), *, call_index=None, output=None):
+    """An OpenAI stream: `items` (type -> extra fields) open and close first, then one function call.
+
+    `call_index` places the call at another output index (a gap); `output` replaces the final
+    response's output list.
+    """
+    events = [{"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}}]
+    listed = []
+    for index, kind in enumerate(items):
+        item = {"type": kind, "id": f"it_{index}", "status": "completed"}
+        events.append({"type": "response.output_item.added", "output_index": index, "item": item})
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+        listed.append(item)
+    index = len(items) if call_index is None else call_index
+    call_id, name, text = call
+    item = {"type": "function_call", "id": "fc_1", "call_id": call_id, "name": name, "arguments": ""}
+    keys = {"item_id": "fc_1", "output_index": index}
+    done = {**item, "arguments": text, "status": "completed"}
+    events += [{"type": "response.output_item.added", "output_index": index, "item": item},
+               {"type": "response.function_call_arguments.delta", **keys, "delta": text},
+               {"type": "response.function_call_arguments.done", **keys, "arguments": text},
+               {"type": "response.output_item.done", "output_index": index, "item": done},
+               {"type": "response.completed", "response": {
+                   "id": "resp_1", "status": "completed", "output": listed + [done] if output is None else output}}]
+    return renumber(events)
 
 
 class StreamTestCase(unittest.TestCase):
@@ -442,6 +470,107 @@ class TestOpenAIEvents(StreamTestCase):
         text = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 1, "delta": "hi"}
         self.assertEqual(len(ps.parse_stream("openai", inserted("openai", events, 3, text)).calls), 1)
 
+    def test_items_the_provider_ran_itself_are_skipped(self):
+        silent = ("message", "reasoning", "web_search_call", "file_search_call", "code_interpreter_call",
+                  "image_generation_call", "mcp_call", "mcp_list_tools", "compaction")
+        self.assertEqual(ps._OPENAI_SILENT_ITEMS, frozenset(silent))
+        turn = ps.parse_stream("openai", openai_items(silent))
+        self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"})])
+        self.assertEqual(turn.calls[0].index, len(silent))
+
+    def test_client_executed_items_are_refused_never_dropped(self):
+        for kind in ("custom_tool_call", "computer_call", "local_shell_call", "shell_call", "apply_patch_call",
+                     "mcp_approval_request"):
+            with self.subTest(kind=kind):
+                self.assertRefused("openai", openai_items([kind]), "STREAM_CALL_UNANSWERABLE", event=1)
+                # the same with no function call at all: still never a turn with 0 calls
+                events = openai_items([kind])
+                self.assertRefused("openai", events[:3] + events[-1:], "STREAM_CALL_UNANSWERABLE", event=1)
+
+    def test_an_unlisted_item_type_is_refused(self):
+        for kind in ("program", "future_tool_call", "function_call_output"):
+            with self.subTest(kind=kind):
+                self.assertRefused("openai", openai_items([kind]), "STREAM_BLOCK_UNSUPPORTED", event=1)
+
+    def test_item_done_must_keep_its_type(self):
+        events = openai_items(["message"])
+        events[2] = {**events[2], "item": {**events[2]["item"], "type": "reasoning"}}
+        self.assertRefused("openai", events, "STREAM_INCONSISTENT", event=2)
+
+    def test_an_index_gap_is_accepted_when_the_final_output_shows_what_stood_there(self):
+        silent = {"type": "web_search_call", "id": "ws_0", "status": "completed"}
+        events = openai_items([], call_index=1)
+        events[-1]["response"]["output"].insert(0, silent)
+        turn = ps.parse_stream("openai", events)
+        self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"})])
+        self.assertEqual(turn.calls[0].index, 1)
+
+    def test_an_index_gap_never_hides_a_call(self):
+        hidden = {"type": "function_call", "id": "fc_0", "call_id": "call_0", "name": "get_order",
+                  "arguments": ORDER7, "status": "completed"}
+        for name, first in (("a function call", hidden), ("a client-executed call", {**hidden, "type": "shell_call"}),
+                            ("a type that is not a string", {**hidden, "type": ["message"]}),
+                            ("an unlisted type", {**hidden, "type": "program"})):
+            with self.subTest(gap=name):
+                events = openai_items([], call_index=1)
+                events[-1]["response"]["output"].insert(0, first)
+                self.assertRefused("openai", events, "STREAM_INCONSISTENT", event=len(events) - 1)
+        events = openai_items([], call_index=1)  # the output lists only what streamed: the gap is unexplained
+        self.assertRefused("openai", events, "STREAM_INCONSISTENT", event=len(events) - 1)
+        events = openai_items([], call_index=1)
+        del events[-1]["response"]["output"]  # without the output a gap cannot be checked at all
+        self.assertRefused("openai", events, "STREAM_INCONSISTENT", event=len(events) - 1)
+
+    def test_an_index_gap_is_bounded_by_the_event_limit(self):
+        silent = {"type": "message", "id": "m", "status": "completed"}
+        for index, accepted in ((19, True), (20, False), (10**30, False)):
+            with self.subTest(index=index):
+                events = openai_items([], call_index=index)
+                events[-1]["response"]["output"][:0] = [silent] * (index if accepted else 0)
+                if accepted:
+                    self.assertEqual(ps.parse_stream("openai", events, max_events=20).calls[0].index, index)
+                else:
+                    self.assertRefused("openai", events, "STREAM_OUT_OF_ORDER", event=1, max_events=20)
+
+    def test_an_opened_index_below_the_highest_is_a_duplicate(self):
+        events = openai_items([], call_index=2)
+        late = {"type": "response.output_item.added", "output_index": 0,
+                "item": {"type": "message", "id": "m", "status": "in_progress"}}
+        self.assertRefused("openai", inserted("openai", events, 2, late), "STREAM_DUPLICATE", event=2)
+
+    def test_interleaved_events_pass_while_a_call_is_open(self):
+        kinds = ("response.queued", "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
+                 "response.reasoning_summary_text.done", "response.reasoning_summary_part.done",
+                 "response.content_part.added", "response.output_text.delta", "response.output_text.annotation.added",
+                 "response.output_text.done", "response.content_part.done", "response.web_search_call.searching",
+                 "response.file_search_call.completed", "response.code_interpreter_call_code.delta",
+                 "response.mcp_call_arguments.delta", "response.image_generation_call.partial_image")
+        events = openai_items(["reasoning"])
+        at = position("openai", events, "response.function_call_arguments.delta")
+        for kind in kinds:
+            events = inserted("openai", events, at, {"type": kind, "output_index": 0, "item_id": "it_0",
+                                                     "delta": "{\"x\":", "summary_index": 0})
+        self.assertCalls(ps.parse_stream("openai", events), [("call_1", "get_order", {"order_ref": "ORDER-7"})])
+
+    def test_content_events_that_name_a_call_are_inconsistent(self):
+        events = openai_items([])
+        at = position("openai", events, "response.function_call_arguments.delta")
+        for kind in ("response.output_text.delta", "response.web_search_call.completed"):
+            with self.subTest(kind=kind):
+                bad = inserted("openai", events, at, {"type": kind, "output_index": 0, "item_id": "fc_1", "delta": "}"})
+                self.assertRefused("openai", bad, "STREAM_INCONSISTENT", event=at)
+        for index in (1, -1, "0", None):  # an index that names no call is only content
+            with self.subTest(index=index):
+                ok = inserted("openai", events, at, {"type": "response.output_text.delta", "output_index": index})
+                self.assertEqual(len(ps.parse_stream("openai", ok).calls), 1)
+
+    def test_empty_string_arguments_are_not_json(self):
+        events = openai_items([], call=("call_1", "get_order", ""))
+        events = without("openai", events, position("openai", events, "response.function_call_arguments.delta"))
+        self.assertRefused("openai", events, "STREAM_ARGUMENTS_INVALID", "JSON_INVALID")
+        events = openai_items([], call=("call_1", "get_order", "{}"))
+        self.assertCalls(ps.parse_stream("openai", events), [("call_1", "get_order", {})])
+
     def test_events_before_response_created_are_out_of_order(self):
         events = stream("openai")
         self.assertRefused("openai", renumber([events[1]] + events), "STREAM_OUT_OF_ORDER", event=0)
@@ -537,6 +666,23 @@ class TestAnthropicEvents(StreamTestCase):
         events = self.turn_events([self.tool()])
         events.insert(-1, {"type": "content_block_start", "index": 1, "content_block": self.tool("toolu_2")[0]})
         self.assertRefused("anthropic", events, "STREAM_OUT_OF_ORDER", event=len(events) - 2)
+
+    def test_empty_input_reads_as_an_empty_object(self):
+        events = stream("anthropic", [("call_1", "get_order", "")])
+        self.assertCalls(ps.parse_stream("anthropic", events), [("call_1", "get_order", {})])
+
+    def test_a_delta_type_that_is_not_a_string_is_malformed(self):
+        for kind in (["input_json_delta"], {"a": 1}, None, 7):
+            with self.subTest(kind=kind):
+                events = edited("anthropic", stream("anthropic"), "content_block_delta",
+                                delta={"type": kind, "partial_json": "{"})
+                self.assertRefused("anthropic", events, "STREAM_EVENT_MALFORMED",
+                                   event=position("anthropic", events, "content_block_delta"))
+
+    def test_the_first_block_must_be_at_index_zero(self):
+        events = stream("anthropic")
+        events = [{**event, "index": 1} if "index" in event else event for event in events]
+        self.assertRefused("anthropic", events, "STREAM_OUT_OF_ORDER", event=1)
 
     def test_stop_reason_must_be_a_string(self):
         events = self.turn_events([self.tool()], reason=None)
@@ -651,6 +797,47 @@ class TestGeminiEvents(StreamTestCase):
                 events = stream("gemini", [("call_1", "get_order", ORDER7)] if with_call else [])
                 events[-1] = {**events[-1], "interaction": {**events[-1]["interaction"], "status": status}}
                 self.assertRefused("gemini", events, code, event=len(events) - 1)
+
+    def test_a_delta_type_that_is_not_a_string_is_malformed(self):
+        for kind in (["arguments_delta"], {"a": 1}, None):
+            with self.subTest(kind=kind):
+                events = edited("gemini", stream("gemini"), "step.delta", delta={"type": kind, "arguments": "{"})
+                self.assertRefused("gemini", events, "STREAM_EVENT_MALFORMED",
+                                   event=position("gemini", events, "step.delta"))
+
+    def test_statuses_that_stop_at_a_limit_are_cut(self):
+        for status in ("requires_continuation", "budget_exceeded", "incomplete"):
+            with self.subTest(status=status):
+                events = stream("gemini")
+                events[-1] = {**events[-1], "interaction": {**events[-1]["interaction"], "status": status}}
+                self.assertRefused("gemini", events, "STREAM_TRUNCATED", event=len(events) - 1)
+                events = stream("gemini", [])
+                events[-1] = {**events[-1], "interaction": {**events[-1]["interaction"], "status": status}}
+                turn = ps.parse_stream("gemini", events)
+                self.assertEqual((turn.stop, turn.calls), (status, ()))
+
+    def test_the_first_step_must_be_at_index_zero(self):
+        # A step at index 1 first could mean a step 0 went missing; the interaction's final event
+        # does not list its steps, so nothing could show that no call stood there.
+        events = stream("gemini")
+        events = [{**event, "index": 1} if "index" in event else event for event in events]
+        self.assertRefused("gemini", events, "STREAM_OUT_OF_ORDER", event=1)
+
+    def test_server_steps_and_thoughts_pass_before_a_call(self):
+        steps = [({"type": "google_search_call", "id": "s1"}, {"type": "google_search_call", "arguments": {"q": ["x"]}}),
+                 ({"type": "google_search_result", "call_id": "s1"}, {"type": "google_search_result", "is_error": False}),
+                 ({"type": "thought"}, {"type": "thought_signature", "signature": "abc"})]
+        events = stream("gemini")
+        head, tail = events[:1], events[1:]
+        extra = []
+        for index, (step, delta) in enumerate(steps):
+            extra += [{"event_type": "step.start", "index": index, "step": step},
+                      {"event_type": "step.delta", "index": index, "delta": delta},
+                      {"event_type": "step.stop", "index": index}]
+        tail = [{**event, "index": event["index"] + len(steps)} if "index" in event else event for event in tail]
+        turn = ps.parse_stream("gemini", head + extra + tail)
+        self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"})])
+        self.assertEqual(turn.calls[0].index, 3)
 
     def test_incomplete_without_calls_is_a_turn(self):
         events = stream("gemini", [])
@@ -1279,6 +1466,98 @@ class TestSSE(StreamTestCase):
                     ps.split_sse(data)
                 self.assertEqual(caught.exception.code, "STREAM_SSE_INVALID")
 
+    def test_envelopes_carry_floats_nulls_and_unknown_fields(self):
+        envelope = {"temperature": 1.0, "top_p": 0.95, "usage": None, "logprobs": [{"logprob": -0.25, "bytes": [104]}],
+                    "created_at": 1764777657, "counter": 10**30, "new_field": {"nested": [1.5e-7, None, True]}}
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                events = stream(provider)
+                events = [{**event, **envelope} for event in events]
+                turn = ps.parse_sse(provider, ps.render_sse(provider, events))
+                self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"})])
+
+    def test_arguments_stay_in_the_portable_domain_inside_a_float_envelope(self):
+        for provider in PROVIDERS:
+            for text, detail in (('{"order_ref":1.0}', "JSON_NOT_PORTABLE"),
+                                 ('{"order_ref":9007199254740992}', "JSON_NOT_PORTABLE"),
+                                 ('{"order_ref":"\\ud800"}', "JSON_NOT_PORTABLE")):
+                with self.subTest(provider=provider, text=text):
+                    events = [{**event, "temperature": 1.0} for event in stream(provider, [("c", "get_order", text)])]
+                    with self.assertRaises(ps.StreamError) as caught:
+                        ps.parse_sse(provider, ps.render_sse(provider, events))
+                    self.assertEqual((caught.exception.code, caught.exception.detail),
+                                     ("STREAM_ARGUMENTS_INVALID", detail))
+
+    def test_echoed_strings_from_the_envelope_must_be_portable(self):
+        # The envelope policy lets a lone surrogate through the decoder; where a value is used it is refused.
+        surrogate = "\ud800"
+        for provider in PROVIDERS:
+            for field, code in (("call_id", "STREAM_ID_INVALID"), ("name", "STREAM_NAME_INVALID")):
+                with self.subTest(provider=provider, field=field):
+                    calls = [("call_1" + surrogate if field == "call_id" else "call_1",
+                              "get_order" + surrogate if field == "name" else "get_order", ORDER7)]
+                    text = ps.render_sse(provider, stream(provider, calls))  # the surrogate as a \\ud800 escape
+                    self.assertIn("\\ud800", text)
+                    with self.assertRaises(ps.StreamError) as caught:
+                        ps.parse_sse(provider, text)
+                    self.assertEqual(caught.exception.code, code)
+        events = stream("openai")
+        events[1] = {**events[1], "item": {**events[1]["item"], "id": "fc" + surrogate}}
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.parse_sse("openai", ps.render_sse("openai", events))
+        self.assertEqual(caught.exception.code, "STREAM_ID_INVALID")
+        events = stream("anthropic")
+        events.insert(1, {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": surrogate}})
+        events = [{**event, "index": event["index"] + 1} if "index" in event and event is not events[1] else event
+                  for event in events]
+        events.insert(2, {"type": "content_block_stop", "index": 0})
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.parse_sse("anthropic", ps.render_sse("anthropic", events))
+        self.assertEqual(caught.exception.code, "STREAM_EVENT_MALFORMED")
+
+    def test_float_heavy_and_deep_envelopes_keep_their_bounds(self):
+        heavy = {"type": "ping", "logprobs": [-0.123456789] * 20_000}
+        text = "data: " + json.dumps(heavy, separators=(",", ":")) + "\n\n"
+        size = len(text) - len("data: \n\n")
+        self.assertEqual(ps.split_sse(text, max_event_bytes=size)[0][1]["logprobs"][0], -0.123456789)
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.split_sse(text, max_event_bytes=size - 1)
+        self.assertEqual(caught.exception.code, "STREAM_SSE_TOO_LARGE")
+        for depth, detail in ((ps.MAX_SSE_EVENT_DEPTH, None), (ps.MAX_SSE_EVENT_DEPTH + 1, "JSON_TOO_DEEP")):
+            with self.subTest(depth=depth):
+                data = "data: " + "[" * (depth - 1) + '{"a":1.5}' + "]" * (depth - 1) + "\n\n"
+                if detail is None:
+                    self.assertEqual(len(ps.split_sse(data)), 1)
+                    continue
+                with self.assertRaises(ps.StreamError) as caught:
+                    ps.split_sse(data)
+                self.assertEqual((caught.exception.code, caught.exception.detail), ("STREAM_SSE_INVALID", detail))
+        for number, detail in (("1e400", "JSON_NON_FINITE"), ("1" * 40, "JSON_NOT_PORTABLE"), ("NaN", "JSON_NON_FINITE")):
+            with self.subTest(number=number):
+                with self.assertRaises(ps.StreamError) as caught:
+                    ps.split_sse('data: {"temperature":' + number + "}\n\n")
+                self.assertEqual((caught.exception.code, caught.exception.detail), ("STREAM_SSE_INVALID", detail))
+        self.assertEqual(ps.split_sse('data: {"n":' + "1" * 39 + "}\n\n")[0][1]["n"], int("1" * 39))
+
+    def test_done_frame_ends_a_gemini_stream(self):
+        text = ps.render_sse("gemini", stream("gemini"))
+        done = "event: done\ndata: [DONE]\n\n"
+        self.assertEqual(ps.parse_sse("gemini", text + done), ps.parse_sse("gemini", text))
+        with self.assertRaises(ps.StreamError) as caught:  # nothing may follow it
+            ps.parse_sse("gemini", text + done + "data: {}\n\n")
+        self.assertEqual((caught.exception.code, caught.exception.event), ("STREAM_OUT_OF_ORDER", len(stream("gemini"))))
+        early = ps.render_sse("gemini", stream("gemini")[:-1]) + done  # it ends the text, not the turn
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.parse_sse("gemini", early)
+        self.assertEqual(caught.exception.code, "STREAM_INCOMPLETE")
+        for provider in ("openai", "anthropic"):  # not their terminator: not JSON
+            with self.subTest(provider=provider):
+                with self.assertRaises(ps.StreamError) as caught:
+                    ps.parse_sse(provider, ps.render_sse(provider, stream(provider)) + done)
+                self.assertEqual((caught.exception.code, caught.exception.detail), ("STREAM_SSE_INVALID", "JSON_INVALID"))
+        self.assertEqual(ps.split_sse("data: [DONE]\n\n", done_frame="[DONE]"), [])
+        self.assertEqual(ps.split_sse('data: "[DONE]"\n\n', done_frame="[DONE]"), [(None, "[DONE]")])
+
     def test_text_limit(self):
         text = ps.render_sse("openai", stream("openai")).encode("utf-8")
         self.assertEqual(len(ps.parse_sse("openai", text, max_bytes=len(text)).calls), 1)
@@ -1322,6 +1601,145 @@ class TestSSE(StreamTestCase):
         with self.assertRaises(ps.StreamError) as caught:
             ps.parse_sse("anthropic", ps.render_sse("anthropic", stream("anthropic")), max_argument_bytes=3)
         self.assertEqual(caught.exception.code, "STREAM_ARGUMENTS_TOO_LARGE")
+
+
+# ============================================================================================
+# 12. Parsing, fuzzed: hostile bytes and values never escape as anything but StreamError
+# ============================================================================================
+# A bounded, seeded run in every suite run; a longer one, for instance
+#   PROVIDER_STREAMS_FUZZ_ROUNDS=200000 PROVIDER_STREAMS_FUZZ_SEED=7 \
+#       python -B -m unittest discover -s provider_streams -p 'test_provider_streams.py' -k Fuzz
+# takes a few minutes. A failure names the seed, the round and the mutation, so it replays exactly.
+
+FUZZ_SEED = int(os.environ.get("PROVIDER_STREAMS_FUZZ_SEED", "20261201"))
+FUZZ_ROUNDS = int(os.environ.get("PROVIDER_STREAMS_FUZZ_ROUNDS", "1500"))  # per provider, per layer
+HOSTILE_VALUES = ([], {}, ["x"], {"type": []}, {"a": {"b": [None]}}, None, True, False, 0, -1, 1.5, 2**64, -0.0,
+                  "", "x" * 300, "\ud800", "call_1", "get_order", "{", '{"order_ref":1.0}', "function_call",
+                  "tool_use", "text_delta", "input_json_delta", "arguments_delta", "requires_action", "tool_use")
+
+
+def fuzz_bases(provider):
+    bases = [stream(provider, PARALLEL), stream(provider, []), stream(provider, PARALLEL[:1], fragment_chars=3)]
+    bases += [case.events for case in ps.load_fixture(provider).cases.values()]
+    return bases
+
+
+def mutate_value(rng, root):
+    """Replace, delete or retype one value somewhere inside a decoded event (a random walk down)."""
+    node = root
+    while True:
+        keys = list(node) if type(node) is dict else list(range(len(node)))
+        if not keys:
+            return "empty"
+        key = rng.choice(keys)
+        child = node[key]
+        if type(child) in (dict, list) and child and rng.random() < 0.6:
+            node = child
+            continue
+        move = rng.random()
+        if move < 0.15 and type(node) is dict:
+            del node[key]
+            return f"delete {key!r}"
+        if move < 0.3 and type(child) is str and child:  # cut a string, as a stream cut mid-value would
+            node[key] = child[:rng.randrange(len(child))]
+            return f"cut {key!r}"
+        node[key] = json.loads(json.dumps(rng.choice(HOSTILE_VALUES)))
+        return f"set {key!r}={node[key]!r:.30}"
+
+
+def mutate_events(rng, events):
+    events = json.loads(json.dumps(events))
+    move = rng.random()
+    if move < 0.1 and events:
+        cut = rng.randrange(len(events))
+        return events[:cut], f"truncate at {cut}"
+    if move < 0.2 and len(events) > 1:
+        i, j = rng.randrange(len(events)), rng.randrange(len(events))
+        events[i], events[j] = events[j], events[i]
+        return events, f"swap {i} {j}"
+    if move < 0.27 and events:
+        i = rng.randrange(len(events))
+        events.insert(rng.randrange(len(events) + 1), json.loads(json.dumps(events[i])))
+        return events, f"repeat {i}"
+    if move < 0.32 and events:
+        i = rng.randrange(len(events))
+        events[i] = json.loads(json.dumps(rng.choice(HOSTILE_VALUES)))
+        return events, f"replace event {i}"
+    i = rng.randrange(len(events)) if events else 0
+    if not events:
+        return events, "empty"
+    steps = [mutate_value(rng, events[i]) for _ in range(rng.choice((1, 1, 2, 3)))]
+    return events, f"event {i}: " + "; ".join(steps)
+
+
+def mutate_bytes(rng, data):
+    data = bytearray(data)
+    move = rng.random()
+    if move < 0.2:
+        return bytes(data[:rng.randrange(len(data) + 1)]), "truncate"
+    for _ in range(rng.choice((1, 1, 2, 4, 8))):
+        at = rng.randrange(len(data) + 1)
+        kind = rng.random()
+        if kind < 0.4 and at < len(data):
+            data[at] = rng.randrange(256)
+        elif kind < 0.7:
+            data[at:at] = rng.choice((b"\n", b"\r", b"\n\n", b":", b"[", b"]", b"{", b"}", b'"', b"\\",
+                                      b"1.5", b"null", b"[]", b"data: ", b"event: x\n", b"\xed\xa0\x80",
+                                      b"\\ud800", b"[DONE]"))
+        elif at < len(data):
+            del data[at:at + rng.randrange(1, 16)]
+    return bytes(data), "bytes"
+
+
+class TestFuzz(unittest.TestCase):
+    def assertOnlyStreamErrors(self, run, label):
+        try:
+            turn = run()
+        except ps.StreamError as error:
+            self.assertIn(error.code, ps.STREAM_CATALOG)
+            return "refused"
+        except Exception as error:  # noqa: BLE001 - this is what the test exists to catch
+            self.fail(f"{label}: {type(error).__name__} escaped")
+        try:  # a turn that parsed is dispatched too: the host's next step must not crash either
+            ps.run_turn(turn, ps.demo_dispatcher(), ps.DEMO_HOST)
+        except ps.StreamError:
+            pass
+        except Exception as error:  # noqa: BLE001
+            self.fail(f"{label}: {type(error).__name__} escaped from run_turn")
+        return "parsed"
+
+    def test_mutated_events_raise_only_stream_errors(self):
+        for provider in PROVIDERS:
+            rng = random.Random(f"{FUZZ_SEED}/events/{provider}")
+            bases = fuzz_bases(provider)
+            seen = {"parsed": 0, "refused": 0}
+            for round_ in range(FUZZ_ROUNDS):
+                events, how = mutate_events(rng, rng.choice(bases))
+                label = f"seed {FUZZ_SEED} {provider} round {round_} ({how})"
+                seen[self.assertOnlyStreamErrors(lambda: ps.parse_stream(provider, events), label)] += 1
+            with self.subTest(provider=provider):  # both outcomes occur: the mutations reach past the first check
+                self.assertGreater(seen["parsed"], 0)
+                self.assertGreater(seen["refused"], FUZZ_ROUNDS // 2)
+
+    def test_mutated_sse_bytes_raise_only_stream_errors(self):
+        for provider in PROVIDERS:
+            rng = random.Random(f"{FUZZ_SEED}/sse/{provider}")
+            texts = [ps.render_sse(provider, events).encode("utf-8") for events in fuzz_bases(provider)]
+            for round_ in range(FUZZ_ROUNDS):
+                data, how = mutate_bytes(rng, rng.choice(texts))
+                label = f"seed {FUZZ_SEED} {provider} round {round_} ({how})"
+                self.assertOnlyStreamErrors(lambda: ps.parse_sse(provider, data), label)
+
+    def test_known_crash_shapes_are_refused(self):
+        # Found by coverage-guided fuzzing: a delta whose type is an array or an object on an open
+        # block or step raised TypeError (unhashable) instead of a StreamError.
+        for provider, kind in (("anthropic", "content_block_delta"), ("gemini", "step.delta")):
+            for bad in ([], {}, ["input_json_delta"]):
+                with self.subTest(provider=provider, bad=bad):
+                    events = edited(provider, stream(provider), kind, delta={"type": bad})
+                    with self.assertRaises(ps.StreamError) as caught:
+                        ps.parse_sse(provider, ps.render_sse(provider, events))
+                    self.assertEqual(caught.exception.code, "STREAM_EVENT_MALFORMED")
 
 
 # ============================================================================================

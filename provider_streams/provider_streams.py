@@ -552,19 +552,19 @@ def _openai_created(state: _State, event: Mapping[str, Any]) -> None:
 # (a shell, a computer, a patch, a custom tool, an MCP approval) has no answer this layer can give,
 # so the turn is refused rather than left with a call unanswered. Any other type is refused too:
 # a new type might be one the client must answer.
-_OPENAI_SILENT_ITEMS: Final = frozenset({
+OPENAI_SILENT_ITEMS: Final = frozenset({
     "message", "reasoning", "compaction",
     "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
     "mcp_call", "mcp_list_tools",
 })
-_OPENAI_CLIENT_ITEMS: Final = frozenset({
+OPENAI_CLIENT_ITEMS: Final = frozenset({
     "custom_tool_call", "computer_call", "local_shell_call", "shell_call", "apply_patch_call",
     "mcp_approval_request",
 })
 _OPENAI_OPENING: Final = _Opening(
     "output_index", "item", "function_call", "call_id", "arguments", ("",), item_id_key="id",
-    kinds=MappingProxyType(dict.fromkeys(_OPENAI_SILENT_ITEMS, _OTHER)), unlisted=None,
-    refused=MappingProxyType(dict.fromkeys(_OPENAI_CLIENT_ITEMS, "STREAM_CALL_UNANSWERABLE")))
+    kinds=MappingProxyType(dict.fromkeys(OPENAI_SILENT_ITEMS, _OTHER)), unlisted=None,
+    refused=MappingProxyType(dict.fromkeys(OPENAI_CLIENT_ITEMS, "STREAM_CALL_UNANSWERABLE")))
 
 
 def _openai_call(state: _State, event: Mapping[str, Any]) -> _Slot:
@@ -593,7 +593,7 @@ def _openai_matches(item: Any, slot: _Slot) -> bool:
         raise StreamError("STREAM_EVENT_MALFORMED")
     kind = item.get("type")
     if slot.kind == _GAP:  # never streamed: only an item that needs no answer may stand there
-        return type(kind) is str and kind in _OPENAI_SILENT_ITEMS
+        return type(kind) is str and kind in OPENAI_SILENT_ITEMS
     if slot.kind != _CALL:
         return kind == slot.item_type
     return ((item.get("type"), item.get("id"), item.get("call_id"), item.get("name"))
@@ -1283,11 +1283,12 @@ def _stream_case(name: str, raw: Any) -> StreamCase:
     if (STREAM_NAME_PATTERN.fullmatch(name) is None or type(raw) is not dict or raw.keys() != _STREAM_FIELDS
             or type(raw["description"]) is not str or type(raw["events"]) is not list):
         raise StreamError("STREAM_FIXTURE_INVALID")
-    _check_expectation(raw["expect"])
+    check_expectation(raw["expect"])
     return StreamCase(name, raw["description"], raw["events"], MappingProxyType(raw["expect"]))
 
 
-def _check_expectation(expect: Any) -> None:
+def check_expectation(expect: Any) -> None:
+    """Refuse (STREAM_FIXTURE_INVALID) an expectation that is neither calls and stop nor an error."""
     if type(expect) is dict and expect.keys() == _EXPECT_ERROR:
         detail = expect["detail"]
         valid = expect["error"] in STREAM_CATALOG and (detail is None or detail in ERROR_CATALOG)

@@ -25,8 +25,10 @@ sys.path.insert(0, str(HERE))  # before the repository root: the module, not the
 
 if __package__:  # discovered from the repository root, as the package provider_streams
     from . import provider_streams as ps
+    from . import stream_table
 else:
     import provider_streams as ps
+    import stream_table
 
 import tool_dispatcher  # noqa: E402
 
@@ -473,7 +475,7 @@ class TestOpenAIEvents(StreamTestCase):
     def test_items_the_provider_ran_itself_are_skipped(self):
         silent = ("message", "reasoning", "web_search_call", "file_search_call", "code_interpreter_call",
                   "image_generation_call", "mcp_call", "mcp_list_tools", "compaction")
-        self.assertEqual(ps._OPENAI_SILENT_ITEMS, frozenset(silent))
+        self.assertEqual(ps.OPENAI_SILENT_ITEMS, frozenset(silent))
         turn = ps.parse_stream("openai", openai_items(silent))
         self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"})])
         self.assertEqual(turn.calls[0].index, len(silent))
@@ -1884,6 +1886,137 @@ class TestFixtures(unittest.TestCase):
             fixture = ps.load_fixture("openai", path=self.write(directory, minimal))
         self.assertEqual(list(fixture.cases), ["x"])
         self.assertIs(ps.run_case("openai", fixture.cases["x"])["passed"], True)
+
+
+# ============================================================================================
+# The stream table: a folder of recorded NAME.sse + NAME.json pairs against parse_sse
+# ============================================================================================
+
+
+def write_pair(folder, name, provider, events, expect, *, text=None):
+    revision = ps.protocol_for(provider).profile.adapter_revision
+    body = ps.render_sse(provider, events) if text is None else text
+    with open(Path(folder) / f"{name}.sse", "w", encoding="utf-8", newline="") as handle:
+        handle.write(body)
+    fixture = {"format": "provider-streams-v1", "adapter_revision": revision, "checked": "2026-12-01",
+               "source": "synthetic", "streams": {name: {"description": "", "events": events, "expect": expect}}}
+    with open(Path(folder) / f"{name}.json", "w", encoding="utf-8") as handle:
+        json.dump(fixture, handle)
+
+
+def sdk_expect(calls, stop):
+    return {"stop": stop, "calls": [{"call_id": c, "name": n, "arguments": json.loads(a)} for c, n, a in calls],
+            "results": [{"status": "error", "error_code": "UNKNOWN_TOOL", "delivery": "none"} for _ in calls]}
+
+
+def cli_of(main, *argv):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main(list(argv))
+    return status, out.getvalue()
+
+
+class TestStreamTable(unittest.TestCase):
+    def table(self, folder):
+        return {row.name: row for row in map(stream_table.judge, stream_table.read_pairs(folder))}
+
+    def test_verdicts(self):
+        calls = [("call_1", "get_order", ORDER7)]
+        with tempfile.TemporaryDirectory() as folder:
+            floats = [{**event, "temperature": 1.0} for event in stream("openai")]
+            write_pair(folder, "a_match", "openai", floats, sdk_expect(calls, "completed"))
+            write_pair(folder, "b_other_call", "openai", stream("openai"),
+                       sdk_expect([("call_2", "get_order", ORDER7)], "completed"))
+            write_pair(folder, "c_other_stop", "gemini", stream("gemini"), sdk_expect(calls, "completed"))
+            cut = stream("anthropic")
+            cut[-2] = {**cut[-2], "delta": {"stop_reason": "max_tokens"}}
+            write_pair(folder, "d_cut", "anthropic", cut, sdk_expect(calls, "max_tokens"))
+            write_pair(folder, "e_client_item", "openai", openai_items(["custom_tool_call"]),
+                       sdk_expect(calls, "completed"))
+            server = stream("anthropic", [])
+            server[1:1] = [{"type": "content_block_start", "index": 0,
+                            "content_block": {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search"}},
+                           {"type": "content_block_stop", "index": 0}]
+            write_pair(folder, "f_server_block", "anthropic", server, sdk_expect([], "end_turn"))
+            broken = without("openai", stream("openai"), 1)
+            write_pair(folder, "g_wrong_refusal", "openai", broken, sdk_expect(calls, "completed"))
+            write_pair(folder, "h_expected_error", "openai", broken, {"error": "STREAM_NOT_OPEN", "detail": None})
+            text = ps.render_sse("anthropic", stream("anthropic")).rstrip("\n")
+            write_pair(folder, "i_no_final_blank_line", "anthropic", stream("anthropic"), sdk_expect(calls, "tool_use"),
+                       text=text)
+            write_pair(folder, "j_cut_mid_event", "anthropic", stream("anthropic"), sdk_expect(calls, "tool_use"),
+                       text=text[:-5])
+            rows = self.table(folder)
+        self.assertEqual({name: (row.verdict, row.seen, row.note) for name, row in rows.items()}, {
+            "a_match": ("match", "1 call(s), stop completed", ""),
+            "b_other_call": ("MISMATCH", "1 call(s), stop completed", ""),
+            "c_other_stop": ("MISMATCH", "1 call(s), stop requires_action", ""),
+            "d_cut": ("refused", "STREAM_TRUNCATED", ""),
+            "e_client_item": ("refused", "STREAM_CALL_UNANSWERABLE", ""),
+            "f_server_block": ("refused", "STREAM_BLOCK_UNSUPPORTED", ""),
+            "g_wrong_refusal": ("MISMATCH", "STREAM_NOT_OPEN", ""),
+            "h_expected_error": ("refused", "STREAM_NOT_OPEN", ""),
+            "i_no_final_blank_line": ("match", "1 call(s), stop tool_use", "file lacked its final blank line"),
+            "j_cut_mid_event": ("MISMATCH", "STREAM_SSE_INVALID (JSON_INVALID)", "file lacked its final blank line"),
+        })
+
+    def test_a_cut_turn_without_calls_expected_is_not_a_right_truncation(self):
+        cut = stream("anthropic")
+        cut[-2] = {**cut[-2], "delta": {"stop_reason": "max_tokens"}}
+        with tempfile.TemporaryDirectory() as folder:
+            write_pair(folder, "cut", "anthropic", cut, sdk_expect([], "max_tokens"))
+            write_pair(folder, "used", "anthropic", cut, sdk_expect([("call_1", "get_order", ORDER7)], "tool_use"))
+            rows = self.table(folder)
+        self.assertEqual((rows["cut"].verdict, rows["used"].verdict), ("MISMATCH", "MISMATCH"))
+
+    def test_cli_prints_the_table_and_counts(self):
+        with tempfile.TemporaryDirectory() as folder:
+            write_pair(folder, "one", "gemini", stream("gemini"), sdk_expect([("call_1", "get_order", ORDER7)],
+                                                                             "requires_action"))
+            status, text = cli_of(stream_table.main, folder)
+            self.assertEqual(status, 0)
+            self.assertTrue(text.splitlines()[0].startswith("stream"))
+            self.assertEqual(text.splitlines()[-1], "1 streams: 1 match, 0 refused, 0 MISMATCH")
+            status, text = cli_of(stream_table.main, folder, "--json")
+            self.assertEqual((status, json.loads(text)["rows"][0]["verdict"]), (0, "match"))
+            write_pair(folder, "two", "gemini", stream("gemini"), sdk_expect([], "completed"))
+            status, text = cli_of(stream_table.main, folder)
+            self.assertEqual((status, text.splitlines()[-1]), (1, "2 streams: 1 match, 0 refused, 1 MISMATCH"))
+
+    def test_unreadable_folders_and_pairs_give_the_one_failure_shape(self):
+        with tempfile.TemporaryDirectory() as folder:
+            cases = [((str(Path(folder) / "missing"),), "STREAM_FIXTURE_INVALID"), ((folder,), "STREAM_FIXTURE_INVALID"),
+                     ((), "CLI_USAGE"), ((folder, "--bogus"), "CLI_USAGE")]
+            for argv, code in cases:
+                with self.subTest(argv=argv):
+                    status, text = cli_of(stream_table.main, *argv)
+                    self.assertEqual((status, list(json.loads(text)), json.loads(text)["error"]["code"]),
+                                     (2, ["passed", "error"], code))
+                    self.assertNotIn(folder, text)
+            write_pair(folder, "x", "openai", stream("openai"), sdk_expect([], "completed"))
+            with open(Path(folder) / "x.json", "w", encoding="utf-8") as handle:
+                handle.write('{"format": 1, "format": 2}')
+            status, text = cli_of(stream_table.main, folder)
+            self.assertEqual((status, json.loads(text)["error"]),
+                             (2, ps.StreamError("STREAM_FIXTURE_INVALID", detail="JSON_DUPLICATE_KEY").to_json()))
+            with open(Path(folder) / "x.json", "w", encoding="utf-8") as handle:
+                handle.write('{"format": "provider-streams-v1", "adapter_revision": "x", "streams": {"x": {}}}')
+            status, text = cli_of(stream_table.main, folder)
+            self.assertEqual((status, json.loads(text)["error"]["code"]), (2, "STREAM_FIXTURE_INVALID"))
+
+    def test_pair_and_byte_limits(self):
+        with tempfile.TemporaryDirectory() as folder:
+            write_pair(folder, "x", "gemini", stream("gemini"), sdk_expect([], "completed"))
+            write_pair(folder, "y", "gemini", stream("gemini"), sdk_expect([], "completed"))
+            self.assertEqual([pair.name for pair in stream_table.read_pairs(folder, max_pairs=2)], ["x", "y"])
+            with self.assertRaises(ps.StreamError) as caught:
+                stream_table.read_pairs(folder, max_pairs=1)
+            self.assertEqual(caught.exception.code, "STREAM_FIXTURE_INVALID")
+            size = max((Path(folder) / "x.json").stat().st_size, (Path(folder) / "x.sse").stat().st_size)
+            self.assertEqual(len(stream_table.read_pairs(folder, max_bytes=size + 1000)), 2)
+            with self.assertRaises(ps.StreamError) as caught:
+                stream_table.read_pairs(folder, max_bytes=size - 1)
+            self.assertEqual((caught.exception.code, caught.exception.detail), ("STREAM_FIXTURE_INVALID", "JSON_TOO_LARGE"))
 
 
 # ============================================================================================

@@ -23,6 +23,11 @@ does not list is skipped while no call is open, and refused (STREAM_UNKNOWN_EVEN
 because there it could carry part of a call's arguments. Unknown keys on known events are
 ignored: providers add fields. Nothing at all may follow the terminal event.
 
+Two decoding policies: a provider's frame is its envelope, decoded under ENVELOPE_JSON (floats,
+nulls, long counters, bounded in bytes and depth); what becomes a proposal is decoded again under
+PORTABLE_JSON, and every id, name and text this layer uses or echoes is checked where it is used.
+No item the client must answer is ever dropped: it is parsed and answered, or the turn is refused.
+
 Sections, in the order data flows:
     1. Limits and constants               9. Continuation payloads
     2. Errors and the code catalog       10. Synthetic streams (tests and benchmarks)

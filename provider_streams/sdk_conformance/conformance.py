@@ -28,6 +28,7 @@ import threading
 import types
 import typing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Callable
 
@@ -333,12 +334,7 @@ def main() -> int:
         failures += not passed
         print(("ok   " if passed else "FAIL ") + line)
 
-    versions = {}
-    for provider, distribution in (("openai", "openai"), ("anthropic", "anthropic"), ("gemini", "google-genai")):
-        from importlib.metadata import version
-        versions[provider] = version(distribution)
-    print("NOTE SDKs: " + ", ".join(f"{name} {number}" for name, number in zip(
-        ("openai", "anthropic", "google-genai"), versions.values())))
+    print("NOTE SDKs: " + ", ".join(f"{name} {version(name)}" for name in ("openai", "anthropic", "google-genai")))
     server = Loopback()
     for provider in SDKS:
         check_provider(provider, server, report)

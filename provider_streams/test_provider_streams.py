@@ -2021,6 +2021,35 @@ class TestStreamTable(unittest.TestCase):
             self.assertEqual((caught.exception.code, caught.exception.detail), ("STREAM_FIXTURE_INVALID", "JSON_TOO_LARGE"))
 
 
+class TestSdkConformanceSetup(unittest.TestCase):
+    """The SDK check itself runs from .ci/run's extras (it needs the SDKs); here, what it stands on."""
+
+    def test_the_sdks_are_pinned_exactly_and_nothing_else_is_installed(self):
+        with open(HERE / "sdk_conformance" / "requirements.txt", encoding="utf-8") as handle:
+            lines = [line.strip() for line in handle if line.strip() and not line.startswith("#")]
+        pins = dict(line.split("==") for line in lines)
+        self.assertEqual(sorted(pins), ["anthropic", "google-genai", "openai"])
+        for name, version in pins.items():
+            with self.subTest(name=name):
+                self.assertRegex(version, r"^[0-9]+\.[0-9]+\.[0-9]+$")
+
+    def test_the_environment_lives_outside_the_checkout_and_ci_runs_it(self):
+        with open(HERE / "sdk_conformance" / "run.sh", encoding="utf-8") as handle:
+            script = handle.read()
+        self.assertIn('mktemp -d "${TMPDIR:-/tmp}/', script)
+        self.assertIn("trap 'rm -rf \"$venv\"' EXIT", script)
+        self.assertIn("PYTHONDONTWRITEBYTECODE=1", script)
+        with open(HERE.parent / "README.md", encoding="utf-8") as handle:
+            readme = handle.read()
+        extras = readme.split("<!-- ci-extras:start -->")[1].split("<!-- ci-extras:end -->")[0]
+        self.assertIn("\nbash provider_streams/sdk_conformance/run.sh\n", extras)
+
+    def test_the_layer_itself_imports_no_sdk(self):
+        for path in (HERE / "provider_streams.py", HERE / "stream_table.py"):
+            with self.subTest(path=path.name), open(path, encoding="utf-8") as handle:
+                self.assertEqual(re.findall(r"^\s*(?:import|from) (?:openai|anthropic|google)\b", handle.read(), re.M), [])
+
+
 # ============================================================================================
 # 15. CLI
 # ============================================================================================

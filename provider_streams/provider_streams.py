@@ -572,6 +572,16 @@ _OPENAI_OPENING: Final = _Opening(
     refused=MappingProxyType(dict.fromkeys(OPENAI_CLIENT_ITEMS, "STREAM_CALL_UNANSWERABLE")))
 
 
+def _openai_added(state: _State, event: Mapping[str, Any]) -> None:
+    # An "empty added" event (no item at all, which OpenAI's own stream helper skips) opens
+    # nothing the stream can use: its index becomes a gap, which the final output must explain.
+    if event.get("item") is None:
+        gap = state.add_slot(_index(event, "output_index"), _GAP)
+        gap.open = False
+        return
+    _open(state, event, opening=_OPENAI_OPENING)
+
+
 def _openai_call(state: _State, event: Mapping[str, Any]) -> _Slot:
     slot = state.slot(_index(event, "output_index"))
     if slot.kind != _CALL or event.get("item_id") != slot.item_id:
@@ -669,7 +679,7 @@ _OPENAI_CONTENT_EVENTS: Final = (
 
 OPENAI_RULES: Final[Mapping[str, _Rule]] = MappingProxyType({
     "response.created": _Rule(_BEFORE, _openai_created),
-    "response.output_item.added": _Rule(_OPEN, functools.partial(_open, opening=_OPENAI_OPENING)),
+    "response.output_item.added": _Rule(_OPEN, _openai_added),
     "response.function_call_arguments.delta": _Rule(_OPEN, _openai_arguments_delta),
     "response.function_call_arguments.done": _Rule(_OPEN, _openai_arguments_done),
     "response.output_item.done": _Rule(_OPEN, _openai_item_done),

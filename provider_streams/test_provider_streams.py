@@ -525,6 +525,30 @@ class TestOpenAIEvents(StreamTestCase):
         del events[-1]["response"]["output"]  # without the output a gap cannot be checked at all
         self.assertRefused("openai", events, "STREAM_INCONSISTENT", event=len(events) - 1)
 
+    def test_an_empty_added_event_is_a_gap_the_final_output_must_explain(self):
+        silent = {"type": "message", "id": "m_0", "status": "completed"}
+        call_like = {"type": "function_call", "id": "fc_0", "call_id": "call_0", "name": "get_order",
+                     "arguments": ORDER7, "status": "completed"}
+        for empty in ({"type": "response.output_item.added", "output_index": 0, "item": None},
+                      {"type": "response.output_item.added", "output_index": 0}):
+            with self.subTest(empty=empty):
+                base = openai_items([], call_index=1)
+                events = inserted("openai", base, 1, empty)
+                events[-1]["response"]["output"].insert(0, silent)
+                turn = ps.parse_stream("openai", events)
+                self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"})])
+                events = inserted("openai", base, 1, empty)
+                events[-1]["response"]["output"].insert(0, call_like)  # a call stood there: never lost
+                self.assertRefused("openai", events, "STREAM_INCONSISTENT", event=len(events) - 1)
+                events = inserted("openai", base, 1, empty)
+                at = position("openai", events, "response.function_call_arguments.delta")
+                stray = {"type": "response.function_call_arguments.delta", "output_index": 0, "item_id": "fc_0",
+                         "delta": "{}"}
+                self.assertRefused("openai", inserted("openai", events, at, stray), "STREAM_NOT_OPEN", event=at)
+        events = inserted("openai", openai_items([]), 1,
+                          {"type": "response.output_item.added", "output_index": 0, "item": None})
+        self.assertRefused("openai", events, "STREAM_DUPLICATE", event=2)  # the call then opens at a taken index
+
     def test_an_index_gap_is_bounded_by_the_event_limit(self):
         silent = {"type": "message", "id": "m", "status": "completed"}
         for index, accepted in ((19, True), (20, False), (10**30, False)):

@@ -23,6 +23,11 @@ does not list is skipped while no call is open, and refused (STREAM_UNKNOWN_EVEN
 because there it could carry part of a call's arguments. Unknown keys on known events are
 ignored: providers add fields. Nothing at all may follow the terminal event.
 
+Two decoding policies: a provider's frame is its envelope, decoded under ENVELOPE_JSON (floats,
+nulls, long counters, bounded in bytes and depth); what becomes a proposal is decoded again under
+PORTABLE_JSON, and every id, name and text this layer uses or echoes is checked where it is used.
+No item the client must answer is ever dropped: it is parsed and answered, or the turn is refused.
+
 Sections, in the order data flows:
     1. Limits and constants               9. Continuation payloads
     2. Errors and the code catalog       10. Synthetic streams (tests and benchmarks)
@@ -55,18 +60,25 @@ from tool_dispatcher import (  # noqa: E402
     PROVIDER_PROFILES,
     REGISTRY,
     Approval,
+    ENVELOPE_JSON,
     BoundaryError,
     CallContext,
+    CatalogError,
+    CliParser,
     Dispatcher,
+    ErrorSpec,
     Order,
     Principal,
     ProviderProfile,
     ToolSpec,
     canonical_sha256,
     decode_strict_json,
+    emit_json,
+    error_specs,
     is_identifier,
     json_copy,
     read_bounded,
+    run_cli,
     verify_result_set,
 )
 
@@ -84,6 +96,7 @@ MAX_ARGUMENT_DEPTH: Final = 10  # containers deep in one call's arguments: OpenA
 MAX_TEXT_BYTES: Final = 65_536  # UTF-8 bytes of assistant text kept to echo an Anthropic turn
 MAX_SSE_BYTES: Final = 8_388_608  # raw SSE bytes handed to the splitter
 MAX_SSE_EVENT_BYTES: Final = 262_144  # one event's data: a terminal event repeats every argument
+MAX_SSE_EVENT_DEPTH: Final = 32  # containers deep in one event: real envelopes carry tool schemas
 MAX_FIXTURE_BYTES: Final = 262_144  # one stream fixture file
 APPROVAL_TTL_SECONDS: Final = 300  # how long a host approval stays live for the call it names
 
@@ -99,69 +112,80 @@ DATE_PATTERN: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 # ============================================================================================
 # 2. Errors and the code catalog
 # ============================================================================================
-# One error type for this layer, with a closed catalog and fixed messages: nothing from a stream
-# is formatted into them. `event` is the position of the offending event in the stream, `detail`
-# the tool_dispatcher code underneath (a JSON_* refusal of the arguments, say), never free text.
+# One error type for this layer, a subclass of the project's one base (tool_dispatcher.CatalogError),
+# with its own closed catalog and fixed messages: nothing from a stream is formatted into them, and
+# no code is one of the core's (a test holds both catalogs apart).
 
-STREAM_ERRORS: Final[Mapping[str, str]] = MappingProxyType({
-    # the stream as a whole
-    "STREAM_PROVIDER_UNKNOWN": "The provider is not one this layer parses.",
-    "STREAM_EVENTS_INVALID": "A stream must be a list of events.",
-    "STREAM_TOO_MANY_EVENTS": "The stream has more events than its limit.",
-    "STREAM_INCOMPLETE": "The stream ended before its terminal event, or with an item still open.",
-    "STREAM_PROVIDER_ERROR": "The provider reported an error in the stream.",
-    "STREAM_REVISION_MISMATCH": "The stream has the shape of another API revision.",
-    # one event
-    "STREAM_EVENT_MALFORMED": "An event, or a field it needs, has the wrong type or value.",
-    "STREAM_UNKNOWN_EVENT": "An event type this revision does not know arrived while a call was open.",
-    "STREAM_OUT_OF_ORDER": "An event arrived where the protocol does not allow it.",
-    "STREAM_SEQUENCE_INVALID": "A sequence number was repeated or went backwards.",
-    "STREAM_NOT_OPEN": "An event refers to an item, block or step that is not open.",
-    "STREAM_DUPLICATE": "An item, block, step or call id was opened twice.",
-    "STREAM_INCONSISTENT": "An event contradicts what the stream said before.",
-    "STREAM_BLOCK_UNSUPPORTED": "A content block type that this revision cannot echo back.",
-    "STREAM_ID_INVALID": "A response or call id is not a portable identifier.",
-    "STREAM_NAME_INVALID": "A tool name is not a portable tool name.",
-    # the calls
-    "STREAM_TOO_MANY_CALLS": "The turn has more calls than its limit.",
-    "STREAM_FRAGMENT_TOO_LARGE": "One fragment is larger than its limit.",
-    "STREAM_ARGUMENTS_TOO_LARGE": "The turn's arguments together are larger than their limit.",
-    "STREAM_TEXT_TOO_LARGE": "The turn's text is larger than its limit.",
-    "STREAM_ARGUMENTS_INVALID": "A call's arguments are not strict, portable JSON.",
-    "STREAM_ARGUMENTS_NOT_OBJECT": "A call's arguments are not a JSON object.",
-    "STREAM_TRUNCATED": "The provider stopped at a limit while the turn held calls.",
-    "STREAM_STOP_MISMATCH": "The stop reason contradicts the calls in the turn.",
-    # raw SSE text
-    "STREAM_SSE_INVALID": "The SSE text or one of its events is not valid.",
-    "STREAM_SSE_TOO_LARGE": "The SSE text or one of its events is larger than its limit.",
-    # after parsing
-    "STREAM_CONTINUATION_REFUSED": "The boundary refused to dispatch, verify or adapt the turn's results.",
-    "STREAM_AUDIT_LEAK": "A continuation payload holds a value that only the protected audit may hold.",
-    # fixtures and the command line
-    "STREAM_FIXTURE_INVALID": "The stream fixture could not be read or has the wrong structure.",
-    "STREAM_CLI_USAGE": "The command line is not valid; see --help.",
-    "STREAM_CLI_UNKNOWN_STREAM": "The fixture has no stream of that name.",
-    "STREAM_INTERNAL_ERROR": "The stream layer failed unexpectedly.",
+def _stream_specs(retryable: bool, **messages: str) -> dict[str, ErrorSpec]:
+    return error_specs("stream", retryable, **messages)
+
+
+# Retryable: the same request, sent again, may well give a whole stream (a cut, a provider error).
+STREAM_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
+    **_stream_specs(
+        True,
+        STREAM_INCOMPLETE="The stream ended before its terminal event, or with an item still open.",
+        STREAM_PROVIDER_ERROR="The provider reported an error in the stream.",
+        STREAM_TRUNCATED="The provider stopped at a limit while the turn held calls.",
+    ),
+    **_stream_specs(
+        False,
+        # the stream as a whole
+        STREAM_PROVIDER_UNKNOWN="The provider is not one this layer parses.",
+        STREAM_EVENTS_INVALID="A stream must be a list of events.",
+        STREAM_TOO_MANY_EVENTS="The stream has more events than its limit.",
+        STREAM_REVISION_MISMATCH="The stream has the shape of another API revision.",
+        # one event
+        STREAM_EVENT_MALFORMED="An event, or a field it needs, has the wrong type or value.",
+        STREAM_UNKNOWN_EVENT="An event type this revision does not know arrived while a call was open.",
+        STREAM_OUT_OF_ORDER="An event arrived where the protocol does not allow it.",
+        STREAM_SEQUENCE_INVALID="A sequence number was repeated or went backwards.",
+        STREAM_NOT_OPEN="An event refers to an item, block or step that is not open.",
+        STREAM_DUPLICATE="An item, block, step or call id was opened twice.",
+        STREAM_INCONSISTENT="An event contradicts what the stream said before.",
+        STREAM_BLOCK_UNSUPPORTED="An item or content block of a type this revision does not handle.",
+        STREAM_CALL_UNANSWERABLE="The turn holds a client-executed item this layer cannot answer.",
+        STREAM_ID_INVALID="A response, item or call id is not a portable identifier.",
+        STREAM_NAME_INVALID="A tool name is not a portable tool name.",
+        # the calls
+        STREAM_TOO_MANY_CALLS="The turn has more calls than its limit.",
+        STREAM_FRAGMENT_TOO_LARGE="One fragment is larger than its limit.",
+        STREAM_ARGUMENTS_TOO_LARGE="The turn's arguments together are larger than their limit.",
+        STREAM_TEXT_TOO_LARGE="The turn's text is larger than its limit.",
+        STREAM_ARGUMENTS_INVALID="A call's arguments are not strict, portable JSON.",
+        STREAM_ARGUMENTS_NOT_OBJECT="A call's arguments are not a JSON object.",
+        STREAM_STOP_MISMATCH="The stop reason contradicts the calls in the turn.",
+        # raw SSE text
+        STREAM_SSE_INVALID="The SSE text or one of its events is not valid.",
+        STREAM_SSE_TOO_LARGE="The SSE text or one of its events is larger than its limit.",
+        # after parsing
+        STREAM_CONTINUATION_REFUSED="The boundary refused to dispatch, verify or adapt the turn's results.",
+        STREAM_AUDIT_LEAK="A continuation payload holds a value that only the protected audit may hold.",
+        # fixtures and the command line (usage and internal errors are the core's CLI codes)
+        STREAM_FIXTURE_INVALID="The stream fixture could not be read or has the wrong structure.",
+        STREAM_CLI_UNKNOWN_STREAM="The fixture has no stream of that name.",
+    ),
 })
 
 
-class StreamError(Exception):
-    """The one error type of this layer: a code from STREAM_ERRORS and its fixed message."""
+class StreamError(CatalogError):
+    """The one error type of this layer: a code from STREAM_CATALOG and its fixed message.
+
+    `event` is the position of the offending event in the stream; `detail` the code of the
+    tool_dispatcher catalog underneath (a JSON_* refusal of the arguments, say), never free text.
+    """
+
+    CATALOG = STREAM_CATALOG
 
     def __init__(self, code: str, *, event: int | None = None, detail: str | None = None) -> None:
-        if code not in STREAM_ERRORS or (detail is not None and detail not in ERROR_CATALOG):
+        if detail is not None and detail not in ERROR_CATALOG:
             raise ValueError("unknown error code")  # a programming error, not an input error
         super().__init__(code)
-        self.code = code
         self.event = event
         self.detail = detail
 
-    @property
-    def message(self) -> str:
-        return STREAM_ERRORS[self.code]
-
-    def to_json(self) -> dict[str, Any]:
-        view: dict[str, Any] = {"code": self.code, "message": self.message}
+    def details(self) -> dict[str, Any]:
+        view: dict[str, Any] = {}
         if self.detail is not None:
             view["detail"] = self.detail
         if self.event is not None:
@@ -240,6 +264,7 @@ _ANY: Final = "any"  # a rule phase: any phase before the end
 _CALL: Final = "call"
 _TEXT: Final = "text"  # text kept for an echo
 _OTHER: Final = "other"  # an item whose content this layer does not need
+_GAP: Final = "gap"  # an index the stream skipped (OpenAI only): never open, checked at the end
 
 _OVER_BUDGET: Final = MappingProxyType({_CALL: "STREAM_ARGUMENTS_TOO_LARGE", _TEXT: "STREAM_TEXT_TOO_LARGE"})
 
@@ -255,10 +280,11 @@ _UNLISTED_STOP: Final = "no_calls"  # a stop reason no table lists can never car
 
 
 class _Slot:
-    __slots__ = ("kind", "item_id", "call_id", "name", "fragments", "open", "done")
+    __slots__ = ("kind", "item_type", "item_id", "call_id", "name", "fragments", "open", "done")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
+        self.item_type = ""  # the provider's type of the item, block or step
         self.item_id: str | None = None
         self.call_id = ""
         self.name = ""
@@ -295,8 +321,18 @@ class _State:
 
     def add_slot(self, index: int, kind: str) -> _Slot:
         count = len(self.slots)
-        if index != count:
-            raise StreamError("STREAM_DUPLICATE" if index < count else "STREAM_OUT_OF_ORDER")
+        if index < count:
+            raise StreamError("STREAM_DUPLICATE")
+        if index > count:
+            # A skipped index is accepted only where the terminal event lists every item again
+            # (OpenAI), so a call whose opening went missing is still caught there; and never
+            # wider than the stream could have filled, so a hostile index allocates nothing.
+            if not self.protocol.index_gaps or index >= self.limits.events:
+                raise StreamError("STREAM_OUT_OF_ORDER")
+            for _ in range(index - count):
+                gap = _Slot(_GAP)
+                gap.open = False
+                self.slots.append(gap)
         slot = _Slot(kind)
         self.slots.append(slot)
         return slot
@@ -402,14 +438,17 @@ def _indexed_delta(state: _State, event: Mapping[str, Any], *, fields: Mapping[t
     delta = _object(event, "delta")
     if slot.kind == _OTHER:
         return
-    field = fields.get((slot.kind, delta.get("type")))
+    kind = delta.get("type")
+    if type(kind) is not str:  # a list or an object here would be unhashable: refused first
+        raise StreamError("STREAM_EVENT_MALFORMED")
+    field = fields.get((slot.kind, kind))
     if field is None:
         raise StreamError("STREAM_INCONSISTENT")
     state.append(slot, delta.get(field))
 
 
-def _decode_arguments(data: bytes, limits: Limits) -> dict[str, Any]:
-    if not data:
+def _decode_arguments(data: bytes, limits: Limits, *, empty_is_object: bool) -> dict[str, Any]:
+    if not data and empty_is_object:
         return {}  # no fragment at all: the provider's own reading of empty input
     try:
         value = decode_strict_json(data, max_bytes=limits.argument_bytes, max_depth=limits.depth)
@@ -432,7 +471,8 @@ def _build_turn(state: _State) -> Turn:
     content: list[dict[str, Any]] = []
     for index, slot in enumerate(state.slots):
         if slot.kind == _CALL:
-            arguments = _decode_arguments(slot.data(), state.limits)
+            arguments = _decode_arguments(slot.data(), state.limits,
+                                          empty_is_object=state.protocol.empty_is_object)
             calls.append(ParsedCall(index, slot.call_id, slot.name, arguments))
             content.append({"type": "tool_use", "id": slot.call_id, "name": slot.name,
                             "input": json_copy(arguments)})
@@ -464,6 +504,7 @@ class _Opening:
     item_id_key: str | None = None  # OpenAI keys deltas by the item's own id as well
     kinds: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # types with a kind of their own
     unlisted: str | None = _OTHER  # the kind of any other type; None refuses it
+    refused: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # type -> its refusal code
 
 
 def _open(state: _State, event: Mapping[str, Any], *, opening: _Opening) -> None:
@@ -478,10 +519,14 @@ def _open(state: _State, event: Mapping[str, Any], *, opening: _Opening) -> None
         item_id = None if opening.item_id_key is None else _identifier(item.get(opening.item_id_key))
         state.add_call(index, call_id=item.get(opening.call_id_key), name=item.get("name"), item_id=item_id)
         return
+    refusal = opening.refused.get(kind)
+    if refusal is not None:
+        raise StreamError(refusal)
     slot_kind = opening.kinds.get(kind, opening.unlisted)
     if slot_kind is None:
         raise StreamError("STREAM_BLOCK_UNSUPPORTED")
     slot = state.add_slot(index, slot_kind)
+    slot.item_type = kind
     if slot_kind == _TEXT:
         state.append(slot, item.get("text"))
 
@@ -507,8 +552,34 @@ def _openai_created(state: _State, event: Mapping[str, Any]) -> None:
     state.start(_object(event, "response").get("id"))
 
 
-_OPENAI_OPENING: Final = _Opening("output_index", "item", "function_call", "call_id", "arguments", ("",),
-                                  item_id_key="id")
+# Output items: a function call is answered; an item the provider ran itself (or a message,
+# reasoning) needs no answer and is tracked only as open or closed; an item the client must run
+# (a shell, a computer, a patch, a custom tool, an MCP approval) has no answer this layer can give,
+# so the turn is refused rather than left with a call unanswered. Any other type is refused too:
+# a new type might be one the client must answer.
+OPENAI_SILENT_ITEMS: Final = frozenset({
+    "message", "reasoning", "compaction",
+    "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
+    "mcp_call", "mcp_list_tools",
+})
+OPENAI_CLIENT_ITEMS: Final = frozenset({
+    "custom_tool_call", "computer_call", "local_shell_call", "shell_call", "apply_patch_call",
+    "mcp_approval_request",
+})
+_OPENAI_OPENING: Final = _Opening(
+    "output_index", "item", "function_call", "call_id", "arguments", ("",), item_id_key="id",
+    kinds=MappingProxyType(dict.fromkeys(OPENAI_SILENT_ITEMS, _OTHER)), unlisted=None,
+    refused=MappingProxyType(dict.fromkeys(OPENAI_CLIENT_ITEMS, "STREAM_CALL_UNANSWERABLE")))
+
+
+def _openai_added(state: _State, event: Mapping[str, Any]) -> None:
+    # An "empty added" event (no item at all, which OpenAI's own stream helper skips) opens
+    # nothing the stream can use: its index becomes a gap, which the final output must explain.
+    if event.get("item") is None:
+        gap = state.add_slot(_index(event, "output_index"), _GAP)
+        gap.open = False
+        return
+    _open(state, event, opening=_OPENAI_OPENING)
 
 
 def _openai_call(state: _State, event: Mapping[str, Any]) -> _Slot:
@@ -535,8 +606,11 @@ def _openai_matches(item: Any, slot: _Slot) -> bool:
     """Whether a finished output item says what the stream said about its slot."""
     if type(item) is not dict:
         raise StreamError("STREAM_EVENT_MALFORMED")
+    kind = item.get("type")
+    if slot.kind == _GAP:  # never streamed: only an item that needs no answer may stand there
+        return type(kind) is str and kind in OPENAI_SILENT_ITEMS
     if slot.kind != _CALL:
-        return item.get("type") != "function_call"
+        return kind == slot.item_type
     return ((item.get("type"), item.get("id"), item.get("call_id"), item.get("name"))
             == ("function_call", slot.item_id, slot.call_id, slot.name)) and _same_text(item.get("arguments"), slot)
 
@@ -560,16 +634,26 @@ def _openai_terminal(stop: str) -> Callable[[_State, dict[str, Any]], None]:
         if response.get("id") != state.response_id or response.get("status", stop) != stop:
             raise StreamError("STREAM_INCONSISTENT")
         state.finish(stop)
-        # The final response lists every output item again: it must agree, item by item.
-        if "output" in response:
-            output = response["output"]
+        # The final response lists every output item again: it must agree, item by item. After a
+        # skipped index it is required: only it can show that no call hid in the gap.
+        if "output" in response or any(slot.kind == _GAP for slot in state.slots):
+            output = response.get("output")
             if type(output) is not list or len(output) != len(state.slots) or not all(
                     _openai_matches(item, slot) for item, slot in zip(output, state.slots)):
                 raise StreamError("STREAM_INCONSISTENT")
     return handle
 
 
-# Content of items other than function calls: known, and not needed to answer the calls.
+def _openai_content(state: _State, event: Mapping[str, Any]) -> None:
+    # Content and progress of items that are not calls: not read, but one that names a call's
+    # output index would be a second channel into that call, so it is refused.
+    index = event.get("output_index")
+    if type(index) is int and 0 <= index < len(state.slots) and state.slots[index].kind == _CALL:
+        raise StreamError("STREAM_INCONSISTENT")
+
+
+# Content of items other than function calls, and progress of the provider's own tools: known,
+# and not needed to answer the calls.
 _OPENAI_CONTENT_EVENTS: Final = (
     "response.in_progress", "response.queued",
     "response.content_part.added", "response.content_part.done",
@@ -578,11 +662,24 @@ _OPENAI_CONTENT_EVENTS: Final = (
     "response.reasoning_summary_part.added", "response.reasoning_summary_part.done",
     "response.reasoning_summary_text.delta", "response.reasoning_summary_text.done",
     "response.reasoning_text.delta", "response.reasoning_text.done",
+    "response.web_search_call.in_progress", "response.web_search_call.searching",
+    "response.web_search_call.completed",
+    "response.file_search_call.in_progress", "response.file_search_call.searching",
+    "response.file_search_call.completed",
+    "response.code_interpreter_call.in_progress", "response.code_interpreter_call.interpreting",
+    "response.code_interpreter_call.completed",
+    "response.code_interpreter_call_code.delta", "response.code_interpreter_call_code.done",
+    "response.image_generation_call.in_progress", "response.image_generation_call.generating",
+    "response.image_generation_call.partial_image", "response.image_generation_call.completed",
+    "response.mcp_call.in_progress", "response.mcp_call.completed", "response.mcp_call.failed",
+    "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done",
+    "response.mcp_list_tools.in_progress", "response.mcp_list_tools.completed",
+    "response.mcp_list_tools.failed",
 )
 
 OPENAI_RULES: Final[Mapping[str, _Rule]] = MappingProxyType({
     "response.created": _Rule(_BEFORE, _openai_created),
-    "response.output_item.added": _Rule(_OPEN, functools.partial(_open, opening=_OPENAI_OPENING)),
+    "response.output_item.added": _Rule(_OPEN, _openai_added),
     "response.function_call_arguments.delta": _Rule(_OPEN, _openai_arguments_delta),
     "response.function_call_arguments.done": _Rule(_OPEN, _openai_arguments_done),
     "response.output_item.done": _Rule(_OPEN, _openai_item_done),
@@ -590,7 +687,7 @@ OPENAI_RULES: Final[Mapping[str, _Rule]] = MappingProxyType({
     "response.incomplete": _Rule(_OPEN, _openai_terminal("incomplete")),
     "response.failed": _Rule(_ANY, _provider_error),
     "error": _Rule(_ANY, _provider_error),
-    **{kind: _Rule(_OPEN, _ignore) for kind in _OPENAI_CONTENT_EVENTS},
+    **{kind: _Rule(_OPEN, _openai_content) for kind in _OPENAI_CONTENT_EVENTS},
 })
 OPENAI_STOPS: Final = MappingProxyType({"completed": "any", "incomplete": "cut"})
 
@@ -683,8 +780,12 @@ GEMINI_RULES: Final[Mapping[str, _Rule]] = MappingProxyType({
     "error": _Rule(_ANY, _provider_error),
     **{kind: _Rule(_ANY, _other_revision) for kind in _GEMINI_LEGACY_EVENTS},
 })
+# requires_continuation and budget_exceeded stop the turn at a limit, like incomplete: calls
+# in such a turn are refused as cut, and a turn without calls keeps its status as its stop, so
+# the host sees that the turn is unfinished (nothing is dispatched either way).
 GEMINI_STOPS: Final = MappingProxyType({
     "requires_action": "calls", "completed": "no_calls", "incomplete": "cut",
+    "requires_continuation": "cut", "budget_exceeded": "cut",
     "failed": "failed", "cancelled": "failed",
 })
 
@@ -853,6 +954,9 @@ class Protocol:
     stop_rules: Mapping[str, str]
     check_event: Callable[[_State, dict[str, Any]], None]  # run on every event before its rule
     echoes_content: bool  # whether the continuation echoes the assistant content
+    index_gaps: bool  # whether an index may be skipped (only where the terminal event lists every item)
+    empty_is_object: bool  # whether a call with no argument fragment at all reads as {}
+    done_frame: str | None  # the SSE data that ends the stream after its terminal event, if any
     build: Callable[[str, Sequence[tuple[str, str, str]], int], list[dict[str, Any]]]
     declare: Callable[[ToolSpec], dict[str, Any]]
     adapt: Callable[..., dict[str, Any]]
@@ -863,13 +967,13 @@ PROTOCOLS: Final[Mapping[str, Protocol]] = MappingProxyType({
     protocol.name: protocol
     for protocol in (
         Protocol("openai", PROVIDER_PROFILES["openai-responses-v1"], "type", OPENAI_RULES, OPENAI_STOPS,
-                 _openai_sequence, False, _openai_events, _openai_tool,
+                 _openai_sequence, False, True, False, None, _openai_events, _openai_tool,
                  tool_dispatcher.to_openai_responses, _openai_continuation),
         Protocol("anthropic", PROVIDER_PROFILES["anthropic-messages-v1"], "type", ANTHROPIC_RULES,
-                 ANTHROPIC_STOPS, _ignore, True, _anthropic_events, _anthropic_tool,
+                 ANTHROPIC_STOPS, _ignore, True, False, True, None, _anthropic_events, _anthropic_tool,
                  tool_dispatcher.to_anthropic_messages, _anthropic_continuation),
         Protocol("gemini", PROVIDER_PROFILES["gemini-interactions-v1"], "event_type", GEMINI_RULES,
-                 GEMINI_STOPS, _ignore, False, _gemini_events, _gemini_tool,
+                 GEMINI_STOPS, _ignore, False, False, True, "[DONE]", _gemini_events, _gemini_tool,
                  tool_dispatcher.to_gemini_interactions, _gemini_continuation),
     )
 })
@@ -942,12 +1046,15 @@ def _step(state: _State, event: Any) -> None:
 
 
 def split_sse(data: bytes | str, *, max_bytes: int = MAX_SSE_BYTES, max_event_bytes: int = MAX_SSE_EVENT_BYTES,
-              max_events: int = MAX_EVENTS) -> list[tuple[str | None, Any]]:
+              max_events: int = MAX_EVENTS, done_frame: str | None = None) -> list[tuple[str | None, Any]]:
     """Split SSE text into (event name or None, decoded data) pairs, as the SSE spec reads it.
 
     Data lines of one event are joined by newlines; `id:`, `retry:`, comments and unknown fields
     are ignored; an event with no data line dispatches nothing; an event not ended by a blank
     line when the text ends is dropped, as the spec says, so a cut-off stream loses it whole.
+    Each event's data is the provider's envelope, decoded under ENVELOPE_JSON (floats, nulls,
+    long counters), bounded in bytes and depth. An event whose data is exactly `done_frame`
+    (Gemini's `[DONE]`) ends the text: it is not returned, and no event may follow it.
     """
     if type(data) is str:
         data = data.encode("utf-8", "surrogatepass")
@@ -963,13 +1070,20 @@ def split_sse(data: bytes | str, *, max_bytes: int = MAX_SSE_BYTES, max_event_by
     name: str | None = None
     lines: list[str] = []
     size = 0
+    done = False
     # The piece after the last line break is not a line yet: an unfinished line is dropped too.
     for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")[:-1]:
         if not line:
             if lines:
-                if len(pairs) >= max_events:
-                    raise StreamError("STREAM_TOO_MANY_EVENTS")
-                pairs.append((name, _sse_payload("\n".join(lines), max_event_bytes, len(pairs))))
+                payload = "\n".join(lines)
+                if done:
+                    raise StreamError("STREAM_OUT_OF_ORDER", event=len(pairs))
+                if payload == done_frame:
+                    done = True
+                else:
+                    if len(pairs) >= max_events:
+                        raise StreamError("STREAM_TOO_MANY_EVENTS")
+                    pairs.append((name, _sse_payload(payload, max_event_bytes, len(pairs))))
             name, lines, size = None, [], 0
             continue
         field, _, value = line.partition(":")
@@ -986,7 +1100,8 @@ def split_sse(data: bytes | str, *, max_bytes: int = MAX_SSE_BYTES, max_event_by
 
 def _sse_payload(text: str, max_bytes: int, position: int) -> Any:
     try:
-        return decode_strict_json(text.encode("utf-8"), max_bytes=max_bytes)
+        return decode_strict_json(text.encode("utf-8"), max_bytes=max_bytes, max_depth=MAX_SSE_EVENT_DEPTH,
+                                  policy=ENVELOPE_JSON)
     except BoundaryError as refusal:
         code = "STREAM_SSE_TOO_LARGE" if refusal.code == "JSON_TOO_LARGE" else "STREAM_SSE_INVALID"
         raise StreamError(code, event=position, detail=refusal.code) from None
@@ -997,7 +1112,7 @@ def parse_sse(provider: str, data: bytes | str, *, max_bytes: int = MAX_SSE_BYTE
     """Split raw SSE text and parse its events; an `event:` name must agree with the data's type."""
     protocol = protocol_for(provider)
     pairs = split_sse(data, max_bytes=max_bytes, max_event_bytes=max_event_bytes,
-                      max_events=limits.get("max_events", MAX_EVENTS))
+                      max_events=limits.get("max_events", MAX_EVENTS), done_frame=protocol.done_frame)
     for position, (name, payload) in enumerate(pairs):
         if name is not None and type(payload) is dict and payload.get(protocol.type_key) != name:
             raise StreamError("STREAM_SSE_INVALID", event=position)
@@ -1181,14 +1296,15 @@ def _stream_case(name: str, raw: Any) -> StreamCase:
     if (STREAM_NAME_PATTERN.fullmatch(name) is None or type(raw) is not dict or raw.keys() != _STREAM_FIELDS
             or type(raw["description"]) is not str or type(raw["events"]) is not list):
         raise StreamError("STREAM_FIXTURE_INVALID")
-    _check_expectation(raw["expect"])
+    check_expectation(raw["expect"])
     return StreamCase(name, raw["description"], raw["events"], MappingProxyType(raw["expect"]))
 
 
-def _check_expectation(expect: Any) -> None:
+def check_expectation(expect: Any) -> None:
+    """Refuse (STREAM_FIXTURE_INVALID) an expectation that is neither calls and stop nor an error."""
     if type(expect) is dict and expect.keys() == _EXPECT_ERROR:
         detail = expect["detail"]
-        valid = expect["error"] in STREAM_ERRORS and (detail is None or detail in ERROR_CATALOG)
+        valid = expect["error"] in STREAM_CATALOG and (detail is None or detail in ERROR_CATALOG)
     else:
         valid = (type(expect) is dict and expect.keys() == _EXPECT_CALLS and type(expect["stop"]) is str
                  and type(expect["calls"]) is list and type(expect["results"]) is list
@@ -1228,13 +1344,8 @@ def run_case(provider: str, case: StreamCase) -> dict[str, Any]:
 # the arguments, the output never holds a traceback, a local path or the arguments themselves.
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise StreamError("STREAM_CLI_USAGE")
-
-
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = _Parser(prog="provider_streams", description=(
+    parser = CliParser(prog="provider_streams", description=(
         "Parse one recorded provider stream, dispatch its calls through the boundary and print "
         "the continuation payload."))
     parser.add_argument("--provider", choices=sorted(PROTOCOLS), help="which provider revision's fixture")
@@ -1243,7 +1354,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of readable text")
     arguments = parser.parse_args(argv)
     if not arguments.list and (arguments.provider is None or arguments.stream is None):
-        raise StreamError("STREAM_CLI_USAGE")
+        parser.error("--provider and --stream are required without --list")
     return arguments
 
 
@@ -1309,24 +1420,24 @@ def _emit(text: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    as_json = "--json" in (sys.argv[1:] if argv is None else argv)
-    try:
-        arguments = _arguments(argv)
-        if arguments.list:
-            listing = list_streams(arguments.provider)
-            _emit(json.dumps(listing, indent=2) if as_json else render_listing(listing))
-            return 0
-        report = run_named_stream(arguments.provider, arguments.stream)
-    except StreamError as error:
-        _emit(json.dumps({"passed": False, "error": error.to_json()}, indent=2) if as_json
-              else f"error {error.code}: {error.message}")
-        return 2
-    except Exception:  # the last line of defence: a bug must still not print a traceback
-        error = StreamError("STREAM_INTERNAL_ERROR")
-        _emit(json.dumps({"passed": False, "error": error.to_json()}) if as_json
-              else f"error {error.code}: {error.message}")
-        return 2
-    _emit(json.dumps(report, indent=2) if as_json else render_report(report))
+    """The CLI: any failure is the project's one shape, {"passed": false, "error": {...}}, exit 2."""
+    return run_cli(lambda: _run(argv))
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    arguments = _arguments(argv)
+    if arguments.list:
+        listing = list_streams(arguments.provider)
+        if arguments.json:
+            emit_json(listing)
+        else:
+            _emit(render_listing(listing))
+        return 0
+    report = run_named_stream(arguments.provider, arguments.stream)
+    if arguments.json:
+        emit_json(report)
+    else:
+        _emit(render_report(report))
     return 0 if report["passed"] else 1
 
 

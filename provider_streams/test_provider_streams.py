@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -24,8 +25,10 @@ sys.path.insert(0, str(HERE))  # before the repository root: the module, not the
 
 if __package__:  # discovered from the repository root, as the package provider_streams
     from . import provider_streams as ps
+    from . import stream_table
 else:
     import provider_streams as ps
+    import stream_table
 
 import tool_dispatcher  # noqa: E402
 
@@ -72,6 +75,33 @@ def without(provider, events, at):
     return renumber(events) if provider == "openai" else events
 
 
+def openai_items(items, call=("call_1", "get_order", ORDER7), *, call_index=None, output=None):
+    """An OpenAI stream: `items` (type -> extra fields) open and close first, then one function call.
+
+    `call_index` places the call at another output index (a gap); `output` replaces the final
+    response's output list.
+    """
+    events = [{"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}}]
+    listed = []
+    for index, kind in enumerate(items):
+        item = {"type": kind, "id": f"it_{index}", "status": "completed"}
+        events.append({"type": "response.output_item.added", "output_index": index, "item": item})
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+        listed.append(item)
+    index = len(items) if call_index is None else call_index
+    call_id, name, text = call
+    item = {"type": "function_call", "id": "fc_1", "call_id": call_id, "name": name, "arguments": ""}
+    keys = {"item_id": "fc_1", "output_index": index}
+    done = {**item, "arguments": text, "status": "completed"}
+    events += [{"type": "response.output_item.added", "output_index": index, "item": item},
+               {"type": "response.function_call_arguments.delta", **keys, "delta": text},
+               {"type": "response.function_call_arguments.done", **keys, "arguments": text},
+               {"type": "response.output_item.done", "output_index": index, "item": done},
+               {"type": "response.completed", "response": {
+                   "id": "resp_1", "status": "completed", "output": listed + [done] if output is None else output}}]
+    return renumber(events)
+
+
 class StreamTestCase(unittest.TestCase):
     def assertRefused(self, provider, events, code, detail=None, *, event=..., **limits):
         with self.assertRaises(ps.StreamError) as caught:
@@ -99,21 +129,46 @@ class TestErrors(unittest.TestCase):
         with self.assertRaises(ValueError):
             ps.StreamError("STREAM_ARGUMENTS_INVALID", detail="JSON_SOMETHING")
 
-    def test_view_has_code_fixed_message_detail_and_event(self):
+    def test_view_has_code_fixed_message_retryable_detail_and_event(self):
         error = ps.StreamError("STREAM_ARGUMENTS_INVALID", event=4, detail="JSON_INVALID")
         self.assertEqual(error.to_json(), {"code": "STREAM_ARGUMENTS_INVALID",
-                                           "message": ps.STREAM_ERRORS["STREAM_ARGUMENTS_INVALID"],
-                                           "detail": "JSON_INVALID", "event": 4})
+                                           "message": "A call's arguments are not strict, portable JSON.",
+                                           "retryable": False, "detail": "JSON_INVALID", "event": 4})
         self.assertEqual(ps.StreamError("STREAM_INCOMPLETE").to_json(),
-                         {"code": "STREAM_INCOMPLETE", "message": ps.STREAM_ERRORS["STREAM_INCOMPLETE"]})
+                         {"code": "STREAM_INCOMPLETE", "message": ps.STREAM_CATALOG["STREAM_INCOMPLETE"].message,
+                          "retryable": True})
+        self.assertEqual(list(ps.StreamError("STREAM_TRUNCATED", event=0).to_json()),
+                         ["code", "message", "retryable", "event"])
+
+    def test_stream_error_is_the_project_error_base(self):
+        self.assertTrue(issubclass(ps.StreamError, tool_dispatcher.CatalogError))
+        self.assertIs(ps.StreamError.CATALOG, ps.STREAM_CATALOG)
+        self.assertEqual(ps.StreamError("STREAM_NOT_OPEN").message, ps.STREAM_CATALOG["STREAM_NOT_OPEN"].message)
+
+    def test_catalog_shares_no_code_with_the_core(self):
+        self.assertEqual(set(ps.STREAM_CATALOG) & set(tool_dispatcher.ERROR_CATALOG), set())
+        self.assertEqual({spec.scope for spec in ps.STREAM_CATALOG.values()}, {"stream"})
+        self.assertEqual(sorted(code for code, spec in ps.STREAM_CATALOG.items() if spec.retryable),
+                         ["STREAM_INCOMPLETE", "STREAM_PROVIDER_ERROR", "STREAM_TRUNCATED"])
 
     def test_catalog_is_closed_and_messages_are_sentences(self):
         with self.assertRaises(TypeError):
-            ps.STREAM_ERRORS["STREAM_NEW"] = "x"  # type: ignore[index]
-        for code, message in ps.STREAM_ERRORS.items():
+            ps.STREAM_CATALOG["STREAM_NEW"] = "x"  # type: ignore[index]
+        for code, spec in ps.STREAM_CATALOG.items():
             with self.subTest(code=code):
                 self.assertRegex(code, r"^STREAM_[A-Z_]+$")
-                self.assertTrue(message.endswith(".") and "{" not in message)
+                self.assertTrue(spec.message.endswith(".") and "{" not in spec.message)
+
+    def test_only_public_names_of_the_core_are_used(self):
+        for path in (HERE / "provider_streams.py", HERE / "stream_table.py", HERE / "sdk_conformance" / "conformance.py"):
+            with self.subTest(path=path.name), open(path, encoding="utf-8") as source:
+                text = source.read()
+                self.assertEqual(re.findall(r"tool_dispatcher\._\w+|td\._\w+", text), [])
+                found = re.search(r"from tool_dispatcher import \((.*?)\)", text, re.S)
+                names = [name.strip() for name in found.group(1).split(",") if name.strip()] if found else []
+                self.assertEqual([name for name in names if name.startswith("_")], [])
+                if path.name != "conformance.py":  # it imports this layer only
+                    self.assertIn("decode_strict_json", names)
 
     def test_event_position_names_the_offending_event(self):
         events = stream("anthropic")
@@ -291,9 +346,9 @@ class TestOpenAIEvents(StreamTestCase):
         events[1] = {**events[1], "item": "function_call"}
         self.assertRefused("openai", events, "STREAM_EVENT_MALFORMED", event=1)
 
-    def test_output_index_must_count_up_from_zero(self):
-        for index, code in ((1, "STREAM_OUT_OF_ORDER"), (-1, "STREAM_EVENT_MALFORMED"), ("0", "STREAM_EVENT_MALFORMED"),
-                            (False, "STREAM_EVENT_MALFORMED")):
+    def test_output_index_must_be_a_natural_number(self):
+        for index, code in ((-1, "STREAM_EVENT_MALFORMED"), ("0", "STREAM_EVENT_MALFORMED"),
+                            (False, "STREAM_EVENT_MALFORMED"), ([0], "STREAM_EVENT_MALFORMED")):
             with self.subTest(index=index):
                 self.assertRefused("openai", edited("openai", stream("openai"), "response.output_item.added",
                                                     output_index=index), code, event=1)
@@ -419,6 +474,131 @@ class TestOpenAIEvents(StreamTestCase):
         text = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 1, "delta": "hi"}
         self.assertEqual(len(ps.parse_stream("openai", inserted("openai", events, 3, text)).calls), 1)
 
+    def test_items_the_provider_ran_itself_are_skipped(self):
+        silent = ("message", "reasoning", "web_search_call", "file_search_call", "code_interpreter_call",
+                  "image_generation_call", "mcp_call", "mcp_list_tools", "compaction")
+        self.assertEqual(ps.OPENAI_SILENT_ITEMS, frozenset(silent))
+        turn = ps.parse_stream("openai", openai_items(silent))
+        self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"})])
+        self.assertEqual(turn.calls[0].index, len(silent))
+
+    def test_client_executed_items_are_refused_never_dropped(self):
+        for kind in ("custom_tool_call", "computer_call", "local_shell_call", "shell_call", "apply_patch_call",
+                     "mcp_approval_request"):
+            with self.subTest(kind=kind):
+                self.assertRefused("openai", openai_items([kind]), "STREAM_CALL_UNANSWERABLE", event=1)
+                # the same with no function call at all: still never a turn with 0 calls
+                events = openai_items([kind])
+                self.assertRefused("openai", events[:3] + events[-1:], "STREAM_CALL_UNANSWERABLE", event=1)
+
+    def test_an_unlisted_item_type_is_refused(self):
+        for kind in ("program", "future_tool_call", "function_call_output"):
+            with self.subTest(kind=kind):
+                self.assertRefused("openai", openai_items([kind]), "STREAM_BLOCK_UNSUPPORTED", event=1)
+
+    def test_item_done_must_keep_its_type(self):
+        events = openai_items(["message"])
+        events[2] = {**events[2], "item": {**events[2]["item"], "type": "reasoning"}}
+        self.assertRefused("openai", events, "STREAM_INCONSISTENT", event=2)
+
+    def test_an_index_gap_is_accepted_when_the_final_output_shows_what_stood_there(self):
+        silent = {"type": "web_search_call", "id": "ws_0", "status": "completed"}
+        events = openai_items([], call_index=1)
+        events[-1]["response"]["output"].insert(0, silent)
+        turn = ps.parse_stream("openai", events)
+        self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"})])
+        self.assertEqual(turn.calls[0].index, 1)
+
+    def test_an_index_gap_never_hides_a_call(self):
+        hidden = {"type": "function_call", "id": "fc_0", "call_id": "call_0", "name": "get_order",
+                  "arguments": ORDER7, "status": "completed"}
+        for name, first in (("a function call", hidden), ("a client-executed call", {**hidden, "type": "shell_call"}),
+                            ("a type that is not a string", {**hidden, "type": ["message"]}),
+                            ("an unlisted type", {**hidden, "type": "program"})):
+            with self.subTest(gap=name):
+                events = openai_items([], call_index=1)
+                events[-1]["response"]["output"].insert(0, first)
+                self.assertRefused("openai", events, "STREAM_INCONSISTENT", event=len(events) - 1)
+        events = openai_items([], call_index=1)  # the output lists only what streamed: the gap is unexplained
+        self.assertRefused("openai", events, "STREAM_INCONSISTENT", event=len(events) - 1)
+        events = openai_items([], call_index=1)
+        del events[-1]["response"]["output"]  # without the output a gap cannot be checked at all
+        self.assertRefused("openai", events, "STREAM_INCONSISTENT", event=len(events) - 1)
+
+    def test_an_empty_added_event_is_a_gap_the_final_output_must_explain(self):
+        silent = {"type": "message", "id": "m_0", "status": "completed"}
+        call_like = {"type": "function_call", "id": "fc_0", "call_id": "call_0", "name": "get_order",
+                     "arguments": ORDER7, "status": "completed"}
+        for empty in ({"type": "response.output_item.added", "output_index": 0, "item": None},
+                      {"type": "response.output_item.added", "output_index": 0}):
+            with self.subTest(empty=empty):
+                base = openai_items([], call_index=1)
+                events = inserted("openai", base, 1, empty)
+                events[-1]["response"]["output"].insert(0, silent)
+                turn = ps.parse_stream("openai", events)
+                self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"})])
+                events = inserted("openai", base, 1, empty)
+                events[-1]["response"]["output"].insert(0, call_like)  # a call stood there: never lost
+                self.assertRefused("openai", events, "STREAM_INCONSISTENT", event=len(events) - 1)
+                events = inserted("openai", base, 1, empty)
+                at = position("openai", events, "response.function_call_arguments.delta")
+                stray = {"type": "response.function_call_arguments.delta", "output_index": 0, "item_id": "fc_0",
+                         "delta": "{}"}
+                self.assertRefused("openai", inserted("openai", events, at, stray), "STREAM_NOT_OPEN", event=at)
+        events = inserted("openai", openai_items([]), 1,
+                          {"type": "response.output_item.added", "output_index": 0, "item": None})
+        self.assertRefused("openai", events, "STREAM_DUPLICATE", event=2)  # the call then opens at a taken index
+
+    def test_an_index_gap_is_bounded_by_the_event_limit(self):
+        silent = {"type": "message", "id": "m", "status": "completed"}
+        for index, accepted in ((19, True), (20, False), (10**30, False)):
+            with self.subTest(index=index):
+                events = openai_items([], call_index=index)
+                events[-1]["response"]["output"][:0] = [silent] * (index if accepted else 0)
+                if accepted:
+                    self.assertEqual(ps.parse_stream("openai", events, max_events=20).calls[0].index, index)
+                else:
+                    self.assertRefused("openai", events, "STREAM_OUT_OF_ORDER", event=1, max_events=20)
+
+    def test_an_opened_index_below_the_highest_is_a_duplicate(self):
+        events = openai_items([], call_index=2)
+        late = {"type": "response.output_item.added", "output_index": 0,
+                "item": {"type": "message", "id": "m", "status": "in_progress"}}
+        self.assertRefused("openai", inserted("openai", events, 2, late), "STREAM_DUPLICATE", event=2)
+
+    def test_interleaved_events_pass_while_a_call_is_open(self):
+        kinds = ("response.queued", "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
+                 "response.reasoning_summary_text.done", "response.reasoning_summary_part.done",
+                 "response.content_part.added", "response.output_text.delta", "response.output_text.annotation.added",
+                 "response.output_text.done", "response.content_part.done", "response.web_search_call.searching",
+                 "response.file_search_call.completed", "response.code_interpreter_call_code.delta",
+                 "response.mcp_call_arguments.delta", "response.image_generation_call.partial_image")
+        events = openai_items(["reasoning"])
+        at = position("openai", events, "response.function_call_arguments.delta")
+        for kind in kinds:
+            events = inserted("openai", events, at, {"type": kind, "output_index": 0, "item_id": "it_0",
+                                                     "delta": "{\"x\":", "summary_index": 0})
+        self.assertCalls(ps.parse_stream("openai", events), [("call_1", "get_order", {"order_ref": "ORDER-7"})])
+
+    def test_content_events_that_name_a_call_are_inconsistent(self):
+        events = openai_items([])
+        at = position("openai", events, "response.function_call_arguments.delta")
+        for kind in ("response.output_text.delta", "response.web_search_call.completed"):
+            with self.subTest(kind=kind):
+                bad = inserted("openai", events, at, {"type": kind, "output_index": 0, "item_id": "fc_1", "delta": "}"})
+                self.assertRefused("openai", bad, "STREAM_INCONSISTENT", event=at)
+        for index in (1, -1, "0", None):  # an index that names no call is only content
+            with self.subTest(index=index):
+                ok = inserted("openai", events, at, {"type": "response.output_text.delta", "output_index": index})
+                self.assertEqual(len(ps.parse_stream("openai", ok).calls), 1)
+
+    def test_empty_string_arguments_are_not_json(self):
+        events = openai_items([], call=("call_1", "get_order", ""))
+        events = without("openai", events, position("openai", events, "response.function_call_arguments.delta"))
+        self.assertRefused("openai", events, "STREAM_ARGUMENTS_INVALID", "JSON_INVALID")
+        events = openai_items([], call=("call_1", "get_order", "{}"))
+        self.assertCalls(ps.parse_stream("openai", events), [("call_1", "get_order", {})])
+
     def test_events_before_response_created_are_out_of_order(self):
         events = stream("openai")
         self.assertRefused("openai", renumber([events[1]] + events), "STREAM_OUT_OF_ORDER", event=0)
@@ -514,6 +694,23 @@ class TestAnthropicEvents(StreamTestCase):
         events = self.turn_events([self.tool()])
         events.insert(-1, {"type": "content_block_start", "index": 1, "content_block": self.tool("toolu_2")[0]})
         self.assertRefused("anthropic", events, "STREAM_OUT_OF_ORDER", event=len(events) - 2)
+
+    def test_empty_input_reads_as_an_empty_object(self):
+        events = stream("anthropic", [("call_1", "get_order", "")])
+        self.assertCalls(ps.parse_stream("anthropic", events), [("call_1", "get_order", {})])
+
+    def test_a_delta_type_that_is_not_a_string_is_malformed(self):
+        for kind in (["input_json_delta"], {"a": 1}, None, 7):
+            with self.subTest(kind=kind):
+                events = edited("anthropic", stream("anthropic"), "content_block_delta",
+                                delta={"type": kind, "partial_json": "{"})
+                self.assertRefused("anthropic", events, "STREAM_EVENT_MALFORMED",
+                                   event=position("anthropic", events, "content_block_delta"))
+
+    def test_the_first_block_must_be_at_index_zero(self):
+        events = stream("anthropic")
+        events = [{**event, "index": 1} if "index" in event else event for event in events]
+        self.assertRefused("anthropic", events, "STREAM_OUT_OF_ORDER", event=1)
 
     def test_stop_reason_must_be_a_string(self):
         events = self.turn_events([self.tool()], reason=None)
@@ -628,6 +825,47 @@ class TestGeminiEvents(StreamTestCase):
                 events = stream("gemini", [("call_1", "get_order", ORDER7)] if with_call else [])
                 events[-1] = {**events[-1], "interaction": {**events[-1]["interaction"], "status": status}}
                 self.assertRefused("gemini", events, code, event=len(events) - 1)
+
+    def test_a_delta_type_that_is_not_a_string_is_malformed(self):
+        for kind in (["arguments_delta"], {"a": 1}, None):
+            with self.subTest(kind=kind):
+                events = edited("gemini", stream("gemini"), "step.delta", delta={"type": kind, "arguments": "{"})
+                self.assertRefused("gemini", events, "STREAM_EVENT_MALFORMED",
+                                   event=position("gemini", events, "step.delta"))
+
+    def test_statuses_that_stop_at_a_limit_are_cut(self):
+        for status in ("requires_continuation", "budget_exceeded", "incomplete"):
+            with self.subTest(status=status):
+                events = stream("gemini")
+                events[-1] = {**events[-1], "interaction": {**events[-1]["interaction"], "status": status}}
+                self.assertRefused("gemini", events, "STREAM_TRUNCATED", event=len(events) - 1)
+                events = stream("gemini", [])
+                events[-1] = {**events[-1], "interaction": {**events[-1]["interaction"], "status": status}}
+                turn = ps.parse_stream("gemini", events)
+                self.assertEqual((turn.stop, turn.calls), (status, ()))
+
+    def test_the_first_step_must_be_at_index_zero(self):
+        # A step at index 1 first could mean a step 0 went missing; the interaction's final event
+        # does not list its steps, so nothing could show that no call stood there.
+        events = stream("gemini")
+        events = [{**event, "index": 1} if "index" in event else event for event in events]
+        self.assertRefused("gemini", events, "STREAM_OUT_OF_ORDER", event=1)
+
+    def test_server_steps_and_thoughts_pass_before_a_call(self):
+        steps = [({"type": "google_search_call", "id": "s1"}, {"type": "google_search_call", "arguments": {"q": ["x"]}}),
+                 ({"type": "google_search_result", "call_id": "s1"}, {"type": "google_search_result", "is_error": False}),
+                 ({"type": "thought"}, {"type": "thought_signature", "signature": "abc"})]
+        events = stream("gemini")
+        head, tail = events[:1], events[1:]
+        extra = []
+        for index, (step, delta) in enumerate(steps):
+            extra += [{"event_type": "step.start", "index": index, "step": step},
+                      {"event_type": "step.delta", "index": index, "delta": delta},
+                      {"event_type": "step.stop", "index": index}]
+        tail = [{**event, "index": event["index"] + len(steps)} if "index" in event else event for event in tail]
+        turn = ps.parse_stream("gemini", head + extra + tail)
+        self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"})])
+        self.assertEqual(turn.calls[0].index, 3)
 
     def test_incomplete_without_calls_is_a_turn(self):
         events = stream("gemini", [])
@@ -1168,6 +1406,12 @@ class TestSyntheticStreams(unittest.TestCase):
                 with self.subTest(provider=provider, count=count):
                     events = ps.synthetic_stream(provider, count)
                     self.assertEqual(len(events), count)
+                    if provider == "openai" and count == overhead:  # no fragment: "" is not JSON there
+                        with self.assertRaises(ps.StreamError) as caught:
+                            ps.parse_stream(provider, events)
+                        self.assertEqual((caught.exception.code, caught.exception.detail),
+                                         ("STREAM_ARGUMENTS_INVALID", "JSON_INVALID"))
+                        continue
                     self.assertEqual(ps.parse_stream(provider, events).calls[0].arguments, {})
 
     def test_below_the_fixed_events_is_a_programming_error(self):
@@ -1236,7 +1480,8 @@ class TestSSE(StreamTestCase):
         cases = ((b"data: {\xff}\n\n", "STREAM_SSE_INVALID", "JSON_NOT_UTF8", None),
                  (b"data: {nope}\n\n", "STREAM_SSE_INVALID", "JSON_INVALID", 0),
                  (b'data: {"a":1}\n\ndata: {"a":1,"a":2}\n\n', "STREAM_SSE_INVALID", "JSON_DUPLICATE_KEY", 1),
-                 (b"data: 1.5\n\n", "STREAM_SSE_INVALID", "JSON_NOT_PORTABLE", 0))
+                 (b"data: 1e400\n\n", "STREAM_SSE_INVALID", "JSON_NON_FINITE", 0),
+                 (b"data: " + b"9" * 40 + b"\n\n", "STREAM_SSE_INVALID", "JSON_NOT_PORTABLE", 0))
         for data, code, detail, event in cases:
             with self.subTest(data=data):
                 with self.assertRaises(ps.StreamError) as caught:
@@ -1248,6 +1493,98 @@ class TestSSE(StreamTestCase):
                 with self.assertRaises(ps.StreamError) as caught:
                     ps.split_sse(data)
                 self.assertEqual(caught.exception.code, "STREAM_SSE_INVALID")
+
+    def test_envelopes_carry_floats_nulls_and_unknown_fields(self):
+        envelope = {"temperature": 1.0, "top_p": 0.95, "usage": None, "logprobs": [{"logprob": -0.25, "bytes": [104]}],
+                    "created_at": 1764777657, "counter": 10**30, "new_field": {"nested": [1.5e-7, None, True]}}
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                events = stream(provider)
+                events = [{**event, **envelope} for event in events]
+                turn = ps.parse_sse(provider, ps.render_sse(provider, events))
+                self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"})])
+
+    def test_arguments_stay_in_the_portable_domain_inside_a_float_envelope(self):
+        for provider in PROVIDERS:
+            for text, detail in (('{"order_ref":1.0}', "JSON_NOT_PORTABLE"),
+                                 ('{"order_ref":9007199254740992}', "JSON_NOT_PORTABLE"),
+                                 ('{"order_ref":"\\ud800"}', "JSON_NOT_PORTABLE")):
+                with self.subTest(provider=provider, text=text):
+                    events = [{**event, "temperature": 1.0} for event in stream(provider, [("c", "get_order", text)])]
+                    with self.assertRaises(ps.StreamError) as caught:
+                        ps.parse_sse(provider, ps.render_sse(provider, events))
+                    self.assertEqual((caught.exception.code, caught.exception.detail),
+                                     ("STREAM_ARGUMENTS_INVALID", detail))
+
+    def test_echoed_strings_from_the_envelope_must_be_portable(self):
+        # The envelope policy lets a lone surrogate through the decoder; where a value is used it is refused.
+        surrogate = "\ud800"
+        for provider in PROVIDERS:
+            for field, code in (("call_id", "STREAM_ID_INVALID"), ("name", "STREAM_NAME_INVALID")):
+                with self.subTest(provider=provider, field=field):
+                    calls = [("call_1" + surrogate if field == "call_id" else "call_1",
+                              "get_order" + surrogate if field == "name" else "get_order", ORDER7)]
+                    text = ps.render_sse(provider, stream(provider, calls))  # the surrogate as a \\ud800 escape
+                    self.assertIn("\\ud800", text)
+                    with self.assertRaises(ps.StreamError) as caught:
+                        ps.parse_sse(provider, text)
+                    self.assertEqual(caught.exception.code, code)
+        events = stream("openai")
+        events[1] = {**events[1], "item": {**events[1]["item"], "id": "fc" + surrogate}}
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.parse_sse("openai", ps.render_sse("openai", events))
+        self.assertEqual(caught.exception.code, "STREAM_ID_INVALID")
+        events = stream("anthropic")
+        events.insert(1, {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": surrogate}})
+        events = [{**event, "index": event["index"] + 1} if "index" in event and event is not events[1] else event
+                  for event in events]
+        events.insert(2, {"type": "content_block_stop", "index": 0})
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.parse_sse("anthropic", ps.render_sse("anthropic", events))
+        self.assertEqual(caught.exception.code, "STREAM_EVENT_MALFORMED")
+
+    def test_float_heavy_and_deep_envelopes_keep_their_bounds(self):
+        heavy = {"type": "ping", "logprobs": [-0.123456789] * 20_000}
+        text = "data: " + json.dumps(heavy, separators=(",", ":")) + "\n\n"
+        size = len(text) - len("data: \n\n")
+        self.assertEqual(ps.split_sse(text, max_event_bytes=size)[0][1]["logprobs"][0], -0.123456789)
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.split_sse(text, max_event_bytes=size - 1)
+        self.assertEqual(caught.exception.code, "STREAM_SSE_TOO_LARGE")
+        for depth, detail in ((ps.MAX_SSE_EVENT_DEPTH, None), (ps.MAX_SSE_EVENT_DEPTH + 1, "JSON_TOO_DEEP")):
+            with self.subTest(depth=depth):
+                data = "data: " + "[" * (depth - 1) + '{"a":1.5}' + "]" * (depth - 1) + "\n\n"
+                if detail is None:
+                    self.assertEqual(len(ps.split_sse(data)), 1)
+                    continue
+                with self.assertRaises(ps.StreamError) as caught:
+                    ps.split_sse(data)
+                self.assertEqual((caught.exception.code, caught.exception.detail), ("STREAM_SSE_INVALID", detail))
+        for number, detail in (("1e400", "JSON_NON_FINITE"), ("1" * 40, "JSON_NOT_PORTABLE"), ("NaN", "JSON_NON_FINITE")):
+            with self.subTest(number=number):
+                with self.assertRaises(ps.StreamError) as caught:
+                    ps.split_sse('data: {"temperature":' + number + "}\n\n")
+                self.assertEqual((caught.exception.code, caught.exception.detail), ("STREAM_SSE_INVALID", detail))
+        self.assertEqual(ps.split_sse('data: {"n":' + "1" * 39 + "}\n\n")[0][1]["n"], int("1" * 39))
+
+    def test_done_frame_ends_a_gemini_stream(self):
+        text = ps.render_sse("gemini", stream("gemini"))
+        done = "event: done\ndata: [DONE]\n\n"
+        self.assertEqual(ps.parse_sse("gemini", text + done), ps.parse_sse("gemini", text))
+        with self.assertRaises(ps.StreamError) as caught:  # nothing may follow it
+            ps.parse_sse("gemini", text + done + "data: {}\n\n")
+        self.assertEqual((caught.exception.code, caught.exception.event), ("STREAM_OUT_OF_ORDER", len(stream("gemini"))))
+        early = ps.render_sse("gemini", stream("gemini")[:-1]) + done  # it ends the text, not the turn
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.parse_sse("gemini", early)
+        self.assertEqual(caught.exception.code, "STREAM_INCOMPLETE")
+        for provider in ("openai", "anthropic"):  # not their terminator: not JSON
+            with self.subTest(provider=provider):
+                with self.assertRaises(ps.StreamError) as caught:
+                    ps.parse_sse(provider, ps.render_sse(provider, stream(provider)) + done)
+                self.assertEqual((caught.exception.code, caught.exception.detail), ("STREAM_SSE_INVALID", "JSON_INVALID"))
+        self.assertEqual(ps.split_sse("data: [DONE]\n\n", done_frame="[DONE]"), [])
+        self.assertEqual(ps.split_sse('data: "[DONE]"\n\n', done_frame="[DONE]"), [(None, "[DONE]")])
 
     def test_text_limit(self):
         text = ps.render_sse("openai", stream("openai")).encode("utf-8")
@@ -1292,6 +1629,145 @@ class TestSSE(StreamTestCase):
         with self.assertRaises(ps.StreamError) as caught:
             ps.parse_sse("anthropic", ps.render_sse("anthropic", stream("anthropic")), max_argument_bytes=3)
         self.assertEqual(caught.exception.code, "STREAM_ARGUMENTS_TOO_LARGE")
+
+
+# ============================================================================================
+# 12. Parsing, fuzzed: hostile bytes and values never escape as anything but StreamError
+# ============================================================================================
+# A bounded, seeded run in every suite run; a longer one, for instance
+#   PROVIDER_STREAMS_FUZZ_ROUNDS=200000 PROVIDER_STREAMS_FUZZ_SEED=7 \
+#       python -B -m unittest discover -s provider_streams -p 'test_provider_streams.py' -k Fuzz
+# takes a few minutes. A failure names the seed, the round and the mutation, so it replays exactly.
+
+FUZZ_SEED = int(os.environ.get("PROVIDER_STREAMS_FUZZ_SEED", "20261201"))
+FUZZ_ROUNDS = int(os.environ.get("PROVIDER_STREAMS_FUZZ_ROUNDS", "1500"))  # per provider, per layer
+HOSTILE_VALUES = ([], {}, ["x"], {"type": []}, {"a": {"b": [None]}}, None, True, False, 0, -1, 1.5, 2**64, -0.0,
+                  "", "x" * 300, "\ud800", "call_1", "get_order", "{", '{"order_ref":1.0}', "function_call",
+                  "tool_use", "text_delta", "input_json_delta", "arguments_delta", "requires_action", "tool_use")
+
+
+def fuzz_bases(provider):
+    bases = [stream(provider, PARALLEL), stream(provider, []), stream(provider, PARALLEL[:1], fragment_chars=3)]
+    bases += [case.events for case in ps.load_fixture(provider).cases.values()]
+    return bases
+
+
+def mutate_value(rng, root):
+    """Replace, delete or retype one value somewhere inside a decoded event (a random walk down)."""
+    node = root
+    while True:
+        keys = list(node) if type(node) is dict else list(range(len(node)))
+        if not keys:
+            return "empty"
+        key = rng.choice(keys)
+        child = node[key]
+        if type(child) in (dict, list) and child and rng.random() < 0.6:
+            node = child
+            continue
+        move = rng.random()
+        if move < 0.15 and type(node) is dict:
+            del node[key]
+            return f"delete {key!r}"
+        if move < 0.3 and type(child) is str and child:  # cut a string, as a stream cut mid-value would
+            node[key] = child[:rng.randrange(len(child))]
+            return f"cut {key!r}"
+        node[key] = json.loads(json.dumps(rng.choice(HOSTILE_VALUES)))
+        return f"set {key!r}={node[key]!r:.30}"
+
+
+def mutate_events(rng, events):
+    events = json.loads(json.dumps(events))
+    move = rng.random()
+    if move < 0.1 and events:
+        cut = rng.randrange(len(events))
+        return events[:cut], f"truncate at {cut}"
+    if move < 0.2 and len(events) > 1:
+        i, j = rng.randrange(len(events)), rng.randrange(len(events))
+        events[i], events[j] = events[j], events[i]
+        return events, f"swap {i} {j}"
+    if move < 0.27 and events:
+        i = rng.randrange(len(events))
+        events.insert(rng.randrange(len(events) + 1), json.loads(json.dumps(events[i])))
+        return events, f"repeat {i}"
+    if move < 0.32 and events:
+        i = rng.randrange(len(events))
+        events[i] = json.loads(json.dumps(rng.choice(HOSTILE_VALUES)))
+        return events, f"replace event {i}"
+    i = rng.randrange(len(events)) if events else 0
+    if not events:
+        return events, "empty"
+    steps = [mutate_value(rng, events[i]) for _ in range(rng.choice((1, 1, 2, 3)))]
+    return events, f"event {i}: " + "; ".join(steps)
+
+
+def mutate_bytes(rng, data):
+    data = bytearray(data)
+    move = rng.random()
+    if move < 0.2:
+        return bytes(data[:rng.randrange(len(data) + 1)]), "truncate"
+    for _ in range(rng.choice((1, 1, 2, 4, 8))):
+        at = rng.randrange(len(data) + 1)
+        kind = rng.random()
+        if kind < 0.4 and at < len(data):
+            data[at] = rng.randrange(256)
+        elif kind < 0.7:
+            data[at:at] = rng.choice((b"\n", b"\r", b"\n\n", b":", b"[", b"]", b"{", b"}", b'"', b"\\",
+                                      b"1.5", b"null", b"[]", b"data: ", b"event: x\n", b"\xed\xa0\x80",
+                                      b"\\ud800", b"[DONE]"))
+        elif at < len(data):
+            del data[at:at + rng.randrange(1, 16)]
+    return bytes(data), "bytes"
+
+
+class TestFuzz(unittest.TestCase):
+    def assertOnlyStreamErrors(self, run, label):
+        try:
+            turn = run()
+        except ps.StreamError as error:
+            self.assertIn(error.code, ps.STREAM_CATALOG)
+            return "refused"
+        except Exception as error:  # noqa: BLE001 - this is what the test exists to catch
+            self.fail(f"{label}: {type(error).__name__} escaped")
+        try:  # a turn that parsed is dispatched too: the host's next step must not crash either
+            ps.run_turn(turn, ps.demo_dispatcher(), ps.DEMO_HOST)
+        except ps.StreamError:
+            pass
+        except Exception as error:  # noqa: BLE001
+            self.fail(f"{label}: {type(error).__name__} escaped from run_turn")
+        return "parsed"
+
+    def test_mutated_events_raise_only_stream_errors(self):
+        for provider in PROVIDERS:
+            rng = random.Random(f"{FUZZ_SEED}/events/{provider}")
+            bases = fuzz_bases(provider)
+            seen = {"parsed": 0, "refused": 0}
+            for round_ in range(FUZZ_ROUNDS):
+                events, how = mutate_events(rng, rng.choice(bases))
+                label = f"seed {FUZZ_SEED} {provider} round {round_} ({how})"
+                seen[self.assertOnlyStreamErrors(lambda: ps.parse_stream(provider, events), label)] += 1
+            with self.subTest(provider=provider):  # both outcomes occur: the mutations reach past the first check
+                self.assertGreater(seen["parsed"], 0)
+                self.assertGreater(seen["refused"], FUZZ_ROUNDS // 2)
+
+    def test_mutated_sse_bytes_raise_only_stream_errors(self):
+        for provider in PROVIDERS:
+            rng = random.Random(f"{FUZZ_SEED}/sse/{provider}")
+            texts = [ps.render_sse(provider, events).encode("utf-8") for events in fuzz_bases(provider)]
+            for round_ in range(FUZZ_ROUNDS):
+                data, how = mutate_bytes(rng, rng.choice(texts))
+                label = f"seed {FUZZ_SEED} {provider} round {round_} ({how})"
+                self.assertOnlyStreamErrors(lambda: ps.parse_sse(provider, data), label)
+
+    def test_known_crash_shapes_are_refused(self):
+        # Found by coverage-guided fuzzing: a delta whose type is an array or an object on an open
+        # block or step raised TypeError (unhashable) instead of a StreamError.
+        for provider, kind in (("anthropic", "content_block_delta"), ("gemini", "step.delta")):
+            for bad in ([], {}, ["input_json_delta"]):
+                with self.subTest(provider=provider, bad=bad):
+                    events = edited(provider, stream(provider), kind, delta={"type": bad})
+                    with self.assertRaises(ps.StreamError) as caught:
+                        ps.parse_sse(provider, ps.render_sse(provider, events))
+                    self.assertEqual(caught.exception.code, "STREAM_EVENT_MALFORMED")
 
 
 # ============================================================================================
@@ -1439,6 +1915,166 @@ class TestFixtures(unittest.TestCase):
 
 
 # ============================================================================================
+# The stream table: a folder of recorded NAME.sse + NAME.json pairs against parse_sse
+# ============================================================================================
+
+
+def write_pair(folder, name, provider, events, expect, *, text=None):
+    revision = ps.protocol_for(provider).profile.adapter_revision
+    body = ps.render_sse(provider, events) if text is None else text
+    with open(Path(folder) / f"{name}.sse", "w", encoding="utf-8", newline="") as handle:
+        handle.write(body)
+    fixture = {"format": "provider-streams-v1", "adapter_revision": revision, "checked": "2026-12-01",
+               "source": "synthetic", "streams": {name: {"description": "", "events": events, "expect": expect}}}
+    with open(Path(folder) / f"{name}.json", "w", encoding="utf-8") as handle:
+        json.dump(fixture, handle)
+
+
+def sdk_expect(calls, stop):
+    return {"stop": stop, "calls": [{"call_id": c, "name": n, "arguments": json.loads(a)} for c, n, a in calls],
+            "results": [{"status": "error", "error_code": "UNKNOWN_TOOL", "delivery": "none"} for _ in calls]}
+
+
+def cli_of(main, *argv):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main(list(argv))
+    return status, out.getvalue()
+
+
+class TestStreamTable(unittest.TestCase):
+    def table(self, folder):
+        return {row.name: row for row in map(stream_table.judge, stream_table.read_pairs(folder))}
+
+    def test_verdicts(self):
+        calls = [("call_1", "get_order", ORDER7)]
+        with tempfile.TemporaryDirectory() as folder:
+            floats = [{**event, "temperature": 1.0} for event in stream("openai")]
+            write_pair(folder, "a_match", "openai", floats, sdk_expect(calls, "completed"))
+            write_pair(folder, "b_other_call", "openai", stream("openai"),
+                       sdk_expect([("call_2", "get_order", ORDER7)], "completed"))
+            write_pair(folder, "c_other_stop", "gemini", stream("gemini"), sdk_expect(calls, "completed"))
+            cut = stream("anthropic")
+            cut[-2] = {**cut[-2], "delta": {"stop_reason": "max_tokens"}}
+            write_pair(folder, "d_cut", "anthropic", cut, sdk_expect(calls, "max_tokens"))
+            write_pair(folder, "e_client_item", "openai", openai_items(["custom_tool_call"]),
+                       sdk_expect(calls, "completed"))
+            server = stream("anthropic", [])
+            server[1:1] = [{"type": "content_block_start", "index": 0,
+                            "content_block": {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search"}},
+                           {"type": "content_block_stop", "index": 0}]
+            write_pair(folder, "f_server_block", "anthropic", server, sdk_expect([], "end_turn"))
+            broken = without("openai", stream("openai"), 1)
+            write_pair(folder, "g_wrong_refusal", "openai", broken, sdk_expect(calls, "completed"))
+            write_pair(folder, "h_expected_error", "openai", broken, {"error": "STREAM_NOT_OPEN", "detail": None})
+            text = ps.render_sse("anthropic", stream("anthropic")).rstrip("\n")
+            write_pair(folder, "i_no_final_blank_line", "anthropic", stream("anthropic"), sdk_expect(calls, "tool_use"),
+                       text=text)
+            write_pair(folder, "j_cut_mid_event", "anthropic", stream("anthropic"), sdk_expect(calls, "tool_use"),
+                       text=text[:-5])
+            rows = self.table(folder)
+        self.assertEqual({name: (row.verdict, row.seen, row.note) for name, row in rows.items()}, {
+            "a_match": ("match", "1 call(s), stop completed", ""),
+            "b_other_call": ("MISMATCH", "1 call(s), stop completed", ""),
+            "c_other_stop": ("MISMATCH", "1 call(s), stop requires_action", ""),
+            "d_cut": ("refused", "STREAM_TRUNCATED", ""),
+            "e_client_item": ("refused", "STREAM_CALL_UNANSWERABLE", ""),
+            "f_server_block": ("refused", "STREAM_BLOCK_UNSUPPORTED", ""),
+            "g_wrong_refusal": ("MISMATCH", "STREAM_NOT_OPEN", ""),
+            "h_expected_error": ("refused", "STREAM_NOT_OPEN", ""),
+            "i_no_final_blank_line": ("match", "1 call(s), stop tool_use", "file lacked its final blank line"),
+            "j_cut_mid_event": ("MISMATCH", "STREAM_SSE_INVALID (JSON_INVALID)", "file lacked its final blank line"),
+        })
+
+    def test_a_cut_turn_without_calls_expected_is_not_a_right_truncation(self):
+        cut = stream("anthropic")
+        cut[-2] = {**cut[-2], "delta": {"stop_reason": "max_tokens"}}
+        with tempfile.TemporaryDirectory() as folder:
+            write_pair(folder, "cut", "anthropic", cut, sdk_expect([], "max_tokens"))
+            write_pair(folder, "used", "anthropic", cut, sdk_expect([("call_1", "get_order", ORDER7)], "tool_use"))
+            rows = self.table(folder)
+        self.assertEqual((rows["cut"].verdict, rows["used"].verdict), ("MISMATCH", "MISMATCH"))
+
+    def test_cli_prints_the_table_and_counts(self):
+        with tempfile.TemporaryDirectory() as folder:
+            write_pair(folder, "one", "gemini", stream("gemini"), sdk_expect([("call_1", "get_order", ORDER7)],
+                                                                             "requires_action"))
+            status, text = cli_of(stream_table.main, folder)
+            self.assertEqual(status, 0)
+            self.assertTrue(text.splitlines()[0].startswith("stream"))
+            self.assertEqual(text.splitlines()[-1], "1 streams: 1 match, 0 refused, 0 MISMATCH")
+            status, text = cli_of(stream_table.main, folder, "--json")
+            self.assertEqual((status, json.loads(text)["rows"][0]["verdict"]), (0, "match"))
+            write_pair(folder, "two", "gemini", stream("gemini"), sdk_expect([], "completed"))
+            status, text = cli_of(stream_table.main, folder)
+            self.assertEqual((status, text.splitlines()[-1]), (1, "2 streams: 1 match, 0 refused, 1 MISMATCH"))
+
+    def test_unreadable_folders_and_pairs_give_the_one_failure_shape(self):
+        with tempfile.TemporaryDirectory() as folder:
+            cases = [((str(Path(folder) / "missing"),), "STREAM_FIXTURE_INVALID"), ((folder,), "STREAM_FIXTURE_INVALID"),
+                     ((), "CLI_USAGE"), ((folder, "--bogus"), "CLI_USAGE")]
+            for argv, code in cases:
+                with self.subTest(argv=argv):
+                    status, text = cli_of(stream_table.main, *argv)
+                    self.assertEqual((status, list(json.loads(text)), json.loads(text)["error"]["code"]),
+                                     (2, ["passed", "error"], code))
+                    self.assertNotIn(folder, text)
+            write_pair(folder, "x", "openai", stream("openai"), sdk_expect([], "completed"))
+            with open(Path(folder) / "x.json", "w", encoding="utf-8") as handle:
+                handle.write('{"format": 1, "format": 2}')
+            status, text = cli_of(stream_table.main, folder)
+            self.assertEqual((status, json.loads(text)["error"]),
+                             (2, ps.StreamError("STREAM_FIXTURE_INVALID", detail="JSON_DUPLICATE_KEY").to_json()))
+            with open(Path(folder) / "x.json", "w", encoding="utf-8") as handle:
+                handle.write('{"format": "provider-streams-v1", "adapter_revision": "x", "streams": {"x": {}}}')
+            status, text = cli_of(stream_table.main, folder)
+            self.assertEqual((status, json.loads(text)["error"]["code"]), (2, "STREAM_FIXTURE_INVALID"))
+
+    def test_pair_and_byte_limits(self):
+        with tempfile.TemporaryDirectory() as folder:
+            write_pair(folder, "x", "gemini", stream("gemini"), sdk_expect([], "completed"))
+            write_pair(folder, "y", "gemini", stream("gemini"), sdk_expect([], "completed"))
+            self.assertEqual([pair.name for pair in stream_table.read_pairs(folder, max_pairs=2)], ["x", "y"])
+            with self.assertRaises(ps.StreamError) as caught:
+                stream_table.read_pairs(folder, max_pairs=1)
+            self.assertEqual(caught.exception.code, "STREAM_FIXTURE_INVALID")
+            size = max((Path(folder) / "x.json").stat().st_size, (Path(folder) / "x.sse").stat().st_size)
+            self.assertEqual(len(stream_table.read_pairs(folder, max_bytes=size + 1000)), 2)
+            with self.assertRaises(ps.StreamError) as caught:
+                stream_table.read_pairs(folder, max_bytes=size - 1)
+            self.assertEqual((caught.exception.code, caught.exception.detail), ("STREAM_FIXTURE_INVALID", "JSON_TOO_LARGE"))
+
+
+class TestSdkConformanceSetup(unittest.TestCase):
+    """The SDK check itself runs from .ci/run's extras (it needs the SDKs); here, what it stands on."""
+
+    def test_the_sdks_are_pinned_exactly_and_nothing_else_is_installed(self):
+        with open(HERE / "sdk_conformance" / "requirements.txt", encoding="utf-8") as handle:
+            lines = [line.strip() for line in handle if line.strip() and not line.startswith("#")]
+        pins = dict(line.split("==") for line in lines)
+        self.assertEqual(sorted(pins), ["anthropic", "google-genai", "openai"])
+        for name, version in pins.items():
+            with self.subTest(name=name):
+                self.assertRegex(version, r"^[0-9]+\.[0-9]+\.[0-9]+$")
+
+    def test_the_environment_lives_outside_the_checkout_and_ci_runs_it(self):
+        with open(HERE / "sdk_conformance" / "run.sh", encoding="utf-8") as handle:
+            script = handle.read()
+        self.assertIn('mktemp -d "${TMPDIR:-/tmp}/', script)
+        self.assertIn("trap 'rm -rf \"$venv\"' EXIT", script)
+        self.assertIn("PYTHONDONTWRITEBYTECODE=1", script)
+        with open(HERE.parent / "README.md", encoding="utf-8") as handle:
+            readme = handle.read()
+        extras = readme.split("<!-- ci-extras:start -->")[1].split("<!-- ci-extras:end -->")[0]
+        self.assertIn("\nbash provider_streams/sdk_conformance/run.sh\n", extras)
+
+    def test_the_layer_itself_imports_no_sdk(self):
+        for path in (HERE / "provider_streams.py", HERE / "stream_table.py"):
+            with self.subTest(path=path.name), open(path, encoding="utf-8") as handle:
+                self.assertEqual(re.findall(r"^\s*(?:import|from) (?:openai|anthropic|google)\b", handle.read(), re.M), [])
+
+
+# ============================================================================================
 # 15. CLI
 # ============================================================================================
 
@@ -1503,7 +2139,9 @@ class TestCLI(unittest.TestCase):
             with self.subTest(argv=[arg[:20] for arg in argv]):
                 status, text = cli(*argv)
                 self.assertEqual(status, 2)
-                self.assertTrue(text.startswith("error STREAM_CLI_"))
+                report = json.loads(text)
+                self.assertEqual(list(report), ["passed", "error"])
+                self.assertIn(report["error"]["code"], ("CLI_USAGE", "STREAM_CLI_UNKNOWN_STREAM"))
                 self.assertNotIn("etc/passwd", text)
                 self.assertNotIn("Traceback", text)
         status, text = cli("--provider", "openai", "--stream", hostile, "--json")
@@ -1512,7 +2150,8 @@ class TestCLI(unittest.TestCase):
 
     def test_any_unrecognised_argument_is_refused_even_beside_valid_ones(self):
         status, text = cli("--provider", "openai", "--stream", "one_call", "--verbose")
-        self.assertEqual((status, text.strip()), (2, "error STREAM_CLI_USAGE: " + ps.STREAM_ERRORS["STREAM_CLI_USAGE"]))
+        self.assertEqual((status, json.loads(text)),
+                         (2, {"passed": False, "error": tool_dispatcher.BoundaryError("CLI_USAGE").to_json()}))
 
     def test_mismatch_exits_1(self):
         case = ps.load_fixture("openai").cases["one_call"]
@@ -1527,14 +2166,18 @@ class TestCLI(unittest.TestCase):
         with mock.patch.object(ps, "run_named_stream", side_effect=RuntimeError("/secret/path")):
             status, text = cli("--provider", "openai", "--stream", "one_call", "--json")
         report = json.loads(text)
-        self.assertEqual((status, report["passed"], report["error"]["code"]), (2, False, "STREAM_INTERNAL_ERROR"))
+        self.assertEqual((status, report["passed"], report["error"]["code"]), (2, False, "INTERNAL_ERROR"))
         self.assertNotIn("secret", text)
+        with mock.patch.object(ps, "run_named_stream", side_effect=TypeError("unhashable")):
+            status, text = cli("--provider", "openai", "--stream", "one_call")  # readable mode: the same shape
+        self.assertEqual((status, json.loads(text)["error"]["code"]), (2, "INTERNAL_ERROR"))
 
     def test_broken_fixture_exits_2(self):
         with mock.patch.object(ps, "FIXTURE_DIR", Path(tempfile.gettempdir()) / "no-such-fixture-dir"):
             status, text = cli("--provider", "openai", "--stream", "one_call")
-        self.assertEqual(status, 2)
-        self.assertEqual(text.strip(), "error STREAM_FIXTURE_INVALID: " + ps.STREAM_ERRORS["STREAM_FIXTURE_INVALID"])
+        self.assertEqual((status, json.loads(text)),
+                         (2, {"passed": False, "error": ps.StreamError("STREAM_FIXTURE_INVALID",
+                                                                       detail="FIXTURE_UNREADABLE").to_json()}))
 
     def test_script_runs_from_the_repository_root_without_traceback_or_bytecode(self):
         environment = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}

@@ -3418,8 +3418,7 @@ def verify_audit_log(data: bytes, *, seal_keys: SealKeys | None = None, require_
         if entry["previous_sha256"] != previous:
             # This entry still names the digest its predecessor had: the predecessor changed.
             raise BoundaryError("AUDIT_ENTRY_EDITED", at=f"entries[{max(position - 1, 0)}]")
-        body = {name: value for name, value in entry.items() if name not in ("entry_sha256", "seal")}
-        digest = audit_entry_sha256(body)
+        digest = _line_digest(lines[position])
         if digest != entry["entry_sha256"]:
             raise BoundaryError("AUDIT_ENTRY_EDITED", at=at)
         _check_entry_seal(entry, digest, seal_keys, require_seal, at,
@@ -3431,6 +3430,24 @@ def verify_audit_log(data: bytes, *, seal_keys: SealKeys | None = None, require_
         raise BoundaryError("AUDIT_TRUNCATED", at=f"entries[{len(entries)}]")
     return AuditReport(entries=len(entries) - 1, head_sha256=previous,
                        sealed=seal_keys is not None and all(entry["seal"]["key_id"] is not None for entry in entries))
+
+
+_DOMAIN_MEMBER: Final = b'"domain":' + canonical_json(AUDIT_ENTRY_DOMAIN) + b","
+_DIGEST_MEMBER: Final = b'"entry_sha256":"'
+
+
+def _line_digest(line: bytes) -> str:
+    """audit_entry_sha256 of a line's body, hashed from the line's own bytes.
+
+    The writer writes canonical lines, whose members are sorted: the body is the line with its
+    entry_sha256 member (first, or second after "closed") replaced by the domain member, which
+    sorts right there, and its seal member (always last) dropped. A line in any other spelling
+    hashes to another digest and is an edit: one spelling per entry, and no encoding again
+    (which would cost more than the decoding). Tests hold this to the definition.
+    """
+    start = line.index(_DIGEST_MEMBER)
+    end = line.rindex(b',"seal":')
+    return hashlib.sha256(line[:start] + _DOMAIN_MEMBER + line[start + len(_DIGEST_MEMBER) + 66:end] + b"}").hexdigest()
 
 
 def _audit_entry(line: bytes, position: int) -> dict[str, Any]:
@@ -3446,7 +3463,7 @@ def _audit_entry(line: bytes, position: int) -> dict[str, Any]:
             and _is_digest(entry["previous_sha256"]) and _is_digest(entry["entry_sha256"])
             and entry.get("closed", True) is True and entry.get("package", {}).__class__ is dict
             and type(entry["seal"]) is dict and plain_keys(entry["seal"]) and entry["seal"].keys() == _SEAL_FIELDS
-            and canonical_json(entry) == line):  # one spelling per entry: no second form to hide behind
+            and _DIGEST_MEMBER in line and b',"seal":' in line):
         raise BoundaryError("AUDIT_MALFORMED", at=at)
     return entry
 

@@ -424,6 +424,58 @@ def loader_measurements() -> tuple[list[Measurement], dict[str, Any]]:
 SWEEP_SAMPLES = 11
 
 
+AUDIT_LOG_SIZES: Final = (1_000, 10_000)
+SEAL_KEYS: Final = td.parse_seal_keys({"format": td.SEAL_KEYS_FORMAT, "current": "bench",
+                                       "keys": [{"key_id": "bench", "secret_hex": "5a" * 32}]})
+
+
+def evidence_measurements() -> list[Measurement]:
+    sealing = td.Dispatcher(ORDERS, approvers=APPROVERS, seal_keys=SEAL_KEYS)
+    sealed = read_once(sealing)
+    td.verify_package(sealed, seal_keys=SEAL_KEYS, require_seal=True)
+
+    def prepare_sealed_reads(n: int) -> Callable[[], Any]:
+        dispatcher = td.Dispatcher(ORDERS, approvers=APPROVERS, seal_keys=SEAL_KEYS)
+        contexts = [td.CallContext("OpenAI", "Responses", "openai-responses-v1", f"resp_s{index}", f"call_s{index}",
+                                   "op-s") for index in range(n)]
+        return lambda: [dispatcher.dispatch(READ, context, PRINCIPAL, now=NOW) for context in contexts]
+
+    logs = {}
+    for size in AUDIT_LOG_SIZES:
+        stream = io.BytesIO()
+        log = td.AuditLog(stream, seal_keys=SEAL_KEYS)
+        for _ in range(size):
+            log.append(sealed)
+        log.close()
+        logs[size] = stream.getvalue()
+        if td.verify_audit_log(logs[size], seal_keys=SEAL_KEYS, require_seal=True).entries != size:
+            raise SystemExit("bench: the audit log does not verify")
+    largest = logs[max(AUDIT_LOG_SIZES)]
+
+    def digests_only() -> None:
+        # The floor of any log verifier: decode each line and recompute its entry digest.
+        for line in largest.split(b"\n")[:-1]:
+            entry = json.loads(line)
+            del entry["entry_sha256"], entry["seal"]
+            td.audit_entry_sha256(entry)
+
+    measurements = [
+        Measurement("dispatch_sealed", "evidence", "sealed get_order dispatch (HMAC seal)", prepare_sealed_reads,
+                    max_ops=50_000),
+        Measurement("verify_sealed", "evidence", "verify_package with its seal required",
+                    repeat(lambda: td.verify_package(sealed, seal_keys=SEAL_KEYS, require_seal=True))),
+        Measurement("log_digests", "evidence", f"{max(AUDIT_LOG_SIZES):,}-entry log: its entry digests alone, per entry",
+                    repeat(digests_only), unit="entry", units=max(AUDIT_LOG_SIZES), fixed_ops=1,
+                    max_samples=SWEEP_SAMPLES),
+    ]
+    for size, data in logs.items():
+        measurements.append(Measurement(
+            f"log_verify_{size}", "evidence", f"verify_audit_log, {size:,} sealed entries, per entry",
+            repeat(lambda data=data: td.verify_audit_log(data, seal_keys=SEAL_KEYS, require_seal=True)),
+            unit="entry", units=size, fixed_ops=max(1, max(AUDIT_LOG_SIZES) // size), max_samples=SWEEP_SAMPLES))
+    return measurements
+
+
 def result_set_measurements() -> list[Measurement]:
     dispatcher = new_dispatcher()
     calls = [td.CallContext("OpenAI", "Responses", "openai-responses-v1", "resp_turn", f"call_{index:04d}",
@@ -550,6 +602,10 @@ RATIOS = (
     Ratio("scan_vs_loads", "nesting_scan", "json_loads", "json.loads", 1.0),
     Ratio("loader_vs_loads", "parse_fixture", "json_loads", "json.loads", 2.5),
     Ratio("reject_vs_loads", "reject_deep", "json_loads", "json.loads", 0.05),
+    Ratio("seal_vs_read", "dispatch_sealed", "dispatch_read", "fresh read"),
+    Ratio("verify_sealed_vs_read", "verify_sealed", "dispatch_read", "fresh read"),
+    Ratio("log_vs_digests", "log_verify_10000", "log_digests", "digests alone", 1.5),
+    Ratio("log_10000_vs_1000", "log_verify_10000", "log_verify_1000", "per entry at 1k", 1.5),
     Ratio("result_set_1_vs_10", "result_set_1", "result_set_10", "per result at 10"),
     Ratio("result_set_100_vs_10", "result_set_100", "result_set_10", "per result at 10"),
     Ratio("result_set_1000_vs_10", "result_set_1000", "result_set_10", "per result at 10", 1.5),
@@ -569,7 +625,7 @@ def paired_ratio(numerator: Measurement, denominator: Measurement) -> float:
 def collect(rounds: int, batch_ns: int) -> tuple[list[Measurement], dict[str, Any], dict[str, str]]:
     measurements = dispatch_measurements() + verification_measurements()
     loader, facts = loader_measurements()
-    measurements += loader + result_set_measurements()
+    measurements += loader + result_set_measurements() + evidence_measurements()
     unavailable: dict[str, str] = {}
     for extra in (transaction_bench_measurements, stream_measurements):
         found, missing = extra()

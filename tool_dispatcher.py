@@ -2941,29 +2941,87 @@ def _raise_fault_before(fault: str) -> None:
 # the registry); the three digests, recomputed from the package; and, when the caller names
 # them, the trusted call context and principal the package must answer.
 
+# Every object of a package is a closed table of field -> check, as the fixture loader's objects
+# are (section 6); the checks are the loader's where the rule is the same.
+
+def _exactly(expected: Any) -> _Check:
+    # The type test first: an object whose __eq__ always says yes must not pass for the constant.
+    return lambda value: type(value) is type(expected) and value == expected
+
+
+def _is_plain_str(value: Any) -> bool:
+    return type(value) is str
+
+
+def _is_bool(value: Any) -> bool:
+    return type(value) is bool
+
+
+def _sorted_set_of(check: _Check, limit: int) -> _Check:
+    """A list of at most `limit` items, each passing `check`, sorted and without repeats."""
+    return lambda value: (type(value) is list and len(value) <= limit and all(check(item) for item in value)
+                          and value == sorted(set(value)))
+
+
+def _nested(table: _Table) -> _Check:
+    """An object inside a table, as one check: exactly its fields (plain keys), each passing."""
+    return lambda value: (type(value) is dict and plain_keys(value) and value.keys() == table.fields
+                          and all(check(value[name]) for name, check in table.checks))
+
+
+def _checked_later(_value: Any) -> bool:
+    return True  # data and error have rules of their own, applied after provenance is known
+
+
 _PACKAGE_FIELDS: Final = frozenset({"format", "model_result", "protected_audit", "execution", "seal"})
 _SEAL_FIELDS: Final = frozenset(UNSEALED)
-_RESULT_BASE: Final = frozenset({
-    "version", "status", "outcome", "delivery", "complete", "truncated", "recovery", "source", "trust",
+_EXECUTION: Final = _table(operation_state=_one_of(OPERATION_STATES), handler_invoked=_is_bool,
+                           effects=_integer_in(0, 1))
+_SOURCE: Final = _table(tool=_or_null(_is_plain_str), producer=_is_plain_str)
+_TRUST_BY_STATUS: Final = MappingProxyType({"ok": "untrusted_data", "error": "boundary_control",
+                                            "unknown": "boundary_control"})
+_RESULTS: Final[Mapping[str, _Table]] = MappingProxyType({
+    status: _table(
+        version=_exactly(MODEL_RESULT_VERSION), status=_checked_later, outcome=_one_of(OUTCOMES),
+        delivery=_one_of(DELIVERIES), recovery=_one_of(RECOVERIES), complete=_exactly(status == "ok"),
+        truncated=_exactly(False), trust=_exactly(_TRUST_BY_STATUS[status]), source=_nested(_SOURCE),
+        **{("data" if status == "ok" else "error"): _checked_later},
+    )
+    for status in STATUSES
 })
-_RESULT_FIELDS: Final = MappingProxyType({
-    "ok": _RESULT_BASE | {"data"}, "error": _RESULT_BASE | {"error"}, "unknown": _RESULT_BASE | {"error"},
-})
-_SOURCE_FIELDS: Final = frozenset({"tool", "producer"})
 _ERROR_FIELDS: Final = frozenset({"code", "message", "retryable"})
 _AUDIT_FIELDS: Final = frozenset({
     "version", "principal", "provider_context", "tool_contract", "arguments", "downstream", "approval",
     "redactions", "resource_revision", "request_sha256", "result_sha256", "call_binding_sha256",
 })
-_APPROVAL_VIEW_FIELDS: Final = frozenset({"approver", "expires_at"})
-_AUDIT_PRINCIPAL_FIELDS: Final = frozenset({"tenant", "subject_ref", "roles"})
-_PROVIDER_CONTEXT_FIELDS: Final = _CONTEXT_FIELDS | {"purpose"}
-_TOOL_CONTRACT_FIELDS: Final = frozenset(REGISTRY["get_order"].contract_view())
-_DOWNSTREAM_FIELDS: Final = frozenset(_NO_REFS)
-_EXECUTION_FIELDS: Final = frozenset({"operation_state", "handler_invoked", "effects"})
+_AUDIT_PRINCIPAL: Final = _table(tenant=is_identifier, subject_ref=_is_digest,
+                                 roles=_sorted_set_of(is_identifier, MAX_ROLES))
+_AUDIT_CONTEXT: Final = _table(
+    provider=_is_plain_str, api_family=_is_plain_str, adapter_revision=_is_plain_str, response_id=is_identifier,
+    call_id=is_identifier, operation_id=is_identifier, idempotency_key=_or_null(is_identifier),
+    purpose=_one_of(PURPOSES),
+)
+_DOWNSTREAM: Final = _table(request_ref=_or_null(is_identifier), receipt_ref=_or_null(is_identifier),
+                            status_ref=_or_null(is_identifier))
+_APPROVAL_VIEW: Final = _table(approver=is_identifier, expires_at=_is_time)
 REDACTIONS: Final = frozenset({"handler_output", "rejected_arguments"})
-_TRUST_BY_STATUS: Final = MappingProxyType({"ok": "untrusted_data", "error": "boundary_control",
-                                            "unknown": "boundary_control"})
+# The audit's own scalars and objects, in the order their faults are named; then its digests.
+_AUDIT: Final = _table(
+    version=_exactly(AUDIT_VERSION), principal=_nested(_AUDIT_PRINCIPAL), provider_context=_nested(_AUDIT_CONTEXT),
+)
+_AUDIT_EVIDENCE: Final = _table(
+    downstream=_nested(_DOWNSTREAM), approval=_or_null(_nested(_APPROVAL_VIEW)),
+    redactions=_sorted_set_of(_one_of(REDACTIONS), len(REDACTIONS)),
+    resource_revision=_or_null(_integer_in(1, MAX_REVISION)),
+)
+_AUDIT_DIGESTS: Final = _table(request_sha256=_is_digest, result_sha256=_is_digest, call_binding_sha256=_is_digest)
+_TOOL_CONTRACT_FIELDS: Final = frozenset(REGISTRY["get_order"].contract_view())
+
+
+def _verified(body: dict[str, Any], table: _Table, code: str = "PACKAGE_MALFORMED") -> None:
+    for name, check in table.checks:
+        if not check(body[name]):
+            raise BoundaryError(code)
 
 
 def _shape(value: Any, fields: frozenset[str]) -> dict[str, Any]:
@@ -3009,7 +3067,7 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
     result = body["model_result"]
     _require(type(result) is dict and _member(result.get("status"), STATUSES))
     status = result["status"]
-    _shape(result, _RESULT_FIELDS[status])
+    _shape(result, _RESULTS[status].fields)
     audit = _shape(body["protected_audit"], _AUDIT_FIELDS)
     _check_result_fields(result, status)
     provider_context = _check_audit_fields(audit)
@@ -3047,51 +3105,20 @@ def _check_seal(seal: Any, binding_digest: str, keys: SealKeys | None, required:
 
 
 def _check_execution(execution: Any) -> None:
-    body = _shape(execution, _EXECUTION_FIELDS)
-    _require(_member(body["operation_state"], OPERATION_STATES) and type(body["handler_invoked"]) is bool
-             and type(body["effects"]) is int and body["effects"] in (0, 1))
+    _verified(_shape(execution, _EXECUTION.fields), _EXECUTION)
 
 
 def _check_result_fields(result: dict[str, Any], status: str) -> None:
-    _require(_is_exactly(result["version"], MODEL_RESULT_VERSION)
-             and _member(result["outcome"], OUTCOMES) and _member(result["delivery"], DELIVERIES)
-             and _member(result["recovery"], RECOVERIES)
-             and result["complete"] is (status == "ok") and result["truncated"] is False
-             and _is_exactly(result["trust"], _TRUST_BY_STATUS[status]))
-    source = _shape(result["source"], _SOURCE_FIELDS)
-    _require((source["tool"] is None or type(source["tool"]) is str) and type(source["producer"]) is str)
+    _verified(result, _RESULTS[status])
 
 
 def _check_audit_fields(audit: dict[str, Any]) -> dict[str, Any]:
-    _require(_is_exactly(audit["version"], AUDIT_VERSION))
-    principal = _shape(audit["principal"], _AUDIT_PRINCIPAL_FIELDS)
-    roles = principal["roles"]
-    _require(is_identifier(principal["tenant"]) and type(principal["subject_ref"]) is str
-             and DIGEST_PATTERN.fullmatch(principal["subject_ref"]) is not None
-             and type(roles) is list and len(roles) <= MAX_ROLES and all(is_identifier(role) for role in roles)
-             and roles == sorted(set(roles)))
-    context = _shape(audit["provider_context"], _PROVIDER_CONTEXT_FIELDS)
-    _require(all(type(context[field]) is str for field in ("provider", "api_family", "adapter_revision"))
-             and all(is_identifier(context[field]) for field in ("response_id", "call_id", "operation_id"))
-             and _optional_identifier(context["idempotency_key"]) and _member(context["purpose"], PURPOSES))
+    _verified(audit, _AUDIT)
+    context = audit["provider_context"]
     _require(registered_profile(context["provider"], context["api_family"], context["adapter_revision"])
              is not None, "PROVIDER_MISMATCH")
-    downstream = _shape(audit["downstream"], _DOWNSTREAM_FIELDS)
-    _require(all(_optional_identifier(ref) for ref in downstream.values()))
-    approval = audit["approval"]
-    if approval is not None:
-        _shape(approval, _APPROVAL_VIEW_FIELDS)
-        expires_at = approval["expires_at"]
-        _require(is_identifier(approval["approver"])
-                 and type(expires_at) is int and MIN_TIME <= expires_at <= MAX_TIME)
-    redactions = audit["redactions"]
-    _require(type(redactions) is list and all(_member(item, REDACTIONS) for item in redactions)
-             and redactions == sorted(set(redactions)))
-    revision = audit["resource_revision"]
-    _require(revision is None or (type(revision) is int and 1 <= revision <= MAX_REVISION))
-    for field in ("request_sha256", "result_sha256", "call_binding_sha256"):
-        value = audit[field]
-        _require(type(value) is str and DIGEST_PATTERN.fullmatch(value) is not None, "DIGEST_MALFORMED")
+    _verified(audit, _AUDIT_EVIDENCE)
+    _verified(audit, _AUDIT_DIGESTS, "DIGEST_MALFORMED")
     return context
 
 

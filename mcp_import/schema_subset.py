@@ -556,6 +556,7 @@ class _Compiler:
         self.root = root
         self.bounds = bounds
         self.rules: list[Rule | None] = []
+        self.paths: list[str] = []  # where each rule was declared, for the host-bound record
         self.work: deque[tuple[dict[str, Any], str, int]] = deque()  # first in, first out: declaration order
         self.definitions = self.read_definitions()
         self.definition_slots: dict[tuple[str, str], int] = {}
@@ -591,6 +592,7 @@ class _Compiler:
 
     def slot(self, raw: Any, at: str) -> int:
         self.rules.append(None)
+        self.paths.append(at)
         self.work.append((raw, at, len(self.rules) - 1))
         return len(self.rules) - 1
 
@@ -903,7 +905,8 @@ def compile_schema(schema: Any, *, bounds: Bounds = Bounds(), require_object: bo
     rules = compiler.run()
     if require_object and type(rules[0]) is not ObjectRule:
         raise SchemaRefusal("SCHEMA_ROOT", SCHEMA_ROOT)
-    return CompiledSchema(rules, tuple(compiler.definition_order), tool_dispatcher.canonical_sha256(schema))
+    return CompiledSchema(rules, tuple(compiler.definition_order), tool_dispatcher.canonical_sha256(schema),
+                          tuple(compiler.paths))
 
 
 # ============================================================================================
@@ -918,6 +921,7 @@ class CompiledSchema:
     rules: tuple[Rule, ...]
     definitions: tuple[int, ...]  # slots that were reached through a $ref, in discovery order
     source_sha256: str  # SHA-256 of the canonical JSON of the schema as the server sent it
+    paths: tuple[str, ...]  # where each rule was declared in that schema (schema.properties[0]...)
 
     def check(self, value: Any) -> None:
         """Raise ValueRefusal (code, at) unless the schema admits value exactly; iterative."""
@@ -935,13 +939,16 @@ class CompiledSchema:
         return True
 
     def host_bounds(self) -> tuple[str, ...]:
-        """Where the host bounded what the schema left open (or bounded above the host's ceiling)."""
+        """Where the host bounded what the schema left open (or bounded above the host's ceiling).
+
+        An enum needs no length bound: its choices are the bound, so it is not listed.
+        """
         found = []
-        for index, rule in enumerate(self.rules):
-            if type(rule) is StringRule and rule.max_length_from == "host":
-                found.append(f"rules[{index}].maxLength")
+        for rule, path in zip(self.rules, self.paths):
+            if type(rule) is StringRule and rule.max_length_from == "host" and rule.choices is None:
+                found.append(f"{path}.maxLength")
             elif type(rule) is ArrayRule and rule.max_items_from == "host":
-                found.append(f"rules[{index}].maxItems")
+                found.append(f"{path}.maxItems")
         return tuple(found)
 
     def to_schema(self) -> dict[str, Any]:
@@ -1061,7 +1068,8 @@ def _emit_string(rule: StringRule, _rules: Sequence[Rule], _names: Mapping[int, 
         body["enum"] = sorted(rule.choices)
     if rule.min_length:
         body["minLength"] = rule.min_length
-    body["maxLength"] = rule.max_length
+    if rule.choices is None or rule.max_length_from == "schema":  # an enum is bounded by its choices
+        body["maxLength"] = rule.max_length
     if rule.pattern is not None:
         body["pattern"] = rule.pattern
     return body

@@ -230,7 +230,9 @@ class TestStrings(Case):
         compiled = ss.compile_schema(field({"type": "string"}))
         rule = compiled.rules[1]
         self.assertEqual((rule.max_length, rule.max_length_from), (ss.DEFAULT_MAX_LENGTH, "host"))
-        self.assertEqual(compiled.host_bounds(), ("rules[1].maxLength",))
+        self.assertEqual(compiled.host_bounds(), ("schema.properties[0].maxLength",))
+        enum = ss.compile_schema(field({"type": "string", "enum": ["a"]}))
+        self.assertEqual((enum.host_bounds(), enum.to_schema()["properties"]["f"]), ((), {"type": "string", "enum": ["a"]}))
         self.admitted(compiled, {"f": "x" * ss.DEFAULT_MAX_LENGTH})
         self.value_refused(compiled, {"f": "x" * (ss.DEFAULT_MAX_LENGTH + 1)}, "VALUE_LENGTH")
         small = ss.compile_schema(field({"type": "string"}), bounds=ss.Bounds(max_length=5))
@@ -478,7 +480,7 @@ class TestArrays(Case):
     def test_absent_max_items_is_the_host_bound_recorded(self):
         compiled = ss.compile_schema(field({"type": "array", "items": {"type": "boolean"}}))
         self.assertEqual((compiled.rules[1].max_items, compiled.rules[1].max_items_from), (ss.DEFAULT_MAX_ITEMS, "host"))
-        self.assertIn("rules[1].maxItems", compiled.host_bounds())
+        self.assertEqual(compiled.host_bounds(), ("schema.properties[0].maxItems",))
         self.admitted(compiled, {"f": [True] * ss.DEFAULT_MAX_ITEMS})
         self.value_refused(compiled, {"f": [True] * (ss.DEFAULT_MAX_ITEMS + 1)}, "VALUE_ITEMS")
         declared = ss.compile_schema(field({"type": "array", "items": {"type": "boolean"}, "maxItems": 3}))
@@ -633,13 +635,12 @@ class TestEmit(Case):
                             "minItems": 1},
                       "d": {"type": "string", "enum": ["y", "x"], "minLength": 1}}, ["a"])
         emitted = ss.compile_schema(schema).to_schema()
-        self.assertEqual(emitted["properties"]["d"], {"type": "string", "enum": ["x", "y"], "minLength": 1,
-                                                      "maxLength": ss.DEFAULT_MAX_LENGTH})
+        self.assertEqual(emitted["properties"]["d"], {"type": "string", "enum": ["x", "y"], "minLength": 1})
         again = ss.compile_schema(emitted)
         self.assertEqual(again.to_schema(), emitted)
         # The emitted schema states the host's bound, so it is now the schema's own.
         self.assertEqual([rule.max_length_from for rule in again.rules if type(rule) is ss.StringRule],
-                         ["schema", "schema"])
+                         ["schema", "host"])  # the enum's bound stays the host's: its choices bound it
 
     def test_source_digest(self):
         schema = obj({})

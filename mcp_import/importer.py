@@ -57,7 +57,9 @@ MAX_MESSAGES: Final = 256  # lines read in one import, notifications included
 MAX_TOTAL_BYTES: Final = 16_777_216  # everything the server may write in one import
 MAX_PAGES: Final = 32  # pages of one tools/list reading
 MAX_CURSOR_LENGTH: Final = 1_024  # an opaque cursor is echoed back to the server: bounded
-MAX_MESSAGE_DEPTH: Final = schema_subset.MAX_SCHEMA_DEPTH + 6  # envelope, result, tools, tool, schema
+# Containers deep in one message: far above a schema's own limit, so that a too-deep schema is
+# refused by name, for its one tool, by the compiler; far below what the interpreter can decode.
+MAX_MESSAGE_DEPTH: Final = 128
 DEFAULT_TIMEOUT: Final = 20  # seconds for the whole import, process start included
 MAX_TIMEOUT: Final = 600
 EXIT_GRACE: Final = 2.0  # seconds the server gets to exit after its stdin closes, before it is killed

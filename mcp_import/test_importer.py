@@ -274,3 +274,37 @@ class TestCommandLine(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestInteropExpectedDrafts(unittest.TestCase):
+    """The checked-in drafts of the official-SDK server (interop/run.sh compares them byte for byte)."""
+
+    def load(self, era):
+        return contracts.load_contracts(HERE / "interop" / f"expected-draft-{era}.json")
+
+    def test_both_eras_draft_the_same_tools(self):
+        modern, legacy = self.load("modern"), self.load("legacy")
+        self.assertEqual(list(modern.tools), ["get_order", "create_refund_draft", "list_orders", "set_address"])
+        for name, tool in modern.tools.items():
+            other = legacy.tools[name]
+            self.assertEqual((tool.input_schema.to_schema(), tool.provenance["protocol_version"],
+                              other.provenance["protocol_version"]),
+                             (other.input_schema.to_schema(), "2026-07-28", "2025-11-25"))
+
+    def test_the_sdk_servers_looseness_is_closed_in_the_draft(self):
+        tools = self.load("modern").tools
+        get_order, listing = tools["get_order"].input_schema, tools["list_orders"].input_schema
+        self.assertTrue(get_order.admits({"order_ref": "ORDER-7"}))
+        self.assertFalse(get_order.admits({"order_ref": "ORDER-7\n"}))
+        self.assertFalse(get_order.admits({"order_ref": "ORDER-7", "extra": True}))
+        self.assertTrue(listing.admits({}))  # optional fields stay optional; their defaults are never applied
+        self.assertFalse(listing.admits({"limit": "3"}))
+        self.assertFalse(listing.admits({"limit": 3.0}))
+        self.assertEqual(tools["get_order"].hints["read_only"], True)
+        self.assertEqual(tools["get_order"].effect, "read")  # the host's --read-only, not the hint
+
+    def test_the_report_names_each_refusal(self):
+        with open(HERE / "interop" / "expected-report-modern.json", encoding="ascii") as handle:
+            report = json.load(handle)
+        self.assertEqual([(item["tool"], item["code"]) for item in report["refused"]],
+                         [("partial_refund", "SCHEMA_NUMBER"), ("schedule_callback", "SCHEMA_FORMAT")])

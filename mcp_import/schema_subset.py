@@ -534,11 +534,8 @@ def prescan(schema: Any, *, max_bytes: int = MAX_SCHEMA_BYTES, max_depth: int = 
 
 
 def _portable_text(text: str) -> None:
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise SchemaRefusal("SCHEMA_NOT_PORTABLE", SCHEMA_ROOT) from None
+    if not _portable(text):
+        raise SchemaRefusal("SCHEMA_NOT_PORTABLE", SCHEMA_ROOT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -980,6 +977,7 @@ def _check_string(rule: StringRule, value: Any, at: str, _stack: list[Any]) -> N
 
 
 def _portable(text: str) -> bool:
+    """Text UTF-8 can carry: no lone surrogate. (The core's own test of this is not public.)"""
     if text.isascii():
         return True
     try:
@@ -1062,10 +1060,12 @@ def _emit(rules: Sequence[Rule], index: int, names: Mapping[int, str], *, top: b
     return body
 
 
+def _scalar(kind: str, choices: frozenset[Any] | None) -> dict[str, Any]:
+    return {"type": kind} if choices is None else {"type": kind, "enum": sorted(choices)}
+
+
 def _emit_string(rule: StringRule, _rules: Sequence[Rule], _names: Mapping[int, str]) -> dict[str, Any]:
-    body: dict[str, Any] = {"type": "string"}
-    if rule.choices is not None:
-        body["enum"] = sorted(rule.choices)
+    body = _scalar("string", rule.choices)
     if rule.min_length:
         body["minLength"] = rule.min_length
     if rule.choices is None or rule.max_length_from == "schema":  # an enum is bounded by its choices
@@ -1076,9 +1076,7 @@ def _emit_string(rule: StringRule, _rules: Sequence[Rule], _names: Mapping[int, 
 
 
 def _emit_integer(rule: IntegerRule, _rules: Sequence[Rule], _names: Mapping[int, str]) -> dict[str, Any]:
-    body: dict[str, Any] = {"type": "integer"}
-    if rule.choices is not None:
-        body["enum"] = sorted(rule.choices)
+    body = _scalar("integer", rule.choices)
     body["minimum"] = rule.minimum
     body["maximum"] = rule.maximum
     if rule.multiple_of is not None:
@@ -1087,10 +1085,7 @@ def _emit_integer(rule: IntegerRule, _rules: Sequence[Rule], _names: Mapping[int
 
 
 def _emit_boolean(rule: BooleanRule, _rules: Sequence[Rule], _names: Mapping[int, str]) -> dict[str, Any]:
-    body: dict[str, Any] = {"type": "boolean"}
-    if rule.choices is not None:
-        body["enum"] = sorted(rule.choices)
-    return body
+    return _scalar("boolean", rule.choices)
 
 
 def _emit_object(rule: ObjectRule, rules: Sequence[Rule], names: Mapping[int, str]) -> dict[str, Any]:

@@ -241,9 +241,9 @@ _SCALAR_RULES: Final = (StringRule, IntegerRule, BooleanRule)
 # construct the parser did not mean (and never warns about "[[" or "--" in a class).
 #
 # Linear time: at most one alternation site (the top level, or one group); groups do not nest;
-# a group repeated more than once holds neither a quantifier nor an alternation; and a repeated
-# atom never overlaps the first characters of what may follow it, so a backtracking engine never
-# has two ways to split the text between them.
+# a group repeated more than once holds neither a quantifier nor an alternation; a quantified
+# group cannot match the empty text; and a repeated atom never overlaps the first characters of
+# what may follow it, so a backtracking engine never has two ways to split the text between them.
 
 _SYNTAX: Final = frozenset("^$\\.*+?()[]{}|/-")  # what an escape may name
 _SPECIAL: Final = frozenset("^$\\.*+?()[]{}|")  # never a literal outside a class
@@ -386,7 +386,9 @@ class _PatternParser:
             return item
         if self.peek() in ("?", "+"):
             raise self.refuse()  # lazy or possessive: refused rather than reasoned about
-        if item.chars is None and high != 1 and _has_choice(item):
+        if item.chars is None and ((high != 1 and _has_choice(item)) or _first_of_group(item)[1]):
+            # A repeated group with a choice inside, or a quantified group that can match the empty
+            # text (skipped, or entered and empty: two paths each, 2**n for n such groups).
             raise self.refuse("SCHEMA_PATTERN_NESTED_QUANTIFIER")
         return _Item(item.chars, item.branches, low, high)
 

@@ -168,7 +168,8 @@ class TestPatterns(Case):
                                      "SCHEMA_PATTERN_UNANCHORED")
 
     def test_nested_quantifiers_refused(self):
-        for pattern in ("^(a+)+$", "^(a|a)*$", "^(a|b){2}$", "^(?:ab?)+$", "^((a))$"):
+        for pattern in ("^(a+)+$", "^(a|a)*$", "^(a|b){2}$", "^(?:ab?)+$", "^((a))$", "^(?:b*)?c$", "^(?:b?|c)?d$",
+                        "^(?:)*$", "^x(?:b*)?(?:c*)?(?:d*)?$"):
             with self.subTest(pattern=pattern):
                 self.pattern_refused(pattern, "SCHEMA_PATTERN_NESTED_QUANTIFIER")
 

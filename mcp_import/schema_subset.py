@@ -517,11 +517,9 @@ def prescan(schema: Any, *, max_bytes: int = MAX_SCHEMA_BYTES, max_depth: int = 
             members = value.items() if kind is dict else enumerate(value)
             for key, child in members:
                 if kind is dict:
-                    _portable_text(key)
                     text += len(key)
                 stack.append((child, depth + 1))
         elif kind is str:
-            _portable_text(value)
             text += len(value)
         elif kind not in (int, float, bool, type(None)):  # floats may sit in annotations; bounds refuse them
             raise SchemaRefusal("SCHEMA_NOT_PORTABLE", SCHEMA_ROOT)
@@ -529,15 +527,10 @@ def prescan(schema: Any, *, max_bytes: int = MAX_SCHEMA_BYTES, max_depth: int = 
             raise SchemaRefusal("SCHEMA_TOO_LARGE", SCHEMA_ROOT)
     try:
         size = len(tool_dispatcher.canonical_json(schema))
-    except ValueError:  # a non-finite float handed in by a caller that did not use the strict decoder
+    except ValueError:  # a lone surrogate (UnicodeEncodeError), or NaN from a caller without the strict decoder
         raise SchemaRefusal("SCHEMA_NOT_PORTABLE", SCHEMA_ROOT) from None
     if size > max_bytes:
         raise SchemaRefusal("SCHEMA_TOO_LARGE", SCHEMA_ROOT)
-
-
-def _portable_text(text: str) -> None:
-    if not _portable(text):
-        raise SchemaRefusal("SCHEMA_NOT_PORTABLE", SCHEMA_ROOT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -738,8 +731,6 @@ def _check_keywords(raw: dict[str, Any], at: str, *, allowed: frozenset[str], ro
         code = REFUSED_KEYWORDS.get(key)
         if code is None and key == "anyOf":
             code = "SCHEMA_COMBINATOR"
-        if code is None and key == "$ref":
-            code = "SCHEMA_REF_SIBLING"
         raise SchemaRefusal(code or (sibling_code if _constrains(key) else "SCHEMA_KEYWORD"), at)
 
 

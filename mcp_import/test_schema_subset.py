@@ -407,6 +407,7 @@ class TestBooleansAndNull(Case):
     def test_any_of_other_than_nullable_refused(self):
         for schema in ({"anyOf": [{"type": "string"}, {"type": "integer"}]},
                        {"anyOf": [{"type": "string"}]}, {"anyOf": [{"type": "null"}, {"type": "null"}]},
+                       {"anyOf": [{"type": "string"}, {"type": "null"}, {"type": "integer"}]},
                        {"anyOf": [{"type": "string"}, {"type": "null", "maxLength": 1}]},
                        {"anyOf": [{"type": "string"}, {"type": "null"}], "maxLength": 3},
                        {"type": "string", "anyOf": [{"type": "string"}, {"type": "null"}]}, {"anyOf": "x"}):
@@ -560,8 +561,12 @@ class TestReferences(Case):
                 self.refused(obj({"a": {"$ref": ref}}, **defs), code, "schema.properties[0]")
 
     def test_reference_with_constraining_siblings_refused(self):
-        self.refused(obj({"a": {"$ref": "#/$defs/A", "maxLength": 3}}, **{"$defs": {"A": {"type": "string"}}}),
-                     "SCHEMA_REF_SIBLING", "schema.properties[0]")
+        for sibling in ({"maxLength": 3}, {"type": "string"}):
+            with self.subTest(sibling=sibling):
+                self.refused(obj({"a": {"$ref": "#/$defs/A", **sibling}}, **{"$defs": {"A": {"type": "string"}}}),
+                             "SCHEMA_REF_SIBLING", "schema.properties[0]")
+        self.refused(obj({"a": {"$ref": "#/$defs/A", "x-y": 3}}, **{"$defs": {"A": {"type": "string"}}}),
+                     "SCHEMA_KEYWORD", "schema.properties[0]")
 
     def test_definition_errors_point_at_the_definition(self):
         self.refused(obj({"a": {"$ref": "#/$defs/B"}}, **{"$defs": {"A": {"type": "string"}, "B": {"type": "number"}}}),
@@ -634,8 +639,12 @@ class TestEmit(Case):
                       "b": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}]},
                       "c": {"type": "array", "items": {"type": "boolean", "const": True}, "uniqueItems": True,
                             "minItems": 1},
-                      "d": {"type": "string", "enum": ["y", "x"], "minLength": 1}}, ["a"])
+                      "d": {"type": "string", "enum": ["y", "x"], "minLength": 1},
+                      "e": {"type": "integer", "multipleOf": 3, "maximum": 9}}, ["a"])
         emitted = ss.compile_schema(schema).to_schema()
+        self.assertEqual(emitted["properties"]["e"], {"type": "integer", "minimum": -MAX, "maximum": 9, "multipleOf": 3})
+        self.assertEqual(emitted["properties"]["b"], {"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX},
+                                                                {"type": "null"}]})
         self.assertEqual(emitted["properties"]["d"], {"type": "string", "enum": ["x", "y"], "minLength": 1})
         again = ss.compile_schema(emitted)
         self.assertEqual(again.to_schema(), emitted)
@@ -753,8 +762,31 @@ class TestOverlay(Case):
                 self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_PATH", "overlay[0]"))
 
     def test_host_schema_with_a_reference_refused(self):
-        self.widens(("ref",), {"$ref": "#/$defs/Inner"} if False else {"anyOf": [{"type": "string", "maxLength": 3},
-                                                                                  {"type": "null"}]})
+        self.widens(("ref",), {"$ref": "#/$defs/S", "$defs": {"S": {"type": "string", "maxLength": 3}}})
+
+    def test_nullable_host_under_a_plain_server_rule_widens(self):
+        self.widens(("ref",), {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]})
+
+    def test_object_overlays(self):
+        compiled = self.narrowed_without_numbers(("inner",), obj({"x": {"type": "integer", "minimum": 0}}, ["x"]))
+        self.assertTrue(compiled.admits({"inner": {"x": 0}}))
+        self.assertFalse(compiled.admits({"inner": {"x": 0, "y": "a"}}))  # the host dropped an optional field
+        self.widens(("inner",), obj({"x": {"type": "integer"}, "y": {"type": "string"}}))  # x no longer required
+        self.widens(("tags",), {"type": "array", "items": {"type": "string", "maxLength": 9}, "maxItems": 4,
+                                "uniqueItems": True})  # the items widen
+
+    def narrowed_without_numbers(self, path, host):
+        server = {**self.SERVER, "properties": {key: value for key, value in self.SERVER["properties"].items()
+                                                if key in ("inner", "ref")}, "required": []}
+        return ss.narrow(server, {path: host})
+
+    def test_a_path_through_a_broken_reference(self):
+        server = obj({"a": {"$ref": "#/$defs/Missing"}, "b": {"$ref": 3}})
+        for path in (("a", "x"), ("b", "x")):
+            with self.subTest(path=path):
+                with self.assertRaises(ss.SchemaRefusal) as caught:
+                    ss.narrow(server, {path: {"type": "string"}})
+                self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_PATH", "overlay[0]"))
 
     def test_host_schema_must_compile(self):
         with self.assertRaises(ss.SchemaRefusal) as caught:

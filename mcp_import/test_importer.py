@@ -160,6 +160,120 @@ class TestChannelLimits(unittest.TestCase):
             self.assertEqual(caught.exception.code, "IMPORT_CLOSED")
 
 
+class FakeChannel:
+    """Answers each request with the next scripted result; records what was asked."""
+
+    def __init__(self, *results):
+        self.results = list(results)
+        self.asked = []
+
+    def request(self, method, params):
+        self.asked.append((method, params))
+        return self.results.pop(0)
+
+    def notify(self, method):
+        self.asked.append((method, None))
+
+
+MODERN = importer.Session("modern", "2026-07-28", "s", "1")
+LEGACY = importer.Session("legacy", "2025-11-25", None, None)
+
+
+class TestListingUnits(unittest.TestCase):
+    def refused(self, code, call, *arguments, **options):
+        with self.assertRaises(importer.ImportFailure) as caught:
+            call(*arguments, **options)
+        self.assertEqual(caught.exception.code, code)
+
+    def test_requests_carry_meta_only_in_the_modern_era(self):
+        channel = FakeChannel({"tools": [], "nextCursor": "c"}, {"tools": []})
+        importer.list_tools(channel, MODERN)
+        self.assertEqual(channel.asked, [
+            ("tools/list", {"_meta": {importer.PROTOCOL_VERSION_KEY: "2026-07-28", importer.CAPABILITIES_KEY: {}}}),
+            ("tools/list", {"cursor": "c", "_meta": {importer.PROTOCOL_VERSION_KEY: "2026-07-28",
+                                                     importer.CAPABILITIES_KEY: {}}})])
+        channel = FakeChannel({"tools": []})
+        importer.list_tools(channel, LEGACY)
+        self.assertEqual(channel.asked, [("tools/list", {})])
+
+    def test_page_limit_both_sides(self):
+        pages = [{"tools": [], "nextCursor": "a"}, {"tools": [], "nextCursor": "b"}, {"tools": []}]
+        self.assertEqual(importer.list_tools(FakeChannel(*pages), LEGACY, max_pages=3), [])
+        self.refused("IMPORT_PAGINATION", importer.list_tools, FakeChannel(*pages), LEGACY, max_pages=2)
+
+    def test_cursor_rules(self):
+        longest = "c" * importer.MAX_CURSOR_LENGTH
+        importer.list_tools(FakeChannel({"tools": [], "nextCursor": longest}, {"tools": []}), LEGACY)
+        for cursor in (longest + "c", "", 3):
+            with self.subTest(cursor=cursor):
+                self.refused("IMPORT_PAGINATION", importer.list_tools,
+                             FakeChannel({"tools": [], "nextCursor": cursor}, {"tools": []}), LEGACY)
+
+    def test_tool_count_both_sides(self):
+        tools = [{"name": f"t{i}"} for i in range(contracts.MAX_TOOLS)]
+        self.assertEqual(len(importer.list_tools(FakeChannel({"tools": tools}), LEGACY)), contracts.MAX_TOOLS)
+        self.refused("IMPORT_TOO_MANY_TOOLS", importer.list_tools,
+                     FakeChannel({"tools": tools, "nextCursor": "x"}, {"tools": [{}]}), LEGACY)
+
+    def test_page_shape(self):
+        self.refused("IMPORT_PROTOCOL", importer.list_tools, FakeChannel({"tools": {}}), LEGACY)
+        self.refused("IMPORT_PROTOCOL", importer.list_tools, FakeChannel({}), LEGACY)
+
+    def test_stable_listing(self):
+        same = {"tools": [{"name": "a"}]}
+        self.assertEqual(importer.stable_listing(FakeChannel(same, same), LEGACY), [{"name": "a"}])
+        self.refused("IMPORT_LISTING_CHANGED", importer.stable_listing,
+                     FakeChannel(same, {"tools": [{"name": "a", "description": "now"}]}), LEGACY)
+
+    def test_handshake_answers(self):
+        self.refused("IMPORT_PROTOCOL", importer.handshake, FakeChannel({"supportedVersions": "2026-07-28"}), "modern")
+        self.refused("IMPORT_PROTOCOL", importer.handshake, FakeChannel({"protocolVersion": 3}), "legacy")
+        session = importer.handshake(FakeChannel({"protocolVersion": "2024-11-05",
+                                                  "serverInfo": {"name": "n" * 161, "version": "v"}}), "legacy")
+        self.assertEqual(session, importer.Session("legacy", "2024-11-05", None, "v"))
+        session = importer.handshake(FakeChannel({"supportedVersions": ["2026-07-28"], "_meta": []}), "auto")
+        self.assertEqual(session, importer.Session("modern", "2026-07-28", None, None))
+
+
+class TestDraftUnits(unittest.TestCase):
+    def drafted(self, *tools):
+        return importer.draft(list(tools), MODERN, importer.HostChoices())
+
+    def test_description_limit_both_sides(self):
+        limit = contracts.MAX_DESCRIPTION_LENGTH
+        document, report = self.drafted({"name": "a", "description": "d" * limit, "inputSchema": {"type": "object"}},
+                                        {"name": "b", "description": "d" * (limit + 1), "inputSchema": {"type": "object"}})
+        self.assertEqual([tool["name"] for tool in document["tools"]], ["a"])
+        self.assertEqual(report["refused"], [{"index": 1, "tool": "b", "code": "TOOL_DESCRIPTION_TOO_LONG",
+                                              "at": "tools[1].description"}])
+
+    def test_malformed_tools(self):
+        _, report = self.drafted({"name": "a", "description": 3, "inputSchema": {"type": "object"}},
+                                 {"name": "b", "annotations": [], "inputSchema": {"type": "object"}},
+                                 {"name": 3, "inputSchema": {}}, "tool")
+        self.assertEqual([(item["tool"], item["code"], item["at"]) for item in report["refused"]], [
+            ("a", "TOOL_MALFORMED", "tools[0].description"), ("b", "TOOL_MALFORMED", "tools[1].annotations"),
+            (None, "TOOL_MALFORMED", "tools[2]"), (None, "TOOL_MALFORMED", "tools[3]")])
+
+    def test_a_refused_output_schema_refuses_the_tool(self):
+        document, report = self.drafted({"name": "a", "inputSchema": {"type": "object"},
+                                         "outputSchema": {"type": "object", "properties": {"n": {"type": "number"}}}})
+        self.assertEqual((document["tools"], report["refused"][0]["at"]), ([], "tools[0].outputSchema.properties[0]"))
+
+    def test_names_and_versions_that_are_no_identifiers(self):
+        session = importer.Session("modern", "2026-07-28", "my server", "1 0")
+        document, _ = importer.draft([{"name": "a", "inputSchema": {"type": "object"}}], session, importer.HostChoices())
+        tool = document["tools"][0]
+        self.assertEqual((tool["producer"], tool["revisions"]["producer"], tool["provenance"]["server_name"]),
+                         ("mcp-server", "unversioned", "my server"))
+        contracts.parse_contracts(importer.dump(document))
+
+    def test_duplicate_names(self):
+        with self.assertRaises(importer.ImportFailure) as caught:
+            self.drafted({"name": "a", "inputSchema": {}}, {"name": "a", "inputSchema": {}})
+        self.assertEqual(caught.exception.code, "IMPORT_DUPLICATE_TOOL")
+
+
 class TestDrafting(Case):
     def test_draft_loads_as_a_contracts_file(self):
         document, _ = self.imported()

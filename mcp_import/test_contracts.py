@@ -180,6 +180,12 @@ class TestLoading(Case):
         self.refused(self.mutated(lambda d: d["tools"][0]["hints"].update(extra=True)), "CONTRACTS_FIELDS",
                      "tools[0].hints")
 
+    def test_imported_provenance_loads(self):
+        provenance = {"source": "mcp_import", "server_name": "s" * 160, "server_version": "1.0",
+                      "protocol_version": "2026-07-28", "input_schema_sha256": "a" * 64, "output_schema_sha256": None}
+        loaded = contracts.parse_contracts(encode(self.mutated(lambda d: d["tools"][0].update(provenance=provenance))))
+        self.assertEqual(dict(loaded.tools["get_order"].provenance), provenance)
+
     def test_schema_refusals_are_placed_inside_the_file(self):
         def number(document):
             document["tools"][1]["input_schema"]["properties"]["reason"] = {"type": "number"}

@@ -117,11 +117,11 @@ class TestHandshakeAndListing(Case):
 class TestChannelLimits(unittest.TestCase):
     """The channel's limits, both sides, on a scripted child (a Python one-liner printing lines)."""
 
-    def channel(self, lines, **limits):
+    def channel(self, lines, deadline=10, **limits):
         script = "import sys\nfor line in %r: sys.stdout.write(line)\nsys.stdout.flush()\n" % (lines,)
         process = subprocess.Popen([sys.executable, "-B", "-c", script], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        channel = importer.Channel(process, time.monotonic() + 10, **limits)
+        channel = importer.Channel(process, time.monotonic() + deadline, **limits)
         self.addCleanup(importer.stop, process, channel)
         return channel
 
@@ -130,6 +130,28 @@ class TestChannelLimits(unittest.TestCase):
         with self.assertRaises(importer.ImportFailure) as caught:
             self.channel(['"abcde"\n'], max_line=6).receive()
         self.assertEqual(caught.exception.code, "IMPORT_LINE_TOO_LONG")
+
+    def test_a_long_line_is_refused_before_its_end_arrives(self):
+        with self.assertRaises(importer.ImportFailure) as caught:
+            self.channel(['"abcdefgh'], max_line=6).receive()  # no newline, then the end of output
+        self.assertEqual(caught.exception.code, "IMPORT_LINE_TOO_LONG")
+
+    def test_a_passed_deadline_stops_reading_even_with_data_waiting(self):
+        channel = self.channel(["1\n"], deadline=-1)
+        with self.assertRaises(importer.ImportFailure) as caught:
+            channel.receive()
+        self.assertEqual(caught.exception.code, "IMPORT_TIMEOUT")
+
+    def test_answers_that_are_not_json_rpc_results(self):
+        for line in ("3", '{"jsonrpc": "1.0", "id": 1, "result": {}}', '{"jsonrpc": "2.0", "id": 1, "result": []}',
+                     '{"jsonrpc": "2.0", "id": 1, "result": {}, "extra": 1}', '{"jsonrpc": "2.0", "id": true}',
+                     '{"jsonrpc": "2.0", "id": 2, "result": {}}', '{"jsonrpc": "2.0", "params": {}}'):
+            with self.subTest(line=line):
+                with self.assertRaises(importer.ImportFailure) as caught:
+                    self.channel([line + "\n"]).request("x", {})
+                self.assertEqual(caught.exception.code, "IMPORT_PROTOCOL")
+        self.assertEqual(self.channel(['{"jsonrpc": "2.0", "id": 1, "result": {"a": 1}}\n']).request("x", {}),
+                         {"a": 1})
 
     def test_message_count_both_sides(self):
         channel = self.channel(["1\n", "\n", "2\n"], max_messages=3)
@@ -369,7 +391,7 @@ class TestCommandLine(unittest.TestCase):
                     self.assertNotIn("SECRET", json.dumps(summary))
 
     def test_usage_errors(self):
-        for arguments in ((), ("--server-command", "x", "--out", "a"), ("--server-command", "'", "--out", "a",
+        for arguments in ((), ("--server-command", "x", "--out", "a"), ("--out", "a", "--report", "b"), ("--server-command", "'", "--out", "a",
                                                                         "--report", "b"),
                           ("--server-command", "", "--out", "a", "--report", "b"),
                           ("--server-command", "x", "--out", "a", "--report", "b", "--timeout", "0"),

@@ -780,6 +780,17 @@ class TestOverlay(Case):
                                                 if key in ("inner", "ref")}, "required": []}
         return ss.narrow(server, {path: host})
 
+    def test_server_schema_must_be_an_object(self):
+        with self.assertRaises(ss.SchemaRefusal) as caught:
+            ss.narrow([], {("a",): {"type": "string"}})
+        self.assertEqual((caught.exception.code, caught.exception.at), ("SCHEMA_ROOT", "schema"))
+
+    def test_a_path_through_a_reference_loop(self):
+        server = obj({"a": {"$ref": "#/$defs/A"}}, **{"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}}})
+        with self.assertRaises(ss.SchemaRefusal) as caught:
+            ss.narrow(server, {("a", "x"): {"type": "string"}})
+        self.assertEqual((caught.exception.code, caught.exception.at), ("SCHEMA_REF_RECURSIVE", "overlay[0]"))
+
     def test_a_path_through_a_broken_reference(self):
         server = obj({"a": {"$ref": "#/$defs/Missing"}, "b": {"$ref": 3}})
         for path in (("a", "x"), ("b", "x")):

@@ -338,7 +338,7 @@ class TestDrafting(Case):
     def test_hostile_schemas_each_refused_by_name(self):
         start = time.perf_counter()
         document, report = self.imported("hostile")
-        self.assertLess(time.perf_counter() - start, 5)
+        self.assertLess(time.perf_counter() - start, 10)  # 0.4 s here; 2**29 expansions would never end
         codes = {item["tool"]: item["code"] for item in report["refused"]}
         self.assertEqual(codes, {
             "deep": "SCHEMA_TOO_DEEP", "wide": "SCHEMA_TOO_MANY_PROPERTIES", "recursive": "SCHEMA_REF_RECURSIVE",

@@ -71,7 +71,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     # 4. Canonical JSON
     "canonical_text", "canonical_json", "canonical_sha256", "SLOT", "CanonicalTemplate", "json_copy",
     # 5. Strict bounded JSON decoding
-    "exceeds_nesting", "refuse_float", "finite_float", "safe_int", "short_int", "JsonPolicy",
+    "exceeds_nesting", "is_portable_text", "refuse_float", "finite_float", "safe_int", "short_int", "JsonPolicy",
     "PORTABLE_JSON", "ENVELOPE_JSON", "decode_strict_json",
     # 6. Fixture loading
     "WorldChange", "Expectation", "Step", "Case", "World", "Fixture",
@@ -730,18 +730,18 @@ def _check_portable_strings(value: Any) -> None:
         kind = type(item)
         if kind is dict:
             for key, child in item.items():
-                if not _is_portable_text(key):
+                if not is_portable_text(key):
                     raise BoundaryError("JSON_NOT_PORTABLE")
                 stack.append(child)
         elif kind is list:
             stack.extend(item)
-        elif kind is str and not _is_portable_text(item):
+        elif kind is str and not is_portable_text(item):
             raise BoundaryError("JSON_NOT_PORTABLE")
 
 
-def _is_portable_text(text: str) -> bool:
-    # A lone surrogate is a Python str but not UTF-8: no canonical encoding, no peer can read it.
-    # The decoder refuses it in a document, the output scan in a handler's output.
+def is_portable_text(text: str) -> bool:
+    """Text UTF-8 can carry: no lone surrogate (a Python str, but no canonical encoding, and no
+    peer can read it). The decoder refuses one in a document, the output scan in an output."""
     if text.isascii():
         return True
     try:
@@ -1962,14 +1962,14 @@ def scan_output(value: Any, *, max_depth: int = MAX_OUTPUT_DEPTH, max_nodes: int
                 stack.extend((child, depth + 1) for child in item)
                 continue
             for key, child in item.items():
-                if type(key) is not str or not (key.isascii() or _is_portable_text(key)):
+                if type(key) is not str or not (key.isascii() or is_portable_text(key)):
                     raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
                 if is_secret_key(key):
                     raise BoundaryError("OUTPUT_SENSITIVE_FIELD")
                 bound += _MAX_FRAME_BYTES + _MAX_BYTES_PER_CHAR * len(key)
                 stack.append((child, depth + 1))
         elif kind is str:
-            if not (item.isascii() or _is_portable_text(item)):  # the ASCII test first: no call
+            if not (item.isascii() or is_portable_text(item)):  # the ASCII test first: no call
                 raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
             if is_secret_text(item):
                 raise BoundaryError("OUTPUT_SENSITIVE_FIELD")

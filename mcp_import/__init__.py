@@ -1,0 +1,6 @@
+"""The MCP import layer. The code lives in the modules beside this file (schema_subset.py, ...).
+
+This file only makes the folder a package, so that `python -m unittest discover` run from the
+repository root (as the mutation tool does) finds its tests too. The modules import each other by
+their plain names (each puts its own folder on sys.path), so one module is never loaded twice.
+"""

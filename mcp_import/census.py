@@ -1,0 +1,153 @@
+"""A census of tool schemas: how many compile into exact checks, and why the others do not.
+
+    python -B mcp_import/census.py FOLDER
+
+Reads every ``*.json`` file directly inside FOLDER (a saved ``tools/list`` answer: the JSON-RPC
+response, its ``result``, or a bare list of tools), compiles each tool's input and output schema
+with the exact subset compiler, and prints the counts and a histogram of refusal codes. It is
+evidence for growing the subset, not a gate: it exits 0 whatever it finds, and 2 only when the
+folder itself cannot be read. A file that cannot be decoded is counted under its JSON_* code.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, Final, Sequence
+
+_HERE: Final = Path(__file__).resolve().parent
+for _path in (str(_HERE.parent), str(_HERE)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+import tool_dispatcher  # noqa: E402
+from tool_dispatcher import BoundaryError, CatalogError, CliParser, error_specs  # noqa: E402
+
+import importer  # noqa: E402
+import schema_subset  # noqa: E402
+
+MAX_FILES: Final = 1_000  # listings read in one census
+MAX_FILE_BYTES: Final = importer.MAX_LINE_BYTES  # one saved listing: one JSON-RPC message
+CENSUS_FORMAT: Final = "mcp-schema-census-v1"
+
+
+class CensusError(CatalogError):
+    CATALOG = error_specs("census", False, CENSUS_UNREADABLE="The census folder could not be read.")
+
+
+def tools_of(document: Any) -> list[Any] | None:
+    """The tools of a saved listing in any of its three shapes; None when it is none of them."""
+    if type(document) is dict and type(document.get("result")) is dict:
+        document = document["result"]
+    if type(document) is dict:
+        document = document.get("tools")
+    return document if type(document) is list else None
+
+
+def narrowed_numbers(schema: Any) -> Any:
+    """A copy with every `number` read as `integer` and float bounds dropped: what a host overlay could reach.
+
+    Called only on a schema the compiler refused for a number, so after its prescan: the copy's
+    recursion is bounded by MAX_SCHEMA_DEPTH.
+    """
+    copy = tool_dispatcher.json_copy(schema)
+    stack = [copy]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            kind = item.get("type")
+            if kind == "number" or (type(kind) is list and "number" in kind):
+                item["type"] = "integer" if kind == "number" else ["integer" if name == "number" else name
+                                                                   for name in kind]
+                for bound in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
+                    if type(item.get(bound)) is float:
+                        del item[bound]
+            stack.extend(item.values())
+        elif type(item) is list:
+            stack.extend(item)
+    return copy
+
+
+def refusal(schema: Any) -> str | None:
+    try:
+        schema_subset.compile_schema(schema)
+    except CatalogError as error:
+        return error.code
+    return None
+
+
+def census(folder: str) -> dict[str, Any]:
+    try:
+        names = sorted(name for name in os.listdir(folder) if name.endswith(".json"))
+    except (OSError, TypeError, ValueError):
+        raise CensusError("CENSUS_UNREADABLE") from None
+    counts: Counter[str] = Counter()
+    input_codes: Counter[str] = Counter()
+    output_codes: Counter[str] = Counter()
+    file_codes: Counter[str] = Counter()
+    for name in names[:MAX_FILES]:
+        try:
+            document = tool_dispatcher.decode_strict_json(
+                tool_dispatcher.read_bounded(os.path.join(folder, name), max_bytes=MAX_FILE_BYTES),
+                max_bytes=MAX_FILE_BYTES, max_depth=importer.MAX_MESSAGE_DEPTH, policy=importer.LISTING_JSON)
+        except BoundaryError as error:
+            file_codes[error.code] += 1
+            continue
+        tools = tools_of(document)
+        if tools is None:
+            file_codes["NOT_A_LISTING"] += 1
+            continue
+        counts["files"] += 1
+        for tool in tools:
+            _count_tool(tool, counts, input_codes, output_codes)
+    return {
+        "format": CENSUS_FORMAT,
+        "files": counts["files"],
+        "files_skipped": dict(sorted(file_codes.items())),
+        "files_over_limit": max(0, len(names) - MAX_FILES),
+        "tools": counts["tools"],
+        "input_compiled": counts["input_compiled"],
+        "input_compiled_if_numbers_narrowed": counts["input_narrowed"],
+        "output_declared": counts["output_declared"],
+        "output_compiled": counts["output_compiled"],
+        "input_refusals": dict(sorted(input_codes.items())),
+        "output_refusals": dict(sorted(output_codes.items())),
+    }
+
+
+def _count_tool(tool: Any, counts: Counter[str], input_codes: Counter[str], output_codes: Counter[str]) -> None:
+    counts["tools"] += 1
+    if type(tool) is not dict or "inputSchema" not in tool:
+        input_codes["TOOL_MALFORMED"] += 1
+        return
+    code = refusal(tool["inputSchema"])
+    if code is None:
+        counts["input_compiled"] += 1
+        counts["input_narrowed"] += 1
+    else:
+        input_codes[code] += 1
+        if code == "SCHEMA_NUMBER" and refusal(narrowed_numbers(tool["inputSchema"])) is None:
+            counts["input_narrowed"] += 1
+    if tool.get("outputSchema") is not None:
+        counts["output_declared"] += 1
+        code = refusal(tool["outputSchema"])
+        if code is None:
+            counts["output_compiled"] += 1
+        else:
+            output_codes[code] += 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return tool_dispatcher.run_cli(lambda: _run(argv))
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    parser = CliParser(prog="census", description="Count the tool schemas of saved MCP listings that compile.")
+    parser.add_argument("folder", help="a folder of saved tools/list answers (*.json)")
+    tool_dispatcher.emit_json(census(parser.parse_args(argv).folder))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""A small MCP server over stdio, standard library only, that misbehaves on demand.
+
+    python -B mcp_import/fault_server.py --fault NAME
+
+It speaks both eras (``server/discover`` with per-request ``_meta``, and the ``initialize``
+handshake) and serves a two-page tool listing; each fault in FAULTS changes one thing, so that a
+test can drive the import into exactly one refusal. It is a test peer, not an MCP implementation:
+it answers only what the import asks (discover, initialize, tools/list).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable, Final, Mapping
+
+MODERN: Final = "2026-07-28"
+LEGACY: Final = "2025-11-25"
+SECRET: Final = "SECRET-/home/server/.token"  # text a refusal must never echo
+
+GOOD_TOOLS: Final = (
+    {"name": "get_order", "description": "Read one order.",
+     "inputSchema": {"type": "object", "properties": {"order_ref": {"type": "string", "pattern": "^ORDER-[0-9]{1,12}$",
+                                                                    "maxLength": 18}},
+                     "required": ["order_ref"]},
+     "outputSchema": {"type": "object", "properties": {"status": {"type": "string", "enum": ["paid", "pending"]}},
+                      "required": ["status"], "additionalProperties": False},
+     "annotations": {"readOnlyHint": True, "title": "Get order"}},
+    {"name": "ping_tool", "inputSchema": {"type": "object"}},
+)
+SECOND_PAGE: Final = (
+    {"name": "refund", "description": "Refund an amount.",
+     "inputSchema": {"type": "object", "properties": {"amount": {"type": "number", "minimum": 0.5}}}},
+    {"name": "bad name!", "inputSchema": {"type": "object"}},
+)
+
+
+def _deep_schema(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+def _exponential_defs(count: int) -> dict[str, Any]:
+    defs: dict[str, Any] = {"d0": {"type": "string", "maxLength": 1}}
+    for index in range(1, count):
+        ref = {"$ref": f"#/$defs/d{index - 1}"}
+        defs[f"d{index}"] = {"type": "object", "properties": {"l": ref, "r": ref}}
+    return {"type": "object", "properties": {"x": {"$ref": f"#/$defs/d{count - 1}"}}, "$defs": defs}
+
+
+HOSTILE_TOOLS: Final = (
+    {"name": "deep", "inputSchema": _deep_schema(40)},
+    {"name": "wide", "inputSchema": {"type": "object", "properties": {f"p{i}": {"type": "boolean"} for i in range(500)}}},
+    {"name": "recursive", "inputSchema": {"type": "object", "properties": {"n": {"$ref": "#/$defs/Node"}},
+                                          "$defs": {"Node": {"type": "object",
+                                                             "properties": {"next": {"$ref": "#/$defs/Node"}}}}}},
+    {"name": "redos", "inputSchema": {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}}},
+    {"name": "remote", "inputSchema": {"type": "object", "properties": {"s": {"$ref": "https://example.com/s"}}}},
+    {"name": "open", "inputSchema": {"type": "object", "additionalProperties": True}},
+    {"name": "shared", "inputSchema": _exponential_defs(30)},
+    {"name": "long_text", "description": "d" * 5000, "inputSchema": {"type": "object"}},
+    {"name": "no_schema"},
+)
+
+
+class Server:
+    def __init__(self, fault: str) -> None:
+        self.fault = fault
+        self.listings = 0
+        self.era: str | None = None
+
+    def write(self, text: str) -> None:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def answer(self, request_id: Any, result: Mapping[str, Any]) -> None:
+        self.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}))
+
+    def error(self, request_id: Any, code: int) -> None:
+        self.write(json.dumps({"jsonrpc": "2.0", "id": request_id,
+                               "error": {"code": code, "message": SECRET, "data": SECRET}}))
+
+    def handle(self, message: dict[str, Any]) -> bool:
+        """Answer one message; False ends the server."""
+        method = message.get("method")
+        request_id = message.get("id")
+        if "id" not in message or method is None:
+            return True  # notifications/initialized, or the client's answer to our ping
+        special = SPECIAL.get((self.fault, method))
+        if special is not None:
+            return special(self, request_id)
+        if method == "server/discover":
+            if self.fault == "legacy_only":
+                self.error(request_id, -32601)
+                return True
+            self.era = "modern"
+            self.answer(request_id, {"supportedVersions": [MODERN], "capabilities": {"tools": {}},
+                                     "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "fault-server",
+                                                                                       "version": "0.1"}}})
+            return True
+        if method == "initialize":
+            self.era = "legacy"
+            self.answer(request_id, {"protocolVersion": LEGACY, "capabilities": {"tools": {}},
+                                     "serverInfo": {"name": "fault-server", "version": "0.1"}})
+            return True
+        if method == "tools/list":
+            return self.list_tools(request_id, message.get("params") or {})
+        self.error(request_id, -32601)
+        return True
+
+    def list_tools(self, request_id: Any, params: dict[str, Any]) -> bool:
+        if self.era == "modern" and "io.modelcontextprotocol/protocolVersion" not in params.get("_meta", {}):
+            self.error(request_id, -32602)  # 2026-07-28: every request carries its version
+            return True
+        cursor = params.get("cursor")
+        if cursor is None:
+            self.listings += 1
+        tools = list(HOSTILE_TOOLS if self.fault == "hostile" else SECOND_PAGE if cursor == "page-2" else GOOD_TOOLS)
+        result: dict[str, Any] = {"tools": tools}
+        if cursor is None and self.fault not in ("hostile", "clean"):
+            result["nextCursor"] = "page-2"
+        if self.fault == "changing" and self.listings == 2 and cursor == "page-2":
+            result["tools"] = tools + [{"name": "sneaky", "inputSchema": {"type": "object"}}]
+        if self.fault == "cursor_loop" and cursor == "page-2":
+            result["nextCursor"] = "page-2"
+        if self.fault == "duplicate_tool" and cursor == "page-2":
+            result["tools"] = tools + [GOOD_TOOLS[0]]
+        self.answer(request_id, result)
+        return True
+
+
+def _garbage(server: Server, _request_id: Any) -> bool:
+    server.write("Server starting... " + SECRET)
+    return True
+
+
+def _duplicate_keys(server: Server, request_id: Any) -> bool:
+    server.write('{"jsonrpc": "2.0", "id": %d, "result": {"tools": [], "tools": [{"name": "x"}]}}' % request_id)
+    return True
+
+
+def _huge_line(server: Server, request_id: Any) -> bool:
+    server.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"pad": "x" * 1_100_000}}))
+    return True
+
+
+def _silent(_server: Server, _request_id: Any) -> bool:
+    return True
+
+
+def _close(_server: Server, _request_id: Any) -> bool:
+    return False
+
+
+def _wrong_id(server: Server, request_id: Any) -> bool:
+    server.answer(request_id + 1000, {"supportedVersions": [MODERN], "capabilities": {}})
+    return True
+
+
+def _bad_version(server: Server, request_id: Any) -> bool:
+    server.answer(request_id, {"supportedVersions": ["2099-01-01"], "capabilities": {}})
+    return True
+
+
+def _legacy_bad_version(server: Server, request_id: Any) -> bool:
+    server.answer(request_id, {"protocolVersion": "1999-01-01", "capabilities": {}, "serverInfo": {}})
+    return True
+
+
+def _tools_error(server: Server, request_id: Any) -> bool:
+    server.error(request_id, -32603)
+    return True
+
+
+def _chatty(server: Server, request_id: Any) -> bool:
+    server.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/message",
+                             "params": {"level": "info", "data": SECRET}}))
+    server.write(json.dumps({"jsonrpc": "2.0", "id": "server-1", "method": "ping"}))
+    server.era = "modern"
+    server.answer(request_id, {"supportedVersions": [MODERN], "capabilities": {}})
+    return True
+
+
+def _flood(server: Server, request_id: Any) -> bool:
+    for _ in range(300):
+        server.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {}}))
+    return _chatty(server, request_id)
+
+
+def _float_bound(server: Server, request_id: Any) -> bool:
+    server.write('{"jsonrpc": "2.0", "id": %d, "result": {"tools": [{"name": "t", "inputSchema": {"type": "object", '
+                 '"properties": {"n": {"type": "integer", "minimum": 0.5}}}}, {"name": "u", "inputSchema": '
+                 '{"type": "object"}}]}}' % request_id)
+    return True
+
+
+# (fault, method) -> what the server does instead of its normal answer
+SPECIAL: Final[Mapping[tuple[str, Any], Callable[[Server, Any], bool]]] = {
+    ("garbage", "server/discover"): _garbage,
+    ("duplicate_keys", "tools/list"): _duplicate_keys,
+    ("huge_line", "server/discover"): _huge_line,
+    ("silent", "server/discover"): _silent,
+    ("closes", "server/discover"): _close,
+    ("wrong_id", "server/discover"): _wrong_id,
+    ("bad_version", "server/discover"): _bad_version,
+    ("legacy_bad_version", "server/discover"): lambda server, request_id: server.error(request_id, -32601) or True,
+    ("legacy_bad_version", "initialize"): _legacy_bad_version,
+    ("tools_error", "tools/list"): _tools_error,
+    ("chatty", "server/discover"): _chatty,
+    ("flood", "server/discover"): _flood,
+    ("float_bound", "tools/list"): _float_bound,
+}
+FAULTS: Final = frozenset({"none", "clean", "legacy_only", "changing", "cursor_loop", "duplicate_tool", "hostile"}
+                          | {fault for fault, _ in SPECIAL})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="A misbehaving MCP test server on stdio.")
+    parser.add_argument("--fault", choices=sorted(FAULTS), default="none")
+    server = Server(parser.parse_args().fault)
+    sys.stderr.write(SECRET + "\n")  # the import discards the server's stderr
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        if not server.handle(json.loads(line)):
+            return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Interop of mcp import with the official MCP Python SDK (ci-extras: runs once, never skipped under CI=true).
+#
+# Makes a virtual environment OUTSIDE the checkout (under ${TMPDIR:-/tmp}), installs the pinned SDK
+# from PyPI (requirements.txt), serves sdk_server.py with it over stdio, imports that server with
+# mcp_import.py (standard library only) in both protocol eras, and compares each draft and report
+# with the checked-in expected files byte for byte. Nothing writes __pycache__ into the checkout.
+#
+#   bash mcp_import/interop/run.sh             compare (exit 0 on a match)
+#   UPDATE=1 bash mcp_import/interop/run.sh    rewrite the expected files after a reviewed change
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+export PYTHONDONTWRITEBYTECODE=1
+here=mcp_import/interop
+work=$(mktemp -d "${TMPDIR:-/tmp}/mcp-interop.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+unavailable() {
+  if [ "${CI:-}" = "true" ]; then
+    echo "FAIL: $1 (CI=true: the interop check must run)"
+    exit 1
+  fi
+  echo "SKIP: $1"
+  exit 0
+}
+
+python -m venv "$work/venv" >/dev/null 2>&1 || unavailable "no virtual environment could be created"
+"$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$here/requirements.txt" \
+  >"$work/pip.log" 2>&1 || { tail -n 20 "$work/pip.log"; unavailable "the pinned SDK could not be installed"; }
+echo "NOTE: $("$work/venv/bin/python" -c 'import importlib.metadata as m; print("mcp", m.version("mcp"), "pydantic", m.version("pydantic"))')"
+
+status=0
+for era in modern legacy; do
+  python -B -W error mcp_import/mcp_import.py \
+    --server-command "\"$work/venv/bin/python\" -B $here/sdk_server.py" --protocol "$era" \
+    --read-only get_order --role orders.tools \
+    --out "$work/draft-$era.json" --report "$work/report-$era.json" >"$work/summary-$era.json"
+  code=$?
+  if [ "$code" -ne 1 ]; then  # two of the six tools are refused by design: exit 1
+    echo "FAIL: the $era import exited $code, expected 1"
+    cat "$work/summary-$era.json"
+    status=1
+    continue
+  fi
+  for kind in draft report; do
+    expected="$here/expected-$kind-$era.json"
+    if [ "${UPDATE:-}" = "1" ]; then
+      cp "$work/$kind-$era.json" "$expected"
+    elif cmp -s "$work/$kind-$era.json" "$expected"; then
+      echo "ok   $kind ($era) matches $expected byte for byte"
+    else
+      echo "FAIL: the $era $kind differs from $expected"
+      diff "$expected" "$work/$kind-$era.json" | head -n 40
+      status=1
+    fi
+  done
+done
+exit $status

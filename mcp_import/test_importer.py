@@ -1,0 +1,446 @@
+"""Tests of the mcp import, driven against the standard-library fault server.
+
+Run from the repository root (any of -O, -W error, both):
+    python -B -m unittest discover -s mcp_import -p 'test_*.py'
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import contracts  # noqa: E402
+import fault_server  # noqa: E402
+import importer  # noqa: E402
+import tool_dispatcher  # noqa: E402
+
+SERVER = str(HERE / "fault_server.py")
+CLI = str(HERE / "mcp_import.py")
+
+
+def command(fault="none"):
+    return [sys.executable, "-B", SERVER, "--fault", fault]
+
+
+class Case(unittest.TestCase):
+    def imported(self, fault="none", **options):
+        return importer.import_server(command(fault), **options)
+
+    def fails(self, fault, code, **options):
+        with self.assertRaises(tool_dispatcher.CatalogError) as caught:
+            self.imported(fault, **options)
+        self.assertEqual(caught.exception.code, code)
+        self.assertNotIn("SECRET", json.dumps(caught.exception.to_json()))
+        return caught.exception
+
+
+class TestHandshakeAndListing(Case):
+    def test_modern_listing_over_two_pages(self):
+        document, report = self.imported()
+        self.assertEqual(report["server"], {"name": "fault-server", "version": "0.1", "era": "modern",
+                                            "protocol_version": "2026-07-28"})
+        self.assertEqual(report["tool_count"], 4)
+        self.assertEqual([tool["name"] for tool in document["tools"]], ["get_order", "ping_tool"])
+        self.assertEqual(report["refused"], [
+            {"index": 2, "tool": "refund", "code": "SCHEMA_NUMBER", "at": "tools[2].inputSchema.properties[0]"},
+            {"index": 3, "tool": None, "code": "TOOL_NAME_INVALID", "at": "tools[3].name"},
+        ])
+        self.assertEqual(report["codes"], {"SCHEMA_NUMBER": 1, "TOOL_NAME_INVALID": 1})
+
+    def test_legacy_handshake_forced_and_by_fallback(self):
+        for fault, protocol in (("none", "legacy"), ("legacy_only", "auto")):
+            with self.subTest(fault=fault, protocol=protocol):
+                document, report = self.imported(fault, protocol=protocol)
+                self.assertEqual((report["server"]["era"], report["server"]["protocol_version"]),
+                                 ("legacy", "2025-11-25"))
+                self.assertEqual(len(document["tools"]), 2)
+
+    def test_modern_only_does_not_fall_back(self):
+        self.fails("legacy_only", "IMPORT_SERVER_ERROR", protocol="modern")
+
+    def test_protocol_versions_refused(self):
+        self.fails("bad_version", "IMPORT_PROTOCOL_VERSION")
+        self.fails("legacy_bad_version", "IMPORT_PROTOCOL_VERSION")
+
+    def test_notifications_and_server_requests_are_read_past(self):
+        document, _ = self.imported("chatty")
+        self.assertEqual(len(document["tools"]), 2)
+
+    def test_garbage_duplicate_keys_and_wrong_ids(self):
+        self.fails("garbage", "JSON_INVALID")
+        self.fails("duplicate_keys", "JSON_DUPLICATE_KEY")
+        self.fails("wrong_id", "IMPORT_PROTOCOL")
+
+    def test_huge_line_refused_before_decoding(self):
+        self.fails("huge_line", "IMPORT_LINE_TOO_LONG")
+
+    def test_message_flood_refused(self):
+        self.fails("flood", "IMPORT_TOO_MANY_MESSAGES")
+
+    def test_server_error_text_is_never_echoed(self):
+        self.fails("tools_error", "IMPORT_SERVER_ERROR")
+
+    def test_listing_that_changes_between_readings(self):
+        self.fails("changing", "IMPORT_LISTING_CHANGED")
+
+    def test_pagination_loop_and_duplicate_tools(self):
+        self.fails("cursor_loop", "IMPORT_PAGINATION")
+        self.fails("duplicate_tool", "IMPORT_DUPLICATE_TOOL")
+
+    def test_silent_server_times_out(self):
+        start = time.monotonic()
+        self.fails("silent", "IMPORT_TIMEOUT", timeout=1)
+        self.assertLess(time.monotonic() - start, 1 + importer.EXIT_GRACE + 1)
+
+    def test_closed_server_and_missing_command(self):
+        self.fails("closes", "IMPORT_CLOSED")
+        with self.assertRaises(importer.ImportFailure) as caught:
+            importer.import_server([os.path.join(tempfile.gettempdir(), "no-such-server-binary")])
+        self.assertEqual(caught.exception.code, "IMPORT_SPAWN")
+
+    def test_floats_refuse_one_tool_not_the_listing(self):
+        document, report = self.imported("float_bound")
+        self.assertEqual([tool["name"] for tool in document["tools"]], ["u"])
+        self.assertEqual(report["refused"][0], {"index": 0, "tool": "t", "code": "SCHEMA_BOUNDS",
+                                                "at": "tools[0].inputSchema.properties[0].minimum"})
+
+
+class TestChannelLimits(unittest.TestCase):
+    """The channel's limits, both sides, on a scripted child (a Python one-liner printing lines)."""
+
+    def channel(self, lines, deadline=10, **limits):
+        script = "import sys\nfor line in %r: sys.stdout.write(line)\nsys.stdout.flush()\n" % (lines,)
+        process = subprocess.Popen([sys.executable, "-B", "-c", script], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        channel = importer.Channel(process, time.monotonic() + deadline, **limits)
+        self.addCleanup(importer.stop, process, channel)
+        return channel
+
+    def test_line_length_both_sides(self):
+        self.assertEqual(self.channel(['"abcd"\n'], max_line=6).receive(), "abcd")
+        with self.assertRaises(importer.ImportFailure) as caught:
+            self.channel(['"abcde"\n'], max_line=6).receive()
+        self.assertEqual(caught.exception.code, "IMPORT_LINE_TOO_LONG")
+
+    def test_a_long_line_is_refused_before_its_end_arrives(self):
+        with self.assertRaises(importer.ImportFailure) as caught:
+            self.channel(['"abcdefgh'], max_line=6).receive()  # no newline, then the end of output
+        self.assertEqual(caught.exception.code, "IMPORT_LINE_TOO_LONG")
+
+    def test_a_passed_deadline_stops_reading_even_with_data_waiting(self):
+        channel = self.channel(["1\n"], deadline=-1)
+        with self.assertRaises(importer.ImportFailure) as caught:
+            channel.receive()
+        self.assertEqual(caught.exception.code, "IMPORT_TIMEOUT")
+
+    def test_answers_that_are_not_json_rpc_results(self):
+        for line in ("3", '{"jsonrpc": "1.0", "id": 1, "result": {}}', '{"jsonrpc": "2.0", "id": 1, "result": []}',
+                     '{"jsonrpc": "2.0", "id": 1, "result": {}, "extra": 1}', '{"jsonrpc": "2.0", "id": true}',
+                     '{"jsonrpc": "2.0", "id": 2, "result": {}}', '{"jsonrpc": "2.0", "params": {}}'):
+            with self.subTest(line=line):
+                with self.assertRaises(importer.ImportFailure) as caught:
+                    self.channel([line + "\n"]).request("x", {})
+                self.assertEqual(caught.exception.code, "IMPORT_PROTOCOL")
+        self.assertEqual(self.channel(['{"jsonrpc": "2.0", "id": 1, "result": {"a": 1}}\n']).request("x", {}),
+                         {"a": 1})
+
+    def test_message_count_both_sides(self):
+        channel = self.channel(["1\n", "\n", "2\n"], max_messages=3)
+        self.assertEqual((channel.receive(), channel.receive()), (1, 2))
+        channel = self.channel(["1\n", "\n", "2\n"], max_messages=2)
+        channel.receive()
+        with self.assertRaises(importer.ImportFailure) as caught:
+            channel.receive()
+        self.assertEqual(caught.exception.code, "IMPORT_TOO_MANY_MESSAGES")
+
+    def test_total_bytes_both_sides(self):
+        self.assertEqual(self.channel(["1\r\n"], max_total=3).receive(), 1)
+        with self.assertRaises(importer.ImportFailure) as caught:
+            self.channel(["12\r\n"], max_total=3).receive()
+        self.assertEqual(caught.exception.code, "IMPORT_TOO_MUCH_DATA")
+
+    def test_depth_both_sides(self):
+        self.assertEqual(self.channel(["[" * 128 + "]" * 128 + "\n"]).receive(), json.loads("[" * 128 + "]" * 128))
+        with self.assertRaises(tool_dispatcher.BoundaryError) as caught:
+            self.channel(["[" * 129 + "]" * 129 + "\n"]).receive()
+        self.assertEqual(caught.exception.code, "JSON_TOO_DEEP")
+
+    def test_end_of_output(self):
+        channel = self.channel(["1"])
+        for _ in range(2):  # stays closed
+            with self.assertRaises(importer.ImportFailure) as caught:
+                channel.receive()
+            self.assertEqual(caught.exception.code, "IMPORT_CLOSED")
+
+
+class FakeChannel:
+    """Answers each request with the next scripted result; records what was asked."""
+
+    def __init__(self, *results):
+        self.results = list(results)
+        self.asked = []
+
+    def request(self, method, params):
+        self.asked.append((method, params))
+        return self.results.pop(0)
+
+    def notify(self, method):
+        self.asked.append((method, None))
+
+
+MODERN = importer.Session("modern", "2026-07-28", "s", "1")
+LEGACY = importer.Session("legacy", "2025-11-25", None, None)
+
+
+class TestListingUnits(unittest.TestCase):
+    def refused(self, code, call, *arguments, **options):
+        with self.assertRaises(importer.ImportFailure) as caught:
+            call(*arguments, **options)
+        self.assertEqual(caught.exception.code, code)
+
+    def test_requests_carry_meta_only_in_the_modern_era(self):
+        channel = FakeChannel({"tools": [], "nextCursor": "c"}, {"tools": []})
+        importer.list_tools(channel, MODERN)
+        self.assertEqual(channel.asked, [
+            ("tools/list", {"_meta": {importer.PROTOCOL_VERSION_KEY: "2026-07-28", importer.CAPABILITIES_KEY: {}}}),
+            ("tools/list", {"cursor": "c", "_meta": {importer.PROTOCOL_VERSION_KEY: "2026-07-28",
+                                                     importer.CAPABILITIES_KEY: {}}})])
+        channel = FakeChannel({"tools": []})
+        importer.list_tools(channel, LEGACY)
+        self.assertEqual(channel.asked, [("tools/list", {})])
+
+    def test_page_limit_both_sides(self):
+        pages = [{"tools": [], "nextCursor": "a"}, {"tools": [], "nextCursor": "b"}, {"tools": []}]
+        self.assertEqual(importer.list_tools(FakeChannel(*pages), LEGACY, max_pages=3), [])
+        self.refused("IMPORT_PAGINATION", importer.list_tools, FakeChannel(*pages), LEGACY, max_pages=2)
+
+    def test_cursor_rules(self):
+        longest = "c" * importer.MAX_CURSOR_LENGTH
+        importer.list_tools(FakeChannel({"tools": [], "nextCursor": longest}, {"tools": []}), LEGACY)
+        for cursor in (longest + "c", "", 3):
+            with self.subTest(cursor=cursor):
+                self.refused("IMPORT_PAGINATION", importer.list_tools,
+                             FakeChannel({"tools": [], "nextCursor": cursor}, {"tools": []}), LEGACY)
+
+    def test_tool_count_both_sides(self):
+        tools = [{"name": f"t{i}"} for i in range(contracts.MAX_TOOLS)]
+        self.assertEqual(len(importer.list_tools(FakeChannel({"tools": tools}), LEGACY)), contracts.MAX_TOOLS)
+        self.refused("IMPORT_TOO_MANY_TOOLS", importer.list_tools,
+                     FakeChannel({"tools": tools, "nextCursor": "x"}, {"tools": [{}]}), LEGACY)
+
+    def test_page_shape(self):
+        self.refused("IMPORT_PROTOCOL", importer.list_tools, FakeChannel({"tools": {}}), LEGACY)
+        self.refused("IMPORT_PROTOCOL", importer.list_tools, FakeChannel({}), LEGACY)
+
+    def test_stable_listing(self):
+        same = {"tools": [{"name": "a"}]}
+        self.assertEqual(importer.stable_listing(FakeChannel(same, same), LEGACY), [{"name": "a"}])
+        self.refused("IMPORT_LISTING_CHANGED", importer.stable_listing,
+                     FakeChannel(same, {"tools": [{"name": "a", "description": "now"}]}), LEGACY)
+
+    def test_handshake_answers(self):
+        self.refused("IMPORT_PROTOCOL", importer.handshake, FakeChannel({"supportedVersions": "2026-07-28"}), "modern")
+        self.refused("IMPORT_PROTOCOL", importer.handshake, FakeChannel({"protocolVersion": 3}), "legacy")
+        session = importer.handshake(FakeChannel({"protocolVersion": "2024-11-05",
+                                                  "serverInfo": {"name": "n" * 161, "version": "v"}}), "legacy")
+        self.assertEqual(session, importer.Session("legacy", "2024-11-05", None, "v"))
+        session = importer.handshake(FakeChannel({"supportedVersions": ["2026-07-28"], "_meta": []}), "auto")
+        self.assertEqual(session, importer.Session("modern", "2026-07-28", None, None))
+
+
+class TestDraftUnits(unittest.TestCase):
+    def drafted(self, *tools):
+        return importer.draft(list(tools), MODERN, importer.HostChoices())
+
+    def test_description_limit_both_sides(self):
+        limit = contracts.MAX_DESCRIPTION_LENGTH
+        document, report = self.drafted({"name": "a", "description": "d" * limit, "inputSchema": {"type": "object"}},
+                                        {"name": "b", "description": "d" * (limit + 1), "inputSchema": {"type": "object"}})
+        self.assertEqual([tool["name"] for tool in document["tools"]], ["a"])
+        self.assertEqual(report["refused"], [{"index": 1, "tool": "b", "code": "TOOL_DESCRIPTION_TOO_LONG",
+                                              "at": "tools[1].description"}])
+
+    def test_malformed_tools(self):
+        _, report = self.drafted({"name": "a", "description": 3, "inputSchema": {"type": "object"}},
+                                 {"name": "b", "annotations": [], "inputSchema": {"type": "object"}},
+                                 {"name": 3, "inputSchema": {}}, "tool")
+        self.assertEqual([(item["tool"], item["code"], item["at"]) for item in report["refused"]], [
+            ("a", "TOOL_MALFORMED", "tools[0].description"), ("b", "TOOL_MALFORMED", "tools[1].annotations"),
+            (None, "TOOL_MALFORMED", "tools[2]"), (None, "TOOL_MALFORMED", "tools[3]")])
+
+    def test_a_refused_output_schema_refuses_the_tool(self):
+        document, report = self.drafted({"name": "a", "inputSchema": {"type": "object"},
+                                         "outputSchema": {"type": "object", "properties": {"n": {"type": "number"}}}})
+        self.assertEqual((document["tools"], report["refused"][0]["at"]), ([], "tools[0].outputSchema.properties[0]"))
+
+    def test_names_and_versions_that_are_no_identifiers(self):
+        session = importer.Session("modern", "2026-07-28", "my server", "1 0")
+        document, _ = importer.draft([{"name": "a", "inputSchema": {"type": "object"}}], session, importer.HostChoices())
+        tool = document["tools"][0]
+        self.assertEqual((tool["producer"], tool["revisions"]["producer"], tool["provenance"]["server_name"]),
+                         ("mcp-server", "unversioned", "my server"))
+        contracts.parse_contracts(importer.dump(document))
+
+    def test_duplicate_names(self):
+        with self.assertRaises(importer.ImportFailure) as caught:
+            self.drafted({"name": "a", "inputSchema": {}}, {"name": "a", "inputSchema": {}})
+        self.assertEqual(caught.exception.code, "IMPORT_DUPLICATE_TOOL")
+
+
+class TestDrafting(Case):
+    def test_draft_loads_as_a_contracts_file(self):
+        document, _ = self.imported()
+        loaded = contracts.parse_contracts(importer.dump(document))
+        self.assertEqual(list(loaded.tools), ["get_order", "ping_tool"])
+        get_order = loaded.tools["get_order"]
+        self.assertTrue(get_order.input_schema.admits({"order_ref": "ORDER-7"}))
+        self.assertFalse(get_order.input_schema.admits({"order_ref": "ORDER-7", "extra": 1}))
+
+    def test_every_tool_is_a_write_unless_the_host_says(self):
+        document, report = self.imported()
+        self.assertEqual({tool["effect"] for tool in document["tools"]}, {"write"})
+        document, report = self.imported(host=importer.HostChoices(frozenset({"get_order", "absent"}), "orders.read"))
+        self.assertEqual({tool["name"]: (tool["effect"], tool["required_role"]) for tool in document["tools"]},
+                         {"get_order": ("read", "orders.read"), "ping_tool": ("write", "orders.read")})
+        self.assertEqual(report["read_only_by_host"], ["get_order"])
+
+    def test_annotations_are_kept_as_hints_only(self):
+        document, _ = self.imported()
+        first = document["tools"][0]
+        self.assertEqual(first["hints"], {"read_only": True, "destructive": None, "idempotent": None,
+                                          "open_world": None})
+        self.assertEqual(first["effect"], "write")  # readOnlyHint changes nothing
+
+    def test_provenance_and_revisions(self):
+        document, _ = self.imported()
+        first = document["tools"][0]
+        self.assertEqual(first["provenance"]["input_schema_sha256"],
+                         tool_dispatcher.canonical_sha256(fault_server.GOOD_TOOLS[0]["inputSchema"]))
+        self.assertEqual(first["revisions"]["input"],
+                         "input." + tool_dispatcher.canonical_sha256(first["input_schema"])[:16])
+        self.assertEqual((first["producer"], first["revisions"]["producer"]), ("fault-server", "0.1"))
+
+    def test_host_bounds_reported(self):
+        _, report = self.imported()
+        self.assertEqual(report["host_bounds"], [])  # get_order declares maxLength; the enum is its own bound
+        document, report = self.imported("float_bound")
+        self.assertEqual(report["host_bounds"], [])
+
+    def test_hostile_schemas_each_refused_by_name(self):
+        start = time.perf_counter()
+        document, report = self.imported("hostile")
+        self.assertLess(time.perf_counter() - start, 10)  # 0.4 s here; 2**29 expansions would never end
+        codes = {item["tool"]: item["code"] for item in report["refused"]}
+        self.assertEqual(codes, {
+            "deep": "SCHEMA_TOO_DEEP", "wide": "SCHEMA_TOO_MANY_PROPERTIES", "recursive": "SCHEMA_REF_RECURSIVE",
+            "redos": "SCHEMA_PATTERN_NESTED_QUANTIFIER", "remote": "SCHEMA_REF_REMOTE", "open": "SCHEMA_OPEN_OBJECT",
+            "long_text": "TOOL_DESCRIPTION_TOO_LONG", "no_schema": "TOOL_MALFORMED"})
+        self.assertEqual([tool["name"] for tool in document["tools"]], ["shared"])  # 2**29 paths, 30 rules
+        self.assertEqual(len(document["tools"][0]["input_schema"]["$defs"]), 30)
+
+
+class TestCommandLine(unittest.TestCase):
+    def run_cli(self, *arguments):
+        done = subprocess.run([sys.executable, "-B", "-W", "error", CLI, *arguments], capture_output=True, timeout=60)
+        return done.returncode, json.loads(done.stdout), done.stderr
+
+    def server(self, fault):
+        return " ".join([f'"{sys.executable}"', "-B", f'"{SERVER}"', "--fault", fault])
+
+    def test_exit_one_writes_draft_and_report(self):
+        with tempfile.TemporaryDirectory() as folder:
+            out, report = os.path.join(folder, "d.json"), os.path.join(folder, "r.json")
+            status, summary, stderr = self.run_cli("--server-command", self.server("none"), "--out", out,
+                                                   "--report", report, "--read-only", "get_order")
+            self.assertEqual((status, stderr), (1, b""))
+            self.assertEqual(summary, {"passed": False, "format": "mcp-import-report-v1", "tool_count": 4,
+                                       "drafted": 2, "refused": 2,
+                                       "codes": {"SCHEMA_NUMBER": 1, "TOOL_NAME_INVALID": 1}})
+            loaded = contracts.load_contracts(out)
+            self.assertEqual(loaded.tools["get_order"].effect, "read")
+            with open(report, encoding="ascii") as handle:
+                self.assertEqual(json.load(handle)["drafted"], 2)
+
+    def test_exit_zero_when_every_tool_drafts(self):
+        with tempfile.TemporaryDirectory() as folder:
+            out, report = os.path.join(folder, "d.json"), os.path.join(folder, "r.json")
+            status, summary, _ = self.run_cli("--server-command", self.server("clean"), "--out", out,
+                                              "--report", report, "--protocol", "modern")
+            self.assertEqual((status, summary["passed"], summary["drafted"], summary["codes"]), (0, True, 2, {}))
+
+    def test_exit_two_no_traceback_no_path_nothing_written(self):
+        with tempfile.TemporaryDirectory() as folder:
+            out, report = os.path.join(folder, "d.json"), os.path.join(folder, "r.json")
+            for fault, code in (("garbage", "JSON_INVALID"), ("changing", "IMPORT_LISTING_CHANGED")):
+                with self.subTest(fault=fault):
+                    status, summary, stderr = self.run_cli("--server-command", self.server(fault), "--out", out,
+                                                           "--report", report)
+                    self.assertEqual((status, summary["passed"], summary["error"]["code"], stderr),
+                                     (2, False, code, b""))
+                    self.assertFalse(os.path.exists(out) or os.path.exists(report))
+                    self.assertNotIn(folder, json.dumps(summary))
+                    self.assertNotIn("SECRET", json.dumps(summary))
+
+    def test_usage_errors(self):
+        for arguments in ((), ("--server-command", "x", "--out", "a"), ("--out", "a", "--report", "b"), ("--server-command", "'", "--out", "a",
+                                                                        "--report", "b"),
+                          ("--server-command", "", "--out", "a", "--report", "b"),
+                          ("--server-command", "x", "--out", "a", "--report", "b", "--timeout", "0"),
+                          ("--server-command", "x", "--out", "a", "--report", "b", "--role", "bad role")):
+            with self.subTest(arguments=arguments):
+                status, summary, stderr = self.run_cli(*arguments)
+                self.assertEqual((status, summary["error"]["code"], stderr), (2, "CLI_USAGE", b""))
+
+    def test_unwritable_output(self):
+        with tempfile.TemporaryDirectory() as folder:
+            status, summary, _ = self.run_cli("--server-command", self.server("none"), "--out", folder,
+                                              "--report", os.path.join(folder, "r.json"))
+            self.assertEqual((status, summary["error"]["code"]), (2, "IMPORT_UNWRITABLE"))
+            self.assertNotIn(folder, json.dumps(summary))
+
+
+if __name__ == "__main__":
+    unittest.main()
+
+
+class TestInteropExpectedDrafts(unittest.TestCase):
+    """The checked-in drafts of the official-SDK server (interop/run.sh compares them byte for byte)."""
+
+    def load(self, era):
+        return contracts.load_contracts(HERE / "interop" / f"expected-draft-{era}.json")
+
+    def test_both_eras_draft_the_same_tools(self):
+        modern, legacy = self.load("modern"), self.load("legacy")
+        self.assertEqual(list(modern.tools), ["get_order", "create_refund_draft", "list_orders", "set_address"])
+        for name, tool in modern.tools.items():
+            other = legacy.tools[name]
+            self.assertEqual((tool.input_schema.to_schema(), tool.provenance["protocol_version"],
+                              other.provenance["protocol_version"]),
+                             (other.input_schema.to_schema(), "2026-07-28", "2025-11-25"))
+
+    def test_the_sdk_servers_looseness_is_closed_in_the_draft(self):
+        tools = self.load("modern").tools
+        get_order, listing = tools["get_order"].input_schema, tools["list_orders"].input_schema
+        self.assertTrue(get_order.admits({"order_ref": "ORDER-7"}))
+        self.assertFalse(get_order.admits({"order_ref": "ORDER-7\n"}))
+        self.assertFalse(get_order.admits({"order_ref": "ORDER-7", "extra": True}))
+        self.assertTrue(listing.admits({}))  # optional fields stay optional; their defaults are never applied
+        self.assertFalse(listing.admits({"limit": "3"}))
+        self.assertFalse(listing.admits({"limit": 3.0}))
+        self.assertEqual(tools["get_order"].hints["read_only"], True)
+        self.assertEqual(tools["get_order"].effect, "read")  # the host's --read-only, not the hint
+
+    def test_the_report_names_each_refusal(self):
+        with open(HERE / "interop" / "expected-report-modern.json", encoding="ascii") as handle:
+            report = json.load(handle)
+        self.assertEqual([(item["tool"], item["code"]) for item in report["refused"]],
+                         [("partial_refund", "SCHEMA_NUMBER"), ("schedule_callback", "SCHEMA_FORMAT")])

@@ -528,11 +528,11 @@ def canonical_sha256(value: Any) -> str:
     return hashlib.sha256(canonical_text(value).encode("utf-8")).hexdigest()
 
 
-class _Slot:
+class _TemplateSlot:
     """Marks a member of a CanonicalTemplate that is filled on every use."""
 
 
-SLOT: Final = _Slot()
+SLOT: Final = _TemplateSlot()
 
 
 class CanonicalTemplate:
@@ -960,7 +960,7 @@ def _table(**checks: _Check) -> _Table:
     return _Table(fields=frozenset(checks), checks=tuple(checks.items()))
 
 
-def _fields(value: Any, fields: frozenset[str], at: str) -> dict[str, Any]:
+def _exact_fields(value: Any, fields: frozenset[str], at: str) -> dict[str, Any]:
     if type(value) is not dict:
         raise BoundaryError("FIXTURE_VALUE", at)
     if value.keys() != fields:
@@ -976,7 +976,7 @@ def _check(body: dict[str, Any], table: _Table, at: str) -> None:
 
 def _flat(value: Any, table: _Table, at: str) -> dict[str, Any]:
     """A flat object: exactly the table's fields, each passing its check."""
-    body = _fields(value, table.fields, at)
+    body = _exact_fields(value, table.fields, at)
     _check(body, table, at)
     return body
 
@@ -989,7 +989,7 @@ def _array(value: Any, at: str, limit: int) -> list[Any]:
     return value
 
 
-_FIXTURE_FIELDS: Final = frozenset({"format", "model_result_version", "audit_version", "world", "cases"})
+_FIXTURE_ROOT_FIELDS: Final = frozenset({"format", "model_result_version", "audit_version", "world", "cases"})
 _WORLD_FIELDS: Final = frozenset({"orders", "approvers"})
 _CASE_FIELDS: Final = frozenset({"id", "title", "steps"})
 _STEP_COMMON: Final = frozenset({
@@ -1068,7 +1068,7 @@ def read_bounded(path: str | os.PathLike[str], *, max_bytes: int = MAX_FIXTURE_B
 
 def parse_fixture(data: bytes, *, max_bytes: int = MAX_FIXTURE_BYTES) -> Fixture:
     """Validate fixture bytes: the strict decoder first, then exact fields at every level."""
-    root = _fields(decode_strict_json(data, max_bytes=max_bytes), _FIXTURE_FIELDS, "fixture")
+    root = _exact_fields(decode_strict_json(data, max_bytes=max_bytes), _FIXTURE_ROOT_FIELDS, "fixture")
     for field, expected in _VERSIONS.items():
         if root[field] != expected:
             raise BoundaryError("FIXTURE_VERSION", field)
@@ -1084,7 +1084,7 @@ def parse_fixture(data: bytes, *, max_bytes: int = MAX_FIXTURE_BYTES) -> Fixture
 
 
 def _parse_world(raw: Any) -> World:
-    body = _fields(raw, _WORLD_FIELDS, "world")
+    body = _exact_fields(raw, _WORLD_FIELDS, "world")
     orders = tuple(_parse_order(item, f"world.orders[{index}]")
                    for index, item in enumerate(_array(body["orders"], "world.orders", MAX_ORDERS)))
     if len({(order.tenant, order.order_ref) for order in orders}) != len(orders):
@@ -1107,7 +1107,7 @@ def _parse_order(raw: Any, at: str) -> Order:
 
 
 def _parse_case(raw: Any, at: str, known: frozenset[tuple[str, str]]) -> Case:
-    body = _fields(raw, _CASE_FIELDS, at)
+    body = _exact_fields(raw, _CASE_FIELDS, at)
     if not is_identifier(body["id"]):
         raise BoundaryError("FIXTURE_VALUE", at + ".id")
     raw_steps = _array(body["steps"], at + ".steps", MAX_STEPS_PER_CASE)
@@ -1130,7 +1130,7 @@ def _parse_step(raw: Any, at: str, known: frozenset[tuple[str, str]], earlier: M
     kind = raw.get("kind")
     if type(kind) is not str or kind not in _STEP_FIELDS:
         raise BoundaryError("FIXTURE_VALUE", at + ".kind")
-    body = _fields(raw, _STEP_FIELDS[kind], at)
+    body = _exact_fields(raw, _STEP_FIELDS[kind], at)
     step_id = body["id"]
     if not is_identifier(step_id) or step_id in earlier:
         raise BoundaryError("FIXTURE_VALUE", at + ".id")
@@ -1177,7 +1177,7 @@ def _parse_context(raw: Any, at: str) -> CallContext:
 
 
 def _parse_principal(raw: Any, at: str) -> Principal:
-    body = _fields(raw, _PRINCIPAL_FIELDS, at)
+    body = _exact_fields(raw, _PRINCIPAL_FIELDS, at)
     roles = _array(body["roles"], at + ".roles", MAX_ROLES)
     for index, role in enumerate(roles):
         if not is_identifier(role):
@@ -2050,8 +2050,8 @@ _OUTPUT_REFUSALS: Final = frozenset({
 })
 _EXECUTION_FAILURES: Final = _OUTPUT_REFUSALS | {"HANDLER_FAILED"}
 _ANY_PURPOSE: Final = frozenset({"dispatch", "query_status"})
-_DISPATCH: Final = frozenset({"dispatch"})
-_QUERY: Final = frozenset({"query_status"})
+_DISPATCH_ONLY: Final = frozenset({"dispatch"})
+_QUERY_ONLY: Final = frozenset({"query_status"})
 _NONE: Final = frozenset({"none"})
 _ZERO: Final = frozenset({0})
 _ZERO_OR_ONE: Final = frozenset({0, 1})
@@ -2061,23 +2061,24 @@ _ZERO_OR_ONE: Final = frozenset({0, 1})
 ANSWERS: Final[Mapping[str, Answer]] = MappingProxyType({
     "refused": Answer("error", "not_executed", "none", _REFUSAL_CODES, _NONE, "any", False, _ZERO, False,
                       "none", _ANY_PURPOSE),
-    "read": Answer("ok", "succeeded", "fresh", frozenset(), _NONE, "read", True, _ZERO, False, "none", _DISPATCH),
+    "read": Answer("ok", "succeeded", "fresh", frozenset(), _NONE, "read", True, _ZERO, False, "none",
+                   _DISPATCH_ONLY),
     "read_failed": Answer("error", "failed", "none", _EXECUTION_FAILURES | {"DEADLINE_EXCEEDED"}, _NONE, "read",
-                          True, _ZERO, False, "none", _DISPATCH),
+                          True, _ZERO, False, "none", _DISPATCH_ONLY),
     "written": Answer("ok", "succeeded", "fresh", frozenset(), frozenset({"succeeded"}), "write", True,
-                      _ZERO_OR_ONE, True, "receipt", _DISPATCH),
+                      _ZERO_OR_ONE, True, "receipt", _DISPATCH_ONLY),
     "write_unknown": Answer("unknown", "unknown", "none", _EXECUTION_FAILURES | {"OUTCOME_UNKNOWN"},
-                            frozenset({"unknown"}), "write", True, _ZERO_OR_ONE, True, "pending", _DISPATCH),
+                            frozenset({"unknown"}), "write", True, _ZERO_OR_ONE, True, "pending", _DISPATCH_ONLY),
     "replayed": Answer("ok", "succeeded", "local_replay", frozenset(), frozenset({"succeeded", "reconciled"}),
                        "write", False, _ZERO, True, "receipt", _ANY_PURPOSE),
     "still_unknown": Answer("unknown", "unknown", "none", frozenset({"OUTCOME_UNKNOWN"}), frozenset({"unknown"}),
-                            "write", False, _ZERO, True, "pending", _DISPATCH),
+                            "write", False, _ZERO, True, "pending", _DISPATCH_ONLY),
     "receipt_unavailable": Answer("unknown", "unknown", "none", frozenset({"RECEIPT_UNAVAILABLE"}),
-                                  frozenset({"unknown"}), "write", False, _ZERO, True, "pending", _QUERY),
+                                  frozenset({"unknown"}), "write", False, _ZERO, True, "pending", _QUERY_ONLY),
     "reconciled": Answer("ok", "succeeded", "receipt_reconciled", frozenset(), frozenset({"reconciled"}), "write",
-                         False, _ZERO, True, "receipt", _QUERY),
+                         False, _ZERO, True, "receipt", _QUERY_ONLY),
     "not_executed": Answer("error", "not_executed", "none", frozenset({"OPERATION_NOT_EXECUTED"}), _NONE, "write",
-                           False, _ZERO, True, "pending", _QUERY),
+                           False, _ZERO, True, "pending", _QUERY_ONLY),
 })
 # Where a package's downstream references must be present, by Answer.refs.
 _REFS_PRESENT: Final[Mapping[str, tuple[bool, bool, bool]]] = MappingProxyType({
@@ -2724,7 +2725,7 @@ class Dispatcher:
         try:
             checked = check_input(spec, arguments)
         except BoundaryError as refusal:
-            raise _Refused(call._replace(spec=spec), refusal.code) from None
+            raise _AdmittedRefusal(call._replace(spec=spec), refusal.code) from None
         # Built directly: NamedTuple._replace is Python code, and costs a microsecond more here.
         call = AdmittedCall(call.context, call.principal, call.purpose, call.principal_text, spec, checked,
                             spec_request_sha256(spec, call.principal_text, checked))
@@ -2732,7 +2733,7 @@ class Dispatcher:
             try:
                 self._bind_identity(call)
             except BoundaryError as refusal:  # admitted: the audit keeps its tool, contract and arguments
-                raise _Refused(call, refusal.code) from None
+                raise _AdmittedRefusal(call, refusal.code) from None
         return call
 
     def _bind_identity(self, call: AdmittedCall) -> None:
@@ -2855,7 +2856,7 @@ class Dispatcher:
     # -- packaging -----------------------------------------------------------------------------
 
     def _refused(self, call: AdmittedCall, refusal: BoundaryError) -> dict[str, Any]:
-        if type(refusal) is _Refused:
+        if type(refusal) is _AdmittedRefusal:
             call = refusal.call
         if ERROR_CATALOG[refusal.code].scope != "tool":
             raise refusal
@@ -2908,7 +2909,7 @@ class Dispatcher:
         }
 
 
-class _Refused(BoundaryError):
+class _AdmittedRefusal(BoundaryError):
     """A tool-scope refusal that carries the most complete call known when it happened."""
 
     def __init__(self, call: AdmittedCall, code: str) -> None:
@@ -3032,7 +3033,7 @@ def _shape(value: Any, fields: frozenset[str]) -> dict[str, Any]:
     return value
 
 
-def _require(condition: bool, code: str = "PACKAGE_MALFORMED") -> None:
+def _require_in_package(condition: bool, code: str = "PACKAGE_MALFORMED") -> None:
     if not condition:
         raise BoundaryError(code)
 
@@ -3062,10 +3063,10 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
     keys were given to check it with. Never a silent pass.
     """
     body = _shape(package, _PACKAGE_FIELDS)
-    _require(_is_exactly(body["format"], PACKAGE_FORMAT))
+    _require_in_package(_is_exactly(body["format"], PACKAGE_FORMAT))
     _check_execution(body["execution"])
     result = body["model_result"]
-    _require(type(result) is dict and _member(result.get("status"), STATUSES))
+    _require_in_package(type(result) is dict and _member(result.get("status"), STATUSES))
     status = result["status"]
     _shape(result, _RESULTS[status].fields)
     audit = _shape(body["protected_audit"], _AUDIT_FIELDS)
@@ -3085,23 +3086,23 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
         if audit["principal"] != principal_view(principal):
             raise BoundaryError("CALL_BINDING_MISMATCH")
     if approvers is not None and audit["approval"] is not None:
-        _require(type(approvers) is frozenset and _member(audit["approval"]["approver"], approvers),
+        _require_in_package(type(approvers) is frozenset and _member(audit["approval"]["approver"], approvers),
                  "PACKAGE_APPROVER_UNKNOWN")
 
 
 def _check_seal(seal: Any, binding_digest: str, keys: SealKeys | None, required: bool) -> None:
     body = _shape(seal, _SEAL_FIELDS)
     sealed = body["key_id"] is not None
-    _require(sealed == (body["hmac_sha256"] is not None))
+    _require_in_package(sealed == (body["hmac_sha256"] is not None))
     if sealed:
-        _require(is_identifier(body["key_id"]) and type(body["hmac_sha256"]) is str
+        _require_in_package(is_identifier(body["key_id"]) and type(body["hmac_sha256"]) is str
                  and DIGEST_PATTERN.fullmatch(body["hmac_sha256"]) is not None)
     if required and (not sealed or keys is None):
         raise BoundaryError("SEAL_REQUIRED")
     if sealed and keys is not None:
         holds = seal_holds(keys, body, "package", binding_digest)
-        _require(holds is not None, "SEAL_KEY_UNKNOWN")
-        _require(bool(holds), "SEAL_MISMATCH")
+        _require_in_package(holds is not None, "SEAL_KEY_UNKNOWN")
+        _require_in_package(bool(holds), "SEAL_MISMATCH")
 
 
 def _check_execution(execution: Any) -> None:
@@ -3115,7 +3116,7 @@ def _check_result_fields(result: dict[str, Any], status: str) -> None:
 def _check_audit_fields(audit: dict[str, Any]) -> dict[str, Any]:
     _verified(audit, _AUDIT)
     context = audit["provider_context"]
-    _require(registered_profile(context["provider"], context["api_family"], context["adapter_revision"])
+    _require_in_package(registered_profile(context["provider"], context["api_family"], context["adapter_revision"])
              is not None, "PROVIDER_MISMATCH")
     _verified(audit, _AUDIT_EVIDENCE)
     _verified(audit, _AUDIT_DIGESTS, "DIGEST_MALFORMED")
@@ -3127,22 +3128,22 @@ def _check_provenance(result: dict[str, Any], audit: dict[str, Any], status: str
     contract = audit["tool_contract"]
     source = result["source"]
     if contract is None:
-        _require(source["tool"] is None and source["producer"] == BOUNDARY_PRODUCER and status != "ok",
+        _require_in_package(source["tool"] is None and source["producer"] == BOUNDARY_PRODUCER and status != "ok",
                  "PROVENANCE_MISMATCH")
-        _require(audit["arguments"] is None and audit["approval"] is None)
+        _require_in_package(audit["arguments"] is None and audit["approval"] is None)
         return None
     _shape(contract, _TOOL_CONTRACT_FIELDS)
     spec = registry.get(contract["tool"]) if type(contract["tool"]) is str else None
     # Plain strings only: then equal means the same canonical bytes, and the spec's own digest
     # templates may stand for the package's contract.
-    _require(spec is not None and all(type(value) is str for value in contract.values())
+    _require_in_package(spec is not None and all(type(value) is str for value in contract.values())
              and contract == spec._contract and source["tool"] == spec.name
              and source["producer"] == (spec.producer if status == "ok" else BOUNDARY_PRODUCER),
              "PROVENANCE_MISMATCH")
-    _require(audit["approval"] is None or spec.effect == "write")  # only a write is ever approved
+    _require_in_package(audit["approval"] is None or spec.effect == "write")  # only a write is ever approved
     arguments = audit["arguments"]
     if arguments is not None:
-        _require(type(arguments) is dict)
+        _require_in_package(type(arguments) is dict)
         try:
             check_input(spec, arguments)
         except BoundaryError:
@@ -3152,15 +3153,16 @@ def _check_provenance(result: dict[str, Any], audit: dict[str, Any], status: str
 
 def _check_error_or_data(result: dict[str, Any], status: str, spec: ToolSpec | None) -> None:
     if status == "ok":
-        _require(result["recovery"] == "none" and spec is not None)
+        _require_in_package(result["recovery"] == "none" and spec is not None)
         check_output_fields(spec, result["data"])
         return
     error = _shape(result["error"], _ERROR_FIELDS)
     code = error["code"]
     catalog = ERROR_CATALOG.get(code) if type(code) is str else None
-    _require(catalog is not None and catalog.scope == "tool" and _is_exactly(error["message"], catalog.message)
+    _require_in_package(catalog is not None and catalog.scope == "tool"
+                        and _is_exactly(error["message"], catalog.message)
              and error["retryable"] is catalog.retryable, "ERROR_CATALOG_MISMATCH")
-    _require(result["recovery"] == recovery_for(status, code))
+    _require_in_package(result["recovery"] == recovery_for(status, code))
 
 
 def _check_answer(result: dict[str, Any], audit: dict[str, Any], execution: dict[str, Any],
@@ -3184,11 +3186,11 @@ def _check_answer(result: dict[str, Any], audit: dict[str, Any], execution: dict
     else:
         raise BoundaryError("PACKAGE_INCONSISTENT")
     # Refused before the registry named a tool: exactly the two codes that can say so.
-    _require((spec is None) == (code in _BEFORE_THE_REGISTRY), "PACKAGE_INCONSISTENT")
+    _require_in_package((spec is None) == (code in _BEFORE_THE_REGISTRY), "PACKAGE_INCONSISTENT")
     if spec is not None and code is None:
         # Data echoes the audited arguments on every bound field.
         arguments = audit["arguments"]
-        _require(type(arguments) is dict and all(
+        _require_in_package(type(arguments) is dict and all(
             result["data"].get(name) == arguments.get(name) for name in spec.bound_fields if name in arguments),
             "PACKAGE_INCONSISTENT")
 
@@ -3204,9 +3206,9 @@ def _check_digests(result: dict[str, Any], audit: dict[str, Any], execution: dic
         request_digest = request_sha256(audit["principal"], None, audit["arguments"])
     else:
         request_digest = spec_request_sha256(spec, canonical_text(audit["principal"]), audit["arguments"])
-    _require(request_digest == audit["request_sha256"], "REQUEST_DIGEST_MISMATCH")
+    _require_in_package(request_digest == audit["request_sha256"], "REQUEST_DIGEST_MISMATCH")
     result_digest = model_result_sha256(result)
-    _require(result_digest == audit["result_sha256"], "RESULT_DIGEST_MISMATCH")
+    _require_in_package(result_digest == audit["result_sha256"], "RESULT_DIGEST_MISMATCH")
     evidence = {"execution": execution, "redactions": audit["redactions"],
                 "resource_revision": audit["resource_revision"]}
     if spec is None:
@@ -3215,15 +3217,15 @@ def _check_digests(result: dict[str, Any], audit: dict[str, Any], execution: dic
     else:
         binding = spec_call_binding_sha256(spec, provider_context, request_digest, result_digest,
                                            audit["downstream"], audit["approval"], evidence)
-    _require(binding == audit["call_binding_sha256"], "CALL_BINDING_MISMATCH")
+    _require_in_package(binding == audit["call_binding_sha256"], "CALL_BINDING_MISMATCH")
 
 
 def _check_expected_context(provider_context: dict[str, Any], context: CallContext) -> None:
     check_context(context)
     expected = context.view(provider_context["purpose"])
-    _require(ProviderProfile(provider_context["provider"], provider_context["api_family"],
+    _require_in_package(ProviderProfile(provider_context["provider"], provider_context["api_family"],
                              provider_context["adapter_revision"]) == context.profile, "PROVIDER_MISMATCH")
-    _require(provider_context == expected, "CALL_BINDING_MISMATCH")
+    _require_in_package(provider_context == expected, "CALL_BINDING_MISMATCH")
 
 
 # ============================================================================================
@@ -3474,7 +3476,8 @@ def _line_digest(line: bytes) -> str:
     """
     start = line.index(_DIGEST_MEMBER)
     end = line.rindex(b',"seal":')
-    return hashlib.sha256(line[:start] + _DOMAIN_MEMBER + line[start + len(_DIGEST_MEMBER) + 66:end] + b"}").hexdigest()
+    body = line[:start] + _DOMAIN_MEMBER + line[start + len(_DIGEST_MEMBER) + 66:end] + b"}"
+    return hashlib.sha256(body).hexdigest()
 
 
 def _audit_entry(line: bytes, position: int) -> dict[str, Any]:
@@ -3693,7 +3696,7 @@ def run_cli(command: Callable[[], int]) -> int:
         return cli_failure(BoundaryError("INTERNAL_ERROR"))
 
 
-def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+def _cli_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = CliParser(prog="tool-dispatcher", description="Run a tool-cases-v2 fixture through the boundary.")
     task = parser.add_mutually_exclusive_group(required=True)
     task.add_argument("--fixture", help="path of the tool-cases-v2 JSON fixture")
@@ -3701,7 +3704,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--case", help="run only the case with this id")
     parser.add_argument("--report", action="store_true",
                         help="print a readable per-step table instead of JSON (with --case: each provider payload too)")
-    parser.add_argument("--audit-log", metavar="FILE", help="write the run's packages as a hash-chained log (new file)")
+    parser.add_argument("--audit-log", metavar="FILE",
+                        help="write the run's packages as a hash-chained log (new file)")
     parser.add_argument("--seal-key", metavar="FILE", help=f"a {SEAL_KEYS_FORMAT} file: seal packages and log "
                                                            f"entries, or require and check their seals "
                                                            f"(default: the file ${SEAL_KEYS_ENVIRONMENT} names)")
@@ -3712,11 +3716,11 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(lambda: _run(argv))
+    return run_cli(lambda: _cli_run(argv))
 
 
-def _run(argv: Sequence[str] | None) -> int:
-    arguments = _arguments(argv)
+def _cli_run(argv: Sequence[str] | None) -> int:
+    arguments = _cli_arguments(argv)
     seal_keys = load_seal_keys(arguments.seal_key) if arguments.seal_key else seal_keys_from_environment()
     if arguments.verify_audit is not None:
         return _verify_audit_command(arguments.verify_audit, seal_keys)

@@ -1356,7 +1356,7 @@ def run_fixture(fixture: td.Fixture, store: DurableStore, *, case_id: str | None
 # never a traceback, never the path.
 
 
-def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+def _durable_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = td.CliParser(prog="durable_dispatcher", description="The durable layer: run the fixture, recover a database.")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a tool-cases-v2 fixture against a database file this command creates")
@@ -1413,7 +1413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_main(argv: Sequence[str] | None) -> int:
-    arguments = _arguments(argv)
+    arguments = _durable_arguments(argv)
     return _COMMANDS[arguments.command](arguments)
 
 

@@ -3087,7 +3087,7 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
             raise BoundaryError("CALL_BINDING_MISMATCH")
     if approvers is not None and audit["approval"] is not None:
         _require_in_package(type(approvers) is frozenset and _member(audit["approval"]["approver"], approvers),
-                 "PACKAGE_APPROVER_UNKNOWN")
+                            "PACKAGE_APPROVER_UNKNOWN")
 
 
 def _check_seal(seal: Any, binding_digest: str, keys: SealKeys | None, required: bool) -> None:
@@ -3096,7 +3096,7 @@ def _check_seal(seal: Any, binding_digest: str, keys: SealKeys | None, required:
     _require_in_package(sealed == (body["hmac_sha256"] is not None))
     if sealed:
         _require_in_package(is_identifier(body["key_id"]) and type(body["hmac_sha256"]) is str
-                 and DIGEST_PATTERN.fullmatch(body["hmac_sha256"]) is not None)
+                            and DIGEST_PATTERN.fullmatch(body["hmac_sha256"]) is not None)
     if required and (not sealed or keys is None):
         raise BoundaryError("SEAL_REQUIRED")
     if sealed and keys is not None:
@@ -3117,7 +3117,7 @@ def _check_audit_fields(audit: dict[str, Any]) -> dict[str, Any]:
     _verified(audit, _AUDIT)
     context = audit["provider_context"]
     _require_in_package(registered_profile(context["provider"], context["api_family"], context["adapter_revision"])
-             is not None, "PROVIDER_MISMATCH")
+                        is not None, "PROVIDER_MISMATCH")
     _verified(audit, _AUDIT_EVIDENCE)
     _verified(audit, _AUDIT_DIGESTS, "DIGEST_MALFORMED")
     return context
@@ -3129,7 +3129,7 @@ def _check_provenance(result: dict[str, Any], audit: dict[str, Any], status: str
     source = result["source"]
     if contract is None:
         _require_in_package(source["tool"] is None and source["producer"] == BOUNDARY_PRODUCER and status != "ok",
-                 "PROVENANCE_MISMATCH")
+                            "PROVENANCE_MISMATCH")
         _require_in_package(audit["arguments"] is None and audit["approval"] is None)
         return None
     _shape(contract, _TOOL_CONTRACT_FIELDS)
@@ -3137,9 +3137,9 @@ def _check_provenance(result: dict[str, Any], audit: dict[str, Any], status: str
     # Plain strings only: then equal means the same canonical bytes, and the spec's own digest
     # templates may stand for the package's contract.
     _require_in_package(spec is not None and all(type(value) is str for value in contract.values())
-             and contract == spec._contract and source["tool"] == spec.name
-             and source["producer"] == (spec.producer if status == "ok" else BOUNDARY_PRODUCER),
-             "PROVENANCE_MISMATCH")
+                        and contract == spec._contract and source["tool"] == spec.name
+                        and source["producer"] == (spec.producer if status == "ok" else BOUNDARY_PRODUCER),
+                        "PROVENANCE_MISMATCH")
     _require_in_package(audit["approval"] is None or spec.effect == "write")  # only a write is ever approved
     arguments = audit["arguments"]
     if arguments is not None:
@@ -3161,7 +3161,7 @@ def _check_error_or_data(result: dict[str, Any], status: str, spec: ToolSpec | N
     catalog = ERROR_CATALOG.get(code) if type(code) is str else None
     _require_in_package(catalog is not None and catalog.scope == "tool"
                         and _is_exactly(error["message"], catalog.message)
-             and error["retryable"] is catalog.retryable, "ERROR_CATALOG_MISMATCH")
+                        and error["retryable"] is catalog.retryable, "ERROR_CATALOG_MISMATCH")
     _require_in_package(result["recovery"] == recovery_for(status, code))
 
 

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 import unittest
+from unittest import mock
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
@@ -1529,6 +1530,20 @@ class TestCli(StoreCase):
         self.assertEqual((bad.returncode, bad.stderr, json.loads(bad.stdout)["error"]["code"]),
                          (2, b"", "STORE_UNREADABLE"))
         self.assertNotIn(str(self.dir).encode(), bad.stdout)
+
+    def test_every_failure_is_the_projects_one_envelope(self) -> None:
+        # The same shape as every CLI of the project: {"passed": false, "error": {code, message,
+        # retryable}}, exit 2; usage and unforeseen errors with the core's own codes.
+        for argv, code in ((["bogus"], "CLI_USAGE"), (["recover", "--db", str(self.dir / "nope.db")],
+                                                    "STORE_UNREADABLE")):
+            with self.subTest(argv=argv[0]):
+                status, body, _ = self.main(*argv)
+                spec = {**td.ERROR_CATALOG, **dd.DURABLE_ERRORS}[code]
+                self.assertEqual((status, body), (2, {"passed": False, "error": {
+                    "code": code, "message": spec.message, "retryable": spec.retryable}}))
+        with mock.patch.object(dd, "_COMMANDS", {"run": lambda _arguments: 1 // 0}):
+            status, body, _ = self.main("run", "--fixture", str(FIXTURE), "--db", str(self.path))
+        self.assertEqual((status, body["error"]["code"]), (2, "INTERNAL_ERROR"))
 
 
 # --------------------------------------------------------------------------------------------

@@ -974,6 +974,30 @@ class TestGuardedRuns(unittest.TestCase):
         self.assertEqual(record["transitions"][-1], ["EXECUTING", "escalate", "MANUAL"])
         self.assertEqual(tb.METRICS["violations"](record), tb._violations())  # excused by name, not silently
 
+    def test_timeout_status_outage_then_permanent_rejection_never_compensates(self):
+        # Issue 13: the charge committed (its response was lost), the status service was down, and
+        # the retry was refused for good. The outcome stays unknown, so undoing the earlier steps
+        # would guess: the old code compensated and left the customer charged on a cancelled order.
+        record = run("guarded", None, tb.Fault("timeout_after_commit", "charge_payment"),
+                     tb.Fault("status_unavailable", "charge_payment"),
+                     tb.Fault("permanent_failure", "charge_payment"))
+        self.assertEqual((record["lifecycle"], record["outcome"], record["compensation_order"]),
+                         (tb.MANUAL, "manual", []))
+        self.assertEqual(record["manual"], {"orders": ["30417"], "reason": "UNKNOWN_UNRESOLVED",
+                                            "tool": "charge_payment"})
+        self.assertEqual(tb.METRICS["orders"](record), {"30417": "created"})
+        self.assertEqual(tb.METRICS["unknown_resolutions"](record), [None])
+        self.assertEqual(tb.METRICS["violations"](record), tb._violations())
+
+    def test_permanent_rejection_after_a_resolved_absent_unknown_is_a_plain_failure(self):
+        # The other side of the rule: once the status query proved the charge absent, a permanent
+        # refusal is a known failure and the saga compensates.
+        record = run("guarded", None, tb.Fault("timeout_before_effect", "charge_payment"),
+                     tb.Fault("permanent_failure", "charge_payment"))
+        self.assertEqual((record["lifecycle"], record["outcome"], record["compensation_order"]),
+                         (tb.RECONCILED, "compensated", ["release_inventory", "cancel_order"]))
+        self.assertEqual(tb.METRICS["unknown_resolutions"](record), ["status_query:absent"])
+
     def test_failed_compensation_escalates_to_manual(self):
         record = run("guarded", None, tb.Fault("permanent_failure", "charge_payment"),
                      tb.Fault("permanent_failure", "release_inventory"))

@@ -1184,6 +1184,9 @@ class Journal:
             if unknown["tool"] == tool and unknown["key"] == key and unknown["resolution"] is None:
                 unknown["resolution"] = how
 
+    def any_pending(self) -> bool:
+        return any(unknown["resolution"] is None for unknown in self.unknowns)
+
     def pending(self, tool: str, key: str | None) -> bool:
         return any(unknown["tool"] == tool and unknown["key"] == key and unknown["resolution"] is None
                    for unknown in self.unknowns)
@@ -1268,8 +1271,10 @@ def call_with_recovery(box: Sandbox, journal: Journal, tool: str, arguments: dic
             if _resolve_by_status(box, journal, tool, key):
                 return "ok"
         elif kind == PERMANENT:
-            return "failed"
+            break  # refused for good; but an earlier attempt's outcome may still be unknown
         # RETRY, a resolved-absent unknown, or a timed-out read (no effect to duplicate): go again
+    # A refusal now says nothing about an earlier attempt that timed out with the status service
+    # down: that attempt may have committed, so the step stays unknown, never "failed".
     return "unknown" if journal.pending(tool, key) else "failed"
 
 
@@ -1326,8 +1331,8 @@ def _execute_plan(box: Sandbox, journal: Journal, life: Lifecycle,
         if status == "ok":
             done.append((tool, arguments))
             continue
-        if status == "unknown":
-            # Compensating an effect that may or may not exist would guess; a human decides.
+        if status == "unknown" or journal.any_pending():
+            # Compensating while any outcome is unknown would guess; a human decides.
             return "manual", _manual_case("UNKNOWN_UNRESOLVED", tool, plan)
         life.fire("fail")
         failed = _compensate(box, journal, done)

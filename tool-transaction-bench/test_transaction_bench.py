@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 from fractions import Fraction
 from pathlib import Path
 
@@ -29,6 +30,17 @@ def bench() -> tb.BenchOutcome:
     if "outcome" not in _CACHE:
         _CACHE["outcome"] = tb.run_all()
     return _CACHE["outcome"]
+
+
+# A sweep of single faults only: for tests that need a whole run but not the whole sweep.
+SMALL_SWEEP = tb.SweepPlan(exhaustive_depth=1, max_depth=1)
+
+
+def cached_run_all(seed: int = tb.SEED, sweep_plan: tb.SweepPlan = tb.SweepPlan()) -> tb.BenchOutcome:
+    """run_all for the CLI tests: the shared run when the arguments are the defaults."""
+    if (seed, sweep_plan) != (tb.SEED, tb.SweepPlan()):
+        raise AssertionError("the CLI ran the bench with unexpected arguments")
+    return bench()
 
 
 def raw_lines() -> list[dict]:
@@ -455,7 +467,8 @@ class TestCheckSchema(unittest.TestCase):
 class TestFaults(unittest.TestCase):
     def test_swept_kinds(self):
         self.assertEqual(tb.SWEPT_KINDS, ("timeout_before_effect", "timeout_after_commit", "crash_after_commit",
-                                          "ack_lost", "rate_limited", "permanent_failure", "duplicate_submit"))
+                                          "ack_lost", "rate_limited", "permanent_failure", "duplicate_submit",
+                                          "status_unavailable"))
 
     def test_every_call_stage_kind_has_a_submission_behaviour(self):
         call_kinds = {name for name, kind in tb.FAULT_KINDS.items() if kind.stage == "call"}
@@ -1366,39 +1379,129 @@ class TestControls(unittest.TestCase):
 # ================================================================================================
 
 class TestSweep(unittest.TestCase):
-    def test_fault_sets_are_exhaustive(self):
-        sets = tb.sweep_fault_sets()
-        self.assertEqual(len(sets), 1 + 4 * 7 + 6 * 49)
-        self.assertEqual(sets[0], ())
-        singles = {(f.kind, f.tool) for s in sets if len(s) == 1 for f in s}
-        self.assertEqual(singles, {(k, t) for k in tb.SWEPT_KINDS for t in tb.PLAN_TOOLS})
-        pairs = [s for s in sets if len(s) == 2]
-        self.assertTrue(all(a.tool != b.tool for a, b in pairs))
-        self.assertEqual(len({tuple((f.kind, f.tool) for f in s) for s in pairs}), 294)
+    TOOLS = ("create_order", "reserve_inventory", "charge_payment", "confirm_order",
+             "cancel_order", "release_inventory", "refund_payment")
+
+    def test_sweep_tools_are_the_plan_then_its_compensations(self):
+        self.assertEqual(tb.sweep_tools(tb.plan_calls()), self.TOOLS)
+        self.assertEqual(tb.sweep_tools((call("query_logistics", {"order_ref": "20481"}),
+                                         call("refund_payment", {}), call("nope", {}))),
+                         ("query_logistics", "refund_payment"))
+
+    def test_every_fault_kind_is_swept_at_every_tool(self):
+        self.assertEqual(tb.SWEPT_KINDS, tuple(tb.FAULT_KINDS))
+        self.assertEqual(len(tb.sweep_atoms(self.TOOLS)), 8 * 7)
+        self.assertEqual(tb.sweep_atoms(self.TOOLS)[:2], (("timeout_before_effect", "create_order"),
+                                                           ("timeout_after_commit", "create_order")))
+
+    def test_fault_sets_per_depth(self):
+        sets = tb.sweep_fault_sets(self.TOOLS)
+        by_depth = {depth: [faults for d, faults, _ in sets if d == depth] for depth in range(4)}
+        spaces = {depth: space for depth, _, space in sets}
+        self.assertEqual(spaces, {0: 1, 1: 56, 2: 56 * 57 // 2, 3: 56 * 57 * 58 // 6})
+        self.assertEqual([len(by_depth[d]) for d in range(4)], [1, 56, 1596, 7 * 120 + tb.SWEEP_SAMPLE])
+        self.assertEqual(by_depth[0], [()])
+        self.assertEqual(len(set(by_depth[3])), 840 + tb.SWEEP_SAMPLE)
+        one_tool = [faults for faults in by_depth[3] if len({fault.tool for fault in faults}) == 1]
+        self.assertEqual(len(one_tool), 840)
+
+    def test_a_point_picked_twice_is_one_fault_striking_twice(self):
+        atoms = tb.sweep_atoms(self.TOOLS)
+        self.assertEqual(tb._fault_set(atoms, (5, 1, 5)),
+                         (tb.Fault("timeout_after_commit", "create_order", 1),
+                          tb.Fault("permanent_failure", "create_order", 2)))
+
+    def test_the_sample_is_fixed_by_the_seed(self):
+        plan = tb.SweepPlan(exhaustive_depth=1, max_depth=2, sample=10)
+        first = tb.sweep_fault_sets(self.TOOLS, plan)
+        self.assertEqual(first, tb.sweep_fault_sets(self.TOOLS, plan))
+        self.assertNotEqual(first, tb.sweep_fault_sets(self.TOOLS, plan, seed=1))
+        self.assertEqual(len(first), 1 + 56 + 7 * 36 + 10)  # 36 one-tool pairs per tool: C(8 + 1, 2)
+        whole = tb.sweep_fault_sets(self.TOOLS, tb.SweepPlan(exhaustive_depth=1, max_depth=2, sample=None))
+        self.assertEqual(len(whole), 1 + 56 + 1596)
+        large = tb.sweep_fault_sets(self.TOOLS, tb.SweepPlan(exhaustive_depth=1, max_depth=2, sample=10**6))
+        self.assertEqual(large, whole)
+
+    def test_the_issue_pattern_is_in_the_sweep(self):
+        pattern = (tb.Fault("timeout_after_commit", "charge_payment"), tb.Fault("permanent_failure", "charge_payment"),
+                   tb.Fault("status_unavailable", "charge_payment"))
+        self.assertIn(pattern, [faults for _, faults, _ in tb.sweep_fault_sets(self.TOOLS)])
 
     def test_invariant_table(self):
         self.assertEqual(bench().summary["sweep"]["invariants"], {
-            "single_charge": {"guarded": 0, "naive": 19},
-            "no_orphan_reservation": {"guarded": 0, "naive": 55},
-            "consumed_exactly_once": {"guarded": 0, "naive": 134},
+            "single_charge": {"guarded": 0, "naive": 152},
+            "no_orphan_reservation": {"guarded": 0, "naive": 470},
+            "consumed_exactly_once": {"guarded": 0, "naive": 1108},
             "key_ledger": {"guarded": 0, "naive": 0},
-            "unknown_resolved": {"guarded": 0, "naive": 140},
+            "unknown_resolved": {"guarded": 0, "naive": 1211},
         })
 
-    def test_outcomes(self):
-        self.assertEqual(bench().summary["sweep"]["outcomes"],
-                         {"guarded": {"compensated": 60, "completed": 241, "failed": 22},
-                          "naive": {"aborted": 119, "claimed_complete": 204}})
+    def test_verdicts_and_liveness(self):
+        self.assertEqual(bench().summary["sweep"]["verdicts"], {
+            "guarded": {"completable": 3335, "live": 3319, "liveness": "0.995", "runs": 3993, "unsafe": 0,
+                        "verdict": "pass"},
+            "naive": {"completable": 3335, "live": 2611, "liveness": "0.783", "runs": 3993, "unsafe": 2242,
+                      "verdict": "fail"}})
 
     def test_guarded_keeps_every_invariant_in_every_run(self):
         lines = [line for line in raw_lines() if line["kind"] == "sweep" and line["orchestrator"] == "guarded"]
-        self.assertEqual(len(lines), 323)
-        self.assertEqual([line for line in lines if any(line["violations"].values())], [])
-        self.assertEqual({line["lifecycle"] for line in lines}, {tb.RECONCILED})
+        self.assertEqual(len(lines), 3993)
+        self.assertEqual([line for line in lines if line["violated"]], [])
+        self.assertEqual({line["lifecycle"] for line in lines}, {tb.RECONCILED, tb.MANUAL})
+
+    def test_liveness_is_judged_by_state(self):
+        lines = tb.run_sweep(plan=tb.SweepPlan(exhaustive_depth=0, max_depth=0))
+        self.assertEqual([(line["completable"], line["live"]) for line in lines], [(True, True), (True, True)])
+        lost = [line for line in raw_lines() if line["kind"] == "sweep" and line["orchestrator"] == "guarded"
+                and line["completable"] and not line["live"]]
+        self.assertEqual(len(lost), 16)
+        # Every guarded liveness loss: refusals before any effect strike all three attempts of one
+        # step (its retry budget), and the saga then undoes what was done: 4 steps x 4 mixes.
+        self.assertEqual({sum(fault[2] for fault in line["faults"]) for line in lost}, {3})
+        self.assertEqual({len({fault[1] for fault in line["faults"]}) for line in lost}, {1})
+        self.assertEqual({fault[0] for line in lost for fault in line["faults"]},
+                         {"timeout_before_effect", "rate_limited"})
+        self.assertEqual({line["outcome"] for line in lost}, {"failed", "compensated"})
+
+    def test_a_permanent_failure_on_a_plan_step_is_not_completable(self):
+        self.assertFalse(tb._completable((tb.Fault("permanent_failure", "charge_payment"),),
+                                         frozenset(tb.PLAN_TOOLS)))
+        self.assertTrue(tb._completable((tb.Fault("permanent_failure", "refund_payment"),),
+                                        frozenset(tb.PLAN_TOOLS)))
+        self.assertTrue(tb._completable((tb.Fault("rate_limited", "charge_payment", 3),), frozenset(tb.PLAN_TOOLS)))
+
+    def test_an_invalid_plan_has_nothing_completable(self):
+        lines = tb.run_sweep(calls=tb.plan_calls(order=tb.PLAN_TOOLS[:3]),
+                             plan=tb.SweepPlan(exhaustive_depth=0, max_depth=0))
+        self.assertEqual([(line["completable"], line["live"]) for line in lines], [(False, False)] * 2)
+
+    def test_refusing_everything_is_safe_and_fails(self):
+        lines = [{"completable": True, "live": False, "orchestrator": "refuser", "violated": []}] * 3
+        self.assertEqual(tb.sweep_verdicts(lines), {"refuser": {
+            "completable": 3, "live": 0, "liveness": "0.000", "runs": 3, "unsafe": 0, "verdict": "fail"}})
+
+    def test_liveness_floor_both_sides(self):
+        def verdict(live):
+            lines = [{"completable": True, "live": i < live, "orchestrator": "x", "violated": []}
+                     for i in range(10)]
+            return tb.sweep_verdicts(lines)["x"]["verdict"]
+        self.assertEqual((verdict(9), verdict(8)), ("pass", "fail"))
+        unsafe = [{"completable": True, "live": True, "orchestrator": "x", "violated": ["key_ledger"]}]
+        self.assertEqual(tb.sweep_verdicts(unsafe)["x"]["verdict"], "fail")
+        nothing = [{"completable": False, "live": False, "orchestrator": "x", "violated": []}]
+        self.assertEqual(tb.sweep_verdicts(nothing)["x"]["verdict"], "fail")
+
+    def test_depth_table(self):
+        rows = bench().summary["sweep"]["depths"]
+        self.assertEqual([(row["depth"], row["orchestrator"], row["runs"], row["space"]) for row in rows],
+                         [(0, "guarded", 1, 1), (0, "naive", 1, 1), (1, "guarded", 56, 56), (1, "naive", 56, 56),
+                          (2, "guarded", 1596, 1596), (2, "naive", 1596, 1596),
+                          (3, "guarded", 2340, 30856), (3, "naive", 2340, 30856)])
+        self.assertEqual([row["unsafe"] for row in rows if row["orchestrator"] == "guarded"], [0, 0, 0, 0])
 
     def test_sweep_table_counts_runs_not_violations(self):
-        lines = [{"orchestrator": "naive", "violations": tb._violations(single_charge=3)},
-                 {"orchestrator": "guarded", "violations": tb._violations()}]
+        lines = [{"orchestrator": "naive", "violated": ["single_charge"]},
+                 {"orchestrator": "guarded", "violated": []}]
         self.assertEqual(tb.sweep_table(lines)["single_charge"], {"guarded": 0, "naive": 1})
 
     def test_a_blind_naive_side_fails_the_run(self):
@@ -1408,6 +1511,12 @@ class TestSweep(unittest.TestCase):
                          ("sweep: the naive orchestrator never violated single_charge: the harness is blind to it",))
         table["single_charge"] = {"guarded": 1, "naive": 1}
         self.assertEqual(tb._failures([], [], table, []), ("sweep: the guarded orchestrator violated single_charge",))
+
+    def test_a_guarded_side_short_of_liveness_fails_the_run(self):
+        table = {name: {"guarded": 0, "naive": 1} for name in tb.INVARIANTS}
+        verdicts = {"guarded": {"liveness": "0.500", "verdict": "fail"}, "naive": {"verdict": "fail"}}
+        self.assertEqual(tb._failures([], [], table, [], verdicts),
+                         ("sweep: the guarded orchestrator completed too few completable runs (0.500)",))
 
 
 # ================================================================================================
@@ -1727,8 +1836,8 @@ class TestBenchResults(unittest.TestCase):
     def test_raw_file_layout(self):
         lines = raw_lines()
         self.assertEqual([line["kind"] for line in lines[:25]], ["scenario"] * 14 + ["control"] * 5 + ["scorer"] * 6)
-        self.assertEqual(len(lines), 25 + 646)
-        self.assertEqual(bench().summary["raw_results"], {"lines": 671, "sha256": tb.hashlib.sha256(bench().raw)
+        self.assertEqual(len(lines), 25 + 2 * 3993)
+        self.assertEqual(bench().summary["raw_results"], {"lines": 25 + 2 * 3993, "sha256": tb.hashlib.sha256(bench().raw)
                                                           .hexdigest()})
 
     def test_every_line_is_canonical_and_full_records_are_sealed(self):
@@ -1739,13 +1848,13 @@ class TestBenchResults(unittest.TestCase):
             self.assertEqual(tb.seal(line)["record_sha256"], line["record_sha256"])
 
     def test_a_sweep_line_keeps_the_digest_of_its_reproducible_full_record(self):
-        line = next(line for line in raw_lines() if line["run_id"] == "W100/naive")
+        line = next(line for line in raw_lines() if line["run_id"] == "W00100/naive")
         faults = tuple(tb.Fault(*fault) for fault in line["faults"])
         record = tb.seal(tb.execute_run("naive", tb.plan_calls(), tb.PLACE_ORDER, faults=faults))
         self.assertEqual(record["record_sha256"], line["record_sha256"])
-        # 1 empty + 28 singles + 49 pairs on (create, reserve) precede it: pair 22 on (create, charge).
-        self.assertEqual(line["faults"], [["ack_lost", "create_order", 1],
-                                          ["timeout_after_commit", "charge_payment", 1]])
+        # 1 empty + 56 singles precede it: pair 43 from atom 0, atom 43 = 5 tools x 8 kinds + 3.
+        self.assertEqual(line["faults"], [["timeout_before_effect", "create_order", 1],
+                                          ["ack_lost", "release_inventory", 1]])
 
     def test_full_records_keep_what_the_issue_asks_for(self):
         for line in raw_lines()[:19]:
@@ -1755,24 +1864,27 @@ class TestBenchResults(unittest.TestCase):
                 self.assertEqual(line["seed"], tb.SEED)
 
     def test_rerun_is_byte_identical(self):
-        again = tb.run_all()
-        self.assertEqual((again.raw, again.summary_bytes()), (bench().raw, bench().summary_bytes()))
+        # The full run's identity is test_committed_results_match_a_fresh_run (and --check in CI);
+        # here two fresh runs of a small sweep are compared, bytes and files.
+        first_run, again = tb.run_all(sweep_plan=SMALL_SWEEP), tb.run_all(sweep_plan=SMALL_SWEEP)
+        self.assertEqual((again.raw, again.summary_bytes()), (first_run.raw, first_run.summary_bytes()))
         with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
-            tb.write_results(bench(), Path(first))
+            tb.write_results(first_run, Path(first))
             tb.write_results(again, Path(second))
             for name in (tb.RAW_FILE, tb.SUMMARY_FILE):
                 with open(Path(first) / name, "rb") as a, open(Path(second) / name, "rb") as b:
                     self.assertEqual(a.read(), b.read())
 
     def test_another_seed_changes_only_seeded_content(self):
-        other = tb.run_all(seed=1)
+        small, other = tb.run_all(sweep_plan=SMALL_SWEEP), tb.run_all(seed=1, sweep_plan=SMALL_SWEEP)
         self.assertEqual(other.summary["seed"], 1)
-        self.assertEqual(other.summary["sweep"]["invariants"], bench().summary["sweep"]["invariants"])
-        self.assertNotEqual(other.raw, bench().raw)
+        self.assertEqual(other.summary["sweep"]["invariants"], small.summary["sweep"]["invariants"])
+        self.assertNotEqual(other.raw, small.raw)
 
     def test_committed_results_match_a_fresh_run(self):
         self.assertEqual(tb.check_results(tb.RESULTS_DIR, bench()), [])
 
+    @mock.patch.object(tb, "run_all", cached_run_all)
     def test_check_fails_when_one_byte_changes(self):
         with tempfile.TemporaryDirectory() as scratch:
             copy = Path(scratch) / "results"
@@ -1831,6 +1943,7 @@ class TestBenchResults(unittest.TestCase):
 # ================================================================================================
 
 class TestCli(unittest.TestCase):
+    @mock.patch.object(tb, "run_all", cached_run_all)
     def test_full_run_writes_results_and_prints_the_tables(self):
         with tempfile.TemporaryDirectory() as scratch:
             status, out, err = capture(["--results", scratch])
@@ -1842,7 +1955,9 @@ class TestCli(unittest.TestCase):
                      "unknown_resolved", "parse", "schema", "call_set", "dependency", "total", "verdict",
                      "vetoes: SC2 FORBIDDEN_CALL:cancel_order@1", "PASSED"):
             self.assertIn(text, out)
-        self.assertEqual(out, tb.render_summary(bench().summary) + "\n")
+        body, _, timing = out.rpartition("time: ")
+        self.assertEqual(body, tb.render_summary(bench().summary) + "\n")
+        self.assertRegex(timing, r"^[0-9]+\.[0-9] s for the whole run, sweep included\n$")
 
     def test_failures_are_printed(self):
         summary = json.loads(bench().summary_bytes())
@@ -1851,6 +1966,7 @@ class TestCli(unittest.TestCase):
         self.assertIn("FAILED", rendered.splitlines()[0])
         self.assertEqual(rendered.splitlines()[-1], "FAILURE: control C1 did not show its fault")
 
+    @mock.patch.object(tb, "run_all", cached_run_all)
     def test_check_passes_on_a_faithful_copy(self):
         with tempfile.TemporaryDirectory() as scratch:
             tb.write_results(bench(), Path(scratch))
@@ -1882,6 +1998,7 @@ class TestCli(unittest.TestCase):
         self.assertEqual(status, 2)
         self.assertEqual(err, "error: SCENARIO_UNKNOWN: unknown scenario id (known ids: S01..S14)\n")
 
+    @mock.patch.object(tb, "run_all", cached_run_all)
     def test_bad_results_directory_is_not_echoed(self):
         with tempfile.TemporaryDirectory() as scratch:
             blocker = Path(scratch) / "file"

@@ -43,11 +43,12 @@ import random
 import re
 import sys
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from itertools import combinations
+from itertools import combinations, combinations_with_replacement
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Final
@@ -78,6 +79,17 @@ MAX_EXPECTED_CALLS: Final = 8  # optimal matching walks 2**n subsets; 256 of the
 MAX_FINDINGS: Final = 32  # hostile arguments cannot grow a record without bound
 MAX_NAME_CHARS: Final = 64  # call ids and tool names are short identifiers echoed into records
 MAX_DELIVERIES: Final = 4  # the broker dead-letters an event it has delivered this many times
+# The sweep: every fault set of up to two faults runs whole (1,653 sets on the seven tools); three
+# faults make 30,856 sets, so that depth runs its 840 one-tool sets whole and a fixed-seed sample of
+# the rest, which keeps the whole bench, tests included, within seconds. `--exhaustive` runs every
+# depth whole and prints its time.
+SWEEP_EXHAUSTIVE_DEPTH: Final = 2
+SWEEP_MAX_DEPTH: Final = 3
+SWEEP_SAMPLE: Final = 1_500
+# An orchestrator passes the sweep only if it also completes at least 9 in 10 of the runs that
+# could complete: refusing everything is safe and worthless.
+LIVENESS_FLOOR: Final = (9, 10)
+BUSINESS_TABLES: Final = ("charges", "inventory", "orders", "reservations")
 
 RESULTS_DIR: Final = Path(__file__).resolve().parent / "results"
 RAW_FILE: Final = "raw_results.jsonl"
@@ -591,8 +603,8 @@ FAULT_KINDS: Final = MappingProxyType({
     "permanent_failure": FaultKind("call", True, True, "refused for good, on every attempt"),
     "duplicate_submit": FaultKind(
         "call", False, True, "an upstream layer submits the same request twice"),
-    # Not swept: on its own it changes nothing; the MANUAL tests pair it with lost responses.
-    "status_unavailable": FaultKind("status", False, False, "the status query does not answer"),
+    # On its own it changes nothing; paired with a lost answer it is what forces MANUAL.
+    "status_unavailable": FaultKind("status", False, True, "the status query does not answer"),
 })
 SWEPT_KINDS: Final = tuple(name for name, kind in FAULT_KINDS.items() if kind.swept)
 
@@ -1761,38 +1773,167 @@ def run_control(control: Control, *, seed: int = SEED) -> dict[str, Any]:
 # 13. Exhaustive fault sweep
 # ================================================================================================
 
-def sweep_fault_sets() -> list[tuple[Fault, ...]]:
-    """No fault; every swept kind at every step; every pair of kinds at two different steps."""
-    sets: list[tuple[Fault, ...]] = [()]
-    sets += [(Fault(kind, tool),) for tool in PLAN_TOOLS for kind in SWEPT_KINDS]
-    sets += [(Fault(first, PLAN_TOOLS[i]), Fault(second, PLAN_TOOLS[j]))
-             for i, j in combinations(range(len(PLAN_TOOLS)), 2)
-             for first in SWEPT_KINDS for second in SWEPT_KINDS]
-    return sets
+def sweep_tools(calls: tuple[ToolCall, ...]) -> tuple[str, ...]:
+    """The tools a fault may strike: the plan's own, then the compensations they could need."""
+    named = [call.name for call in calls if call.name in TOOLS]
+    forward = tuple(dict.fromkeys(named))
+    undo = tuple(dict.fromkeys(COMPENSATIONS[tool][0] for tool in forward if tool in COMPENSATIONS))
+    return forward + tuple(tool for tool in undo if tool not in forward)
 
 
-def run_sweep(*, seed: int = SEED) -> list[dict[str, Any]]:
-    """Every fault set under both orchestrators; one compact, sealed line per run."""
-    calls, lines = plan_calls(), []
-    for orchestrator in ("guarded", "naive"):
-        for index, faults in enumerate(sweep_fault_sets()):
-            record = seal(execute_run(orchestrator, calls, PLACE_ORDER, faults=faults, seed=seed))
+def sweep_atoms(tools: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Every (fault kind, tool) point, tool-major: within one tool, kinds in catalogue order."""
+    return tuple((kind, tool) for tool in tools for kind in SWEPT_KINDS)
+
+
+def _fault_set(atoms: tuple[tuple[str, str], ...], picks: tuple[int, ...]) -> tuple[Fault, ...]:
+    # A point picked twice strikes twice: one Fault with times=2. Points stay in atom order, so a
+    # transient fault on a tool is declared before the sticky permanent failure it would hide.
+    counts = Counter(picks)
+    return tuple(Fault(*atoms[index], counts[index]) for index in sorted(counts))
+
+
+def _depth_sets(atoms: tuple[tuple[str, str], ...], depth: int) -> list[tuple[int, ...]]:
+    return list(combinations_with_replacement(range(len(atoms)), depth))
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPlan:
+    """Which fault sets a sweep runs: every set up to `exhaustive_depth` faults, then a seeded sample."""
+
+    exhaustive_depth: int = SWEEP_EXHAUSTIVE_DEPTH
+    max_depth: int = SWEEP_MAX_DEPTH
+    sample: int | None = SWEEP_SAMPLE  # per sampled depth; None runs that depth whole
+
+
+def _one_tool(atoms: tuple[tuple[str, str], ...], picks: tuple[int, ...]) -> bool:
+    return len({atoms[index][1] for index in picks}) <= 1
+
+
+def sweep_fault_sets(tools: tuple[str, ...], plan: SweepPlan = SweepPlan(), seed: int = SEED
+                     ) -> list[tuple[int, tuple[Fault, ...], int]]:
+    """(depth, fault set, size of that depth's whole space) for every set the sweep runs.
+
+    Up to `exhaustive_depth` faults, every set runs. Deeper, every set whose faults all strike one
+    tool still runs (they meet in one key's retries and status queries, where the subtle bugs
+    live: a timeout, a status outage, then a permanent refusal), and the sets spread over
+    several tools run as a fixed-seed sample of `sample` sets.
+    """
+    atoms, out = sweep_atoms(tools), []
+    for depth in range(plan.max_depth + 1):
+        space = _depth_sets(atoms, depth)
+        chosen = space
+        if depth > plan.exhaustive_depth and plan.sample is not None:
+            spread = [picks for picks in space if not _one_tool(atoms, picks)]
+            if plan.sample < len(spread):
+                # A fixed seed per depth: the same sample on every run, Python and hash seed.
+                kept = set(random.Random(seed * 10 + depth).sample(range(len(spread)), plan.sample))
+                kept_sets = {spread[index] for index in kept}
+                chosen = [picks for picks in space if _one_tool(atoms, picks) or picks in kept_sets]
+        out += [(depth, _fault_set(atoms, picks), len(space)) for picks in chosen]
+    return out
+
+
+def _business(state: Mapping) -> dict[str, Any]:
+    return {table: state[table] for table in BUSINESS_TABLES}
+
+
+def state_hash(state: Mapping) -> str:
+    """The digest of the business tables only (events and deliveries are the harness's plumbing)."""
+    return canonical_sha256(_business(state))
+
+
+def _completable(faults: tuple[Fault, ...], forward: frozenset[str]) -> bool:
+    # A run could have completed unless a step the plan needs is refused for good; transient faults
+    # (lost answers, 429, outages, duplicates) never make completion impossible, only harder.
+    return not any(fault.kind == "permanent_failure" and fault.tool in forward for fault in faults)
+
+
+def run_sweep(*, seed: int = SEED, calls: tuple[ToolCall, ...] | None = None,
+              expectation: Expectation | None = None, plan: SweepPlan = SweepPlan(),
+              orchestrators: tuple[str, ...] = ("guarded", "naive"),
+              initial: Callable[[Sandbox], None] | None = None) -> list[dict[str, Any]]:
+    """Every fault set under each orchestrator; one compact, sealed line per run.
+
+    Liveness is judged by state, never by what an orchestrator says: a run is `completable` when
+    no needed step is refused for good, and `live` when it left exactly the business state the
+    guarded orchestrator leaves with no fault at all (the expected state, compared by hash).
+    """
+    calls = plan_calls() if calls is None else calls
+    expectation = PLACE_ORDER if expectation is None else expectation
+    reference = execute_run("guarded", calls, expectation, seed=seed, initial=initial)
+    valid = reference["lifecycle"] == RECONCILED and reference["outcome"] == "completed"
+    expected = state_hash(reference["state_after"])
+    forward = frozenset(call.name for call in calls)
+    lines = []
+    for orchestrator in orchestrators:
+        sets = sweep_fault_sets(sweep_tools(calls), plan, seed)
+        for index, (depth, faults, _space) in enumerate(sets):
+            record = seal(execute_run(orchestrator, calls, expectation, faults=faults, seed=seed,
+                                      initial=initial))
+            reached = state_hash(record["state_after"]) == expected
             lines.append({
+                "completable": valid and _completable(faults, forward), "depth": depth,
                 "faults": record["faults"], "kind": "sweep", "lifecycle": record["lifecycle"],
+                "live": valid and _completable(faults, forward) and reached,
                 "orchestrator": orchestrator, "outcome": record["outcome"],
-                "record_sha256": record["record_sha256"], "run_id": f"W{index:03d}/{orchestrator}",
-                "side_effects": record["side_effects"], "violations": METRICS["violations"](record),
+                "record_sha256": record["record_sha256"], "run_id": f"W{index:05d}/{orchestrator}",
+                "side_effects": record["side_effects"],
+                "violated": [name for name, found in record["invariants"].items() if found],
             })
     return lines
 
 
 def sweep_table(lines: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     """Per invariant: how many runs of each orchestrator violate it."""
-    table = {name: {"guarded": 0, "naive": 0} for name in INVARIANTS}
+    names = sorted({line["orchestrator"] for line in lines}) or ["guarded", "naive"]
+    table = {name: {orchestrator: 0 for orchestrator in names} for name in INVARIANTS}
     for line in lines:
-        for name, count in line["violations"].items():
-            table[name][line["orchestrator"]] += 1 if count else 0
+        for name in line["violated"]:
+            table[name][line["orchestrator"]] += 1
     return table
+
+
+def _ratio_text(numerator: int, denominator: int) -> str:
+    if denominator == 0:
+        return "n/a"
+    milli = (numerator * 2000 + denominator) // (2 * denominator)  # half up, exact integers
+    return f"{milli // 1000}.{milli % 1000:03d}"
+
+
+def depth_table(lines: list[dict[str, Any]], spaces: Mapping[int, int]) -> list[dict[str, Any]]:
+    """Per fault depth and orchestrator: runs, unsafe runs, completable runs, live runs."""
+    rows = []
+    for depth in sorted(spaces):
+        at_depth = [line for line in lines if line["depth"] == depth]
+        for orchestrator in sorted({line["orchestrator"] for line in at_depth}):
+            mine = [line for line in at_depth if line["orchestrator"] == orchestrator]
+            completable = sum(1 for line in mine if line["completable"])
+            live = sum(1 for line in mine if line["live"])
+            rows.append({"completable": completable, "depth": depth, "live": live,
+                         "liveness": _ratio_text(live, completable), "orchestrator": orchestrator,
+                         "runs": len(mine), "space": spaces[depth],
+                         "unsafe": sum(1 for line in mine if line["violated"])})
+    return rows
+
+
+def sweep_verdicts(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per orchestrator: safe (no violation in any run) and live (enough completable runs done).
+
+    Safety alone cannot win: an orchestrator that refuses everything breaks no invariant and
+    completes nothing, so its liveness is 0 and its verdict is fail.
+    """
+    out = {}
+    for orchestrator in sorted({line["orchestrator"] for line in lines}):
+        mine = [line for line in lines if line["orchestrator"] == orchestrator]
+        unsafe = sum(1 for line in mine if line["violated"])
+        completable = sum(1 for line in mine if line["completable"])
+        live = sum(1 for line in mine if line["live"])
+        enough = completable > 0 and live * LIVENESS_FLOOR[1] >= completable * LIVENESS_FLOOR[0]
+        out[orchestrator] = {"completable": completable, "live": live,
+                             "liveness": _ratio_text(live, completable), "runs": len(mine),
+                             "unsafe": unsafe, "verdict": "pass" if unsafe == 0 and enough else "fail"}
+    return out
 
 
 # ================================================================================================
@@ -2069,12 +2210,15 @@ class BenchOutcome:
         return (json.dumps(self.summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def _failures(scenarios: list, controls: list, table: dict, scorer: list) -> tuple[str, ...]:
+def _failures(scenarios: list, controls: list, table: dict, scorer: list,
+              verdicts: Mapping[str, Mapping[str, Any]] = MappingProxyType({})) -> tuple[str, ...]:
     found = [f"scenario {r['scenario']} failed an assertion" for r in scenarios if r["verdict"] != "pass"]
     found += [f"control {r['control']} did not show its fault: the harness is broken"
               for r in controls if r["verdict"] != "shown"]
     found += [f"sweep: the guarded orchestrator violated {name}" for name, row in table.items()
               if row["guarded"]]
+    found += [f"sweep: the guarded orchestrator completed too few completable runs ({row['liveness']})"
+              for name, row in verdicts.items() if name == "guarded" and row["verdict"] != "pass"]
     found += [f"sweep: the naive orchestrator never violated {name}: the harness is blind to it"
               for name in sorted(NAIVE_BREAKS) if not table[name]["naive"]]
     found += [f"scorer case {r['case']} lost its corrected verdict" for r in scorer if r["verdict"] != "pass"]
@@ -2100,14 +2244,20 @@ def _dimension_counts(scenarios: list) -> dict[str, dict[str, int]]:
     return counts
 
 
-def _sweep_summary(sweep: list) -> dict[str, Any]:
+def _sweep_summary(sweep: list, plan: SweepPlan = SweepPlan(), seed: int = SEED) -> dict[str, Any]:
     outcomes = {name: Counter(line["outcome"] for line in sweep if line["orchestrator"] == name)
-                for name in ORCHESTRATORS}
-    return {"fault_kinds": list(SWEPT_KINDS), "invariants": sweep_table(sweep),
+                for name in sorted({line["orchestrator"] for line in sweep})}
+    tools = sweep_tools(plan_calls())
+    spaces = {depth: space for depth, _faults, space in sweep_fault_sets(tools, plan, seed)}
+    return {"depths": depth_table(sweep, spaces), "exhaustive_depth": plan.exhaustive_depth,
+            "fault_kinds": list(SWEPT_KINDS), "invariants": sweep_table(sweep),
+            "liveness_floor": f"{LIVENESS_FLOOR[0]}/{LIVENESS_FLOOR[1]}", "max_depth": plan.max_depth,
             "naive_must_break": sorted(NAIVE_BREAKS),
             "outcomes": {name: dict(sorted(counter.items())) for name, counter in outcomes.items()},
-            "plan": list(PLAN_TOOLS), "runs_per_orchestrator": len(sweep) // len(ORCHESTRATORS),
-            "statements": {name: invariant.statement for name, invariant in INVARIANTS.items()}}
+            "plan": list(PLAN_TOOLS), "runs_per_orchestrator": len(sweep) // len(outcomes),
+            "sample_per_depth": plan.sample, "sample_seed": seed,
+            "statements": {name: invariant.statement for name, invariant in INVARIANTS.items()},
+            "tools": list(tools), "verdicts": sweep_verdicts(sweep)}
 
 
 def _scorer_summary(scorer: list) -> dict[str, Any]:
@@ -2120,7 +2270,7 @@ def _scorer_summary(scorer: list) -> dict[str, Any]:
 
 
 def _summary(scenarios: list, controls: list, sweep: list, scorer: list, raw: bytes,
-             failures: tuple[str, ...], seed: int) -> dict[str, Any]:
+             failures: tuple[str, ...], seed: int, sweep_plan: SweepPlan) -> dict[str, Any]:
     return {
         "bench": "tool-transaction-bench", "format": BENCH_FORMAT, "passed": not failures,
         "failures": list(failures), "seed": seed,
@@ -2129,22 +2279,23 @@ def _summary(scenarios: list, controls: list, sweep: list, scorer: list, raw: by
         "scenarios": _scenario_rows(scenarios, controls),
         "controls": [{"id": r["control"], "scenario": r["scenario"], "shows": r["shows"], "verdict": r["verdict"]}
                      for r in controls],
-        "sweep": _sweep_summary(sweep),
+        "sweep": _sweep_summary(sweep, sweep_plan, seed),
         "scorer": _scorer_summary(scorer),
         "vetoes": [{"case": r["case"], "veto": veto} for r in scorer for veto in r["score"]["vetoes"]],
         "raw_results": {"lines": raw.count(b"\n"), "sha256": hashlib.sha256(raw).hexdigest()},
     }
 
 
-def run_all(seed: int = SEED) -> BenchOutcome:
-    """The whole bench, sweep included: 14 scenarios, 5 controls, 6 scorer cases, 646 sweep runs."""
+def run_all(seed: int = SEED, sweep_plan: SweepPlan = SweepPlan()) -> BenchOutcome:
+    """The whole bench, sweep included: 14 scenarios, 5 controls, 6 scorer cases, the fault sweep."""
     scenarios = [run_scenario(scenario, seed=seed) for scenario in SCENARIOS]
     controls = [run_control(control, seed=seed) for control in CONTROLS]
     scorer = [run_scorer_case(case, seed=seed) for case in SCORER_CASES]
-    sweep = run_sweep(seed=seed)
+    sweep = run_sweep(seed=seed, plan=sweep_plan)
     raw = b"".join(canonical_json(line) + b"\n" for line in scenarios + controls + scorer + sweep)
-    failures = _failures(scenarios, controls, sweep_table(sweep), scorer)
-    return BenchOutcome(raw, _summary(scenarios, controls, sweep, scorer, raw, failures, seed), failures)
+    failures = _failures(scenarios, controls, sweep_table(sweep), scorer, sweep_verdicts(sweep))
+    summary = _summary(scenarios, controls, sweep, scorer, raw, failures, seed, sweep_plan)
+    return BenchOutcome(raw, summary, failures)
 
 
 def write_results(outcome: BenchOutcome, directory: Path) -> None:
@@ -2211,11 +2362,28 @@ def _render_scenarios(summary: Mapping[str, Any]) -> list[str]:
 
 def _render_invariants(sweep: Mapping[str, Any]) -> list[str]:
     widths = (24, 68, 8, 6)
-    lines = [f"exhaustive sweep: {sweep['runs_per_orchestrator']} fault sets x 2 orchestrators "
-             f"(runs violating each invariant)",
+    lines = [f"fault sweep: {sweep['runs_per_orchestrator']} fault sets x 2 orchestrators, up to "
+             f"{sweep['max_depth']} faults on {len(sweep['tools'])} tools (runs violating each invariant)",
              _row("invariant", "statement", "guarded", "naive", widths=widths)]
     lines += [_row(name, sweep["statements"][name], row["guarded"], row["naive"], widths=widths)
               for name, row in sweep["invariants"].items()]
+    return lines
+
+
+def _render_depths(sweep: Mapping[str, Any]) -> list[str]:
+    widths = (5, 14, 9, 12, 7, 12, 5, 9)
+    coverage = "every depth whole"
+    if sweep["sample_per_depth"] is not None:
+        coverage = (f"whole up to {sweep['exhaustive_depth']}; deeper: every one-tool set and a sample of "
+                    f"{sweep['sample_per_depth']} spread sets, seed {sweep['sample_seed']}")
+    lines = [f"per fault depth ({coverage})",
+             _row("depth", "space", "runs", "orchestrator", "unsafe", "completable", "live", "liveness",
+                  widths=widths)]
+    lines += [_row(row["depth"], row["space"], row["runs"], row["orchestrator"], row["unsafe"],
+                   row["completable"], row["live"], row["liveness"], widths=widths) for row in sweep["depths"]]
+    lines += [f"sweep verdict {name}: {row['verdict'].upper()} (unsafe runs {row['unsafe']}, liveness "
+              f"{row['live']}/{row['completable']} = {row['liveness']}, floor {sweep['liveness_floor']})"
+              for name, row in sweep["verdicts"].items()]
     return lines
 
 
@@ -2239,6 +2407,7 @@ def render_summary(summary: Mapping[str, Any]) -> str:
     lines = [f"tool-transaction-bench  seed {summary['seed']}  {runs['scenarios']} guarded runs + "
              f"{runs['controls']} controls  {'PASSED' if summary['passed'] else 'FAILED'}", ""]
     lines += _render_scenarios(summary) + [""] + _render_invariants(summary["sweep"]) + [""]
+    lines += _render_depths(summary["sweep"]) + [""]
     lines += _render_scorer(summary["scorer"])
     vetoes = ", ".join(f"{item['case']} {item['veto']}" for item in summary["vetoes"])
     lines += [f"vetoes: {vetoes or 'none'}",
@@ -2273,6 +2442,8 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--check", action="store_true",
                       help="compare a fresh run with the committed results byte for byte")
     mode.add_argument("--scenario", metavar="ID", help="run one scenario (S01..S14) and its control")
+    mode.add_argument("--exhaustive", action="store_true",
+                      help="run the fault sweep with every depth whole (no sample); writes nothing")
     parser.add_argument("--results", metavar="DIR", help="results directory (default: results/ here)")
     return parser
 
@@ -2300,6 +2471,16 @@ def _run_check(directory: Path) -> int:
     return 0 if outcome.passed else 1
 
 
+def _run_exhaustive() -> int:
+    started = time.perf_counter()
+    plan = SweepPlan(sample=None)
+    lines = run_sweep(plan=plan)
+    summary = _sweep_summary(lines, plan)
+    print("\n".join(_render_invariants(summary) + [""] + _render_depths(summary)))
+    print(f"time: {time.perf_counter() - started:.1f} s for {len(lines)} runs")
+    return 0 if summary["verdicts"]["guarded"]["verdict"] == "pass" else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         options = _parser().parse_args(argv)
@@ -2308,9 +2489,14 @@ def main(argv: list[str] | None = None) -> int:
             return _run_one(options.scenario)
         if options.check:
             return _run_check(directory)
+        if options.exhaustive:
+            return _run_exhaustive()
+        started = time.perf_counter()
         outcome = run_all()
+        elapsed = time.perf_counter() - started
         write_results(outcome, directory)
         print(render_summary(outcome.summary))
+        print(f"time: {elapsed:.1f} s for the whole run, sweep included")
         return 0 if outcome.passed else 1
     except BenchError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -288,7 +288,7 @@ class TestToolContracts(unittest.TestCase):
     def test_tool_set(self):
         self.assertEqual(sorted(tb.TOOLS), ["cancel_order", "charge_payment", "confirm_order", "create_order",
                                             "query_logistics", "refund_payment", "release_inventory",
-                                            "reserve_inventory"])
+                                            "reserve_inventory", "schedule_delivery"])
         self.assertEqual(tb.SIDE_EFFECT_TOOLS, frozenset(tb.TOOLS) - {"query_logistics"})
 
     def test_every_schema_is_supported_closed_and_fully_required(self):
@@ -424,7 +424,8 @@ class TestCheckSchema(unittest.TestCase):
             "no type": {"properties": {}},
             "type not a string": {"type": ["string"]},
             "unknown type": {"type": "number"},
-            "unknown keyword": {"type": "string", "format": "email"},
+            "unknown keyword": {"type": "string", "contentEncoding": "base64"},
+            "format on an integer": {"type": "integer", "format": "date-time"},
             "open object": {**closed, "additionalProperties": True},
             "object without additionalProperties": {"type": "object", "properties": {}, "required": []},
             "object without required": {"type": "object", "properties": {}, "additionalProperties": False},
@@ -788,7 +789,8 @@ class TestPlanValidation(unittest.TestCase):
         self.assertEqual(self.refusal(extra), [("CALL_UNEXPECTED", "/query_logistics", 4)])
         forbidden = tb.plan_calls() + (call("cancel_order", {"order_ref": "30417", "reason": "customer_request",
                                                              "idempotency_key": "k-cancel-0001"}, "x"),)
-        self.assertEqual(self.refusal(forbidden), [("CALL_FORBIDDEN", "/cancel_order", 4)])
+        self.assertEqual(self.refusal(forbidden), [("CALL_FORBIDDEN", "/cancel_order", 4),
+                                                   ("CUSTOMER_NOT_PERMITTED", "/cancel_order", 4)])
 
     def test_an_expected_tool_proposed_twice_is_unexpected_the_second_time(self):
         twice = tb.plan_calls() + (call("confirm_order", plan_arguments("confirm_order", idempotency_key="k-again-001"),
@@ -1279,7 +1281,9 @@ class TestScenarios(unittest.TestCase):
                          [("SCHEMA_TYPE", "/quantity"), ("ARGUMENT_MISMATCH", "/quantity")])
 
     def test_s03_enum(self):
-        self.assertEqual(self.scenario("S03")["refusal"], [{"call": 2, "code": "SCHEMA_ENUM", "path": "/currency"}])
+        # JPY is outside the enum, and it is not the order's EUR either: both are named.
+        self.assertEqual(self.scenario("S03")["refusal"], [{"call": 2, "code": "SCHEMA_ENUM", "path": "/currency"},
+                                                           {"call": 2, "code": "CURRENCY_MISMATCH", "path": "/currency"}])
 
     def test_s04_missing_idempotency_key(self):
         self.assertEqual(self.scenario("S04")["state_after"], self.scenario("S04")["state_before"])
@@ -1524,6 +1528,8 @@ class TestSweep(unittest.TestCase):
 # ================================================================================================
 
 REFUND = {"amount_cents": 4999, "idempotency_key": "k-refund-20481", "order_ref": "20481", "reason": "damaged"}
+SCHEDULE = {"idempotency_key": "k-delivery-20481", "order_ref": "20481", "order_version": 2,
+            "window_start": "2026-12-03T09:00:00Z"}
 
 
 def two_refunds() -> tb.Expectation:
@@ -1589,7 +1595,8 @@ class TestScorer(unittest.TestCase):
         expectation = tb.Expectation("x", (tb.ExpectedCall("refund_payment", {"amount_cents": 4999,
                                                                               "order_ref": "20481"}),))
         result = self.score(provider("refund_payment", {**REFUND, "order_ref": "20482"}), expectation=expectation)
-        self.assertEqual((result["verdict"], result["calls"][0]["pair_score"]), ("incomplete", "1/2"))
+        self.assertEqual((result["verdict"], result["calls"][0]["pair_score"], result["vetoes"]),
+                         ("veto", "1/2", ["WRONG_TARGET:refund_payment/order_ref@0"]))
 
     def test_enum_out_of_range_is_refused(self):
         result = self.score(provider("refund_payment", {**REFUND, "reason": "changed_mind"}),
@@ -1613,7 +1620,8 @@ class TestScorer(unittest.TestCase):
         self.assertEqual((in_order["verdict"], in_order["total"]["value"], in_order["edges"]),
                          ("pass", "1.000", [{"after": 1, "before": 0, "satisfied": True}]))
         reversed_ = self.score(refund, query, expectation=query_then_refund())
-        self.assertEqual((reversed_["verdict"], reversed_["total"]["value"]), ("incomplete", "0.000"))
+        self.assertEqual((reversed_["verdict"], reversed_["total"]["value"], reversed_["vetoes"]),
+                         ("veto", "0.000", ["DEPENDENCY_ORDER:query_logistics->refund_payment@0"]))
         self.assertEqual(reversed_["sub_scores"]["dependency"], {"den": 1, "num": "0", "value": "0.000"})
 
     def test_an_edge_to_a_missing_call_is_unsatisfied(self):
@@ -1696,15 +1704,20 @@ class TestScorerHostileInput(unittest.TestCase):
     EXPECT = tb.SCORER_CASES[0].expectation
 
     def test_response_level_failures_are_codes(self):
-        cases = {"RESPONSE_SHAPE": [None, [], "text", {}, {"tool_calls": {}}, {"tool_calls": [], "x": 1},
-                                    {"tool_calls": "[]"}],
-                 "RESPONSE_TOO_MANY_CALLS": [{"tool_calls": [provider("query_logistics", "{}")] * 17}]}
+        cases = {"RESPONSE_SHAPE": [None, "text", 5, {}, {"tool_calls": {}}, {"tool_calls": [], "x": 1},
+                                    {"tool_calls": "[]"}, {"choices": []}, {"choices": [{"message": "x"}]},
+                                    {"choices": [{"message": {"tool_calls": {}}}]}, {"output": "x"},
+                                    {"content": "text", "role": "assistant"}, {"candidates": [{}]},
+                                    {"candidates": [{"content": {"parts": {}}}]}],
+                 "RESPONSE_TOO_MANY_CALLS": [{"tool_calls": [provider("query_logistics", "{}")] * 17},
+                                             [{"name": "query_logistics", "arguments": {}}] * 17]}
+        verdicts = {"RESPONSE_SHAPE": "unreadable_shape", "RESPONSE_TOO_MANY_CALLS": "unparseable"}
         for code, responses in cases.items():
             for response in responses:
                 with self.subTest(response=str(response)[:60]):
                     result = tb.score_response(response, self.EXPECT)
                     self.assertEqual((result["error"], result["verdict"], result["total"]["value"]),
-                                     (code, "unparseable", "0.000"))
+                                     (code, verdicts[code], "0.000"))
                     self.assertEqual(result["sub_scores"]["parse"], {"den": 1, "num": "0", "value": "0.000"})
 
     def test_sixteen_calls_are_still_scored(self):
@@ -1824,6 +1837,268 @@ class TestSeedRegressions(unittest.TestCase):
         self.assertEqual(tb.run_scorer_case(case)["verdict"], "fail")
 
 
+class TestPlanVetoes(unittest.TestCase):
+    """Issue 13: every plan whose fault shows only across calls is a veto with a named reason."""
+
+    ISSUE_CASES = {  # case: (the score the old scorer gave, the vetoes it gets now)
+        "SC7": ("0.80", ["DUPLICATE_EFFECT:charge_payment@3"]),
+        "SC8": ("0.875", ["WRONG_TARGET:charge_payment/order_ref@2"]),
+        "SC9": ("0.875", ["WRONG_AMOUNT:charge_payment/amount_cents@2"]),
+        "SC10": ("0.667", ["WRONG_TARGET:refund_payment/order_ref@0"]),
+        "SC11": ("0.80", ["DEPENDENCY_ORDER:reserve_inventory->charge_payment@1"]),
+        "SC12": ("1.00", ["KEY_REUSED:reserve_inventory@1", "KEY_REUSED:charge_payment@2",
+                          "KEY_REUSED:confirm_order@3"]),
+        "SC13": ("1.00", ["CURRENCY_MISMATCH:charge_payment@2"]),
+        "SC14": ("1.00", ["CALL_ID_REUSED:reserve_inventory@1", "CALL_ID_REUSED:charge_payment@2",
+                          "CALL_ID_REUSED:confirm_order@3"]),
+        "SC15": ("0.00", ["FORBIDDEN_CALL:cancel_order@1"]),
+        "SC16": ("1.00", ["CUSTOMER_MISMATCH:create_order@0"]),
+        "SC17": ("-", ["CONFIRMATION_MISSING:refund_payment@0"]),
+        "SC18": ("-", ["VERSION_STALE:schedule_delivery@0"]),
+    }
+
+    def record(self, ident):
+        return next(r for r in raw_lines() if r.get("case") == ident)
+
+    def test_every_mis_scored_plan_is_a_named_veto_and_the_guard_refuses_it(self):
+        for ident, (seed_era, vetoes) in self.ISSUE_CASES.items():
+            with self.subTest(case=ident):
+                record = self.record(ident)
+                self.assertEqual((record["verdict"], record["seed_era_score"], record["score"]["verdict"],
+                                  record["score"]["total"]["value"], record["score"]["vetoes"]),
+                                 ("pass", seed_era, "veto", "0.000", vetoes))
+                self.assertEqual((record["guarded"]["lifecycle"], record["guarded"]["side_effects"]), (tb.REFUSED, 0))
+
+    def test_the_naive_side_shows_what_the_veto_prevents(self):
+        self.assertEqual(self.record("SC7")["naive_record"]["state_after"]["charges"]["CH-0003"]["order_ref"], "30417")
+        self.assertEqual(tb.METRICS["new_charges"](self.record("SC7")["naive_record"]), 2)
+        self.assertEqual(self.record("SC13")["naive"]["side_effects"], 4)
+        self.assertEqual(self.record("SC19")["naive_record"]["state_after"]["orders"]["20481"]["delivery_window"],
+                         "2026-02-30T09:00:00Z")
+
+    def test_the_bare_list_is_read_as_the_seed_means_it(self):
+        record = self.record("SC15")
+        self.assertEqual((record["score"]["shape"], [c["name"] for c in record["score"]["calls"]]),
+                         ("bare_list", ["query_logistics", "cancel_order"]))
+        self.assertEqual(record["naive"]["side_effects"], 1)
+
+    def test_a_valid_schedule_passes_and_an_impossible_date_is_refused(self):
+        self.assertEqual((self.record("SC20")["score"]["verdict"], self.record("SC20")["guarded"]["lifecycle"]),
+                         ("pass", tb.RECONCILED))
+        self.assertEqual(self.record("SC19")["score"]["calls"][0]["findings"],
+                         [{"call": 0, "code": "SCHEMA_FORMAT", "path": "/window_start"}])
+
+    def score(self, calls, expectation):
+        return tb.score_response({"tool_calls": calls}, expectation)
+
+    def test_an_unexpected_side_effect_is_vetoed_even_when_not_forbidden(self):
+        open_ = tb.Expectation("open", (tb.ExpectedCall("query_logistics", {"order_ref": "20481"}),))
+        result = self.score([provider("query_logistics", {"order_ref": "20481"}),
+                             provider("release_inventory", {"order_ref": "20481", "idempotency_key": "k-rel-20481"},
+                                      "c2")], open_)
+        self.assertEqual(result["vetoes"], ["UNEXPECTED_EFFECT:release_inventory@1"])
+        extra_read = self.score([provider("query_logistics", {"order_ref": "20481"}),
+                                 provider("query_logistics", {"order_ref": "20481"}, "c2")], open_)
+        self.assertEqual((extra_read["vetoes"], extra_read["verdict"]), ([], "incomplete"))
+
+    def test_mutual_exclusion(self):
+        either = tb.Expectation("either", (tb.ExpectedCall("query_logistics", {}),),
+                                exclusive=(("refund_payment", "cancel_order"),))
+        refund = provider("refund_payment", REFUND, "c2")
+        cancel = provider("cancel_order", {"order_ref": "20481", "reason": "customer_request",
+                                           "idempotency_key": "k-cancel-20481"}, "c3")
+        query = provider("query_logistics", {"order_ref": "20481"})
+        both = self.score([query, refund, cancel], either)
+        self.assertIn("CALLS_EXCLUSIVE:cancel_order@2", both["vetoes"])
+        one = self.score([query, refund], either)
+        self.assertNotIn("CALLS_EXCLUSIVE", " ".join(one["vetoes"]))
+        plan, findings = tb.validate_plan(tb.calls_from_response({"tool_calls": [query, refund, cancel]}), either)
+        self.assertIn(("CALLS_EXCLUSIVE", "/refund_payment+cancel_order", 2), [(f.code, f.path, f.call)
+                                                                                for f in findings])
+
+    def test_key_reuse_with_the_same_intent_is_no_key_veto(self):
+        refund = provider("refund_payment", REFUND)
+        result = self.score([refund, {**refund, "id": "c2"}], tb.SCORER_CASES[2].expectation)
+        self.assertEqual(result["vetoes"], ["DUPLICATE_EFFECT:refund_payment@1"])
+
+    def test_an_invalid_call_gets_no_effect_veto(self):
+        result = self.score([provider("refund_payment", {**REFUND, "order_ref": 20482})],
+                            tb.SCORER_CASES[2].expectation)
+        self.assertEqual((result["verdict"], result["vetoes"]), ("refused", []))
+
+    def test_a_read_before_its_prerequisite_lowers_the_score_only(self):
+        expectation = tb.Expectation("x", (tb.ExpectedCall("refund_payment", {"order_ref": "20481"}),
+                                           tb.ExpectedCall("query_logistics", {"order_ref": "20481"})), edges=((0, 1),))
+        result = self.score([provider("query_logistics", {"order_ref": "20481"}),
+                             provider("refund_payment", REFUND, "c2")], expectation)
+        self.assertEqual((result["vetoes"], result["verdict"], result["total"]["value"]), ([], "incomplete", "0.000"))
+
+
+class TestBusinessChecks(unittest.TestCase):
+    def findings(self, calls, expectation):
+        return [(f.code, f.path, f.call) for f in tb.validate_plan(calls, expectation)[1]]
+
+    def expectation(self, **context):
+        return tb.Expectation("x", (tb.ExpectedCall("refund_payment", {}),), context=context)
+
+    def refund(self, amount):
+        return call("refund_payment", {**REFUND, "amount_cents": amount})
+
+    def test_second_confirmation_threshold_both_sides(self):
+        self.assertEqual(tb.HIGH_VALUE_CENTS, 50_000)
+        self.assertEqual(self.findings((self.refund(49_999),), self.expectation()), [])
+        self.assertEqual(self.findings((self.refund(50_000),), self.expectation()),
+                         [("CONFIRMATION_MISSING", "/amount_cents", 0)])
+        self.assertEqual(self.findings((self.refund(50_000),), self.expectation(confirmed=True)), [])
+        self.assertEqual(self.findings((self.refund(50_000),), self.expectation(confirmed=False)),
+                         [("CONFIRMATION_MISSING", "/amount_cents", 0)])
+
+    def test_permission_and_identity(self):
+        self.assertEqual(self.findings((self.refund(100),), self.expectation(allowed_tools=("query_logistics",))),
+                         [("CUSTOMER_NOT_PERMITTED", "/refund_payment", 0)])
+        self.assertEqual(self.findings((self.refund(100),), self.expectation(allowed_tools=("refund_payment",))), [])
+        wrong = tb.plan_calls((("create_order", ("customer", "id"), "C0001"),))
+        self.assertEqual(self.findings(wrong, tb.PLACE_ORDER), [("CUSTOMER_MISMATCH", "/customer/id", 0)])
+
+    def test_currency_comes_from_the_plan_or_the_context(self):
+        usd = tb.plan_calls((("charge_payment", ("currency",), "USD"),))
+        self.assertEqual(self.findings(usd, tb.PLACE_ORDER), [("CURRENCY_MISMATCH", "/currency", 2)])
+        charge = call("charge_payment", plan_arguments("charge_payment", order_ref="20481", currency="USD"))
+        known = tb.Expectation("x", (tb.ExpectedCall("charge_payment", {}),),
+                               context={"orders": {"20481": {"currency": "EUR", "version": 1}}})
+        self.assertEqual(self.findings((charge,), known), [("CURRENCY_MISMATCH", "/currency", 0)])
+        unknown = tb.Expectation("x", (tb.ExpectedCall("charge_payment", {}),))
+        self.assertEqual(self.findings((charge,), unknown), [])
+
+    def test_order_version_both_sides(self):
+        expectation = tb.Expectation("x", (tb.ExpectedCall("schedule_delivery", {}),), context={
+            "orders": {"20481": {"currency": "EUR", "version": 2}}})
+        stale = call("schedule_delivery", {**SCHEDULE, "order_version": 3})
+        self.assertEqual(self.findings((stale,), expectation), [("VERSION_STALE", "/order_version", 0)])
+        self.assertEqual(self.findings((call("schedule_delivery", SCHEDULE),), expectation), [])
+
+    def test_the_sandbox_enforces_the_version_too(self):
+        box = sandbox()
+        tb.seed_confirmed_order(box)
+        self.assertEqual(box.call("schedule_delivery", {**SCHEDULE, "order_version": 1}).code, "VERSION_CONFLICT")
+        self.assertTrue(box.call("schedule_delivery", SCHEDULE).ok)
+        self.assertEqual(box.orders["20481"]["delivery_window"], "2026-12-03T09:00:00Z")
+
+    def test_call_ids_must_be_unique(self):
+        calls = (call("query_logistics", {"order_ref": "20481"}, "same"),
+                 call("query_logistics", {"order_ref": "20481"}, "same"))
+        expectation = tb.Expectation("x", (tb.ExpectedCall("query_logistics", {}),) * 2)
+        self.assertEqual(self.findings(calls, expectation), [("CALL_ID_REUSED", "/id", 1)])
+
+    def test_malformed_context_is_refused(self):
+        for context in ({"nope": 1}, {"customer": 5}, {"allowed_tools": ("launch",)}, {"confirmed": 1},
+                        {"orders": {"20481": {"currency": "EUR"}}}, {"orders": {"20481": {"currency": "EUR",
+                                                                                          "version": "2"}}},
+                        {"orders": []}, "context"):
+            with self.subTest(context=context):
+                with self.assertRaises(tb.BenchError) as caught:
+                    tb.check_expectation(tb.Expectation("x", (), context=context))
+                self.assertEqual(caught.exception.code, "EXPECTATION_INVALID")
+        for exclusive in ((("refund_payment",),), (("refund_payment", "refund_payment"),), (("a", "b"),)):
+            with self.subTest(exclusive=exclusive):
+                with self.assertRaises(tb.BenchError):
+                    tb.check_expectation(tb.Expectation("x", (), exclusive=exclusive))
+
+
+class TestFormats(unittest.TestCase):
+    def test_date_time_exactly(self):
+        good = ["2026-12-03T09:00:00Z", "2026-12-03t09:00:00z", "2024-02-29T23:59:60+01:00",
+                "2026-12-03T09:00:00.123456-05:30", "0001-01-01T00:00:00Z"]
+        bad = ["2026-02-30T09:00:00Z", "2023-02-29T09:00:00Z", "1900-02-29T00:00:00Z", "2026-13-01T00:00:00Z",
+               "2026-12-00T00:00:00Z", "2026-12-03T24:00:00Z", "2026-12-03T09:60:00Z", "2026-12-03T09:58:60Z",
+               "2026-12-03T09:00:00", "2026-12-03 09:00:00Z", "2026-12-03T09:00:00+24:00",
+               "2026-12-03T09:00:00+01:60", "2026-12-03T9:00:00Z", "2026-12-03T09:00:00.Z",
+               "２０２６-12-03T09:00:00Z", "2026-12-03T09:00:00Z\n", "2026-04-31T00:00:00Z"]
+        for text in good:
+            with self.subTest(text=text):
+                self.assertTrue(tb.is_date_time(text))
+        for text in bad:
+            with self.subTest(text=text):
+                self.assertFalse(tb.is_date_time(text))
+        self.assertTrue(tb.is_date_time("2000-02-29T00:00:00Z"))
+
+    def test_format_is_a_schema_finding(self):
+        schema = tb.TOOLS["schedule_delivery"].schema
+        self.assertEqual(tb.validate_arguments(schema, {**SCHEDULE, "window_start": "tomorrow"}),
+                         (tb.Finding("SCHEMA_FORMAT", "/window_start"),))
+        self.assertEqual(tb.validate_arguments(schema, SCHEDULE), ())
+
+    def test_an_unsupported_format_is_refused_by_name(self):
+        for name in ("email", "date", "uri"):
+            with self.subTest(name=name):
+                with self.assertRaises(tb.BenchError) as caught:
+                    tb.check_schema({"type": "string", "format": name})
+                self.assertEqual(caught.exception.code, "SCHEMA_FORMAT_UNSUPPORTED")
+        tb.check_schema({"type": "string", "format": "date-time"})
+
+
+class TestResponseShapes(unittest.TestCase):
+    """Every raw shape a real model produces reads into the same calls and the same score."""
+
+    ARGS = {"order_ref": "20481"}
+
+    def shapes(self):
+        text = json.dumps(self.ARGS)
+        return {
+            "bench": {"tool_calls": [{"id": "c1", "name": "query_logistics", "arguments": text}]},
+            "bare_list": [{"name": "query_logistics", "arguments": self.ARGS}],
+            "openai_chat": {"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"index": 0, "message": {
+                "role": "assistant", "content": None, "tool_calls": [{"id": "call_a", "type": "function", "function": {
+                    "name": "query_logistics", "arguments": text}}]}, "finish_reason": "tool_calls"}]},
+            "openai_responses": {"id": "resp_1", "output": [
+                {"type": "reasoning", "id": "rs_1", "summary": []},
+                {"type": "function_call", "id": "fc_1", "call_id": "call_a", "name": "query_logistics",
+                 "arguments": text}]},
+            "anthropic_messages": {"id": "msg_1", "type": "message", "role": "assistant", "content": [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_1", "name": "query_logistics", "input": self.ARGS}]},
+            "gemini": {"candidates": [{"content": {"role": "model", "parts": [
+                {"text": "Checking."}, {"functionCall": {"name": "query_logistics", "args": self.ARGS}}]}}]},
+        }
+
+    def test_every_shape_reads_and_passes(self):
+        for name, response in self.shapes().items():
+            with self.subTest(shape=name):
+                shape, calls = tb.read_response(response)
+                self.assertEqual(shape, name)
+                result = tb.score_response(response, tb.SCORER_CASES[0].expectation)
+                self.assertEqual((result["shape"], result["verdict"], result["total"]["value"]),
+                                 (name, "pass", "1.000"))
+                self.assertEqual(json.loads(calls[0]["arguments"]), self.ARGS)
+
+    def test_shapes_without_ids_get_positional_ids(self):
+        self.assertEqual(tb.read_response(self.shapes()["gemini"])[1][0]["id"], "call_1")
+        self.assertEqual(tb.read_response([{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}])[1][1]["id"],
+                         "call_2")
+
+    def test_a_chat_message_without_tool_calls_is_zero_calls(self):
+        response = {"choices": [{"message": {"role": "assistant", "content": "no", "tool_calls": None}}]}
+        self.assertEqual(tb.read_response(response), ("openai_chat", []))
+
+    def test_malformed_items_are_call_shape_findings(self):
+        for response in ({"choices": [{"message": {"tool_calls": [{"id": "x", "type": "function"}]}}]},
+                         {"output": [5]}, {"content": ["x"], "role": "assistant"},
+                         {"candidates": [{"content": {"parts": [{"functionCall": "x"}]}}]},
+                         [{"name": "q", "arguments": {}, "extra": 1}]):
+            with self.subTest(response=str(response)[:50]):
+                result = tb.score_response(response, tb.SCORER_CASES[0].expectation)
+                self.assertEqual(result["calls"][0]["findings"][0]["code"], "CALL_SHAPE")
+
+    def test_object_arguments_go_through_the_strict_decoder(self):
+        response = {"content": [{"type": "tool_use", "id": "t1", "name": "query_logistics",
+                                 "input": {"order_ref": "\udc00"}}], "role": "assistant"}
+        result = tb.score_response(response, tb.SCORER_CASES[0].expectation)
+        self.assertEqual(result["calls"][0]["findings"][0]["code"], "ARGS_BAD_STRING")
+        response["content"][0]["input"] = "not an object"
+        result = tb.score_response(response, tb.SCORER_CASES[0].expectation)
+        self.assertEqual(result["calls"][0]["findings"][0]["code"], "ARGS_NOT_JSON")
+
+
 # ================================================================================================
 # 15. Bench: run_all, result files, check
 # ================================================================================================
@@ -1835,16 +2110,16 @@ class TestBenchResults(unittest.TestCase):
 
     def test_raw_file_layout(self):
         lines = raw_lines()
-        self.assertEqual([line["kind"] for line in lines[:25]], ["scenario"] * 14 + ["control"] * 5 + ["scorer"] * 6)
-        self.assertEqual(len(lines), 25 + 2 * 3993)
-        self.assertEqual(bench().summary["raw_results"], {"lines": 25 + 2 * 3993, "sha256": tb.hashlib.sha256(bench().raw)
+        self.assertEqual([line["kind"] for line in lines[:39]], ["scenario"] * 14 + ["control"] * 5 + ["scorer"] * 20)
+        self.assertEqual(len(lines), 39 + 2 * 3993)
+        self.assertEqual(bench().summary["raw_results"], {"lines": 39 + 2 * 3993, "sha256": tb.hashlib.sha256(bench().raw)
                                                           .hexdigest()})
 
     def test_every_line_is_canonical_and_full_records_are_sealed(self):
         lines = raw_lines()
         for text, line in zip(bench().raw.splitlines(), lines):
             self.assertEqual(tb.canonical_json(line), text)
-        for line in lines[:25]:
+        for line in lines[:39]:
             self.assertEqual(tb.seal(line)["record_sha256"], line["record_sha256"])
 
     def test_a_sweep_line_keeps_the_digest_of_its_reproducible_full_record(self):
@@ -1935,7 +2210,10 @@ class TestBenchResults(unittest.TestCase):
     def test_summary_counts_per_dimension(self):
         self.assertEqual(bench().summary["dimensions"]["schema"], {"passed": 4, "scenarios": 4})
         self.assertEqual(sum(d["passed"] for d in bench().summary["dimensions"].values()), 14)
-        self.assertEqual(bench().summary["vetoes"], [{"case": "SC2", "veto": "FORBIDDEN_CALL:cancel_order@1"}])
+        self.assertEqual(bench().summary["vetoes"][:2], [
+            {"case": "SC2", "veto": "FORBIDDEN_CALL:cancel_order@1"},
+            {"case": "SC7", "veto": "DUPLICATE_EFFECT:charge_payment@3"}])
+        self.assertEqual(len(bench().summary["vetoes"]), 17)
 
 
 # ================================================================================================

@@ -46,7 +46,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import combinations, combinations_with_replacement
 from pathlib import Path
@@ -79,6 +79,9 @@ MAX_EXPECTED_CALLS: Final = 8  # optimal matching walks 2**n subsets; 256 of the
 MAX_FINDINGS: Final = 32  # hostile arguments cannot grow a record without bound
 MAX_NAME_CHARS: Final = 64  # call ids and tool names are short identifiers echoed into records
 MAX_DELIVERIES: Final = 4  # the broker dead-letters an event it has delivered this many times
+# A charge or refund of this many cents or more cannot be undone quietly: it needs the customer's
+# second confirmation in the request context (500.00 in the order's currency).
+HIGH_VALUE_CENTS: Final = 50_000
 # The sweep: every fault set of up to two faults runs whole (1,653 sets on the seven tools); three
 # faults make 30,856 sets, so that depth runs its 840 one-tool sets whole and a fixed-seed sample of
 # the rest, which keeps the whole bench, tests included, within seconds. `--exhaustive` runs every
@@ -128,6 +131,8 @@ ERRORS: Final = MappingProxyType({
     "SCHEMA_PATTERN": "a string does not match its pattern",
     "SCHEMA_ITEMS": "an array has too few or too many items",
     "SCHEMA_UNSUPPORTED": "a schema uses a keyword or shape this validator does not support",
+    "SCHEMA_FORMAT": "a string does not have its declared format",
+    "SCHEMA_FORMAT_UNSUPPORTED": "a schema declares a string format this validator does not check",
     # response shape, as the scorer receives it
     "RESPONSE_SHAPE": "the response must be an object holding only a tool_calls list",
     "RESPONSE_TOO_MANY_CALLS": "the response proposes more calls than the limit",
@@ -143,6 +148,14 @@ ERRORS: Final = MappingProxyType({
     "ARGUMENT_MISMATCH": "an argument differs from the value the request fixed",
     "PLAN_TOO_MANY_CALLS": "the plan holds more calls than the limit",
     "EXPECTATION_INVALID": "the expectation is malformed or its dependencies form a cycle",
+    # business checks, before any tool starts (the guard refuses, the scorer vetoes)
+    "CALL_ID_REUSED": "two calls in one plan share a provider call id",
+    "CURRENCY_MISMATCH": "a charge's currency differs from its order's currency",
+    "CUSTOMER_MISMATCH": "the order names another customer than the one making the request",
+    "CUSTOMER_NOT_PERMITTED": "the customer may not use this tool",
+    "CONFIRMATION_MISSING": "a high-value irreversible action lacks the customer's second confirmation",
+    "VERSION_STALE": "the call names another version of the order than its current one",
+    "CALLS_EXCLUSIVE": "the plan holds two calls that must never both appear",
     "FAULT_INVALID": "a fault names an unknown kind or tool, or a count below one",
     # sandbox answers
     "TIMEOUT": "no answer in time: the effect may or may not have committed",
@@ -159,6 +172,7 @@ ERRORS: Final = MappingProxyType({
     "AMOUNT_MISMATCH": "the amount differs from the order's amount",
     "NOTHING_TO_RELEASE": "the order holds no reservation",
     "NOTHING_TO_REFUND": "the order has no captured charge of this amount",
+    "VERSION_CONFLICT": "the order has changed since the version the call names",
     # lifecycle and command line
     "LIFECYCLE_ILLEGAL": "illegal lifecycle transition",
     "CLI_USAGE": "unrecognised or malformed command-line arguments",
@@ -206,6 +220,7 @@ ERROR_CLASSES: Final = MappingProxyType({
     "AMOUNT_MISMATCH": PERMANENT,
     "NOTHING_TO_RELEASE": PERMANENT,
     "NOTHING_TO_REFUND": PERMANENT,
+    "VERSION_CONFLICT": PERMANENT,
 })
 
 
@@ -428,6 +443,9 @@ TOOLS: Final = MappingProxyType({contract.name: contract for contract in (
         order_ref=_ORDER_REF, amount_cents=_AMOUNT,
         reason={"type": "string", "enum": ["damaged", "duplicate", "other"]}, idempotency_key=_KEY))),
     ToolContract("query_logistics", False, _freeze(_object(order_ref=_ORDER_REF))),
+    ToolContract("schedule_delivery", True, _freeze(_object(
+        order_ref=_ORDER_REF, window_start={"type": "string", "format": "date-time", "maxLength": 40},
+        order_version={"type": "integer", "minimum": 1, "maximum": 3}, idempotency_key=_KEY))),
 )})
 SIDE_EFFECT_TOOLS: Final = frozenset(name for name, tool in TOOLS.items() if tool.side_effect)
 
@@ -463,7 +481,7 @@ _TYPE_TESTS: Final = MappingProxyType({
 _SCHEMA_KEYWORDS: Final = MappingProxyType({
     "object": frozenset({"type", "properties", "required", "additionalProperties", "description"}),
     "array": frozenset({"type", "items", "minItems", "maxItems", "description"}),
-    "string": frozenset({"type", "enum", "minLength", "maxLength", "pattern", "description"}),
+    "string": frozenset({"type", "enum", "minLength", "maxLength", "pattern", "format", "description"}),
     "integer": frozenset({"type", "enum", "minimum", "maximum", "description"}),
     "boolean": frozenset({"type", "description"}),
 })
@@ -493,11 +511,41 @@ def _check_array(schema: Mapping, value: list, path: str, out: list, stack: list
         stack.append((schema["items"], item, _pointer(path, index)))
 
 
+_DATE_TIME: Final = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.[0-9]+)?"
+    r"(?:[Zz]|[+-]([0-9]{2}):([0-9]{2}))", re.ASCII)
+
+
+def _days_in_month(year: int, month: int) -> int:
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return 30 if month in (4, 6, 9, 11) else 31
+
+
+def is_date_time(text: str) -> bool:
+    """RFC 3339 date-time, exactly: a real calendar day, hours 0-23, a leap second only at :59."""
+    match = _DATE_TIME.fullmatch(text)
+    if match is None:
+        return False
+    year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+    offset_hours, offset_minutes = (int(part or 0) for part in match.groups()[6:])
+    return (1 <= month <= 12 and 1 <= day <= _days_in_month(year, month) and hour <= 23
+            and minute <= 59 and (second <= 59 or (second == 60 and minute == 59))
+            and offset_hours <= 23 and offset_minutes <= 59)
+
+
+# The string formats this validator checks exactly; any other format is refused by name when the
+# schema is checked (SCHEMA_FORMAT_UNSUPPORTED), never silently accepted as "annotation only".
+FORMATS: Final = MappingProxyType({"date-time": is_date_time})
+
+
 def _check_string(schema: Mapping, value: str, path: str, out: list, _stack: list) -> None:
     if not schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value)):
         out.append(Finding("SCHEMA_LENGTH", path))
     if "pattern" in schema and re.fullmatch(schema["pattern"], value) is None:
         out.append(Finding("SCHEMA_PATTERN", path))
+    if "format" in schema and not FORMATS[schema["format"]](value):
+        out.append(Finding("SCHEMA_FORMAT", path))
 
 
 def _check_integer(schema: Mapping, value: int, path: str, out: list, _stack: list) -> None:
@@ -552,6 +600,7 @@ _KEYWORD_VALUES: Final = MappingProxyType({
     "items": lambda value: isinstance(value, Mapping),
     "enum": lambda value: isinstance(value, (list, tuple)),
     "pattern": _compiles,
+    "format": lambda value: isinstance(value, str),
     **{name: lambda value: type(value) is int
        for name in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems")},
 })
@@ -568,6 +617,8 @@ def check_schema(schema: Any) -> None:
         if depth > MAX_NESTING or not isinstance(node, Mapping) or not isinstance(node.get("type"), str):
             raise BenchError("SCHEMA_UNSUPPORTED")
         kind = node["type"]
+        if kind == "string" and "format" in node and node["format"] not in FORMATS:
+            raise BenchError("SCHEMA_FORMAT_UNSUPPORTED")
         allowed = _SCHEMA_KEYWORDS.get(kind, frozenset())
         if (not set(node) <= allowed or not _MANDATORY.get(kind, frozenset()) <= set(node)
                 or not all(_KEYWORD_VALUES[name](value) for name, value in node.items())):
@@ -771,6 +822,19 @@ def _cancel_order(box: Sandbox, arguments: Mapping) -> tuple[dict, str]:
     return _receipt(reference, ("orders", reference, "cancelled")), "order_cancelled"
 
 
+# An order only moves forward, so its status is its version: the optimistic lock of a call that
+# names the version it read.
+ORDER_VERSIONS: Final = MappingProxyType({"created": 1, "confirmed": 2, "cancelled": 3})
+
+
+def _schedule_delivery(box: Sandbox, arguments: Mapping) -> tuple[dict, str]:
+    reference, order = _order(box, arguments, "confirmed")
+    if _field(arguments, "order_version", int) != ORDER_VERSIONS[order["status"]]:
+        raise BenchError("VERSION_CONFLICT")
+    order["delivery_window"] = _field(arguments, "window_start", str)
+    return _receipt(reference, ("orders", reference, "confirmed")), "delivery_scheduled"
+
+
 def _query_logistics(box: Sandbox, arguments: Mapping) -> tuple[dict, None]:
     reference, order = _order(box, arguments, *ORDER_STATES)
     status = order["status"]
@@ -790,6 +854,7 @@ HANDLERS: Final = MappingProxyType({
     "cancel_order": _cancel_order,
     "refund_payment": _refund_payment,
     "query_logistics": _query_logistics,
+    "schedule_delivery": _schedule_delivery,
 })
 
 
@@ -1016,6 +1081,11 @@ class Expectation:
     calls: tuple[ExpectedCall, ...]
     edges: tuple[tuple[int, int], ...] = ()  # (before, after), indices into calls
     forbidden: frozenset[str] = frozenset()
+    exclusive: tuple[tuple[str, str], ...] = ()  # tool pairs that must never both appear
+    # What the request knows that the calls must agree with; every key optional (CONTEXT_CHECKS):
+    # customer (who asks), allowed_tools (what they may call), confirmed (a second confirmation
+    # was given), orders ({order_ref: {currency, version}} for orders that exist already).
+    context: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def _same_json(left: Any, right: Any) -> bool:
@@ -1055,6 +1125,9 @@ def check_expectation(expectation: Any, tools: Mapping[str, ToolContract] = TOOL
                 and edge[0] != edge[1] for edge in expectation.edges)
         and isinstance(expectation.forbidden, frozenset)
         and not expectation.forbidden & {call.name for call in calls}
+        and all(isinstance(pair, tuple) and len(pair) == 2 and all(end in tools for end in pair)
+                and pair[0] != pair[1] for pair in expectation.exclusive)
+        and _context_well_formed(expectation.context, tools)
     )
     if not well_formed or _has_cycle(count, expectation.edges):
         raise BenchError("EXPECTATION_INVALID")
@@ -1062,6 +1135,28 @@ def check_expectation(expectation: Any, tools: Mapping[str, ToolContract] = TOOL
         canonical_json([_thaw(call.arguments) for call in calls])
     except (TypeError, ValueError):
         raise BenchError("EXPECTATION_INVALID") from None  # fixed values must be plain JSON
+
+
+def _context_well_formed(context: Any, tools: Mapping[str, ToolContract]) -> bool:
+    if not isinstance(context, Mapping) or not set(context) <= set(CONTEXT_FIELDS):
+        return False
+    return all(CONTEXT_FIELDS[name](value, tools) for name, value in context.items())
+
+
+def _orders_context(value: Any, _tools: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(ref, str) and isinstance(row, Mapping) and set(row) == {"currency", "version"}
+        and isinstance(row["currency"], str) and type(row["version"]) is int for ref, row in value.items())
+
+
+# What each context field may hold; anything else makes the expectation invalid.
+CONTEXT_FIELDS: Final = MappingProxyType({
+    "customer": lambda value, _tools: isinstance(value, str),
+    "allowed_tools": lambda value, tools: (isinstance(value, (frozenset, tuple))
+                                           and all(name in tools for name in value)),
+    "confirmed": lambda value, _tools: type(value) is bool,
+    "orders": _orders_context,
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -1144,6 +1239,96 @@ def _key_findings(checks: list[CallCheck]) -> list[Finding]:
     return found
 
 
+def _decoded(checks: list[CallCheck]) -> list[dict]:
+    return [check.arguments if isinstance(check.arguments, dict) else {} for check in checks]
+
+
+def _call_id_findings(ids: list[Any], _names: list[Any], _args: list[dict], _expectation: Expectation
+                      ) -> list[Finding]:
+    # A provider call id correlates a result with its call; two calls sharing one would get
+    # each other's results.
+    seen: set[Any] = set()
+    found = []
+    for index, ident in enumerate(ids):
+        if ident is not None and ident in seen:
+            found.append(Finding("CALL_ID_REUSED", "/id", index))
+        seen.add(ident)
+    return found
+
+
+def _order_currency(names: list[Any], args: list[dict], context: Mapping, reference: Any) -> Any:
+    for name, arguments in zip(names, args):
+        if name == "create_order" and arguments.get("order_ref") == reference:
+            return arguments.get("currency")  # an order this plan creates carries its own currency
+    known = context.get("orders", {}).get(reference) if isinstance(reference, str) else None
+    return None if known is None else known["currency"]
+
+
+def _currency_findings(_ids: list[Any], names: list[Any], args: list[dict], expectation: Expectation
+                       ) -> list[Finding]:
+    found = []
+    for index, (name, arguments) in enumerate(zip(names, args)):
+        if name == "charge_payment" and "currency" in arguments:
+            currency = _order_currency(names, args, expectation.context, arguments.get("order_ref"))
+            if currency is not None and currency != arguments["currency"]:
+                found.append(Finding("CURRENCY_MISMATCH", "/currency", index))
+    return found
+
+
+def _customer_findings(_ids: list[Any], names: list[Any], args: list[dict], expectation: Expectation
+                       ) -> list[Finding]:
+    context, found = expectation.context, []
+    for index, (name, arguments) in enumerate(zip(names, args)):
+        if "allowed_tools" in context and name not in context["allowed_tools"]:
+            found.append(Finding("CUSTOMER_NOT_PERMITTED", f"/{name}", index))
+        customer = arguments.get("customer")
+        if ("customer" in context and name == "create_order" and isinstance(customer, dict)
+                and customer.get("id") != context["customer"]):
+            found.append(Finding("CUSTOMER_MISMATCH", "/customer/id", index))
+    return found
+
+
+def _confirmation_findings(_ids: list[Any], names: list[Any], args: list[dict], expectation: Expectation
+                           ) -> list[Finding]:
+    if expectation.context.get("confirmed") is True:
+        return []
+    return [Finding("CONFIRMATION_MISSING", "/amount_cents", index)
+            for index, (name, arguments) in enumerate(zip(names, args))
+            if name in IRREVERSIBLE_TOOLS and type(arguments.get("amount_cents")) is int
+            and arguments["amount_cents"] >= HIGH_VALUE_CENTS]
+
+
+def _version_findings(_ids: list[Any], names: list[Any], args: list[dict], expectation: Expectation
+                      ) -> list[Finding]:
+    orders, found = expectation.context.get("orders", {}), []
+    for index, arguments in enumerate(args):
+        reference = arguments.get("order_ref")
+        known = orders.get(reference) if isinstance(reference, str) else None
+        if "order_version" in arguments and known is not None and arguments["order_version"] != known["version"]:
+            found.append(Finding("VERSION_STALE", "/order_version", index))
+    return found
+
+
+def _exclusive_findings(_ids: list[Any], names: list[Any], _args: list[dict], expectation: Expectation
+                        ) -> list[Finding]:
+    return [Finding("CALLS_EXCLUSIVE", f"/{first}+{second}", names.index(second))
+            for first, second in expectation.exclusive if first in names and second in names]
+
+
+# Money that moves out cannot be taken back quietly: above HIGH_VALUE_CENTS it needs a confirmation.
+IRREVERSIBLE_TOOLS: Final = frozenset({"charge_payment", "refund_payment"})
+# The checks a request's context makes possible, each over the whole plan. The guard refuses a
+# plan with any finding; the scorer vetoes it with the finding's code as the named reason.
+BUSINESS_CHECKS: Final = (_call_id_findings, _currency_findings, _customer_findings,
+                          _confirmation_findings, _version_findings, _exclusive_findings)
+
+
+def business_findings(ids: list[Any], names: list[Any], checks: list[CallCheck],
+                      expectation: Expectation) -> list[Finding]:
+    args = _decoded(checks)
+    return [finding for check in BUSINESS_CHECKS for finding in check(ids, names, args, expectation)]
+
+
 def validate_plan(calls: tuple[ToolCall, ...], expectation: Expectation,
                   tools: Mapping[str, ToolContract] = TOOLS
                   ) -> tuple[tuple[tuple[str, Any], ...], tuple[Finding, ...]]:
@@ -1158,6 +1343,7 @@ def validate_plan(calls: tuple[ToolCall, ...], expectation: Expectation,
     found += _call_set_findings(names, expectation)
     found += _order_findings(names, expectation, matches)
     found += _argument_findings(checks, expectation, matches)
+    found += business_findings([call.id for call in calls], names, checks, expectation)
     plan = tuple((call.name, check.arguments) for call, check in zip(calls, checks))
     return plan, tuple(found)
 
@@ -1605,6 +1791,7 @@ PLACE_ORDER: Final = Expectation(
            ExpectedCall("confirm_order", _freeze({"order_ref": PLAN_ORDER}))),
     edges=((0, 1), (0, 2), (1, 2), (1, 3), (2, 3)),  # stock before money, both before confirming
     forbidden=frozenset({"cancel_order", "refund_payment", "release_inventory"}),
+    context=_freeze({"allowed_tools": PLAN_TOOLS + ("query_logistics",), "customer": "C1042"}),
 )
 
 _ABSENT: Final = object()  # a patch value that deletes the field
@@ -1683,7 +1870,7 @@ SCENARIOS: Final = (
              _REFUSED_UNTOUCHED + (("refusal_codes", ["ARGUMENT_MISMATCH", "SCHEMA_TYPE"]),)),
     Scenario("S03", "schema", "enum out of range (currency JPY)",
              plan_calls((("charge_payment", ("currency",), "JPY"),)), (),
-             _REFUSED_UNTOUCHED + (("refusal_codes", ["SCHEMA_ENUM"]),)),
+             _REFUSED_UNTOUCHED + (("refusal_codes", ["CURRENCY_MISMATCH", "SCHEMA_ENUM"]),)),
     Scenario("S04", "schema", "side effect without idempotency key",
              plan_calls((("charge_payment", ("idempotency_key",), _ABSENT),)), (),
              _REFUSED_UNTOUCHED + (("refusal_codes", ["KEY_MISSING", "SCHEMA_REQUIRED"]),)),
@@ -1941,6 +2128,7 @@ def sweep_verdicts(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 # ================================================================================================
 
 # Verdicts, strongest first: the first that applies is the verdict. Only the last two score above 0.
+# A response whose shape nothing reads is "unreadable_shape" (decided before any of these).
 VERDICTS: Final = ("veto", "unparseable", "refused", "incomplete", "pass")
 _UNPARSED_CODES: Final = frozenset({"CALL_SHAPE", "RESPONSE_SHAPE", "RESPONSE_TOO_MANY_CALLS"}
                                    | {code for code in ERRORS if code.startswith("ARGS_")})
@@ -1957,20 +2145,115 @@ def scorer_config() -> dict[str, Any]:
                    "max_nesting": MAX_NESTING, "max_safe_integer": MAX_SAFE_INTEGER},
         "matching": "optimal assignment over all calls (maximum total, ties to the earliest pairs)",
         "pair_score": "0 unless same tool and the call is valid; else share of fixed arguments equal",
+        "response_shapes": [name for name, _applies, _extract in RESPONSE_SHAPES],
         "total": "0 for veto, unparseable or refused; otherwise call_set x dependency",
         "verdicts": list(VERDICTS),
+        "vetoes": {"business": sorted({"CALL_ID_REUSED", "CALLS_EXCLUSIVE", "CONFIRMATION_MISSING",
+                                       "CURRENCY_MISMATCH", "CUSTOMER_MISMATCH", "CUSTOMER_NOT_PERMITTED",
+                                       "VERSION_STALE"}),
+                   "effect_fields": dict(EFFECT_FIELDS), "high_value_cents": HIGH_VALUE_CENTS,
+                   "plan": ["DEPENDENCY_ORDER", "DUPLICATE_EFFECT", "FORBIDDEN_CALL", "KEY_REUSED",
+                            "UNEXPECTED_EFFECT"]},
     }
 
 
+def _object_text(value: Any) -> Any:
+    # Shapes that carry arguments as an object (Anthropic `input`, Gemini `args`, a bare list) are
+    # turned into text, so every call goes through the same strict decoder; ASCII escapes keep a
+    # lone surrogate visible to it. Anything but an object stays as it is and is refused there.
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=True, allow_nan=False)
+    return value
+
+
+def _items(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise BenchError("RESPONSE_SHAPE")
+    return value
+
+
+def _bench_calls(response: Any) -> list[Any]:
+    return _items(response["tool_calls"])
+
+
+def _bare_list_calls(response: Any) -> list[Any]:
+    # The seed's own example: [{"name": ..., "arguments": {...}}, ...], ids optional.
+    return [{"arguments": _object_text(item.get("arguments")), "id": item.get("id", f"call_{number}"),
+             "name": item.get("name")} if isinstance(item, dict) and set(item) <= {"id", "name", "arguments"}
+            else item for number, item in enumerate(response, 1)]
+
+
+def _chat_calls(response: Any) -> list[Any]:
+    choices = _items(response["choices"])
+    message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+    if not isinstance(message, dict):
+        raise BenchError("RESPONSE_SHAPE")
+    calls = message.get("tool_calls")
+    if calls is None:
+        calls = []  # a plain answer: no tool call at all
+    return [{"arguments": item["function"].get("arguments"), "id": item.get("id"),
+             "name": item["function"].get("name")}
+            if isinstance(item, dict) and isinstance(item.get("function"), dict) else item
+            for item in _items(calls)]
+
+
+def _responses_calls(response: Any) -> list[Any]:
+    return [{"arguments": item.get("arguments"), "id": item.get("call_id"), "name": item.get("name")}
+            if isinstance(item, dict) and item.get("type") == "function_call" else item
+            for item in _items(response["output"])
+            if not (isinstance(item, dict) and item.get("type") != "function_call")]
+
+
+def _anthropic_calls(response: Any) -> list[Any]:
+    return [{"arguments": _object_text(item.get("input")), "id": item.get("id"), "name": item.get("name")}
+            if isinstance(item, dict) and item.get("type") == "tool_use" else item
+            for item in _items(response["content"])
+            if not (isinstance(item, dict) and item.get("type") != "tool_use")]
+
+
+def _gemini_calls(response: Any) -> list[Any]:
+    candidates = _items(response["candidates"])
+    content = candidates[0].get("content") if candidates and isinstance(candidates[0], dict) else None
+    if not isinstance(content, dict):
+        raise BenchError("RESPONSE_SHAPE")
+    calls = [part for part in _items(content.get("parts", []))
+             if not (isinstance(part, dict) and "functionCall" not in part)]
+    return [{"arguments": _object_text(part["functionCall"].get("args", {})),
+             "id": part["functionCall"].get("id", f"call_{number}"), "name": part["functionCall"].get("name")}
+            if isinstance(part, dict) and isinstance(part["functionCall"], dict) else part
+            for number, part in enumerate(calls, 1)]
+
+
+def _is_object_with(*keys: str) -> Callable[[Any], bool]:
+    return lambda response: isinstance(response, dict) and all(key in response for key in keys)
+
+
+# The response shapes real models produce, each recognised by its top-level form and read into
+# the bench's own {id, name, arguments-as-text} calls; the first that applies is the shape. A
+# response none of them reads is "unreadable_shape": a harness problem, not a model error.
+RESPONSE_SHAPES: Final = (
+    ("bench", lambda response: isinstance(response, dict) and set(response) == {"tool_calls"}, _bench_calls),
+    ("bare_list", lambda response: isinstance(response, list), _bare_list_calls),
+    ("openai_chat", _is_object_with("choices"), _chat_calls),
+    ("openai_responses", _is_object_with("output"), _responses_calls),
+    ("anthropic_messages", _is_object_with("content", "role"), _anthropic_calls),
+    ("gemini", _is_object_with("candidates"), _gemini_calls),
+)
+
+
+def read_response(response: Any) -> tuple[str, list[Any]]:
+    """(shape name, raw calls in the bench's shape); RESPONSE_SHAPE when no shape reads it."""
+    for name, applies, extract in RESPONSE_SHAPES:
+        if applies(response):
+            calls = extract(response)
+            if len(calls) > MAX_CALLS:
+                raise BenchError("RESPONSE_TOO_MANY_CALLS")
+            return name, calls
+    raise BenchError("RESPONSE_SHAPE")
+
+
 def _response_calls(response: Any) -> list[Any]:
-    if not isinstance(response, dict) or set(response) != {"tool_calls"}:
-        raise BenchError("RESPONSE_SHAPE")
-    calls = response["tool_calls"]
-    if not isinstance(calls, list):
-        raise BenchError("RESPONSE_SHAPE")
-    if len(calls) > MAX_CALLS:
-        raise BenchError("RESPONSE_TOO_MANY_CALLS")
-    return calls
+    return read_response(response)[1]
 
 
 def _tool_call(item: Any) -> ToolCall:
@@ -2028,27 +2311,31 @@ def _factor(ratio: dict[str, Any]) -> Fraction:
 
 
 def _scored_calls(raw_calls: list[Any], tools: Mapping[str, ToolContract]
-                  ) -> tuple[list[Any], list[CallCheck]]:
-    names, checks = [], []
+                  ) -> tuple[list[Any], list[Any], list[CallCheck]]:
+    ids, names, checks = [], [], []
     for index, item in enumerate(raw_calls):
         try:
             call = _tool_call(item)
         except BenchError as error:
+            ids.append(None)
             names.append(None)
             checks.append(CallCheck(False, None, (Finding(error.code, "", index),)))
             continue
+        ids.append(call.id)
         names.append(call.name)
         checks.append(vet_call(call, index, tools))
-    return names, checks
+    return ids, names, checks
 
 
 def _failed_score(code: str, expected_calls: int) -> dict[str, Any]:
-    # The whole response failed: it counts as one proposal that scored nothing.
+    # The whole response failed: it counts as one proposal that scored nothing. A shape nothing
+    # reads is the harness's blind spot, not the model's error, and is reported apart.
     empty = _ratio(0, 1)
-    return {"calls": [], "edges": [], "error": code, "matching": [],
+    verdict = "unreadable_shape" if code == "RESPONSE_SHAPE" else "unparseable"
+    return {"calls": [], "edges": [], "error": code, "matching": [], "shape": None,
             "sub_scores": {"call_set": _ratio(0, max(expected_calls, 1)), "dependency": empty,
                            "parse": empty, "schema": empty},
-            "total": _ratio(0, 1), "verdict": "unparseable", "vetoes": []}
+            "total": _ratio(0, 1), "verdict": verdict, "vetoes": []}
 
 
 def _check_configuration(expectation: Any, tools: Any) -> None:
@@ -2065,6 +2352,86 @@ def _edges(expectation: Expectation, pairs: tuple[tuple[int, int], ...]) -> list
     return [{"after": later, "before": before,
              "satisfied": before in position and later in position and position[before] < position[later]}
             for before, later in expectation.edges]
+
+
+# The fixed values that say what an effect does and to what: a side-effecting call that differs in
+# one of them would cause a wrong effect, so it is a veto, not a lower score.
+EFFECT_FIELDS: Final = MappingProxyType({
+    "order_ref": "WRONG_TARGET", "sku": "WRONG_TARGET", "amount_cents": "WRONG_AMOUNT", "quantity": "WRONG_AMOUNT",
+})
+
+
+def _call_vetoes(names: list[Any], expectation: Expectation) -> list[str]:
+    expected = {call.name for call in expectation.calls}
+    out = []
+    for index, name in enumerate(names):
+        if name in expectation.forbidden:
+            out.append(f"FORBIDDEN_CALL:{name}@{index}")
+        elif name in SIDE_EFFECT_TOOLS and name not in expected:
+            out.append(f"UNEXPECTED_EFFECT:{name}@{index}")  # not listed as forbidden, still an effect
+    return out
+
+
+def _effect_vetoes(names: list[Any], checks: list[CallCheck], expectation: Expectation,
+                   pairs: tuple[tuple[int, int], ...]) -> list[str]:
+    """Each side-effecting call against the expected call it stands for: a duplicate, or wrong values."""
+    column_of = dict(pairs)
+    spare: dict[str, list[int]] = {}
+    for column, call in enumerate(expectation.calls):
+        if column not in column_of.values():
+            spare.setdefault(call.name, []).append(column)
+    out = []
+    for index, name in enumerate(names):
+        if name not in SIDE_EFFECT_TOOLS or name in expectation.forbidden or checks[index].findings:
+            continue  # an invalid call is refused already: it causes no effect to judge
+        column = column_of.get(index)
+        if column is None and spare.get(name):
+            column = spare[name].pop(0)  # the expected call it failed to match: compare with it
+        if column is None:
+            if any(call.name == name for call in expectation.calls):
+                out.append(f"DUPLICATE_EFFECT:{name}@{index}")  # one more effect than asked for
+            continue
+        fixed = expectation.calls[column].arguments
+        arguments = checks[index].arguments
+        out += [f"{EFFECT_FIELDS[field_name]}:{name}/{field_name}@{index}" for field_name in EFFECT_FIELDS
+                if field_name in fixed and not _same_json(arguments[field_name], fixed[field_name])]
+    return out
+
+
+def _order_vetoes(names: list[Any], expectation: Expectation, pairs: tuple[tuple[int, int], ...]) -> list[str]:
+    # An effect committed before the call it depends on (a charge before the stock is reserved).
+    row_of = {column: row for row, column in pairs}
+    return [f"DEPENDENCY_ORDER:{expectation.calls[before].name}->{expectation.calls[later].name}@{row_of[later]}"
+            for before, later in expectation.edges
+            if before in row_of and later in row_of and row_of[before] > row_of[later]
+            and names[row_of[later]] in SIDE_EFFECT_TOOLS]
+
+
+def _key_vetoes(names: list[Any], args: list[dict]) -> list[str]:
+    # One key names one intent: reused across different tools or arguments, the tool would replay
+    # one call's receipt for another, or refuse it.
+    first: dict[str, tuple[Any, str]] = {}
+    out = []
+    for index, (name, arguments) in enumerate(zip(names, args)):
+        key = _key_of(arguments)
+        if key is None:
+            continue
+        intent = (name, canonical_sha256({n: v for n, v in arguments.items() if n != "idempotency_key"}))
+        if key in first and first[key] != intent:
+            out.append(f"KEY_REUSED:{name}@{index}")
+        first.setdefault(key, intent)
+    return out
+
+
+def plan_vetoes(ids: list[Any], names: list[Any], checks: list[CallCheck], expectation: Expectation,
+                pairs: tuple[tuple[int, int], ...]) -> list[str]:
+    """Every reason the plan would cause a wrong effect, each named: any one zeroes the score."""
+    args = _decoded(checks)
+    out = _call_vetoes(names, expectation) + _effect_vetoes(names, checks, expectation, pairs)
+    out += _order_vetoes(names, expectation, pairs) + _key_vetoes(names, args)
+    out += [f"{found.code}:{names[found.call]}@{found.call}"
+            for found in business_findings(ids, names, checks, expectation)]
+    return out
 
 
 def _verdict(checks: list[CallCheck], vetoes: list[str], sub_scores: dict[str, Any]) -> str:
@@ -2086,16 +2453,15 @@ def score_response(response: Any, expectation: Expectation,
     except BenchError as error:
         return {**_failed_score(error.code, 0), "verdict": "invalid_input"}
     try:
-        raw_calls = _response_calls(response)
+        shape, raw_calls = read_response(response)
     except BenchError as error:
         return _failed_score(error.code, len(expectation.calls))
-    names, checks = _scored_calls(raw_calls, tools)
+    ids, names, checks = _scored_calls(raw_calls, tools)
     weights = [[_pair_score(check, name, expected) for expected in expectation.calls]
                for name, check in zip(names, checks)]
     matched, pairs = optimal_matching(weights)
     edges = _edges(expectation, pairs)
-    vetoes = [f"FORBIDDEN_CALL:{name}@{index}" for index, name in enumerate(names)
-              if name in expectation.forbidden]
+    vetoes = plan_vetoes(ids, names, checks, expectation, pairs)
     count = len(checks)
     sub_scores = {
         "call_set": _ratio(matched, max(len(expectation.calls), count)),
@@ -2113,7 +2479,7 @@ def score_response(response: Any, expectation: Expectation,
                    "matched": column_of.get(index), "name": name, "parsed": check.parsed,
                    "pair_score": str(weights[index][column_of[index]]) if index in column_of else "0"}
                   for index, (name, check) in enumerate(zip(names, checks))],
-        "edges": edges, "error": None, "matching": [list(pair) for pair in pairs],
+        "edges": edges, "error": None, "matching": [list(pair) for pair in pairs], "shape": shape,
         "sub_scores": sub_scores, "total": _ratio(total, 1), "verdict": verdict, "vetoes": vetoes,
     }
 
@@ -2123,14 +2489,38 @@ def _provider_call(ident: str, name: str, arguments: Any) -> dict[str, Any]:
     return {"arguments": text, "id": ident, "name": name}
 
 
+_SEEDED_CONTEXT: Final = _freeze({"customer": "C1042", "orders": {SEEDED_ORDER: {"currency": "EUR", "version": 2}}})
 _READ_ONLY: Final = Expectation("track_order", (ExpectedCall("query_logistics",
                                                              _freeze({"order_ref": SEEDED_ORDER})),),
-                                forbidden=SIDE_EFFECT_TOOLS)
+                                forbidden=SIDE_EFFECT_TOOLS, context=_SEEDED_CONTEXT)
 _REFUND: Final = Expectation("refund_damaged", (ExpectedCall("refund_payment", _freeze(
     {"amount_cents": 4999, "order_ref": SEEDED_ORDER, "reason": "damaged"})),),
-    forbidden=SIDE_EFFECT_TOOLS - {"refund_payment"})
+    forbidden=SIDE_EFFECT_TOOLS - {"refund_payment"}, context=_SEEDED_CONTEXT)
+_GOODWILL: Final = Expectation("goodwill_refund", (ExpectedCall("refund_payment", _freeze(
+    {"amount_cents": 60_000, "order_ref": SEEDED_ORDER, "reason": "other"})),),
+    forbidden=SIDE_EFFECT_TOOLS - {"refund_payment"}, context=_SEEDED_CONTEXT)
+_SCHEDULE: Final = Expectation("schedule_delivery", (ExpectedCall("schedule_delivery", _freeze(
+    {"order_ref": SEEDED_ORDER, "window_start": "2026-12-03T09:00:00Z"})),),
+    forbidden=SIDE_EFFECT_TOOLS - {"schedule_delivery"}, context=_SEEDED_CONTEXT)
 _QUERY: Final = {"order_ref": SEEDED_ORDER}
 _REFUND_ARGS: Final = {"amount_cents": 4999, "idempotency_key": "k-refund-20481", "order_ref": SEEDED_ORDER}
+_SCHEDULE_ARGS: Final = {"idempotency_key": "k-delivery-20481", "order_ref": SEEDED_ORDER,
+                         "order_version": 2, "window_start": "2026-12-03T09:00:00Z"}
+
+
+def _plan_response(patches: tuple = (), order: tuple[str, ...] = PLAN_TOOLS, *,
+                   extra: tuple[tuple[int, str, dict], ...] = (), ids: str | None = None) -> dict[str, Any]:
+    """The four-step plan as a bench-shaped response, patched, reordered, with extra calls inserted."""
+    calls = [call.to_json() for call in plan_calls(patches, order)]
+    for position, tool, changes in extra:
+        arguments = {**_thaw(PLAN_ARGUMENTS[tool]), **changes}
+        calls.insert(position, _provider_call(f"call_x{position}", tool, arguments))
+    if ids is not None:
+        calls = [{**call, "id": ids} for call in calls]
+    return {"tool_calls": calls}
+
+
+_SHARED_KEY: Final = tuple((tool, ("idempotency_key",), "k-shared-30417") for tool in PLAN_TOOLS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -2167,6 +2557,49 @@ SCORER_CASES: Final = (
     ScorerCase("SC6", "arguments are not valid JSON",
                {"tool_calls": [_provider_call("c1", "query_logistics", '{"order_ref": "20481"')]},
                _READ_ONLY, "0.50", "unparseable", REFUSED),
+    # Issue 13: plans whose fault only shows across calls; each now a veto with its named reason.
+    ScorerCase("SC7", "double charge under a fresh key",
+               _plan_response(extra=((3, "charge_payment", {"idempotency_key": "k-charge-30417-again"}),)),
+               PLACE_ORDER, "0.80", "veto", REFUSED),
+    ScorerCase("SC8", "charge on the wrong order",
+               _plan_response((("charge_payment", ("order_ref",), "30418"),)), PLACE_ORDER, "0.875", "veto", REFUSED),
+    ScorerCase("SC9", "charge of the wrong amount",
+               _plan_response((("charge_payment", ("amount_cents",), 5999),)), PLACE_ORDER, "0.875", "veto", REFUSED),
+    ScorerCase("SC10", "refund on the wrong order",
+               {"tool_calls": [_provider_call("c1", "refund_payment", {**_REFUND_ARGS, "order_ref": "20482",
+                                                                      "reason": "damaged"})]},
+               _REFUND, "0.667", "veto", REFUSED),
+    ScorerCase("SC11", "charge before the stock is reserved",
+               _plan_response(order=("create_order", "charge_payment", "reserve_inventory", "confirm_order")),
+               PLACE_ORDER, "0.80", "veto", REFUSED),
+    ScorerCase("SC12", "one idempotency key on four different calls",
+               _plan_response(_SHARED_KEY), PLACE_ORDER, "1.00", "veto", REFUSED),
+    ScorerCase("SC13", "USD charge on a EUR order",
+               _plan_response((("charge_payment", ("currency",), "USD"),)), PLACE_ORDER, "1.00", "veto", REFUSED),
+    ScorerCase("SC14", "four calls share one provider call id",
+               _plan_response(ids="call_1"), PLACE_ORDER, "1.00", "veto", REFUSED),
+    ScorerCase("SC15", "the seed's bare list: query, then cancel_order",
+               [{"arguments": _QUERY, "name": "query_logistics"},
+                {"arguments": {**_QUERY, "idempotency_key": "k-cancel-20481", "reason": "customer_request"},
+                 "name": "cancel_order"}],
+               _READ_ONLY, "0.00", "veto", REFUSED),
+    ScorerCase("SC16", "order placed for another customer",
+               _plan_response((("create_order", ("customer", "id"), "C9999"),)), PLACE_ORDER, "1.00", "veto",
+               REFUSED),
+    ScorerCase("SC17", "high-value refund without a second confirmation",
+               {"tool_calls": [_provider_call("c1", "refund_payment", {**_REFUND_ARGS, "amount_cents": 60_000,
+                                                                      "reason": "other"})]},
+               _GOODWILL, "-", "veto", REFUSED),
+    ScorerCase("SC18", "delivery scheduled against a stale order version",
+               {"tool_calls": [_provider_call("c1", "schedule_delivery", {**_SCHEDULE_ARGS, "order_version": 1})]},
+               _SCHEDULE, "-", "veto", REFUSED),
+    ScorerCase("SC19", "delivery window that is not a date-time",
+               {"tool_calls": [_provider_call("c1", "schedule_delivery", {
+                   **_SCHEDULE_ARGS, "window_start": "2026-02-30T09:00:00Z"})]},
+               _SCHEDULE, "-", "refused", REFUSED),
+    ScorerCase("SC20", "delivery scheduled on the current version",
+               {"tool_calls": [_provider_call("c1", "schedule_delivery", _SCHEDULE_ARGS)]},
+               _SCHEDULE, "-", "pass", RECONCILED),
 )
 
 

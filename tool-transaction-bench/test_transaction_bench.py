@@ -95,17 +95,25 @@ def capture(argv: list[str]) -> tuple[int, str, str]:
 # ================================================================================================
 
 class TestErrors(unittest.TestCase):
-    def test_error_carries_code_message_and_detail(self):
-        error = tb.BenchError("ORDER_STATE", "cancelled")
-        self.assertEqual(error.code, "ORDER_STATE")
-        self.assertEqual(str(error), "ORDER_STATE: the order's status does not allow this action (cancelled)")
+    def test_error_is_a_catalog_error_with_code_message_and_place(self):
+        error = tb.BenchError("BAD_REQUEST", "order_ref")
+        self.assertIsInstance(error, tb.tool_dispatcher.CatalogError)
+        self.assertEqual(error.to_json(), {"code": "BAD_REQUEST", "message": "the tool cannot read a field it needs",
+                                           "retryable": False, "at": "order_ref"})
 
-    def test_error_without_detail_has_no_suffix(self):
-        self.assertEqual(str(tb.BenchError("TIMEOUT")),
-                         "TIMEOUT: no answer in time: the effect may or may not have committed")
+    def test_detail_is_shown_only_when_set(self):
+        self.assertEqual(tb.BenchError("SCENARIO_UNKNOWN", detail="known ids: S01..S14").to_json()["detail"],
+                         "known ids: S01..S14")
+        self.assertEqual(set(tb.BenchError("SCENARIO_UNKNOWN").to_json()), {"code", "message", "retryable"})
 
-    def test_every_classified_code_is_in_the_catalogue(self):
-        self.assertLessEqual(set(tb.ERROR_CLASSES), set(tb.ERRORS))
+    def test_the_catalog_shares_no_code_with_the_core(self):
+        self.assertEqual(set(tb.BENCH_CATALOG) & set(tb.tool_dispatcher.ERROR_CATALOG), set())
+        self.assertEqual(set(tb.BENCH_CATALOG) & set(tb.SANDBOX_ANSWERS), set())
+        with self.assertRaises(ValueError):
+            tb.BenchError("CLI_USAGE")  # the core's: the CLI gets it from CliParser
+
+    def test_every_classified_code_is_a_catalog_code_or_a_sandbox_answer(self):
+        self.assertLessEqual(set(tb.ERROR_CLASSES), set(tb.BENCH_CATALOG) | set(tb.SANDBOX_ANSWERS))
 
     def test_classification_table(self):
         self.assertEqual(tb.classify("TIMEOUT"), tb.UNKNOWN)
@@ -116,7 +124,7 @@ class TestErrors(unittest.TestCase):
 
     def test_limits_are_the_documented_values(self):
         self.assertEqual((tb.GUARDED_MAX_ATTEMPTS, tb.NAIVE_MAX_ATTEMPTS, tb.MAX_ARGUMENT_BYTES,
-                          tb.MAX_NESTING, tb.MAX_SAFE_INTEGER, tb.MAX_CALLS, tb.MAX_EXPECTED_CALLS),
+                          tb.MAX_NESTING, tb.tool_dispatcher.MAX_SAFE_INTEGER, tb.MAX_CALLS, tb.MAX_EXPECTED_CALLS),
                          (3, 3, 16_384, 16, 9_007_199_254_740_991, 16, 8))
 
 
@@ -158,7 +166,7 @@ class TestLifecycle(unittest.TestCase):
                     with self.assertRaises(tb.IllegalTransition) as caught:
                         life.fire(event)
                     self.assertEqual(caught.exception.code, "LIFECYCLE_ILLEGAL")
-                    self.assertIn(state, str(caught.exception))
+                    self.assertEqual(caught.exception.at, f"{state}/{event}")
                     self.assertEqual((caught.exception.state, caught.exception.event), (state, event))
                     self.assertEqual(life.state, state)
 
@@ -221,14 +229,14 @@ class TestDecodeArguments(unittest.TestCase):
     def test_integer_range_both_sides(self):
         self.assertEqual(tb.decode_arguments('{"a": 9007199254740991}'), {"a": 2**53 - 1})
         self.assertEqual(tb.decode_arguments('{"a": -9007199254740991}'), {"a": -(2**53 - 1)})
-        self.assertCode('{"a": 9007199254740992}', "ARGS_INT_RANGE")
-        self.assertCode('{"a": -9007199254740992}', "ARGS_INT_RANGE")
-        self.assertCode('{"a": 12345678901234567}', "ARGS_INT_RANGE")  # 17 digits: never reaches int()
-        self.assertCode('{"a": ' + "9" * 5000 + "}", "ARGS_INT_RANGE")
+        self.assertCode('{"a": 9007199254740992}', "ARGS_NOT_PORTABLE")
+        self.assertCode('{"a": -9007199254740992}', "ARGS_NOT_PORTABLE")
+        self.assertCode('{"a": 12345678901234567}', "ARGS_NOT_PORTABLE")  # 17 digits: never reaches int()
+        self.assertCode('{"a": ' + "9" * 5000 + "}", "ARGS_NOT_PORTABLE")
 
     def test_lone_surrogates(self):
-        self.assertCode('{"a": "\\ud800"}', "ARGS_BAD_STRING")
-        self.assertCode('{"\\udfff": 1}', "ARGS_BAD_STRING")
+        self.assertCode('{"a": "\\ud800"}', "ARGS_NOT_PORTABLE")
+        self.assertCode('{"\\udfff": 1}', "ARGS_NOT_PORTABLE")
         self.assertCode('{"a": "\ud800"}', "ARGS_NOT_UTF8")
 
     def test_byte_limit_both_sides(self):
@@ -1493,7 +1501,7 @@ class TestSweep(unittest.TestCase):
         unsafe = [{"completable": True, "live": True, "orchestrator": "x", "violated": ["key_ledger"]}]
         self.assertEqual(tb.sweep_verdicts(unsafe)["x"]["verdict"], "fail")
         nothing = [{"completable": False, "live": False, "orchestrator": "x", "violated": []}]
-        self.assertEqual(tb.sweep_verdicts(nothing)["x"]["verdict"], "fail")
+        self.assertEqual(tb.sweep_verdicts(nothing)["x"]["verdict"], "n/a")
 
     def test_depth_table(self):
         rows = bench().summary["sweep"]["depths"]
@@ -1738,8 +1746,8 @@ class TestScorerHostileInput(unittest.TestCase):
             "ARGS_TOO_LARGE": [{**good, "arguments": '{"order_ref": "' + "9" * 20_000 + '"}'}],
             "ARGS_DUPLICATE_KEY": [{**good, "arguments": '{"order_ref": "20481", "order_ref": "20482"}'}],
             "ARGS_NONFINITE": [{**good, "arguments": '{"order_ref": NaN}'}],
-            "ARGS_INT_RANGE": [{**good, "arguments": '{"order_ref": 123456789012345678901234567890}'}],
-            "ARGS_BAD_STRING": [{**good, "arguments": '{"order_ref": "\\udc00"}'}],
+            "ARGS_NOT_PORTABLE": [{**good, "arguments": '{"order_ref": 123456789012345678901234567890}'},
+                                  {**good, "arguments": '{"order_ref": "\\udc00"}'}],
         }
         for code, calls in cases.items():
             for item in calls:
@@ -2093,7 +2101,7 @@ class TestResponseShapes(unittest.TestCase):
         response = {"content": [{"type": "tool_use", "id": "t1", "name": "query_logistics",
                                  "input": {"order_ref": "\udc00"}}], "role": "assistant"}
         result = tb.score_response(response, tb.SCORER_CASES[0].expectation)
-        self.assertEqual(result["calls"][0]["findings"][0]["code"], "ARGS_BAD_STRING")
+        self.assertEqual(result["calls"][0]["findings"][0]["code"], "ARGS_NOT_PORTABLE")
         response["content"][0]["input"] = "not an object"
         result = tb.score_response(response, tb.SCORER_CASES[0].expectation)
         self.assertEqual(result["calls"][0]["findings"][0]["code"], "ARGS_NOT_JSON")
@@ -2262,19 +2270,25 @@ class TestCli(unittest.TestCase):
                                                                        if not l.startswith(" "))),
                          (0, "S05/guarded", 1))
 
-    def test_usage_errors_exit_2_without_echo_or_traceback(self):
+    def failure(self, argv):
+        status, out, err = capture(argv)
+        self.assertEqual((status, err), (2, ""))
+        self.assertNotIn("Traceback", out)
+        envelope = json.loads(out)
+        self.assertEqual(envelope["passed"], False)
+        return envelope["error"]
+
+    def test_usage_errors_answer_the_core_envelope(self):
         for argv in (["--bogus"], ["--scenario"], ["--check", "--scenario", "S01"], ["extra"], ["--sc", "S01"],
-                     ["--results"]):
+                     ["--results"], ["score"], ["score", "--plans"], ["sweep"], ["score", "--plan", "x"]):
             with self.subTest(argv=argv):
-                status, out, err = capture(argv)
-                self.assertEqual((status, out), (2, ""))
-                self.assertTrue(err.startswith("error: CLI_USAGE"))
-                self.assertIn("usage: transaction_bench.py", err)
+                self.assertEqual(self.failure(argv), {"code": "CLI_USAGE", "retryable": False,
+                                                      "message": "The command line is not valid; see --help."})
 
     def test_unknown_scenario_is_not_echoed(self):
-        status, _, err = capture(["--scenario", "/home/someone/secret"])
-        self.assertEqual(status, 2)
-        self.assertEqual(err, "error: SCENARIO_UNKNOWN: unknown scenario id (known ids: S01..S14)\n")
+        error = self.failure(["--scenario", "/home/someone/secret"])
+        self.assertEqual(error, {"code": "SCENARIO_UNKNOWN", "message": "unknown scenario id", "retryable": False,
+                                 "detail": "known ids: S01..S14"})
 
     @mock.patch.object(tb, "run_all", cached_run_all)
     def test_bad_results_directory_is_not_echoed(self):
@@ -2286,18 +2300,215 @@ class TestCli(unittest.TestCase):
                                (["--check", "--results", str(blocker)], "RESULTS_UNREADABLE"),
                                (["--results", scratch + "/a\x00b"], "RESULTS_UNWRITABLE")):
                 with self.subTest(code=code):
-                    status, out, err = capture(argv)
-                    self.assertEqual(status, 2)
-                    self.assertTrue(err.startswith(f"error: {code}"))
-                    self.assertNotIn(scratch, err + out)
+                    status, out, _ = capture(argv)
+                    self.assertEqual((status, json.loads(out)["error"]["code"]), (2, code))
+                    self.assertNotIn(scratch, out)
+
+    def test_a_forced_internal_bug_is_internal_error(self):
+        def broken(*_args, **_kwargs):
+            raise KeyError("/home/someone/secret")
+        with mock.patch.object(tb, "_run_one", broken):
+            error = self.failure(["--scenario", "S01"])
+        self.assertEqual(error["code"], "INTERNAL_ERROR")
+        self.assertNotIn("secret", json.dumps(error))
 
     def test_script_exits_2_without_a_traceback(self):
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
         result = subprocess.run([sys.executable, "-B", str(HERE / "transaction_bench.py"), "--nope", "/tmp/x"],
                                 capture_output=True, text=True, env=env, timeout=60)
-        self.assertEqual(result.returncode, 2)
-        self.assertNotIn("Traceback", result.stderr)
-        self.assertNotIn("/tmp/x", result.stderr)
+        self.assertEqual((result.returncode, result.stderr), (2, ""))
+        self.assertEqual(json.loads(result.stdout)["error"]["code"], "CLI_USAGE")
+        self.assertNotIn("/tmp/x", result.stdout)
+
+
+SAMPLES = HERE / "samples" / "plans.jsonl"
+
+
+class TestScorePlans(unittest.TestCase):
+    """`score --plans FILE.jsonl`: one line per plan, then per scenario and overall, pass^k."""
+
+    def run_score(self, *extra):
+        status, out, err = capture(["score", "--plans", str(SAMPLES), *extra])
+        self.assertEqual((status, err), (0, ""))
+        return [json.loads(line) for line in out.splitlines()]
+
+    def test_the_sample_file_scores_every_shape(self):
+        rows = self.run_score()
+        plans = [row for row in rows if row["kind"] == "plan"]
+        self.assertEqual([(row["shape"], row["verdict"], row["score"]) for row in plans], [
+            ("bench", "pass", "1.000"), ("openai_chat", "pass", "1.000"), ("anthropic_messages", "veto", "0.000"),
+            ("openai_responses", "pass", "1.000"), ("gemini", "pass", "1.000"), ("bare_list", "veto", "0.000"),
+            (None, "model_error", "0.000"), (None, "unreadable_shape", "0.000"),
+            ("anthropic_messages", "pass", "1.000")])
+        self.assertEqual(plans[2]["vetoes"], ["DUPLICATE_EFFECT:charge_payment@3"])
+        self.assertEqual(plans[5]["vetoes"], ["FORBIDDEN_CALL:cancel_order@1"])
+        self.assertEqual(plans[0]["sub_scores"], {"call_set": "1.000", "dependency": "1.000", "parse": "1.000",
+                                                  "schema": "1.000"})
+
+    def test_aggregates_and_pass_hat_k(self):
+        rows = self.run_score()
+        scenarios = {row["scenario"]: row for row in rows if row["kind"] == "scenario"}
+        self.assertEqual(scenarios["place_order"]["pass^k"], {"1": "0.667", "2": "0.333", "3": "0.000"})
+        self.assertEqual(scenarios["track_order"]["pass^k"], {"1": "0.500", "2": "0.167", "3": "0.000", "4": "0.000"})
+        self.assertEqual((scenarios["track_order"]["model_errors"], scenarios["refund_damaged"]["unreadable_shapes"],
+                          scenarios["refund_damaged"]["trials"]), (1, 1, 1))
+        self.assertEqual(rows[-1], {"kind": "overall", "plans": 9, "scenarios": 3, "pass^k": {"1": "0.722"},
+                                    "verdicts": {"model_error": 1, "pass": 5, "unreadable_shape": 1, "veto": 2}})
+
+    def test_pass_hat_k_is_tau_bench_s(self):
+        self.assertEqual(tb.pass_hat_k(4, 2, 2), Fraction(1, 6))
+        self.assertEqual(tb.pass_hat_k(4, 4, 4), Fraction(1))
+        self.assertEqual(tb.pass_hat_k(4, 3, 4), Fraction(0))
+
+    def test_each_plan_gets_its_fault_recovery_table(self):
+        rows = self.run_score("--orchestrator", "examples.simple_orchestrator:orchestrate")
+        self.assertEqual(rows[0]["fault_recovery"]["user"], {"completable": 53, "live": 53, "liveness": "1.000",
+                                                              "unsafe": 0, "verdict": "pass"})
+        self.assertEqual(rows[0]["fault_recovery"]["naive"]["unsafe"], 18)
+        self.assertEqual(rows[2]["fault_recovery"]["guarded"]["verdict"], "n/a")  # a vetoed plan never completes
+        self.assertNotIn("fault_recovery", rows[7])  # an unreadable shape has no calls to run
+
+    def write(self, text: bytes) -> str:
+        handle = tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False)
+        self.addCleanup(os.remove, handle.name)
+        with handle:
+            handle.write(text)
+        return handle.name
+
+    def refusal(self, text: bytes):
+        status, out, err = capture(["score", "--plans", self.write(text)])
+        self.assertEqual((status, err), (2, ""))
+        self.assertNotIn("Traceback", out)
+        return json.loads(out)["error"]
+
+    def test_bad_lines_name_the_line_never_the_text(self):
+        good = b'{"scenario":"track_order","trial":0,"error":"x"}\n'
+        cases = {
+            b"{not json\n": ("PLANS_LINE", "line 1"),
+            good + b'{"scenario":"track_order","trial":1}\n': ("PLANS_LINE", "line 2"),
+            good + b"\n" + b'[1]\n': ("PLANS_LINE", "line 3"),
+            good + b'{"scenario":"track_order","trial":-1,"error":"x"}\n': ("PLANS_LINE", "line 2"),
+            good + b'{"scenario":"track_order","trial":true,"error":"x"}\n': ("PLANS_LINE", "line 2"),
+            good + good: ("PLANS_LINE", "line 2"),
+            b'{"scenario":"/secret/path","trial":0,"error":"x"}\n': ("PLANS_SCENARIO_UNKNOWN", "line 1"),
+            b'{"scenario":"track_order","trial":0,"error":"x","x":1}\n': ("PLANS_LINE", "line 1"),
+            b'\xff\n': ("PLANS_LINE", "line 1"),
+            b'{"scenario":"track_order","trial":0,"response":' + b"[" * 40 + b"]" * 40 + b"}\n": ("PLANS_LINE", "line 1"),
+        }
+        for text, (code, at) in cases.items():
+            with self.subTest(text=text[:40]):
+                error = self.refusal(text)
+                self.assertEqual((error["code"], error["at"]), (code, at))
+                self.assertNotIn("secret", json.dumps(error))
+
+    def test_line_limit_both_sides(self):
+        pad = tb.MAX_PLAN_LINE_BYTES - len(b'{"scenario":"track_order","trial":0,"error":""}')
+        fits = b'{"scenario":"track_order","trial":0,"error":"' + b"x" * pad + b'"}\n'
+        self.assertEqual(len(fits) - 1, tb.MAX_PLAN_LINE_BYTES)
+        self.assertEqual(len(tb.read_plans(self.write(fits))), 1)
+        over = fits.replace(b'"x', b'"xx', 1)
+        self.assertEqual(self.refusal(over)["at"], "line 1")
+
+    def test_file_limit_both_sides(self):
+        with mock.patch.object(tb, "MAX_PLAN_LINES", 3):
+            lines = b"".join(b'{"scenario":"track_order","trial":%d,"error":"x"}\n' % n for n in range(4))
+            error = self.refusal(lines)
+            self.assertEqual((error["code"], error["at"]), ("PLANS_TOO_MANY_LINES", "line 4"))
+            self.assertEqual(len(tb.read_plans(self.write(lines[:-len(lines.splitlines(True)[-1])]))), 3)
+
+    def test_an_unreadable_file(self):
+        self.assertEqual(self.failure_code(["score", "--plans", str(HERE / "no-such-file.jsonl")]), "PLANS_UNREADABLE")
+        self.assertEqual(self.failure_code(["score", "--plans", str(HERE)]), "PLANS_UNREADABLE")
+
+    def failure_code(self, argv):
+        status, out, _ = capture(argv)
+        self.assertEqual(status, 2)
+        return json.loads(out)["error"]["code"]
+
+
+class TestUserOrchestrator(unittest.TestCase):
+    def registry(self, orchestrate):
+        return {**tb.ORCHESTRATORS, "user": tb.user_orchestrator(orchestrate)}
+
+    def sweep(self, orchestrate, plan=SMALL_SWEEP):
+        return tb.sweep_verdicts(tb.run_sweep(plan=plan, orchestrators=("user",),
+                                              registry=self.registry(orchestrate)))["user"]
+
+    def test_the_readme_example_passes_the_sweep(self):
+        example = tb.load_orchestrator("examples.simple_orchestrator:orchestrate")
+        lines = tb.run_sweep(orchestrators=("user",), registry={"user": example},
+                             plan=tb.SweepPlan(exhaustive_depth=2, max_depth=2))
+        self.assertEqual(tb.sweep_verdicts(lines)["user"], {"completable": 1431, "live": 1431, "liveness": "1.000",
+                                                            "runs": 1653, "unsafe": 0, "verdict": "pass"})
+
+    def test_refusing_everything_fails(self):
+        self.assertEqual(self.sweep(lambda calls, port: "refused"),
+                         {"completable": 53, "live": 0, "liveness": "0.000", "runs": 57, "unsafe": 0, "verdict": "fail"})
+
+    def test_a_careless_orchestrator_is_unsafe(self):
+        def careless(calls, port):
+            for call in calls:
+                port.call(call.name, port.decode(call.arguments))
+            return "completed"  # no relay, no recovery: what it says is not what the state shows
+        verdict = self.sweep(careless)
+        self.assertEqual((verdict["verdict"], verdict["unsafe"] > 0), ("fail", True))
+
+    def test_a_crash_or_an_odd_answer_is_recorded_not_raised(self):
+        def crash(calls, port):
+            raise RuntimeError("boom")
+        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(crash))
+        self.assertEqual((record["outcome"], record["side_effects"]), ("crashed", 0))
+        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(lambda c, p: 42))
+        self.assertEqual(record["outcome"], "invalid_outcome")
+
+    def test_manual_names_the_plan_orders_and_excuses_them(self):
+        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(lambda c, p: "manual"))
+        self.assertEqual((record["lifecycle"], record["manual"]),
+                         (tb.MANUAL, {"orders": ["30417"], "reason": "USER_ESCALATION", "tool": None}))
+
+    def test_the_port_journals_unknowns_and_their_resolution(self):
+        def once(calls, port):
+            arguments = port.decode(calls[0].arguments)
+            self.assertEqual(port.call("create_order", arguments).code, "TIMEOUT")
+            self.assertEqual(port.query_status("create_order", arguments["idempotency_key"]).data["state"], "committed")
+            self.assertEqual(port.compensation("create_order", arguments)[0], "cancel_order")
+            self.assertIsNone(port.compensation("confirm_order", {}))
+            self.assertEqual(port.findings(calls), [])
+            self.assertEqual(set(port.schemas), set(tb.TOOLS))
+            return "manual"
+        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(once),
+                                faults=(tb.Fault("timeout_after_commit", "create_order"),))
+        self.assertEqual(tb.METRICS["unknown_resolutions"](record), ["status_query:committed"])
+
+    def test_loading_is_refused_by_code(self):
+        for spec, code in (("nocolon", "ORCHESTRATOR_SPEC"), ("a:b:c", "ORCHESTRATOR_SPEC"), ("../x:y", "ORCHESTRATOR_SPEC"),
+                           (5, "ORCHESTRATOR_SPEC"), ("no_such_module_xyz:f", "ORCHESTRATOR_UNLOADABLE"),
+                           ("examples.simple_orchestrator:nothing", "ORCHESTRATOR_UNLOADABLE"),
+                           ("transaction_bench:SEED", "ORCHESTRATOR_UNLOADABLE")):
+            with self.subTest(spec=spec):
+                with self.assertRaises(tb.BenchError) as caught:
+                    tb.load_orchestrator(spec)
+                self.assertEqual(caught.exception.code, code)
+
+    def test_the_cli_sweeps_a_user_orchestrator(self):
+        small = lambda **options: ORIGINAL_RUN_SWEEP(**{**options, "plan": SMALL_SWEEP})  # noqa: E731
+        with mock.patch.object(tb, "run_sweep", small):
+            status, out, err = capture(["sweep", "--orchestrator", "examples.simple_orchestrator:orchestrate"])
+        self.assertEqual((status, err), (0, ""))
+        self.assertIn("sweep verdict user: PASS (unsafe runs 0, liveness 53/53 = 1.000, floor 9/10)", out)
+        self.assertIn("sweep verdict naive: FAIL", out)
+        with mock.patch.object(tb, "run_sweep", small):
+            status, out, _ = capture(["sweep", "--orchestrator", "test_transaction_bench:refuse_all"])
+        self.assertEqual(status, 1)
+        self.assertIn("sweep verdict user: FAIL (unsafe runs 0, liveness 0/53 = 0.000", out)
+
+
+ORIGINAL_RUN_SWEEP = tb.run_sweep
+
+
+def refuse_all(calls, port):
+    """An orchestrator that is perfectly safe and useless: the sweep must fail it."""
+    return "refused"
 
 
 if __name__ == "__main__":

@@ -37,8 +37,9 @@ from __future__ import annotations
 import argparse
 import copy
 import hashlib
+import importlib
+import os
 import json
-import math
 import random
 import re
 import sys
@@ -48,6 +49,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from math import comb as math_comb
 from itertools import combinations, combinations_with_replacement
 from pathlib import Path
 from types import MappingProxyType
@@ -72,8 +74,6 @@ GUARDED_MAX_ATTEMPTS: Final = 3  # one try plus two same-key retries outlast any
 NAIVE_MAX_ATTEMPTS: Final = 3  # the same budget, so the two differ in key policy, not in persistence
 MAX_ARGUMENT_BYTES: Final = 16_384  # real arguments are a few hundred bytes; counted before decoding
 MAX_NESTING: Final = 16  # the deepest contract has 3 levels; scanned before the decoder can recurse
-MAX_SAFE_INTEGER: Final = 2**53 - 1  # the largest integer every JSON consumer reads exactly
-MAX_INTEGER_DIGITS: Final = 16  # the digits of MAX_SAFE_INTEGER: longer literals never reach int()
 MAX_CALLS: Final = 16  # a longer response is refused whole, never truncated to a convenient prefix
 MAX_EXPECTED_CALLS: Final = 8  # optimal matching walks 2**n subsets; 256 of them stay instant
 MAX_FINDINGS: Final = 32  # hostile arguments cannot grow a record without bound
@@ -109,94 +109,131 @@ INITIAL_STOCK: Final = MappingProxyType({"SKU-BLUE": 5, "SKU-RED": 5})
 # 2. Errors and codes
 # ================================================================================================
 
-ERRORS: Final = MappingProxyType({
+BENCH_CATALOG: Final = MappingProxyType({
     # argument decoding: the text a provider hands over as `arguments`
-    "ARGS_NOT_STRING": "arguments must be a JSON string",
-    "ARGS_NOT_UTF8": "arguments are not encodable as UTF-8",
-    "ARGS_TOO_LARGE": "arguments exceed the byte limit",
-    "ARGS_TOO_DEEP": "arguments exceed the nesting limit",
-    "ARGS_NOT_JSON": "arguments are not valid JSON",
-    "ARGS_DUPLICATE_KEY": "arguments repeat a key",
-    "ARGS_NONFINITE": "arguments hold NaN or an infinite number",
-    "ARGS_INT_RANGE": "an integer is outside the portable range",
-    "ARGS_BAD_STRING": "a string holds a lone surrogate",
-    "ARGS_NOT_OBJECT": "arguments must be a JSON object",
+    **tool_dispatcher.error_specs(
+        "args", False,
+        ARGS_NOT_STRING="arguments must be a JSON string",
+        ARGS_NOT_UTF8="arguments are not encodable as UTF-8",
+        ARGS_TOO_LARGE="arguments exceed the byte limit",
+        ARGS_TOO_DEEP="arguments exceed the nesting limit",
+        ARGS_NOT_JSON="arguments are not valid JSON",
+        ARGS_DUPLICATE_KEY="arguments repeat a key",
+        ARGS_NONFINITE="arguments hold NaN or an infinite number",
+        ARGS_NOT_PORTABLE="an integer is outside the portable range or a string holds a lone surrogate",
+        ARGS_NOT_OBJECT="arguments must be a JSON object",
+    ),
     # schema validation
-    "SCHEMA_TYPE": "a value has the wrong JSON type",
-    "SCHEMA_REQUIRED": "a required field is missing",
-    "SCHEMA_UNKNOWN_KEY": "a field is not in the contract",
-    "SCHEMA_ENUM": "a value is not one of the allowed values",
-    "SCHEMA_RANGE": "an integer is outside its range",
-    "SCHEMA_LENGTH": "a string is too short or too long",
-    "SCHEMA_PATTERN": "a string does not match its pattern",
-    "SCHEMA_ITEMS": "an array has too few or too many items",
-    "SCHEMA_UNSUPPORTED": "a schema uses a keyword or shape this validator does not support",
-    "SCHEMA_FORMAT": "a string does not have its declared format",
-    "SCHEMA_FORMAT_UNSUPPORTED": "a schema declares a string format this validator does not check",
+    **tool_dispatcher.error_specs(
+        "schema", False,
+        SCHEMA_TYPE="a value has the wrong JSON type",
+        SCHEMA_REQUIRED="a required field is missing",
+        SCHEMA_UNKNOWN_KEY="a field is not in the contract",
+        SCHEMA_ENUM="a value is not one of the allowed values",
+        SCHEMA_RANGE="an integer is outside its range",
+        SCHEMA_LENGTH="a string is too short or too long",
+        SCHEMA_PATTERN="a string does not match its pattern",
+        SCHEMA_FORMAT="a string does not have its declared format",
+        SCHEMA_ITEMS="an array has too few or too many items",
+        SCHEMA_UNSUPPORTED="a schema uses a keyword or shape this validator does not support",
+        SCHEMA_FORMAT_UNSUPPORTED="a schema declares a string format this validator does not check",
+    ),
     # response shape, as the scorer receives it
-    "RESPONSE_SHAPE": "the response must be an object holding only a tool_calls list",
-    "RESPONSE_TOO_MANY_CALLS": "the response proposes more calls than the limit",
-    "CALL_SHAPE": "a call must be exactly {id, name, arguments} with short string id and name",
+    **tool_dispatcher.error_specs(
+        "response", False,
+        RESPONSE_SHAPE="the response must be an object holding only a tool_calls list",
+        RESPONSE_TOO_MANY_CALLS="the response proposes more calls than the limit",
+        CALL_SHAPE="a call must be exactly {id, name, arguments} with short string id and name",
+    ),
     # plan validation, before any tool starts
-    "TOOL_UNKNOWN": "no tool has this name",
-    "KEY_MISSING": "a side-effecting call has no idempotency key",
-    "KEY_REUSED": "two calls in one plan share an idempotency key",
-    "CALL_MISSING": "an expected call is missing from the plan",
-    "CALL_UNEXPECTED": "the plan holds a call that is not expected",
-    "CALL_FORBIDDEN": "the plan holds a forbidden call",
-    "DEPENDENCY_ORDER": "a call comes before a call it depends on",
-    "ARGUMENT_MISMATCH": "an argument differs from the value the request fixed",
-    "PLAN_TOO_MANY_CALLS": "the plan holds more calls than the limit",
-    "EXPECTATION_INVALID": "the expectation is malformed or its dependencies form a cycle",
+    **tool_dispatcher.error_specs(
+        "plan", False,
+        TOOL_UNKNOWN="no tool has this name",
+        KEY_MISSING="a side-effecting call has no idempotency key",
+        KEY_REUSED="two calls in one plan share an idempotency key",
+        CALL_MISSING="an expected call is missing from the plan",
+        CALL_UNEXPECTED="the plan holds a call that is not expected",
+        CALL_FORBIDDEN="the plan holds a forbidden call",
+        DEPENDENCY_ORDER="a call comes before a call it depends on",
+        ARGUMENT_MISMATCH="an argument differs from the value the request fixed",
+        PLAN_TOO_MANY_CALLS="the plan holds more calls than the limit",
+        EXPECTATION_INVALID="the expectation is malformed or its dependencies form a cycle",
+        FAULT_INVALID="a fault names an unknown kind or tool, or a count below one",
+    ),
     # business checks, before any tool starts (the guard refuses, the scorer vetoes)
-    "CALL_ID_REUSED": "two calls in one plan share a provider call id",
-    "CURRENCY_MISMATCH": "a charge's currency differs from its order's currency",
-    "CUSTOMER_MISMATCH": "the order names another customer than the one making the request",
-    "CUSTOMER_NOT_PERMITTED": "the customer may not use this tool",
-    "CONFIRMATION_MISSING": "a high-value irreversible action lacks the customer's second confirmation",
-    "VERSION_STALE": "the call names another version of the order than its current one",
-    "CALLS_EXCLUSIVE": "the plan holds two calls that must never both appear",
-    "FAULT_INVALID": "a fault names an unknown kind or tool, or a count below one",
-    # sandbox answers
+    **tool_dispatcher.error_specs(
+        "business", False,
+        CALL_ID_REUSED="two calls in one plan share a provider call id",
+        CURRENCY_MISMATCH="a charge's currency differs from its order's currency",
+        CUSTOMER_MISMATCH="the order names another customer than the one making the request",
+        CUSTOMER_NOT_PERMITTED="the customer may not use this tool",
+        CONFIRMATION_MISSING="a high-value irreversible action lacks the customer's second confirmation",
+        VERSION_STALE="the call names another version of the order than its current one",
+        CALLS_EXCLUSIVE="the plan holds two calls that must never both appear",
+    ),
+    # a tool's refusals, raised by its handler and answered as the response code
+    **tool_dispatcher.error_specs(
+        "sandbox", False,
+        BAD_REQUEST="the tool cannot read a field it needs",
+        ORDER_EXISTS="an order with this reference exists",
+        ORDER_NOT_FOUND="no order has this reference",
+        ORDER_STATE="the order's status does not allow this action",
+        ORDER_NOT_READY="the order lacks a held reservation or a captured charge",
+        INSUFFICIENT_STOCK="not enough stock to reserve",
+        AMOUNT_MISMATCH="the amount differs from the order's amount",
+        NOTHING_TO_RELEASE="the order holds no reservation",
+        NOTHING_TO_REFUND="the order has no captured charge of this amount",
+        VERSION_CONFLICT="the order has changed since the version the call names",
+    ),
+    # lifecycle and command line
+    **tool_dispatcher.error_specs(
+        "bench", False,
+        LIFECYCLE_ILLEGAL="illegal lifecycle transition",
+        SCENARIO_UNKNOWN="unknown scenario id",
+        RESULTS_UNWRITABLE="the results directory cannot be created or written",
+        RESULTS_UNREADABLE="the results directory cannot be read",
+        PLANS_UNREADABLE="the plans file cannot be read",
+        PLANS_LINE="a line of the plans file is not a valid plan record",
+        PLANS_TOO_MANY_LINES="the plans file holds more lines than the limit",
+        PLANS_SCENARIO_UNKNOWN="a plan names a scenario the bench does not have",
+        ORCHESTRATOR_SPEC="the orchestrator must be given as MODULE:CALLABLE",
+        ORCHESTRATOR_UNLOADABLE="the orchestrator module cannot be imported or the name is not callable",
+    ),
+})
+# What the sandbox answers without raising: the transport's and the idempotency store's own codes.
+# They are response codes, never errors this bench raises, so they are not in its catalog (two of
+# them share a name with the core's tool-facing codes, which is what a real tool would answer).
+SANDBOX_ANSWERS: Final = MappingProxyType({
     "TIMEOUT": "no answer in time: the effect may or may not have committed",
     "RATE_LIMITED": "too many requests: refused before any effect",
     "REJECTED": "refused for good",
     "STATUS_UNAVAILABLE": "the status service did not answer",
-    "BAD_REQUEST": "the tool cannot read a field it needs",
     "IDEMPOTENCY_CONFLICT": "this key was used with different arguments",
-    "ORDER_EXISTS": "an order with this reference exists",
-    "ORDER_NOT_FOUND": "no order has this reference",
-    "ORDER_STATE": "the order's status does not allow this action",
-    "ORDER_NOT_READY": "the order lacks a held reservation or a captured charge",
-    "INSUFFICIENT_STOCK": "not enough stock to reserve",
-    "AMOUNT_MISMATCH": "the amount differs from the order's amount",
-    "NOTHING_TO_RELEASE": "the order holds no reservation",
-    "NOTHING_TO_REFUND": "the order has no captured charge of this amount",
-    "VERSION_CONFLICT": "the order has changed since the version the call names",
-    # lifecycle and command line
-    "LIFECYCLE_ILLEGAL": "illegal lifecycle transition",
-    "CLI_USAGE": "unrecognised or malformed command-line arguments",
-    "SCENARIO_UNKNOWN": "unknown scenario id",
-    "RESULTS_UNWRITABLE": "the results directory cannot be created or written",
-    "RESULTS_UNREADABLE": "the results directory cannot be read",
 })
 
 
-class BenchError(Exception):
-    """One error type: a stable code from ERRORS, its fixed message, and an optional safe detail."""
+class BenchError(tool_dispatcher.CatalogError):
+    """The bench's error: a code from BENCH_CATALOG, its fixed message, and an optional safe detail.
 
-    def __init__(self, code: str, detail: str = "") -> None:
-        self.code = code
+    `at` names a place by known names only (a field the sandbox needs, a lifecycle step); `detail`
+    is fixed bench text (never the input's), shown in to_json() when set.
+    """
+
+    CATALOG = BENCH_CATALOG
+
+    def __init__(self, code: str, at: str = "", *, detail: str = "") -> None:
+        super().__init__(code, at)
         self.detail = detail
-        suffix = f" ({detail})" if detail else ""
-        super().__init__(f"{code}: {ERRORS[code]}{suffix}")
+
+    def details(self) -> dict[str, Any]:
+        return {"detail": self.detail} if self.detail else {}
 
 
 class IllegalTransition(BenchError):
     """A lifecycle event the transition table does not allow in the current state."""
 
     def __init__(self, state: str, event: str) -> None:
-        super().__init__("LIFECYCLE_ILLEGAL", f"{event!r} in state {state}")
+        super().__init__("LIFECYCLE_ILLEGAL", f"{state}/{event}")
         self.state = state
         self.event = event
 
@@ -286,90 +323,38 @@ class Lifecycle:
 # 4. Strict argument decoding
 # ================================================================================================
 
-def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    value = dict(pairs)
-    if len(value) != len(pairs):
-        raise BenchError("ARGS_DUPLICATE_KEY")  # last-one-wins would hide what the model sent
-    return value
+# The bench decodes arguments with the core's strict decoder under its own policy: finite floats
+# (so that the schema check, not the decoder, reports 1.0 given for an integer field), integers
+# within +/-(2**53 - 1) and no lone surrogates (what every JSON peer reads the same way).
+BENCH_ARGUMENTS_JSON: Final = tool_dispatcher.JsonPolicy(
+    "bench-arguments", tool_dispatcher.finite_float, tool_dispatcher.safe_int, portable_text=True)
 
-
-def _reject_constant(_name: str) -> Any:
-    raise BenchError("ARGS_NONFINITE")
-
-
-def _parse_int(digits: str) -> int:
-    if len(digits.lstrip("-")) > MAX_INTEGER_DIGITS:
-        raise BenchError("ARGS_INT_RANGE")  # refused before int() spends time on a huge literal
-    return int(digits)
-
-
-def _parse_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise BenchError("ARGS_NONFINITE")  # 1e400 decodes to inf, which no digest can encode
-    return value
-
-
-def _scan_nesting(text: str, max_depth: int) -> None:
-    """Refuse deep nesting before the (recursive) decoder sees the text."""
-    depth = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            if depth > max_depth:
-                raise BenchError("ARGS_TOO_DEEP")
-        elif char in "]}":
-            depth -= 1
-
-
-def _check_domain(value: Any) -> None:
-    """Integers in the portable range, strings encodable: walked with a stack, not recursion."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item)
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                raise BenchError("ARGS_BAD_STRING") from None
-        elif type(item) is int and abs(item) > MAX_SAFE_INTEGER:
-            raise BenchError("ARGS_INT_RANGE")
+# The core's decoder codes, each mapped to the bench's own: a closed table, one row per JSON code.
+JSON_TO_ARGS: Final = MappingProxyType({
+    "JSON_TOO_LARGE": "ARGS_TOO_LARGE",
+    "JSON_NOT_UTF8": "ARGS_NOT_UTF8",
+    "JSON_TOO_DEEP": "ARGS_TOO_DEEP",
+    "JSON_INVALID": "ARGS_NOT_JSON",
+    "JSON_DUPLICATE_KEY": "ARGS_DUPLICATE_KEY",
+    "JSON_NON_FINITE": "ARGS_NONFINITE",
+    "JSON_NOT_PORTABLE": "ARGS_NOT_PORTABLE",
+})
 
 
 def decode_arguments(text: Any, *, max_bytes: int = MAX_ARGUMENT_BYTES,
                      max_depth: int = MAX_NESTING) -> dict[str, Any]:
-    """Decode a provider's `arguments` string into a JSON object, or raise BenchError."""
+    """Decode a provider's `arguments` string into a JSON object, or raise BenchError(ARGS_*)."""
     if not isinstance(text, str):
         raise BenchError("ARGS_NOT_STRING")
     try:
-        size = len(text.encode("utf-8"))
+        data = text.encode("utf-8")
     except UnicodeEncodeError:
-        raise BenchError("ARGS_NOT_UTF8") from None
-    if size > max_bytes:
-        raise BenchError("ARGS_TOO_LARGE")
-    _scan_nesting(text, max_depth)
+        raise BenchError("ARGS_NOT_UTF8") from None  # a lone surrogate character in the text itself
     try:
-        value = json.loads(text, object_pairs_hook=_object_without_duplicates,
-                           parse_constant=_reject_constant, parse_int=_parse_int,
-                           parse_float=_parse_float)
-    except ValueError:
-        raise BenchError("ARGS_NOT_JSON") from None
-    _check_domain(value)
+        value = tool_dispatcher.decode_strict_json(data, max_bytes=max_bytes, max_depth=max_depth,
+                                                   policy=BENCH_ARGUMENTS_JSON)
+    except tool_dispatcher.BoundaryError as error:
+        raise BenchError(JSON_TO_ARGS[error.code]) from None
     if not isinstance(value, dict):
         raise BenchError("ARGS_NOT_OBJECT")
     return value
@@ -1590,6 +1575,110 @@ ORCHESTRATORS: Final = MappingProxyType({
 })
 
 
+# -- a user's orchestrator -----------------------------------------------------------------------
+
+class ToolPort:
+    """Everything a user's orchestrator may touch, and the log the bench judges it by.
+
+    The interface: a callable `orchestrate(calls, port) -> str`. `calls` are the proposal's
+    ToolCall values (id, name, arguments as the provider's JSON text), untrusted. Through the port
+    it may `call(name, arguments)` a tool, `query_status(name, key)` after a timeout, and `relay()`
+    the outbox; each answer is a Response(ok, code, data). It returns what it believes happened:
+    "completed", "compensated", "failed", "refused" or "manual" (an escalation to a human, naming
+    every order of the plan). The bench never trusts that word: it judges the state left behind.
+    Helpers, optional: `decode(text)` (the bench's strict decoder), `findings(calls)` (the bench's
+    own plan validation, as codes), `compensation(name, arguments)` (the saga's undo step), and
+    `schemas` (every tool's JSON Schema). The consumer deduplicates, as infrastructure would.
+    """
+
+    def __init__(self, box: Sandbox, expectation: Expectation) -> None:
+        self._box = box
+        self._expectation = expectation
+        self.journal = Journal()
+        self.schemas = tool_schemas()
+
+    def call(self, name: str, arguments: Any) -> Response:
+        arguments = copy.deepcopy(arguments)  # the orchestrator keeps no handle on sandbox state
+        key = _key_of(arguments)
+        response = self._box.call(name, arguments)
+        if response.ok:
+            self.journal.resolve(name, key, "same_key_replay")
+            self.journal.acknowledge(name, key, response.data, distinct=True)
+        elif classify(response.code) == UNKNOWN and key is not None:
+            self.journal.note_unknown(name, key, len(self.journal.unknowns) + 1)
+        return Response(response.ok, response.code, copy.deepcopy(response.data))
+
+    def query_status(self, name: str, key: str) -> Response:
+        response = self._box.query_status(name, key)
+        if response.ok:
+            self.journal.resolve(name, key, f"status_query:{response.data['state']}")
+            if response.data["state"] == "committed":
+                self.journal.acknowledge(name, key, response.data["receipt"], distinct=True)
+        return Response(response.ok, response.code, copy.deepcopy(response.data))
+
+    def relay(self) -> int:
+        return self._box.relay()
+
+    def decode(self, text: Any) -> dict[str, Any]:
+        return decode_arguments(text)
+
+    def findings(self, calls: tuple[ToolCall, ...]) -> list[str]:
+        return [finding.code for finding in validate_plan(tuple(calls), self._expectation)[1]]
+
+    def compensation(self, name: str, arguments: dict) -> tuple[str, dict] | None:
+        if name not in COMPENSATIONS:
+            return None
+        undo, build = COMPENSATIONS[name]
+        return undo, build(arguments)
+
+
+USER_OUTCOMES: Final = frozenset({"completed", "compensated", "failed", "refused", "manual"})
+
+
+def user_orchestrator(orchestrate: Callable[[tuple[ToolCall, ...], ToolPort], Any]) -> Orchestrator:
+    """Wrap a user's `orchestrate(calls, port)` so the bench runs it like its own two."""
+
+    def run(calls: tuple[ToolCall, ...], box: Sandbox, expectation: Expectation, _rng: random.Random) -> RunResult:
+        port = ToolPort(box, expectation)
+        try:
+            said = orchestrate(tuple(calls), port)
+        except Exception:  # noqa: BLE001  a user's bug is a finding of the run, not a crash of the bench
+            said = "crashed"
+        outcome = said if isinstance(said, str) and said in USER_OUTCOMES | {"crashed"} else "invalid_outcome"
+        box.drain()
+        manual = None
+        if outcome == "manual":
+            plan = tuple((call.name, _decoded_or_empty(call.arguments)) for call in calls)
+            manual = _manual_case("USER_ESCALATION", None, plan)
+        return RunResult(MANUAL if manual else None, [], outcome, (), manual, port.journal)
+
+    return Orchestrator(True, run)
+
+
+def _decoded_or_empty(text: Any) -> dict[str, Any]:
+    try:
+        return decode_arguments(text)
+    except BenchError:
+        return {}
+
+
+def load_orchestrator(spec: Any) -> Orchestrator:
+    """MODULE:CALLABLE -> the wrapped orchestrator; the module is imported by name, as Python would."""
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(
+            re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]{0,127}", part) for part in spec.split(":")):
+        raise BenchError("ORCHESTRATOR_SPEC")
+    module_name, attribute = spec.split(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except Exception:  # noqa: BLE001  any import-time failure of user code is one code, never a trace
+        raise BenchError("ORCHESTRATOR_UNLOADABLE") from None
+    if not callable(target):
+        raise BenchError("ORCHESTRATOR_UNLOADABLE")
+    return user_orchestrator(target)
+
+
 # ================================================================================================
 # 10. Invariants
 # ================================================================================================
@@ -1686,9 +1775,10 @@ def seal(record: dict[str, Any]) -> dict[str, Any]:
 
 def execute_run(orchestrator: str, calls: tuple[ToolCall, ...], expectation: Expectation, *,
                 faults: tuple[Fault, ...] = (), seed: int = SEED,
-                initial: Callable[[Sandbox], None] | None = None) -> dict[str, Any]:
+                initial: Callable[[Sandbox], None] | None = None,
+                registry: Mapping[str, Orchestrator] = ORCHESTRATORS) -> dict[str, Any]:
     """One run of one orchestrator on a fresh sandbox; returns its unsealed record."""
-    chosen = ORCHESTRATORS[orchestrator]
+    chosen = registry[orchestrator]
     box = Sandbox(faults, consumer_dedup=chosen.consumer_dedup)
     if initial is not None:
         initial(box)
@@ -2039,7 +2129,8 @@ def _completable(faults: tuple[Fault, ...], forward: frozenset[str]) -> bool:
 def run_sweep(*, seed: int = SEED, calls: tuple[ToolCall, ...] | None = None,
               expectation: Expectation | None = None, plan: SweepPlan = SweepPlan(),
               orchestrators: tuple[str, ...] = ("guarded", "naive"),
-              initial: Callable[[Sandbox], None] | None = None) -> list[dict[str, Any]]:
+              initial: Callable[[Sandbox], None] | None = None,
+              registry: Mapping[str, Orchestrator] = ORCHESTRATORS) -> list[dict[str, Any]]:
     """Every fault set under each orchestrator; one compact, sealed line per run.
 
     Liveness is judged by state, never by what an orchestrator says: a run is `completable` when
@@ -2057,7 +2148,7 @@ def run_sweep(*, seed: int = SEED, calls: tuple[ToolCall, ...] | None = None,
         sets = sweep_fault_sets(sweep_tools(calls), plan, seed)
         for index, (depth, faults, _space) in enumerate(sets):
             record = seal(execute_run(orchestrator, calls, expectation, faults=faults, seed=seed,
-                                      initial=initial))
+                                      initial=initial, registry=registry))
             reached = state_hash(record["state_after"]) == expected
             lines.append({
                 "completable": valid and _completable(faults, forward), "depth": depth,
@@ -2116,10 +2207,13 @@ def sweep_verdicts(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         unsafe = sum(1 for line in mine if line["violated"])
         completable = sum(1 for line in mine if line["completable"])
         live = sum(1 for line in mine if line["live"])
-        enough = completable > 0 and live * LIVENESS_FLOOR[1] >= completable * LIVENESS_FLOOR[0]
+        enough = live * LIVENESS_FLOOR[1] >= completable * LIVENESS_FLOOR[0]
+        verdict = "fail" if unsafe or not enough else "pass"
+        if not unsafe and completable == 0:
+            verdict = "n/a"  # the plan itself cannot complete (refused by the guard): only safety counts
         out[orchestrator] = {"completable": completable, "live": live,
                              "liveness": _ratio_text(live, completable), "runs": len(mine),
-                             "unsafe": unsafe, "verdict": "pass" if unsafe == 0 and enough else "fail"}
+                             "unsafe": unsafe, "verdict": verdict}
     return out
 
 
@@ -2131,7 +2225,7 @@ def sweep_verdicts(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 # A response whose shape nothing reads is "unreadable_shape" (decided before any of these).
 VERDICTS: Final = ("veto", "unparseable", "refused", "incomplete", "pass")
 _UNPARSED_CODES: Final = frozenset({"CALL_SHAPE", "RESPONSE_SHAPE", "RESPONSE_TOO_MANY_CALLS"}
-                                   | {code for code in ERRORS if code.startswith("ARGS_")})
+                                   | {code for code in BENCH_CATALOG if code.startswith("ARGS_")})
 
 
 def scorer_config() -> dict[str, Any]:
@@ -2142,7 +2236,7 @@ def scorer_config() -> dict[str, Any]:
         "dependency": "satisfied edges / edges, on the proposed order of matched calls",
         "limits": {"max_argument_bytes": MAX_ARGUMENT_BYTES, "max_calls": MAX_CALLS,
                    "max_expected_calls": MAX_EXPECTED_CALLS, "max_name_chars": MAX_NAME_CHARS,
-                   "max_nesting": MAX_NESTING, "max_safe_integer": MAX_SAFE_INTEGER},
+                   "max_nesting": MAX_NESTING, "max_safe_integer": tool_dispatcher.MAX_SAFE_INTEGER},
         "matching": "optimal assignment over all calls (maximum total, ties to the earliest pairs)",
         "pair_score": "0 unless same tool and the call is valid; else share of fixed arguments equal",
         "response_shapes": [name for name, _applies, _extract in RESPONSE_SHAPES],
@@ -2773,6 +2867,142 @@ def check_results(directory: Path, outcome: BenchOutcome) -> list[str]:
 
 
 # ================================================================================================
+# 15b. Scoring a user's plans file: one raw model response per line, pass^k over trials
+# ================================================================================================
+
+MAX_PLAN_LINE_BYTES: Final = 262_144  # one raw response with its envelope: 16 calls of 16 KiB fit
+MAX_PLAN_LINES: Final = 10_000  # many trials of every scenario; a larger study splits its files
+MAX_TRIAL: Final = 1_000  # trial numbers are small counters
+PLAN_FIELDS: Final = (frozenset({"scenario", "trial", "response"}), frozenset({"scenario", "trial", "error"}))
+SMALL_SWEEP: Final = SweepPlan(exhaustive_depth=1, max_depth=1)  # a plan's own fault-recovery table
+
+# The scenarios a plans file may name: each expectation by its name, on a sandbox with history.
+SCORING_SCENARIOS: Final = MappingProxyType({expectation.name: expectation for expectation in (
+    PLACE_ORDER, _READ_ONLY, _REFUND, _GOODWILL, _SCHEDULE)})
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRecord:
+    line: int
+    scenario: str
+    trial: int
+    response: Any  # the raw response, any shape; None when the line reports a model error
+    model_error: bool
+
+
+def _plan_record(number: int, data: bytes) -> PlanRecord | None:
+    if not data.strip():
+        return None  # a blank line (a trailing newline, a separator) holds no plan
+    try:
+        value = tool_dispatcher.decode_strict_json(data, max_bytes=MAX_PLAN_LINE_BYTES,
+                                                   max_depth=tool_dispatcher.MAX_NESTING_DEPTH,
+                                                   policy=tool_dispatcher.ENVELOPE_JSON)
+    except tool_dispatcher.BoundaryError:
+        raise BenchError("PLANS_LINE", f"line {number}", detail="not a JSON object") from None
+    if not isinstance(value, dict) or frozenset(value) not in PLAN_FIELDS:
+        raise BenchError("PLANS_LINE", f"line {number}", detail="fields must be scenario, trial, response or error")
+    trial = value["trial"]
+    if type(trial) is not int or not 0 <= trial <= MAX_TRIAL or not isinstance(value["scenario"], str):
+        raise BenchError("PLANS_LINE", f"line {number}", detail="trial must be an integer 0..1000")
+    if value["scenario"] not in SCORING_SCENARIOS:
+        raise BenchError("PLANS_SCENARIO_UNKNOWN", f"line {number}",
+                         detail="known: " + ", ".join(sorted(SCORING_SCENARIOS)))
+    if "error" in value:
+        return PlanRecord(number, value["scenario"], trial, None, True)
+    return PlanRecord(number, value["scenario"], trial, value["response"], False)
+
+
+def read_plans(path: Any) -> list[PlanRecord]:
+    """Every plan of a JSONL file, bounded per line and per file; the first bad line stops it."""
+    records, seen = [], set()
+    try:
+        with open(path, "rb") as handle:
+            for number in range(1, MAX_PLAN_LINES + 2):
+                data = handle.readline(MAX_PLAN_LINE_BYTES + 2)  # the line, then room for CR LF
+                if not data:
+                    break
+                if number > MAX_PLAN_LINES:
+                    raise BenchError("PLANS_TOO_MANY_LINES", f"line {number}")
+                text = data.rstrip(b"\r\n")
+                if len(text) > MAX_PLAN_LINE_BYTES:
+                    raise BenchError("PLANS_LINE", f"line {number}", detail="longer than the line limit")
+                record = _plan_record(number, text)
+                if record is None:
+                    continue
+                if (record.scenario, record.trial) in seen:
+                    raise BenchError("PLANS_LINE", f"line {number}", detail="scenario and trial repeat a line")
+                seen.add((record.scenario, record.trial))
+                records.append(record)
+    except (OSError, ValueError):
+        raise BenchError("PLANS_UNREADABLE") from None
+    return records
+
+
+def _recovery_table(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {name: {key: row[key] for key in ("completable", "live", "liveness", "unsafe", "verdict")}
+            for name, row in sweep_verdicts(lines).items()}
+
+
+def score_plan(record: PlanRecord, *, sweep: bool = False,
+               registry: Mapping[str, Orchestrator] = ORCHESTRATORS) -> dict[str, Any]:
+    """One plan line: its score, sub-scores and vetoes; with `sweep`, its fault-recovery table."""
+    out: dict[str, Any] = {"kind": "plan", "line": record.line, "scenario": record.scenario, "trial": record.trial}
+    if record.model_error:
+        return {**out, "score": "0.000", "shape": None, "sub_scores": None, "verdict": "model_error", "vetoes": []}
+    expectation = SCORING_SCENARIOS[record.scenario]
+    result = score_response(record.response, expectation)
+    out.update({"score": result["total"]["value"], "shape": result["shape"],
+                "sub_scores": {name: ratio["value"] for name, ratio in result["sub_scores"].items()},
+                "verdict": result["verdict"], "vetoes": result["vetoes"]})
+    if sweep and result["shape"] is not None:
+        calls = tuple(ToolCall(item["id"], item["name"], item["arguments"]) if _is_call_dict(item)
+                      else ToolCall("call", "unreadable", None) for item in read_response(record.response)[1])
+        lines = run_sweep(calls=calls, expectation=expectation, plan=SMALL_SWEEP, orchestrators=tuple(registry),
+                          initial=seed_confirmed_order, registry=registry)
+        out["fault_recovery"] = _recovery_table(lines)
+    return out
+
+
+def _is_call_dict(item: Any) -> bool:
+    return isinstance(item, dict) and set(item) == {"id", "name", "arguments"}
+
+
+def pass_hat_k(trials: int, passed: int, k: int) -> Fraction:
+    """tau-bench's pass^k for one task: the chance that k trials drawn from n all pass, C(c,k)/C(n,k)."""
+    return Fraction(math_comb(passed, k), math_comb(trials, k))
+
+
+def _scenario_aggregate(name: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    judged = [row for row in rows if row["verdict"] != "unreadable_shape"]  # the harness's blind spot
+    passed = sum(1 for row in judged if row["verdict"] == "pass")
+    total = sum((Fraction(row["score"]) for row in judged), Fraction(0))
+    return {"kind": "scenario", "scenario": name, "trials": len(judged), "passed": passed,
+            "mean_score": _ratio_text(total.numerator, total.denominator * max(len(judged), 1)) if judged else "n/a",
+            "model_errors": sum(1 for row in rows if row["verdict"] == "model_error"),
+            "unreadable_shapes": len(rows) - len(judged),
+            "verdicts": dict(sorted(Counter(row["verdict"] for row in rows).items())),
+            "pass^k": {str(k): _fraction_text(pass_hat_k(len(judged), passed, k))
+                       for k in range(1, len(judged) + 1)}}
+
+
+def _fraction_text(value: Fraction) -> str:
+    return _ratio_text(value.numerator, value.denominator)
+
+
+def aggregate_plans(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scenario, then overall: trials, passes, mean score and pass^k (k up to the fewest trials)."""
+    names = sorted({row["scenario"] for row in rows})
+    scenarios = [_scenario_aggregate(name, [row for row in rows if row["scenario"] == name]) for name in names]
+    fewest = min((item["trials"] for item in scenarios), default=0)
+    overall = {"kind": "overall", "plans": len(rows), "scenarios": len(scenarios),
+               "verdicts": dict(sorted(Counter(row["verdict"] for row in rows).items())),
+               "pass^k": {str(k): _fraction_text(sum((pass_hat_k(item["trials"], item["passed"], k)
+                                                      for item in scenarios), Fraction(0)) / len(scenarios))
+                          for k in range(1, fewest + 1)}}
+    return scenarios + [overall]
+
+
+# ================================================================================================
 # 16. CLI
 # ================================================================================================
 
@@ -2794,11 +3024,12 @@ def _render_scenarios(summary: Mapping[str, Any]) -> list[str]:
 
 
 def _render_invariants(sweep: Mapping[str, Any]) -> list[str]:
-    widths = (24, 68, 8, 6)
-    lines = [f"fault sweep: {sweep['runs_per_orchestrator']} fault sets x 2 orchestrators, up to "
+    names = list(sweep["verdicts"])
+    widths = (24, 68) + (8,) * len(names)
+    lines = [f"fault sweep: {sweep['runs_per_orchestrator']} fault sets x {len(names)} orchestrators, up to "
              f"{sweep['max_depth']} faults on {len(sweep['tools'])} tools (runs violating each invariant)",
-             _row("invariant", "statement", "guarded", "naive", widths=widths)]
-    lines += [_row(name, sweep["statements"][name], row["guarded"], row["naive"], widths=widths)
+             _row("invariant", "statement", *names, widths=widths)]
+    lines += [_row(name, sweep["statements"][name], *(row[column] for column in names), widths=widths)
               for name, row in sweep["invariants"].items()]
     return lines
 
@@ -2863,14 +3094,10 @@ def render_scenario(records: list[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would echo the offending value: it may be a path
-        raise BenchError("CLI_USAGE")
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="transaction_bench.py", allow_abbrev=False,
-                     description="Deterministic tool-transaction bench: run, check or inspect one scenario.")
+    parser = tool_dispatcher.CliParser(
+        prog="transaction_bench.py", allow_abbrev=False,
+        description="Deterministic tool-transaction bench: run, check, inspect a scenario, score plans, sweep an orchestrator.")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true",
                       help="compare a fresh run with the committed results byte for byte")
@@ -2878,13 +3105,23 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--exhaustive", action="store_true",
                       help="run the fault sweep with every depth whole (no sample); writes nothing")
     parser.add_argument("--results", metavar="DIR", help="results directory (default: results/ here)")
+    commands = parser.add_subparsers(dest="command", metavar="{score,sweep}")
+    score = commands.add_parser("score", allow_abbrev=False, help="score a JSONL file of raw model responses")
+    score.add_argument("--plans", metavar="FILE", required=True,
+                       help="one JSON object per line: scenario, trial, response (or error)")
+    score.add_argument("--sweep", action="store_true", help="also run each plan through the fault sweep")
+    score.add_argument("--orchestrator", metavar="MODULE:CALLABLE",
+                       help="with the sweep, also run each plan through this orchestrator")
+    sweep = commands.add_parser("sweep", allow_abbrev=False, help="run the fault sweep against your orchestrator")
+    sweep.add_argument("--orchestrator", metavar="MODULE:CALLABLE", required=True,
+                       help="a callable orchestrate(calls, port) -> outcome (see the README)")
     return parser
 
 
 def _run_one(scenario_id: str) -> int:
     scenario = SCENARIO_INDEX.get(scenario_id)
     if scenario is None:
-        raise BenchError("SCENARIO_UNKNOWN", f"known ids: {SCENARIOS[0].id}..{SCENARIOS[-1].id}")
+        raise BenchError("SCENARIO_UNKNOWN", detail=f"known ids: {SCENARIOS[0].id}..{SCENARIOS[-1].id}")
     records = [run_scenario(scenario)]
     records += [run_control(control) for control in CONTROLS if control.scenario == scenario.id]
     print(render_scenario(records))
@@ -2914,28 +3151,59 @@ def _run_exhaustive() -> int:
     return 0 if summary["verdicts"]["guarded"]["verdict"] == "pass" else 1
 
 
+def _user_registry(spec: str | None) -> dict[str, Orchestrator]:
+    registry = dict(ORCHESTRATORS)
+    if spec is not None:
+        if os.getcwd() not in sys.path:
+            sys.path.append(os.getcwd())  # a module beside the caller, after the bench's own folder
+        registry["user"] = load_orchestrator(spec)
+    return registry
+
+
+def _run_score(options: argparse.Namespace) -> int:
+    registry = _user_registry(options.orchestrator)
+    rows = [score_plan(record, sweep=options.sweep or options.orchestrator is not None, registry=registry)
+            for record in read_plans(options.plans)]
+    for row in rows + aggregate_plans(rows):
+        tool_dispatcher.emit_json(row, indent=None)
+    return 0
+
+
+def _run_user_sweep(options: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    registry = _user_registry(options.orchestrator)
+    lines = run_sweep(orchestrators=("user", "guarded", "naive"), registry=registry)
+    summary = _sweep_summary(lines)
+    print("\n".join(_render_invariants(summary) + [""] + _render_depths(summary)))
+    print(f"time: {time.perf_counter() - started:.1f} s for {len(lines)} runs")
+    return 0 if summary["verdicts"]["user"]["verdict"] == "pass" else 1
+
+
+def _main(argv: list[str] | None) -> int:
+    options = _parser().parse_args(argv)
+    if options.command == "score":
+        return _run_score(options)
+    if options.command == "sweep":
+        return _run_user_sweep(options)
+    directory = RESULTS_DIR if options.results is None else Path(options.results)
+    if options.scenario is not None:
+        return _run_one(options.scenario)
+    if options.check:
+        return _run_check(directory)
+    if options.exhaustive:
+        return _run_exhaustive()
+    started = time.perf_counter()
+    outcome = run_all()
+    elapsed = time.perf_counter() - started
+    write_results(outcome, directory)
+    print(render_summary(outcome.summary))
+    print(f"time: {elapsed:.1f} s for the whole run, sweep included")
+    return 0 if outcome.passed else 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    try:
-        options = _parser().parse_args(argv)
-        directory = RESULTS_DIR if options.results is None else Path(options.results)
-        if options.scenario is not None:
-            return _run_one(options.scenario)
-        if options.check:
-            return _run_check(directory)
-        if options.exhaustive:
-            return _run_exhaustive()
-        started = time.perf_counter()
-        outcome = run_all()
-        elapsed = time.perf_counter() - started
-        write_results(outcome, directory)
-        print(render_summary(outcome.summary))
-        print(f"time: {elapsed:.1f} s for the whole run, sweep included")
-        return 0 if outcome.passed else 1
-    except BenchError as error:
-        print(f"error: {error}", file=sys.stderr)
-        if error.code == "CLI_USAGE":
-            print(_parser().format_usage().rstrip(), file=sys.stderr)
-        return 2
+    """Every failure answers {"passed": false, "error": {...}} on stdout with exit 2 (run_cli)."""
+    return tool_dispatcher.run_cli(lambda: _main(argv))
 
 
 if __name__ == "__main__":

@@ -1524,6 +1524,26 @@ class TestSweep(unittest.TestCase):
         table["single_charge"] = {"guarded": 1, "naive": 1}
         self.assertEqual(tb._failures([], [], table, []), ("sweep: the guarded orchestrator violated single_charge",))
 
+    def test_run_cost(self):
+        record = run("guarded", None, tb.Fault("timeout_after_commit", "charge_payment"))
+        # four calls: the status query, not a second charge, proves the lost answer committed
+        self.assertEqual(tb.run_cost(record, frozenset(tb.PLAN_TOOLS)),
+                         {"calls": 4, "latency_ms": 3 * 40 + 2000 + 15, "retries": 0, "unexpected_effects": 0})
+        naive = run("naive", None, tb.Fault("timeout_after_commit", "charge_payment"))
+        self.assertEqual(tb.run_cost(naive, frozenset(tb.PLAN_TOOLS)),
+                         {"calls": 5, "latency_ms": 4 * 40 + 2000, "retries": 1, "unexpected_effects": 1})
+        # the second charge, then every commit of a tool outside {create_order, cancel_order}
+        self.assertEqual(tb.run_cost(naive, frozenset({"create_order"}))["unexpected_effects"], 1 + 4)
+
+    def test_percentile_is_nearest_rank(self):
+        values = list(range(1, 101))
+        self.assertEqual((tb._percentile(values, 50), tb._percentile(values, 95)), (50, 95))
+        self.assertEqual((tb._percentile([7], 50), tb._percentile([1, 2], 50), tb._percentile([1, 2], 95)), (7, 1, 2))
+
+    def test_efficiency_table(self):
+        self.assertEqual(bench().summary["sweep"]["efficiency"]["guarded"]["runs_with_unexpected_effects"], 0)
+        self.assertGreater(bench().summary["sweep"]["efficiency"]["naive"]["runs_with_unexpected_effects"], 0)
+
     def test_a_guarded_side_short_of_liveness_fails_the_run(self):
         table = {name: {"guarded": 0, "naive": 1} for name in tb.INVARIANTS}
         verdicts = {"guarded": {"liveness": "0.500", "verdict": "fail"}, "naive": {"verdict": "fail"}}
@@ -2362,8 +2382,10 @@ class TestScorePlans(unittest.TestCase):
 
     def test_each_plan_gets_its_fault_recovery_table(self):
         rows = self.run_score("--orchestrator", "examples.simple_orchestrator:orchestrate")
-        self.assertEqual(rows[0]["fault_recovery"]["user"], {"completable": 53, "live": 53, "liveness": "1.000",
-                                                              "unsafe": 0, "verdict": "pass"})
+        self.assertEqual(rows[0]["fault_recovery"]["user"], {
+            "completable": 53, "live": 53, "liveness": "1.000", "unsafe": 0, "verdict": "pass",
+            "calls_p50": 4, "calls_p95": 5, "latency_ms_p50": 160, "latency_ms_p95": 2175, "retries": 8,
+            "runs_with_unexpected_effects": 0})
         self.assertEqual(rows[0]["fault_recovery"]["naive"]["unsafe"], 18)
         self.assertEqual(rows[2]["fault_recovery"]["guarded"]["verdict"], "n/a")  # a vetoed plan never completes
         self.assertNotIn("fault_recovery", rows[7])  # an unreadable shape has no calls to run

@@ -1808,6 +1808,40 @@ def execute_run(orchestrator: str, calls: tuple[ToolCall, ...], expectation: Exp
     return record
 
 
+def _business(state: Mapping) -> dict[str, Any]:
+    return {table: state[table] for table in BUSINESS_TABLES}
+
+
+def state_hash(state: Mapping) -> str:
+    """The digest of the business tables only (events and deliveries are the harness's plumbing)."""
+    return canonical_sha256(_business(state))
+
+
+# What a run costs, simulated: every answer takes CALL_MS, except a timeout, which the caller waits
+# out to its deadline; a status query is a cheap read. No clock is read: latency is a count.
+CALL_MS: Final = 40
+TIMEOUT_MS: Final = 2_000
+STATUS_MS: Final = 15
+
+
+def run_cost(record: Mapping, forward: frozenset[str]) -> dict[str, int]:
+    """Calls, retries (calls beyond the first to each tool), simulated latency, unexpected effects.
+
+    An effect is unexpected when a tool commits more than once, or when a tool commits that is
+    neither in the plan nor the compensation of a step in it.
+    """
+    calls = [entry["tool"] for entry in record["trace"] if entry["what"] == "call"]
+    latency = sum(TIMEOUT_MS if entry.get("code") == "TIMEOUT" else CALL_MS
+                  for entry in record["trace"] if entry["what"] == "answer")
+    latency += STATUS_MS * _trace_count(record, "status_query")
+    commits = Counter(entry["tool"] for entry in record["trace"] if entry["what"] == "commit")
+    allowed = forward | {COMPENSATIONS[tool][0] for tool in forward if tool in COMPENSATIONS}
+    unexpected = sum(count - 1 for count in commits.values()) + sum(
+        count for tool, count in commits.items() if tool not in allowed)
+    return {"calls": len(calls), "latency_ms": latency, "retries": len(calls) - len(set(calls)),
+            "unexpected_effects": unexpected}
+
+
 def _new(record: Mapping, table: str) -> list[dict]:
     before = record["state_before"][table]
     return [row for ident, row in record["state_after"][table].items() if ident not in before]
@@ -1843,6 +1877,7 @@ METRICS: Final = MappingProxyType({
     "duplicates_ignored": lambda r: _trace_count(r, "duplicate_ignored"),
     "violations": lambda r: {name: len(found) for name, found in r["invariants"].items()},
     "manual_reason": lambda r: (r["manual"] or {}).get("reason"),
+    "state_sha256": lambda r: state_hash(r["state_after"]),
 })
 
 
@@ -1933,16 +1968,35 @@ def _violations(**counts: int) -> dict[str, int]:
     return {**{name: 0 for name in INVARIANTS}, **counts}
 
 
+# The business tables a run must leave, written out in full and compared by digest, as tau-bench
+# compares database hashes: the plan completed, or the plan undone by its saga.
+_ORDER_ROW: Final = {"amount_cents": 4999, "quantity": 2, "sku": "SKU-RED"}
+_RESERVATION_ROW: Final = {"order_ref": PLAN_ORDER, "quantity": 2, "sku": "SKU-RED"}
+EXPECTED_COMPLETED_STATE: Final = _freeze({
+    "charges": {"CH-0001": {"amount_cents": 4999, "key": "k-charge-30417", "order_ref": PLAN_ORDER,
+                            "status": "captured"}},
+    "inventory": {"SKU-BLUE": 5, "SKU-RED": 3},
+    "orders": {PLAN_ORDER: {**_ORDER_ROW, "status": "confirmed"}},
+    "reservations": {"RES-0001": {**_RESERVATION_ROW, "status": "held"}},
+})
+EXPECTED_COMPENSATED_STATE: Final = _freeze({
+    "charges": {}, "inventory": dict(INITIAL_STOCK),
+    "orders": {PLAN_ORDER: {**_ORDER_ROW, "status": "cancelled"}},
+    "reservations": {"RES-0001": {**_RESERVATION_ROW, "status": "released"}},
+})
+
 _REFUSED_UNTOUCHED: Final = (("lifecycle", REFUSED), ("outcome", "refused"), ("side_effects", 0),
                              ("state_changed", False), ("submissions", 0))
 _COMPLETED: Final = (("lifecycle", RECONCILED), ("outcome", "completed"), ("side_effects", 4),
                      ("orders", {PLAN_ORDER: "confirmed"}), ("new_charges", 1),
-                     ("held_reservations", 1), ("violations", _violations()))
+                     ("held_reservations", 1), ("violations", _violations()),
+                     ("state_sha256", state_hash(_thaw(EXPECTED_COMPLETED_STATE))))
 _COMPENSATED: Final = (("lifecycle", RECONCILED), ("outcome", "compensated"),
                        ("orders", {PLAN_ORDER: "cancelled"}), ("new_charges", 0),
                        ("held_reservations", 0), ("inventory", {"SKU-BLUE": 5, "SKU-RED": 5}),
                        ("compensation_order", ["release_inventory", "cancel_order"]),
-                       ("violations", _violations()))
+                       ("violations", _violations()),
+                       ("state_sha256", state_hash(_thaw(EXPECTED_COMPENSATED_STATE))))
 
 
 def _plain_ledger(**overrides: dict[str, int]) -> dict[str, dict[str, int]]:
@@ -2111,15 +2165,6 @@ def sweep_fault_sets(tools: tuple[str, ...], plan: SweepPlan = SweepPlan(), seed
     return out
 
 
-def _business(state: Mapping) -> dict[str, Any]:
-    return {table: state[table] for table in BUSINESS_TABLES}
-
-
-def state_hash(state: Mapping) -> str:
-    """The digest of the business tables only (events and deliveries are the harness's plumbing)."""
-    return canonical_sha256(_business(state))
-
-
 def _completable(faults: tuple[Fault, ...], forward: frozenset[str]) -> bool:
     # A run could have completed unless a step the plan needs is refused for good; transient faults
     # (lost answers, 429, outages, duplicates) never make completion impossible, only harder.
@@ -2156,7 +2201,7 @@ def run_sweep(*, seed: int = SEED, calls: tuple[ToolCall, ...] | None = None,
                 "live": valid and _completable(faults, forward) and reached,
                 "orchestrator": orchestrator, "outcome": record["outcome"],
                 "record_sha256": record["record_sha256"], "run_id": f"W{index:05d}/{orchestrator}",
-                "side_effects": record["side_effects"],
+                "side_effects": record["side_effects"], **run_cost(record, forward),
                 "violated": [name for name, found in record["invariants"].items() if found],
             })
     return lines
@@ -2193,6 +2238,25 @@ def depth_table(lines: list[dict[str, Any]], spaces: Mapping[int, int]) -> list[
                          "runs": len(mine), "space": spaces[depth],
                          "unsafe": sum(1 for line in mine if line["violated"])})
     return rows
+
+
+def _percentile(values: list[int], share: int) -> int:
+    """Nearest-rank percentile (share in percent) of a non-empty list: an observed value, no interpolation."""
+    ordered = sorted(values)
+    return ordered[max(0, -(-share * len(ordered) // 100) - 1)]
+
+
+def efficiency_table(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per orchestrator: call count and simulated latency at p50/p95, retries, unexpected effects."""
+    out = {}
+    for orchestrator in sorted({line["orchestrator"] for line in lines}):
+        mine = [line for line in lines if line["orchestrator"] == orchestrator]
+        calls, latency = [line["calls"] for line in mine], [line["latency_ms"] for line in mine]
+        out[orchestrator] = {"calls_p50": _percentile(calls, 50), "calls_p95": _percentile(calls, 95),
+                             "latency_ms_p50": _percentile(latency, 50), "latency_ms_p95": _percentile(latency, 95),
+                             "retries": sum(line["retries"] for line in mine),
+                             "runs_with_unexpected_effects": sum(1 for line in mine if line["unexpected_effects"])}
+    return out
 
 
 def sweep_verdicts(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -2784,7 +2848,7 @@ def _sweep_summary(sweep: list, plan: SweepPlan = SweepPlan(), seed: int = SEED)
             "plan": list(PLAN_TOOLS), "runs_per_orchestrator": len(sweep) // len(outcomes),
             "sample_per_depth": plan.sample, "sample_seed": seed,
             "statements": {name: invariant.statement for name, invariant in INVARIANTS.items()},
-            "tools": list(tools), "verdicts": sweep_verdicts(sweep)}
+            "tools": list(tools), "verdicts": sweep_verdicts(sweep), "efficiency": efficiency_table(sweep)}
 
 
 def _scorer_summary(scorer: list) -> dict[str, Any]:
@@ -2939,7 +3003,9 @@ def read_plans(path: Any) -> list[PlanRecord]:
 
 
 def _recovery_table(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {name: {key: row[key] for key in ("completable", "live", "liveness", "unsafe", "verdict")}
+    efficiency = efficiency_table(lines)
+    return {name: {**{key: row[key] for key in ("completable", "live", "liveness", "unsafe", "verdict")},
+                   **efficiency[name]}
             for name, row in sweep_verdicts(lines).items()}
 
 
@@ -3048,6 +3114,13 @@ def _render_depths(sweep: Mapping[str, Any]) -> list[str]:
     lines += [f"sweep verdict {name}: {row['verdict'].upper()} (unsafe runs {row['unsafe']}, liveness "
               f"{row['live']}/{row['completable']} = {row['liveness']}, floor {sweep['liveness_floor']})"
               for name, row in sweep["verdicts"].items()]
+    widths = (12, 10, 10, 9, 15, 15, 28)
+    lines += ["", "efficiency over the sweep (latency simulated: 40 ms a call, 2 s a timeout, 15 ms a status query)",
+              _row("orchestrator", "calls p50", "calls p95", "retries", "latency p50 ms", "latency p95 ms",
+                   "runs with unexpected effects", widths=widths)]
+    lines += [_row(name, row["calls_p50"], row["calls_p95"], row["retries"], row["latency_ms_p50"],
+                   row["latency_ms_p95"], row["runs_with_unexpected_effects"], widths=widths)
+              for name, row in sweep["efficiency"].items()]
     return lines
 
 

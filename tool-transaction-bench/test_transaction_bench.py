@@ -2259,7 +2259,7 @@ class TestCli(unittest.TestCase):
         for text in ("S10 response lost after commit: one charge", "C1 double charge: SHOWN",
                      "single_charge", "no_orphan_reservation", "consumed_exactly_once", "key_ledger",
                      "unknown_resolved", "parse", "schema", "call_set", "dependency", "total", "verdict",
-                     "vetoes: SC2 FORBIDDEN_CALL:cancel_order@1", "PASSED"):
+                     "vetoes:\n  SC2   FORBIDDEN_CALL:cancel_order@1\n", "PASSED"):
             self.assertIn(text, out)
         body, _, timing = out.rpartition("time: ")
         self.assertEqual(body, tb.render_summary(bench().summary) + "\n")

@@ -3125,7 +3125,7 @@ def _render_depths(sweep: Mapping[str, Any]) -> list[str]:
 
 
 def _render_scorer(scorer: Mapping[str, Any]) -> list[str]:
-    widths = (4, 38, 6, 6, 8, 10, 6, 12, 9, 14, 10)
+    widths = (4, 50, 6, 6, 8, 10, 6, 16, 9, 14, 10)
     lines = ["full-plan scorer (proposal score, then the same proposal under each orchestrator)",
              _row("case", "proposal", "parse", "schema", "call_set", "dependency", "total", "verdict",
                   "seed-era", "naive effects", "guarded", widths=widths)]
@@ -3146,8 +3146,9 @@ def render_summary(summary: Mapping[str, Any]) -> str:
     lines += _render_scenarios(summary) + [""] + _render_invariants(summary["sweep"]) + [""]
     lines += _render_depths(summary["sweep"]) + [""]
     lines += _render_scorer(summary["scorer"])
-    vetoes = ", ".join(f"{item['case']} {item['veto']}" for item in summary["vetoes"])
-    lines += [f"vetoes: {vetoes or 'none'}",
+    lines += ["vetoes:" + ("" if summary["vetoes"] else " none")]
+    lines += [f"  {item['case']:4}  {item['veto']}" for item in summary["vetoes"]]
+    lines += [
               f"scorer config sha256 {summary['scorer']['config_sha256']}",
               f"raw_results.jsonl {summary['raw_results']['lines']} lines, "
               f"sha256 {summary['raw_results']['sha256']}"]

@@ -1,4 +1,4 @@
-"""Tests for transaction_bench, one TestCase per section of the module, in the module's order.
+"""Tests for transaction_bench (the package txbench/), one TestCase per part, in the order data flows.
 
 Every test pins an exact outcome: a code, a count, a verdict, an order. Nothing here writes
 outside a temporary directory; the committed results are only read.
@@ -6,20 +6,23 @@ outside a temporary directory; the committed results are only read.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
 import tempfile
 import unittest
-from unittest import mock
 from fractions import Fraction
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import transaction_bench as tb  # noqa: E402
+from txbench import cli as txcli, plansfile as txplansfile  # noqa: E402  (patched where they are looked up)
 
 HERE = Path(__file__).resolve().parent
 _CACHE: dict = {}
@@ -48,7 +51,7 @@ def raw_lines() -> list[dict]:
 
 
 def plan_arguments(tool: str, **changes) -> dict:
-    return {**tb._thaw(tb.PLAN_ARGUMENTS[tool]), **changes}
+    return {**tb.thaw(tb.PLAN_ARGUMENTS[tool]), **changes}
 
 
 def sandbox(*faults: tb.Fault, dedup: bool = True) -> tb.Sandbox:
@@ -1079,7 +1082,7 @@ class TestNaive(unittest.TestCase):
         record = run("naive", None, tb.Fault("rate_limited", "charge_payment"))
         keys = sorted(key for key in record["ledger"] if key.startswith("charge_payment|"))
         self.assertEqual(keys, ["charge_payment|k-charge-30417", "charge_payment|nv-" +
-                                f"{tb.random.Random(tb.SEED).getrandbits(64):016x}"])
+                                f"{random.Random(tb.SEED).getrandbits(64):016x}"])
         self.assertEqual(record["outcome"], "claimed_complete")
 
     def test_fresh_keys_depend_only_on_the_seed(self):
@@ -1107,14 +1110,14 @@ class TestNaive(unittest.TestCase):
         self.assertEqual((record["outcome"], record["side_effects"]), ("aborted", 0))
 
     def test_keyless_retries_stay_keyless(self):
-        self.assertEqual(tb._with_fresh_key({"a": 1}, tb.random.Random(1)), {"a": 1})
+        self.assertEqual(tb._with_fresh_key({"a": 1}, random.Random(1)), {"a": 1})
 
     def test_counts_every_success_reply_as_an_effect(self):
         box = with_order(sandbox(dedup=False), "create_order")
         journal = tb.Journal()
         arguments = plan_arguments("charge_payment")
         for _ in range(2):
-            tb._naive_step(box, journal, "charge_payment", arguments, tb.random.Random(1))
+            tb._naive_step(box, journal, "charge_payment", arguments, random.Random(1))
         self.assertEqual(journal.acks, {"charge_payment|k-charge-30417": 2})
 
 
@@ -1290,8 +1293,9 @@ class TestScenarios(unittest.TestCase):
 
     def test_s03_enum(self):
         # JPY is outside the enum, and it is not the order's EUR either: both are named.
-        self.assertEqual(self.scenario("S03")["refusal"], [{"call": 2, "code": "SCHEMA_ENUM", "path": "/currency"},
-                                                           {"call": 2, "code": "CURRENCY_MISMATCH", "path": "/currency"}])
+        self.assertEqual(self.scenario("S03")["refusal"],
+                         [{"call": 2, "code": "SCHEMA_ENUM", "path": "/currency"},
+                          {"call": 2, "code": "CURRENCY_MISMATCH", "path": "/currency"}])
 
     def test_s04_missing_idempotency_key(self):
         self.assertEqual(self.scenario("S04")["state_after"], self.scenario("S04")["state_before"])
@@ -2140,7 +2144,7 @@ class TestBenchResults(unittest.TestCase):
         lines = raw_lines()
         self.assertEqual([line["kind"] for line in lines[:39]], ["scenario"] * 14 + ["control"] * 5 + ["scorer"] * 20)
         self.assertEqual(len(lines), 39 + 2 * 3993)
-        self.assertEqual(bench().summary["raw_results"], {"lines": 39 + 2 * 3993, "sha256": tb.hashlib.sha256(bench().raw)
+        self.assertEqual(bench().summary["raw_results"], {"lines": 39 + 2 * 3993, "sha256": hashlib.sha256(bench().raw)
                                                           .hexdigest()})
 
     def test_every_line_is_canonical_and_full_records_are_sealed(self):
@@ -2187,7 +2191,7 @@ class TestBenchResults(unittest.TestCase):
     def test_committed_results_match_a_fresh_run(self):
         self.assertEqual(tb.check_results(tb.RESULTS_DIR, bench()), [])
 
-    @mock.patch.object(tb, "run_all", cached_run_all)
+    @mock.patch.object(txcli, "run_all", cached_run_all)
     def test_check_fails_when_one_byte_changes(self):
         with tempfile.TemporaryDirectory() as scratch:
             copy = Path(scratch) / "results"
@@ -2249,7 +2253,7 @@ class TestBenchResults(unittest.TestCase):
 # ================================================================================================
 
 class TestCli(unittest.TestCase):
-    @mock.patch.object(tb, "run_all", cached_run_all)
+    @mock.patch.object(txcli, "run_all", cached_run_all)
     def test_full_run_writes_results_and_prints_the_tables(self):
         with tempfile.TemporaryDirectory() as scratch:
             status, out, err = capture(["--results", scratch])
@@ -2272,7 +2276,7 @@ class TestCli(unittest.TestCase):
         self.assertIn("FAILED", rendered.splitlines()[0])
         self.assertEqual(rendered.splitlines()[-1], "FAILURE: control C1 did not show its fault")
 
-    @mock.patch.object(tb, "run_all", cached_run_all)
+    @mock.patch.object(txcli, "run_all", cached_run_all)
     def test_check_passes_on_a_faithful_copy(self):
         with tempfile.TemporaryDirectory() as scratch:
             tb.write_results(bench(), Path(scratch))
@@ -2310,7 +2314,7 @@ class TestCli(unittest.TestCase):
         self.assertEqual(error, {"code": "SCENARIO_UNKNOWN", "message": "unknown scenario id", "retryable": False,
                                  "detail": "known ids: S01..S14"})
 
-    @mock.patch.object(tb, "run_all", cached_run_all)
+    @mock.patch.object(txcli, "run_all", cached_run_all)
     def test_bad_results_directory_is_not_echoed(self):
         with tempfile.TemporaryDirectory() as scratch:
             blocker = Path(scratch) / "file"
@@ -2327,7 +2331,7 @@ class TestCli(unittest.TestCase):
     def test_a_forced_internal_bug_is_internal_error(self):
         def broken(*_args, **_kwargs):
             raise KeyError("/home/someone/secret")
-        with mock.patch.object(tb, "_run_one", broken):
+        with mock.patch.object(txcli, "_run_one", broken):
             error = self.failure(["--scenario", "S01"])
         self.assertEqual(error["code"], "INTERNAL_ERROR")
         self.assertNotIn("secret", json.dumps(error))
@@ -2415,7 +2419,8 @@ class TestScorePlans(unittest.TestCase):
             b'{"scenario":"/secret/path","trial":0,"error":"x"}\n': ("PLANS_SCENARIO_UNKNOWN", "line 1"),
             b'{"scenario":"track_order","trial":0,"error":"x","x":1}\n': ("PLANS_LINE", "line 1"),
             b'\xff\n': ("PLANS_LINE", "line 1"),
-            b'{"scenario":"track_order","trial":0,"response":' + b"[" * 40 + b"]" * 40 + b"}\n": ("PLANS_LINE", "line 1"),
+            b'{"scenario":"track_order","trial":0,"response":' + b"[" * 40 + b"]" * 40 + b"}\n":
+                ("PLANS_LINE", "line 1"),
         }
         for text, (code, at) in cases.items():
             with self.subTest(text=text[:40]):
@@ -2432,7 +2437,7 @@ class TestScorePlans(unittest.TestCase):
         self.assertEqual(self.refusal(over)["at"], "line 1")
 
     def test_file_limit_both_sides(self):
-        with mock.patch.object(tb, "MAX_PLAN_LINES", 3):
+        with mock.patch.object(txplansfile, "MAX_PLAN_LINES", 3):
             lines = b"".join(b'{"scenario":"track_order","trial":%d,"error":"x"}\n' % n for n in range(4))
             error = self.refusal(lines)
             self.assertEqual((error["code"], error["at"]), ("PLANS_TOO_MANY_LINES", "line 4"))
@@ -2465,7 +2470,8 @@ class TestUserOrchestrator(unittest.TestCase):
 
     def test_refusing_everything_fails(self):
         self.assertEqual(self.sweep(lambda calls, port: "refused"),
-                         {"completable": 53, "live": 0, "liveness": "0.000", "runs": 57, "unsafe": 0, "verdict": "fail"})
+                         {"completable": 53, "live": 0, "liveness": "0.000", "runs": 57, "unsafe": 0,
+                          "verdict": "fail"})
 
     def test_a_careless_orchestrator_is_unsafe(self):
         def careless(calls, port):
@@ -2503,7 +2509,8 @@ class TestUserOrchestrator(unittest.TestCase):
         self.assertEqual(tb.METRICS["unknown_resolutions"](record), ["status_query:committed"])
 
     def test_loading_is_refused_by_code(self):
-        for spec, code in (("nocolon", "ORCHESTRATOR_SPEC"), ("a:b:c", "ORCHESTRATOR_SPEC"), ("../x:y", "ORCHESTRATOR_SPEC"),
+        for spec, code in (("nocolon", "ORCHESTRATOR_SPEC"), ("a:b:c", "ORCHESTRATOR_SPEC"),
+                           ("../x:y", "ORCHESTRATOR_SPEC"),
                            (5, "ORCHESTRATOR_SPEC"), ("no_such_module_xyz:f", "ORCHESTRATOR_UNLOADABLE"),
                            ("examples.simple_orchestrator:nothing", "ORCHESTRATOR_UNLOADABLE"),
                            ("transaction_bench:SEED", "ORCHESTRATOR_UNLOADABLE")):
@@ -2514,12 +2521,12 @@ class TestUserOrchestrator(unittest.TestCase):
 
     def test_the_cli_sweeps_a_user_orchestrator(self):
         small = lambda **options: ORIGINAL_RUN_SWEEP(**{**options, "plan": SMALL_SWEEP})  # noqa: E731
-        with mock.patch.object(tb, "run_sweep", small):
+        with mock.patch.object(txcli, "run_sweep", small):
             status, out, err = capture(["sweep", "--orchestrator", "examples.simple_orchestrator:orchestrate"])
         self.assertEqual((status, err), (0, ""))
         self.assertIn("sweep verdict user: PASS (unsafe runs 0, liveness 53/53 = 1.000, floor 9/10)", out)
         self.assertIn("sweep verdict naive: FAIL", out)
-        with mock.patch.object(tb, "run_sweep", small):
+        with mock.patch.object(txcli, "run_sweep", small):
             status, out, _ = capture(["sweep", "--orchestrator", "test_transaction_bench:refuse_all"])
         self.assertEqual(status, 1)
         self.assertIn("sweep verdict user: FAIL (unsafe runs 0, liveness 0/53 = 0.000", out)

@@ -1,4 +1,7 @@
-"""A user's orchestrator in 20 lines, for `transaction_bench.py sweep --orchestrator examples.simple_orchestrator:orchestrate`."""
+"""A user's orchestrator for the bench's sweep; it passes.
+
+python -B tool-transaction-bench/transaction_bench.py sweep --orchestrator examples.simple_orchestrator:orchestrate
+"""
 
 
 def step(port, name, arguments):

@@ -82,6 +82,10 @@ def with_order(box: tb.Sandbox, *tools: str) -> tb.Sandbox:
     return box
 
 
+def canonical_text(value) -> str:
+    return tb.canonical_json(value).decode("utf-8")
+
+
 def codes(findings) -> list[str]:
     return [finding.code for finding in findings]
 
@@ -228,6 +232,18 @@ class TestDecodeArguments(unittest.TestCase):
 
     def test_finite_float_decodes_for_the_schema_to_judge(self):
         self.assertEqual(tb.decode_arguments('{"a": 2.0}'), {"a": 2.0})
+        findings = tb.validate_arguments(tb.TOOLS["reserve_inventory"].schema,
+                                         tb.decode_arguments(canonical_text(plan_arguments("reserve_inventory"))
+                                                             .replace('"quantity":2', '"quantity":2.0')))
+        self.assertEqual(findings, (tb.Finding("SCHEMA_TYPE", "/quantity"),))
+
+    def test_every_core_json_code_maps_to_one_bench_code(self):
+        core = {code for code, spec in tb.tool_dispatcher.ERROR_CATALOG.items() if spec.scope == "json"}
+        self.assertEqual(set(tb.JSON_TO_ARGS), core)
+        self.assertLessEqual(set(tb.JSON_TO_ARGS.values()), {c for c in tb.BENCH_CATALOG if c.startswith("ARGS_")})
+        self.assertEqual(tb.BENCH_ARGUMENTS_JSON.parse_float, tb.tool_dispatcher.finite_float)
+        self.assertEqual((tb.BENCH_ARGUMENTS_JSON.parse_int, tb.BENCH_ARGUMENTS_JSON.portable_text),
+                         (tb.tool_dispatcher.safe_int, True))
 
     def test_integer_range_both_sides(self):
         self.assertEqual(tb.decode_arguments('{"a": 9007199254740991}'), {"a": 2**53 - 1})
@@ -1391,7 +1407,7 @@ class TestControls(unittest.TestCase):
 
 
 # ================================================================================================
-# 13. Exhaustive fault sweep
+# 13. Fault sweep
 # ================================================================================================
 
 class TestSweep(unittest.TestCase):

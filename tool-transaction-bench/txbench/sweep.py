@@ -20,7 +20,7 @@ from .scenarios import PLACE_ORDER, plan_calls
 
 
 # ================================================================================================
-# 13. Exhaustive fault sweep
+# 13. Fault sweep: every fault set up to two faults, three faults whole on one tool and sampled across tools
 # ================================================================================================
 
 def sweep_tools(calls: tuple[ToolCall, ...]) -> tuple[str, ...]:

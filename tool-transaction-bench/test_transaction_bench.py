@@ -2502,8 +2502,28 @@ class TestUserOrchestrator(unittest.TestCase):
             raise RuntimeError("boom")
         record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(crash))
         self.assertEqual((record["outcome"], record["side_effects"]), ("crashed", 0))
-        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(lambda c, p: 42))
-        self.assertEqual(record["outcome"], "invalid_outcome")
+        for said in (42, "bogus", None):
+            record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(lambda c, p: said))
+            self.assertEqual(record["outcome"], "invalid_outcome")
+
+    def test_manual_with_an_undecodable_call_names_the_orders_it_can_read(self):
+        calls = tb.plan_calls()[:1] + (call("confirm_order", "{not json", "c9"),)
+        record = tb.execute_run("user", calls, tb.PLACE_ORDER, registry=self.registry(lambda c, p: "manual"))
+        self.assertEqual(record["manual"]["orders"], ["30417"])
+
+    def test_a_receipt_seen_by_status_and_by_replay_is_acknowledged_once(self):
+        def twice(calls, port):
+            arguments = port.decode(calls[0].arguments)
+            port.call("create_order", arguments)  # the answer is lost
+            self.assertTrue(port.call("create_order", arguments).ok)  # the receipt, replayed: acknowledged
+            status = port.query_status("create_order", arguments["idempotency_key"])  # the same receipt again
+            self.assertEqual(status.data["state"], "committed")
+            return "manual"
+        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(twice),
+                                faults=(tb.Fault("timeout_after_commit", "create_order"),))
+        self.assertEqual(record["ledger"]["create_order|k-create-30417"],
+                         {"acknowledged": 1, "attempted": 2, "effects": 1})
+        self.assertEqual(record["invariants"]["key_ledger"], [])
 
     def test_manual_names_the_plan_orders_and_excuses_them(self):
         record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(lambda c, p: "manual"))

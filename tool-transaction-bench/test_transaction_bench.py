@@ -1507,6 +1507,15 @@ class TestSweep(unittest.TestCase):
                              plan=tb.SweepPlan(exhaustive_depth=0, max_depth=0))
         self.assertEqual([(line["completable"], line["live"]) for line in lines], [(False, False)] * 2)
 
+    def test_a_plan_the_guard_accepts_but_the_tools_refuse_has_nothing_completable(self):
+        # Reconciled, but failed: the order does not exist, so no fault set could let it complete.
+        refund = call("refund_payment", REFUND)
+        expectation = tb.Expectation("x", (tb.ExpectedCall("refund_payment", {}),))
+        lines = tb.run_sweep(calls=(refund,), expectation=expectation,
+                             plan=tb.SweepPlan(exhaustive_depth=0, max_depth=0))
+        self.assertEqual([(line["lifecycle"], line["outcome"]) for line in lines][:1], [(tb.RECONCILED, "failed")])
+        self.assertEqual([(line["completable"], line["live"]) for line in lines], [(False, False)] * 2)
+
     def test_refusing_everything_is_safe_and_fails(self):
         lines = [{"completable": True, "live": False, "orchestrator": "refuser", "violated": []}] * 3
         self.assertEqual(tb.sweep_verdicts(lines), {"refuser": {

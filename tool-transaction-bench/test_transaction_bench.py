@@ -2404,6 +2404,11 @@ class TestScorePlans(unittest.TestCase):
         self.assertEqual(rows[-1], {"kind": "overall", "plans": 9, "scenarios": 3, "pass^k": {"1": "0.722"},
                                     "verdicts": {"model_error": 1, "pass": 5, "unreadable_shape": 1, "veto": 2}})
 
+    def test_score_plan_runs_no_sweep_unless_asked(self):
+        record = tb.read_plans(SAMPLES)[0]
+        self.assertNotIn("fault_recovery", tb.score_plan(record))
+        self.assertEqual(set(tb.score_plan(record, sweep=True)["fault_recovery"]), {"guarded", "naive"})
+
     def test_pass_hat_k_is_tau_bench_s(self):
         self.assertEqual(tb.pass_hat_k(4, 2, 2), Fraction(1, 6))
         self.assertEqual(tb.pass_hat_k(4, 4, 4), Fraction(1))
@@ -2459,7 +2464,8 @@ class TestScorePlans(unittest.TestCase):
         self.assertEqual(len(fits) - 1, tb.MAX_PLAN_LINE_BYTES)
         self.assertEqual(len(tb.read_plans(self.write(fits))), 1)
         over = fits.replace(b'"x', b'"xx', 1)
-        self.assertEqual(self.refusal(over)["at"], "line 1")
+        self.assertEqual((self.refusal(over)["at"], self.refusal(over)["detail"]),
+                         ("line 1", "longer than the line limit"))
 
     def test_file_limit_both_sides(self):
         with mock.patch.object(txplansfile, "MAX_PLAN_LINES", 3):

@@ -1,4 +1,4 @@
-"""Tests for transaction_bench, one TestCase per section of the module, in the module's order.
+"""Tests for transaction_bench (the package txbench/), one TestCase per part, in the order data flows.
 
 Every test pins an exact outcome: a code, a count, a verdict, an order. Nothing here writes
 outside a temporary directory; the committed results are only read.
@@ -6,9 +6,11 @@ outside a temporary directory; the committed results are only read.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -16,9 +18,11 @@ import tempfile
 import unittest
 from fractions import Fraction
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import transaction_bench as tb  # noqa: E402
+from txbench import cli as txcli, plansfile as txplansfile  # noqa: E402  (patched where they are looked up)
 
 HERE = Path(__file__).resolve().parent
 _CACHE: dict = {}
@@ -31,12 +35,23 @@ def bench() -> tb.BenchOutcome:
     return _CACHE["outcome"]
 
 
+# A sweep of single faults only: for tests that need a whole run but not the whole sweep.
+SMALL_SWEEP = tb.SweepPlan(exhaustive_depth=1, max_depth=1)
+
+
+def cached_run_all(seed: int = tb.SEED, sweep_plan: tb.SweepPlan = tb.SweepPlan()) -> tb.BenchOutcome:
+    """run_all for the CLI tests: the shared run when the arguments are the defaults."""
+    if (seed, sweep_plan) != (tb.SEED, tb.SweepPlan()):
+        raise AssertionError("the CLI ran the bench with unexpected arguments")
+    return bench()
+
+
 def raw_lines() -> list[dict]:
     return [json.loads(line) for line in bench().raw.decode("utf-8").splitlines()]
 
 
 def plan_arguments(tool: str, **changes) -> dict:
-    return {**tb._thaw(tb.PLAN_ARGUMENTS[tool]), **changes}
+    return {**tb.thaw(tb.PLAN_ARGUMENTS[tool]), **changes}
 
 
 def sandbox(*faults: tb.Fault, dedup: bool = True) -> tb.Sandbox:
@@ -67,6 +82,10 @@ def with_order(box: tb.Sandbox, *tools: str) -> tb.Sandbox:
     return box
 
 
+def canonical_text(value) -> str:
+    return tb.canonical_json(value).decode("utf-8")
+
+
 def codes(findings) -> list[str]:
     return [finding.code for finding in findings]
 
@@ -83,17 +102,25 @@ def capture(argv: list[str]) -> tuple[int, str, str]:
 # ================================================================================================
 
 class TestErrors(unittest.TestCase):
-    def test_error_carries_code_message_and_detail(self):
-        error = tb.BenchError("ORDER_STATE", "cancelled")
-        self.assertEqual(error.code, "ORDER_STATE")
-        self.assertEqual(str(error), "ORDER_STATE: the order's status does not allow this action (cancelled)")
+    def test_error_is_a_catalog_error_with_code_message_and_place(self):
+        error = tb.BenchError("BAD_REQUEST", "order_ref")
+        self.assertIsInstance(error, tb.tool_dispatcher.CatalogError)
+        self.assertEqual(error.to_json(), {"code": "BAD_REQUEST", "message": "the tool cannot read a field it needs",
+                                           "retryable": False, "at": "order_ref"})
 
-    def test_error_without_detail_has_no_suffix(self):
-        self.assertEqual(str(tb.BenchError("TIMEOUT")),
-                         "TIMEOUT: no answer in time: the effect may or may not have committed")
+    def test_detail_is_shown_only_when_set(self):
+        self.assertEqual(tb.BenchError("SCENARIO_UNKNOWN", detail="known ids: S01..S14").to_json()["detail"],
+                         "known ids: S01..S14")
+        self.assertEqual(set(tb.BenchError("SCENARIO_UNKNOWN").to_json()), {"code", "message", "retryable"})
 
-    def test_every_classified_code_is_in_the_catalogue(self):
-        self.assertLessEqual(set(tb.ERROR_CLASSES), set(tb.ERRORS))
+    def test_the_catalog_shares_no_code_with_the_core(self):
+        self.assertEqual(set(tb.BENCH_CATALOG) & set(tb.tool_dispatcher.ERROR_CATALOG), set())
+        self.assertEqual(set(tb.BENCH_CATALOG) & set(tb.SANDBOX_ANSWERS), set())
+        with self.assertRaises(ValueError):
+            tb.BenchError("CLI_USAGE")  # the core's: the CLI gets it from CliParser
+
+    def test_every_classified_code_is_a_catalog_code_or_a_sandbox_answer(self):
+        self.assertLessEqual(set(tb.ERROR_CLASSES), set(tb.BENCH_CATALOG) | set(tb.SANDBOX_ANSWERS))
 
     def test_classification_table(self):
         self.assertEqual(tb.classify("TIMEOUT"), tb.UNKNOWN)
@@ -104,7 +131,7 @@ class TestErrors(unittest.TestCase):
 
     def test_limits_are_the_documented_values(self):
         self.assertEqual((tb.GUARDED_MAX_ATTEMPTS, tb.NAIVE_MAX_ATTEMPTS, tb.MAX_ARGUMENT_BYTES,
-                          tb.MAX_NESTING, tb.MAX_SAFE_INTEGER, tb.MAX_CALLS, tb.MAX_EXPECTED_CALLS),
+                          tb.MAX_NESTING, tb.tool_dispatcher.MAX_SAFE_INTEGER, tb.MAX_CALLS, tb.MAX_EXPECTED_CALLS),
                          (3, 3, 16_384, 16, 9_007_199_254_740_991, 16, 8))
 
 
@@ -146,7 +173,7 @@ class TestLifecycle(unittest.TestCase):
                     with self.assertRaises(tb.IllegalTransition) as caught:
                         life.fire(event)
                     self.assertEqual(caught.exception.code, "LIFECYCLE_ILLEGAL")
-                    self.assertIn(state, str(caught.exception))
+                    self.assertEqual(caught.exception.at, f"{state}/{event}")
                     self.assertEqual((caught.exception.state, caught.exception.event), (state, event))
                     self.assertEqual(life.state, state)
 
@@ -205,18 +232,30 @@ class TestDecodeArguments(unittest.TestCase):
 
     def test_finite_float_decodes_for_the_schema_to_judge(self):
         self.assertEqual(tb.decode_arguments('{"a": 2.0}'), {"a": 2.0})
+        findings = tb.validate_arguments(tb.TOOLS["reserve_inventory"].schema,
+                                         tb.decode_arguments(canonical_text(plan_arguments("reserve_inventory"))
+                                                             .replace('"quantity":2', '"quantity":2.0')))
+        self.assertEqual(findings, (tb.Finding("SCHEMA_TYPE", "/quantity"),))
+
+    def test_every_core_json_code_maps_to_one_bench_code(self):
+        core = {code for code, spec in tb.tool_dispatcher.ERROR_CATALOG.items() if spec.scope == "json"}
+        self.assertEqual(set(tb.JSON_TO_ARGS), core)
+        self.assertLessEqual(set(tb.JSON_TO_ARGS.values()), {c for c in tb.BENCH_CATALOG if c.startswith("ARGS_")})
+        self.assertEqual(tb.BENCH_ARGUMENTS_JSON.parse_float, tb.tool_dispatcher.finite_float)
+        self.assertEqual((tb.BENCH_ARGUMENTS_JSON.parse_int, tb.BENCH_ARGUMENTS_JSON.portable_text),
+                         (tb.tool_dispatcher.safe_int, True))
 
     def test_integer_range_both_sides(self):
         self.assertEqual(tb.decode_arguments('{"a": 9007199254740991}'), {"a": 2**53 - 1})
         self.assertEqual(tb.decode_arguments('{"a": -9007199254740991}'), {"a": -(2**53 - 1)})
-        self.assertCode('{"a": 9007199254740992}', "ARGS_INT_RANGE")
-        self.assertCode('{"a": -9007199254740992}', "ARGS_INT_RANGE")
-        self.assertCode('{"a": 12345678901234567}', "ARGS_INT_RANGE")  # 17 digits: never reaches int()
-        self.assertCode('{"a": ' + "9" * 5000 + "}", "ARGS_INT_RANGE")
+        self.assertCode('{"a": 9007199254740992}', "ARGS_NOT_PORTABLE")
+        self.assertCode('{"a": -9007199254740992}', "ARGS_NOT_PORTABLE")
+        self.assertCode('{"a": 12345678901234567}', "ARGS_NOT_PORTABLE")  # 17 digits: never reaches int()
+        self.assertCode('{"a": ' + "9" * 5000 + "}", "ARGS_NOT_PORTABLE")
 
     def test_lone_surrogates(self):
-        self.assertCode('{"a": "\\ud800"}', "ARGS_BAD_STRING")
-        self.assertCode('{"\\udfff": 1}', "ARGS_BAD_STRING")
+        self.assertCode('{"a": "\\ud800"}', "ARGS_NOT_PORTABLE")
+        self.assertCode('{"\\udfff": 1}', "ARGS_NOT_PORTABLE")
         self.assertCode('{"a": "\ud800"}', "ARGS_NOT_UTF8")
 
     def test_byte_limit_both_sides(self):
@@ -276,7 +315,7 @@ class TestToolContracts(unittest.TestCase):
     def test_tool_set(self):
         self.assertEqual(sorted(tb.TOOLS), ["cancel_order", "charge_payment", "confirm_order", "create_order",
                                             "query_logistics", "refund_payment", "release_inventory",
-                                            "reserve_inventory"])
+                                            "reserve_inventory", "schedule_delivery"])
         self.assertEqual(tb.SIDE_EFFECT_TOOLS, frozenset(tb.TOOLS) - {"query_logistics"})
 
     def test_every_schema_is_supported_closed_and_fully_required(self):
@@ -412,7 +451,8 @@ class TestCheckSchema(unittest.TestCase):
             "no type": {"properties": {}},
             "type not a string": {"type": ["string"]},
             "unknown type": {"type": "number"},
-            "unknown keyword": {"type": "string", "format": "email"},
+            "unknown keyword": {"type": "string", "contentEncoding": "base64"},
+            "format on an integer": {"type": "integer", "format": "date-time"},
             "open object": {**closed, "additionalProperties": True},
             "object without additionalProperties": {"type": "object", "properties": {}, "required": []},
             "object without required": {"type": "object", "properties": {}, "additionalProperties": False},
@@ -455,7 +495,8 @@ class TestCheckSchema(unittest.TestCase):
 class TestFaults(unittest.TestCase):
     def test_swept_kinds(self):
         self.assertEqual(tb.SWEPT_KINDS, ("timeout_before_effect", "timeout_after_commit", "crash_after_commit",
-                                          "ack_lost", "rate_limited", "permanent_failure", "duplicate_submit"))
+                                          "ack_lost", "rate_limited", "permanent_failure", "duplicate_submit",
+                                          "status_unavailable"))
 
     def test_every_call_stage_kind_has_a_submission_behaviour(self):
         call_kinds = {name for name, kind in tb.FAULT_KINDS.items() if kind.stage == "call"}
@@ -775,7 +816,8 @@ class TestPlanValidation(unittest.TestCase):
         self.assertEqual(self.refusal(extra), [("CALL_UNEXPECTED", "/query_logistics", 4)])
         forbidden = tb.plan_calls() + (call("cancel_order", {"order_ref": "30417", "reason": "customer_request",
                                                              "idempotency_key": "k-cancel-0001"}, "x"),)
-        self.assertEqual(self.refusal(forbidden), [("CALL_FORBIDDEN", "/cancel_order", 4)])
+        self.assertEqual(self.refusal(forbidden), [("CALL_FORBIDDEN", "/cancel_order", 4),
+                                                   ("CUSTOMER_NOT_PERMITTED", "/cancel_order", 4)])
 
     def test_an_expected_tool_proposed_twice_is_unexpected_the_second_time(self):
         twice = tb.plan_calls() + (call("confirm_order", plan_arguments("confirm_order", idempotency_key="k-again-001"),
@@ -974,6 +1016,30 @@ class TestGuardedRuns(unittest.TestCase):
         self.assertEqual(record["transitions"][-1], ["EXECUTING", "escalate", "MANUAL"])
         self.assertEqual(tb.METRICS["violations"](record), tb._violations())  # excused by name, not silently
 
+    def test_timeout_status_outage_then_permanent_rejection_never_compensates(self):
+        # Issue 13: the charge committed (its response was lost), the status service was down, and
+        # the retry was refused for good. The outcome stays unknown, so undoing the earlier steps
+        # would guess: the old code compensated and left the customer charged on a cancelled order.
+        record = run("guarded", None, tb.Fault("timeout_after_commit", "charge_payment"),
+                     tb.Fault("status_unavailable", "charge_payment"),
+                     tb.Fault("permanent_failure", "charge_payment"))
+        self.assertEqual((record["lifecycle"], record["outcome"], record["compensation_order"]),
+                         (tb.MANUAL, "manual", []))
+        self.assertEqual(record["manual"], {"orders": ["30417"], "reason": "UNKNOWN_UNRESOLVED",
+                                            "tool": "charge_payment"})
+        self.assertEqual(tb.METRICS["orders"](record), {"30417": "created"})
+        self.assertEqual(tb.METRICS["unknown_resolutions"](record), [None])
+        self.assertEqual(tb.METRICS["violations"](record), tb._violations())
+
+    def test_permanent_rejection_after_a_resolved_absent_unknown_is_a_plain_failure(self):
+        # The other side of the rule: once the status query proved the charge absent, a permanent
+        # refusal is a known failure and the saga compensates.
+        record = run("guarded", None, tb.Fault("timeout_before_effect", "charge_payment"),
+                     tb.Fault("permanent_failure", "charge_payment"))
+        self.assertEqual((record["lifecycle"], record["outcome"], record["compensation_order"]),
+                         (tb.RECONCILED, "compensated", ["release_inventory", "cancel_order"]))
+        self.assertEqual(tb.METRICS["unknown_resolutions"](record), ["status_query:absent"])
+
     def test_failed_compensation_escalates_to_manual(self):
         record = run("guarded", None, tb.Fault("permanent_failure", "charge_payment"),
                      tb.Fault("permanent_failure", "release_inventory"))
@@ -1032,7 +1098,7 @@ class TestNaive(unittest.TestCase):
         record = run("naive", None, tb.Fault("rate_limited", "charge_payment"))
         keys = sorted(key for key in record["ledger"] if key.startswith("charge_payment|"))
         self.assertEqual(keys, ["charge_payment|k-charge-30417", "charge_payment|nv-" +
-                                f"{tb.random.Random(tb.SEED).getrandbits(64):016x}"])
+                                f"{random.Random(tb.SEED).getrandbits(64):016x}"])
         self.assertEqual(record["outcome"], "claimed_complete")
 
     def test_fresh_keys_depend_only_on_the_seed(self):
@@ -1060,14 +1126,14 @@ class TestNaive(unittest.TestCase):
         self.assertEqual((record["outcome"], record["side_effects"]), ("aborted", 0))
 
     def test_keyless_retries_stay_keyless(self):
-        self.assertEqual(tb._with_fresh_key({"a": 1}, tb.random.Random(1)), {"a": 1})
+        self.assertEqual(tb._with_fresh_key({"a": 1}, random.Random(1)), {"a": 1})
 
     def test_counts_every_success_reply_as_an_effect(self):
         box = with_order(sandbox(dedup=False), "create_order")
         journal = tb.Journal()
         arguments = plan_arguments("charge_payment")
         for _ in range(2):
-            tb._naive_step(box, journal, "charge_payment", arguments, tb.random.Random(1))
+            tb._naive_step(box, journal, "charge_payment", arguments, random.Random(1))
         self.assertEqual(journal.acks, {"charge_payment|k-charge-30417": 2})
 
 
@@ -1242,7 +1308,10 @@ class TestScenarios(unittest.TestCase):
                          [("SCHEMA_TYPE", "/quantity"), ("ARGUMENT_MISMATCH", "/quantity")])
 
     def test_s03_enum(self):
-        self.assertEqual(self.scenario("S03")["refusal"], [{"call": 2, "code": "SCHEMA_ENUM", "path": "/currency"}])
+        # JPY is outside the enum, and it is not the order's EUR either: both are named.
+        self.assertEqual(self.scenario("S03")["refusal"],
+                         [{"call": 2, "code": "SCHEMA_ENUM", "path": "/currency"},
+                          {"call": 2, "code": "CURRENCY_MISMATCH", "path": "/currency"}])
 
     def test_s04_missing_idempotency_key(self):
         self.assertEqual(self.scenario("S04")["state_after"], self.scenario("S04")["state_before"])
@@ -1338,43 +1407,142 @@ class TestControls(unittest.TestCase):
 
 
 # ================================================================================================
-# 13. Exhaustive fault sweep
+# 13. Fault sweep
 # ================================================================================================
 
 class TestSweep(unittest.TestCase):
-    def test_fault_sets_are_exhaustive(self):
-        sets = tb.sweep_fault_sets()
-        self.assertEqual(len(sets), 1 + 4 * 7 + 6 * 49)
-        self.assertEqual(sets[0], ())
-        singles = {(f.kind, f.tool) for s in sets if len(s) == 1 for f in s}
-        self.assertEqual(singles, {(k, t) for k in tb.SWEPT_KINDS for t in tb.PLAN_TOOLS})
-        pairs = [s for s in sets if len(s) == 2]
-        self.assertTrue(all(a.tool != b.tool for a, b in pairs))
-        self.assertEqual(len({tuple((f.kind, f.tool) for f in s) for s in pairs}), 294)
+    TOOLS = ("create_order", "reserve_inventory", "charge_payment", "confirm_order",
+             "cancel_order", "release_inventory", "refund_payment")
+
+    def test_sweep_tools_are_the_plan_then_its_compensations(self):
+        self.assertEqual(tb.sweep_tools(tb.plan_calls()), self.TOOLS)
+        self.assertEqual(tb.sweep_tools((call("query_logistics", {"order_ref": "20481"}),
+                                         call("refund_payment", {}), call("nope", {}))),
+                         ("query_logistics", "refund_payment"))
+
+    def test_every_fault_kind_is_swept_at_every_tool(self):
+        self.assertEqual(tb.SWEPT_KINDS, tuple(tb.FAULT_KINDS))
+        self.assertEqual(len(tb.sweep_atoms(self.TOOLS)), 8 * 7)
+        self.assertEqual(tb.sweep_atoms(self.TOOLS)[:2], (("timeout_before_effect", "create_order"),
+                                                           ("timeout_after_commit", "create_order")))
+
+    def test_fault_sets_per_depth(self):
+        sets = tb.sweep_fault_sets(self.TOOLS)
+        by_depth = {depth: [faults for d, faults, _ in sets if d == depth] for depth in range(4)}
+        spaces = {depth: space for depth, _, space in sets}
+        self.assertEqual(spaces, {0: 1, 1: 56, 2: 56 * 57 // 2, 3: 56 * 57 * 58 // 6})
+        self.assertEqual([len(by_depth[d]) for d in range(4)], [1, 56, 1596, 7 * 120 + tb.SWEEP_SAMPLE])
+        self.assertEqual(by_depth[0], [()])
+        self.assertEqual(len(set(by_depth[3])), 840 + tb.SWEEP_SAMPLE)
+        one_tool = [faults for faults in by_depth[3] if len({fault.tool for fault in faults}) == 1]
+        self.assertEqual(len(one_tool), 840)
+
+    def test_a_point_picked_twice_is_one_fault_striking_twice(self):
+        atoms = tb.sweep_atoms(self.TOOLS)
+        self.assertEqual(tb._fault_set(atoms, (5, 1, 5)),
+                         (tb.Fault("timeout_after_commit", "create_order", 1),
+                          tb.Fault("permanent_failure", "create_order", 2)))
+
+    def test_the_sample_is_fixed_by_the_seed(self):
+        plan = tb.SweepPlan(exhaustive_depth=1, max_depth=2, sample=10)
+        first = tb.sweep_fault_sets(self.TOOLS, plan)
+        self.assertEqual(first, tb.sweep_fault_sets(self.TOOLS, plan))
+        self.assertNotEqual(first, tb.sweep_fault_sets(self.TOOLS, plan, seed=1))
+        self.assertEqual(len(first), 1 + 56 + 7 * 36 + 10)  # 36 one-tool pairs per tool: C(8 + 1, 2)
+        whole = tb.sweep_fault_sets(self.TOOLS, tb.SweepPlan(exhaustive_depth=1, max_depth=2, sample=None))
+        self.assertEqual(len(whole), 1 + 56 + 1596)
+        large = tb.sweep_fault_sets(self.TOOLS, tb.SweepPlan(exhaustive_depth=1, max_depth=2, sample=10**6))
+        self.assertEqual(large, whole)
+
+    def test_the_issue_pattern_is_in_the_sweep(self):
+        pattern = (tb.Fault("timeout_after_commit", "charge_payment"), tb.Fault("permanent_failure", "charge_payment"),
+                   tb.Fault("status_unavailable", "charge_payment"))
+        self.assertIn(pattern, [faults for _, faults, _ in tb.sweep_fault_sets(self.TOOLS)])
 
     def test_invariant_table(self):
         self.assertEqual(bench().summary["sweep"]["invariants"], {
-            "single_charge": {"guarded": 0, "naive": 19},
-            "no_orphan_reservation": {"guarded": 0, "naive": 55},
-            "consumed_exactly_once": {"guarded": 0, "naive": 134},
+            "single_charge": {"guarded": 0, "naive": 152},
+            "no_orphan_reservation": {"guarded": 0, "naive": 470},
+            "consumed_exactly_once": {"guarded": 0, "naive": 1108},
             "key_ledger": {"guarded": 0, "naive": 0},
-            "unknown_resolved": {"guarded": 0, "naive": 140},
+            "unknown_resolved": {"guarded": 0, "naive": 1211},
         })
 
-    def test_outcomes(self):
-        self.assertEqual(bench().summary["sweep"]["outcomes"],
-                         {"guarded": {"compensated": 60, "completed": 241, "failed": 22},
-                          "naive": {"aborted": 119, "claimed_complete": 204}})
+    def test_verdicts_and_liveness(self):
+        self.assertEqual(bench().summary["sweep"]["verdicts"], {
+            "guarded": {"completable": 3335, "live": 3319, "liveness": "0.995", "runs": 3993, "unsafe": 0,
+                        "verdict": "pass"},
+            "naive": {"completable": 3335, "live": 2611, "liveness": "0.783", "runs": 3993, "unsafe": 2242,
+                      "verdict": "fail"}})
 
     def test_guarded_keeps_every_invariant_in_every_run(self):
         lines = [line for line in raw_lines() if line["kind"] == "sweep" and line["orchestrator"] == "guarded"]
-        self.assertEqual(len(lines), 323)
-        self.assertEqual([line for line in lines if any(line["violations"].values())], [])
-        self.assertEqual({line["lifecycle"] for line in lines}, {tb.RECONCILED})
+        self.assertEqual(len(lines), 3993)
+        self.assertEqual([line for line in lines if line["violated"]], [])
+        self.assertEqual({line["lifecycle"] for line in lines}, {tb.RECONCILED, tb.MANUAL})
+
+    def test_liveness_is_judged_by_state(self):
+        lines = tb.run_sweep(plan=tb.SweepPlan(exhaustive_depth=0, max_depth=0))
+        self.assertEqual([(line["completable"], line["live"]) for line in lines], [(True, True), (True, True)])
+        lost = [line for line in raw_lines() if line["kind"] == "sweep" and line["orchestrator"] == "guarded"
+                and line["completable"] and not line["live"]]
+        self.assertEqual(len(lost), 16)
+        # Every guarded liveness loss: refusals before any effect strike all three attempts of one
+        # step (its retry budget), and the saga then undoes what was done: 4 steps x 4 mixes.
+        self.assertEqual({sum(fault[2] for fault in line["faults"]) for line in lost}, {3})
+        self.assertEqual({len({fault[1] for fault in line["faults"]}) for line in lost}, {1})
+        self.assertEqual({fault[0] for line in lost for fault in line["faults"]},
+                         {"timeout_before_effect", "rate_limited"})
+        self.assertEqual({line["outcome"] for line in lost}, {"failed", "compensated"})
+
+    def test_a_permanent_failure_on_a_plan_step_is_not_completable(self):
+        self.assertFalse(tb._completable((tb.Fault("permanent_failure", "charge_payment"),),
+                                         frozenset(tb.PLAN_TOOLS)))
+        self.assertTrue(tb._completable((tb.Fault("permanent_failure", "refund_payment"),),
+                                        frozenset(tb.PLAN_TOOLS)))
+        self.assertTrue(tb._completable((tb.Fault("rate_limited", "charge_payment", 3),), frozenset(tb.PLAN_TOOLS)))
+
+    def test_an_invalid_plan_has_nothing_completable(self):
+        lines = tb.run_sweep(calls=tb.plan_calls(order=tb.PLAN_TOOLS[:3]),
+                             plan=tb.SweepPlan(exhaustive_depth=0, max_depth=0))
+        self.assertEqual([(line["completable"], line["live"]) for line in lines], [(False, False)] * 2)
+
+    def test_a_plan_the_guard_accepts_but_the_tools_refuse_has_nothing_completable(self):
+        # Reconciled, but failed: the order does not exist, so no fault set could let it complete.
+        refund = call("refund_payment", REFUND)
+        expectation = tb.Expectation("x", (tb.ExpectedCall("refund_payment", {}),))
+        lines = tb.run_sweep(calls=(refund,), expectation=expectation,
+                             plan=tb.SweepPlan(exhaustive_depth=0, max_depth=0))
+        self.assertEqual([(line["lifecycle"], line["outcome"]) for line in lines][:1], [(tb.RECONCILED, "failed")])
+        self.assertEqual([(line["completable"], line["live"]) for line in lines], [(False, False)] * 2)
+
+    def test_refusing_everything_is_safe_and_fails(self):
+        lines = [{"completable": True, "live": False, "orchestrator": "refuser", "violated": []}] * 3
+        self.assertEqual(tb.sweep_verdicts(lines), {"refuser": {
+            "completable": 3, "live": 0, "liveness": "0.000", "runs": 3, "unsafe": 0, "verdict": "fail"}})
+
+    def test_liveness_floor_both_sides(self):
+        def verdict(live):
+            lines = [{"completable": True, "live": i < live, "orchestrator": "x", "violated": []}
+                     for i in range(10)]
+            return tb.sweep_verdicts(lines)["x"]["verdict"]
+        self.assertEqual((verdict(9), verdict(8)), ("pass", "fail"))
+        unsafe = [{"completable": True, "live": True, "orchestrator": "x", "violated": ["key_ledger"]}]
+        self.assertEqual(tb.sweep_verdicts(unsafe)["x"]["verdict"], "fail")
+        nothing = [{"completable": False, "live": False, "orchestrator": "x", "violated": []}]
+        self.assertEqual(tb.sweep_verdicts(nothing)["x"]["verdict"], "n/a")
+
+    def test_depth_table(self):
+        rows = bench().summary["sweep"]["depths"]
+        self.assertEqual([(row["depth"], row["orchestrator"], row["runs"], row["space"]) for row in rows],
+                         [(0, "guarded", 1, 1), (0, "naive", 1, 1), (1, "guarded", 56, 56), (1, "naive", 56, 56),
+                          (2, "guarded", 1596, 1596), (2, "naive", 1596, 1596),
+                          (3, "guarded", 2340, 30856), (3, "naive", 2340, 30856)])
+        self.assertEqual([row["unsafe"] for row in rows if row["orchestrator"] == "guarded"], [0, 0, 0, 0])
 
     def test_sweep_table_counts_runs_not_violations(self):
-        lines = [{"orchestrator": "naive", "violations": tb._violations(single_charge=3)},
-                 {"orchestrator": "guarded", "violations": tb._violations()}]
+        lines = [{"orchestrator": "naive", "violated": ["single_charge"]},
+                 {"orchestrator": "guarded", "violated": []}]
         self.assertEqual(tb.sweep_table(lines)["single_charge"], {"guarded": 0, "naive": 1})
 
     def test_a_blind_naive_side_fails_the_run(self):
@@ -1385,12 +1553,40 @@ class TestSweep(unittest.TestCase):
         table["single_charge"] = {"guarded": 1, "naive": 1}
         self.assertEqual(tb._failures([], [], table, []), ("sweep: the guarded orchestrator violated single_charge",))
 
+    def test_run_cost(self):
+        record = run("guarded", None, tb.Fault("timeout_after_commit", "charge_payment"))
+        # four calls: the status query, not a second charge, proves the lost answer committed
+        self.assertEqual(tb.run_cost(record, frozenset(tb.PLAN_TOOLS)),
+                         {"calls": 4, "latency_ms": 3 * 40 + 2000 + 15, "retries": 0, "unexpected_effects": 0})
+        naive = run("naive", None, tb.Fault("timeout_after_commit", "charge_payment"))
+        self.assertEqual(tb.run_cost(naive, frozenset(tb.PLAN_TOOLS)),
+                         {"calls": 5, "latency_ms": 4 * 40 + 2000, "retries": 1, "unexpected_effects": 1})
+        # the second charge, then every commit of a tool outside {create_order, cancel_order}
+        self.assertEqual(tb.run_cost(naive, frozenset({"create_order"}))["unexpected_effects"], 1 + 4)
+
+    def test_percentile_is_nearest_rank(self):
+        values = list(range(1, 101))
+        self.assertEqual((tb._percentile(values, 50), tb._percentile(values, 95)), (50, 95))
+        self.assertEqual((tb._percentile([7], 50), tb._percentile([1, 2], 50), tb._percentile([1, 2], 95)), (7, 1, 2))
+
+    def test_efficiency_table(self):
+        self.assertEqual(bench().summary["sweep"]["efficiency"]["guarded"]["runs_with_unexpected_effects"], 0)
+        self.assertGreater(bench().summary["sweep"]["efficiency"]["naive"]["runs_with_unexpected_effects"], 0)
+
+    def test_a_guarded_side_short_of_liveness_fails_the_run(self):
+        table = {name: {"guarded": 0, "naive": 1} for name in tb.INVARIANTS}
+        verdicts = {"guarded": {"liveness": "0.500", "verdict": "fail"}, "naive": {"verdict": "fail"}}
+        self.assertEqual(tb._failures([], [], table, [], verdicts),
+                         ("sweep: the guarded orchestrator completed too few completable runs (0.500)",))
+
 
 # ================================================================================================
 # 14. Full-plan scorer
 # ================================================================================================
 
 REFUND = {"amount_cents": 4999, "idempotency_key": "k-refund-20481", "order_ref": "20481", "reason": "damaged"}
+SCHEDULE = {"idempotency_key": "k-delivery-20481", "order_ref": "20481", "order_version": 2,
+            "window_start": "2026-12-03T09:00:00Z"}
 
 
 def two_refunds() -> tb.Expectation:
@@ -1456,7 +1652,8 @@ class TestScorer(unittest.TestCase):
         expectation = tb.Expectation("x", (tb.ExpectedCall("refund_payment", {"amount_cents": 4999,
                                                                               "order_ref": "20481"}),))
         result = self.score(provider("refund_payment", {**REFUND, "order_ref": "20482"}), expectation=expectation)
-        self.assertEqual((result["verdict"], result["calls"][0]["pair_score"]), ("incomplete", "1/2"))
+        self.assertEqual((result["verdict"], result["calls"][0]["pair_score"], result["vetoes"]),
+                         ("veto", "1/2", ["WRONG_TARGET:refund_payment/order_ref@0"]))
 
     def test_enum_out_of_range_is_refused(self):
         result = self.score(provider("refund_payment", {**REFUND, "reason": "changed_mind"}),
@@ -1480,7 +1677,8 @@ class TestScorer(unittest.TestCase):
         self.assertEqual((in_order["verdict"], in_order["total"]["value"], in_order["edges"]),
                          ("pass", "1.000", [{"after": 1, "before": 0, "satisfied": True}]))
         reversed_ = self.score(refund, query, expectation=query_then_refund())
-        self.assertEqual((reversed_["verdict"], reversed_["total"]["value"]), ("incomplete", "0.000"))
+        self.assertEqual((reversed_["verdict"], reversed_["total"]["value"], reversed_["vetoes"]),
+                         ("veto", "0.000", ["DEPENDENCY_ORDER:query_logistics->refund_payment@0"]))
         self.assertEqual(reversed_["sub_scores"]["dependency"], {"den": 1, "num": "0", "value": "0.000"})
 
     def test_an_edge_to_a_missing_call_is_unsatisfied(self):
@@ -1563,15 +1761,20 @@ class TestScorerHostileInput(unittest.TestCase):
     EXPECT = tb.SCORER_CASES[0].expectation
 
     def test_response_level_failures_are_codes(self):
-        cases = {"RESPONSE_SHAPE": [None, [], "text", {}, {"tool_calls": {}}, {"tool_calls": [], "x": 1},
-                                    {"tool_calls": "[]"}],
-                 "RESPONSE_TOO_MANY_CALLS": [{"tool_calls": [provider("query_logistics", "{}")] * 17}]}
+        cases = {"RESPONSE_SHAPE": [None, "text", 5, {}, {"tool_calls": {}}, {"tool_calls": [], "x": 1},
+                                    {"tool_calls": "[]"}, {"choices": []}, {"choices": [{"message": "x"}]},
+                                    {"choices": [{"message": {"tool_calls": {}}}]}, {"output": "x"},
+                                    {"content": "text", "role": "assistant"}, {"candidates": [{}]},
+                                    {"candidates": [{"content": {"parts": {}}}]}],
+                 "RESPONSE_TOO_MANY_CALLS": [{"tool_calls": [provider("query_logistics", "{}")] * 17},
+                                             [{"name": "query_logistics", "arguments": {}}] * 17]}
+        verdicts = {"RESPONSE_SHAPE": "unreadable_shape", "RESPONSE_TOO_MANY_CALLS": "unparseable"}
         for code, responses in cases.items():
             for response in responses:
                 with self.subTest(response=str(response)[:60]):
                     result = tb.score_response(response, self.EXPECT)
                     self.assertEqual((result["error"], result["verdict"], result["total"]["value"]),
-                                     (code, "unparseable", "0.000"))
+                                     (code, verdicts[code], "0.000"))
                     self.assertEqual(result["sub_scores"]["parse"], {"den": 1, "num": "0", "value": "0.000"})
 
     def test_sixteen_calls_are_still_scored(self):
@@ -1592,8 +1795,8 @@ class TestScorerHostileInput(unittest.TestCase):
             "ARGS_TOO_LARGE": [{**good, "arguments": '{"order_ref": "' + "9" * 20_000 + '"}'}],
             "ARGS_DUPLICATE_KEY": [{**good, "arguments": '{"order_ref": "20481", "order_ref": "20482"}'}],
             "ARGS_NONFINITE": [{**good, "arguments": '{"order_ref": NaN}'}],
-            "ARGS_INT_RANGE": [{**good, "arguments": '{"order_ref": 123456789012345678901234567890}'}],
-            "ARGS_BAD_STRING": [{**good, "arguments": '{"order_ref": "\\udc00"}'}],
+            "ARGS_NOT_PORTABLE": [{**good, "arguments": '{"order_ref": 123456789012345678901234567890}'},
+                                  {**good, "arguments": '{"order_ref": "\\udc00"}'}],
         }
         for code, calls in cases.items():
             for item in calls:
@@ -1691,6 +1894,268 @@ class TestSeedRegressions(unittest.TestCase):
         self.assertEqual(tb.run_scorer_case(case)["verdict"], "fail")
 
 
+class TestPlanVetoes(unittest.TestCase):
+    """Issue 13: every plan whose fault shows only across calls is a veto with a named reason."""
+
+    ISSUE_CASES = {  # case: (the score the old scorer gave, the vetoes it gets now)
+        "SC7": ("0.80", ["DUPLICATE_EFFECT:charge_payment@3"]),
+        "SC8": ("0.875", ["WRONG_TARGET:charge_payment/order_ref@2"]),
+        "SC9": ("0.875", ["WRONG_AMOUNT:charge_payment/amount_cents@2"]),
+        "SC10": ("0.667", ["WRONG_TARGET:refund_payment/order_ref@0"]),
+        "SC11": ("0.80", ["DEPENDENCY_ORDER:reserve_inventory->charge_payment@1"]),
+        "SC12": ("1.00", ["KEY_REUSED:reserve_inventory@1", "KEY_REUSED:charge_payment@2",
+                          "KEY_REUSED:confirm_order@3"]),
+        "SC13": ("1.00", ["CURRENCY_MISMATCH:charge_payment@2"]),
+        "SC14": ("1.00", ["CALL_ID_REUSED:reserve_inventory@1", "CALL_ID_REUSED:charge_payment@2",
+                          "CALL_ID_REUSED:confirm_order@3"]),
+        "SC15": ("0.00", ["FORBIDDEN_CALL:cancel_order@1"]),
+        "SC16": ("1.00", ["CUSTOMER_MISMATCH:create_order@0"]),
+        "SC17": ("-", ["CONFIRMATION_MISSING:refund_payment@0"]),
+        "SC18": ("-", ["VERSION_STALE:schedule_delivery@0"]),
+    }
+
+    def record(self, ident):
+        return next(r for r in raw_lines() if r.get("case") == ident)
+
+    def test_every_mis_scored_plan_is_a_named_veto_and_the_guard_refuses_it(self):
+        for ident, (seed_era, vetoes) in self.ISSUE_CASES.items():
+            with self.subTest(case=ident):
+                record = self.record(ident)
+                self.assertEqual((record["verdict"], record["seed_era_score"], record["score"]["verdict"],
+                                  record["score"]["total"]["value"], record["score"]["vetoes"]),
+                                 ("pass", seed_era, "veto", "0.000", vetoes))
+                self.assertEqual((record["guarded"]["lifecycle"], record["guarded"]["side_effects"]), (tb.REFUSED, 0))
+
+    def test_the_naive_side_shows_what_the_veto_prevents(self):
+        self.assertEqual(self.record("SC7")["naive_record"]["state_after"]["charges"]["CH-0003"]["order_ref"], "30417")
+        self.assertEqual(tb.METRICS["new_charges"](self.record("SC7")["naive_record"]), 2)
+        self.assertEqual(self.record("SC13")["naive"]["side_effects"], 4)
+        self.assertEqual(self.record("SC19")["naive_record"]["state_after"]["orders"]["20481"]["delivery_window"],
+                         "2026-02-30T09:00:00Z")
+
+    def test_the_bare_list_is_read_as_the_seed_means_it(self):
+        record = self.record("SC15")
+        self.assertEqual((record["score"]["shape"], [c["name"] for c in record["score"]["calls"]]),
+                         ("bare_list", ["query_logistics", "cancel_order"]))
+        self.assertEqual(record["naive"]["side_effects"], 1)
+
+    def test_a_valid_schedule_passes_and_an_impossible_date_is_refused(self):
+        self.assertEqual((self.record("SC20")["score"]["verdict"], self.record("SC20")["guarded"]["lifecycle"]),
+                         ("pass", tb.RECONCILED))
+        self.assertEqual(self.record("SC19")["score"]["calls"][0]["findings"],
+                         [{"call": 0, "code": "SCHEMA_FORMAT", "path": "/window_start"}])
+
+    def score(self, calls, expectation):
+        return tb.score_response({"tool_calls": calls}, expectation)
+
+    def test_an_unexpected_side_effect_is_vetoed_even_when_not_forbidden(self):
+        open_ = tb.Expectation("open", (tb.ExpectedCall("query_logistics", {"order_ref": "20481"}),))
+        result = self.score([provider("query_logistics", {"order_ref": "20481"}),
+                             provider("release_inventory", {"order_ref": "20481", "idempotency_key": "k-rel-20481"},
+                                      "c2")], open_)
+        self.assertEqual(result["vetoes"], ["UNEXPECTED_EFFECT:release_inventory@1"])
+        extra_read = self.score([provider("query_logistics", {"order_ref": "20481"}),
+                                 provider("query_logistics", {"order_ref": "20481"}, "c2")], open_)
+        self.assertEqual((extra_read["vetoes"], extra_read["verdict"]), ([], "incomplete"))
+
+    def test_mutual_exclusion(self):
+        either = tb.Expectation("either", (tb.ExpectedCall("query_logistics", {}),),
+                                exclusive=(("refund_payment", "cancel_order"),))
+        refund = provider("refund_payment", REFUND, "c2")
+        cancel = provider("cancel_order", {"order_ref": "20481", "reason": "customer_request",
+                                           "idempotency_key": "k-cancel-20481"}, "c3")
+        query = provider("query_logistics", {"order_ref": "20481"})
+        both = self.score([query, refund, cancel], either)
+        self.assertIn("CALLS_EXCLUSIVE:cancel_order@2", both["vetoes"])
+        one = self.score([query, refund], either)
+        self.assertNotIn("CALLS_EXCLUSIVE", " ".join(one["vetoes"]))
+        plan, findings = tb.validate_plan(tb.calls_from_response({"tool_calls": [query, refund, cancel]}), either)
+        self.assertIn(("CALLS_EXCLUSIVE", "/refund_payment+cancel_order", 2), [(f.code, f.path, f.call)
+                                                                                for f in findings])
+
+    def test_key_reuse_with_the_same_intent_is_no_key_veto(self):
+        refund = provider("refund_payment", REFUND)
+        result = self.score([refund, {**refund, "id": "c2"}], tb.SCORER_CASES[2].expectation)
+        self.assertEqual(result["vetoes"], ["DUPLICATE_EFFECT:refund_payment@1"])
+
+    def test_an_invalid_call_gets_no_effect_veto(self):
+        result = self.score([provider("refund_payment", {**REFUND, "order_ref": 20482})],
+                            tb.SCORER_CASES[2].expectation)
+        self.assertEqual((result["verdict"], result["vetoes"]), ("refused", []))
+
+    def test_a_read_before_its_prerequisite_lowers_the_score_only(self):
+        expectation = tb.Expectation("x", (tb.ExpectedCall("refund_payment", {"order_ref": "20481"}),
+                                           tb.ExpectedCall("query_logistics", {"order_ref": "20481"})), edges=((0, 1),))
+        result = self.score([provider("query_logistics", {"order_ref": "20481"}),
+                             provider("refund_payment", REFUND, "c2")], expectation)
+        self.assertEqual((result["vetoes"], result["verdict"], result["total"]["value"]), ([], "incomplete", "0.000"))
+
+
+class TestBusinessChecks(unittest.TestCase):
+    def findings(self, calls, expectation):
+        return [(f.code, f.path, f.call) for f in tb.validate_plan(calls, expectation)[1]]
+
+    def expectation(self, **context):
+        return tb.Expectation("x", (tb.ExpectedCall("refund_payment", {}),), context=context)
+
+    def refund(self, amount):
+        return call("refund_payment", {**REFUND, "amount_cents": amount})
+
+    def test_second_confirmation_threshold_both_sides(self):
+        self.assertEqual(tb.HIGH_VALUE_CENTS, 50_000)
+        self.assertEqual(self.findings((self.refund(49_999),), self.expectation()), [])
+        self.assertEqual(self.findings((self.refund(50_000),), self.expectation()),
+                         [("CONFIRMATION_MISSING", "/amount_cents", 0)])
+        self.assertEqual(self.findings((self.refund(50_000),), self.expectation(confirmed=True)), [])
+        self.assertEqual(self.findings((self.refund(50_000),), self.expectation(confirmed=False)),
+                         [("CONFIRMATION_MISSING", "/amount_cents", 0)])
+
+    def test_permission_and_identity(self):
+        self.assertEqual(self.findings((self.refund(100),), self.expectation(allowed_tools=("query_logistics",))),
+                         [("CUSTOMER_NOT_PERMITTED", "/refund_payment", 0)])
+        self.assertEqual(self.findings((self.refund(100),), self.expectation(allowed_tools=("refund_payment",))), [])
+        wrong = tb.plan_calls((("create_order", ("customer", "id"), "C0001"),))
+        self.assertEqual(self.findings(wrong, tb.PLACE_ORDER), [("CUSTOMER_MISMATCH", "/customer/id", 0)])
+
+    def test_currency_comes_from_the_plan_or_the_context(self):
+        usd = tb.plan_calls((("charge_payment", ("currency",), "USD"),))
+        self.assertEqual(self.findings(usd, tb.PLACE_ORDER), [("CURRENCY_MISMATCH", "/currency", 2)])
+        charge = call("charge_payment", plan_arguments("charge_payment", order_ref="20481", currency="USD"))
+        known = tb.Expectation("x", (tb.ExpectedCall("charge_payment", {}),),
+                               context={"orders": {"20481": {"currency": "EUR", "version": 1}}})
+        self.assertEqual(self.findings((charge,), known), [("CURRENCY_MISMATCH", "/currency", 0)])
+        unknown = tb.Expectation("x", (tb.ExpectedCall("charge_payment", {}),))
+        self.assertEqual(self.findings((charge,), unknown), [])
+
+    def test_order_version_both_sides(self):
+        expectation = tb.Expectation("x", (tb.ExpectedCall("schedule_delivery", {}),), context={
+            "orders": {"20481": {"currency": "EUR", "version": 2}}})
+        stale = call("schedule_delivery", {**SCHEDULE, "order_version": 3})
+        self.assertEqual(self.findings((stale,), expectation), [("VERSION_STALE", "/order_version", 0)])
+        self.assertEqual(self.findings((call("schedule_delivery", SCHEDULE),), expectation), [])
+
+    def test_the_sandbox_enforces_the_version_too(self):
+        box = sandbox()
+        tb.seed_confirmed_order(box)
+        self.assertEqual(box.call("schedule_delivery", {**SCHEDULE, "order_version": 1}).code, "VERSION_CONFLICT")
+        self.assertTrue(box.call("schedule_delivery", SCHEDULE).ok)
+        self.assertEqual(box.orders["20481"]["delivery_window"], "2026-12-03T09:00:00Z")
+
+    def test_call_ids_must_be_unique(self):
+        calls = (call("query_logistics", {"order_ref": "20481"}, "same"),
+                 call("query_logistics", {"order_ref": "20481"}, "same"))
+        expectation = tb.Expectation("x", (tb.ExpectedCall("query_logistics", {}),) * 2)
+        self.assertEqual(self.findings(calls, expectation), [("CALL_ID_REUSED", "/id", 1)])
+
+    def test_malformed_context_is_refused(self):
+        for context in ({"nope": 1}, {"customer": 5}, {"allowed_tools": ("launch",)}, {"confirmed": 1},
+                        {"orders": {"20481": {"currency": "EUR"}}}, {"orders": {"20481": {"currency": "EUR",
+                                                                                          "version": "2"}}},
+                        {"orders": []}, "context"):
+            with self.subTest(context=context):
+                with self.assertRaises(tb.BenchError) as caught:
+                    tb.check_expectation(tb.Expectation("x", (), context=context))
+                self.assertEqual(caught.exception.code, "EXPECTATION_INVALID")
+        for exclusive in ((("refund_payment",),), (("refund_payment", "refund_payment"),), (("a", "b"),)):
+            with self.subTest(exclusive=exclusive):
+                with self.assertRaises(tb.BenchError):
+                    tb.check_expectation(tb.Expectation("x", (), exclusive=exclusive))
+
+
+class TestFormats(unittest.TestCase):
+    def test_date_time_exactly(self):
+        good = ["2026-12-03T09:00:00Z", "2026-12-03t09:00:00z", "2024-02-29T23:59:60+01:00",
+                "2026-12-03T09:00:00.123456-05:30", "0001-01-01T00:00:00Z"]
+        bad = ["2026-02-30T09:00:00Z", "2023-02-29T09:00:00Z", "1900-02-29T00:00:00Z", "2026-13-01T00:00:00Z",
+               "2026-12-00T00:00:00Z", "2026-12-03T24:00:00Z", "2026-12-03T09:60:00Z", "2026-12-03T09:58:60Z",
+               "2026-12-03T09:00:00", "2026-12-03 09:00:00Z", "2026-12-03T09:00:00+24:00",
+               "2026-12-03T09:00:00+01:60", "2026-12-03T9:00:00Z", "2026-12-03T09:00:00.Z",
+               "２０２６-12-03T09:00:00Z", "2026-12-03T09:00:00Z\n", "2026-04-31T00:00:00Z"]
+        for text in good:
+            with self.subTest(text=text):
+                self.assertTrue(tb.is_date_time(text))
+        for text in bad:
+            with self.subTest(text=text):
+                self.assertFalse(tb.is_date_time(text))
+        self.assertTrue(tb.is_date_time("2000-02-29T00:00:00Z"))
+
+    def test_format_is_a_schema_finding(self):
+        schema = tb.TOOLS["schedule_delivery"].schema
+        self.assertEqual(tb.validate_arguments(schema, {**SCHEDULE, "window_start": "tomorrow"}),
+                         (tb.Finding("SCHEMA_FORMAT", "/window_start"),))
+        self.assertEqual(tb.validate_arguments(schema, SCHEDULE), ())
+
+    def test_an_unsupported_format_is_refused_by_name(self):
+        for name in ("email", "date", "uri"):
+            with self.subTest(name=name):
+                with self.assertRaises(tb.BenchError) as caught:
+                    tb.check_schema({"type": "string", "format": name})
+                self.assertEqual(caught.exception.code, "SCHEMA_FORMAT_UNSUPPORTED")
+        tb.check_schema({"type": "string", "format": "date-time"})
+
+
+class TestResponseShapes(unittest.TestCase):
+    """Every raw shape a real model produces reads into the same calls and the same score."""
+
+    ARGS = {"order_ref": "20481"}
+
+    def shapes(self):
+        text = json.dumps(self.ARGS)
+        return {
+            "bench": {"tool_calls": [{"id": "c1", "name": "query_logistics", "arguments": text}]},
+            "bare_list": [{"name": "query_logistics", "arguments": self.ARGS}],
+            "openai_chat": {"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"index": 0, "message": {
+                "role": "assistant", "content": None, "tool_calls": [{"id": "call_a", "type": "function", "function": {
+                    "name": "query_logistics", "arguments": text}}]}, "finish_reason": "tool_calls"}]},
+            "openai_responses": {"id": "resp_1", "output": [
+                {"type": "reasoning", "id": "rs_1", "summary": []},
+                {"type": "function_call", "id": "fc_1", "call_id": "call_a", "name": "query_logistics",
+                 "arguments": text}]},
+            "anthropic_messages": {"id": "msg_1", "type": "message", "role": "assistant", "content": [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_1", "name": "query_logistics", "input": self.ARGS}]},
+            "gemini": {"candidates": [{"content": {"role": "model", "parts": [
+                {"text": "Checking."}, {"functionCall": {"name": "query_logistics", "args": self.ARGS}}]}}]},
+        }
+
+    def test_every_shape_reads_and_passes(self):
+        for name, response in self.shapes().items():
+            with self.subTest(shape=name):
+                shape, calls = tb.read_response(response)
+                self.assertEqual(shape, name)
+                result = tb.score_response(response, tb.SCORER_CASES[0].expectation)
+                self.assertEqual((result["shape"], result["verdict"], result["total"]["value"]),
+                                 (name, "pass", "1.000"))
+                self.assertEqual(json.loads(calls[0]["arguments"]), self.ARGS)
+
+    def test_shapes_without_ids_get_positional_ids(self):
+        self.assertEqual(tb.read_response(self.shapes()["gemini"])[1][0]["id"], "call_1")
+        self.assertEqual(tb.read_response([{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}])[1][1]["id"],
+                         "call_2")
+
+    def test_a_chat_message_without_tool_calls_is_zero_calls(self):
+        response = {"choices": [{"message": {"role": "assistant", "content": "no", "tool_calls": None}}]}
+        self.assertEqual(tb.read_response(response), ("openai_chat", []))
+
+    def test_malformed_items_are_call_shape_findings(self):
+        for response in ({"choices": [{"message": {"tool_calls": [{"id": "x", "type": "function"}]}}]},
+                         {"output": [5]}, {"content": ["x"], "role": "assistant"},
+                         {"candidates": [{"content": {"parts": [{"functionCall": "x"}]}}]},
+                         [{"name": "q", "arguments": {}, "extra": 1}]):
+            with self.subTest(response=str(response)[:50]):
+                result = tb.score_response(response, tb.SCORER_CASES[0].expectation)
+                self.assertEqual(result["calls"][0]["findings"][0]["code"], "CALL_SHAPE")
+
+    def test_object_arguments_go_through_the_strict_decoder(self):
+        response = {"content": [{"type": "tool_use", "id": "t1", "name": "query_logistics",
+                                 "input": {"order_ref": "\udc00"}}], "role": "assistant"}
+        result = tb.score_response(response, tb.SCORER_CASES[0].expectation)
+        self.assertEqual(result["calls"][0]["findings"][0]["code"], "ARGS_NOT_PORTABLE")
+        response["content"][0]["input"] = "not an object"
+        result = tb.score_response(response, tb.SCORER_CASES[0].expectation)
+        self.assertEqual(result["calls"][0]["findings"][0]["code"], "ARGS_NOT_JSON")
+
+
 # ================================================================================================
 # 15. Bench: run_all, result files, check
 # ================================================================================================
@@ -1702,26 +2167,26 @@ class TestBenchResults(unittest.TestCase):
 
     def test_raw_file_layout(self):
         lines = raw_lines()
-        self.assertEqual([line["kind"] for line in lines[:25]], ["scenario"] * 14 + ["control"] * 5 + ["scorer"] * 6)
-        self.assertEqual(len(lines), 25 + 646)
-        self.assertEqual(bench().summary["raw_results"], {"lines": 671, "sha256": tb.hashlib.sha256(bench().raw)
+        self.assertEqual([line["kind"] for line in lines[:39]], ["scenario"] * 14 + ["control"] * 5 + ["scorer"] * 20)
+        self.assertEqual(len(lines), 39 + 2 * 3993)
+        self.assertEqual(bench().summary["raw_results"], {"lines": 39 + 2 * 3993, "sha256": hashlib.sha256(bench().raw)
                                                           .hexdigest()})
 
     def test_every_line_is_canonical_and_full_records_are_sealed(self):
         lines = raw_lines()
         for text, line in zip(bench().raw.splitlines(), lines):
             self.assertEqual(tb.canonical_json(line), text)
-        for line in lines[:25]:
+        for line in lines[:39]:
             self.assertEqual(tb.seal(line)["record_sha256"], line["record_sha256"])
 
     def test_a_sweep_line_keeps_the_digest_of_its_reproducible_full_record(self):
-        line = next(line for line in raw_lines() if line["run_id"] == "W100/naive")
+        line = next(line for line in raw_lines() if line["run_id"] == "W00100/naive")
         faults = tuple(tb.Fault(*fault) for fault in line["faults"])
         record = tb.seal(tb.execute_run("naive", tb.plan_calls(), tb.PLACE_ORDER, faults=faults))
         self.assertEqual(record["record_sha256"], line["record_sha256"])
-        # 1 empty + 28 singles + 49 pairs on (create, reserve) precede it: pair 22 on (create, charge).
-        self.assertEqual(line["faults"], [["ack_lost", "create_order", 1],
-                                          ["timeout_after_commit", "charge_payment", 1]])
+        # 1 empty + 56 singles precede it: pair 43 from atom 0, atom 43 = 5 tools x 8 kinds + 3.
+        self.assertEqual(line["faults"], [["timeout_before_effect", "create_order", 1],
+                                          ["ack_lost", "release_inventory", 1]])
 
     def test_full_records_keep_what_the_issue_asks_for(self):
         for line in raw_lines()[:19]:
@@ -1731,24 +2196,27 @@ class TestBenchResults(unittest.TestCase):
                 self.assertEqual(line["seed"], tb.SEED)
 
     def test_rerun_is_byte_identical(self):
-        again = tb.run_all()
-        self.assertEqual((again.raw, again.summary_bytes()), (bench().raw, bench().summary_bytes()))
+        # The full run's identity is test_committed_results_match_a_fresh_run (and --check in CI);
+        # here two fresh runs of a small sweep are compared, bytes and files.
+        first_run, again = tb.run_all(sweep_plan=SMALL_SWEEP), tb.run_all(sweep_plan=SMALL_SWEEP)
+        self.assertEqual((again.raw, again.summary_bytes()), (first_run.raw, first_run.summary_bytes()))
         with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
-            tb.write_results(bench(), Path(first))
+            tb.write_results(first_run, Path(first))
             tb.write_results(again, Path(second))
             for name in (tb.RAW_FILE, tb.SUMMARY_FILE):
                 with open(Path(first) / name, "rb") as a, open(Path(second) / name, "rb") as b:
                     self.assertEqual(a.read(), b.read())
 
     def test_another_seed_changes_only_seeded_content(self):
-        other = tb.run_all(seed=1)
+        small, other = tb.run_all(sweep_plan=SMALL_SWEEP), tb.run_all(seed=1, sweep_plan=SMALL_SWEEP)
         self.assertEqual(other.summary["seed"], 1)
-        self.assertEqual(other.summary["sweep"]["invariants"], bench().summary["sweep"]["invariants"])
-        self.assertNotEqual(other.raw, bench().raw)
+        self.assertEqual(other.summary["sweep"]["invariants"], small.summary["sweep"]["invariants"])
+        self.assertNotEqual(other.raw, small.raw)
 
     def test_committed_results_match_a_fresh_run(self):
         self.assertEqual(tb.check_results(tb.RESULTS_DIR, bench()), [])
 
+    @mock.patch.object(txcli, "run_all", cached_run_all)
     def test_check_fails_when_one_byte_changes(self):
         with tempfile.TemporaryDirectory() as scratch:
             copy = Path(scratch) / "results"
@@ -1799,7 +2267,10 @@ class TestBenchResults(unittest.TestCase):
     def test_summary_counts_per_dimension(self):
         self.assertEqual(bench().summary["dimensions"]["schema"], {"passed": 4, "scenarios": 4})
         self.assertEqual(sum(d["passed"] for d in bench().summary["dimensions"].values()), 14)
-        self.assertEqual(bench().summary["vetoes"], [{"case": "SC2", "veto": "FORBIDDEN_CALL:cancel_order@1"}])
+        self.assertEqual(bench().summary["vetoes"][:2], [
+            {"case": "SC2", "veto": "FORBIDDEN_CALL:cancel_order@1"},
+            {"case": "SC7", "veto": "DUPLICATE_EFFECT:charge_payment@3"}])
+        self.assertEqual(len(bench().summary["vetoes"]), 17)
 
 
 # ================================================================================================
@@ -1807,6 +2278,7 @@ class TestBenchResults(unittest.TestCase):
 # ================================================================================================
 
 class TestCli(unittest.TestCase):
+    @mock.patch.object(txcli, "run_all", cached_run_all)
     def test_full_run_writes_results_and_prints_the_tables(self):
         with tempfile.TemporaryDirectory() as scratch:
             status, out, err = capture(["--results", scratch])
@@ -1816,9 +2288,11 @@ class TestCli(unittest.TestCase):
         for text in ("S10 response lost after commit: one charge", "C1 double charge: SHOWN",
                      "single_charge", "no_orphan_reservation", "consumed_exactly_once", "key_ledger",
                      "unknown_resolved", "parse", "schema", "call_set", "dependency", "total", "verdict",
-                     "vetoes: SC2 FORBIDDEN_CALL:cancel_order@1", "PASSED"):
+                     "vetoes:\n  SC2   FORBIDDEN_CALL:cancel_order@1\n", "PASSED"):
             self.assertIn(text, out)
-        self.assertEqual(out, tb.render_summary(bench().summary) + "\n")
+        body, _, timing = out.rpartition("time: ")
+        self.assertEqual(body, tb.render_summary(bench().summary) + "\n")
+        self.assertRegex(timing, r"^[0-9]+\.[0-9] s for the whole run, sweep included\n$")
 
     def test_failures_are_printed(self):
         summary = json.loads(bench().summary_bytes())
@@ -1827,6 +2301,7 @@ class TestCli(unittest.TestCase):
         self.assertIn("FAILED", rendered.splitlines()[0])
         self.assertEqual(rendered.splitlines()[-1], "FAILURE: control C1 did not show its fault")
 
+    @mock.patch.object(txcli, "run_all", cached_run_all)
     def test_check_passes_on_a_faithful_copy(self):
         with tempfile.TemporaryDirectory() as scratch:
             tb.write_results(bench(), Path(scratch))
@@ -1844,20 +2319,27 @@ class TestCli(unittest.TestCase):
                                                                        if not l.startswith(" "))),
                          (0, "S05/guarded", 1))
 
-    def test_usage_errors_exit_2_without_echo_or_traceback(self):
+    def failure(self, argv):
+        status, out, err = capture(argv)
+        self.assertEqual((status, err), (2, ""))
+        self.assertNotIn("Traceback", out)
+        envelope = json.loads(out)
+        self.assertEqual(envelope["passed"], False)
+        return envelope["error"]
+
+    def test_usage_errors_answer_the_core_envelope(self):
         for argv in (["--bogus"], ["--scenario"], ["--check", "--scenario", "S01"], ["extra"], ["--sc", "S01"],
-                     ["--results"]):
+                     ["--results"], ["score"], ["score", "--plans"], ["sweep"], ["score", "--plan", "x"]):
             with self.subTest(argv=argv):
-                status, out, err = capture(argv)
-                self.assertEqual((status, out), (2, ""))
-                self.assertTrue(err.startswith("error: CLI_USAGE"))
-                self.assertIn("usage: transaction_bench.py", err)
+                self.assertEqual(self.failure(argv), {"code": "CLI_USAGE", "retryable": False,
+                                                      "message": "The command line is not valid; see --help."})
 
     def test_unknown_scenario_is_not_echoed(self):
-        status, _, err = capture(["--scenario", "/home/someone/secret"])
-        self.assertEqual(status, 2)
-        self.assertEqual(err, "error: SCENARIO_UNKNOWN: unknown scenario id (known ids: S01..S14)\n")
+        error = self.failure(["--scenario", "/home/someone/secret"])
+        self.assertEqual(error, {"code": "SCENARIO_UNKNOWN", "message": "unknown scenario id", "retryable": False,
+                                 "detail": "known ids: S01..S14"})
 
+    @mock.patch.object(txcli, "run_all", cached_run_all)
     def test_bad_results_directory_is_not_echoed(self):
         with tempfile.TemporaryDirectory() as scratch:
             blocker = Path(scratch) / "file"
@@ -1867,18 +2349,246 @@ class TestCli(unittest.TestCase):
                                (["--check", "--results", str(blocker)], "RESULTS_UNREADABLE"),
                                (["--results", scratch + "/a\x00b"], "RESULTS_UNWRITABLE")):
                 with self.subTest(code=code):
-                    status, out, err = capture(argv)
-                    self.assertEqual(status, 2)
-                    self.assertTrue(err.startswith(f"error: {code}"))
-                    self.assertNotIn(scratch, err + out)
+                    status, out, _ = capture(argv)
+                    self.assertEqual((status, json.loads(out)["error"]["code"]), (2, code))
+                    self.assertNotIn(scratch, out)
+
+    def test_a_forced_internal_bug_is_internal_error(self):
+        def broken(*_args, **_kwargs):
+            raise KeyError("/home/someone/secret")
+        with mock.patch.object(txcli, "_run_one", broken):
+            error = self.failure(["--scenario", "S01"])
+        self.assertEqual(error["code"], "INTERNAL_ERROR")
+        self.assertNotIn("secret", json.dumps(error))
 
     def test_script_exits_2_without_a_traceback(self):
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
         result = subprocess.run([sys.executable, "-B", str(HERE / "transaction_bench.py"), "--nope", "/tmp/x"],
                                 capture_output=True, text=True, env=env, timeout=60)
-        self.assertEqual(result.returncode, 2)
-        self.assertNotIn("Traceback", result.stderr)
-        self.assertNotIn("/tmp/x", result.stderr)
+        self.assertEqual((result.returncode, result.stderr), (2, ""))
+        self.assertEqual(json.loads(result.stdout)["error"]["code"], "CLI_USAGE")
+        self.assertNotIn("/tmp/x", result.stdout)
+
+
+SAMPLES = HERE / "samples" / "plans.jsonl"
+
+
+class TestScorePlans(unittest.TestCase):
+    """`score --plans FILE.jsonl`: one line per plan, then per scenario and overall, pass^k."""
+
+    def run_score(self, *extra):
+        status, out, err = capture(["score", "--plans", str(SAMPLES), *extra])
+        self.assertEqual((status, err), (0, ""))
+        return [json.loads(line) for line in out.splitlines()]
+
+    def test_the_sample_file_scores_every_shape(self):
+        rows = self.run_score()
+        plans = [row for row in rows if row["kind"] == "plan"]
+        self.assertEqual([(row["shape"], row["verdict"], row["score"]) for row in plans], [
+            ("bench", "pass", "1.000"), ("openai_chat", "pass", "1.000"), ("anthropic_messages", "veto", "0.000"),
+            ("openai_responses", "pass", "1.000"), ("gemini", "pass", "1.000"), ("bare_list", "veto", "0.000"),
+            (None, "model_error", "0.000"), (None, "unreadable_shape", "0.000"),
+            ("anthropic_messages", "pass", "1.000")])
+        self.assertEqual(plans[2]["vetoes"], ["DUPLICATE_EFFECT:charge_payment@3"])
+        self.assertEqual(plans[5]["vetoes"], ["FORBIDDEN_CALL:cancel_order@1"])
+        self.assertEqual(plans[0]["sub_scores"], {"call_set": "1.000", "dependency": "1.000", "parse": "1.000",
+                                                  "schema": "1.000"})
+
+    def test_aggregates_and_pass_hat_k(self):
+        rows = self.run_score()
+        scenarios = {row["scenario"]: row for row in rows if row["kind"] == "scenario"}
+        self.assertEqual(scenarios["place_order"]["pass^k"], {"1": "0.667", "2": "0.333", "3": "0.000"})
+        self.assertEqual(scenarios["track_order"]["pass^k"], {"1": "0.500", "2": "0.167", "3": "0.000", "4": "0.000"})
+        self.assertEqual((scenarios["track_order"]["model_errors"], scenarios["refund_damaged"]["unreadable_shapes"],
+                          scenarios["refund_damaged"]["trials"]), (1, 1, 1))
+        self.assertEqual(rows[-1], {"kind": "overall", "plans": 9, "scenarios": 3, "pass^k": {"1": "0.722"},
+                                    "verdicts": {"model_error": 1, "pass": 5, "unreadable_shape": 1, "veto": 2}})
+
+    def test_score_plan_runs_no_sweep_unless_asked(self):
+        record = tb.read_plans(SAMPLES)[0]
+        self.assertNotIn("fault_recovery", tb.score_plan(record))
+        self.assertEqual(set(tb.score_plan(record, sweep=True)["fault_recovery"]), {"guarded", "naive"})
+
+    def test_pass_hat_k_is_tau_bench_s(self):
+        self.assertEqual(tb.pass_hat_k(4, 2, 2), Fraction(1, 6))
+        self.assertEqual(tb.pass_hat_k(4, 4, 4), Fraction(1))
+        self.assertEqual(tb.pass_hat_k(4, 3, 4), Fraction(0))
+
+    def test_each_plan_gets_its_fault_recovery_table(self):
+        rows = self.run_score("--orchestrator", "examples.simple_orchestrator:orchestrate")
+        self.assertEqual(rows[0]["fault_recovery"]["user"], {
+            "completable": 53, "live": 53, "liveness": "1.000", "unsafe": 0, "verdict": "pass",
+            "calls_p50": 4, "calls_p95": 5, "latency_ms_p50": 160, "latency_ms_p95": 2175, "retries": 8,
+            "runs_with_unexpected_effects": 0})
+        self.assertEqual(rows[0]["fault_recovery"]["naive"]["unsafe"], 18)
+        self.assertEqual(rows[2]["fault_recovery"]["guarded"]["verdict"], "n/a")  # a vetoed plan never completes
+        self.assertNotIn("fault_recovery", rows[7])  # an unreadable shape has no calls to run
+
+    def write(self, text: bytes) -> str:
+        handle = tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False)
+        self.addCleanup(os.remove, handle.name)
+        with handle:
+            handle.write(text)
+        return handle.name
+
+    def refusal(self, text: bytes):
+        status, out, err = capture(["score", "--plans", self.write(text)])
+        self.assertEqual((status, err), (2, ""))
+        self.assertNotIn("Traceback", out)
+        return json.loads(out)["error"]
+
+    def test_bad_lines_name_the_line_never_the_text(self):
+        good = b'{"scenario":"track_order","trial":0,"error":"x"}\n'
+        cases = {
+            b"{not json\n": ("PLANS_LINE", "line 1"),
+            good + b'{"scenario":"track_order","trial":1}\n': ("PLANS_LINE", "line 2"),
+            good + b"\n" + b'[1]\n': ("PLANS_LINE", "line 3"),
+            good + b'{"scenario":"track_order","trial":-1,"error":"x"}\n': ("PLANS_LINE", "line 2"),
+            good + b'{"scenario":"track_order","trial":true,"error":"x"}\n': ("PLANS_LINE", "line 2"),
+            good + good: ("PLANS_LINE", "line 2"),
+            b'{"scenario":"/secret/path","trial":0,"error":"x"}\n': ("PLANS_SCENARIO_UNKNOWN", "line 1"),
+            b'{"scenario":"track_order","trial":0,"error":"x","x":1}\n': ("PLANS_LINE", "line 1"),
+            b'\xff\n': ("PLANS_LINE", "line 1"),
+            b'{"scenario":"track_order","trial":0,"response":' + b"[" * 40 + b"]" * 40 + b"}\n":
+                ("PLANS_LINE", "line 1"),
+        }
+        for text, (code, at) in cases.items():
+            with self.subTest(text=text[:40]):
+                error = self.refusal(text)
+                self.assertEqual((error["code"], error["at"]), (code, at))
+                self.assertNotIn("secret", json.dumps(error))
+
+    def test_line_limit_both_sides(self):
+        pad = tb.MAX_PLAN_LINE_BYTES - len(b'{"scenario":"track_order","trial":0,"error":""}')
+        fits = b'{"scenario":"track_order","trial":0,"error":"' + b"x" * pad + b'"}\n'
+        self.assertEqual(len(fits) - 1, tb.MAX_PLAN_LINE_BYTES)
+        self.assertEqual(len(tb.read_plans(self.write(fits))), 1)
+        over = fits.replace(b'"x', b'"xx', 1)
+        self.assertEqual((self.refusal(over)["at"], self.refusal(over)["detail"]),
+                         ("line 1", "longer than the line limit"))
+
+    def test_file_limit_both_sides(self):
+        with mock.patch.object(txplansfile, "MAX_PLAN_LINES", 3):
+            lines = b"".join(b'{"scenario":"track_order","trial":%d,"error":"x"}\n' % n for n in range(4))
+            error = self.refusal(lines)
+            self.assertEqual((error["code"], error["at"]), ("PLANS_TOO_MANY_LINES", "line 4"))
+            self.assertEqual(len(tb.read_plans(self.write(lines[:-len(lines.splitlines(True)[-1])]))), 3)
+
+    def test_an_unreadable_file(self):
+        self.assertEqual(self.failure_code(["score", "--plans", str(HERE / "no-such-file.jsonl")]), "PLANS_UNREADABLE")
+        self.assertEqual(self.failure_code(["score", "--plans", str(HERE)]), "PLANS_UNREADABLE")
+
+    def failure_code(self, argv):
+        status, out, _ = capture(argv)
+        self.assertEqual(status, 2)
+        return json.loads(out)["error"]["code"]
+
+
+class TestUserOrchestrator(unittest.TestCase):
+    def registry(self, orchestrate):
+        return {**tb.ORCHESTRATORS, "user": tb.user_orchestrator(orchestrate)}
+
+    def sweep(self, orchestrate, plan=SMALL_SWEEP):
+        return tb.sweep_verdicts(tb.run_sweep(plan=plan, orchestrators=("user",),
+                                              registry=self.registry(orchestrate)))["user"]
+
+    def test_the_readme_example_passes_the_sweep(self):
+        example = tb.load_orchestrator("examples.simple_orchestrator:orchestrate")
+        lines = tb.run_sweep(orchestrators=("user",), registry={"user": example},
+                             plan=tb.SweepPlan(exhaustive_depth=2, max_depth=2))
+        self.assertEqual(tb.sweep_verdicts(lines)["user"], {"completable": 1431, "live": 1431, "liveness": "1.000",
+                                                            "runs": 1653, "unsafe": 0, "verdict": "pass"})
+
+    def test_refusing_everything_fails(self):
+        self.assertEqual(self.sweep(lambda calls, port: "refused"),
+                         {"completable": 53, "live": 0, "liveness": "0.000", "runs": 57, "unsafe": 0,
+                          "verdict": "fail"})
+
+    def test_a_careless_orchestrator_is_unsafe(self):
+        def careless(calls, port):
+            for call in calls:
+                port.call(call.name, port.decode(call.arguments))
+            return "completed"  # no relay, no recovery: what it says is not what the state shows
+        verdict = self.sweep(careless)
+        self.assertEqual((verdict["verdict"], verdict["unsafe"] > 0), ("fail", True))
+
+    def test_a_crash_or_an_odd_answer_is_recorded_not_raised(self):
+        def crash(calls, port):
+            raise RuntimeError("boom")
+        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(crash))
+        self.assertEqual((record["outcome"], record["side_effects"]), ("crashed", 0))
+        for said in (42, "bogus", None):
+            record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(lambda c, p: said))
+            self.assertEqual(record["outcome"], "invalid_outcome")
+
+    def test_manual_with_an_undecodable_call_names_the_orders_it_can_read(self):
+        calls = tb.plan_calls()[:1] + (call("confirm_order", "{not json", "c9"),)
+        record = tb.execute_run("user", calls, tb.PLACE_ORDER, registry=self.registry(lambda c, p: "manual"))
+        self.assertEqual(record["manual"]["orders"], ["30417"])
+
+    def test_a_receipt_seen_by_status_and_by_replay_is_acknowledged_once(self):
+        def twice(calls, port):
+            arguments = port.decode(calls[0].arguments)
+            port.call("create_order", arguments)  # the answer is lost
+            self.assertTrue(port.call("create_order", arguments).ok)  # the receipt, replayed: acknowledged
+            status = port.query_status("create_order", arguments["idempotency_key"])  # the same receipt again
+            self.assertEqual(status.data["state"], "committed")
+            return "manual"
+        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(twice),
+                                faults=(tb.Fault("timeout_after_commit", "create_order"),))
+        self.assertEqual(record["ledger"]["create_order|k-create-30417"],
+                         {"acknowledged": 1, "attempted": 2, "effects": 1})
+        self.assertEqual(record["invariants"]["key_ledger"], [])
+
+    def test_manual_names_the_plan_orders_and_excuses_them(self):
+        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(lambda c, p: "manual"))
+        self.assertEqual((record["lifecycle"], record["manual"]),
+                         (tb.MANUAL, {"orders": ["30417"], "reason": "USER_ESCALATION", "tool": None}))
+
+    def test_the_port_journals_unknowns_and_their_resolution(self):
+        def once(calls, port):
+            arguments = port.decode(calls[0].arguments)
+            self.assertEqual(port.call("create_order", arguments).code, "TIMEOUT")
+            self.assertEqual(port.query_status("create_order", arguments["idempotency_key"]).data["state"], "committed")
+            self.assertEqual(port.compensation("create_order", arguments)[0], "cancel_order")
+            self.assertIsNone(port.compensation("confirm_order", {}))
+            self.assertEqual(port.findings(calls), [])
+            self.assertEqual(set(port.schemas), set(tb.TOOLS))
+            return "manual"
+        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(once),
+                                faults=(tb.Fault("timeout_after_commit", "create_order"),))
+        self.assertEqual(tb.METRICS["unknown_resolutions"](record), ["status_query:committed"])
+
+    def test_loading_is_refused_by_code(self):
+        for spec, code in (("nocolon", "ORCHESTRATOR_SPEC"), ("a:b:c", "ORCHESTRATOR_SPEC"),
+                           ("../x:y", "ORCHESTRATOR_SPEC"),
+                           (5, "ORCHESTRATOR_SPEC"), ("no_such_module_xyz:f", "ORCHESTRATOR_UNLOADABLE"),
+                           ("examples.simple_orchestrator:nothing", "ORCHESTRATOR_UNLOADABLE"),
+                           ("transaction_bench:SEED", "ORCHESTRATOR_UNLOADABLE")):
+            with self.subTest(spec=spec):
+                with self.assertRaises(tb.BenchError) as caught:
+                    tb.load_orchestrator(spec)
+                self.assertEqual(caught.exception.code, code)
+
+    def test_the_cli_sweeps_a_user_orchestrator(self):
+        small = lambda **options: ORIGINAL_RUN_SWEEP(**{**options, "plan": SMALL_SWEEP})  # noqa: E731
+        with mock.patch.object(txcli, "run_sweep", small):
+            status, out, err = capture(["sweep", "--orchestrator", "examples.simple_orchestrator:orchestrate"])
+        self.assertEqual((status, err), (0, ""))
+        self.assertIn("sweep verdict user: PASS (unsafe runs 0, liveness 53/53 = 1.000, floor 9/10)", out)
+        self.assertIn("sweep verdict naive: FAIL", out)
+        with mock.patch.object(txcli, "run_sweep", small):
+            status, out, _ = capture(["sweep", "--orchestrator", "test_transaction_bench:refuse_all"])
+        self.assertEqual(status, 1)
+        self.assertIn("sweep verdict user: FAIL (unsafe runs 0, liveness 0/53 = 0.000", out)
+
+
+ORIGINAL_RUN_SWEEP = tb.run_sweep
+
+
+def refuse_all(calls, port):
+    """An orchestrator that is perfectly safe and useless: the sweep must fail it."""
+    return "refused"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,527 @@
+"""The full-plan scorer: response shapes, matching, sub-scores, plan-level vetoes, and its cases."""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from types import MappingProxyType
+from typing import Any, Callable, Final
+
+import tool_dispatcher
+
+from .limits import (
+    HIGH_VALUE_CENTS, MAX_ARGUMENT_BYTES, MAX_CALLS, MAX_EXPECTED_CALLS, MAX_NAME_CHARS, MAX_NESTING,
+    PLAN_TOOLS, SEED, SEEDED_ORDER, canonical_json, canonical_sha256
+)
+from .errors import BENCH_CATALOG, BenchError, RECONCILED, REFUSED
+from .contracts import Finding, SIDE_EFFECT_TOOLS, TOOLS, ToolContract, freeze, thaw, check_schema
+from .sandbox import key_of, seed_confirmed_order
+from .plans import (
+    CallCheck, Expectation, ExpectedCall, ToolCall, decoded_arguments, same_json, business_findings,
+    check_expectation, vet_call
+)
+from .records import METRICS, execute_run, seal
+from .scenarios import PLACE_ORDER, PLAN_ARGUMENTS, plan_calls
+
+
+# ================================================================================================
+# 14. Full-plan scorer and its cases
+# ================================================================================================
+
+# Verdicts, strongest first: the first that applies is the verdict. Only the last two score above 0.
+# A response whose shape nothing reads is "unreadable_shape" (decided before any of these).
+VERDICTS: Final = ("veto", "unparseable", "refused", "incomplete", "pass")
+_UNPARSED_CODES: Final = frozenset({"CALL_SHAPE", "RESPONSE_SHAPE", "RESPONSE_TOO_MANY_CALLS"}
+                                   | {code for code in BENCH_CATALOG if code.startswith("ARGS_")})
+
+
+def scorer_config() -> dict[str, Any]:
+    """Everything that decides a score; its digest is published with the results."""
+    return {
+        "argument_compare": "exact canonical JSON equality: no coercion, booleans are not integers",
+        "call_set": "sum of matched pair scores / max(expected calls, proposed calls)",
+        "dependency": "satisfied edges / edges, on the proposed order of matched calls",
+        "limits": {"max_argument_bytes": MAX_ARGUMENT_BYTES, "max_calls": MAX_CALLS,
+                   "max_expected_calls": MAX_EXPECTED_CALLS, "max_name_chars": MAX_NAME_CHARS,
+                   "max_nesting": MAX_NESTING, "max_safe_integer": tool_dispatcher.MAX_SAFE_INTEGER},
+        "matching": "optimal assignment over all calls (maximum total, ties to the earliest pairs)",
+        "pair_score": "0 unless same tool and the call is valid; else share of fixed arguments equal",
+        "response_shapes": [name for name, _applies, _extract in RESPONSE_SHAPES],
+        "total": "0 for veto, unparseable or refused; otherwise call_set x dependency",
+        "verdicts": list(VERDICTS),
+        "vetoes": {"business": sorted({"CALL_ID_REUSED", "CALLS_EXCLUSIVE", "CONFIRMATION_MISSING",
+                                       "CURRENCY_MISMATCH", "CUSTOMER_MISMATCH", "CUSTOMER_NOT_PERMITTED",
+                                       "VERSION_STALE"}),
+                   "effect_fields": dict(EFFECT_FIELDS), "high_value_cents": HIGH_VALUE_CENTS,
+                   "plan": ["DEPENDENCY_ORDER", "DUPLICATE_EFFECT", "FORBIDDEN_CALL", "KEY_REUSED",
+                            "UNEXPECTED_EFFECT"]},
+    }
+
+
+def _object_text(value: Any) -> Any:
+    # Shapes that carry arguments as an object (Anthropic `input`, Gemini `args`, a bare list) are
+    # turned into text, so every call goes through the same strict decoder; ASCII escapes keep a
+    # lone surrogate visible to it. Anything but an object stays as it is and is refused there.
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=True, allow_nan=False)
+    return value
+
+
+def _items(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise BenchError("RESPONSE_SHAPE")
+    return value
+
+
+def _bench_calls(response: Any) -> list[Any]:
+    return _items(response["tool_calls"])
+
+
+def _bare_list_calls(response: Any) -> list[Any]:
+    # The seed's own example: [{"name": ..., "arguments": {...}}, ...], ids optional.
+    return [{"arguments": _object_text(item.get("arguments")), "id": item.get("id", f"call_{number}"),
+             "name": item.get("name")} if isinstance(item, dict) and set(item) <= {"id", "name", "arguments"}
+            else item for number, item in enumerate(response, 1)]
+
+
+def _chat_calls(response: Any) -> list[Any]:
+    choices = _items(response["choices"])
+    message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+    if not isinstance(message, dict):
+        raise BenchError("RESPONSE_SHAPE")
+    calls = message.get("tool_calls")
+    if calls is None:
+        calls = []  # a plain answer: no tool call at all
+    return [{"arguments": item["function"].get("arguments"), "id": item.get("id"),
+             "name": item["function"].get("name")}
+            if isinstance(item, dict) and isinstance(item.get("function"), dict) else item
+            for item in _items(calls)]
+
+
+def _responses_calls(response: Any) -> list[Any]:
+    return [{"arguments": item.get("arguments"), "id": item.get("call_id"), "name": item.get("name")}
+            if isinstance(item, dict) and item.get("type") == "function_call" else item
+            for item in _items(response["output"])
+            if not (isinstance(item, dict) and item.get("type") != "function_call")]
+
+
+def _anthropic_calls(response: Any) -> list[Any]:
+    return [{"arguments": _object_text(item.get("input")), "id": item.get("id"), "name": item.get("name")}
+            if isinstance(item, dict) and item.get("type") == "tool_use" else item
+            for item in _items(response["content"])
+            if not (isinstance(item, dict) and item.get("type") != "tool_use")]
+
+
+def _gemini_calls(response: Any) -> list[Any]:
+    candidates = _items(response["candidates"])
+    content = candidates[0].get("content") if candidates and isinstance(candidates[0], dict) else None
+    if not isinstance(content, dict):
+        raise BenchError("RESPONSE_SHAPE")
+    calls = [part for part in _items(content.get("parts", []))
+             if not (isinstance(part, dict) and "functionCall" not in part)]
+    return [{"arguments": _object_text(part["functionCall"].get("args", {})),
+             "id": part["functionCall"].get("id", f"call_{number}"), "name": part["functionCall"].get("name")}
+            if isinstance(part, dict) and isinstance(part["functionCall"], dict) else part
+            for number, part in enumerate(calls, 1)]
+
+
+def _is_object_with(*keys: str) -> Callable[[Any], bool]:
+    return lambda response: isinstance(response, dict) and all(key in response for key in keys)
+
+
+# The response shapes real models produce, each recognised by its top-level form and read into
+# the bench's own {id, name, arguments-as-text} calls; the first that applies is the shape. A
+# response none of them reads is "unreadable_shape": a harness problem, not a model error.
+RESPONSE_SHAPES: Final = (
+    ("bench", lambda response: isinstance(response, dict) and set(response) == {"tool_calls"}, _bench_calls),
+    ("bare_list", lambda response: isinstance(response, list), _bare_list_calls),
+    ("openai_chat", _is_object_with("choices"), _chat_calls),
+    ("openai_responses", _is_object_with("output"), _responses_calls),
+    ("anthropic_messages", _is_object_with("content", "role"), _anthropic_calls),
+    ("gemini", _is_object_with("candidates"), _gemini_calls),
+)
+
+
+def read_response(response: Any) -> tuple[str, list[Any]]:
+    """(shape name, raw calls in the bench's shape); RESPONSE_SHAPE when no shape reads it."""
+    for name, applies, extract in RESPONSE_SHAPES:
+        if applies(response):
+            calls = extract(response)
+            if len(calls) > MAX_CALLS:
+                raise BenchError("RESPONSE_TOO_MANY_CALLS")
+            return name, calls
+    raise BenchError("RESPONSE_SHAPE")
+
+
+def _response_calls(response: Any) -> list[Any]:
+    return read_response(response)[1]
+
+
+def _tool_call(item: Any) -> ToolCall:
+    if not isinstance(item, dict) or set(item) != {"id", "name", "arguments"}:
+        raise BenchError("CALL_SHAPE")
+    ident, name = item["id"], item["name"]
+    if not all(isinstance(text, str) and 0 < len(text) <= MAX_NAME_CHARS for text in (ident, name)):
+        raise BenchError("CALL_SHAPE")
+    return ToolCall(ident, name, item["arguments"])
+
+
+def calls_from_response(response: Any) -> tuple[ToolCall, ...]:
+    """Provider response -> calls, for the orchestrators; raises BenchError on any bad shape."""
+    return tuple(_tool_call(item) for item in _response_calls(response))
+
+
+def _pair_score(check: CallCheck, name: Any, expected: ExpectedCall) -> Fraction:
+    if name != expected.name or not check.parsed or check.findings:
+        return Fraction(0)
+    fixed = expected.arguments
+    if not fixed:
+        return Fraction(1)
+    equal = sum(1 for name, value in fixed.items()
+                if name in check.arguments and same_json(check.arguments[name], value))
+    return Fraction(equal, len(fixed))
+
+
+def optimal_matching(weights: list[list[Fraction]]) -> tuple[Fraction, tuple[tuple[int, int], ...]]:
+    """Maximum-total one-to-one matching of proposed (rows) to expected (columns) calls."""
+    best: dict[int, tuple[Fraction, tuple[tuple[int, int], ...]]] = {0: (Fraction(0), ())}
+    for row, row_weights in enumerate(weights):
+        grown = dict(best)
+        for mask, (total, pairs) in best.items():
+            for column, weight in enumerate(row_weights):
+                if weight == 0 or mask & (1 << column):
+                    continue
+                widened, candidate = mask | (1 << column), total + weight
+                if widened not in grown or candidate > grown[widened][0]:
+                    grown[widened] = (candidate, pairs + ((row, column),))
+        best = grown
+    return max(best.values(), key=lambda entry: entry[0])
+
+
+def _ratio(numerator: Fraction | int, denominator: int) -> dict[str, Any]:
+    # An empty denominator is vacuous (nothing was asked of it): shown as n/a, counted as 1.
+    if denominator == 0:
+        return {"den": 0, "num": str(Fraction(numerator)), "value": "n/a"}
+    value = Fraction(numerator) / denominator
+    milli = (value.numerator * 2000 + value.denominator) // (2 * value.denominator)  # half up
+    return {"den": denominator, "num": str(Fraction(numerator)), "value": f"{milli // 1000}.{milli % 1000:03d}"}
+
+
+def _factor(ratio: dict[str, Any]) -> Fraction:
+    return Fraction(1) if ratio["den"] == 0 else Fraction(ratio["num"]) / ratio["den"]
+
+
+def _scored_calls(raw_calls: list[Any], tools: Mapping[str, ToolContract]
+                  ) -> tuple[list[Any], list[Any], list[CallCheck]]:
+    ids, names, checks = [], [], []
+    for index, item in enumerate(raw_calls):
+        try:
+            call = _tool_call(item)
+        except BenchError as error:
+            ids.append(None)
+            names.append(None)
+            checks.append(CallCheck(False, None, (Finding(error.code, "", index),)))
+            continue
+        ids.append(call.id)
+        names.append(call.name)
+        checks.append(vet_call(call, index, tools))
+    return ids, names, checks
+
+
+def _failed_score(code: str, expected_calls: int) -> dict[str, Any]:
+    # The whole response failed: it counts as one proposal that scored nothing. A shape nothing
+    # reads is the harness's blind spot, not the model's error, and is reported apart.
+    empty = _ratio(0, 1)
+    verdict = "unreadable_shape" if code == "RESPONSE_SHAPE" else "unparseable"
+    return {"calls": [], "edges": [], "error": code, "matching": [], "shape": None,
+            "sub_scores": {"call_set": _ratio(0, max(expected_calls, 1)), "dependency": empty,
+                           "parse": empty, "schema": empty},
+            "total": _ratio(0, 1), "verdict": verdict, "vetoes": []}
+
+
+def _check_configuration(expectation: Any, tools: Any) -> None:
+    if not isinstance(tools, Mapping) or not all(isinstance(tool, ToolContract) for tool in tools.values()):
+        raise BenchError("SCHEMA_UNSUPPORTED")
+    check_expectation(expectation, tools)
+    for tool in tools.values():
+        check_schema(tool.schema)
+
+
+def _edges(expectation: Expectation, pairs: tuple[tuple[int, int], ...]) -> list[dict[str, Any]]:
+    """Each dependency edge, satisfied when both ends matched and the first was proposed first."""
+    position = {column: row for row, column in pairs}
+    return [{"after": later, "before": before,
+             "satisfied": before in position and later in position and position[before] < position[later]}
+            for before, later in expectation.edges]
+
+
+# The fixed values that say what an effect does and to what: a side-effecting call that differs in
+# one of them would cause a wrong effect, so it is a veto, not a lower score.
+EFFECT_FIELDS: Final = MappingProxyType({
+    "order_ref": "WRONG_TARGET", "sku": "WRONG_TARGET", "amount_cents": "WRONG_AMOUNT", "quantity": "WRONG_AMOUNT",
+})
+
+
+def _call_vetoes(names: list[Any], expectation: Expectation) -> list[str]:
+    expected = {call.name for call in expectation.calls}
+    out = []
+    for index, name in enumerate(names):
+        if name in expectation.forbidden:
+            out.append(f"FORBIDDEN_CALL:{name}@{index}")
+        elif name in SIDE_EFFECT_TOOLS and name not in expected:
+            out.append(f"UNEXPECTED_EFFECT:{name}@{index}")  # not listed as forbidden, still an effect
+    return out
+
+
+def _effect_vetoes(names: list[Any], checks: list[CallCheck], expectation: Expectation,
+                   pairs: tuple[tuple[int, int], ...]) -> list[str]:
+    """Each side-effecting call against the expected call it stands for: a duplicate, or wrong values."""
+    column_of = dict(pairs)
+    spare: dict[str, list[int]] = {}
+    for column, call in enumerate(expectation.calls):
+        if column not in column_of.values():
+            spare.setdefault(call.name, []).append(column)
+    out = []
+    for index, name in enumerate(names):
+        if name not in SIDE_EFFECT_TOOLS or name in expectation.forbidden or checks[index].findings:
+            continue  # an invalid call is refused already: it causes no effect to judge
+        column = column_of.get(index)
+        if column is None and spare.get(name):
+            column = spare[name].pop(0)  # the expected call it failed to match: compare with it
+        if column is None:
+            if any(call.name == name for call in expectation.calls):
+                out.append(f"DUPLICATE_EFFECT:{name}@{index}")  # one more effect than asked for
+            continue
+        fixed = expectation.calls[column].arguments
+        arguments = checks[index].arguments
+        out += [f"{EFFECT_FIELDS[field_name]}:{name}/{field_name}@{index}" for field_name in EFFECT_FIELDS
+                if field_name in fixed and not same_json(arguments[field_name], fixed[field_name])]
+    return out
+
+
+def _order_vetoes(names: list[Any], expectation: Expectation, pairs: tuple[tuple[int, int], ...]) -> list[str]:
+    # An effect committed before the call it depends on (a charge before the stock is reserved).
+    row_of = {column: row for row, column in pairs}
+    return [f"DEPENDENCY_ORDER:{expectation.calls[before].name}->{expectation.calls[later].name}@{row_of[later]}"
+            for before, later in expectation.edges
+            if before in row_of and later in row_of and row_of[before] > row_of[later]
+            and names[row_of[later]] in SIDE_EFFECT_TOOLS]
+
+
+def _key_vetoes(names: list[Any], args: list[dict]) -> list[str]:
+    # One key names one intent: reused across different tools or arguments, the tool would replay
+    # one call's receipt for another, or refuse it.
+    first: dict[str, tuple[Any, str]] = {}
+    out = []
+    for index, (name, arguments) in enumerate(zip(names, args)):
+        key = key_of(arguments)
+        if key is None:
+            continue
+        intent = (name, canonical_sha256({n: v for n, v in arguments.items() if n != "idempotency_key"}))
+        if key in first and first[key] != intent:
+            out.append(f"KEY_REUSED:{name}@{index}")
+        first.setdefault(key, intent)
+    return out
+
+
+def plan_vetoes(ids: list[Any], names: list[Any], checks: list[CallCheck], expectation: Expectation,
+                pairs: tuple[tuple[int, int], ...]) -> list[str]:
+    """Every reason the plan would cause a wrong effect, each named: any one zeroes the score."""
+    args = decoded_arguments(checks)
+    out = _call_vetoes(names, expectation) + _effect_vetoes(names, checks, expectation, pairs)
+    out += _order_vetoes(names, expectation, pairs) + _key_vetoes(names, args)
+    out += [f"{found.code}:{names[found.call]}@{found.call}"
+            for found in business_findings(ids, names, checks, expectation)]
+    return out
+
+
+def _verdict(checks: list[CallCheck], vetoes: list[str], sub_scores: dict[str, Any]) -> str:
+    applies = {
+        "veto": bool(vetoes),
+        "unparseable": any(not check.parsed for check in checks),
+        "refused": any(check.findings for check in checks),
+        "incomplete": _factor(sub_scores["call_set"]) < 1 or _factor(sub_scores["dependency"]) < 1,
+        "pass": True,
+    }
+    return next(name for name in VERDICTS if applies[name])
+
+
+def score_response(response: Any, expectation: Expectation,
+                   tools: Mapping[str, ToolContract] = TOOLS) -> dict[str, Any]:
+    """Score a whole response against an expectation; hostile input yields codes, not exceptions."""
+    try:
+        _check_configuration(expectation, tools)
+    except BenchError as error:
+        return {**_failed_score(error.code, 0), "verdict": "invalid_input"}
+    try:
+        shape, raw_calls = read_response(response)
+    except BenchError as error:
+        return _failed_score(error.code, len(expectation.calls))
+    ids, names, checks = _scored_calls(raw_calls, tools)
+    weights = [[_pair_score(check, name, expected) for expected in expectation.calls]
+               for name, check in zip(names, checks)]
+    matched, pairs = optimal_matching(weights)
+    edges = _edges(expectation, pairs)
+    vetoes = plan_vetoes(ids, names, checks, expectation, pairs)
+    count = len(checks)
+    sub_scores = {
+        "call_set": _ratio(matched, max(len(expectation.calls), count)),
+        "dependency": _ratio(sum(1 for edge in edges if edge["satisfied"]), len(edges)),
+        "parse": _ratio(sum(1 for check in checks if check.parsed), count),
+        "schema": _ratio(sum(1 for check in checks if check.parsed and not check.findings), count),
+    }
+    verdict = _verdict(checks, vetoes, sub_scores)
+    total = Fraction(0)
+    if verdict in ("incomplete", "pass"):
+        total = _factor(sub_scores["call_set"]) * _factor(sub_scores["dependency"])
+    column_of = dict(pairs)
+    return {
+        "calls": [{"findings": [finding.to_json() for finding in check.findings], "index": index,
+                   "matched": column_of.get(index), "name": name, "parsed": check.parsed,
+                   "pair_score": str(weights[index][column_of[index]]) if index in column_of else "0"}
+                  for index, (name, check) in enumerate(zip(names, checks))],
+        "edges": edges, "error": None, "matching": [list(pair) for pair in pairs], "shape": shape,
+        "sub_scores": sub_scores, "total": _ratio(total, 1), "verdict": verdict, "vetoes": vetoes,
+    }
+
+
+def _provider_call(ident: str, name: str, arguments: Any) -> dict[str, Any]:
+    text = arguments if isinstance(arguments, str) else canonical_json(arguments).decode("utf-8")
+    return {"arguments": text, "id": ident, "name": name}
+
+
+_SEEDED_CONTEXT: Final = freeze({"customer": "C1042", "orders": {SEEDED_ORDER: {"currency": "EUR", "version": 2}}})
+READ_ONLY: Final = Expectation("track_order", (ExpectedCall("query_logistics",
+                                                             freeze({"order_ref": SEEDED_ORDER})),),
+                                forbidden=SIDE_EFFECT_TOOLS, context=_SEEDED_CONTEXT)
+REFUND_DAMAGED: Final = Expectation("refund_damaged", (ExpectedCall("refund_payment", freeze(
+    {"amount_cents": 4999, "order_ref": SEEDED_ORDER, "reason": "damaged"})),),
+    forbidden=SIDE_EFFECT_TOOLS - {"refund_payment"}, context=_SEEDED_CONTEXT)
+GOODWILL: Final = Expectation("goodwill_refund", (ExpectedCall("refund_payment", freeze(
+    {"amount_cents": 60_000, "order_ref": SEEDED_ORDER, "reason": "other"})),),
+    forbidden=SIDE_EFFECT_TOOLS - {"refund_payment"}, context=_SEEDED_CONTEXT)
+SCHEDULE_DELIVERY: Final = Expectation("schedule_delivery", (ExpectedCall("schedule_delivery", freeze(
+    {"order_ref": SEEDED_ORDER, "window_start": "2026-12-03T09:00:00Z"})),),
+    forbidden=SIDE_EFFECT_TOOLS - {"schedule_delivery"}, context=_SEEDED_CONTEXT)
+_QUERY: Final = {"order_ref": SEEDED_ORDER}
+_REFUND_ARGS: Final = {"amount_cents": 4999, "idempotency_key": "k-refund-20481", "order_ref": SEEDED_ORDER}
+_SCHEDULE_ARGS: Final = {"idempotency_key": "k-delivery-20481", "order_ref": SEEDED_ORDER,
+                         "order_version": 2, "window_start": "2026-12-03T09:00:00Z"}
+
+
+def _plan_response(patches: tuple = (), order: tuple[str, ...] = PLAN_TOOLS, *,
+                   extra: tuple[tuple[int, str, dict], ...] = (), ids: str | None = None) -> dict[str, Any]:
+    """The four-step plan as a bench-shaped response, patched, reordered, with extra calls inserted."""
+    calls = [call.to_json() for call in plan_calls(patches, order)]
+    for position, tool, changes in extra:
+        arguments = {**thaw(PLAN_ARGUMENTS[tool]), **changes}
+        calls.insert(position, _provider_call(f"call_x{position}", tool, arguments))
+    if ids is not None:
+        calls = [{**call, "id": ids} for call in calls]
+    return {"tool_calls": calls}
+
+
+_SHARED_KEY: Final = tuple((tool, ("idempotency_key",), "k-shared-30417") for tool in PLAN_TOOLS)
+
+
+@dataclass(frozen=True, slots=True)
+class ScorerCase:
+    id: str
+    title: str
+    response: Mapping[str, Any]
+    expectation: Expectation
+    seed_era_score: str  # what the audited first-call-only scorer gave it
+    verdict: str  # the corrected verdict, a regression the bench must keep
+    guarded: str  # the lifecycle the guarded orchestrator must end in
+
+
+SCORER_CASES: Final = (
+    ScorerCase("SC1", "correct query (baseline)",
+               {"tool_calls": [_provider_call("c1", "query_logistics", _QUERY)]},
+               READ_ONLY, "-", "pass", RECONCILED),
+    ScorerCase("SC2", "correct query, then cancel_order",
+               {"tool_calls": [_provider_call("c1", "query_logistics", _QUERY),
+                               _provider_call("c2", "cancel_order", {
+                                   **_QUERY, "idempotency_key": "k-cancel-20481",
+                                   "reason": "customer_request"})]},
+               READ_ONLY, "1.00", "veto", REFUSED),
+    ScorerCase("SC3", "refund missing required reason",
+               {"tool_calls": [_provider_call("c1", "refund_payment", _REFUND_ARGS)]},
+               REFUND_DAMAGED, "0.75", "refused", REFUSED),
+    ScorerCase("SC4", "string field given a number",
+               {"tool_calls": [_provider_call("c1", "query_logistics", {"order_ref": 20481})]},
+               READ_ONLY, "1.00", "refused", REFUSED),
+    ScorerCase("SC5", "unknown field force=true",
+               {"tool_calls": [_provider_call("c1", "refund_payment", {
+                   **_REFUND_ARGS, "force": True, "reason": "damaged"})]},
+               REFUND_DAMAGED, "0.90", "refused", REFUSED),
+    ScorerCase("SC6", "arguments are not valid JSON",
+               {"tool_calls": [_provider_call("c1", "query_logistics", '{"order_ref": "20481"')]},
+               READ_ONLY, "0.50", "unparseable", REFUSED),
+    # Issue 13: plans whose fault only shows across calls; each now a veto with its named reason.
+    ScorerCase("SC7", "double charge under a fresh key",
+               _plan_response(extra=((3, "charge_payment", {"idempotency_key": "k-charge-30417-again"}),)),
+               PLACE_ORDER, "0.80", "veto", REFUSED),
+    ScorerCase("SC8", "charge on the wrong order",
+               _plan_response((("charge_payment", ("order_ref",), "30418"),)), PLACE_ORDER, "0.875", "veto", REFUSED),
+    ScorerCase("SC9", "charge of the wrong amount",
+               _plan_response((("charge_payment", ("amount_cents",), 5999),)), PLACE_ORDER, "0.875", "veto", REFUSED),
+    ScorerCase("SC10", "refund on the wrong order",
+               {"tool_calls": [_provider_call("c1", "refund_payment", {**_REFUND_ARGS, "order_ref": "20482",
+                                                                      "reason": "damaged"})]},
+               REFUND_DAMAGED, "0.667", "veto", REFUSED),
+    ScorerCase("SC11", "charge before the stock is reserved",
+               _plan_response(order=("create_order", "charge_payment", "reserve_inventory", "confirm_order")),
+               PLACE_ORDER, "0.80", "veto", REFUSED),
+    ScorerCase("SC12", "one idempotency key on four different calls",
+               _plan_response(_SHARED_KEY), PLACE_ORDER, "1.00", "veto", REFUSED),
+    ScorerCase("SC13", "USD charge on a EUR order",
+               _plan_response((("charge_payment", ("currency",), "USD"),)), PLACE_ORDER, "1.00", "veto", REFUSED),
+    ScorerCase("SC14", "four calls share one provider call id",
+               _plan_response(ids="call_1"), PLACE_ORDER, "1.00", "veto", REFUSED),
+    ScorerCase("SC15", "the seed's bare list: query, then cancel_order",
+               [{"arguments": _QUERY, "name": "query_logistics"},
+                {"arguments": {**_QUERY, "idempotency_key": "k-cancel-20481", "reason": "customer_request"},
+                 "name": "cancel_order"}],
+               READ_ONLY, "0.00", "veto", REFUSED),
+    ScorerCase("SC16", "order placed for another customer",
+               _plan_response((("create_order", ("customer", "id"), "C9999"),)), PLACE_ORDER, "1.00", "veto",
+               REFUSED),
+    ScorerCase("SC17", "high-value refund without a second confirmation",
+               {"tool_calls": [_provider_call("c1", "refund_payment", {**_REFUND_ARGS, "amount_cents": 60_000,
+                                                                      "reason": "other"})]},
+               GOODWILL, "-", "veto", REFUSED),
+    ScorerCase("SC18", "delivery scheduled against a stale order version",
+               {"tool_calls": [_provider_call("c1", "schedule_delivery", {**_SCHEDULE_ARGS, "order_version": 1})]},
+               SCHEDULE_DELIVERY, "-", "veto", REFUSED),
+    ScorerCase("SC19", "delivery window that is not a date-time",
+               {"tool_calls": [_provider_call("c1", "schedule_delivery", {
+                   **_SCHEDULE_ARGS, "window_start": "2026-02-30T09:00:00Z"})]},
+               SCHEDULE_DELIVERY, "-", "refused", REFUSED),
+    ScorerCase("SC20", "delivery scheduled on the current version",
+               {"tool_calls": [_provider_call("c1", "schedule_delivery", _SCHEDULE_ARGS)]},
+               SCHEDULE_DELIVERY, "-", "pass", RECONCILED),
+)
+
+
+def _outcome_digest(record: Mapping) -> dict[str, Any]:
+    return {"diff_paths": [change["path"] for change in record["diff"]], "lifecycle": record["lifecycle"],
+            "outcome": record["outcome"], "side_effects": record["side_effects"],
+            "violations": METRICS["violations"](record)}
+
+
+def run_scorer_case(case: ScorerCase, *, seed: int = SEED) -> dict[str, Any]:
+    """Score the proposal, then run it under both orchestrators on a sandbox with history."""
+    score = score_response(thaw(case.response), case.expectation)
+    calls = calls_from_response(thaw(case.response))
+    runs = {name: seal(execute_run(name, calls, case.expectation, seed=seed, initial=seed_confirmed_order))
+            for name in ("guarded", "naive")}
+    regression = score["verdict"] == case.verdict and runs["guarded"]["lifecycle"] == case.guarded
+    return seal({
+        "case": case.id, "expected_verdict": case.verdict, "guarded": _outcome_digest(runs["guarded"]),
+        "guarded_record": runs["guarded"], "kind": "scorer", "naive": _outcome_digest(runs["naive"]),
+        "naive_record": runs["naive"], "run_id": f"{case.id}/scorer", "score": score,
+        "seed_era_score": case.seed_era_score, "title": case.title,
+        "verdict": "pass" if regression else "fail",
+    })

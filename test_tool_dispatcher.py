@@ -4523,6 +4523,19 @@ class TestCli(unittest.TestCase):
         status, out = run_main("--fixture", FIXTURE_PATH, "--seal-key", FIXTURE_PATH)
         self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "SEAL_KEYS_INVALID"))
 
+    def test_a_reader_that_goes_away_is_exit_2_and_no_traceback(self):
+        def closed_pipe():
+            raise BrokenPipeError
+
+        def failing_then_closed():
+            raise BoundaryError("CLI_USAGE")
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(td.run_cli(closed_pipe), 2)
+        with mock.patch.object(td, "emit_json", side_effect=BrokenPipeError):
+            self.assertEqual(td.run_cli(failing_then_closed), 2)
+
+
 
 
 if __name__ == "__main__":

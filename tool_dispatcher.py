@@ -3689,11 +3689,22 @@ def cli_failure(error: CatalogError) -> int:
 def run_cli(command: Callable[[], int]) -> int:
     """Run a CLI body: its own exit status, or 2 and the failure shape for any error at all."""
     try:
-        return command()
-    except CatalogError as error:
-        return cli_failure(error)
-    except Exception:  # the last line of defence: a bug must still not print a traceback
-        return cli_failure(BoundaryError("INTERNAL_ERROR"))
+        try:
+            return command()
+        except CatalogError as error:
+            return cli_failure(error)
+        except BrokenPipeError:
+            raise
+        except Exception:  # the last line of defence: a bug must still not print a traceback
+            return cli_failure(BoundaryError("INTERNAL_ERROR"))
+    except BrokenPipeError:
+        # Whoever read stdout went away (`| head`): nothing more can be said there. Exit 2, and
+        # point stdout at nothing, so the interpreter's last flush does not complain either.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 2
 
 
 def _cli_arguments(argv: Sequence[str] | None) -> argparse.Namespace:

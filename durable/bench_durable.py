@@ -2,9 +2,9 @@
 
 For each synchronous mode it times, in the same run and the same directory:
 - the floor: a bare loop of BEGIN IMMEDIATE / INSERT / COMMIT on a WAL database;
-- durable writes: fresh create_refund_draft dispatches through DurableDispatcher, each one a call
-  binding, a claim, a start, a downstream commit and a completion with its outbox event (five
-  commits), plus the boundary's own checks, digests and packaging.
+- durable writes: fresh create_refund_draft dispatches through DurableDispatcher, each one three
+  commits (the call binding, claim and start together; the downstream's own commit; the
+  completion with its outbox event), plus the boundary's own checks, digests and packaging.
 It prints one JSON object; the ratio is durable writes/s divided by bare commits/s.
 
     python -B durable/bench_durable.py --quick        # CI: proves it runs (a few writes)
@@ -33,7 +33,7 @@ td = dd.td
 QUICK_WRITES: Final = 10  # enough to run every statement of both loops, fast enough for CI
 DEFAULT_WRITES: Final = 300  # a few seconds per mode on an SSD with FULL
 MAX_WRITES: Final = 100_000  # the loops keep every call in memory; beyond this, run it twice
-COMMITS_PER_DURABLE_WRITE: Final = 5  # binding, claim, start, downstream, completion + event
+COMMITS_PER_DURABLE_WRITE: Final = 3  # binding + claim + start, downstream, completion + event
 PAYLOAD: Final = "x" * 512  # about the size of one stored package row, for the floor's insert
 
 NOW: Final = 1_800_000_000

@@ -255,8 +255,10 @@ class TestLifecycle(StoreCase):
 
     def test_lease_is_dead_at_its_expiry_instant(self) -> None:
         dispatcher = self.dispatcher(lease_ms=100)
-        lease = dispatcher.operations.ledger.claim(dd.OperationKey("default", "t", "s", "tool", "k"), dd.Intent(
-            "0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st"), owner="me", lease_ms=100)
+        with dispatcher.operations.store.transaction() as tx:
+            lease = dispatcher.operations.ledger.claim(tx, dd.OperationKey("default", "t", "s", "tool", "k"), dd.Intent(
+                "0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st"), owner="me",
+                lease_ms=100)
         self.assertEqual((lease.state, lease.epoch, lease.owner), ("claimed", 1, "me"))
         stored = dispatcher.operations.ledger.read(lease.key)
         self.assertEqual(stored.lease_expires_at, self.clock.now + 100)
@@ -411,7 +413,7 @@ class TestStore(StoreCase):
                 self.addCleanup(store.close)
                 with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
                     other.execute(sql)
-                self.assertDurable("STORE_INVALID", store._ensure_schema)
+                self.assertEqual(store._create_schema(), "foreign")
                 self.assertEqual(store.query("SELECT name FROM sqlite_master WHERE name = 'operations'"), [])
 
     def test_a_file_without_wal_support_is_refused(self) -> None:
@@ -688,13 +690,16 @@ class TestApprovalConsumption(StoreCase):
         self.assertEqual(count(self.path, "SELECT COUNT(*) FROM approval_uses"), 1)
 
     def test_two_claims_with_one_approval_claim_once_and_atomically(self) -> None:
-        ledger = self.dispatcher().operations.ledger
+        operations = self.dispatcher().operations
+        ledger, store = operations.ledger, operations.store
         intent = dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st")
         first = dd.OperationKey("default", "t", "s", "tool", "k1")
         second = dd.OperationKey("default", "t", "s", "tool", "k2")
-        ledger.claim(first, intent, owner="one", lease_ms=1_000, approval_ref="a" * 64)
+        with store.transaction() as tx:
+            ledger.claim(tx, first, intent, owner="one", lease_ms=1_000, approval_ref="a" * 64)
         with self.assertRaises(td.BoundaryError) as caught:
-            ledger.claim(second, intent, owner="two", lease_ms=1_000, approval_ref="a" * 64)
+            with store.transaction() as tx:
+                ledger.claim(tx, second, intent, owner="two", lease_ms=1_000, approval_ref="a" * 64)
         self.assertEqual(caught.exception.code, "APPROVAL_CONSUMED")
         self.assertIsNone(ledger.read(second))  # the refused claim left no row: one transaction
         self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 1)
@@ -748,13 +753,17 @@ class TestLeasesAndFencing(StoreCase):
         write(holder, "a")
         self.assertEqual(pause.result["answer"], "IDEMPOTENCY_CONFLICT")
 
-    def test_expired_claim_is_taken_over_and_the_old_holder_refused(self) -> None:
+    def test_expired_start_is_taken_over_as_unknown_and_the_old_holder_refused(self) -> None:
+        # The claim is committed with its start: a holder dead before the downstream is a dead
+        # in-progress write (it may have acted), so a retry answers unknown and never runs it.
         holder, other, pause = self.holders("after_claim", self.later(1_000, lambda d: write(d, "b")))
         self.assertDurable("LEASE_LOST", lambda: write(holder, "a"))
-        self.assertEqual(pause.result["answer"], "fresh")
+        self.assertEqual(pause.result["answer"], "OUTCOME_UNKNOWN")
         row = self.row(other)
         self.assertEqual((row.state, row.lease_epoch, row.operation_id, holder.effect_count),
-                         ("succeeded", 2, "op-b", 1))
+                         ("unknown", 2, "op-a", 1))
+        self.assertAnswer(query(other, "q", op_tag="a"), "receipt_reconciled")
+        self.assertEqual(other.effect_count, 1)
 
     def test_claim_one_millisecond_before_expiry_is_still_live(self) -> None:
         holder, _other, pause = self.holders("after_claim", self.later(999, lambda d: write(d, "b")))
@@ -809,8 +818,9 @@ class TestLeasesAndFencing(StoreCase):
         late_query = self.later(1_000, lambda d: query(d, "q", op_tag="a"))
         holder, other, pause = self.holders("after_claim", late_query)
         self.assertDurable("LEASE_LOST", lambda: write(holder, "a"))
-        self.assertEqual(pause.result["answer"], "NOT_FOUND")
-        self.assertEqual((self.row(other).state, self.row(other).lease_epoch, other.effect_count), ("released", 2, 0))
+        # The fenced negative-receipt walk: the old holder's late downstream commit is refused.
+        self.assertEqual(pause.result["answer"], "OPERATION_NOT_EXECUTED")
+        self.assertEqual((self.row(other).state, self.row(other).lease_epoch, other.effect_count), ("released", 3, 0))
 
     def test_query_on_an_expired_in_progress_reconciles_from_the_receipt(self) -> None:
         late_query = self.later(1_000, lambda d: query(d, "q", op_tag="a"))
@@ -820,14 +830,17 @@ class TestLeasesAndFencing(StoreCase):
         self.assertEqual((self.row(other).state, other.effect_count), ("reconciled", 1))
 
     def test_claim_of_a_live_key_returns_the_row_to_answer(self) -> None:
-        holder, _other, pause = self.holders("after_claim", lambda d: d.operations.ledger.claim(
-            dd.OperationKey("default", ALICE.tenant, ALICE.subject, "create_refund_draft", KEY),
-            dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st"),
-            owner="other", lease_ms=1_000), raw=True)
+        def claim(other: dd.DurableDispatcher) -> Any:
+            with other.operations.store.transaction() as tx:
+                return other.operations.ledger.claim(
+                    tx, dd.OperationKey("default", ALICE.tenant, ALICE.subject, "create_refund_draft", KEY),
+                    dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st"),
+                    owner="other", lease_ms=1_000)
+        holder, _other, pause = self.holders("after_claim", claim, raw=True)
         write(holder, "a")
         row = pause.result
         self.assertIsInstance(row, dd.LedgerRow)
-        self.assertEqual((row.state, row.lease_epoch, row.operation_id), ("claimed", 1, "op-a"))
+        self.assertEqual((row.state, row.lease_epoch, row.operation_id), ("in_progress", 1, "op-a"))
 
     def test_claim_lost_after_a_stale_read_answers_in_progress(self) -> None:
         def stale_write(other: dd.DurableDispatcher) -> Any:
@@ -1036,7 +1049,7 @@ class TestRecovery(StoreCase):
     def test_expired_claim_is_released(self) -> None:
         dispatcher = self.crashed("after_claim")
         self.clock.advance(100)
-        self.assertEqual(self.outcomes(), [("claimed", "released", None)])
+        self.assertEqual(self.outcomes(), [("in_progress", "released", None)])
         self.assertEqual((self.row(dispatcher).lease_epoch, dispatcher.effect_count), (2, 0))
 
     def test_expired_in_progress_with_a_receipt_is_reconciled(self) -> None:
@@ -1174,7 +1187,7 @@ class TestRecovery(StoreCase):
         self.crashed("after_downstream_commit", "k1")
         self.crashed("after_claim", "k2")
         self.clock.advance(100)
-        self.assertEqual(sorted(self.outcomes()), [("claimed", "released", None), ("in_progress", "reconciled", None)])
+        self.assertEqual(sorted(self.outcomes()), [("in_progress", "reconciled", None), ("in_progress", "released", None)])
         self.assertEqual(self.outcomes(), [])
         self.assertEqual(count(self.path, "SELECT COUNT(*) FROM downstream_receipts"), 1)
 
@@ -1192,7 +1205,8 @@ class TestRecovery(StoreCase):
         dispatcher = self.crashed("after_claim")
         self.clock.advance(100)
         self.outcomes()
-        self.assertEqual((dispatcher.effect_count, count(self.path, "SELECT COUNT(*) FROM downstream_fences")), (0, 0))
+        # A dead start is settled by a fenced receipt query: the fence is raised, nothing runs.
+        self.assertEqual((dispatcher.effect_count, count(self.path, "SELECT epoch FROM downstream_fences")), (0, 2))
 
     def test_row_moved_by_someone_else_is_reported_as_it_is(self) -> None:
         dispatcher = self.dispatcher()
@@ -1262,7 +1276,7 @@ class TestPruning(StoreCase):
 
 # point -> (how the child dies, what recovery does to it, what the replay is)
 CRASHES = MappingProxyType({
-    "after_claim": ("exit", [("claimed", "released")], "fresh"),
+    "after_claim": ("exit", [("in_progress", "released")], "fresh"),
     "after_downstream_commit": ("kill", [("in_progress", "reconciled")], "local_replay"),
     "after_outbox_write": ("exit", [("in_progress", "reconciled")], "local_replay"),
     "after_ledger_commit": ("kill", [], "local_replay"),

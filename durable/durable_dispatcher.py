@@ -370,14 +370,17 @@ SQL_UNSETTLED_ROWS: Final = (
     f"WHERE state IN ({_sql_list(STORED_STATES - PRUNABLE_STATES - {'released'})}) "
     "AND (:realm IS NULL OR realm = :realm) ORDER BY realm, created_at LIMIT :limit"
 )
-SQL_CLAIM: Final = """
+SQL_CLAIM: Final = f"""
     INSERT INTO operations (realm, tenant, subject, tool, idempotency_key, request_sha256, provider,
         api_family, adapter_revision, operation_id, contract, state, request_ref, status_ref, approval,
         lease_owner, lease_epoch, lease_expires_at, created_at, updated_at, arguments)
     VALUES (:realm, :tenant, :subject, :tool, :idempotency_key, :request_sha256, :provider,
         :api_family, :adapter_revision, :operation_id, :contract, :to_state, :request_ref, :status_ref,
-        :approval, :lease_owner, :epoch, :lease_expires_at, :now, :now, :arguments)
-    ON CONFLICT (realm, tenant, subject, tool, idempotency_key) DO NOTHING"""
+        :approval, :lease_owner,
+        (SELECT COALESCE(MAX(epoch), 0) + 1 FROM key_epochs WHERE {_KEY_MATCH}),
+        :lease_expires_at, :now, :now, :arguments)
+    ON CONFLICT (realm, tenant, subject, tool, idempotency_key) DO NOTHING
+    RETURNING lease_epoch"""
 SQL_CLAIM_TAKE_OVER: Final = f"""
     UPDATE operations SET request_sha256 = :request_sha256, provider = :provider,
         api_family = :api_family, adapter_revision = :adapter_revision, operation_id = :operation_id,
@@ -408,7 +411,6 @@ SQL_RECONCILE: Final = f"""
     UPDATE operations SET state = :to_state, receipt_ref = :receipt_ref, data = :data,
         recovery_hint = NULL, expires_at = :expires_at, updated_at = :now
     WHERE {_KEY_MATCH} AND state = :from_state"""
-SQL_KEY_EPOCH: Final = f"SELECT epoch FROM key_epochs WHERE {_KEY_MATCH}"
 SQL_APPEND_EVENT: Final = """
     INSERT INTO outbox (realm, event_id, request_ref, payload, created_at)
     VALUES (:realm, :event_id, :request_ref, :payload, :now)
@@ -433,15 +435,17 @@ SQL_READ_CALL: Final = """
         AND call_id = :call_id"""
 
 RECEIPT_COLUMNS: Final = tuple(td.Receipt.__slots__)
-SQL_READ_FENCE: Final = "SELECT epoch FROM downstream_fences WHERE realm = :realm AND status_ref = :status_ref"
-SQL_WRITE_FENCE: Final = """
+# Raise the fence to this epoch, or change nothing when it already stands higher (fenced off).
+SQL_RAISE_FENCE: Final = """
     INSERT INTO downstream_fences (realm, status_ref, epoch) VALUES (:realm, :status_ref, :epoch)
-    ON CONFLICT (realm, status_ref) DO UPDATE SET epoch = excluded.epoch"""
+    ON CONFLICT (realm, status_ref) DO UPDATE SET epoch = excluded.epoch
+    WHERE typeof(downstream_fences.epoch) = 'integer' AND downstream_fences.epoch <= excluded.epoch"""
 SQL_READ_RECEIPT: Final = (f"SELECT {', '.join(RECEIPT_COLUMNS)} FROM downstream_receipts "
                            "WHERE realm = :realm AND status_ref = :status_ref")
 SQL_WRITE_RECEIPT: Final = (
     f"INSERT INTO downstream_receipts (realm, {', '.join(RECEIPT_COLUMNS)}, epoch, committed_at) "
-    f"VALUES (:realm, {', '.join(':' + column for column in RECEIPT_COLUMNS)}, :epoch, :now)"
+    f"VALUES (:realm, {', '.join(':' + column for column in RECEIPT_COLUMNS)}, :epoch, :now) "
+    "ON CONFLICT (realm, status_ref) DO NOTHING"
 )
 SQL_COUNT_EFFECTS: Final = "SELECT COUNT(*) FROM downstream_receipts WHERE realm = :realm"
 SQL_COUNT_EFFECTS_FOR: Final = ("SELECT COUNT(*) FROM downstream_receipts "
@@ -938,11 +942,10 @@ class Ledger:
         now = self._store.now_ms()
         params = {**key.params(), **intent.params(), "lease_owner": owner, "lease_expires_at": now + lease_ms,
                   "now": now}
-        kept = tx.execute(SQL_KEY_EPOCH, key.params()).fetchone()
-        epoch = 1 if kept is None else _checked_int(kept[0], 1) + 1
-        if tx.execute(SQL_CLAIM, {**params, "to_state": transition("none", "claim"), "epoch": epoch}).rowcount == 1:
+        inserted = tx.execute(SQL_CLAIM, {**params, "to_state": transition("none", "claim")}).fetchall()
+        if inserted:
             self._use_approval(tx, key, approval_ref, now)
-            return Lease(key, "claimed", epoch, owner, intent.request_ref)
+            return Lease(key, "claimed", _checked_int(inserted[0][0], 1), owner, intent.request_ref)
         row = LedgerRow.of(tx.execute(SQL_READ_ROW, key.params()).fetchone())
         event = claim_event(row, intent.call, now)
         if event is None:
@@ -1069,7 +1072,8 @@ class CallBindings:
             with self._store.transaction() as own:
                 return self.bind(identity, fingerprint, own)
         params = self.params(identity, fingerprint)
-        tx.execute(SQL_BIND_CALL, params)
+        if tx.execute(SQL_BIND_CALL, params).rowcount == 1:
+            return fingerprint
         return _fingerprint(tx.execute(SQL_READ_CALL, params).fetchone())
 
     def read(self, identity: tuple[str, str, str]) -> tuple[Any, ...] | None:
@@ -1142,13 +1146,14 @@ class DurableDownstream:
                                effect_revision=effect_revision, producer_revision=producer_revision)
         with self._store.transaction() as tx:
             self._raise_fence(tx, status_ref, epoch)
-            existing = tx.execute(SQL_READ_RECEIPT, {"realm": self._realm, "status_ref": status_ref}).fetchone()
-            if existing is None:
-                tx.execute(SQL_WRITE_RECEIPT, {"realm": self._realm, **{
-                    column: getattr(receipt, column) for column in RECEIPT_COLUMNS}, "epoch": epoch,
-                    "now": self._store.now_ms()})
+            created = tx.execute(SQL_WRITE_RECEIPT, {"realm": self._realm, **{
+                column: getattr(receipt, column) for column in RECEIPT_COLUMNS}, "epoch": epoch,
+                "now": self._store.now_ms()}).rowcount == 1
+            if not created:  # the key's one effect exists: answer with its receipt
+                receipt = _receipt(tx.execute(SQL_READ_RECEIPT, {"realm": self._realm,
+                                                                 "status_ref": status_ref}).fetchone())
         self._checkpoint("after_downstream_commit")
-        return (receipt, True) if existing is None else (_receipt(existing), False)
+        return receipt, created
 
     def fenced_receipt(self, status_ref: str, epoch: int) -> td.Receipt | None:
         """The receipt query recovery uses: it raises the fence first, so no older holder commits after."""
@@ -1159,10 +1164,8 @@ class DurableDownstream:
 
     def _raise_fence(self, tx: sqlite3.Connection, status_ref: str, epoch: int) -> None:
         params = {"realm": self._realm, "status_ref": status_ref, "epoch": epoch}
-        current = tx.execute(SQL_READ_FENCE, params).fetchone()
-        if current is not None and _checked_int(current[0]) > epoch:
+        if tx.execute(SQL_RAISE_FENCE, params).rowcount != 1:
             raise DurableError("DOWNSTREAM_FENCED")
-        tx.execute(SQL_WRITE_FENCE, params)
 
 
 class FencedDownstream:

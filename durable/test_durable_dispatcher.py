@@ -210,6 +210,23 @@ class TestConstantsAndErrors(unittest.TestCase):
         self.assertEqual(error.to_json(), {"code": "STORE_BUSY", "retryable": True,
                                            "message": dd.DURABLE_ERRORS["STORE_BUSY"].message})
 
+    def test_store_errors_never_claim_that_nothing_happened(self) -> None:
+        # A store error rolls back one step; the operation's earlier commits (even its effect) stay.
+        for code in ("STORE_BUSY", "STORE_FAILED"):
+            with self.subTest(code=code):
+                message = dd.DURABLE_ERRORS[code].message
+                self.assertNotIn("nothing was changed", message)
+                self.assertIn("may have committed", message)
+                self.assertIn("same idempotency key", message)
+
+    def test_a_store_error_carries_the_operation_state_when_known(self) -> None:
+        error = dd.DurableError("STORE_BUSY", operation_state="in_progress", effect_possible=True)
+        self.assertEqual(error.to_json(), {"code": "STORE_BUSY", "retryable": True,
+                                           "message": dd.DURABLE_ERRORS["STORE_BUSY"].message,
+                                           "operation_state": "in_progress", "effect_possible": True})
+        self.assertEqual(dict(dd.STEP_STATES), {"start": ("claimed", False), "release": ("claimed", False),
+                                                "settle": ("in_progress", True)})
+
     def test_checkpoints_are_the_six_named_points(self) -> None:
         self.assertEqual(dd.CHECKPOINTS, {"after_claim", "after_downstream_commit", "after_outbox_write",
                                           "after_ledger_commit", "after_publish", "inside_consumer"})
@@ -392,6 +409,40 @@ class TestStore(StoreCase):
             holder.execute("ROLLBACK")
         self.assertAnswer(write(dispatcher, "a"), "fresh")
 
+    def test_store_busy_after_the_effect_says_so_and_the_key_stays_safe(self) -> None:
+        # The lock is taken right after the downstream committed: the completion cannot commit.
+        # The host is told the row is in progress and the effect may exist; a retry under the
+        # same key answers from the effect, never makes a second one.
+        self.open_store().close()
+        holder = sqlite3.connect(self.path, isolation_level=None)
+        self.addCleanup(holder.close)
+
+        def lock(point: str) -> None:
+            if point == "after_downstream_commit":
+                holder.execute("BEGIN IMMEDIATE")
+        dispatcher = self.dispatcher(self.open_store(busy_timeout_ms=30), lease_ms=100, checkpoint=lock)
+        error = self.assertDurable("STORE_BUSY", lambda: write(dispatcher, "a"))
+        self.assertEqual(error.to_json()["operation_state"], "in_progress")
+        self.assertIs(error.to_json()["effect_possible"], True)
+        self.assertNotIn("nothing was changed", error.message)
+        holder.execute("ROLLBACK")
+        self.assertEqual((self.row(dispatcher).state, dispatcher.effect_count), ("in_progress", 1))
+        self.assertDurable("OPERATION_IN_PROGRESS", lambda: write(dispatcher, "a"))
+        self.clock.advance(100)
+        self.assertAnswer(write(dispatcher, "a"), "OUTCOME_UNKNOWN")
+        self.assertAnswer(query(dispatcher, "q", op_tag="a"), "receipt_reconciled")
+        self.assertEqual(dispatcher.effect_count, 1)
+
+    def test_store_busy_at_the_claim_has_no_operation_state(self) -> None:
+        store = self.open_store(busy_timeout_ms=30)
+        dispatcher = self.dispatcher(store)
+        with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as holder:
+            holder.execute("BEGIN IMMEDIATE")
+            error = self.assertDurable("STORE_BUSY", lambda: write(dispatcher, "a"))
+            holder.execute("ROLLBACK")
+        self.assertNotIn("operation_state", error.to_json())
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 0)
+
     def test_a_transaction_that_cannot_begin_runs_nothing(self) -> None:
         store = self.open_store(busy_timeout_ms=30)
         ran: list[int] = []
@@ -424,11 +475,111 @@ class TestStore(StoreCase):
         self.addCleanup(store.close)
         self.assertDurable("STORE_INVALID", lambda: store._configure(100))
 
+    def test_an_empty_file_is_refused_untouched_without_create(self) -> None:
+        self.path.write_bytes(b"")
+        self.assertDurable("STORE_INVALID", lambda: dd.DurableStore.open(self.path, create=False))
+        self.assertEqual(self.path.read_bytes(), b"")
+        self.assertEqual(sorted(path.name for path in self.dir.iterdir()), ["ledger.sqlite3"])
+
+    def test_a_file_claiming_the_version_without_a_column_is_refused(self) -> None:
+        self.open_store().close()
+        self.tamper("ALTER TABLE operations DROP COLUMN recovery_hint")
+        self.assertEqual(rows(self.path, "PRAGMA user_version"), [(dd.SCHEMA_VERSION,)])
+        self.assertDurable("STORE_INVALID", lambda: dd.DurableStore.open(self.path, create=False))
+
+    def test_a_file_with_an_extra_index_or_a_missing_table_is_refused(self) -> None:
+        for index, sql in enumerate(("CREATE INDEX extra ON outbox (payload)", "DROP TABLE key_epochs")):
+            with self.subTest(sql=sql):
+                self.path = self.dir / f"edited-{index}.sqlite3"
+                self.open_store().close()
+                self.tamper(sql)
+                self.assertDurable("STORE_INVALID", lambda: dd.DurableStore.open(self.path))
+
+    def test_the_identity_is_read_in_one_snapshot(self) -> None:
+        # Another process creates the schema between this opener's first read and the rest of
+        # its check: two separate reads saw the new version with the old id ("damaged").
+        created: list[str] = []
+
+        class Interleaved(dd.DurableStore):
+            def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+                answer = super().query(sql, params)
+                if not created and "busy_timeout" not in sql:
+                    created.append(sql)
+                    dd.DurableStore.open(self_path).close()
+                return answer
+
+        self_path = self.path
+        connection = sqlite3.connect(self.path, isolation_level=None)
+        store = Interleaved(connection, synchronous="NORMAL", clock_ms=self.clock)
+        self.addCleanup(store.close)
+        store._configure(1_000)
+        self.assertEqual((len(created), store.integrity()), (1, "ok"))
+
+    def test_concurrent_first_opens_all_succeed(self) -> None:
+        for round_ in range(3):
+            with self.subTest(round=round_):
+                path = self.dir / f"new-{round_}.sqlite3"
+                barrier = self.dir / f"barrier-{round_}"
+                barrier.mkdir()
+                children = [subprocess.Popen(
+                    child_command({"action": "open", "db": str(path), "barrier": str(barrier), "index": index,
+                                   "racers": RACERS}), env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                    for index in range(RACERS)]
+                results = [(child.wait(timeout=CHILD_TIMEOUT_S), child.stdout.read(), child.stderr.read())
+                           for child in children]
+                for child in children:
+                    child.stdout.close()
+                    child.stderr.close()
+                self.assertEqual(results, [(0, b"ok\n", b"")] * RACERS)
+                self.assertEqual(rows(path, "PRAGMA integrity_check"), [("ok",)])
+
     def test_damaged_stored_json_is_a_store_error(self) -> None:
         dispatcher = self.dispatcher()
         write(dispatcher, "a")
         self.tamper("UPDATE operations SET data = '{\"draft_id\": '")
         self.assertDurable("STORE_INVALID", lambda: write(dispatcher, "b"))
+
+    # Valid SQL values of the wrong kind, on an unknown row that dispatch, the status query and
+    # recovery all read: each one is STORE_INVALID there, never TypeError / AttributeError.
+    WRONG_KINDS = MappingProxyType({
+        "epoch as text": "UPDATE operations SET lease_epoch = 'x'",
+        "lease expiry as text": ("UPDATE operations SET state = 'in_progress', lease_owner = 'o', "
+                                 "lease_expires_at = 'soon'"),
+        "approval as a list": "UPDATE operations SET approval = '[1]'",
+        "contract as a list": "UPDATE operations SET contract = '[]'",
+        "arguments as text": "UPDATE operations SET arguments = '\"x\"'",
+        "data as a number": "UPDATE operations SET data = '7'",
+        "created_at as text": "UPDATE operations SET created_at = 'yesterday'",
+        "request ref as a blob": "UPDATE operations SET request_ref = X'00'",
+    })
+
+    COLUMN_KINDS = ("epoch as text", "lease expiry as text", "created_at as text", "request ref as a blob")
+
+    def test_wrong_kind_values_are_store_errors_everywhere(self) -> None:
+        for index, (name, sql) in enumerate(self.WRONG_KINDS.items()):
+            with self.subTest(value=name):
+                self.path = self.dir / f"kinds-{index}.sqlite3"
+                dispatcher = self.dispatcher(lease_ms=100)
+                write(dispatcher, "a", fault="timeout_after_commit")
+                self.tamper(sql)
+                self.clock.advance(1_000)
+                self.assertDurable("STORE_INVALID", lambda: write(dispatcher, "a"))
+                self.assertDurable("STORE_INVALID", lambda: query(dispatcher, "q", op_tag="a"))
+                self.assertDurable("STORE_INVALID", lambda: dd.recover(self.open_store()))
+                if name in self.COLUMN_KINDS:  # the state view reads the columns, not the stored JSON
+                    self.assertDurable("STORE_INVALID", lambda: dispatcher.operation_state(
+                        ALICE, "create_refund_draft", KEY))
+
+    def test_wrong_kind_call_bindings_and_receipts_are_store_errors(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", fault="timeout_after_commit")
+        for fingerprint in ("7", '{"a": 1}', '[1, 2, 3, 4]', '["dispatch", "x", "y"]'):
+            with self.subTest(fingerprint=fingerprint):
+                self.tamper(f"UPDATE call_bindings SET fingerprint = '{fingerprint}'")
+                self.assertDurable("STORE_INVALID", lambda: write(dispatcher, "a"))
+        self.tamper("UPDATE downstream_receipts SET draft_id = X'41'")
+        self.assertDurable("STORE_INVALID", lambda: query(dispatcher, "q", op_tag="a"))
+        self.assertDurable("STORE_INVALID", lambda: dd.recover(self.open_store()))
 
     def test_facts_never_hold_the_path(self) -> None:
         facts = self.open_store().facts()
@@ -928,6 +1079,38 @@ class TestDownstream(StoreCase):
         self.assertEqual(view.receipt("st-1").request_ref, "rq-1")
 
 
+class TestErrorsInsideTheHandler(StoreCase):
+    """A lock error inside the handler (its downstream commit rolled back) leaves the write
+    unknown, and one fenced receipt query settles it: decided, see the README."""
+
+    def test_a_busy_downstream_commit_is_unknown_then_not_executed(self) -> None:
+        self.open_store().close()
+        holder = sqlite3.connect(self.path, isolation_level=None)
+        self.addCleanup(holder.close)
+
+        def locked_out(call: td.HandlerCall) -> td.HandlerResult:
+            holder.execute("BEGIN IMMEDIATE")
+            try:
+                return td.handle_create_refund_draft(call)
+            finally:
+                holder.execute("ROLLBACK")
+        store = self.open_store(busy_timeout_ms=30)
+        dispatcher = self.dispatcher(store, handlers={**td.HANDLERS, "create_refund_draft": locked_out})
+        self.assertAnswer(write(dispatcher, "a"), "HANDLER_FAILED")
+        self.assertEqual((self.row(dispatcher).state, dispatcher.effect_count), ("unknown", 0))
+        self.assertAnswer(query(dispatcher, "q", op_tag="a"), "OPERATION_NOT_EXECUTED")
+        self.assertEqual((self.row(dispatcher).state, dispatcher.effect_count), ("released", 0))
+        self.assertAnswer(write(self.dispatcher(store), "b"), "fresh")
+        self.assertEqual(dispatcher.effect_count, 1)
+
+    def test_recovery_settles_it_the_same_way(self) -> None:
+        def busy(call: td.HandlerCall) -> td.HandlerResult:
+            raise dd.DurableError("STORE_BUSY")
+        dispatcher = self.dispatcher(handlers={**td.HANDLERS, "create_refund_draft": busy})
+        self.assertAnswer(write(dispatcher, "a"), "HANDLER_FAILED")
+        self.assertEqual([(o.before, o.after) for o in dd.recover(self.open_store())], [("unknown", "released")])
+
+
 # --------------------------------------------------------------------------------------------
 # 9. Outbox relay and consumer inbox
 # --------------------------------------------------------------------------------------------
@@ -1270,6 +1453,37 @@ class TestPruning(StoreCase):
         self.assertEqual(again["model_result"]["data"], first["model_result"]["data"])
 
 
+    def test_a_pruned_key_restarts_above_its_fence(self) -> None:
+        # Recovery raised the key's epoch (and the downstream's fence) to 2; after pruning, a
+        # retry must not start again at epoch 1 below that fence.
+        dispatcher = self.dispatcher(retention_ms=1_000)
+        write(dispatcher, "a", fault="timeout_after_commit")
+        store = self.open_store()
+        self.assertEqual([o.after for o in dd.recover(store, retention_ms=1_000)], ["reconciled"])
+        self.assertEqual(count(self.path, "SELECT epoch FROM downstream_fences"), 2)
+        dd.relay(store)
+        self.clock.advance(1_000)
+        self.assertEqual(dd.prune(store, retention_ms=1_000).operations, 1)
+        again = write(dispatcher, "b")
+        self.assertAnswer(again, "fresh")
+        self.assertEqual((again["execution"]["effects"], dispatcher.effect_count), (0, 1))
+        self.assertEqual((self.row(dispatcher).state, self.row(dispatcher).lease_epoch), ("succeeded", 3))
+        self.assertEqual(dd.recover(store), ())
+        self.assertEqual(rows(self.path, "SELECT epoch FROM key_epochs"), [(2,)])
+
+    def test_pruning_never_lowers_a_kept_epoch(self) -> None:
+        dispatcher = self.dispatcher(retention_ms=1_000)
+        store = self.open_store()
+        self.tamper("INSERT INTO key_epochs VALUES ('default', 'tenant-a', 'alice', 'create_refund_draft', "
+                    f"'{KEY}', 9)")
+        write(dispatcher, "a")
+        self.assertEqual(self.row(dispatcher).lease_epoch, 10)
+        self.tamper("UPDATE operations SET lease_epoch = 4")
+        dd.relay(store)
+        self.clock.advance(1_000)
+        dd.prune(store, retention_ms=1_000)
+        self.assertEqual(rows(self.path, "SELECT epoch FROM key_epochs"), [(9,)])
+
 # --------------------------------------------------------------------------------------------
 # Crash recovery with real processes
 # --------------------------------------------------------------------------------------------
@@ -1469,6 +1683,11 @@ class TestCli(StoreCase):
         status, body, _ = self.main("recover", "--db", str(self.path))
         self.assertEqual((status, body["recovered"]), (1, {"escalated": 1}))
 
+    def test_recover_never_creates_a_store_in_an_empty_file(self) -> None:
+        self.path.write_bytes(b"")
+        status, body, _ = self.main("recover", "--db", str(self.path))
+        self.assertEqual((status, body["error"]["code"], self.path.read_bytes()), (2, "STORE_INVALID", b""))
+
     def test_failed_expectation_exits_1_in_ascii(self) -> None:
         broken = self.dir / "broken.json"
         data = FIXTURE.read_bytes().replace(b'"effect_count": 1', b'"effect_count": 2', 1)
@@ -1652,10 +1871,22 @@ def _child_race(spec: dict[str, Any]) -> int:
     return 0
 
 
+def _child_open(spec: dict[str, Any]) -> int:
+    _arrive(Path(spec["barrier"]), "open", spec["index"], spec["racers"])
+    try:
+        dd.DurableStore.open(spec["db"]).close()
+    except dd.DurableError as error:
+        sys.stdout.write(error.code + "\n")
+        return 1
+    sys.stdout.write("ok\n")
+    return 0
+
+
 CHILD_ACTIONS: dict[str, Callable[[dict[str, Any]], int]] = {
     "crash": _child_crash,
     "recover": _child_recover,
     "race": _child_race,
+    "open": _child_open,
 }
 
 

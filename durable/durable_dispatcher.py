@@ -82,6 +82,9 @@ CHECKPOINTS: Final = frozenset({
 })
 
 Checkpoint = Callable[[str], None]
+# An open transaction of a store: ``execute(sql, params)`` returns a cursor (fetchone, fetchall,
+# rowcount). A sqlite3 connection is one; the PostgreSQL store hands out its own.
+Tx = Any
 
 _SQLITE_BUSY: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 _SQLITE_NOT_OURS: Final = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
@@ -368,7 +371,7 @@ SQL_READ_ROW: Final = f"SELECT {', '.join(ROW_COLUMNS)} FROM operations WHERE {_
 SQL_UNSETTLED_ROWS: Final = (
     f"SELECT {', '.join(ROW_COLUMNS)} FROM operations "
     f"WHERE state IN ({_sql_list(STORED_STATES - PRUNABLE_STATES - {'released'})}) "
-    "AND (:realm IS NULL OR realm = :realm) ORDER BY realm, created_at LIMIT :limit"
+    "AND (CAST(:realm AS TEXT) IS NULL OR realm = :realm) ORDER BY realm, created_at LIMIT :limit"
 )
 SQL_CLAIM: Final = f"""
     INSERT INTO operations (realm, tenant, subject, tool, idempotency_key, request_sha256, provider,
@@ -439,7 +442,7 @@ RECEIPT_COLUMNS: Final = tuple(td.Receipt.__slots__)
 SQL_RAISE_FENCE: Final = """
     INSERT INTO downstream_fences (realm, status_ref, epoch) VALUES (:realm, :status_ref, :epoch)
     ON CONFLICT (realm, status_ref) DO UPDATE SET epoch = excluded.epoch
-    WHERE typeof(downstream_fences.epoch) = 'integer' AND downstream_fences.epoch <= excluded.epoch"""
+    WHERE downstream_fences.epoch <= excluded.epoch"""
 SQL_READ_RECEIPT: Final = (f"SELECT {', '.join(RECEIPT_COLUMNS)} FROM downstream_receipts "
                            "WHERE realm = :realm AND status_ref = :status_ref")
 SQL_WRITE_RECEIPT: Final = (
@@ -451,15 +454,18 @@ SQL_COUNT_EFFECTS: Final = "SELECT COUNT(*) FROM downstream_receipts WHERE realm
 SQL_COUNT_EFFECTS_FOR: Final = ("SELECT COUNT(*) FROM downstream_receipts "
                                 "WHERE realm = :realm AND request_ref = :request_ref")
 
-SQL_UNSENT_EVENTS: Final = """
-    SELECT realm, event_id, payload FROM outbox
-    WHERE sent_at IS NULL AND (:realm IS NULL OR realm = :realm) ORDER BY seq LIMIT :limit"""
+# One relay worker's pick: the next unsent event after the last one it handled. On PostgreSQL it
+# runs FOR UPDATE SKIP LOCKED, so two relay workers never publish the same event at once.
+SQL_NEXT_UNSENT: Final = """
+    SELECT seq, realm, event_id, payload FROM outbox
+    WHERE sent_at IS NULL AND seq > :after AND (CAST(:realm AS TEXT) IS NULL OR realm = :realm)
+    ORDER BY seq LIMIT 1"""
 SQL_PUBLISH: Final = """
     INSERT INTO broker_messages (realm, event_id, payload, published_at)
     VALUES (:realm, :event_id, :payload, :now)"""
 SQL_MARK_SENT: Final = """
     UPDATE outbox SET sent_at = :now WHERE realm = :realm AND event_id = :event_id AND sent_at IS NULL"""
-SQL_BROKER_REALMS: Final = ("SELECT DISTINCT realm FROM broker_messages WHERE (:realm IS NULL OR realm = :realm) "
+SQL_BROKER_REALMS: Final = ("SELECT DISTINCT realm FROM broker_messages WHERE (CAST(:realm AS TEXT) IS NULL OR realm = :realm) "
                             "ORDER BY realm")
 SQL_CONSUMER_POSITION: Final = ("SELECT position FROM consumer_offsets "
                                 "WHERE realm = :realm AND consumer = :consumer")
@@ -484,7 +490,8 @@ _PRUNABLE_ROWS: Final = f"""
 SQL_KEEP_EPOCHS: Final = f"""
     INSERT INTO key_epochs (realm, tenant, subject, tool, idempotency_key, epoch)
     SELECT realm, tenant, subject, tool, idempotency_key, lease_epoch FROM operations WHERE {_PRUNABLE_ROWS}
-    ON CONFLICT (realm, tenant, subject, tool, idempotency_key) DO UPDATE SET epoch = max(epoch, excluded.epoch)"""
+    ON CONFLICT (realm, tenant, subject, tool, idempotency_key) DO UPDATE SET epoch =
+        CASE WHEN excluded.epoch > key_epochs.epoch THEN excluded.epoch ELSE key_epochs.epoch END"""
 SQL_PRUNE_OPERATIONS: Final = f"DELETE FROM operations WHERE {_PRUNABLE_ROWS}"
 SQL_PRUNE_EVENTS: Final = "DELETE FROM outbox WHERE sent_at IS NOT NULL AND sent_at <= :before"
 SQL_PRUNE_CALLS: Final = "DELETE FROM call_bindings WHERE created_at <= :before"
@@ -542,7 +549,19 @@ class DurableStore:
     Every write goes through ``transaction()`` (BEGIN IMMEDIATE ... COMMIT); reads that decide a
     write happen inside it too. Close it (or use it as a context manager): a connection left open
     is a ResourceWarning.
+
+    The store interface every backend offers the ledger: transaction() / begin() + commit() /
+    rollback() and current() (the open transaction), query() and query_one() outside one,
+    now_ms() (the lease clock), facts(), close(), ``errors`` (the driver's exception types) with
+    translate(), and two SQL suffixes: ``row_lock`` for a read that decides a write and
+    ``skip_locked`` for a relay worker's pick. SQLite needs neither: BEGIN IMMEDIATE already
+    makes every writer wait for the one write lock.
     """
+
+    backend: Final = "sqlite"
+    errors: Final = (sqlite3.Error,)
+    row_lock: Final = ""
+    skip_locked: Final = ""
 
     def __init__(self, connection: sqlite3.Connection, *, synchronous: str,
                  clock_ms: Callable[[], int]) -> None:
@@ -605,7 +624,7 @@ class DurableStore:
         if journal != ("wal",):
             raise DurableError("STORE_INVALID")
 
-    def _inspect(self, tx: sqlite3.Connection | None = None) -> str:
+    def _inspect(self, tx: Tx | None = None) -> str:
         """'ours', 'empty' or 'foreign', from one consistent snapshot of the header and the schema.
 
         One read transaction: a process creating the schema at this moment is seen before or after
@@ -674,6 +693,16 @@ class DurableStore:
     @property
     def in_transaction(self) -> bool:
         return self._connection.in_transaction
+
+    def current(self) -> Tx:
+        """The transaction begin() opened (the caller commits or rolls it back)."""
+        if not self._connection.in_transaction:
+            raise DurableError("STORE_MISUSE")
+        return self._connection
+
+    @staticmethod
+    def translate(error: BaseException) -> DurableError:
+        return _store_error(error)  # type: ignore[arg-type]
 
     def query(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """A read outside any transaction (autocommit: one consistent snapshot per statement)."""
@@ -929,7 +958,7 @@ class Ledger:
         row = self._store.query_one(SQL_READ_ROW, key.params())
         return None if row is None else LedgerRow.of(row)
 
-    def claim(self, tx: sqlite3.Connection, key: OperationKey, intent: Intent, *, owner: str, lease_ms: int,
+    def claim(self, tx: Tx, key: OperationKey, intent: Intent, *, owner: str, lease_ms: int,
               approval_ref: str | None = None) -> Lease | LedgerRow:
         """Inside ``tx``: claim the key, or take over a released or expired claim; else return the
         row to answer. The caller commits (with the start, in one transaction) or rolls back.
@@ -946,18 +975,19 @@ class Ledger:
         if inserted:
             self._use_approval(tx, key, approval_ref, now)
             return Lease(key, "claimed", _checked_int(inserted[0][0], 1), owner, intent.request_ref)
-        row = LedgerRow.of(tx.execute(SQL_READ_ROW, key.params()).fetchone())
+        row = LedgerRow.of(tx.execute(SQL_READ_ROW + self._store.row_lock, key.params()).fetchone())
         event = claim_event(row, intent.call, now)
         if event is None:
             return row
         to_state = transition(row.state, event)
-        tx.execute(SQL_CLAIM_TAKE_OVER, {**params, "to_state": to_state, "from_state": row.state,
-                                         "epoch": row.lease_epoch})
+        if tx.execute(SQL_CLAIM_TAKE_OVER, {**params, "to_state": to_state, "from_state": row.state,
+                                            "epoch": row.lease_epoch}).rowcount != 1:
+            raise td.BoundaryError("OPERATION_IN_PROGRESS")  # moved under us: cannot happen under the row lock
         self._use_approval(tx, key, approval_ref, now)
         return Lease(key, to_state, row.lease_epoch + 1, owner, intent.request_ref)
 
     @staticmethod
-    def _use_approval(tx: sqlite3.Connection, key: OperationKey, approval_ref: str | None, now: int) -> None:
+    def _use_approval(tx: Tx, key: OperationKey, approval_ref: str | None, now: int) -> None:
         if approval_ref is None:
             return
         params = {**key.params(), "approval_ref": approval_ref, "now": now}
@@ -973,7 +1003,7 @@ class Ledger:
 
     def advance(self, lease: Lease, event: str, *, lease_ms: int = 0, data: Any = None,
                 package: Any = None, receipt_ref: str | None = None,
-                tx: sqlite3.Connection | None = None) -> Lease:
+                tx: Tx | None = None) -> Lease:
         """The holder's own move, fenced by its epoch; a settled success writes its event in the
         same commit. Inside ``tx`` when given (the caller commits), else in a transaction of its own."""
         if tx is None:
@@ -1032,7 +1062,7 @@ class Ledger:
         """
         now = self._store.now_ms()
         with self._store.transaction() as tx:
-            found = tx.execute(SQL_READ_ROW, key.params()).fetchone()
+            found = tx.execute(SQL_READ_ROW + self._store.row_lock, key.params()).fetchone()
             row = None if found is None else LedgerRow.of(found)
             if row is not None and row.state == "reconciled":
                 return
@@ -1045,7 +1075,7 @@ class Ledger:
             self._append_event(tx, key, row.request_ref, to_state, data, now)
 
     @staticmethod
-    def _append_event(tx: sqlite3.Connection, key: OperationKey, request_ref: str, state: str, data: Any,
+    def _append_event(tx: Tx, key: OperationKey, request_ref: str, state: str, data: Any,
                       now: int) -> None:
         event_id, payload = settled_event(key, request_ref, state, data)
         tx.execute(SQL_APPEND_EVENT, {"realm": key.realm, "event_id": event_id, "request_ref": request_ref,
@@ -1066,7 +1096,7 @@ class CallBindings:
                 "call_id": call_id, "fingerprint": _text(list(fingerprint)), "now": self._store.now_ms()}
 
     def bind(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...],
-             tx: sqlite3.Connection | None = None) -> tuple[Any, ...]:
+             tx: Tx | None = None) -> tuple[Any, ...]:
         """Bind once (inside ``tx`` when given); the fingerprint the identity is bound to."""
         if tx is None:
             with self._store.transaction() as own:
@@ -1162,7 +1192,7 @@ class DurableDownstream:
             row = tx.execute(SQL_READ_RECEIPT, {"realm": self._realm, "status_ref": status_ref}).fetchone()
         return _receipt(row)
 
-    def _raise_fence(self, tx: sqlite3.Connection, status_ref: str, epoch: int) -> None:
+    def _raise_fence(self, tx: Tx, status_ref: str, epoch: int) -> None:
         params = {"realm": self._realm, "status_ref": status_ref, "epoch": epoch}
         if tx.execute(SQL_RAISE_FENCE, params).rowcount != 1:
             raise DurableError("DOWNSTREAM_FENCED")
@@ -1262,16 +1292,16 @@ class SqliteOperations:
                 self.store.commit()
                 self._pending = None
                 return self._answer(call, lease)
-        except sqlite3.Error as error:
+        except self.store.errors as error:
             self.store.rollback()
-            raise _store_error(error) from None
+            raise self.store.translate(error) from None
         except BaseException:
             self.store.rollback()
             raise
         self._open = lease
         return td.Claim(call.record_key, replace(record, state=lease.state), lease)
 
-    def _write_pending(self, tx: sqlite3.Connection) -> None:
+    def _write_pending(self, tx: Tx) -> None:
         # The deferred call binding, in the claim's transaction: a conflicting binding that another
         # process wrote since our read is CALL_CONFLICT, and the claim rolls back with it.
         if self._pending is None:
@@ -1297,11 +1327,10 @@ class SqliteOperations:
             return self.ledger.advance(claim.token, event, lease_ms=self.lease_ms)
         self._open = None
         try:
-            lease = self.ledger.advance(claim.token, event, lease_ms=self.lease_ms,
-                                        tx=self.store._connection)
-        except sqlite3.Error as error:
+            lease = self.ledger.advance(claim.token, event, lease_ms=self.lease_ms, tx=self.store.current())
+        except self.store.errors as error:
             self.store.rollback()
-            raise _store_error(error) from None
+            raise self.store.translate(error) from None
         except BaseException:
             self.store.rollback()
             raise
@@ -1454,16 +1483,25 @@ class DurableDispatcher(td.Dispatcher):
 
 def relay(store: DurableStore, *, realm: str | None = None, checkpoint: Checkpoint = _no_checkpoint,
           limit: int = RELAY_BATCH) -> int:
-    """Publish unsent outbox events to the broker, then mark each sent; returns how many were published."""
-    events = store.query(SQL_UNSENT_EVENTS, {"realm": realm, "limit": limit})
-    for event_realm, event_id, payload in events:
-        params = {"realm": event_realm, "event_id": event_id, "payload": payload, "now": store.now_ms()}
+    """Publish unsent outbox events to the broker, then mark each sent; returns how many were published.
+
+    Each event: pick it (locked, so a concurrent relay skips it) and publish it in the broker's
+    commit, then mark it sent in a second one. A crash between the two publishes it again later.
+    """
+    published, after = 0, 0
+    while published < limit:
         with store.transaction() as tx:  # the broker's own commit
+            event = tx.execute(SQL_NEXT_UNSENT + store.skip_locked, {"realm": realm, "after": after}).fetchone()
+            if event is None:
+                break
+            after = _checked_int(event[0])
+            params = {"realm": event[1], "event_id": event[2], "payload": event[3], "now": store.now_ms()}
             tx.execute(SQL_PUBLISH, params)
         checkpoint("after_publish")
         with store.transaction() as tx:
             tx.execute(SQL_MARK_SENT, params)
-    return len(events)
+        published += 1
+    return published
 
 
 def consume(store: DurableStore, *, realm: str | None = None, consumer: str = DEFAULT_CONSUMER,
@@ -1482,7 +1520,7 @@ def consume(store: DurableStore, *, realm: str | None = None, consumer: str = DE
 def _consume_one(store: DurableStore, realm: str, consumer: str, checkpoint: Checkpoint) -> bool | None:
     with store.transaction() as tx:
         params: dict[str, Any] = {"realm": realm, "consumer": consumer, "now": store.now_ms()}
-        position = tx.execute(SQL_CONSUMER_POSITION, params).fetchone()
+        position = tx.execute(SQL_CONSUMER_POSITION + store.row_lock, params).fetchone()
         params["position"] = 0 if position is None else _checked_int(position[0])
         message = tx.execute(SQL_NEXT_MESSAGE, params).fetchone()
         if message is None:

@@ -47,6 +47,11 @@ from typing import Any, Callable, Final, Iterator, Mapping, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tool_dispatcher as td  # noqa: E402  (the boundary this layer makes durable)
 
+# The PostgreSQL store (postgres_store.py, beside this file) imports this module by this name:
+# whether this file runs as a script or is imported, it is one module, with one DurableError.
+sys.modules.setdefault("durable_dispatcher", sys.modules[__name__])
+_HERE: Final = str(Path(__file__).resolve().parent)
+
 # ============================================================================================
 # 1. Limits and constants
 # ============================================================================================
@@ -62,6 +67,7 @@ MAX_STORED_JSON_BYTES: Final = td.MAX_FIXTURE_BYTES  # what is read back from di
 MAX_ANSWER_ATTEMPTS: Final = 4  # re-reads of a row that moved while we answered, then "in progress"
 RELAY_BATCH: Final = 256  # outbox events one relay pass publishes
 CONSUME_BATCH: Final = 1_024  # broker messages one consumer pass reads per realm
+WAL_SWITCH_PAUSE_S: Final = 0.005  # between two tries of a first opener's switch to WAL
 MAX_RECOVERY_ROWS: Final = 10_000  # unsettled rows one recovery pass visits; run it again for more
 
 DEFAULT_REALM: Final = "default"
@@ -137,6 +143,14 @@ DURABLE_ERRORS: Final[Mapping[str, td.ErrorSpec]] = MappingProxyType({
                      "even its downstream effect, may have committed: retry under the same idempotency key, "
                      "never a new one.",
         STORE_MISUSE="A database transaction was opened inside another one; it was rolled back.",
+        STORE_DRIVER_MISSING="A postgresql:// store needs the psycopg driver: install the postgres extra.",
+    ),
+    **td.error_specs(
+        "store", True,
+        STORE_UNREACHABLE="The database could not be reached or the connection broke during this step, "
+                          "so this step may or may not have committed, and earlier steps of the operation, "
+                          "even its downstream effect, may have committed: retry under the same "
+                          "idempotency key, never a new one.",
     ),
 })
 # Where a write stood when a store error interrupted it: the state its row holds on disk, and
@@ -610,17 +624,28 @@ class DurableStore:
         # refused before anything (even the journal mode) is written to it.
         found = self._inspect()
         if found == "empty" and create:
-            self._set_wal()
+            self._set_wal(busy_timeout_ms)
             found = self._create_schema()
         if found != "ours":
             raise DurableError("STORE_INVALID")
-        self._set_wal()
+        self._set_wal(busy_timeout_ms)
         self.query_one(f"PRAGMA synchronous = {SYNCHRONOUS_MODES[self.synchronous]}")
 
-    def _set_wal(self) -> None:
-        journal = self.query_one("PRAGMA journal_mode")
-        if journal != ("wal",):
-            journal = self.query_one("PRAGMA journal_mode = WAL")
+    def _set_wal(self, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+        # Two first openers switching a new file to WAL at once: SQLite answers one of them BUSY at
+        # once, without its busy handler (each holds the shared lock the other needs to give up).
+        # The switch is retried, for at most the busy timeout.
+        deadline = time.monotonic() + busy_timeout_ms / 1000
+        while True:
+            try:
+                journal = self.query_one("PRAGMA journal_mode")
+                if journal != ("wal",):
+                    journal = self.query_one("PRAGMA journal_mode = WAL")
+                break
+            except DurableError as error:
+                if error.code != "STORE_BUSY" or time.monotonic() >= deadline:
+                    raise
+                time.sleep(WAL_SWITCH_PAUSE_S)
         if journal != ("wal",):
             raise DurableError("STORE_INVALID")
 
@@ -730,6 +755,17 @@ class DurableStore:
             "effects": effects[0] if effects else 0,
             "events": {"written": events[0], "sent": events[1]} if events else {"written": 0, "sent": 0},
         }
+
+
+def open_store(target: Any, **options: Any) -> Any:
+    """The store a target names: a ``postgresql://`` DSN opens the PostgreSQL store (psycopg, the
+    optional extra, is imported only then); anything else is a SQLite file path."""
+    if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
+        if _HERE not in sys.path:
+            sys.path.insert(0, _HERE)
+        import postgres_store  # its psycopg import is guarded: a missing driver is STORE_DRIVER_MISSING
+        return postgres_store.PostgresStore.open(target, **options)
+    return DurableStore.open(target, **options)
 
 
 # ============================================================================================
@@ -1227,8 +1263,9 @@ class FencedDownstream:
 # ============================================================================================
 
 
-class SqliteOperations:
-    """tool_dispatcher's OperationStore in SQLite: the ledger, the call bindings, the downstream.
+class LedgerOperations:
+    """tool_dispatcher's OperationStore on a durable store (SQLite or PostgreSQL): the ledger, the
+    call bindings, the downstream.
 
     tool_dispatcher's Dispatcher runs its one write path over it: claim the key under a lease,
     start it, run the handler against a downstream fenced by the lease epoch, settle the row (and
@@ -1432,23 +1469,26 @@ class SqliteOperations:
         return fingerprint
 
 
+SqliteOperations: Final = LedgerOperations  # the name it had when SQLite was the only store
+
+
 class DurableDispatcher(td.Dispatcher):
-    """tool_dispatcher's Dispatcher over SqliteOperations: nothing of the boundary is overridden.
+    """tool_dispatcher's Dispatcher over LedgerOperations: nothing of the boundary is overridden.
 
     Besides result packages it raises to the trusted host: OPERATION_IN_PROGRESS (another
     holder's lease is live: retry later, nothing ran), LEASE_LOST (this holder was taken over;
     dispatch again), STORE_BUSY (retryable).
     """
 
-    def __init__(self, orders: Sequence[td.Order] = (), *, store: DurableStore, realm: str = DEFAULT_REALM,
+    def __init__(self, orders: Sequence[td.Order] = (), *, store: Any, realm: str = DEFAULT_REALM,
                  approvers: frozenset[str] | Sequence[str] = (), lease_ms: int = LEASE_MS,
                  retention_ms: int = RETENTION_MS, owner: str | None = None, checkpoint: Checkpoint | None = None,
                  handlers: Mapping[str, td.Handler] | None = None,
                  registry: Mapping[str, td.ToolSpec] = td.REGISTRY) -> None:
-        operations = SqliteOperations(store, realm=realm, lease_ms=lease_ms, retention_ms=retention_ms,
+        operations = LedgerOperations(store, realm=realm, lease_ms=lease_ms, retention_ms=retention_ms,
                                       owner=owner, checkpoint=checkpoint, defer_bindings=True)
         super().__init__(orders, approvers=approvers, handlers=handlers, registry=registry, operations=operations)
-        self.operations: SqliteOperations = operations
+        self.operations: LedgerOperations = operations
 
     def dispatch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """tool_dispatcher's dispatch; its call binding is on disk before the answer leaves."""
@@ -1675,11 +1715,15 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a tool-cases-v2 fixture against a database file this command creates")
     run.add_argument("--fixture", required=True, help="path of the tool-cases-v2 JSON fixture")
-    run.add_argument("--db", required=True, help="path of the SQLite file to create (must not exist)")
+    target = run.add_mutually_exclusive_group(required=True)
+    target.add_argument("--db", help="path of the SQLite file to create (must not exist)")
+    target.add_argument("--store", help="a SQLite path or a postgresql:// DSN (its database must hold no schema)")
     run.add_argument("--case", help="run only the case with this id")
     run.add_argument("--synchronous", choices=sorted(SYNCHRONOUS_MODES), default="FULL")
     rec = commands.add_parser("recover", help="recover leases, unknown operations and the outbox of a database")
-    rec.add_argument("--db", required=True, help="path of an existing database of this layer")
+    target = rec.add_mutually_exclusive_group(required=True)
+    target.add_argument("--db", help="path of an existing database of this layer")
+    target.add_argument("--store", help="a SQLite path or a postgresql:// DSN of an existing store")
     rec.add_argument("--synchronous", choices=sorted(SYNCHRONOUS_MODES), default="FULL")
     return parser.parse_args(argv)
 
@@ -1689,7 +1733,7 @@ def _run_command(arguments: argparse.Namespace) -> int:
     fixture = td.load_fixture(arguments.fixture)
     if arguments.case is not None and not any(case.id == arguments.case for case in fixture.cases):
         raise td.BoundaryError("CLI_UNKNOWN_CASE")
-    with DurableStore.open(arguments.db, exclusive=True, synchronous=arguments.synchronous) as store:
+    with open_store(arguments.store or arguments.db, exclusive=True, synchronous=arguments.synchronous) as store:
         summary = run_fixture(fixture, store, case_id=arguments.case)
         summary["store"] = store.facts()
     td.emit_json(summary)
@@ -1697,7 +1741,7 @@ def _run_command(arguments: argparse.Namespace) -> int:
 
 
 def _recover_command(arguments: argparse.Namespace) -> int:
-    with DurableStore.open(arguments.db, create=False, synchronous=arguments.synchronous) as store:
+    with open_store(arguments.store or arguments.db, create=False, synchronous=arguments.synchronous) as store:
         outcomes = recover(store)
         report = {
             "recovered": {after: sum(1 for outcome in outcomes if outcome.after == after)

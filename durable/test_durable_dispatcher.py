@@ -191,7 +191,7 @@ class TestConstantsAndErrors(unittest.TestCase):
 
     def test_retryable_codes_are_exactly_the_transient_ones(self) -> None:
         retryable = {code for code, spec in dd.DURABLE_ERRORS.items() if spec.retryable}
-        self.assertEqual(retryable, {"LEASE_LOST", "STORE_BUSY"})
+        self.assertEqual(retryable, {"LEASE_LOST", "STORE_BUSY", "STORE_UNREACHABLE"})
         # "In progress" is the core's host code: one lifecycle, one answer for every store.
         self.assertTrue(td.ERROR_CATALOG["OPERATION_IN_PROGRESS"].retryable)
 

@@ -219,15 +219,18 @@ class PostgresStore:
     def _create_schema(self) -> str:
         with self.transaction() as tx:
             tx.execute(SQL_CREATE_LOCK)  # concurrent creators wait here for the first one's commit
-            found = self._inspect(tx)
-            if found != "empty":
-                return found
-            for statement in SCHEMA:
-                tx.execute(statement)
-            tx.execute("INSERT INTO td_meta VALUES (:application, :version, :digest)",
-                       {"application": dd.APPLICATION_ID, "version": dd.SCHEMA_VERSION,
-                        "digest": _catalog_digest(tx)})
-        return "ours"
+            if tx.execute(SQL_OWN_TABLES).fetchone()[0] != 0:
+                elsewhere = True  # another opener created it while we waited (or something else is there)
+            else:
+                elsewhere = False
+                for statement in SCHEMA:
+                    tx.execute(statement)
+                tx.execute("INSERT INTO td_meta VALUES (:application, :version, :digest)",
+                           {"application": dd.APPLICATION_ID, "version": dd.SCHEMA_VERSION,
+                            "digest": _catalog_digest(tx)})
+        # Another opener's schema is judged from a fresh snapshot: a name lookup inside the
+        # transaction that waited for the lock may still miss tables committed meanwhile.
+        return self._inspect() if elsewhere else "ours"
 
     # -- transactions --------------------------------------------------------------------------
 

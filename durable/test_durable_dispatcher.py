@@ -101,9 +101,19 @@ def reference() -> td.Dispatcher:
     return td.Dispatcher(ORDERS, approvers=APPROVERS)
 
 
-def rows(path: Path, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+def rows(path: Path | str, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+    """What a store holds, read behind the layer's back: a SQLite file, or a postgresql:// DSN."""
+    if isinstance(path, str) and path.startswith("postgresql://"):
+        import psycopg  # only the PostgreSQL suite passes a DSN
+        with psycopg.connect(path, autocommit=True) as connection:
+            return [tuple(row) for row in connection.execute(sql.replace("?", "%s"), params or None).fetchall()]
     with contextlib.closing(sqlite3.connect(path)) as connection:
         return connection.execute(sql, params).fetchall()
+
+
+def integrity(path: Path | str) -> str:
+    with dd.open_store(path, create=False) as store:
+        return store.integrity()
 
 
 def count(path: Path, sql: str, params: Any = ()) -> int:
@@ -1507,11 +1517,16 @@ class TestCrashRecovery(unittest.TestCase):
     """Six children each die at one named point; then one fresh process recovers all six realms."""
 
     @classmethod
+    def new_store(cls, path: Path) -> Path | str:
+        """The store the children share (the PostgreSQL suite returns a DSN here)."""
+        dd.open_store(path).close()
+        return path
+
+    @classmethod
     def setUpClass(cls) -> None:
         directory = tempfile.TemporaryDirectory()
         cls.addClassCleanup(directory.cleanup)
-        cls.path = Path(directory.name) / "crash.sqlite3"
-        dd.DurableStore.open(cls.path).close()
+        cls.path = cls.new_store(Path(directory.name) / "crash.sqlite3")
         children = {point: subprocess.Popen(
             child_command({"action": "crash", "db": str(cls.path), "point": point, "mode": mode}),
             env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -1578,7 +1593,7 @@ class TestCrashRecovery(unittest.TestCase):
         self.assertEqual(published, {realm_of(point): 2 if point == "after_publish" else 1 for point in CRASHES})
 
     def test_integrity_check_is_ok(self) -> None:
-        self.assertEqual(rows(self.path, "PRAGMA integrity_check"), [("ok",)])
+        self.assertEqual(integrity(self.path), "ok")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1589,13 +1604,14 @@ class TestCrashRecovery(unittest.TestCase):
 class TestRaces(unittest.TestCase):
     """Eight processes claim one key at once, then eight keys at once, then relay and consume."""
 
+    new_store = TestCrashRecovery.new_store
+
     @classmethod
     def setUpClass(cls) -> None:
         directory = tempfile.TemporaryDirectory()
         cls.addClassCleanup(directory.cleanup)
         base = Path(directory.name)
-        cls.path = base / "race.sqlite3"
-        dd.DurableStore.open(cls.path).close()
+        cls.path = cls.new_store(base / "race.sqlite3")
         barrier = base / "barrier"
         barrier.mkdir()
         children = [subprocess.Popen(
@@ -1639,7 +1655,7 @@ class TestRaces(unittest.TestCase):
         self.assertEqual(rows(self.path, "SELECT COUNT(*), COUNT(sent_at) FROM outbox"), [(RACERS + 1, RACERS + 1)])
         self.assertEqual(rows(self.path, "SELECT COUNT(*), COUNT(DISTINCT event_id) FROM consumer_effects"),
                          [(RACERS + 1, RACERS + 1)])
-        self.assertEqual(rows(self.path, "PRAGMA integrity_check"), [("ok",)])
+        self.assertEqual(integrity(self.path), "ok")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1801,7 +1817,7 @@ def _child_crash(spec: dict[str, Any]) -> int:
             os._exit(CRASH_EXIT)
 
     realm = realm_of(point)
-    with dd.DurableStore.open(spec["db"]) as store:
+    with dd.open_store(spec["db"]) as store:
         dispatcher = dd.DurableDispatcher(ORDERS, store=store, realm=realm, approvers=APPROVERS,
                                           lease_ms=CHILD_LEASE_MS, checkpoint=die)
         write(dispatcher, "a")
@@ -1818,7 +1834,7 @@ def _child_recover(spec: dict[str, Any]) -> int:
         return [[outcome.realm, outcome.before, outcome.after] for outcome in outcomes]
 
     report: dict[str, Any] = {"realms": {}}
-    with dd.DurableStore.open(spec["db"], create=False, clock_ms=skewed) as store:
+    with dd.open_store(spec["db"], create=False, clock_ms=skewed) as store:
         report["first"] = view(dd.recover(store))
         report["second"] = view(dd.recover(store))
         for realm in spec["realms"]:
@@ -1850,7 +1866,7 @@ def _child_race(spec: dict[str, Any]) -> int:
             time.sleep(0.15)  # the winner holds its lease a while, so others meet it in progress
 
     results: dict[str, Any] = {}
-    with dd.DurableStore.open(spec["db"]) as store:
+    with dd.open_store(spec["db"]) as store:
         dispatcher = dd.DurableDispatcher(ORDERS, store=store, realm="race", approvers=APPROVERS,
                                           checkpoint=slow_commit)
         _arrive(barrier, "same", index, racers)
@@ -1874,11 +1890,59 @@ def _child_race(spec: dict[str, Any]) -> int:
 def _child_open(spec: dict[str, Any]) -> int:
     _arrive(Path(spec["barrier"]), "open", spec["index"], spec["racers"])
     try:
-        dd.DurableStore.open(spec["db"]).close()
+        dd.open_store(spec["db"]).close()
     except dd.DurableError as error:
         sys.stdout.write(error.code + "\n")
         return 1
     sys.stdout.write("ok\n")
+    return 0
+
+
+def _quietly(call: Callable[[], Any]) -> Any:
+    """A side task of a chaos worker: a store error (busy, lost lease) just skips it."""
+    try:
+        return call()
+    except td.CatalogError:
+        return None
+
+
+def _child_chaos(spec: dict[str, Any]) -> int:
+    """A chaos worker: dispatches on shared hot keys until its deadline (or its SIGKILL), settles
+    what it finds unknown with a status query, now and then relays, consumes or recovers, and
+    prints every answer it got as one JSON line, flushed at once."""
+    import random
+    rng = random.Random(spec["seed"])
+
+    def jitter(_point: str) -> None:
+        time.sleep(rng.random() * spec["jitter_s"])  # widens every window a kill can land in
+
+    def say(record: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(record) + "\n")
+        sys.stdout.flush()
+
+    with dd.open_store(spec["db"]) as store:
+        dispatcher = dd.DurableDispatcher(ORDERS, store=store, realm="chaos", approvers=APPROVERS,
+                                          lease_ms=spec["lease_ms"], checkpoint=jitter)
+        attempt = 0
+        while time.time() < spec["until"]:
+            attempt += 1
+            key = rng.choice(spec["keys"])
+            tag = f"w{spec['index']}-{attempt}"
+            answer = answer_of(lambda: write(dispatcher, tag, key))
+            say({"key": key, "kind": "dispatch", "answer": answer["answer"], "data": answer.get("data")})
+            row = None
+            if answer["answer"] in ("OUTCOME_UNKNOWN", "HANDLER_FAILED"):
+                row = _quietly(lambda: dispatcher.ledger_row(ALICE, "create_refund_draft", key))
+            if row is not None:  # the host asks about the operation the ledger recorded
+                settled = answer_of(lambda: query(dispatcher, f"{tag}-q", key, op_tag=row.operation_id[3:]))
+                say({"key": key, "kind": "query", "answer": settled["answer"], "data": settled.get("data")})
+            elif answer["answer"] == "OPERATION_IN_PROGRESS":
+                time.sleep(rng.random() * 0.05)
+            side = rng.random()
+            if side < 0.1:
+                _quietly(lambda: (dd.relay(store), dd.consume(store)))
+            elif side < 0.15:
+                _quietly(lambda: dd.recover(store))
     return 0
 
 
@@ -1887,6 +1951,7 @@ CHILD_ACTIONS: dict[str, Callable[[dict[str, Any]], int]] = {
     "recover": _child_recover,
     "race": _child_race,
     "open": _child_open,
+    "chaos": _child_chaos,
 }
 
 

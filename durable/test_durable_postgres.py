@@ -301,13 +301,15 @@ class TestPgChaos(unittest.TestCase):
 
     def test_the_run_was_chaotic(self) -> None:
         answers = self.answers()
-        self.assertGreaterEqual(self.kills, 20)
-        self.assertGreaterEqual(len(answers), 100)
+        self.assertGreaterEqual(self.kills, 15)
+        self.assertGreaterEqual(len(answers), 50)
         self.assertEqual(self.exits, [(0, b"")] * CHAOS_WORKERS)
-        kinds = {answer["answer"] for answer in answers}
+        kinds = {kind: sum(1 for answer in answers if answer["answer"] == kind)
+                 for kind in sorted({answer["answer"] for answer in answers})}
         self.assertIn("local_replay", kinds)
-        sys.stdout.write(f"NOTE chaos on PostgreSQL: {self.started} workers started, {self.kills} SIGKILLs, "
-                         f"{len(answers)} answers, {len(self.recovered)} rows recovered\n")
+        sys.stdout.write(f"\nNOTE chaos on PostgreSQL: {self.started} workers started, {self.kills} SIGKILLs, "
+                         f"{len(answers)} answers {json.dumps(kinds, sort_keys=True)}, "
+                         f"{len(self.recovered)} rows left for the final recovery\n")
 
     def test_one_effect_per_key(self) -> None:
         per_key = base.rows(self.dsn, "SELECT o.idempotency_key, COUNT(d.seq) FROM operations o "

@@ -26,7 +26,7 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/td-pg.XXXXXX")
 trap 'bash durable/pg/throwaway_postgres.sh stop "$dir"' EXIT
 dsn=$(bash durable/pg/throwaway_postgres.sh start "$dir") || { echo "FAIL the throwaway server did not start"; exit 1; }
 export DURABLE_PG_DSN=$dsn
-echo "NOTE PostgreSQL $("$py" -c 'import sys; print(sys.version.split()[0])') suite on $(psql "$dsn" -Atc 'SHOW server_version' 2>/dev/null || echo '?')"
+echo "NOTE the PostgreSQL suite runs on Python $("$py" -c "import sys; print(sys.version.split()[0])"), server $(psql "$dsn" -Atc "SHOW server_version" 2>/dev/null || echo unknown)"
 
 status=0
 run() {

@@ -1,7 +1,9 @@
-"""Durable layer: the trusted boundary's idempotency, leases, outbox and recovery, kept in SQLite.
+"""Durable layer: the trusted boundary's idempotency, leases, outbox and recovery, kept in a database.
 
 tool_dispatcher.py proves the write contract inside one process with an in-memory map. This module
-keeps the same contract across a crash, a restart and a second process. It imports the boundary
+keeps the same contract across a crash, a restart, a second process and a second host, on a small
+store interface: SQLite here (standard library only, the embedded default), PostgreSQL in
+postgres_store.py (chosen by a postgresql:// DSN; psycopg is imported there only). It imports the boundary
 (request digest, call binding, input and output contracts, handlers, projections, the result package
 and its verifier) and changes only where records live and who may write them: everything the model
 sees is built by tool_dispatcher, byte for byte as the in-memory dispatcher builds it.
@@ -15,7 +17,9 @@ What this module never does:
 - use the sqlite3 module's implicit transactions: connections are in autocommit mode
   (isolation_level=None) and every write, and every read that decides a write, runs inside
   BEGIN IMMEDIATE, so a writer waits for the lock (busy timeout) instead of failing an upgrade;
-- let a raw sqlite3 error out: a lock held past the busy timeout is STORE_BUSY (retryable);
+- let a raw driver error out: a lock held past the busy timeout is STORE_BUSY (retryable), and no
+  store error claims that nothing happened: earlier steps of the operation may have committed;
+- trust what it reads back: every stored value is checked for its kind (STORE_INVALID);
 - resolve an operation whose effect may have happened by running it again: only a receipt query
   (query_operation_status, or recovery's fenced receipt query) settles it;
 - prune an `unknown` or `escalated` record, or a record whose event has not been sent;

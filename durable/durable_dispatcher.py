@@ -166,11 +166,15 @@ STEP_STATES: Final[Mapping[str, tuple[str, bool]]] = MappingProxyType({
 })
 
 
+MAYBE_COMMITTED: Final = frozenset({"STORE_UNREACHABLE"})  # the step's own COMMIT may have landed
+
+
 class DurableError(td.CatalogError):
     """This layer's error: a stable code from DURABLE_ERRORS and its fixed message.
 
-    ``operation_state`` (when known) is the state the operation's row holds after the failed step,
-    and ``effect_possible`` whether its downstream may have acted: a host never has to guess.
+    ``operation_state`` (when known) is the state the operation's row held before the failed step,
+    ``effect_possible`` whether its downstream may have acted, and ``step_committed`` false when the
+    step surely rolled back, null when nobody can know (a connection broken during its COMMIT).
     """
 
     CATALOG = DURABLE_ERRORS
@@ -184,7 +188,8 @@ class DurableError(td.CatalogError):
     def details(self) -> dict[str, Any]:
         if self.operation_state is None:
             return {}
-        return {"operation_state": self.operation_state, "effect_possible": self.effect_possible}
+        return {"operation_state": self.operation_state, "effect_possible": self.effect_possible,
+                "step_committed": None if self.code in MAYBE_COMMITTED else False}
 
 
 @contextmanager

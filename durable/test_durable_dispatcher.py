@@ -233,7 +233,10 @@ class TestConstantsAndErrors(unittest.TestCase):
         error = dd.DurableError("STORE_BUSY", operation_state="in_progress", effect_possible=True)
         self.assertEqual(error.to_json(), {"code": "STORE_BUSY", "retryable": True,
                                            "message": dd.DURABLE_ERRORS["STORE_BUSY"].message,
-                                           "operation_state": "in_progress", "effect_possible": True})
+                                           "operation_state": "in_progress", "effect_possible": True,
+                                           "step_committed": False})
+        self.assertIsNone(dd.DurableError("STORE_UNREACHABLE", operation_state="in_progress",
+                                          effect_possible=True).to_json()["step_committed"])
         self.assertEqual(dict(dd.STEP_STATES), {"start": ("claimed", False), "release": ("claimed", False),
                                                 "settle": ("in_progress", True)})
 

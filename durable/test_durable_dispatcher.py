@@ -546,6 +546,92 @@ class TestStore(StoreCase):
                 self.assertEqual(results, [(0, b"ok\n", b"")] * RACERS)
                 self.assertEqual(rows(path, "PRAGMA integrity_check"), [("ok",)])
 
+    def test_the_switch_to_wal_is_retried_only_while_busy(self) -> None:
+        class Flaky(dd.DurableStore):
+            failures: list[str] = []
+
+            def query_one(self, sql: str, params: Any = ()) -> tuple[Any, ...] | None:
+                if sql.startswith("PRAGMA journal_mode") and self.failures:
+                    raise dd.DurableError(self.failures.pop())
+                return super().query_one(sql, params)
+        store = Flaky(sqlite3.connect(self.path, isolation_level=None), synchronous="FULL", clock_ms=self.clock)
+        self.addCleanup(store.close)
+        Flaky.failures = ["STORE_BUSY", "STORE_BUSY"]
+        store._set_wal(1_000)
+        self.assertEqual((store.query_one("PRAGMA journal_mode"), Flaky.failures), (("wal",), []))
+        Flaky.failures = ["STORE_FAILED"]
+        self.assertDurable("STORE_FAILED", lambda: store._set_wal(1_000))
+        Flaky.failures = ["STORE_BUSY"] * 3
+        self.assertDurable("STORE_BUSY", lambda: store._set_wal(0))
+        self.assertEqual(Flaky.failures, ["STORE_BUSY"] * 2)
+
+    def test_a_row_of_the_wrong_width_is_a_store_error(self) -> None:
+        self.assertDurable("STORE_INVALID", lambda: dd.LedgerRow.of(None))
+        self.assertDurable("STORE_INVALID", lambda: dd.LedgerRow.of(("default",) * (len(dd.ROW_COLUMNS) - 1)))
+
+    def test_a_failing_claim_rolls_back_and_is_a_store_error(self) -> None:
+        store = self.open_store()
+        dispatcher = self.dispatcher(store)
+        self.tamper("DROP TABLE approval_uses")
+        self.assertDurable("STORE_FAILED", lambda: write(dispatcher, "a"))
+        self.assertFalse(store.in_transaction)
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 0)
+
+    def test_a_claim_interrupted_before_its_start_leaves_nothing_but_its_binding(self) -> None:
+        store = self.open_store()
+        dispatcher = self.dispatcher(store)
+
+        def interrupted(claim: td.Claim) -> td.Claim:
+            raise Boom("between claim and start")
+        dispatcher.operations.start = interrupted  # type: ignore[method-assign]
+        with self.assertRaises(Boom):
+            write(dispatcher, "a")
+        self.assertFalse(store.in_transaction)
+        self.assertEqual((count(self.path, "SELECT COUNT(*) FROM operations"),
+                          count(self.path, "SELECT COUNT(*) FROM call_bindings")), (0, 1))
+
+    def test_an_error_inside_the_held_start_rolls_the_claim_back(self) -> None:
+        store = self.open_store()
+        dispatcher = self.dispatcher(store)
+        advance = dispatcher.operations.ledger.advance
+
+        def failing(lease: dd.Lease, event: str, **options: Any) -> dd.Lease:
+            if options.get("tx") is not None:
+                raise RuntimeError("inside the claim's transaction")
+            return advance(lease, event, **options)
+        dispatcher.operations.ledger.advance = failing  # type: ignore[method-assign]
+        with self.assertRaises(RuntimeError):
+            write(dispatcher, "a")
+        self.assertFalse(store.in_transaction)
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 0)
+
+    def test_a_takeover_that_finds_the_row_moved_answers_in_progress(self) -> None:
+        class Moved:
+            def __init__(self, tx: Any) -> None:
+                self.tx = tx
+
+            def execute(self, sql: str, params: Any = ()) -> Any:
+                cursor = self.tx.execute(sql, params)
+                return type("NoRow", (), {"rowcount": 0})() if sql is dd.SQL_CLAIM_TAKE_OVER else cursor
+        store = self.open_store()
+        ledger = self.dispatcher(store, lease_ms=100).operations.ledger
+        key = dd.OperationKey("default", "t", "s", "tool", "k")
+        intent = dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st")
+        with store.transaction() as tx:
+            ledger.claim(tx, key, intent, owner="one", lease_ms=100)
+        self.tamper("UPDATE operations SET state = 'released', lease_owner = NULL, lease_expires_at = NULL")
+        with self.assertRaises(td.BoundaryError) as caught:
+            with store.transaction() as tx:
+                ledger.claim(Moved(tx), key, intent, owner="two", lease_ms=100)
+        self.assertEqual(caught.exception.code, "OPERATION_IN_PROGRESS")
+
+    def test_a_status_query_binds_its_identity_at_once(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a")
+        query(dispatcher, "q", op_tag="a")
+        self.assertEqual(rows(self.path, "SELECT call_id FROM call_bindings ORDER BY call_id"),
+                         [("call-a",), ("call-q",)])
+
     def test_damaged_stored_json_is_a_store_error(self) -> None:
         dispatcher = self.dispatcher()
         write(dispatcher, "a")

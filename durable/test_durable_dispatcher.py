@@ -572,7 +572,7 @@ class TestStore(StoreCase):
     def test_a_failing_claim_rolls_back_and_is_a_store_error(self) -> None:
         store = self.open_store()
         dispatcher = self.dispatcher(store)
-        self.tamper("DROP TABLE approval_uses")
+        self.tamper("DROP TABLE key_epochs")  # only the claim's INSERT reads it
         self.assertDurable("STORE_FAILED", lambda: write(dispatcher, "a"))
         self.assertFalse(store.in_transaction)
         self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 0)
@@ -631,6 +631,27 @@ class TestStore(StoreCase):
         query(dispatcher, "q", op_tag="a")
         self.assertEqual(rows(self.path, "SELECT call_id FROM call_bindings ORDER BY call_id"),
                          [("call-a",), ("call-q",)])
+
+    def test_the_sqlite_path_never_imports_the_postgres_driver(self) -> None:
+        # psycopg is imported only by postgres_store.py, and that only for a postgresql:// target;
+        # where the extra is missing, such a target is a stable error, not an ImportError.
+        program = (
+            "import json, sys\n"
+            "sys.modules['psycopg'] = None  # as on a machine without the postgres extra\n"
+            f"sys.path.insert(0, {str(HERE)!r})\n"
+            "import durable_dispatcher as dd\n"
+            f"with dd.open_store({str(self.path)!r}) as store:\n"
+            "    store.facts()\n"
+            "loaded = sorted(name for name in ('postgres_store', 'psycopg') if sys.modules.get(name))\n"
+            "try:\n"
+            "    dd.open_store('postgresql://nobody@/nothing')\n"
+            "except dd.DurableError as error:\n"
+            "    print(json.dumps([loaded, error.code]))\n"
+        )
+        done = subprocess.run([sys.executable, "-B", "-c", program], env=child_env(), capture_output=True,
+                              timeout=CHILD_TIMEOUT_S)
+        self.assertEqual((done.returncode, done.stderr), (0, b""))
+        self.assertEqual(json.loads(done.stdout), [[], "STORE_DRIVER_MISSING"])
 
     def test_damaged_stored_json_is_a_store_error(self) -> None:
         dispatcher = self.dispatcher()

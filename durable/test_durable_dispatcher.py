@@ -2036,7 +2036,10 @@ def _child_chaos(spec: dict[str, Any]) -> int:
         attempt = 0
         while time.time() < spec["until"]:
             attempt += 1
-            key = rng.choice(spec["keys"])
+            # The hot keys rotate: every worker moves to a new generation of them at the same
+            # moment, so fresh contended writes (and kills in the middle of them) go on all run long.
+            generation = int((time.time() - spec["start"]) / spec["rotate_s"])
+            key = f"{rng.choice(spec['keys'])}-g{generation}"
             tag = f"w{spec['index']}-{attempt}"
             answer = answer_of(lambda: write(dispatcher, tag, key))
             say({"key": key, "kind": "dispatch", "answer": answer["answer"], "data": answer.get("data")})
@@ -2046,8 +2049,8 @@ def _child_chaos(spec: dict[str, Any]) -> int:
             if row is not None:  # the host asks about the operation the ledger recorded
                 settled = answer_of(lambda: query(dispatcher, f"{tag}-q", key, op_tag=row.operation_id[3:]))
                 say({"key": key, "kind": "query", "answer": settled["answer"], "data": settled.get("data")})
-            elif answer["answer"] == "OPERATION_IN_PROGRESS":
-                time.sleep(rng.random() * 0.05)
+            elif answer["answer"] in ("OPERATION_IN_PROGRESS", "local_replay"):
+                time.sleep(rng.random() * 0.02)
             side = rng.random()
             if side < 0.1:
                 _quietly(lambda: (dd.relay(store), dd.consume(store)))

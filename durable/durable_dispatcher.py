@@ -1,7 +1,9 @@
-"""Durable layer: the trusted boundary's idempotency, leases, outbox and recovery, kept in SQLite.
+"""Durable layer: the trusted boundary's idempotency, leases, outbox and recovery, kept in a database.
 
 tool_dispatcher.py proves the write contract inside one process with an in-memory map. This module
-keeps the same contract across a crash, a restart and a second process. It imports the boundary
+keeps the same contract across a crash, a restart, a second process and a second host, on a small
+store interface: SQLite here (standard library only, the embedded default), PostgreSQL in
+postgres_store.py (chosen by a postgresql:// DSN; psycopg is imported there only). It imports the boundary
 (request digest, call binding, input and output contracts, handlers, projections, the result package
 and its verifier) and changes only where records live and who may write them: everything the model
 sees is built by tool_dispatcher, byte for byte as the in-memory dispatcher builds it.
@@ -15,7 +17,9 @@ What this module never does:
 - use the sqlite3 module's implicit transactions: connections are in autocommit mode
   (isolation_level=None) and every write, and every read that decides a write, runs inside
   BEGIN IMMEDIATE, so a writer waits for the lock (busy timeout) instead of failing an upgrade;
-- let a raw sqlite3 error out: a lock held past the busy timeout is STORE_BUSY (retryable);
+- let a raw driver error out: a lock held past the busy timeout is STORE_BUSY (retryable), and no
+  store error claims that nothing happened: earlier steps of the operation may have committed;
+- trust what it reads back: every stored value is checked for its kind (STORE_INVALID);
 - resolve an operation whose effect may have happened by running it again: only a receipt query
   (query_operation_status, or recovery's fenced receipt query) settles it;
 - prune an `unknown` or `escalated` record, or a record whose event has not been sent;
@@ -38,7 +42,7 @@ import secrets
 import sqlite3
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -47,11 +51,16 @@ from typing import Any, Callable, Final, Iterator, Mapping, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tool_dispatcher as td  # noqa: E402  (the boundary this layer makes durable)
 
+# The PostgreSQL store (postgres_store.py, beside this file) imports this module by this name:
+# whether this file runs as a script or is imported, it is one module, with one DurableError.
+sys.modules.setdefault("durable_dispatcher", sys.modules[__name__])
+_HERE: Final = str(Path(__file__).resolve().parent)
+
 # ============================================================================================
 # 1. Limits and constants
 # ============================================================================================
 
-SCHEMA_VERSION: Final = 2  # PRAGMA user_version of a database this module created (2: approval uses)
+SCHEMA_VERSION: Final = 3  # PRAGMA user_version of a database this module created (3: key epochs)
 APPLICATION_ID: Final = 0x54445231  # PRAGMA application_id ("TDR1"): any other file is refused
 BUSY_TIMEOUT_MS: Final = 5_000  # BEGIN IMMEDIATE waits this long for the write lock, then STORE_BUSY
 LEASE_MS: Final = 30_000  # far longer than one handler and its commits; a dead holder frees its key this fast
@@ -62,6 +71,7 @@ MAX_STORED_JSON_BYTES: Final = td.MAX_FIXTURE_BYTES  # what is read back from di
 MAX_ANSWER_ATTEMPTS: Final = 4  # re-reads of a row that moved while we answered, then "in progress"
 RELAY_BATCH: Final = 256  # outbox events one relay pass publishes
 CONSUME_BATCH: Final = 1_024  # broker messages one consumer pass reads per realm
+WAL_SWITCH_PAUSE_S: Final = 0.005  # between two tries of a first opener's switch to WAL
 MAX_RECOVERY_ROWS: Final = 10_000  # unsettled rows one recovery pass visits; run it again for more
 
 DEFAULT_REALM: Final = "default"
@@ -82,6 +92,9 @@ CHECKPOINTS: Final = frozenset({
 })
 
 Checkpoint = Callable[[str], None]
+# An open transaction of a store: ``execute(sql, params)`` returns a cursor (fetchone, fetchall,
+# rowcount). A sqlite3 connection is one; the PostgreSQL store hands out its own.
+Tx = Any
 
 _SQLITE_BUSY: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 _SQLITE_NOT_OURS: Final = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
@@ -115,25 +128,80 @@ DURABLE_ERRORS: Final[Mapping[str, td.ErrorSpec]] = MappingProxyType({
         DOWNSTREAM_FENCED="The downstream refused a commit from a superseded lease.",
         SETTING_INVALID="A store or dispatcher setting is out of its range.",
     ),
+    # A store error rolls back the one transaction it interrupted, and nothing else: the steps of
+    # the same operation that committed before it (its claim, even its downstream effect) stay.
+    # The messages say so, and the error carries the operation's state when this layer knows it.
     **td.error_specs(
         "store", True,
-        STORE_BUSY="The database stayed locked past the busy timeout; nothing was changed.",
+        STORE_BUSY="The database stayed locked past the busy timeout and this step was rolled back; "
+                   "earlier steps of the operation, even its downstream effect, may have committed: "
+                   "retry under the same idempotency key, never a new one.",
     ),
     **td.error_specs(
         "store", False,
-        STORE_UNREADABLE="The database file could not be opened.",
+        STORE_UNREADABLE="The database could not be opened; nothing was written.",
         STORE_EXISTS="The database file already exists; this command creates a new one.",
-        STORE_INVALID="The file is not a database of this layer, or its content is damaged.",
-        STORE_FAILED="The database refused the operation.",
-        STORE_MISUSE="A database transaction was opened inside another one.",
+        STORE_INVALID="The file is not a database of this layer, or a value read back from it is damaged; "
+                      "the step that found it wrote nothing.",
+        STORE_FAILED="The database refused this step and it was rolled back; earlier steps of the operation, "
+                     "even its downstream effect, may have committed: retry under the same idempotency key, "
+                     "never a new one.",
+        STORE_MISUSE="A database transaction was opened inside another one; it was rolled back.",
+        STORE_DRIVER_MISSING="A postgresql:// store needs the psycopg driver: install the postgres extra.",
     ),
+    **td.error_specs(
+        "store", True,
+        STORE_UNREACHABLE="The database could not be reached or the connection broke during this step, "
+                          "so this step may or may not have committed, and earlier steps of the operation, "
+                          "even its downstream effect, may have committed: retry under the same "
+                          "idempotency key, never a new one.",
+    ),
+})
+# Where a write stood when a store error interrupted it: the state its row holds on disk, and
+# whether the downstream may already have acted. Only the steps after a claim know it.
+STEP_STATES: Final[Mapping[str, tuple[str, bool]]] = MappingProxyType({
+    "start": ("claimed", False),      # claim and start roll back together: the key is as it was
+    "release": ("claimed", False),
+    "settle": ("in_progress", True),  # the handler ran: its downstream commit may be on disk
 })
 
 
+MAYBE_COMMITTED: Final = frozenset({"STORE_UNREACHABLE"})  # the step's own COMMIT may have landed
+
+
 class DurableError(td.CatalogError):
-    """This layer's error: a stable code from DURABLE_ERRORS and its fixed message."""
+    """This layer's error: a stable code from DURABLE_ERRORS and its fixed message.
+
+    ``operation_state`` (when known) is the state the operation's row held before the failed step,
+    ``effect_possible`` whether its downstream may have acted, and ``step_committed`` false when the
+    step surely rolled back, null when nobody can know (a connection broken during its COMMIT).
+    """
 
     CATALOG = DURABLE_ERRORS
+
+    def __init__(self, code: str, at: str = "", *, operation_state: str | None = None,
+                 effect_possible: bool | None = None) -> None:
+        super().__init__(code, at)
+        self.operation_state = operation_state
+        self.effect_possible = effect_possible
+
+    def details(self) -> dict[str, Any]:
+        if self.operation_state is None:
+            return {}
+        return {"operation_state": self.operation_state, "effect_possible": self.effect_possible,
+                "step_committed": None if self.code in MAYBE_COMMITTED else False}
+
+
+@contextmanager
+def _during(step: str) -> Iterator[None]:
+    """Attach to a store error what this layer knows of the operation at ``step``."""
+    try:
+        yield
+    except DurableError as error:
+        if DURABLE_ERRORS[error.code].scope != "store" or error.operation_state is not None:
+            raise
+        state, effect_possible = STEP_STATES[step]
+        raise DurableError(error.code, operation_state=state, effect_possible=effect_possible) from None
 
 
 def _store_error(error: sqlite3.Error) -> DurableError:
@@ -233,6 +301,17 @@ SCHEMA: Final = (
         created_at INTEGER NOT NULL,
         PRIMARY KEY (realm, approval_ref)
     )""",
+    # The highest lease epoch a pruned key reached. The downstream keeps its fence per key for
+    # ever; a claim of a key whose row was pruned starts above this, so pruning never rewinds a fence.
+    """CREATE TABLE key_epochs (
+        realm TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        idempotency_key TEXT NOT NULL,
+        epoch INTEGER NOT NULL CHECK (epoch >= 1),
+        PRIMARY KEY (realm, tenant, subject, tool, idempotency_key)
+    )""",
     """CREATE TABLE call_bindings (
         realm TEXT NOT NULL,
         adapter_revision TEXT NOT NULL,
@@ -316,16 +395,19 @@ SQL_READ_ROW: Final = f"SELECT {', '.join(ROW_COLUMNS)} FROM operations WHERE {_
 SQL_UNSETTLED_ROWS: Final = (
     f"SELECT {', '.join(ROW_COLUMNS)} FROM operations "
     f"WHERE state IN ({_sql_list(STORED_STATES - PRUNABLE_STATES - {'released'})}) "
-    "AND (:realm IS NULL OR realm = :realm) ORDER BY realm, created_at LIMIT :limit"
+    "AND (CAST(:realm AS TEXT) IS NULL OR realm = :realm) ORDER BY realm, created_at LIMIT :limit"
 )
-SQL_CLAIM: Final = """
+SQL_CLAIM: Final = f"""
     INSERT INTO operations (realm, tenant, subject, tool, idempotency_key, request_sha256, provider,
         api_family, adapter_revision, operation_id, contract, state, request_ref, status_ref, approval,
         lease_owner, lease_epoch, lease_expires_at, created_at, updated_at, arguments, resource_revision)
     VALUES (:realm, :tenant, :subject, :tool, :idempotency_key, :request_sha256, :provider,
         :api_family, :adapter_revision, :operation_id, :contract, :to_state, :request_ref, :status_ref,
-        :approval, :lease_owner, 1, :lease_expires_at, :now, :now, :arguments, :resource_revision)
-    ON CONFLICT (realm, tenant, subject, tool, idempotency_key) DO NOTHING"""
+        :approval, :lease_owner,
+        (SELECT COALESCE(MAX(epoch), 0) + 1 FROM key_epochs WHERE {_KEY_MATCH}),
+        :lease_expires_at, :now, :now, :arguments, :resource_revision)
+    ON CONFLICT (realm, tenant, subject, tool, idempotency_key) DO NOTHING
+    RETURNING lease_epoch"""
 SQL_CLAIM_TAKE_OVER: Final = f"""
     UPDATE operations SET request_sha256 = :request_sha256, provider = :provider,
         api_family = :api_family, adapter_revision = :adapter_revision, operation_id = :operation_id,
@@ -381,29 +463,34 @@ SQL_READ_CALL: Final = """
         AND call_id = :call_id"""
 
 RECEIPT_COLUMNS: Final = tuple(td.Receipt.__slots__)
-SQL_READ_FENCE: Final = "SELECT epoch FROM downstream_fences WHERE realm = :realm AND status_ref = :status_ref"
-SQL_WRITE_FENCE: Final = """
+# Raise the fence to this epoch, or change nothing when it already stands higher (fenced off).
+SQL_RAISE_FENCE: Final = """
     INSERT INTO downstream_fences (realm, status_ref, epoch) VALUES (:realm, :status_ref, :epoch)
-    ON CONFLICT (realm, status_ref) DO UPDATE SET epoch = excluded.epoch"""
+    ON CONFLICT (realm, status_ref) DO UPDATE SET epoch = excluded.epoch
+    WHERE downstream_fences.epoch <= excluded.epoch"""
 SQL_READ_RECEIPT: Final = (f"SELECT {', '.join(RECEIPT_COLUMNS)} FROM downstream_receipts "
                            "WHERE realm = :realm AND status_ref = :status_ref")
 SQL_WRITE_RECEIPT: Final = (
     f"INSERT INTO downstream_receipts (realm, {', '.join(RECEIPT_COLUMNS)}, epoch, committed_at) "
-    f"VALUES (:realm, {', '.join(':' + column for column in RECEIPT_COLUMNS)}, :epoch, :now)"
+    f"VALUES (:realm, {', '.join(':' + column for column in RECEIPT_COLUMNS)}, :epoch, :now) "
+    "ON CONFLICT (realm, status_ref) DO NOTHING"
 )
 SQL_COUNT_EFFECTS: Final = "SELECT COUNT(*) FROM downstream_receipts WHERE realm = :realm"
 SQL_COUNT_EFFECTS_FOR: Final = ("SELECT COUNT(*) FROM downstream_receipts "
                                 "WHERE realm = :realm AND request_ref = :request_ref")
 
-SQL_UNSENT_EVENTS: Final = """
-    SELECT realm, event_id, payload FROM outbox
-    WHERE sent_at IS NULL AND (:realm IS NULL OR realm = :realm) ORDER BY seq LIMIT :limit"""
+# One relay worker's pick: the next unsent event after the last one it handled. On PostgreSQL it
+# runs FOR UPDATE SKIP LOCKED, so two relay workers never publish the same event at once.
+SQL_NEXT_UNSENT: Final = """
+    SELECT seq, realm, event_id, payload FROM outbox
+    WHERE sent_at IS NULL AND seq > :after AND (CAST(:realm AS TEXT) IS NULL OR realm = :realm)
+    ORDER BY seq LIMIT 1"""
 SQL_PUBLISH: Final = """
     INSERT INTO broker_messages (realm, event_id, payload, published_at)
     VALUES (:realm, :event_id, :payload, :now)"""
 SQL_MARK_SENT: Final = """
     UPDATE outbox SET sent_at = :now WHERE realm = :realm AND event_id = :event_id AND sent_at IS NULL"""
-SQL_BROKER_REALMS: Final = ("SELECT DISTINCT realm FROM broker_messages WHERE (:realm IS NULL OR realm = :realm) "
+SQL_BROKER_REALMS: Final = ("SELECT DISTINCT realm FROM broker_messages WHERE (CAST(:realm AS TEXT) IS NULL OR realm = :realm) "
                             "ORDER BY realm")
 SQL_CONSUMER_POSITION: Final = ("SELECT position FROM consumer_offsets "
                                 "WHERE realm = :realm AND consumer = :consumer")
@@ -420,11 +507,17 @@ SQL_CONSUMER_ADVANCE: Final = """
     INSERT INTO consumer_offsets (realm, consumer, position) VALUES (:realm, :consumer, :position)
     ON CONFLICT (realm, consumer) DO UPDATE SET position = excluded.position"""
 
-SQL_PRUNE_OPERATIONS: Final = f"""
-    DELETE FROM operations
-    WHERE state IN ({_sql_list(PRUNABLE_STATES)}) AND expires_at <= :now
+_PRUNABLE_ROWS: Final = f"""
+    state IN ({_sql_list(PRUNABLE_STATES)}) AND expires_at <= :now
         AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.realm = operations.realm
                         AND outbox.request_ref = operations.request_ref AND outbox.sent_at IS NULL)"""
+# Run before the delete, in its transaction: the epochs of the rows about to go are kept.
+SQL_KEEP_EPOCHS: Final = f"""
+    INSERT INTO key_epochs (realm, tenant, subject, tool, idempotency_key, epoch)
+    SELECT realm, tenant, subject, tool, idempotency_key, lease_epoch FROM operations WHERE {_PRUNABLE_ROWS}
+    ON CONFLICT (realm, tenant, subject, tool, idempotency_key) DO UPDATE SET epoch =
+        CASE WHEN excluded.epoch > key_epochs.epoch THEN excluded.epoch ELSE key_epochs.epoch END"""
+SQL_PRUNE_OPERATIONS: Final = f"DELETE FROM operations WHERE {_PRUNABLE_ROWS}"
 SQL_PRUNE_EVENTS: Final = "DELETE FROM outbox WHERE sent_at IS NOT NULL AND sent_at <= :before"
 SQL_PRUNE_CALLS: Final = "DELETE FROM call_bindings WHERE created_at <= :before"
 
@@ -461,13 +554,39 @@ def _create_new_file(path: Any) -> None:
     os.close(handle)
 
 
+def _expected_schema() -> tuple[tuple[Any, ...], ...]:
+    """What sqlite_master holds in a database this module created: every table, index and column."""
+    with closing(sqlite3.connect(":memory:")) as connection:
+        for statement in SCHEMA:
+            connection.execute(statement)
+        return tuple(connection.execute(SQL_SCHEMA_ROWS).fetchall())
+
+
+SQL_IDENTITY: Final = ("SELECT (SELECT application_id FROM pragma_application_id()), "
+                       "(SELECT user_version FROM pragma_user_version())")
+SQL_SCHEMA_ROWS: Final = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+EXPECTED_SCHEMA: Final = _expected_schema()
+
+
 class DurableStore:
     """One SQLite connection in autocommit mode, WAL, a busy timeout, synchronous FULL or NORMAL.
 
     Every write goes through ``transaction()`` (BEGIN IMMEDIATE ... COMMIT); reads that decide a
     write happen inside it too. Close it (or use it as a context manager): a connection left open
     is a ResourceWarning.
+
+    The store interface every backend offers the ledger: transaction() / begin() + commit() /
+    rollback() and current() (the open transaction), query() and query_one() outside one,
+    now_ms() (the lease clock), facts(), close(), ``errors`` (the driver's exception types) with
+    translate(), and two SQL suffixes: ``row_lock`` for a read that decides a write and
+    ``skip_locked`` for a relay worker's pick. SQLite needs neither: BEGIN IMMEDIATE already
+    makes every writer wait for the one write lock.
     """
+
+    backend: Final = "sqlite"
+    errors: Final = (sqlite3.Error,)
+    row_lock: Final = ""
+    skip_locked: Final = ""
 
     def __init__(self, connection: sqlite3.Connection, *, synchronous: str,
                  clock_ms: Callable[[], int]) -> None:
@@ -478,7 +597,9 @@ class DurableStore:
     @classmethod
     def open(cls, path: Any, *, create: bool = True, exclusive: bool = False, synchronous: str = "FULL",
              busy_timeout_ms: int = BUSY_TIMEOUT_MS, clock_ms: Callable[[], int] | None = None) -> DurableStore:
-        """Open (or create) the database at ``path``; ``exclusive`` refuses a file that exists."""
+        """Open the database at ``path``; ``create`` lets it create the schema in a new or empty
+        file, ``exclusive`` also refuses a file that exists. Without either, an empty file is
+        refused untouched: creating a store is an explicit act, never a side effect of opening."""
         if synchronous not in SYNCHRONOUS_MODES or type(busy_timeout_ms) is not int or busy_timeout_ms < 0:
             raise DurableError("SETTING_INVALID")
         uri = _uri(path, "rwc" if create or exclusive else "rw")
@@ -490,8 +611,7 @@ class DurableStore:
             raise DurableError("STORE_UNREADABLE") from None
         store = cls(connection, synchronous=synchronous, clock_ms=clock_ms or wall_clock_ms)
         try:
-            store._configure(busy_timeout_ms)
-            store._ensure_schema()
+            store._configure(busy_timeout_ms, create=create or exclusive)
         except BaseException:
             store.close()
             raise
@@ -509,65 +629,116 @@ class DurableStore:
     def now_ms(self) -> int:
         return self._clock_ms()
 
-    def _configure(self, busy_timeout_ms: int) -> None:
+    def _configure(self, busy_timeout_ms: int, *, create: bool = True) -> None:
         self.query_one(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-        # Someone else's database is refused before anything (even the journal mode) is written to it.
-        identity = self._identity()  # a file that is not a database fails here
-        if identity != (APPLICATION_ID, SCHEMA_VERSION) and (
-                identity != (0, 0) or self.query_one("SELECT COUNT(*) FROM sqlite_master") != (0,)):
+        # Someone else's database, or an empty file we were not asked to create a store in, is
+        # refused before anything (even the journal mode) is written to it.
+        found = self._inspect()
+        if found == "empty" and create:
+            self._set_wal(busy_timeout_ms)
+            found = self._create_schema()
+        if found != "ours":
             raise DurableError("STORE_INVALID")
-        journal = self.query_one("PRAGMA journal_mode")
-        if journal != ("wal",):
-            journal = self.query_one("PRAGMA journal_mode = WAL")
-        if journal != ("wal",):
-            raise DurableError("STORE_INVALID")
+        self._set_wal(busy_timeout_ms)
         self.query_one(f"PRAGMA synchronous = {SYNCHRONOUS_MODES[self.synchronous]}")
 
-    def _ensure_schema(self) -> None:
-        if self._identity() == (APPLICATION_ID, SCHEMA_VERSION):
-            return
+    def _set_wal(self, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+        # Two first openers switching a new file to WAL at once: SQLite answers one of them BUSY at
+        # once, without its busy handler (each holds the shared lock the other needs to give up).
+        # The switch is retried, for at most the busy timeout.
+        deadline = time.monotonic() + busy_timeout_ms / 1000
+        while True:
+            try:
+                journal = self.query_one("PRAGMA journal_mode")
+                if journal != ("wal",):
+                    journal = self.query_one("PRAGMA journal_mode = WAL")
+                break
+            except DurableError as error:
+                if error.code != "STORE_BUSY" or time.monotonic() >= deadline:
+                    raise
+                time.sleep(WAL_SWITCH_PAUSE_S)
+        if journal != ("wal",):
+            raise DurableError("STORE_INVALID")
+
+    def _inspect(self, tx: Tx | None = None) -> str:
+        """'ours', 'empty' or 'foreign', from one consistent snapshot of the header and the schema.
+
+        One read transaction: a process creating the schema at this moment is seen before or after
+        its commit, never half-way (two separate reads could see the new version and the old id).
+        """
+        if tx is None:
+            with self.transaction("BEGIN") as snapshot:
+                return self._inspect(snapshot)
+        identity = tuple(tx.execute(SQL_IDENTITY).fetchone())
+        schema = tuple(tx.execute(SQL_SCHEMA_ROWS).fetchall())
+        if identity == (APPLICATION_ID, SCHEMA_VERSION) and schema == EXPECTED_SCHEMA:
+            return "ours"
+        return "empty" if identity == (0, 0) and not schema else "foreign"
+
+    def _create_schema(self) -> str:
         with self.transaction() as tx:
-            identity = self._identity(tx)
-            if identity == (APPLICATION_ID, SCHEMA_VERSION):
-                return  # another process created it while we waited for the lock
-            if identity != (0, 0) or tx.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]:
-                raise DurableError("STORE_INVALID")
+            found = self._inspect(tx)
+            if found != "empty":
+                return found  # another process created it while we waited for the lock (or it is not ours)
             for statement in SCHEMA:
                 tx.execute(statement)
             tx.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             tx.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-    def _identity(self, tx: sqlite3.Connection | None = None) -> tuple[int, int]:
-        if tx is None:
-            return (self.query_one("PRAGMA application_id")[0], self.query_one("PRAGMA user_version")[0])
-        return (tx.execute("PRAGMA application_id").fetchone()[0], tx.execute("PRAGMA user_version").fetchone()[0])
+        return "ours"
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self, begin: str = "BEGIN IMMEDIATE") -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE ... COMMIT; any exception rolls back and sqlite3 errors become DurableError."""
-        connection = self._connection
-        if connection.in_transaction:
-            raise DurableError("STORE_MISUSE")
-        try:
-            connection.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as error:
-            raise _store_error(error) from None
+        connection = self.begin(begin)
         try:
             yield connection
-            connection.execute("COMMIT")
         except sqlite3.Error as error:
-            self._rollback()
+            self.rollback()
             raise _store_error(error) from None
         except BaseException:
-            self._rollback()
+            self.rollback()
             raise
+        self.commit()
 
-    def _rollback(self) -> None:
+    def begin(self, begin: str = "BEGIN IMMEDIATE") -> sqlite3.Connection:
+        """Open a transaction that the caller ends with commit() or rollback()."""
+        connection = self._connection
+        if connection.in_transaction:
+            self.rollback()
+            raise DurableError("STORE_MISUSE")
+        try:
+            connection.execute(begin)
+        except sqlite3.Error as error:
+            raise _store_error(error) from None
+        return connection
+
+    def commit(self) -> None:
+        try:
+            self._connection.execute("COMMIT")
+        except sqlite3.Error as error:
+            self.rollback()
+            raise _store_error(error) from None
+
+    def rollback(self) -> None:
         if self._connection.in_transaction:
             try:
                 self._connection.execute("ROLLBACK")
             except sqlite3.Error:
                 pass  # the original error is the one worth raising; SQLite rolls back on close anyway
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._connection.in_transaction
+
+    def current(self) -> Tx:
+        """The transaction begin() opened (the caller commits or rolls it back)."""
+        if not self._connection.in_transaction:
+            raise DurableError("STORE_MISUSE")
+        return self._connection
+
+    @staticmethod
+    def translate(error: BaseException) -> DurableError:
+        return _store_error(error)  # type: ignore[arg-type]
 
     def query(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """A read outside any transaction (autocommit: one consistent snapshot per statement)."""
@@ -597,6 +768,17 @@ class DurableStore:
         }
 
 
+def open_store(target: Any, **options: Any) -> Any:
+    """The store a target names: a ``postgresql://`` DSN opens the PostgreSQL store (psycopg, the
+    optional extra, is imported only then); anything else is a SQLite file path."""
+    if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
+        if _HERE not in sys.path:
+            sys.path.insert(0, _HERE)
+        import postgres_store  # its psycopg import is guarded: a missing driver is STORE_DRIVER_MISSING
+        return postgres_store.PostgresStore.open(target, **options)
+    return DurableStore.open(target, **options)
+
+
 # ============================================================================================
 # 6. The ledger
 # ============================================================================================
@@ -606,13 +788,46 @@ def _text(value: Any) -> str | None:
     return None if value is None else td.canonical_json(value).decode("utf-8")
 
 
-def _decoded(text: str) -> Any:
-    # What comes back from disk is decoded by the boundary's strict, bounded decoder: a damaged
-    # or edited file is a store error, never a crash deeper in.
+# Everything read back from the store is untrusted input: another writer, an edit or a damaged
+# file can put any value of any kind in any column. Each value is checked for its kind before
+# use, and a wrong one is STORE_INVALID (nothing written), never a TypeError deeper in.
+
+
+def _decoded(text: Any, kind: type = dict) -> Any:
+    # Stored JSON is decoded by the boundary's strict, bounded decoder, then checked for its kind.
+    if type(text) is not str:
+        raise DurableError("STORE_INVALID")
     try:
-        return td.decode_strict_json(text.encode("utf-8"), max_bytes=MAX_STORED_JSON_BYTES)
-    except td.BoundaryError:
+        value = td.decode_strict_json(text.encode("utf-8"), max_bytes=MAX_STORED_JSON_BYTES)
+    except (td.BoundaryError, UnicodeEncodeError):
         raise DurableError("STORE_INVALID") from None
+    if type(value) is not kind:
+        raise DurableError("STORE_INVALID")
+    return value
+
+
+def _checked_int(value: Any, least: int = 0) -> int:
+    if type(value) is not int or value < least:
+        raise DurableError("STORE_INVALID")
+    return value
+
+
+def _checked_text(value: Any) -> str:
+    if type(value) is not str:
+        raise DurableError("STORE_INVALID")
+    return value
+
+
+def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else check(value)
+
+
+def _one_of(allowed: frozenset[str] | Sequence[str]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if type(value) is not str or value not in allowed:
+            raise DurableError("STORE_INVALID")
+        return value
+    return check
 
 
 @dataclass(frozen=True, slots=True)
@@ -705,6 +920,13 @@ class LedgerRow:
     def profile(self) -> td.ProviderProfile:
         return td.ProviderProfile(self.provider, self.api_family, self.adapter_revision)
 
+    @classmethod
+    def of(cls, values: Sequence[Any] | None) -> LedgerRow:
+        """A row read back from the store, every column checked for its kind (STORE_INVALID)."""
+        if values is None or len(values) != len(ROW_COLUMNS):
+            raise DurableError("STORE_INVALID")
+        return cls(*(ROW_CHECKS[column](value) for column, value in zip(ROW_COLUMNS, values)))
+
     def lease_live(self, now_ms: int) -> bool:
         # Like an approval, a lease is dead at its expiry instant.
         return self.lease_expires_at is not None and now_ms < self.lease_expires_at
@@ -721,6 +943,24 @@ class LedgerRow:
             arguments=MappingProxyType(_decoded(self.arguments)),
             resource_revision=self.resource_revision,
         )
+
+
+_TEXT: Final = _checked_text
+_MAYBE_TEXT: Final = _optional(_checked_text)
+ROW_CHECKS: Final[Mapping[str, Callable[[Any], Any]]] = MappingProxyType({
+    **{column: _TEXT for column in (
+        "realm", "tenant", "subject", "tool", "idempotency_key", "request_sha256", "provider", "api_family",
+        "adapter_revision", "operation_id", "contract", "request_ref", "status_ref", "arguments")},
+    **{column: _MAYBE_TEXT for column in ("receipt_ref", "data", "package", "approval", "lease_owner")},
+    "state": _one_of(STORED_STATES),
+    "recovery_hint": _optional(_one_of(tuple(RECOVERY_HINTS.values()))),
+    "lease_epoch": lambda value: _checked_int(value, 1),
+    "created_at": _checked_int,
+    "updated_at": _checked_int,
+    "lease_expires_at": _optional(_checked_int),
+    "expires_at": _optional(_checked_int),
+    "resource_revision": _optional(lambda value: _checked_int(value, 1)),
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -767,34 +1007,38 @@ class Ledger:
 
     def read(self, key: OperationKey) -> LedgerRow | None:
         row = self._store.query_one(SQL_READ_ROW, key.params())
-        return None if row is None else LedgerRow(*row)
+        return None if row is None else LedgerRow.of(row)
 
-    def claim(self, key: OperationKey, intent: Intent, *, owner: str, lease_ms: int,
+    def claim(self, tx: Tx, key: OperationKey, intent: Intent, *, owner: str, lease_ms: int,
               approval_ref: str | None = None) -> Lease | LedgerRow:
-        """Claim the key, or take over a released or expired claim; else return the row to answer.
+        """Inside ``tx``: claim the key, or take over a released or expired claim; else return the
+        row to answer. The caller commits (with the start, in one transaction) or rolls back.
 
-        With an approval reference, the claim also consumes it, in the same transaction: an
-        approval another key consumed is APPROVAL_CONSUMED, and nothing is claimed.
+        A new row starts above the highest epoch its key ever reached (key_epochs keeps the epoch
+        of a pruned row), so the downstream's fence never sees an epoch go back. With an approval
+        reference, the claim also consumes it: an approval another key consumed is
+        APPROVAL_CONSUMED, and nothing is claimed.
         """
         now = self._store.now_ms()
         params = {**key.params(), **intent.params(), "lease_owner": owner, "lease_expires_at": now + lease_ms,
                   "now": now}
-        with self._store.transaction() as tx:
-            if tx.execute(SQL_CLAIM, {**params, "to_state": transition("none", "claim")}).rowcount == 1:
-                self._use_approval(tx, key, approval_ref, now)
-                return Lease(key, "claimed", 1, owner, intent.request_ref)
-            row = LedgerRow(*tx.execute(SQL_READ_ROW, key.params()).fetchone())
-            event = claim_event(row, intent.call, now)
-            if event is None:
-                return row
-            to_state = transition(row.state, event)
-            tx.execute(SQL_CLAIM_TAKE_OVER, {**params, "to_state": to_state, "from_state": row.state,
-                                             "epoch": row.lease_epoch})
+        inserted = tx.execute(SQL_CLAIM, {**params, "to_state": transition("none", "claim")}).fetchall()
+        if inserted:
             self._use_approval(tx, key, approval_ref, now)
+            return Lease(key, "claimed", _checked_int(inserted[0][0], 1), owner, intent.request_ref)
+        row = LedgerRow.of(tx.execute(SQL_READ_ROW + self._store.row_lock, key.params()).fetchone())
+        event = claim_event(row, intent.call, now)
+        if event is None:
+            return row
+        to_state = transition(row.state, event)
+        if tx.execute(SQL_CLAIM_TAKE_OVER, {**params, "to_state": to_state, "from_state": row.state,
+                                            "epoch": row.lease_epoch}).rowcount != 1:
+            raise td.BoundaryError("OPERATION_IN_PROGRESS")  # moved under us: cannot happen under the row lock
+        self._use_approval(tx, key, approval_ref, now)
         return Lease(key, to_state, row.lease_epoch + 1, owner, intent.request_ref)
 
     @staticmethod
-    def _use_approval(tx: sqlite3.Connection, key: OperationKey, approval_ref: str | None, now: int) -> None:
+    def _use_approval(tx: Tx, key: OperationKey, approval_ref: str | None, now: int) -> None:
         if approval_ref is None:
             return
         params = {**key.params(), "approval_ref": approval_ref, "now": now}
@@ -809,8 +1053,14 @@ class Ledger:
         return self._store.query_one(SQL_APPROVAL_USER, {"realm": realm, "approval_ref": approval_ref}) is not None
 
     def advance(self, lease: Lease, event: str, *, lease_ms: int = 0, data: Any = None,
-                package: Any = None, receipt_ref: str | None = None) -> Lease:
-        """The holder's own move, fenced by its epoch; a settled success writes its event in the same commit."""
+                package: Any = None, receipt_ref: str | None = None,
+                tx: Tx | None = None) -> Lease:
+        """The holder's own move, fenced by its epoch; a settled success writes its event in the
+        same commit. Inside ``tx`` when given (the caller commits), else in a transaction of its own."""
+        if tx is None:
+            with self._store.transaction() as own:
+                return self.advance(lease, event, lease_ms=lease_ms, data=data, package=package,
+                                    receipt_ref=receipt_ref, tx=own)
         to_state = transition(lease.state, event)
         now = self._store.now_ms()
         leased = to_state in LEASED_STATES
@@ -820,14 +1070,13 @@ class Ledger:
                   "data": _text(data), "package": _text(package), "receipt_ref": receipt_ref,
                   "recovery_hint": RECOVERY_HINTS.get(to_state),
                   "expires_at": now + self._retention_ms if to_state in PRUNABLE_STATES else None, "now": now}
-        with self._store.transaction() as tx:
-            if tx.execute(SQL_HOLDER_MOVE, params).rowcount != 1:
-                raise DurableError("LEASE_LOST")
-            if event == "release":  # nothing ran: the approval this claim consumed is unused again
-                tx.execute(SQL_FREE_APPROVAL, lease.key.params())
-            if to_state in EVENT_STATES:
-                self._append_event(tx, lease.key, lease.request_ref, to_state, data, now)
-                self._checkpoint("after_outbox_write")
+        if tx.execute(SQL_HOLDER_MOVE, params).rowcount != 1:
+            raise DurableError("LEASE_LOST")
+        if event == "release":  # nothing ran: the approval this claim consumed is unused again
+            tx.execute(SQL_FREE_APPROVAL, lease.key.params())
+        if to_state in EVENT_STATES:
+            self._append_event(tx, lease.key, lease.request_ref, to_state, data, now)
+            self._checkpoint("after_outbox_write")
         return replace(lease, state=to_state)
 
     def expire(self, row: LedgerRow, event: str) -> bool:
@@ -864,8 +1113,8 @@ class Ledger:
         """
         now = self._store.now_ms()
         with self._store.transaction() as tx:
-            found = tx.execute(SQL_READ_ROW, key.params()).fetchone()
-            row = None if found is None else LedgerRow(*found)
+            found = tx.execute(SQL_READ_ROW + self._store.row_lock, key.params()).fetchone()
+            row = None if found is None else LedgerRow.of(found)
             if row is not None and row.state == "reconciled":
                 return
             if row is not None and row.state == "escalated":
@@ -877,7 +1126,7 @@ class Ledger:
             self._append_event(tx, key, row.request_ref, to_state, data, now)
 
     @staticmethod
-    def _append_event(tx: sqlite3.Connection, key: OperationKey, request_ref: str, state: str, data: Any,
+    def _append_event(tx: Tx, key: OperationKey, request_ref: str, state: str, data: Any,
                       now: int) -> None:
         event_id, payload = settled_event(key, request_ref, state, data)
         tx.execute(SQL_APPEND_EVENT, {"realm": key.realm, "event_id": event_id, "request_ref": request_ref,
@@ -892,14 +1141,43 @@ class CallBindings:
         self._store = store
         self._realm = realm
 
-    def bind(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...]) -> tuple[Any, ...]:
+    def params(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...]) -> dict[str, Any]:
         adapter_revision, response_id, call_id = identity
-        params = {"realm": self._realm, "adapter_revision": adapter_revision, "response_id": response_id,
-                  "call_id": call_id, "fingerprint": _text(list(fingerprint)), "now": self._store.now_ms()}
-        with self._store.transaction() as tx:
-            tx.execute(SQL_BIND_CALL, params)
-            stored = tx.execute(SQL_READ_CALL, params).fetchone()[0]
-        return tuple(_decoded(stored))
+        return {"realm": self._realm, "adapter_revision": adapter_revision, "response_id": response_id,
+                "call_id": call_id, "fingerprint": _text(list(fingerprint)), "now": self._store.now_ms()}
+
+    def bind(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...],
+             tx: Tx | None = None) -> tuple[Any, ...]:
+        """Bind once (inside ``tx`` when given); the fingerprint the identity is bound to."""
+        if tx is None:
+            with self._store.transaction() as own:
+                return self.bind(identity, fingerprint, own)
+        params = self.params(identity, fingerprint)
+        if tx.execute(SQL_BIND_CALL, params).rowcount == 1:
+            return fingerprint
+        return _fingerprint(tx.execute(SQL_READ_CALL, params).fetchone())
+
+    def read(self, identity: tuple[str, str, str]) -> tuple[Any, ...] | None:
+        found = self._store.query_one(SQL_READ_CALL, self.params(identity, ()))
+        return None if found is None else _fingerprint(found)
+
+
+def _fingerprint(found: Sequence[Any] | None) -> tuple[Any, ...]:
+    # (purpose, request digest, operation id, idempotency key or null), as tool_dispatcher binds it.
+    value = _decoded(None if found is None else found[0], list)
+    if len(value) != 4 or not all(type(part) is str for part in value[:3]) or (
+            value[3] is not None and type(value[3]) is not str):
+        raise DurableError("STORE_INVALID")
+    return tuple(value)
+
+
+def _receipt(found: Sequence[Any] | None) -> td.Receipt | None:
+    # A downstream receipt read back: every field is text, or the row is damaged.
+    if found is None:
+        return None
+    if len(found) != len(RECEIPT_COLUMNS) or not all(type(value) is str for value in found):
+        raise DurableError("STORE_INVALID")
+    return td.Receipt(*found)
 
 
 # ============================================================================================
@@ -937,7 +1215,7 @@ class DurableDownstream:
         if status_ref is None:
             return None
         row = self._store.query_one(SQL_READ_RECEIPT, {"realm": self._realm, "status_ref": status_ref})
-        return None if row is None else td.Receipt(*row)
+        return _receipt(row)
 
     def fenced(self, epoch: int) -> FencedDownstream:
         return FencedDownstream(self, epoch)
@@ -949,27 +1227,26 @@ class DurableDownstream:
                                effect_revision=effect_revision, producer_revision=producer_revision)
         with self._store.transaction() as tx:
             self._raise_fence(tx, status_ref, epoch)
-            existing = tx.execute(SQL_READ_RECEIPT, {"realm": self._realm, "status_ref": status_ref}).fetchone()
-            if existing is None:
-                tx.execute(SQL_WRITE_RECEIPT, {"realm": self._realm, **{
-                    column: getattr(receipt, column) for column in RECEIPT_COLUMNS}, "epoch": epoch,
-                    "now": self._store.now_ms()})
+            created = tx.execute(SQL_WRITE_RECEIPT, {"realm": self._realm, **{
+                column: getattr(receipt, column) for column in RECEIPT_COLUMNS}, "epoch": epoch,
+                "now": self._store.now_ms()}).rowcount == 1
+            if not created:  # the key's one effect exists: answer with its receipt
+                receipt = _receipt(tx.execute(SQL_READ_RECEIPT, {"realm": self._realm,
+                                                                 "status_ref": status_ref}).fetchone())
         self._checkpoint("after_downstream_commit")
-        return (receipt, True) if existing is None else (td.Receipt(*existing), False)
+        return receipt, created
 
     def fenced_receipt(self, status_ref: str, epoch: int) -> td.Receipt | None:
         """The receipt query recovery uses: it raises the fence first, so no older holder commits after."""
         with self._store.transaction() as tx:
             self._raise_fence(tx, status_ref, epoch)
             row = tx.execute(SQL_READ_RECEIPT, {"realm": self._realm, "status_ref": status_ref}).fetchone()
-        return None if row is None else td.Receipt(*row)
+        return _receipt(row)
 
-    def _raise_fence(self, tx: sqlite3.Connection, status_ref: str, epoch: int) -> None:
+    def _raise_fence(self, tx: Tx, status_ref: str, epoch: int) -> None:
         params = {"realm": self._realm, "status_ref": status_ref, "epoch": epoch}
-        current = tx.execute(SQL_READ_FENCE, params).fetchone()
-        if current is not None and current[0] > epoch:
+        if tx.execute(SQL_RAISE_FENCE, params).rowcount != 1:
             raise DurableError("DOWNSTREAM_FENCED")
-        tx.execute(SQL_WRITE_FENCE, params)
 
 
 class FencedDownstream:
@@ -1001,19 +1278,26 @@ class FencedDownstream:
 # ============================================================================================
 
 
-class SqliteOperations:
-    """tool_dispatcher's OperationStore in SQLite: the ledger, the call bindings, the downstream.
+class LedgerOperations:
+    """tool_dispatcher's OperationStore on a durable store (SQLite or PostgreSQL): the ledger, the
+    call bindings, the downstream.
 
     tool_dispatcher's Dispatcher runs its one write path over it: claim the key under a lease,
     start it, run the handler against a downstream fenced by the lease epoch, settle the row (and
     its event) with a commit fenced by the same epoch. A row under a live lease answers
     OPERATION_IN_PROGRESS; an expired one is first moved on (a dead claim is released, a dead
     in-progress write becomes unknown), so no caller waits on a dead process.
+
+    Three commits per fresh write: claim() leaves its transaction open and start() (or release())
+    commits it, so the claim, the approval it consumes and its start are one commit; with
+    ``defer_bindings`` the call binding of a write joins that commit too (the caller then calls
+    finish() before it answers: DurableDispatcher does). Then the downstream's own commit, then
+    the completion with its outbox event.
     """
 
     def __init__(self, store: DurableStore, *, realm: str = DEFAULT_REALM, lease_ms: int = LEASE_MS,
                  retention_ms: int = RETENTION_MS, owner: str | None = None,
-                 checkpoint: Checkpoint | None = None) -> None:
+                 checkpoint: Checkpoint | None = None, defer_bindings: bool = False) -> None:
         if not td.is_identifier(realm):
             raise DurableError("SETTING_INVALID")
         if type(lease_ms) is not int or not MIN_LEASE_MS <= lease_ms <= MAX_LEASE_MS:
@@ -1023,6 +1307,9 @@ class SqliteOperations:
         self.lease_ms = lease_ms
         self._owner = owner or new_owner()
         self._checkpoint = checkpoint or _no_checkpoint
+        self._defer_bindings = defer_bindings
+        self._pending: tuple[tuple[str, str, str], tuple[Any, ...]] | None = None  # a binding not yet written
+        self._open: Lease | None = None  # a claim whose transaction start() or release() commits
         self.ledger = Ledger(store, retention_ms=retention_ms, checkpoint=self._checkpoint)
         self.downstream = DurableDownstream(store, realm, checkpoint=self._checkpoint)
         self._calls = CallBindings(store, realm)
@@ -1048,28 +1335,81 @@ class SqliteOperations:
         key = self.key(call.record_key)
         if key is None:
             raise td.BoundaryError("IDEMPOTENCY_KEY_REQUIRED")
-        lease = self.ledger.claim(key, Intent.of(call, record), owner=self._owner, lease_ms=self.lease_ms,
-                                  approval_ref=approval_ref)
-        if isinstance(lease, LedgerRow):  # another process claimed it after our read
-            return self._answer(call, lease)
-        self._checkpoint("after_claim")
+        tx = self.store.begin()
+        try:
+            self._write_pending(tx)
+            lease = self.ledger.claim(tx, key, Intent.of(call, record), owner=self._owner, lease_ms=self.lease_ms,
+                                      approval_ref=approval_ref)
+            if isinstance(lease, LedgerRow):  # another process claimed it after our read
+                self.store.commit()
+                self._pending = None
+                return self._answer(call, lease)
+        except self.store.errors as error:
+            self.store.rollback()
+            raise self.store.translate(error) from None
+        except BaseException:
+            self.store.rollback()
+            raise
+        self._open = lease
         return td.Claim(call.record_key, replace(record, state=lease.state), lease)
 
+    def _write_pending(self, tx: Tx) -> None:
+        # The deferred call binding, in the claim's transaction: a conflicting binding that another
+        # process wrote since our read is CALL_CONFLICT, and the claim rolls back with it.
+        if self._pending is None:
+            return
+        identity, fingerprint = self._pending
+        if self._calls.bind(identity, fingerprint, tx) != fingerprint:
+            self._pending = None
+            raise td.BoundaryError("CALL_CONFLICT")
+
     def release(self, claim: td.Claim) -> None:
-        self.ledger.advance(claim.token, "release")
+        with _during("release"):
+            self._finish_claim(claim, "release")
 
     def start(self, claim: td.Claim) -> td.Claim:
-        lease = self.ledger.advance(claim.token, "start", lease_ms=self.lease_ms)
+        with _during("start"):
+            lease = self._finish_claim(claim, "start")
+        self._checkpoint("after_claim")
         return td.Claim(claim.key, replace(claim.record, state=lease.state), lease)
+
+    def _finish_claim(self, claim: td.Claim, event: str) -> Lease:
+        # The claim's own transaction when it is still open (one commit); else a transaction of its own.
+        if self._open is None or self._open is not claim.token:
+            return self.ledger.advance(claim.token, event, lease_ms=self.lease_ms)
+        self._open = None
+        try:
+            lease = self.ledger.advance(claim.token, event, lease_ms=self.lease_ms, tx=self.store.current())
+        except self.store.errors as error:
+            self.store.rollback()
+            raise self.store.translate(error) from None
+        except BaseException:
+            self.store.rollback()
+            raise
+        self.store.commit()
+        self._pending = None
+        return lease
 
     def downstream_for(self, claim: td.Claim) -> FencedDownstream:
         return self.downstream.fenced(claim.token.epoch)
 
     def settle(self, claim: td.Claim, event: str, record: td.OperationRecord, package: dict[str, Any]) -> None:
-        self.ledger.advance(claim.token, event, data=record.data, package=package,
-                            receipt_ref=record.refs["receipt_ref"])
+        with _during("settle"):
+            self.ledger.advance(claim.token, event, data=record.data, package=package,
+                                receipt_ref=record.refs["receipt_ref"])
         if event == "committed":
             self._checkpoint("after_ledger_commit")
+
+    def finish(self) -> None:
+        """End of one dispatch: roll back a claim that was never started or released, and write
+        a deferred call binding that no claim wrote (a refusal, a replay). Before any answer leaves."""
+        if self._open is not None:
+            self._open = None
+            self.store.rollback()
+        if self._pending is not None:
+            identity, fingerprint = self._pending
+            self._calls.bind(identity, fingerprint)
+            self._pending = None
 
     def _answer(self, call: td.AdmittedCall, row: LedgerRow | None) -> td.OperationRecord:
         # A row we may not claim: a settled one answers through the repeat rule (replay,
@@ -1132,26 +1472,45 @@ class SqliteOperations:
         return self.ledger.resolve(row.key, epoch, "receipt_absent")
 
     def bind_call(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...]) -> tuple[Any, ...]:
-        return self._calls.bind(identity, fingerprint)
+        # A write's binding (purpose dispatch, with a key) may wait for its claim's commit; any
+        # other binding, or one already on disk, is answered now.
+        self.finish()
+        if not (self._defer_bindings and fingerprint[0] == "dispatch" and fingerprint[3] is not None):
+            return self._calls.bind(identity, fingerprint)
+        stored = self._calls.read(identity)
+        if stored is not None:
+            return stored
+        self._pending = (identity, fingerprint)
+        return fingerprint
+
+
+SqliteOperations: Final = LedgerOperations  # the name it had when SQLite was the only store
 
 
 class DurableDispatcher(td.Dispatcher):
-    """tool_dispatcher's Dispatcher over SqliteOperations: nothing of the boundary is overridden.
+    """tool_dispatcher's Dispatcher over LedgerOperations: nothing of the boundary is overridden.
 
     Besides result packages it raises to the trusted host: OPERATION_IN_PROGRESS (another
     holder's lease is live: retry later, nothing ran), LEASE_LOST (this holder was taken over;
     dispatch again), STORE_BUSY (retryable).
     """
 
-    def __init__(self, orders: Sequence[td.Order] = (), *, store: DurableStore, realm: str = DEFAULT_REALM,
+    def __init__(self, orders: Sequence[td.Order] = (), *, store: Any, realm: str = DEFAULT_REALM,
                  approvers: frozenset[str] | Sequence[str] = (), lease_ms: int = LEASE_MS,
                  retention_ms: int = RETENTION_MS, owner: str | None = None, checkpoint: Checkpoint | None = None,
                  handlers: Mapping[str, td.Handler] | None = None,
                  registry: Mapping[str, td.ToolSpec] = td.REGISTRY) -> None:
-        operations = SqliteOperations(store, realm=realm, lease_ms=lease_ms, retention_ms=retention_ms,
-                                      owner=owner, checkpoint=checkpoint)
+        operations = LedgerOperations(store, realm=realm, lease_ms=lease_ms, retention_ms=retention_ms,
+                                      owner=owner, checkpoint=checkpoint, defer_bindings=True)
         super().__init__(orders, approvers=approvers, handlers=handlers, registry=registry, operations=operations)
-        self.operations: SqliteOperations = operations
+        self.operations: LedgerOperations = operations
+
+    def dispatch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """tool_dispatcher's dispatch; its call binding is on disk before the answer leaves."""
+        try:
+            return super().dispatch(*args, **kwargs)
+        finally:
+            self.operations.finish()
 
     # -- read-only views for the trusted host ----------------------------------------------
 
@@ -1179,16 +1538,25 @@ class DurableDispatcher(td.Dispatcher):
 
 def relay(store: DurableStore, *, realm: str | None = None, checkpoint: Checkpoint = _no_checkpoint,
           limit: int = RELAY_BATCH) -> int:
-    """Publish unsent outbox events to the broker, then mark each sent; returns how many were published."""
-    events = store.query(SQL_UNSENT_EVENTS, {"realm": realm, "limit": limit})
-    for event_realm, event_id, payload in events:
-        params = {"realm": event_realm, "event_id": event_id, "payload": payload, "now": store.now_ms()}
+    """Publish unsent outbox events to the broker, then mark each sent; returns how many were published.
+
+    Each event: pick it (locked, so a concurrent relay skips it) and publish it in the broker's
+    commit, then mark it sent in a second one. A crash between the two publishes it again later.
+    """
+    published, after = 0, 0
+    while published < limit:
         with store.transaction() as tx:  # the broker's own commit
+            event = tx.execute(SQL_NEXT_UNSENT + store.skip_locked, {"realm": realm, "after": after}).fetchone()
+            if event is None:
+                break
+            after = _checked_int(event[0])
+            params = {"realm": event[1], "event_id": event[2], "payload": event[3], "now": store.now_ms()}
             tx.execute(SQL_PUBLISH, params)
         checkpoint("after_publish")
         with store.transaction() as tx:
             tx.execute(SQL_MARK_SENT, params)
-    return len(events)
+        published += 1
+    return published
 
 
 def consume(store: DurableStore, *, realm: str | None = None, consumer: str = DEFAULT_CONSUMER,
@@ -1207,8 +1575,8 @@ def consume(store: DurableStore, *, realm: str | None = None, consumer: str = DE
 def _consume_one(store: DurableStore, realm: str, consumer: str, checkpoint: Checkpoint) -> bool | None:
     with store.transaction() as tx:
         params: dict[str, Any] = {"realm": realm, "consumer": consumer, "now": store.now_ms()}
-        position = tx.execute(SQL_CONSUMER_POSITION, params).fetchone()
-        params["position"] = 0 if position is None else position[0]
+        position = tx.execute(SQL_CONSUMER_POSITION + store.row_lock, params).fetchone()
+        params["position"] = 0 if position is None else _checked_int(position[0])
         message = tx.execute(SQL_NEXT_MESSAGE, params).fetchone()
         if message is None:
             return None
@@ -1249,7 +1617,7 @@ def recover(store: DurableStore, *, realm: str | None = None, registry: Mapping[
     if fault not in RECOVERY_FAULTS:
         raise DurableError("SETTING_INVALID")
     ledger = Ledger(store, retention_ms=retention_ms)
-    rows = [LedgerRow(*row) for row in store.query(SQL_UNSETTLED_ROWS, {"realm": realm, "limit": limit})]
+    rows = [LedgerRow.of(row) for row in store.query(SQL_UNSETTLED_ROWS, {"realm": realm, "limit": limit})]
     outcomes = []
     for row in rows:
         after = _recover_row(ledger, DurableDownstream(store, row.realm), row, registry, fault)
@@ -1326,6 +1694,7 @@ class PruneReport:
 def prune(store: DurableStore, *, retention_ms: int = RETENTION_MS) -> PruneReport:
     now = store.now_ms()
     with store.transaction() as tx:
+        tx.execute(SQL_KEEP_EPOCHS, {"now": now})
         operations = tx.execute(SQL_PRUNE_OPERATIONS, {"now": now}).rowcount
         events = tx.execute(SQL_PRUNE_EVENTS, {"before": now - retention_ms}).rowcount
         calls = tx.execute(SQL_PRUNE_CALLS, {"before": now - retention_ms}).rowcount
@@ -1361,11 +1730,15 @@ def _durable_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a tool-cases-v2 fixture against a database file this command creates")
     run.add_argument("--fixture", required=True, help="path of the tool-cases-v2 JSON fixture")
-    run.add_argument("--db", required=True, help="path of the SQLite file to create (must not exist)")
+    target = run.add_mutually_exclusive_group(required=True)
+    target.add_argument("--db", help="path of the SQLite file to create (must not exist)")
+    target.add_argument("--store", help="a SQLite path or a postgresql:// DSN (its database must hold no schema)")
     run.add_argument("--case", help="run only the case with this id")
     run.add_argument("--synchronous", choices=sorted(SYNCHRONOUS_MODES), default="FULL")
     rec = commands.add_parser("recover", help="recover leases, unknown operations and the outbox of a database")
-    rec.add_argument("--db", required=True, help="path of an existing database of this layer")
+    target = rec.add_mutually_exclusive_group(required=True)
+    target.add_argument("--db", help="path of an existing database of this layer")
+    target.add_argument("--store", help="a SQLite path or a postgresql:// DSN of an existing store")
     rec.add_argument("--synchronous", choices=sorted(SYNCHRONOUS_MODES), default="FULL")
     return parser.parse_args(argv)
 
@@ -1375,7 +1748,7 @@ def _run_command(arguments: argparse.Namespace) -> int:
     fixture = td.load_fixture(arguments.fixture)
     if arguments.case is not None and not any(case.id == arguments.case for case in fixture.cases):
         raise td.BoundaryError("CLI_UNKNOWN_CASE")
-    with DurableStore.open(arguments.db, exclusive=True, synchronous=arguments.synchronous) as store:
+    with open_store(arguments.store or arguments.db, exclusive=True, synchronous=arguments.synchronous) as store:
         summary = run_fixture(fixture, store, case_id=arguments.case)
         summary["store"] = store.facts()
     td.emit_json(summary)
@@ -1383,7 +1756,7 @@ def _run_command(arguments: argparse.Namespace) -> int:
 
 
 def _recover_command(arguments: argparse.Namespace) -> int:
-    with DurableStore.open(arguments.db, create=False, synchronous=arguments.synchronous) as store:
+    with open_store(arguments.store or arguments.db, create=False, synchronous=arguments.synchronous) as store:
         outcomes = recover(store)
         report = {
             "recovered": {after: sum(1 for outcome in outcomes if outcome.after == after)

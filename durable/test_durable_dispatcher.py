@@ -102,9 +102,19 @@ def reference() -> td.Dispatcher:
     return td.Dispatcher(ORDERS, approvers=APPROVERS)
 
 
-def rows(path: Path, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+def rows(path: Path | str, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+    """What a store holds, read behind the layer's back: a SQLite file, or a postgresql:// DSN."""
+    if isinstance(path, str) and path.startswith("postgresql://"):
+        import psycopg  # only the PostgreSQL suite passes a DSN
+        with psycopg.connect(path, autocommit=True) as connection:
+            return [tuple(row) for row in connection.execute(sql.replace("?", "%s"), params or None).fetchall()]
     with contextlib.closing(sqlite3.connect(path)) as connection:
         return connection.execute(sql, params).fetchall()
+
+
+def integrity(path: Path | str) -> str:
+    with dd.open_store(path, create=False) as store:
+        return store.integrity()
 
 
 def count(path: Path, sql: str, params: Any = ()) -> int:
@@ -192,7 +202,7 @@ class TestConstantsAndErrors(unittest.TestCase):
 
     def test_retryable_codes_are_exactly_the_transient_ones(self) -> None:
         retryable = {code for code, spec in dd.DURABLE_ERRORS.items() if spec.retryable}
-        self.assertEqual(retryable, {"LEASE_LOST", "STORE_BUSY"})
+        self.assertEqual(retryable, {"LEASE_LOST", "STORE_BUSY", "STORE_UNREACHABLE"})
         # "In progress" is the core's host code: one lifecycle, one answer for every store.
         self.assertTrue(td.ERROR_CATALOG["OPERATION_IN_PROGRESS"].retryable)
 
@@ -210,6 +220,26 @@ class TestConstantsAndErrors(unittest.TestCase):
         error = dd.DurableError("STORE_BUSY")
         self.assertEqual(error.to_json(), {"code": "STORE_BUSY", "retryable": True,
                                            "message": dd.DURABLE_ERRORS["STORE_BUSY"].message})
+
+    def test_store_errors_never_claim_that_nothing_happened(self) -> None:
+        # A store error rolls back one step; the operation's earlier commits (even its effect) stay.
+        for code in ("STORE_BUSY", "STORE_FAILED"):
+            with self.subTest(code=code):
+                message = dd.DURABLE_ERRORS[code].message
+                self.assertNotIn("nothing was changed", message)
+                self.assertIn("may have committed", message)
+                self.assertIn("same idempotency key", message)
+
+    def test_a_store_error_carries_the_operation_state_when_known(self) -> None:
+        error = dd.DurableError("STORE_BUSY", operation_state="in_progress", effect_possible=True)
+        self.assertEqual(error.to_json(), {"code": "STORE_BUSY", "retryable": True,
+                                           "message": dd.DURABLE_ERRORS["STORE_BUSY"].message,
+                                           "operation_state": "in_progress", "effect_possible": True,
+                                           "step_committed": False})
+        self.assertIsNone(dd.DurableError("STORE_UNREACHABLE", operation_state="in_progress",
+                                          effect_possible=True).to_json()["step_committed"])
+        self.assertEqual(dict(dd.STEP_STATES), {"start": ("claimed", False), "release": ("claimed", False),
+                                                "settle": ("in_progress", True)})
 
     def test_checkpoints_are_the_six_named_points(self) -> None:
         self.assertEqual(dd.CHECKPOINTS, {"after_claim", "after_downstream_commit", "after_outbox_write",
@@ -256,8 +286,10 @@ class TestLifecycle(StoreCase):
 
     def test_lease_is_dead_at_its_expiry_instant(self) -> None:
         dispatcher = self.dispatcher(lease_ms=100)
-        lease = dispatcher.operations.ledger.claim(dd.OperationKey("default", "t", "s", "tool", "k"), dd.Intent(
-            "0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st"), owner="me", lease_ms=100)
+        with dispatcher.operations.store.transaction() as tx:
+            lease = dispatcher.operations.ledger.claim(tx, dd.OperationKey("default", "t", "s", "tool", "k"), dd.Intent(
+                "0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st"), owner="me",
+                lease_ms=100)
         self.assertEqual((lease.state, lease.epoch, lease.owner), ("claimed", 1, "me"))
         stored = dispatcher.operations.ledger.read(lease.key)
         self.assertEqual(stored.lease_expires_at, self.clock.now + 100)
@@ -391,6 +423,40 @@ class TestStore(StoreCase):
             holder.execute("ROLLBACK")
         self.assertAnswer(write(dispatcher, "a"), "fresh")
 
+    def test_store_busy_after_the_effect_says_so_and_the_key_stays_safe(self) -> None:
+        # The lock is taken right after the downstream committed: the completion cannot commit.
+        # The host is told the row is in progress and the effect may exist; a retry under the
+        # same key answers from the effect, never makes a second one.
+        self.open_store().close()
+        holder = sqlite3.connect(self.path, isolation_level=None)
+        self.addCleanup(holder.close)
+
+        def lock(point: str) -> None:
+            if point == "after_downstream_commit":
+                holder.execute("BEGIN IMMEDIATE")
+        dispatcher = self.dispatcher(self.open_store(busy_timeout_ms=30), lease_ms=100, checkpoint=lock)
+        error = self.assertDurable("STORE_BUSY", lambda: write(dispatcher, "a"))
+        self.assertEqual(error.to_json()["operation_state"], "in_progress")
+        self.assertIs(error.to_json()["effect_possible"], True)
+        self.assertNotIn("nothing was changed", error.message)
+        holder.execute("ROLLBACK")
+        self.assertEqual((self.row(dispatcher).state, dispatcher.effect_count), ("in_progress", 1))
+        self.assertDurable("OPERATION_IN_PROGRESS", lambda: write(dispatcher, "a"))
+        self.clock.advance(100)
+        self.assertAnswer(write(dispatcher, "a"), "OUTCOME_UNKNOWN")
+        self.assertAnswer(query(dispatcher, "q", op_tag="a"), "receipt_reconciled")
+        self.assertEqual(dispatcher.effect_count, 1)
+
+    def test_store_busy_at_the_claim_has_no_operation_state(self) -> None:
+        store = self.open_store(busy_timeout_ms=30)
+        dispatcher = self.dispatcher(store)
+        with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as holder:
+            holder.execute("BEGIN IMMEDIATE")
+            error = self.assertDurable("STORE_BUSY", lambda: write(dispatcher, "a"))
+            holder.execute("ROLLBACK")
+        self.assertNotIn("operation_state", error.to_json())
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 0)
+
     def test_a_transaction_that_cannot_begin_runs_nothing(self) -> None:
         store = self.open_store(busy_timeout_ms=30)
         ran: list[int] = []
@@ -412,7 +478,7 @@ class TestStore(StoreCase):
                 self.addCleanup(store.close)
                 with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
                     other.execute(sql)
-                self.assertDurable("STORE_INVALID", store._ensure_schema)
+                self.assertEqual(store._create_schema(), "foreign")
                 self.assertEqual(store.query("SELECT name FROM sqlite_master WHERE name = 'operations'"), [])
 
     def test_a_file_without_wal_support_is_refused(self) -> None:
@@ -423,11 +489,218 @@ class TestStore(StoreCase):
         self.addCleanup(store.close)
         self.assertDurable("STORE_INVALID", lambda: store._configure(100))
 
+    def test_an_empty_file_is_refused_untouched_without_create(self) -> None:
+        self.path.write_bytes(b"")
+        self.assertDurable("STORE_INVALID", lambda: dd.DurableStore.open(self.path, create=False))
+        self.assertEqual(self.path.read_bytes(), b"")
+        self.assertEqual(sorted(path.name for path in self.dir.iterdir()), ["ledger.sqlite3"])
+
+    def test_a_file_claiming_the_version_without_a_column_is_refused(self) -> None:
+        self.open_store().close()
+        self.tamper("ALTER TABLE operations DROP COLUMN recovery_hint")
+        self.assertEqual(rows(self.path, "PRAGMA user_version"), [(dd.SCHEMA_VERSION,)])
+        self.assertDurable("STORE_INVALID", lambda: dd.DurableStore.open(self.path, create=False))
+
+    def test_a_file_with_an_extra_index_or_a_missing_table_is_refused(self) -> None:
+        for index, sql in enumerate(("CREATE INDEX extra ON outbox (payload)", "DROP TABLE key_epochs")):
+            with self.subTest(sql=sql):
+                self.path = self.dir / f"edited-{index}.sqlite3"
+                self.open_store().close()
+                self.tamper(sql)
+                self.assertDurable("STORE_INVALID", lambda: dd.DurableStore.open(self.path))
+
+    def test_the_identity_is_read_in_one_snapshot(self) -> None:
+        # Another process creates the schema between this opener's first read and the rest of
+        # its check: two separate reads saw the new version with the old id ("damaged").
+        created: list[str] = []
+
+        class Interleaved(dd.DurableStore):
+            def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+                answer = super().query(sql, params)
+                if not created and "busy_timeout" not in sql:
+                    created.append(sql)
+                    dd.DurableStore.open(self_path).close()
+                return answer
+
+        self_path = self.path
+        connection = sqlite3.connect(self.path, isolation_level=None)
+        store = Interleaved(connection, synchronous="NORMAL", clock_ms=self.clock)
+        self.addCleanup(store.close)
+        store._configure(1_000)
+        self.assertEqual((len(created), store.integrity()), (1, "ok"))
+
+    def test_concurrent_first_opens_all_succeed(self) -> None:
+        for round_ in range(3):
+            with self.subTest(round=round_):
+                path = self.dir / f"new-{round_}.sqlite3"
+                barrier = self.dir / f"barrier-{round_}"
+                barrier.mkdir()
+                children = [subprocess.Popen(
+                    child_command({"action": "open", "db": str(path), "barrier": str(barrier), "index": index,
+                                   "racers": RACERS}), env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                    for index in range(RACERS)]
+                results = [(child.wait(timeout=CHILD_TIMEOUT_S), child.stdout.read(), child.stderr.read())
+                           for child in children]
+                for child in children:
+                    child.stdout.close()
+                    child.stderr.close()
+                self.assertEqual(results, [(0, b"ok\n", b"")] * RACERS)
+                self.assertEqual(rows(path, "PRAGMA integrity_check"), [("ok",)])
+
+    def test_the_switch_to_wal_is_retried_only_while_busy(self) -> None:
+        class Flaky(dd.DurableStore):
+            failures: list[str] = []
+
+            def query_one(self, sql: str, params: Any = ()) -> tuple[Any, ...] | None:
+                if sql.startswith("PRAGMA journal_mode") and self.failures:
+                    raise dd.DurableError(self.failures.pop())
+                return super().query_one(sql, params)
+        store = Flaky(sqlite3.connect(self.path, isolation_level=None), synchronous="FULL", clock_ms=self.clock)
+        self.addCleanup(store.close)
+        Flaky.failures = ["STORE_BUSY", "STORE_BUSY"]
+        store._set_wal(1_000)
+        self.assertEqual((store.query_one("PRAGMA journal_mode"), Flaky.failures), (("wal",), []))
+        Flaky.failures = ["STORE_FAILED"]
+        self.assertDurable("STORE_FAILED", lambda: store._set_wal(1_000))
+        Flaky.failures = ["STORE_BUSY"] * 3
+        self.assertDurable("STORE_BUSY", lambda: store._set_wal(0))
+        self.assertEqual(Flaky.failures, ["STORE_BUSY"] * 2)
+
+    def test_a_row_of_the_wrong_width_is_a_store_error(self) -> None:
+        self.assertDurable("STORE_INVALID", lambda: dd.LedgerRow.of(None))
+        self.assertDurable("STORE_INVALID", lambda: dd.LedgerRow.of(("default",) * (len(dd.ROW_COLUMNS) - 1)))
+
+    def test_a_failing_claim_rolls_back_and_is_a_store_error(self) -> None:
+        store = self.open_store()
+        dispatcher = self.dispatcher(store)
+        self.tamper("DROP TABLE key_epochs")  # only the claim's INSERT reads it
+        self.assertDurable("STORE_FAILED", lambda: write(dispatcher, "a"))
+        self.assertFalse(store.in_transaction)
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 0)
+
+    def test_a_claim_interrupted_before_its_start_leaves_nothing_but_its_binding(self) -> None:
+        store = self.open_store()
+        dispatcher = self.dispatcher(store)
+
+        def interrupted(claim: td.Claim) -> td.Claim:
+            raise Boom("between claim and start")
+        dispatcher.operations.start = interrupted  # type: ignore[method-assign]
+        with self.assertRaises(Boom):
+            write(dispatcher, "a")
+        self.assertFalse(store.in_transaction)
+        self.assertEqual((count(self.path, "SELECT COUNT(*) FROM operations"),
+                          count(self.path, "SELECT COUNT(*) FROM call_bindings")), (0, 1))
+
+    def test_an_error_inside_the_held_start_rolls_the_claim_back(self) -> None:
+        store = self.open_store()
+        dispatcher = self.dispatcher(store)
+        advance = dispatcher.operations.ledger.advance
+
+        def failing(lease: dd.Lease, event: str, **options: Any) -> dd.Lease:
+            if options.get("tx") is not None:
+                raise RuntimeError("inside the claim's transaction")
+            return advance(lease, event, **options)
+        dispatcher.operations.ledger.advance = failing  # type: ignore[method-assign]
+        with self.assertRaises(RuntimeError):
+            write(dispatcher, "a")
+        self.assertFalse(store.in_transaction)
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 0)
+
+    def test_a_takeover_that_finds_the_row_moved_answers_in_progress(self) -> None:
+        class Moved:
+            def __init__(self, tx: Any) -> None:
+                self.tx = tx
+
+            def execute(self, sql: str, params: Any = ()) -> Any:
+                cursor = self.tx.execute(sql, params)
+                return type("NoRow", (), {"rowcount": 0})() if sql is dd.SQL_CLAIM_TAKE_OVER else cursor
+        store = self.open_store()
+        ledger = self.dispatcher(store, lease_ms=100).operations.ledger
+        key = dd.OperationKey("default", "t", "s", "tool", "k")
+        intent = dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st")
+        with store.transaction() as tx:
+            ledger.claim(tx, key, intent, owner="one", lease_ms=100)
+        self.tamper("UPDATE operations SET state = 'released', lease_owner = NULL, lease_expires_at = NULL")
+        with self.assertRaises(td.BoundaryError) as caught:
+            with store.transaction() as tx:
+                ledger.claim(Moved(tx), key, intent, owner="two", lease_ms=100)
+        self.assertEqual(caught.exception.code, "OPERATION_IN_PROGRESS")
+
+    def test_a_status_query_binds_its_identity_at_once(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a")
+        query(dispatcher, "q", op_tag="a")
+        self.assertEqual(rows(self.path, "SELECT call_id FROM call_bindings ORDER BY call_id"),
+                         [("call-a",), ("call-q",)])
+
+    def test_the_sqlite_path_never_imports_the_postgres_driver(self) -> None:
+        # psycopg is imported only by postgres_store.py, and that only for a postgresql:// target;
+        # where the extra is missing, such a target is a stable error, not an ImportError.
+        program = (
+            "import json, sys\n"
+            "sys.modules['psycopg'] = None  # as on a machine without the postgres extra\n"
+            f"sys.path.insert(0, {str(HERE)!r})\n"
+            "import durable_dispatcher as dd\n"
+            f"with dd.open_store({str(self.path)!r}) as store:\n"
+            "    store.facts()\n"
+            "loaded = sorted(name for name in ('postgres_store', 'psycopg') if sys.modules.get(name))\n"
+            "try:\n"
+            "    dd.open_store('postgresql://nobody@/nothing')\n"
+            "except dd.DurableError as error:\n"
+            "    print(json.dumps([loaded, error.code]))\n"
+        )
+        done = subprocess.run([sys.executable, "-B", "-c", program], env=child_env(), capture_output=True,
+                              timeout=CHILD_TIMEOUT_S)
+        self.assertEqual((done.returncode, done.stderr), (0, b""))
+        self.assertEqual(json.loads(done.stdout), [[], "STORE_DRIVER_MISSING"])
+
     def test_damaged_stored_json_is_a_store_error(self) -> None:
         dispatcher = self.dispatcher()
         write(dispatcher, "a")
         self.tamper("UPDATE operations SET data = '{\"draft_id\": '")
         self.assertDurable("STORE_INVALID", lambda: write(dispatcher, "b"))
+
+    # Valid SQL values of the wrong kind, on an unknown row that dispatch, the status query and
+    # recovery all read: each one is STORE_INVALID there, never TypeError / AttributeError.
+    WRONG_KINDS = MappingProxyType({
+        "epoch as text": "UPDATE operations SET lease_epoch = 'x'",
+        "lease expiry as text": ("UPDATE operations SET state = 'in_progress', lease_owner = 'o', "
+                                 "lease_expires_at = 'soon'"),
+        "approval as a list": "UPDATE operations SET approval = '[1]'",
+        "contract as a list": "UPDATE operations SET contract = '[]'",
+        "arguments as text": "UPDATE operations SET arguments = '\"x\"'",
+        "data as a number": "UPDATE operations SET data = '7'",
+        "created_at as text": "UPDATE operations SET created_at = 'yesterday'",
+        "request ref as a blob": "UPDATE operations SET request_ref = X'00'",
+    })
+
+    COLUMN_KINDS = ("epoch as text", "lease expiry as text", "created_at as text", "request ref as a blob")
+
+    def test_wrong_kind_values_are_store_errors_everywhere(self) -> None:
+        for index, (name, sql) in enumerate(self.WRONG_KINDS.items()):
+            with self.subTest(value=name):
+                self.path = self.dir / f"kinds-{index}.sqlite3"
+                dispatcher = self.dispatcher(lease_ms=100)
+                write(dispatcher, "a", fault="timeout_after_commit")
+                self.tamper(sql)
+                self.clock.advance(1_000)
+                self.assertDurable("STORE_INVALID", lambda: write(dispatcher, "a"))
+                self.assertDurable("STORE_INVALID", lambda: query(dispatcher, "q", op_tag="a"))
+                self.assertDurable("STORE_INVALID", lambda: dd.recover(self.open_store()))
+                if name in self.COLUMN_KINDS:  # the state view reads the columns, not the stored JSON
+                    self.assertDurable("STORE_INVALID", lambda: dispatcher.operation_state(
+                        ALICE, "create_refund_draft", KEY))
+
+    def test_wrong_kind_call_bindings_and_receipts_are_store_errors(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", fault="timeout_after_commit")
+        for fingerprint in ("7", '{"a": 1}', '[1, 2, 3, 4]', '["dispatch", "x", "y"]'):
+            with self.subTest(fingerprint=fingerprint):
+                self.tamper(f"UPDATE call_bindings SET fingerprint = '{fingerprint}'")
+                self.assertDurable("STORE_INVALID", lambda: write(dispatcher, "a"))
+        self.tamper("UPDATE downstream_receipts SET draft_id = X'41'")
+        self.assertDurable("STORE_INVALID", lambda: query(dispatcher, "q", op_tag="a"))
+        self.assertDurable("STORE_INVALID", lambda: dd.recover(self.open_store()))
 
     def test_facts_never_hold_the_path(self) -> None:
         facts = self.open_store().facts()
@@ -689,13 +962,16 @@ class TestApprovalConsumption(StoreCase):
         self.assertEqual(count(self.path, "SELECT COUNT(*) FROM approval_uses"), 1)
 
     def test_two_claims_with_one_approval_claim_once_and_atomically(self) -> None:
-        ledger = self.dispatcher().operations.ledger
+        operations = self.dispatcher().operations
+        ledger, store = operations.ledger, operations.store
         intent = dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st")
         first = dd.OperationKey("default", "t", "s", "tool", "k1")
         second = dd.OperationKey("default", "t", "s", "tool", "k2")
-        ledger.claim(first, intent, owner="one", lease_ms=1_000, approval_ref="a" * 64)
+        with store.transaction() as tx:
+            ledger.claim(tx, first, intent, owner="one", lease_ms=1_000, approval_ref="a" * 64)
         with self.assertRaises(td.BoundaryError) as caught:
-            ledger.claim(second, intent, owner="two", lease_ms=1_000, approval_ref="a" * 64)
+            with store.transaction() as tx:
+                ledger.claim(tx, second, intent, owner="two", lease_ms=1_000, approval_ref="a" * 64)
         self.assertEqual(caught.exception.code, "APPROVAL_CONSUMED")
         self.assertIsNone(ledger.read(second))  # the refused claim left no row: one transaction
         self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 1)
@@ -749,13 +1025,17 @@ class TestLeasesAndFencing(StoreCase):
         write(holder, "a")
         self.assertEqual(pause.result["answer"], "IDEMPOTENCY_CONFLICT")
 
-    def test_expired_claim_is_taken_over_and_the_old_holder_refused(self) -> None:
+    def test_expired_start_is_taken_over_as_unknown_and_the_old_holder_refused(self) -> None:
+        # The claim is committed with its start: a holder dead before the downstream is a dead
+        # in-progress write (it may have acted), so a retry answers unknown and never runs it.
         holder, other, pause = self.holders("after_claim", self.later(1_000, lambda d: write(d, "b")))
         self.assertDurable("LEASE_LOST", lambda: write(holder, "a"))
-        self.assertEqual(pause.result["answer"], "fresh")
+        self.assertEqual(pause.result["answer"], "OUTCOME_UNKNOWN")
         row = self.row(other)
         self.assertEqual((row.state, row.lease_epoch, row.operation_id, holder.effect_count),
-                         ("succeeded", 2, "op-b", 1))
+                         ("unknown", 2, "op-a", 1))
+        self.assertAnswer(query(other, "q", op_tag="a"), "receipt_reconciled")
+        self.assertEqual(other.effect_count, 1)
 
     def test_claim_one_millisecond_before_expiry_is_still_live(self) -> None:
         holder, _other, pause = self.holders("after_claim", self.later(999, lambda d: write(d, "b")))
@@ -810,8 +1090,9 @@ class TestLeasesAndFencing(StoreCase):
         late_query = self.later(1_000, lambda d: query(d, "q", op_tag="a"))
         holder, other, pause = self.holders("after_claim", late_query)
         self.assertDurable("LEASE_LOST", lambda: write(holder, "a"))
-        self.assertEqual(pause.result["answer"], "NOT_FOUND")
-        self.assertEqual((self.row(other).state, self.row(other).lease_epoch, other.effect_count), ("released", 2, 0))
+        # The fenced negative-receipt walk: the old holder's late downstream commit is refused.
+        self.assertEqual(pause.result["answer"], "OPERATION_NOT_EXECUTED")
+        self.assertEqual((self.row(other).state, self.row(other).lease_epoch, other.effect_count), ("released", 3, 0))
 
     def test_query_on_an_expired_in_progress_reconciles_from_the_receipt(self) -> None:
         late_query = self.later(1_000, lambda d: query(d, "q", op_tag="a"))
@@ -821,14 +1102,17 @@ class TestLeasesAndFencing(StoreCase):
         self.assertEqual((self.row(other).state, other.effect_count), ("reconciled", 1))
 
     def test_claim_of_a_live_key_returns_the_row_to_answer(self) -> None:
-        holder, _other, pause = self.holders("after_claim", lambda d: d.operations.ledger.claim(
-            dd.OperationKey("default", ALICE.tenant, ALICE.subject, "create_refund_draft", KEY),
-            dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st"),
-            owner="other", lease_ms=1_000), raw=True)
+        def claim(other: dd.DurableDispatcher) -> Any:
+            with other.operations.store.transaction() as tx:
+                return other.operations.ledger.claim(
+                    tx, dd.OperationKey("default", ALICE.tenant, ALICE.subject, "create_refund_draft", KEY),
+                    dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st"),
+                    owner="other", lease_ms=1_000)
+        holder, _other, pause = self.holders("after_claim", claim, raw=True)
         write(holder, "a")
         row = pause.result
         self.assertIsInstance(row, dd.LedgerRow)
-        self.assertEqual((row.state, row.lease_epoch, row.operation_id), ("claimed", 1, "op-a"))
+        self.assertEqual((row.state, row.lease_epoch, row.operation_id), ("in_progress", 1, "op-a"))
 
     def test_claim_lost_after_a_stale_read_answers_in_progress(self) -> None:
         def stale_write(other: dd.DurableDispatcher) -> Any:
@@ -914,6 +1198,38 @@ class TestDownstream(StoreCase):
         view.commit_refund_draft(**self.FIELDS)
         self.assertEqual((view.created, view.effect_count), (1, 1))
         self.assertEqual(view.receipt("st-1").request_ref, "rq-1")
+
+
+class TestErrorsInsideTheHandler(StoreCase):
+    """A lock error inside the handler (its downstream commit rolled back) leaves the write
+    unknown, and one fenced receipt query settles it: decided, see the README."""
+
+    def test_a_busy_downstream_commit_is_unknown_then_not_executed(self) -> None:
+        self.open_store().close()
+        holder = sqlite3.connect(self.path, isolation_level=None)
+        self.addCleanup(holder.close)
+
+        def locked_out(call: td.HandlerCall) -> td.HandlerResult:
+            holder.execute("BEGIN IMMEDIATE")
+            try:
+                return td.handle_create_refund_draft(call)
+            finally:
+                holder.execute("ROLLBACK")
+        store = self.open_store(busy_timeout_ms=30)
+        dispatcher = self.dispatcher(store, handlers={**td.HANDLERS, "create_refund_draft": locked_out})
+        self.assertAnswer(write(dispatcher, "a"), "HANDLER_FAILED")
+        self.assertEqual((self.row(dispatcher).state, dispatcher.effect_count), ("unknown", 0))
+        self.assertAnswer(query(dispatcher, "q", op_tag="a"), "OPERATION_NOT_EXECUTED")
+        self.assertEqual((self.row(dispatcher).state, dispatcher.effect_count), ("released", 0))
+        self.assertAnswer(write(self.dispatcher(store), "b"), "fresh")
+        self.assertEqual(dispatcher.effect_count, 1)
+
+    def test_recovery_settles_it_the_same_way(self) -> None:
+        def busy(call: td.HandlerCall) -> td.HandlerResult:
+            raise dd.DurableError("STORE_BUSY")
+        dispatcher = self.dispatcher(handlers={**td.HANDLERS, "create_refund_draft": busy})
+        self.assertAnswer(write(dispatcher, "a"), "HANDLER_FAILED")
+        self.assertEqual([(o.before, o.after) for o in dd.recover(self.open_store())], [("unknown", "released")])
 
 
 # --------------------------------------------------------------------------------------------
@@ -1037,7 +1353,7 @@ class TestRecovery(StoreCase):
     def test_expired_claim_is_released(self) -> None:
         dispatcher = self.crashed("after_claim")
         self.clock.advance(100)
-        self.assertEqual(self.outcomes(), [("claimed", "released", None)])
+        self.assertEqual(self.outcomes(), [("in_progress", "released", None)])
         self.assertEqual((self.row(dispatcher).lease_epoch, dispatcher.effect_count), (2, 0))
 
     def test_expired_in_progress_with_a_receipt_is_reconciled(self) -> None:
@@ -1175,7 +1491,7 @@ class TestRecovery(StoreCase):
         self.crashed("after_downstream_commit", "k1")
         self.crashed("after_claim", "k2")
         self.clock.advance(100)
-        self.assertEqual(sorted(self.outcomes()), [("claimed", "released", None), ("in_progress", "reconciled", None)])
+        self.assertEqual(sorted(self.outcomes()), [("in_progress", "reconciled", None), ("in_progress", "released", None)])
         self.assertEqual(self.outcomes(), [])
         self.assertEqual(count(self.path, "SELECT COUNT(*) FROM downstream_receipts"), 1)
 
@@ -1193,7 +1509,8 @@ class TestRecovery(StoreCase):
         dispatcher = self.crashed("after_claim")
         self.clock.advance(100)
         self.outcomes()
-        self.assertEqual((dispatcher.effect_count, count(self.path, "SELECT COUNT(*) FROM downstream_fences")), (0, 0))
+        # A dead start is settled by a fenced receipt query: the fence is raised, nothing runs.
+        self.assertEqual((dispatcher.effect_count, count(self.path, "SELECT epoch FROM downstream_fences")), (0, 2))
 
     def test_row_moved_by_someone_else_is_reported_as_it_is(self) -> None:
         dispatcher = self.dispatcher()
@@ -1257,13 +1574,44 @@ class TestPruning(StoreCase):
         self.assertEqual(again["model_result"]["data"], first["model_result"]["data"])
 
 
+    def test_a_pruned_key_restarts_above_its_fence(self) -> None:
+        # Recovery raised the key's epoch (and the downstream's fence) to 2; after pruning, a
+        # retry must not start again at epoch 1 below that fence.
+        dispatcher = self.dispatcher(retention_ms=1_000)
+        write(dispatcher, "a", fault="timeout_after_commit")
+        store = self.open_store()
+        self.assertEqual([o.after for o in dd.recover(store, retention_ms=1_000)], ["reconciled"])
+        self.assertEqual(count(self.path, "SELECT epoch FROM downstream_fences"), 2)
+        dd.relay(store)
+        self.clock.advance(1_000)
+        self.assertEqual(dd.prune(store, retention_ms=1_000).operations, 1)
+        again = write(dispatcher, "b")
+        self.assertAnswer(again, "fresh")
+        self.assertEqual((again["execution"]["effects"], dispatcher.effect_count), (0, 1))
+        self.assertEqual((self.row(dispatcher).state, self.row(dispatcher).lease_epoch), ("succeeded", 3))
+        self.assertEqual(dd.recover(store), ())
+        self.assertEqual(rows(self.path, "SELECT epoch FROM key_epochs"), [(2,)])
+
+    def test_pruning_never_lowers_a_kept_epoch(self) -> None:
+        dispatcher = self.dispatcher(retention_ms=1_000)
+        store = self.open_store()
+        self.tamper("INSERT INTO key_epochs VALUES ('default', 'tenant-a', 'alice', 'create_refund_draft', "
+                    f"'{KEY}', 9)")
+        write(dispatcher, "a")
+        self.assertEqual(self.row(dispatcher).lease_epoch, 10)
+        self.tamper("UPDATE operations SET lease_epoch = 4")
+        dd.relay(store)
+        self.clock.advance(1_000)
+        dd.prune(store, retention_ms=1_000)
+        self.assertEqual(rows(self.path, "SELECT epoch FROM key_epochs"), [(9,)])
+
 # --------------------------------------------------------------------------------------------
 # Crash recovery with real processes
 # --------------------------------------------------------------------------------------------
 
 # point -> (how the child dies, what recovery does to it, what the replay is)
 CRASHES = MappingProxyType({
-    "after_claim": ("exit", [("claimed", "released")], "fresh"),
+    "after_claim": ("exit", [("in_progress", "released")], "fresh"),
     "after_downstream_commit": ("kill", [("in_progress", "reconciled")], "local_replay"),
     "after_outbox_write": ("exit", [("in_progress", "reconciled")], "local_replay"),
     "after_ledger_commit": ("kill", [], "local_replay"),
@@ -1280,11 +1628,16 @@ class TestCrashRecovery(unittest.TestCase):
     """Six children each die at one named point; then one fresh process recovers all six realms."""
 
     @classmethod
+    def new_store(cls, path: Path) -> Path | str:
+        """The store the children share (the PostgreSQL suite returns a DSN here)."""
+        dd.open_store(path).close()
+        return path
+
+    @classmethod
     def setUpClass(cls) -> None:
         directory = tempfile.TemporaryDirectory()
         cls.addClassCleanup(directory.cleanup)
-        cls.path = Path(directory.name) / "crash.sqlite3"
-        dd.DurableStore.open(cls.path).close()
+        cls.path = cls.new_store(Path(directory.name) / "crash.sqlite3")
         children = {point: subprocess.Popen(
             child_command({"action": "crash", "db": str(cls.path), "point": point, "mode": mode}),
             env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -1351,7 +1704,7 @@ class TestCrashRecovery(unittest.TestCase):
         self.assertEqual(published, {realm_of(point): 2 if point == "after_publish" else 1 for point in CRASHES})
 
     def test_integrity_check_is_ok(self) -> None:
-        self.assertEqual(rows(self.path, "PRAGMA integrity_check"), [("ok",)])
+        self.assertEqual(integrity(self.path), "ok")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1362,13 +1715,14 @@ class TestCrashRecovery(unittest.TestCase):
 class TestRaces(unittest.TestCase):
     """Eight processes claim one key at once, then eight keys at once, then relay and consume."""
 
+    new_store = TestCrashRecovery.new_store
+
     @classmethod
     def setUpClass(cls) -> None:
         directory = tempfile.TemporaryDirectory()
         cls.addClassCleanup(directory.cleanup)
         base = Path(directory.name)
-        cls.path = base / "race.sqlite3"
-        dd.DurableStore.open(cls.path).close()
+        cls.path = cls.new_store(base / "race.sqlite3")
         barrier = base / "barrier"
         barrier.mkdir()
         children = [subprocess.Popen(
@@ -1412,7 +1766,7 @@ class TestRaces(unittest.TestCase):
         self.assertEqual(rows(self.path, "SELECT COUNT(*), COUNT(sent_at) FROM outbox"), [(RACERS + 1, RACERS + 1)])
         self.assertEqual(rows(self.path, "SELECT COUNT(*), COUNT(DISTINCT event_id) FROM consumer_effects"),
                          [(RACERS + 1, RACERS + 1)])
-        self.assertEqual(rows(self.path, "PRAGMA integrity_check"), [("ok",)])
+        self.assertEqual(integrity(self.path), "ok")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1455,6 +1809,11 @@ class TestCli(StoreCase):
         self.tamper("UPDATE downstream_receipts SET producer_revision = 'x'")
         status, body, _ = self.main("recover", "--db", str(self.path))
         self.assertEqual((status, body["recovered"]), (1, {"escalated": 1}))
+
+    def test_recover_never_creates_a_store_in_an_empty_file(self) -> None:
+        self.path.write_bytes(b"")
+        status, body, _ = self.main("recover", "--db", str(self.path))
+        self.assertEqual((status, body["error"]["code"], self.path.read_bytes()), (2, "STORE_INVALID", b""))
 
     def test_failed_expectation_exits_1_in_ascii(self) -> None:
         broken = self.dir / "broken.json"
@@ -1583,7 +1942,7 @@ def _child_crash(spec: dict[str, Any]) -> int:
             os._exit(CRASH_EXIT)
 
     realm = realm_of(point)
-    with dd.DurableStore.open(spec["db"]) as store:
+    with dd.open_store(spec["db"]) as store:
         dispatcher = dd.DurableDispatcher(ORDERS, store=store, realm=realm, approvers=APPROVERS,
                                           lease_ms=CHILD_LEASE_MS, checkpoint=die)
         write(dispatcher, "a")
@@ -1600,7 +1959,7 @@ def _child_recover(spec: dict[str, Any]) -> int:
         return [[outcome.realm, outcome.before, outcome.after] for outcome in outcomes]
 
     report: dict[str, Any] = {"realms": {}}
-    with dd.DurableStore.open(spec["db"], create=False, clock_ms=skewed) as store:
+    with dd.open_store(spec["db"], create=False, clock_ms=skewed) as store:
         report["first"] = view(dd.recover(store))
         report["second"] = view(dd.recover(store))
         for realm in spec["realms"]:
@@ -1632,7 +1991,7 @@ def _child_race(spec: dict[str, Any]) -> int:
             time.sleep(0.15)  # the winner holds its lease a while, so others meet it in progress
 
     results: dict[str, Any] = {}
-    with dd.DurableStore.open(spec["db"]) as store:
+    with dd.open_store(spec["db"]) as store:
         dispatcher = dd.DurableDispatcher(ORDERS, store=store, realm="race", approvers=APPROVERS,
                                           checkpoint=slow_commit)
         _arrive(barrier, "same", index, racers)
@@ -1653,10 +2012,74 @@ def _child_race(spec: dict[str, Any]) -> int:
     return 0
 
 
+def _child_open(spec: dict[str, Any]) -> int:
+    _arrive(Path(spec["barrier"]), "open", spec["index"], spec["racers"])
+    try:
+        dd.open_store(spec["db"]).close()
+    except dd.DurableError as error:
+        sys.stdout.write(error.code + "\n")
+        return 1
+    sys.stdout.write("ok\n")
+    return 0
+
+
+def _quietly(call: Callable[[], Any]) -> Any:
+    """A side task of a chaos worker: a store error (busy, lost lease) just skips it."""
+    try:
+        return call()
+    except td.CatalogError:
+        return None
+
+
+def _child_chaos(spec: dict[str, Any]) -> int:
+    """A chaos worker: dispatches on shared hot keys until its deadline (or its SIGKILL), settles
+    what it finds unknown with a status query, now and then relays, consumes or recovers, and
+    prints every answer it got as one JSON line, flushed at once."""
+    import random
+    rng = random.Random(spec["seed"])
+
+    def jitter(_point: str) -> None:
+        time.sleep(rng.random() * spec["jitter_s"])  # widens every window a kill can land in
+
+    def say(record: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(record) + "\n")
+        sys.stdout.flush()
+
+    with dd.open_store(spec["db"]) as store:
+        dispatcher = dd.DurableDispatcher(ORDERS, store=store, realm="chaos", approvers=APPROVERS,
+                                          lease_ms=spec["lease_ms"], checkpoint=jitter)
+        attempt = 0
+        while time.time() < spec["until"]:
+            attempt += 1
+            # The hot keys rotate: every worker moves to a new generation of them at the same
+            # moment, so fresh contended writes (and kills in the middle of them) go on all run long.
+            generation = int((time.time() - spec["start"]) / spec["rotate_s"])
+            key = f"{rng.choice(spec['keys'])}-g{generation}"
+            tag = f"w{spec['index']}-{attempt}"
+            answer = answer_of(lambda: write(dispatcher, tag, key))
+            say({"key": key, "kind": "dispatch", "answer": answer["answer"], "data": answer.get("data")})
+            row = None
+            if answer["answer"] in ("OUTCOME_UNKNOWN", "HANDLER_FAILED"):
+                row = _quietly(lambda: dispatcher.ledger_row(ALICE, "create_refund_draft", key))
+            if row is not None:  # the host asks about the operation the ledger recorded
+                settled = answer_of(lambda: query(dispatcher, f"{tag}-q", key, op_tag=row.operation_id[3:]))
+                say({"key": key, "kind": "query", "answer": settled["answer"], "data": settled.get("data")})
+            elif answer["answer"] in ("OPERATION_IN_PROGRESS", "local_replay"):
+                time.sleep(rng.random() * 0.02)
+            side = rng.random()
+            if side < 0.1:
+                _quietly(lambda: (dd.relay(store), dd.consume(store)))
+            elif side < 0.15:
+                _quietly(lambda: dd.recover(store))
+    return 0
+
+
 CHILD_ACTIONS: dict[str, Callable[[dict[str, Any]], int]] = {
     "crash": _child_crash,
     "recover": _child_recover,
     "race": _child_race,
+    "open": _child_open,
+    "chaos": _child_chaos,
 }
 
 

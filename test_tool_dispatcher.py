@@ -3224,6 +3224,24 @@ class TestTheDispatcher(unittest.TestCase):
         package = write(dispatcher, approval=approval_for(write_context(), arguments=lying_arguments))
         self.assertEqual((code_of(package), dispatcher.effect_count), ("APPROVAL_MISMATCH", 0))
 
+    def test_every_dispatch_ends_with_the_stores_finish_even_when_it_raises(self):
+        class Finishing(td.MemoryOperations):
+            finished = 0
+
+            def finish(self):
+                Finishing.finished += 1
+
+        dispatcher = make_dispatcher(operations=Finishing())
+        read(dispatcher)
+        write(dispatcher)
+        with self.assertRaises(BoundaryError):
+            dispatcher.dispatch(read_proposal(), dataclasses.replace(context(), provider="Nobody"), ALICE, now=NOW)
+        self.assertEqual(Finishing.finished, 2)  # a malformed context raises before the store is touched
+        dispatcher.operations.answer = mock.Mock(side_effect=BoundaryError("OPERATION_IN_PROGRESS"))
+        with self.assertRaises(BoundaryError) as caught:
+            write(dispatcher, write_context(response="resp_x", call="call_x", key="idem-x"))
+        self.assertEqual((caught.exception.code, Finishing.finished), ("OPERATION_IN_PROGRESS", 3))
+
     def test_sixteen_threads_on_one_key_make_exactly_one_effect(self):
         import threading
         dispatcher = make_dispatcher()

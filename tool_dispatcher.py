@@ -88,7 +88,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "approval_view", "check_refundable",
     "check_deadline",
     # 11. Handlers and the mock downstream
-    "Receipt", "MockDownstream", "derived_ref", "HandlerCall", "HandlerResult", "handle_get_order",
+    "Receipt", "MockDownstream", "refund_draft_receipt", "derived_ref", "HandlerCall", "HandlerResult", "handle_get_order",
     "handle_create_refund_draft", "receipt_output", "Handler", "HANDLERS", "ResponseLost",
     "InjectedHandlerFailure", "FAULTS_BEFORE_HANDLER", "FAULTS_AFTER_HANDLER", "FAULTS_BEFORE_RECEIPT",
     "FAULTS_INSTEAD_OF_HANDLER", "FAULTS",
@@ -1685,22 +1685,31 @@ class MockDownstream:
         existing = self._by_status.get(status_ref)
         if existing is not None:
             return existing
-        receipt = Receipt(
-            receipt_ref=derived_ref("rc-", "receipt", request_ref),
-            request_ref=request_ref,
-            status_ref=status_ref,
-            effect_revision=effect_revision,
-            producer_revision=producer_revision,
-            draft_id="DRAFT-" + derived_ref("", "draft", request_ref)[:16],
-            order_ref=order_ref,
-            reason=reason,
-        )
+        receipt = refund_draft_receipt(request_ref=request_ref, status_ref=status_ref, order_ref=order_ref,
+                                       reason=reason, effect_revision=effect_revision,
+                                       producer_revision=producer_revision)
         self._effects.append(receipt)
         self._by_status[status_ref] = receipt
         return receipt
 
     def receipt(self, status_ref: str | None) -> Receipt | None:
         return None if status_ref is None else self._by_status.get(status_ref)
+
+
+def refund_draft_receipt(*, request_ref: str, status_ref: str, order_ref: str, reason: str,
+                         effect_revision: str, producer_revision: str) -> Receipt:
+    """The receipt the mock refund service gives a request: its references derived from the
+    request reference, so any store that keeps the mock's effects on disk gives the same one."""
+    return Receipt(
+        receipt_ref=derived_ref("rc-", "receipt", request_ref),
+        request_ref=request_ref,
+        status_ref=status_ref,
+        effect_revision=effect_revision,
+        producer_revision=producer_revision,
+        draft_id="DRAFT-" + derived_ref("", "draft", request_ref)[:16],
+        order_ref=order_ref,
+        reason=reason,
+    )
 
 
 def derived_ref(prefix: str, kind: str, *parts: Any) -> str:
@@ -2440,6 +2449,10 @@ class OperationStore(Protocol):
     def bind_call(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...]) -> tuple[Any, ...]:
         """Bind a provider call identity to its fingerprint, once: the fingerprint it is bound to."""
 
+    def finish(self) -> None:
+        """The end of one dispatch, before its answer leaves (or its error is raised): a store
+        that deferred work to join a later commit (a call binding) writes or drops it here."""
+
 
 class CountingDownstream:
     """One claim's view of a MockDownstream: the same ledger, counting the effects it created."""
@@ -2567,6 +2580,9 @@ class MemoryOperations:
         # One dict.setdefault is atomic on its own (the dict's own lock): no store lock needed.
         return self._calls.setdefault(identity, fingerprint)
 
+    def finish(self) -> None:
+        """Nothing is deferred in memory."""
+
 
 class Dispatcher:
     """The trusted boundary over one world and one operation store.
@@ -2637,6 +2653,8 @@ class Dispatcher:
             return self._read(call, order, now=now, deadline=deadline, fault=fault)
         except BoundaryError as refusal:
             return self._refused(call, refusal)
+        finally:
+            self.operations.finish()
 
     def query_operation_status(self, proposal: Any, context: CallContext, principal: Principal, *,
                                now: int, fault: str = "none") -> dict[str, Any]:

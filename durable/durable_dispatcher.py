@@ -1189,12 +1189,6 @@ def _receipt(found: Sequence[Any] | None) -> td.Receipt | None:
 # fencing token that lets recovery prove "no effect" after a holder died.
 
 
-def _new_receipt(**fields: Any) -> td.Receipt:
-    # tool_dispatcher derives receipt and draft references inside MockDownstream; a throwaway
-    # instance computes them, so the durable receipt is the in-memory one, field for field.
-    return td.MockDownstream().commit_refund_draft(**fields)
-
-
 class DurableDownstream:
     """The mock refund service: effects, receipts and fences in their own tables and transactions."""
 
@@ -1223,8 +1217,9 @@ class DurableDownstream:
     def commit(self, *, epoch: int, request_ref: str, status_ref: str, order_ref: str, reason: str,
                effect_revision: str, producer_revision: str) -> tuple[td.Receipt, bool]:
         """Commit the effect once per key under a fence; (receipt, whether this call created it)."""
-        receipt = _new_receipt(request_ref=request_ref, status_ref=status_ref, order_ref=order_ref, reason=reason,
-                               effect_revision=effect_revision, producer_revision=producer_revision)
+        receipt = td.refund_draft_receipt(request_ref=request_ref, status_ref=status_ref, order_ref=order_ref,
+                                          reason=reason, effect_revision=effect_revision,
+                                          producer_revision=producer_revision)
         with self._store.transaction() as tx:
             self._raise_fence(tx, status_ref, epoch)
             created = tx.execute(SQL_WRITE_RECEIPT, {"realm": self._realm, **{
@@ -1499,18 +1494,12 @@ class DurableDispatcher(td.Dispatcher):
                  approvers: frozenset[str] | Sequence[str] = (), lease_ms: int = LEASE_MS,
                  retention_ms: int = RETENTION_MS, owner: str | None = None, checkpoint: Checkpoint | None = None,
                  handlers: Mapping[str, td.Handler] | None = None,
-                 registry: Mapping[str, td.ToolSpec] = td.REGISTRY) -> None:
+                 registry: Mapping[str, td.ToolSpec] = td.REGISTRY, seal_keys: td.SealKeys | None = None) -> None:
         operations = LedgerOperations(store, realm=realm, lease_ms=lease_ms, retention_ms=retention_ms,
                                       owner=owner, checkpoint=checkpoint, defer_bindings=True)
-        super().__init__(orders, approvers=approvers, handlers=handlers, registry=registry, operations=operations)
+        super().__init__(orders, approvers=approvers, handlers=handlers, registry=registry, operations=operations,
+                         seal_keys=seal_keys)
         self.operations: LedgerOperations = operations
-
-    def dispatch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """tool_dispatcher's dispatch; its call binding is on disk before the answer leaves."""
-        try:
-            return super().dispatch(*args, **kwargs)
-        finally:
-            self.operations.finish()
 
     # -- read-only views for the trusted host ----------------------------------------------
 

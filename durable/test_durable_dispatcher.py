@@ -781,6 +781,19 @@ class TestIdempotency(StoreCase):
         self.assertEqual(dispatcher.effect_count, 1)
         self.assertEqual(dispatcher.stored_package(ALICE, "create_refund_draft", KEY), canonical(first))
 
+    def test_sealed_packages_are_the_sealed_in_memory_ones_byte_for_byte(self) -> None:
+        keys = td.parse_seal_keys({"format": "seal-keys-v1", "current": "k", "keys": [
+            {"key_id": "k", "secret_hex": "11" * 32}]})
+        dispatcher = self.dispatcher(seal_keys=keys)
+        memory = td.Dispatcher(td.load_fixture(FIXTURE).world.orders, approvers=["approver-lee"], seal_keys=keys)
+        for tag in ("a", "b"):  # the fresh write, then its replay
+            with self.subTest(tag=tag):
+                package = write(dispatcher, tag)
+                self.assertEqual(canonical(package), canonical(write(memory, tag)))
+                td.verify_package(package, seal_keys=keys, require_seal=True)
+        self.assertEqual(json.loads(dispatcher.stored_package(ALICE, "create_refund_draft", KEY))["seal"]["key_id"],
+                         "k")
+
     def test_replay_survives_a_new_connection(self) -> None:
         first = write(self.dispatcher(), "a")
         replay = write(self.dispatcher(self.open_store()), "b")

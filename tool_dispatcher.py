@@ -2688,7 +2688,7 @@ class Dispatcher:
                     state=record.state, refs=record.refs, approval=record.approval,
                     revision=record.resource_revision)
             if receipt is None:  # already settled: the local record answers
-                return self._replayed(call, record)
+                return self._recorded_answer(call, record)
             return self._reconciled(call, record, receipt)
         except BoundaryError as refusal:
             return self._refused(call, refusal)
@@ -2848,17 +2848,15 @@ class Dispatcher:
         # contract revisions, may see the recorded answer. Nothing runs again.
         if not same_intent(record, call):
             raise BoundaryError("IDEMPOTENCY_CONFLICT")
+        return self._recorded_answer(call, record)
+
+    def _recorded_answer(self, call: AdmittedCall, record: OperationRecord) -> dict[str, Any]:
+        # What a settled record answers (REPEAT_ANSWER), with the first answer's evidence.
         state = MODEL_STATE[record.state]
         answer, code = REPEAT_ANSWER[state]
         data = json_copy(record.data) if code is None else None  # a copy: the caller cannot reach the record
         return self._package(call, project_model_result(call.spec, answer, code=code, data=data),
                              state=state, refs=record.refs, approval=record.approval,
-                             revision=record.resource_revision)
-
-    def _replayed(self, call: AdmittedCall, record: OperationRecord) -> dict[str, Any]:
-        # A defensive copy: nothing the caller does to this answer can reach the record.
-        return self._package(call, project_model_result(call.spec, "replayed", data=json_copy(record.data)),
-                             state=record.state, refs=record.refs, approval=record.approval,
                              revision=record.resource_revision)
 
     def _new_record(self, call: AdmittedCall, refs: Mapping[str, str | None],
@@ -3054,10 +3052,6 @@ def _shape(value: Any, fields: frozenset[str]) -> dict[str, Any]:
 def _require_in_package(condition: bool, code: str = "PACKAGE_MALFORMED") -> None:
     if not condition:
         raise BoundaryError(code)
-
-
-def _optional_identifier(value: Any) -> bool:
-    return value is None or is_identifier(value)
 
 
 def _is_exactly(value: Any, expected: str) -> bool:

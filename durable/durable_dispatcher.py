@@ -1331,7 +1331,7 @@ class LedgerOperations:
         if key is None:
             raise td.BoundaryError("IDEMPOTENCY_KEY_REQUIRED")
         tx = self.store.begin()
-        try:
+        with self._rolled_back_on_error():
             self._write_pending(tx)
             lease = self.ledger.claim(tx, key, Intent.of(call, record), owner=self._owner, lease_ms=self.lease_ms,
                                       approval_ref=approval_ref)
@@ -1339,14 +1339,21 @@ class LedgerOperations:
                 self.store.commit()
                 self._pending = None
                 return self._answer(call, lease)
+        self._open = lease
+        return td.Claim(call.record_key, replace(record, state=lease.state), lease)
+
+    @contextmanager
+    def _rolled_back_on_error(self) -> Iterator[None]:
+        """Inside the transaction this store left open: any error rolls it back first, and a
+        driver's error leaves as this layer's store error."""
+        try:
+            yield
         except self.store.errors as error:
             self.store.rollback()
             raise self.store.translate(error) from None
         except BaseException:
             self.store.rollback()
             raise
-        self._open = lease
-        return td.Claim(call.record_key, replace(record, state=lease.state), lease)
 
     def _write_pending(self, tx: Tx) -> None:
         # The deferred call binding, in the claim's transaction: a conflicting binding that another
@@ -1373,14 +1380,8 @@ class LedgerOperations:
         if self._open is None or self._open is not claim.token:
             return self.ledger.advance(claim.token, event, lease_ms=self.lease_ms)
         self._open = None
-        try:
+        with self._rolled_back_on_error():
             lease = self.ledger.advance(claim.token, event, lease_ms=self.lease_ms, tx=self.store.current())
-        except self.store.errors as error:
-            self.store.rollback()
-            raise self.store.translate(error) from None
-        except BaseException:
-            self.store.rollback()
-            raise
         self.store.commit()
         self._pending = None
         return lease

@@ -2800,6 +2800,22 @@ class TestTheDispatcher(unittest.TestCase):
         self.assertEqual(dispatcher.effect_count, 1)
         td.verify_package(package, context=query_context(), principal=ALICE)
 
+    def test_the_store_gets_the_reconciled_package_before_it_is_answered(self):
+        # A store that keeps evidence (durable/) stores the answer of a reconciliation, as it
+        # stores the first answer at settle(): the reconcile() call carries it.
+        dispatcher = make_dispatcher()
+        unknown_write(dispatcher)
+        stored = []
+        original = dispatcher.operations.reconcile
+
+        def keeping(key, record, package):
+            stored.append(td.canonical_json(package))
+            original(key, record, package)
+
+        with mock.patch.object(dispatcher.operations, "reconcile", keeping):
+            package = query(dispatcher)
+        self.assertEqual(stored, [td.canonical_json(package)])
+
     def test_after_reconciliation_dispatch_and_query_replay_locally(self):
         dispatcher = make_dispatcher()
         unknown_write(dispatcher)
@@ -4131,6 +4147,41 @@ class TestTheAuditLog(unittest.TestCase):
         with self.assertRaises(BoundaryError) as caught:
             td.verify_audit_log("text")
         self.assertEqual(caught.exception.code, "AUDIT_LOG_UNREADABLE")
+
+    def test_an_open_chain_verifies_without_a_closing_entry_and_reports_its_head(self):
+        lines = self.sealed.split(b"\n")[:-1]
+        body = b"\n".join(lines[:-1]) + b"\n"  # the 30 package entries, no closing entry
+        report = td.verify_audit_log(body, seal_keys=self.KEYS, require_seal=True, closed=False)
+        self.assertEqual((report.entries, report.sealed), (30, True))
+        self.assertEqual(report.head_sha256, json.loads(lines[-2])["entry_sha256"])
+        self.assertBad("AUDIT_TRUNCATED", 30, body, seal_keys=self.KEYS)  # closed (the default) requires one
+        self.assertBad("AUDIT_MALFORMED", 30, self.sealed, seal_keys=self.KEYS, closed=False)  # an open chain has none
+        empty = td.verify_audit_log(b"", closed=False)
+        self.assertEqual((empty.entries, empty.head_sha256), (0, td.GENESIS_SHA256))
+        self.assertBad("AUDIT_ENTRY_DELETED", 0, b"\n".join(lines[1:-1]) + b"\n", closed=False)
+
+    def test_a_chain_continues_where_it_stopped_byte_for_byte(self):
+        lines = self.sealed.split(b"\n")[:-1]
+        packages = [json.loads(line)["package"] for line in lines[:-1]]
+        stream = io.BytesIO()
+        first = td.AuditLog(stream, seal_keys=self.KEYS)
+        for package in packages[:12]:
+            first.append(package)
+        rest = td.AuditLog(stream, seal_keys=self.KEYS, index=first.index, head=first.head)
+        for package in packages[12:]:
+            rest.append(package)
+        rest.close()
+        self.assertEqual(stream.getvalue(), self.sealed)
+        line, digest = td.audit_entry_line(packages[3], index=3, previous_sha256=json.loads(lines[2])["entry_sha256"],
+                                           seal_keys=self.KEYS)
+        self.assertEqual((line, digest), (lines[3], json.loads(lines[3])["entry_sha256"]))
+        for index, head in ((-1, td.GENESIS_SHA256), (td.MAX_AUDIT_ENTRIES + 1, "a" * 64), (0, "a" * 64),
+                            (1, td.GENESIS_SHA256), (1, "A" * 64), (True, "a" * 64)):
+            with self.subTest(index=index, head=head), self.assertRaises(BoundaryError) as caught:
+                td.AuditLog(io.BytesIO(), index=index, head=head)
+            self.assertEqual(caught.exception.code, "AUDIT_MALFORMED")
+        self.assertEqual(td.AuditLog(io.BytesIO(), index=td.MAX_AUDIT_ENTRIES, head="a" * 64).index,
+                         td.MAX_AUDIT_ENTRIES)
 
     def test_verification_is_one_linear_pass(self):
         # 2,000 entries verify, and a log twice as long is twice as many entries: no quadratic

@@ -113,7 +113,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "UNREGISTERED_TOOL_NAME", "model_result_text", "ADAPTERS", "adapt", "to_openai_responses",
     "to_anthropic_messages", "to_gemini_interactions",
     # 19. The audit log
-    "GENESIS_SHA256", "audit_entry_sha256", "AuditLog", "AuditReport", "read_audit_log", "verify_audit_log",
+    "GENESIS_SHA256", "audit_entry_sha256", "audit_entry_line", "AuditLog", "AuditReport", "read_audit_log", "verify_audit_log",
     # 20. Fixture runner
     "EXPECTATION_FIELDS", "StepReport", "run_step", "fresh_dispatcher", "DispatcherFactory", "run_case",
     "run_fixture", "render_report",
@@ -2438,8 +2438,9 @@ class OperationStore(Protocol):
         """The settled record a status query reads (None: nothing to query); OPERATION_IN_PROGRESS
         while a live holder runs it."""
 
-    def reconcile(self, key: RecordKey, record: OperationRecord) -> None:
-        """unknown -> reconciled, with the receipt's data and references."""
+    def reconcile(self, key: RecordKey, record: OperationRecord, package: dict[str, Any]) -> None:
+        """unknown -> reconciled, with the receipt's data and references, and the package that
+        answers it (a store that keeps evidence stores it, as settle() does)."""
 
     def confirm_absent(self, key: RecordKey, record: OperationRecord) -> bool:
         """unknown -> released when the downstream proves, with authority, that the operation took
@@ -2557,7 +2558,7 @@ class MemoryOperations:
             raise BoundaryError("OPERATION_IN_PROGRESS")
         return record
 
-    def reconcile(self, key: RecordKey, record: OperationRecord) -> None:
+    def reconcile(self, key: RecordKey, record: OperationRecord, package: dict[str, Any]) -> None:
         with self._lock:
             current = self._records.get(key)
             if current is None or transition(current.state, "receipt_confirmed") != record.state:
@@ -2717,10 +2718,11 @@ class Dispatcher:
         check_output_fields(call.spec, data)
         refs = {**record.refs, "receipt_ref": receipt.receipt_ref}
         record = advance(record, "receipt_confirmed", refs=MappingProxyType(refs), data=data)
-        self.operations.reconcile(call.record_key, record)
-        return self._package(call, project_model_result(call.spec, "reconciled", data=json_copy(data)),
-                             state=record.state, refs=refs, approval=record.approval,
-                             revision=record.resource_revision)
+        package = self._package(call, project_model_result(call.spec, "reconciled", data=json_copy(data)),
+                                state=record.state, refs=refs, approval=record.approval,
+                                revision=record.resource_revision)
+        self.operations.reconcile(call.record_key, record, package)  # it answers only once the store moved
+        return package
 
     # -- pipeline stages -----------------------------------------------------------------------
 
@@ -3383,27 +3385,46 @@ def audit_entry_sha256(body: Mapping[str, Any]) -> str:
     return canonical_sha256({"domain": AUDIT_ENTRY_DOMAIN, **body})
 
 
-class AuditLog:
-    """Writes packages to a binary stream as a hash chain; close() writes the closing entry."""
+def audit_entry_line(package: Mapping[str, Any], *, index: int, previous_sha256: str,
+                     seal_keys: SealKeys | None = None) -> tuple[bytes, str]:
+    """One package's entry at ``index`` after ``previous_sha256``: its canonical line (without the
+    newline) and its digest. A store that keeps its chain in rows (durable/) appends these."""
+    return _entry_line({"format": AUDIT_LOG_FORMAT, "index": index, "previous_sha256": previous_sha256,
+                        "package": package}, seal_keys)
 
-    def __init__(self, stream: Any, *, seal_keys: SealKeys | None = None) -> None:
+
+def _entry_line(body: dict[str, Any], seal_keys: SealKeys | None) -> tuple[bytes, str]:
+    digest = audit_entry_sha256(body)
+    return canonical_json({**body, "entry_sha256": digest, "seal": seal_view(seal_keys, "audit-entry", digest)}), digest
+
+
+class AuditLog:
+    """Writes packages to a binary stream as a hash chain; close() writes the closing entry.
+
+    ``index`` and ``head`` continue a chain whose first ``index`` entries ended at ``head``.
+    """
+
+    def __init__(self, stream: Any, *, seal_keys: SealKeys | None = None, index: int = 0,
+                 head: str = GENESIS_SHA256) -> None:
+        if type(index) is not int or not 0 <= index <= MAX_AUDIT_ENTRIES or not _is_digest(head) or (
+                (index == 0) != (head == GENESIS_SHA256)):
+            raise BoundaryError("AUDIT_MALFORMED")  # a chain starts at the genesis digest, and only there
         self._stream = stream
         self._seal_keys = seal_keys
-        self.index = 0
-        self.head = GENESIS_SHA256  # the digest of the last entry written
+        self.index = index
+        self.head = head  # the digest of the last entry written
 
     def append(self, package: Mapping[str, Any]) -> str:
-        return self._write({"format": AUDIT_LOG_FORMAT, "index": self.index, "previous_sha256": self.head,
-                            "package": package})
+        line, digest = audit_entry_line(package, index=self.index, previous_sha256=self.head,
+                                        seal_keys=self._seal_keys)
+        return self._write(line, digest)
 
     def close(self) -> str:
-        return self._write({"format": AUDIT_LOG_FORMAT, "index": self.index, "previous_sha256": self.head,
-                            "closed": True})
+        return self._write(*_entry_line({"format": AUDIT_LOG_FORMAT, "index": self.index,
+                                         "previous_sha256": self.head, "closed": True}, self._seal_keys))
 
-    def _write(self, body: dict[str, Any]) -> str:
-        digest = audit_entry_sha256(body)
-        entry = {**body, "entry_sha256": digest, "seal": seal_view(self._seal_keys, "audit-entry", digest)}
-        self._stream.write(canonical_json(entry) + b"\n")
+    def _write(self, line: bytes, digest: str) -> str:
+        self._stream.write(line + b"\n")
         self.index += 1
         self.head = digest
         return digest
@@ -3412,7 +3433,7 @@ class AuditLog:
 @dataclass(frozen=True, slots=True)
 class AuditReport:
     entries: int  # packages in the log (the closing entry not counted)
-    head_sha256: str  # the closing entry's digest: what a second implementation must reproduce
+    head_sha256: str  # the closing entry's digest (an open chain: its last entry's): what a second implementation must reproduce
     sealed: bool  # every entry sealed and checked
 
 
@@ -3426,13 +3447,16 @@ def read_audit_log(path: str | os.PathLike[str]) -> bytes:
     return data
 
 
-def verify_audit_log(data: bytes, *, seal_keys: SealKeys | None = None, require_seal: bool = False) -> AuditReport:
+def verify_audit_log(data: bytes, *, seal_keys: SealKeys | None = None, require_seal: bool = False,
+                     closed: bool = True) -> AuditReport:
     """Verify a whole log, or raise BoundaryError(AUDIT_*, at="entries[i]") for its first bad entry.
 
     Linear: each line is decoded once, checked to be canonical, and its digest recomputed once.
     With seal keys every sealed entry's seal is checked; with ``require_seal`` an unsealed entry
     is refused too. The packages inside are bound by the entry digest and seal; a package's own
-    consistency is verify_package's business, not re-run here.
+    consistency is verify_package's business, not re-run here. ``closed=False`` verifies a chain
+    still being written (a ledger's): it has no closing entry, may not hold one, may be empty, and
+    its head is its last entry's digest.
     """
     if type(data) is not bytes or len(data) > MAX_AUDIT_LOG_BYTES:
         raise BoundaryError("AUDIT_LOG_UNREADABLE")
@@ -3464,12 +3488,12 @@ def verify_audit_log(data: bytes, *, seal_keys: SealKeys | None = None, require_
             raise BoundaryError("AUDIT_ENTRY_EDITED", at=at)
         _check_entry_seal(entry, digest, seal_keys, require_seal, at,
                           inserted=position + 1 < len(indices) and indices[position + 1] == index)
-        if "closed" in entry and position != len(entries) - 1:
-            raise BoundaryError("AUDIT_MALFORMED", at=at)  # nothing may follow the closing entry
+        if "closed" in entry and (position != len(entries) - 1 or not closed):
+            raise BoundaryError("AUDIT_MALFORMED", at=at)  # nothing follows the closing entry; an open chain has none
         previous = digest
-    if not entries or "closed" not in entries[-1]:
+    if closed and (not entries or "closed" not in entries[-1]):
         raise BoundaryError("AUDIT_TRUNCATED", at=f"entries[{len(entries)}]")
-    return AuditReport(entries=len(entries) - 1, head_sha256=previous,
+    return AuditReport(entries=len(entries) - (1 if closed else 0), head_sha256=previous,
                        sealed=seal_keys is not None and all(entry["seal"]["key_id"] is not None for entry in entries))
 
 

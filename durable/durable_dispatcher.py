@@ -60,7 +60,7 @@ _HERE: Final = str(Path(__file__).resolve().parent)
 # 1. Limits and constants
 # ============================================================================================
 
-SCHEMA_VERSION: Final = 3  # PRAGMA user_version of a database this module created (3: key epochs)
+SCHEMA_VERSION: Final = 4  # PRAGMA user_version of a database this module created (3: key epochs; 4: audit chain)
 APPLICATION_ID: Final = 0x54445231  # PRAGMA application_id ("TDR1"): any other file is refused
 BUSY_TIMEOUT_MS: Final = 5_000  # BEGIN IMMEDIATE waits this long for the write lock, then STORE_BUSY
 LEASE_MS: Final = 30_000  # far longer than one handler and its commits; a dead holder frees its key this fast
@@ -148,6 +148,11 @@ DURABLE_ERRORS: Final[Mapping[str, td.ErrorSpec]] = MappingProxyType({
                      "never a new one.",
         STORE_MISUSE="A database transaction was opened inside another one; it was rolled back.",
         STORE_DRIVER_MISSING="A postgresql:// store needs the psycopg driver: install the postgres extra.",
+        # Not damage of a kind (that is STORE_INVALID) but evidence that does not hold: a settled
+        # row whose stored package fails verification (digests, seal, key id) or states other
+        # values than the row's columns. Nothing is answered from it and nothing is written.
+        STORE_TAMPERED="A ledger row does not match its stored package, or the package does not verify; "
+                       "nothing was answered from it and nothing was changed: an operator must look.",
     ),
     **td.error_specs(
         "store", True,
@@ -374,6 +379,24 @@ SCHEMA: Final = (
         consumed_at INTEGER NOT NULL,
         PRIMARY KEY (realm, consumer, event_id)
     )""",
+    # The ledger's hash chain, one per realm: each settle or reconciliation that stores a package
+    # appends the core's audit entry for it (tool_dispatcher.audit_entry_line) in its own
+    # transaction. The head row is locked by every append (an upsert), so appends of one realm
+    # queue; the primary key and the unique previous digest refuse a fork even without the lock.
+    """CREATE TABLE audit_heads (
+        realm TEXT NOT NULL PRIMARY KEY,
+        entries INTEGER NOT NULL CHECK (entries >= 0),
+        head_sha256 TEXT NOT NULL CHECK (length(head_sha256) = 64)
+    )""",
+    """CREATE TABLE audit_chain (
+        realm TEXT NOT NULL,
+        entry_index INTEGER NOT NULL CHECK (entry_index >= 0),
+        previous_sha256 TEXT NOT NULL CHECK (length(previous_sha256) = 64),
+        entry_sha256 TEXT NOT NULL CHECK (length(entry_sha256) = 64),
+        entry TEXT NOT NULL,
+        PRIMARY KEY (realm, entry_index),
+        UNIQUE (realm, previous_sha256)
+    )""",
     # The consumer's own action log: deliberately without a unique key, so a duplicate action
     # would show up as a second row instead of being hidden by a constraint.
     """CREATE TABLE consumer_effects (
@@ -437,12 +460,30 @@ SQL_RESOLVE_UNKNOWN: Final = f"""
     WHERE {_KEY_MATCH} AND state = :from_state AND lease_epoch = :epoch"""
 SQL_RECONCILE: Final = f"""
     UPDATE operations SET state = :to_state, receipt_ref = :receipt_ref, data = :data,
-        recovery_hint = NULL, expires_at = :expires_at, updated_at = :now
+        package = COALESCE(:package, package), recovery_hint = NULL, expires_at = :expires_at, updated_at = :now
     WHERE {_KEY_MATCH} AND state = :from_state"""
 SQL_APPEND_EVENT: Final = """
     INSERT INTO outbox (realm, event_id, request_ref, payload, created_at)
     VALUES (:realm, :event_id, :request_ref, :payload, :now)
     ON CONFLICT (realm, event_id) DO NOTHING"""
+
+# Lock the realm's chain head (creating it at the genesis digest), then append after it.
+SQL_CHAIN_HEAD: Final = """
+    INSERT INTO audit_heads (realm, entries, head_sha256) VALUES (:realm, 0, :genesis)
+    ON CONFLICT (realm) DO UPDATE SET entries = audit_heads.entries
+    RETURNING entries, head_sha256"""
+SQL_CHAIN_APPEND: Final = """
+    INSERT INTO audit_chain (realm, entry_index, previous_sha256, entry_sha256, entry)
+    VALUES (:realm, :entries, :previous_sha256, :entry_sha256, :entry)"""
+SQL_CHAIN_ADVANCE: Final = """
+    UPDATE audit_heads SET entries = :next_entries, head_sha256 = :entry_sha256 WHERE realm = :realm"""
+SQL_CHAIN_REALMS: Final = """
+    SELECT realm FROM audit_heads UNION SELECT realm FROM audit_chain UNION SELECT realm FROM operations
+    ORDER BY realm"""
+SQL_CHAIN_ENTRIES: Final = """
+    SELECT entry_index, previous_sha256, entry_sha256, entry FROM audit_chain WHERE realm = :realm
+    ORDER BY entry_index"""
+SQL_CHAIN_HEAD_ROW: Final = "SELECT entries, head_sha256 FROM audit_heads WHERE realm = :realm"
 
 SQL_USE_APPROVAL: Final = """
     INSERT INTO approval_uses (realm, approval_ref, tenant, subject, tool, idempotency_key, created_at)
@@ -521,6 +562,7 @@ SQL_PRUNE_OPERATIONS: Final = f"DELETE FROM operations WHERE {_PRUNABLE_ROWS}"
 SQL_PRUNE_EVENTS: Final = "DELETE FROM outbox WHERE sent_at IS NOT NULL AND sent_at <= :before"
 SQL_PRUNE_CALLS: Final = "DELETE FROM call_bindings WHERE created_at <= :before"
 
+SQL_REALM_ROWS: Final = f"SELECT {', '.join(ROW_COLUMNS)} FROM operations WHERE realm = :realm ORDER BY request_ref"
 SQL_STATE_COUNTS: Final = "SELECT state, COUNT(*) FROM operations GROUP BY state ORDER BY state"
 SQL_ALL_EFFECTS: Final = "SELECT COUNT(*) FROM downstream_receipts"
 SQL_ALL_EVENTS: Final = "SELECT COUNT(*), COUNT(sent_at) FROM outbox"
@@ -963,6 +1005,65 @@ ROW_CHECKS: Final[Mapping[str, Callable[[Any], Any]]] = MappingProxyType({
 })
 
 
+# The operation state a settled row's stored package states, by the row's state. Escalated reads
+# as unknown (recovery answered nobody); a row recovery reconciled keeps its first answer
+# (unknown), and the downstream's receipt vouches for the data and receipt it added.
+PACKAGE_STATES: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
+    "succeeded": frozenset({"succeeded"}), "unknown": frozenset({"unknown"}), "escalated": frozenset({"unknown"}),
+    "reconciled": frozenset({"reconciled", "unknown"}),
+})
+
+
+def verified_record(row: LedgerRow, seal_keys: td.SealKeys | None,
+                    receipt_of: Callable[[str], td.Receipt | None]) -> td.OperationRecord:
+    """A settled row as the record a replay or a status query answers from, once its stored
+    package verifies (with the store's seal keys, required when it has them) and states exactly
+    the row's columns; STORE_TAMPERED otherwise. Nothing is written either way."""
+    record = row.record()  # damaged kinds are STORE_INVALID first
+    refs, data = dict(record.refs), record.data
+    package = None if row.package is None else _decoded(row.package)
+    if package is not None:
+        try:
+            td.verify_package(package, seal_keys=seal_keys, require_seal=seal_keys is not None)
+        except td.BoundaryError:
+            raise DurableError("STORE_TAMPERED") from None
+    stated = None if package is None else package["execution"]["operation_state"]
+    if row.state == "reconciled" and stated != "reconciled":
+        # Reconciled by recovery, from a receipt, after a first answer of unknown (or none): the
+        # receipt vouches for what that answer could not say.
+        receipt = receipt_of(row.status_ref)
+        if receipt is None or receipt.receipt_ref != row.receipt_ref or td.receipt_output(receipt) != data:
+            raise DurableError("STORE_TAMPERED")
+        refs["receipt_ref"], data = None, None  # what the first answer said before the receipt was found
+    if package is None:
+        return _unanswered(row, record, refs, data)
+    audit = package["protected_audit"]
+    context = audit["provider_context"]
+    states = (stated in PACKAGE_STATES[row.state], audit["principal"]["tenant"], audit["principal"]["subject_ref"],
+              (context["provider"], context["api_family"], context["adapter_revision"]), context["operation_id"],
+              context["idempotency_key"], audit["tool_contract"], audit["arguments"], audit["approval"],
+              audit["resource_revision"], audit["request_sha256"], audit["downstream"],
+              package["model_result"].get("data"))
+    columns = (True, row.tenant, td.principal_view(td.Principal(row.tenant, row.subject))["subject_ref"],
+               (row.provider, row.api_family, row.adapter_revision), row.operation_id, row.idempotency_key,
+               dict(record.contract), dict(record.arguments), None if record.approval is None else dict(record.approval),
+               row.resource_revision, row.request_sha256, refs, data)
+    if states != columns or audit["tool_contract"]["tool"] != row.tool:
+        raise DurableError("STORE_TAMPERED")
+    return record
+
+
+def _unanswered(row: LedgerRow, record: td.OperationRecord, refs: dict[str, Any], data: Any) -> td.OperationRecord:
+    # A holder that died in progress answered nobody, so its row has no package: only a row that
+    # may still be unknown may lack one, and what it holds beyond its claim must be derivable.
+    request_ref = td.derived_ref("rq-", "request", row.tenant, row.subject, row.tool, row.idempotency_key,
+                                 row.request_sha256)
+    if (row.state == "succeeded" or data is not None or refs["receipt_ref"] is not None
+            or (refs["request_ref"], refs["status_ref"]) != (request_ref, td.derived_ref("st-", "status", request_ref))):
+        raise DurableError("STORE_TAMPERED")
+    return record
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     """A holder's claim on a key: valid while the row keeps this state and this epoch."""
@@ -994,13 +1095,18 @@ def settled_event(key: OperationKey, request_ref: str, state: str, data: Any) ->
 
 
 class Ledger:
-    """The operation ledger: claims, fenced moves, expired-lease takeovers and reconciliation."""
+    """The operation ledger: claims, fenced moves, expired-lease takeovers and reconciliation.
+
+    Every move that stores a package (a settle, a status query's reconciliation) appends the
+    package's entry to the realm's hash chain in the same transaction, sealed with ``seal_keys``.
+    """
 
     def __init__(self, store: DurableStore, *, retention_ms: int = RETENTION_MS,
-                 checkpoint: Checkpoint = _no_checkpoint) -> None:
+                 checkpoint: Checkpoint = _no_checkpoint, seal_keys: td.SealKeys | None = None) -> None:
         self._store = store
         self._retention_ms = retention_ms
         self._checkpoint = checkpoint
+        self._seal_keys = seal_keys
 
     def now_ms(self) -> int:
         return self._store.now_ms()
@@ -1072,6 +1178,8 @@ class Ledger:
                   "expires_at": now + self._retention_ms if to_state in PRUNABLE_STATES else None, "now": now}
         if tx.execute(SQL_HOLDER_MOVE, params).rowcount != 1:
             raise DurableError("LEASE_LOST")
+        if package is not None:
+            self._chain(tx, lease.key.realm, package)
         if event == "release":  # nothing ran: the approval this claim consumed is unused again
             tx.execute(SQL_FREE_APPROVAL, lease.key.params())
         if to_state in EVENT_STATES:
@@ -1105,11 +1213,13 @@ class Ledger:
         with self._store.transaction() as tx:
             return tx.execute(SQL_RESOLVE_UNKNOWN, params).rowcount == 1
 
-    def reconcile(self, key: OperationKey, receipt_ref: str, data: Any) -> None:
-        """unknown -> reconciled with the receipt's data and its event, one transaction.
+    def reconcile(self, key: OperationKey, receipt_ref: str, data: Any, package: Any = None) -> None:
+        """unknown -> reconciled with the receipt's data and its event, one transaction; with the
+        package that answered it (a status query's), stored and chained in the same transaction.
 
         Any epoch may reconcile: a verified receipt is the truth whoever found it. A row already
-        reconciled (by another process, from the same receipt) is left as it is.
+        reconciled (by another process, from the same receipt) is left as it is. Recovery asks no
+        question and answers none: its row keeps its first answer, and its receipt is the evidence.
         """
         now = self._store.now_ms()
         with self._store.transaction() as tx:
@@ -1121,9 +1231,25 @@ class Ledger:
                 raise DurableError("OPERATION_ESCALATED")
             to_state = transition("none" if row is None else row.state, "receipt_confirmed")
             tx.execute(SQL_RECONCILE, {**key.params(), "to_state": to_state, "from_state": row.state,
-                                       "receipt_ref": receipt_ref, "data": _text(data),
+                                       "receipt_ref": receipt_ref, "data": _text(data), "package": _text(package),
                                        "expires_at": now + self._retention_ms, "now": now})
+            if package is not None:
+                self._chain(tx, key.realm, package)
             self._append_event(tx, key, row.request_ref, to_state, data, now)
+
+    def _chain(self, tx: Tx, realm: str, package: Any) -> None:
+        # The head is read under the lock the upsert takes (SQLite: the write lock BEGIN IMMEDIATE
+        # already holds), so two writers of one realm can never append after the same head.
+        head = tx.execute(SQL_CHAIN_HEAD, {"realm": realm, "genesis": td.GENESIS_SHA256}).fetchone()
+        if head is None:
+            raise DurableError("STORE_INVALID")
+        entries, previous = _checked_int(head[0]), _checked_text(head[1])
+        line, digest = td.audit_entry_line(package, index=entries, previous_sha256=previous,
+                                           seal_keys=self._seal_keys)
+        params = {"realm": realm, "entries": entries, "next_entries": entries + 1, "previous_sha256": previous,
+                  "entry_sha256": digest, "entry": line.decode("utf-8")}
+        tx.execute(SQL_CHAIN_APPEND, params)
+        tx.execute(SQL_CHAIN_ADVANCE, params)
 
     @staticmethod
     def _append_event(tx: Tx, key: OperationKey, request_ref: str, state: str, data: Any,
@@ -1292,7 +1418,8 @@ class LedgerOperations:
 
     def __init__(self, store: DurableStore, *, realm: str = DEFAULT_REALM, lease_ms: int = LEASE_MS,
                  retention_ms: int = RETENTION_MS, owner: str | None = None,
-                 checkpoint: Checkpoint | None = None, defer_bindings: bool = False) -> None:
+                 checkpoint: Checkpoint | None = None, defer_bindings: bool = False,
+                 seal_keys: td.SealKeys | None = None) -> None:
         if not td.is_identifier(realm):
             raise DurableError("SETTING_INVALID")
         if type(lease_ms) is not int or not MIN_LEASE_MS <= lease_ms <= MAX_LEASE_MS:
@@ -1305,7 +1432,8 @@ class LedgerOperations:
         self._defer_bindings = defer_bindings
         self._pending: tuple[tuple[str, str, str], tuple[Any, ...]] | None = None  # a binding not yet written
         self._open: Lease | None = None  # a claim whose transaction start() or release() commits
-        self.ledger = Ledger(store, retention_ms=retention_ms, checkpoint=self._checkpoint)
+        self._seal_keys = seal_keys  # seal what is chained; require and check seals on what is read back
+        self.ledger = Ledger(store, retention_ms=retention_ms, checkpoint=self._checkpoint, seal_keys=seal_keys)
         self.downstream = DurableDownstream(store, realm, checkpoint=self._checkpoint)
         self._calls = CallBindings(store, realm)
 
@@ -1415,7 +1543,7 @@ class LedgerOperations:
             if row is None:
                 break
             if row.state in td.MODEL_STATE:
-                return row.record()
+                return self._verified(row)
             if not td.same_intent(row.record(), call):
                 raise td.BoundaryError("IDEMPOTENCY_CONFLICT")
             if row.state != "in_progress" or row.lease_live(self.store.now_ms()):
@@ -1423,6 +1551,15 @@ class LedgerOperations:
             self.ledger.expire(row, "take_over")
             row = self.ledger.read(row.key)
         raise td.BoundaryError("OPERATION_IN_PROGRESS")
+
+    def _verified(self, row: LedgerRow) -> td.OperationRecord:
+        # A settled row answers only once its stored package vouches for it; a refused answer
+        # writes nothing, not even the call binding this dispatch deferred.
+        try:
+            return verified_record(row, self._seal_keys, self.downstream.receipt)
+        except DurableError:
+            self._pending = None
+            raise
 
     # -- the status query ----------------------------------------------------------------------
 
@@ -1433,18 +1570,18 @@ class LedgerOperations:
             if row is None or row.state in td.FREE_STATES:
                 return None
             if row.state in td.MODEL_STATE:
-                return row.record()
+                return self._verified(row)
             if row.lease_live(self.store.now_ms()):
                 raise td.BoundaryError("OPERATION_IN_PROGRESS")
             self.ledger.expire(row, "release" if row.state == "claimed" else "take_over")
             row = self.ledger.read(row.key)
         raise td.BoundaryError("OPERATION_IN_PROGRESS")
 
-    def reconcile(self, record_key: td.RecordKey, record: td.OperationRecord) -> None:
+    def reconcile(self, record_key: td.RecordKey, record: td.OperationRecord, package: dict[str, Any]) -> None:
         key = self.key(record_key)
         if key is None or record.state != "reconciled":
             raise td.BoundaryError("LIFECYCLE_VIOLATION")
-        self.ledger.reconcile(key, str(record.refs["receipt_ref"]), record.data)
+        self.ledger.reconcile(key, str(record.refs["receipt_ref"]), record.data, package)
 
     def confirm_absent(self, record_key: td.RecordKey, record: td.OperationRecord) -> bool:
         # A plain "no receipt" is not proof here: a holder whose lease was taken over may still be
@@ -1497,7 +1634,7 @@ class DurableDispatcher(td.Dispatcher):
                  handlers: Mapping[str, td.Handler] | None = None,
                  registry: Mapping[str, td.ToolSpec] = td.REGISTRY, seal_keys: td.SealKeys | None = None) -> None:
         operations = LedgerOperations(store, realm=realm, lease_ms=lease_ms, retention_ms=retention_ms,
-                                      owner=owner, checkpoint=checkpoint, defer_bindings=True)
+                                      owner=owner, checkpoint=checkpoint, defer_bindings=True, seal_keys=seal_keys)
         super().__init__(orders, approvers=approvers, handlers=handlers, registry=registry, operations=operations,
                          seal_keys=seal_keys)
         self.operations: LedgerOperations = operations
@@ -1692,17 +1829,120 @@ def prune(store: DurableStore, *, retention_ms: int = RETENTION_MS) -> PruneRepo
 
 
 # ============================================================================================
+# 11a. The audit chain, verified whole
+# ============================================================================================
+# What an auditor runs against a whole database: each realm's chain through the core's verifier
+# (as an open chain: a ledger never closes it), each chain row's columns against its entry, the
+# head row against the last entry, and every operation row: its stored package must be one of its
+# realm's chain entries, and a settled row must verify as a replay would (verified_record).
+
+
+@dataclass(frozen=True, slots=True)
+class ChainFault:
+    realm: str
+    index: int | None  # the first bad entry's position in its realm's chain (None: a whole-chain fault)
+    error: td.CatalogError
+    request_ref: str | None = None  # the operation row that failed, by its derived reference
+
+    def view(self) -> dict[str, Any]:
+        found = {"realm": self.realm, "index": self.index, **self.error.to_json()}
+        return found if self.request_ref is None else {**found, "request_ref": self.request_ref}
+
+
+@dataclass(frozen=True, slots=True)
+class ChainReport:
+    heads: Mapping[str, str]  # realm -> its chain's head digest (the genesis digest for an empty chain)
+    entries: int
+    rows: int
+    sealed: bool  # seal keys were given, and every entry and package was sealed and checked
+    fault: ChainFault | None = None
+
+    @property
+    def heads_sha256(self) -> str:
+        """One digest over every realm's head: sha256 of the canonical JSON object realm -> head."""
+        return td.canonical_sha256(dict(self.heads))
+
+
+def verify_chain(store: Any, *, seal_keys: td.SealKeys | None = None) -> ChainReport:
+    """Verify every realm's chain and every operation row of a store; the first fault, if any."""
+    heads: dict[str, str] = {}
+    entries = rows = 0
+    sealed = seal_keys is not None
+    for (realm,) in store.query(SQL_CHAIN_REALMS):
+        realm = _checked_text(realm)
+        report, packages, fault = _verify_realm_chain(store, realm, seal_keys)
+        if fault is None:
+            fault, checked = _verify_realm_rows(store, realm, packages, seal_keys)
+            rows += checked
+        if fault is not None:
+            return ChainReport(MappingProxyType(heads), entries, rows, False, fault)
+        heads[realm] = report.head_sha256
+        entries += report.entries
+        sealed = sealed and report.sealed
+    return ChainReport(MappingProxyType(heads), entries, rows, sealed)
+
+
+def _verify_realm_chain(store: Any, realm: str, seal_keys: td.SealKeys | None
+                        ) -> tuple[td.AuditReport, dict[str, int], ChainFault | None]:
+    found = store.query(SQL_CHAIN_ENTRIES, {"realm": realm})
+    lines = [_checked_text(row[3]).encode("utf-8") for row in found]
+    try:
+        report = td.verify_audit_log(b"".join(line + b"\n" for line in lines), seal_keys=seal_keys,
+                                     require_seal=seal_keys is not None, closed=False)
+    except td.BoundaryError as error:
+        index = int(error.at[len("entries["):-1]) if error.at else None
+        return td.AuditReport(0, td.GENESIS_SHA256, False), {}, ChainFault(realm, index, error)
+    packages: dict[str, int] = {}  # a stored package's canonical text -> the entry that holds it
+    for position, (row, line) in enumerate(zip(found, lines)):
+        entry = td.decode_strict_json(line, max_bytes=td.MAX_AUDIT_LINE_BYTES)  # verified above: it decodes
+        if tuple(row[:3]) != (position, entry["previous_sha256"], entry["entry_sha256"]):
+            return report, packages, ChainFault(realm, position, td.BoundaryError("AUDIT_ENTRY_EDITED"))
+        packages[td.canonical_json(entry["package"]).decode("utf-8")] = position
+    head = store.query_one(SQL_CHAIN_HEAD_ROW, {"realm": realm})
+    recorded = (0, td.GENESIS_SHA256) if head is None else tuple(head)
+    if recorded != (report.entries, report.head_sha256):
+        # The head row names how long the chain was: a shorter chain lost its end, a longer one
+        # gained entries nobody appended; the same length with another digest lost its last entry.
+        counted = recorded[0] if type(recorded[0]) is int else -1
+        code, index = (("AUDIT_TRUNCATED", report.entries) if counted > report.entries else
+                       ("AUDIT_ENTRY_INSERTED", max(counted, 0)) if counted < report.entries else
+                       ("AUDIT_ENTRY_EDITED", report.entries - 1))
+        return report, packages, ChainFault(realm, index, td.BoundaryError(code))
+    return report, packages, None
+
+
+def _verify_realm_rows(store: Any, realm: str, packages: Mapping[str, int],
+                       seal_keys: td.SealKeys | None) -> tuple[ChainFault | None, int]:
+    receipts = DurableDownstream(store, realm).receipt
+    checked = 0
+    for values in store.query(SQL_REALM_ROWS, {"realm": realm}):
+        row = LedgerRow.of(values)
+        index = None if row.package is None else packages.get(row.package)
+        try:
+            if row.package is not None and index is None:
+                raise DurableError("STORE_TAMPERED")  # a package no chain entry holds
+            if row.state in td.MODEL_STATE:
+                verified_record(row, seal_keys, receipts)
+        except DurableError as error:
+            return ChainFault(realm, index, error, row.request_ref), checked
+        checked += 1
+    return None, checked
+
+
+# ============================================================================================
 # 12. Fixture runner
 # ============================================================================================
 # The shipped fixture, each case in its own realm (a fresh world, as each case starts a new
 # dispatcher in tool_dispatcher), compared field by field with tool_dispatcher's run_step.
 
 
-def run_fixture(fixture: td.Fixture, store: DurableStore, *, case_id: str | None = None) -> dict[str, Any]:
+def run_fixture(fixture: td.Fixture, store: DurableStore, *, case_id: str | None = None,
+                seal_keys: td.SealKeys | None = None) -> dict[str, Any]:
     """tool_dispatcher's fixture runner, with one durable dispatcher per case (its realm)."""
     summary, _reports = td.run_fixture(
-        fixture, case_id=case_id,
-        dispatcher_for=lambda case, world: DurableDispatcher.from_world(world, store=store, realm=case.id))
+        fixture, case_id=case_id, seal_keys=seal_keys,
+        dispatcher_for=lambda case, world: DurableDispatcher.from_world(world, store=store, realm=case.id,
+                                                                        seal_keys=seal_keys))
     return summary
 
 
@@ -1730,7 +1970,19 @@ def _durable_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     target.add_argument("--db", help="path of an existing database of this layer")
     target.add_argument("--store", help="a SQLite path or a postgresql:// DSN of an existing store")
     rec.add_argument("--synchronous", choices=sorted(SYNCHRONOUS_MODES), default="FULL")
+    chain = commands.add_parser("verify-chain", help="verify every realm's audit chain and every stored package")
+    target = chain.add_mutually_exclusive_group(required=True)
+    target.add_argument("--db", help="path of an existing database of this layer")
+    target.add_argument("--store", help="a SQLite path or a postgresql:// DSN of an existing store")
+    for command in (run, chain):
+        command.add_argument("--seal-key", metavar="FILE",
+                             help=f"a {td.SEAL_KEYS_FORMAT} file: seal (run), or require and check seals "
+                                  f"(verify-chain) (default: the file ${td.SEAL_KEYS_ENVIRONMENT} names)")
     return parser.parse_args(argv)
+
+
+def _seal_keys(arguments: argparse.Namespace) -> td.SealKeys | None:
+    return td.load_seal_keys(arguments.seal_key) if arguments.seal_key else td.seal_keys_from_environment()
 
 
 def _run_command(arguments: argparse.Namespace) -> int:
@@ -1738,8 +1990,9 @@ def _run_command(arguments: argparse.Namespace) -> int:
     fixture = td.load_fixture(arguments.fixture)
     if arguments.case is not None and not any(case.id == arguments.case for case in fixture.cases):
         raise td.BoundaryError("CLI_UNKNOWN_CASE")
+    seal_keys = _seal_keys(arguments)
     with open_store(arguments.store or arguments.db, exclusive=True, synchronous=arguments.synchronous) as store:
-        summary = run_fixture(fixture, store, case_id=arguments.case)
+        summary = run_fixture(fixture, store, case_id=arguments.case, seal_keys=seal_keys)
         summary["store"] = store.facts()
     td.emit_json(summary)
     return 0 if summary["passed"] else 1
@@ -1761,6 +2014,18 @@ def _recover_command(arguments: argparse.Namespace) -> int:
     return 0 if healthy else 1
 
 
+def _verify_chain_command(arguments: argparse.Namespace) -> int:
+    seal_keys = _seal_keys(arguments)
+    with open_store(arguments.store or arguments.db, create=False) as store:
+        report = verify_chain(store, seal_keys=seal_keys)
+    if report.fault is not None:
+        td.emit_json({"passed": False, "failure": report.fault.view()})
+        return 1
+    td.emit_json({"passed": True, "realms": len(report.heads), "entries": report.entries, "rows": report.rows,
+                  "sealed": report.sealed, "heads_sha256": report.heads_sha256})
+    return 0
+
+
 def _prune_view(report: PruneReport) -> dict[str, int]:
     return {field: getattr(report, field) for field in PruneReport.__slots__}
 
@@ -1768,6 +2033,7 @@ def _prune_view(report: PruneReport) -> dict[str, int]:
 _COMMANDS: Final[Mapping[str, Callable[[argparse.Namespace], int]]] = MappingProxyType({
     "run": _run_command,
     "recover": _recover_command,
+    "verify-chain": _verify_chain_command,
 })
 
 

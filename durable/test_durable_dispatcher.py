@@ -923,7 +923,7 @@ class TestIdempotency(StoreCase):
         for key, state in (((ALICE.tenant, ALICE.subject, "create_refund_draft", None), "reconciled"),
                            ((ALICE.tenant, ALICE.subject, "create_refund_draft", KEY), "succeeded")):
             with self.subTest(state=state), self.assertRaises(td.BoundaryError) as caught:
-                dispatcher.operations.reconcile(key, replace(record, state=state))
+                dispatcher.operations.reconcile(key, replace(record, state=state), {})
             self.assertEqual(caught.exception.code, "LIFECYCLE_VIOLATION")
         self.assertEqual(self.row(dispatcher).state, "unknown")
 

@@ -1179,7 +1179,7 @@ class Ledger:
         if tx.execute(SQL_HOLDER_MOVE, params).rowcount != 1:
             raise DurableError("LEASE_LOST")
         if package is not None:
-            self._chain(tx, lease.key.realm, package)
+            self.append_entry(tx, lease.key.realm, package)
         if event == "release":  # nothing ran: the approval this claim consumed is unused again
             tx.execute(SQL_FREE_APPROVAL, lease.key.params())
         if to_state in EVENT_STATES:
@@ -1234,10 +1234,11 @@ class Ledger:
                                        "receipt_ref": receipt_ref, "data": _text(data), "package": _text(package),
                                        "expires_at": now + self._retention_ms, "now": now})
             if package is not None:
-                self._chain(tx, key.realm, package)
+                self.append_entry(tx, key.realm, package)
             self._append_event(tx, key, row.request_ref, to_state, data, now)
 
-    def _chain(self, tx: Tx, realm: str, package: Any) -> None:
+    def append_entry(self, tx: Tx, realm: str, package: Any) -> None:
+        """Inside ``tx``: append the package's entry to the realm's chain, after its head."""
         # The head is read under the lock the upsert takes (SQLite: the write lock BEGIN IMMEDIATE
         # already holds), so two writers of one realm can never append after the same head.
         head = tx.execute(SQL_CHAIN_HEAD, {"realm": realm, "genesis": td.GENESIS_SHA256}).fetchone()

@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 from unittest import mock
@@ -933,6 +934,343 @@ class TestIdempotency(StoreCase):
 # --------------------------------------------------------------------------------------------
 
 
+KEY_A = bytes(range(32))  # the core tests' fixed keys: the known-answer test pins what they give
+KEY_B = bytes(range(100, 132))
+SEAL_KEYS = td.parse_seal_keys({"format": "seal-keys-v1", "current": "k-a", "keys": [
+    {"key_id": "k-a", "secret_hex": KEY_A.hex()}, {"key_id": "k-b", "secret_hex": KEY_B.hex()}]})
+MALLORY = td.parse_seal_keys({"format": "seal-keys-v1", "current": "k-a", "keys": [  # the right id, not the key
+    {"key_id": "k-a", "secret_hex": bytes(32).hex()}]})
+STRANGER = td.parse_seal_keys({"format": "seal-keys-v1", "current": "k-z", "keys": [  # a key id nobody holds
+    {"key_id": "k-z", "secret_hex": KEY_B.hex()}]})
+# The shipped fixture through the durable runner, sealed with KEY_A: nine realms hold a chain, and
+# this is the digest of their heads (ChainReport.heads_sha256), on SQLite and on PostgreSQL alike.
+KNOWN_DURABLE_HEADS = "decf2577a3ec2ab63c8b3a05a48901b2530d65ac574b0520ec5fd855f1c1036c"
+LEDGER_TABLES = ("operations", "approval_uses", "key_epochs", "call_bindings", "downstream_fences",
+                 "downstream_receipts", "outbox", "broker_messages", "consumer_offsets", "inbox",
+                 "consumer_effects", "audit_heads", "audit_chain")
+
+
+def resealed(package: dict[str, Any], keys: td.SealKeys | None, **data: str) -> dict[str, Any]:
+    """The package with its data changed and every digest recomputed, sealed with ``keys``: what
+    someone who can edit the database, but does not hold the key, can forge."""
+    forged = json.loads(canonical(package))
+    forged["model_result"]["data"].update(data)
+    audit = forged["protected_audit"]
+    spec = td.REGISTRY[audit["tool_contract"]["tool"]]
+    audit["result_sha256"] = td.model_result_sha256(forged["model_result"])
+    evidence = {"execution": forged["execution"], "redactions": audit["redactions"],
+                "resource_revision": audit["resource_revision"]}
+    audit["call_binding_sha256"] = td.spec_call_binding_sha256(
+        spec, audit["provider_context"], audit["request_sha256"], audit["result_sha256"], audit["downstream"],
+        audit["approval"], evidence)
+    forged["seal"] = td.seal_view(keys, "package", audit["call_binding_sha256"])
+    return forged
+
+
+def sql_text(value: Any) -> str:
+    """A canonical JSON value as an SQL string literal (for a tamper written in plain SQL)."""
+    return "'" + canonical(value).decode("utf-8").replace("'", "''") + "'"
+
+
+class TestSealedLedger(StoreCase):
+    """The ledger's evidence: each settle and each reconciliation stores its package and appends
+    its chain entry in the same transaction; a replay or a settled status answer verifies the
+    stored package (seal required with keys) and the row's columns against it first. Every tamper
+    below made the old code answer the edited values as a verified local_replay."""
+
+    def sealed(self, **options: Any) -> dd.DurableDispatcher:
+        return self.dispatcher(seal_keys=SEAL_KEYS, **options)
+
+    def dump(self) -> list[list[tuple[Any, ...]]]:
+        return [sorted(rows(self.path, f"SELECT * FROM {table}"), key=repr) for table in LEDGER_TABLES]
+
+    def verify_chain(self, keys: td.SealKeys | None = SEAL_KEYS) -> dd.ChainReport:
+        with dd.open_store(self.path, create=False) as store:
+            return dd.verify_chain(store, seal_keys=keys)
+
+    def assertTampered(self, dispatcher: dd.DurableDispatcher, *, query_too: bool = True) -> None:
+        """The replay and the status query are refused with STORE_TAMPERED, and nothing changed."""
+        before = self.dump()
+        self.assertDurable("STORE_TAMPERED", lambda: write(dispatcher, "replay"))
+        if query_too:
+            self.assertDurable("STORE_TAMPERED", lambda: query(dispatcher, "q-tampered", op_tag="a"))
+        self.assertEqual(self.dump(), before)  # not even the replay's call binding was written
+
+    def test_settle_stores_the_sealed_package_and_chains_it_in_one_transaction(self) -> None:
+        dispatcher = self.sealed()
+        first = write(dispatcher, "a")
+        self.assertEqual(first["seal"]["key_id"], "k-a")
+        self.assertEqual(dispatcher.stored_package(ALICE, "create_refund_draft", KEY), canonical(first))
+        chain = rows(self.path, "SELECT realm, entry_index, previous_sha256, entry_sha256, entry FROM audit_chain")
+        line, digest = td.audit_entry_line(first, index=0, previous_sha256=td.GENESIS_SHA256, seal_keys=SEAL_KEYS)
+        self.assertEqual(chain, [("default", 0, td.GENESIS_SHA256, digest, line.decode("utf-8"))])
+        self.assertEqual(rows(self.path, "SELECT realm, entries, head_sha256 FROM audit_heads"), [("default", 1, digest)])
+        self.assertAnswer(write(dispatcher, "b"), "local_replay")  # an untouched row answers
+        report = self.verify_chain()
+        self.assertEqual((report.fault, report.entries, report.rows, report.sealed, dict(report.heads)),
+                         (None, 1, 1, True, {"default": digest}))
+
+    def test_a_settle_that_dies_before_its_commit_leaves_no_entry(self) -> None:
+        dispatcher = self.sealed(checkpoint=raise_at("after_outbox_write"))
+        with self.assertRaises(Boom):
+            write(dispatcher, "a")
+        self.assertEqual(rows(self.path, "SELECT COUNT(*) FROM audit_chain"), [(0,)])
+        self.assertEqual(rows(self.path, "SELECT COUNT(*) FROM audit_heads"), [(0,)])
+
+    # One raw edit of one column of a settled (succeeded) row each.
+    COLUMN_EDITS = MappingProxyType({
+        "data": "UPDATE operations SET data = replace(data, '\"draft_id\":\"DRAFT-', '\"draft_id\":\"DRAFT-0')",
+        "state": "UPDATE operations SET state = 'unknown', expires_at = NULL",
+        "approval": "UPDATE operations SET approval = replace(approval, 'approver-lee', 'approver-eve')",
+        "receipt_ref": "UPDATE operations SET receipt_ref = 'rc-forged'",
+        "arguments": "UPDATE operations SET arguments = replace(arguments, 'duplicate', 'other')",
+        "resource_revision": "UPDATE operations SET resource_revision = 9",
+    })
+
+    def test_each_column_edit_is_refused_as_tampered(self) -> None:
+        for index, (column, sql) in enumerate(self.COLUMN_EDITS.items()):
+            with self.subTest(column=column):
+                self.new_store(f"column-{index}")
+                dispatcher = self.sealed()
+                write(dispatcher, "a")
+                self.tamper(sql)
+                self.assertTampered(dispatcher)
+                report = self.verify_chain()
+                self.assertEqual((report.fault.realm, report.fault.index, report.fault.error.code),
+                                 ("default", 0, "STORE_TAMPERED"))
+
+    def new_store(self, name: str) -> None:
+        """Each subtest on a store of its own (the PostgreSQL twin: a new schema)."""
+        self.path = self.dir / f"{name}.sqlite3"
+
+    def test_a_package_resealed_without_the_key_is_refused(self) -> None:
+        dispatcher = self.sealed()
+        first = write(dispatcher, "a")
+        forged = resealed(first, MALLORY, draft_id="DRAFT-0000000000000000")
+        self.tamper(f"UPDATE operations SET package = {sql_text(forged)}, data = {sql_text(forged['model_result']['data'])}")
+        self.assertTampered(dispatcher)
+        # The digests alone hold: a store without keys cannot tell (what the seal adds).
+        unsealed = self.dispatcher()
+        self.assertEqual(write(unsealed, "b")["model_result"]["data"]["draft_id"], "DRAFT-0000000000000000")
+
+    def test_a_package_sealed_under_an_unknown_key_id_or_unsealed_is_refused(self) -> None:
+        dispatcher = self.sealed()
+        for key, keys in (("idem-stranger", STRANGER), ("idem-unsealed", None)):
+            with self.subTest(key=key):
+                first = write(dispatcher, key, key)
+                forged = resealed(first, keys)  # the same data, a seal this store cannot accept
+                self.tamper(f"UPDATE operations SET package = {sql_text(forged)} WHERE idempotency_key = '{key}'")
+                before = self.dump()
+                self.assertDurable("STORE_TAMPERED", lambda: write(dispatcher, f"{key}-replay", key))
+                self.assertEqual(self.dump(), before)
+
+    def test_a_row_reconciled_by_a_status_query_stores_and_chains_that_answer(self) -> None:
+        dispatcher = self.sealed()
+        unknown = write(dispatcher, "a", fault="timeout_after_commit")
+        reconciled = query(dispatcher, "q", op_tag="a")
+        self.assertAnswer(reconciled, "receipt_reconciled")
+        self.assertEqual(dispatcher.stored_package(ALICE, "create_refund_draft", KEY), canonical(reconciled))
+        entries = [json.loads(entry)["package"] for (entry,) in
+                   rows(self.path, "SELECT entry FROM audit_chain ORDER BY entry_index")]
+        self.assertEqual(entries, [json.loads(canonical(unknown)), json.loads(canonical(reconciled))])
+        self.assertAnswer(write(dispatcher, "b"), "local_replay")
+        self.assertAnswer(query(dispatcher, "q2", op_tag="a"), "local_replay")
+        self.assertIsNone(self.verify_chain().fault)
+        self.tamper(self.COLUMN_EDITS["data"])
+        self.assertTampered(dispatcher)
+
+    def test_a_row_reconciled_by_recovery_is_vouched_for_by_its_receipt(self) -> None:
+        for column in ("data", "receipt_ref"):
+            with self.subTest(column=column):
+                self.new_store(f"recovered-{column}")
+                dispatcher = self.sealed()
+                write(dispatcher, "a", fault="timeout_after_commit")
+                self.assertEqual([outcome.after for outcome in dd.recover(self.open_store())], ["reconciled"])
+                self.assertAnswer(write(dispatcher, "b"), "local_replay")  # its first answer (unknown) + its receipt
+                self.assertIsNone(self.verify_chain().fault)
+                self.tamper(self.COLUMN_EDITS[column])
+                self.assertTampered(dispatcher)
+
+    def test_a_row_no_holder_answered_may_hold_nothing_it_cannot_derive(self) -> None:
+        dispatcher = self.sealed(lease_ms=100, checkpoint=raise_at("after_downstream_commit"))
+        with self.assertRaises(Boom):
+            write(dispatcher, "a")
+        self.clock.advance(1_000)
+        later = self.sealed()
+        self.assertAnswer(write(later, "b"), "OUTCOME_UNKNOWN")  # taken over: unknown, and no package
+        self.assertIsNone(self.row(later).package)
+        self.assertIsNone(self.verify_chain().fault)
+        self.tamper("UPDATE operations SET data = '{\"draft_id\":\"DRAFT-0\"}'")
+        self.assertDurable("STORE_TAMPERED", lambda: write(later, "c"))
+
+    # -- verify-chain: the whole database ------------------------------------------------------
+
+    def chained(self, writes: int = 4) -> None:
+        """``writes`` sealed writes in the default realm: a chain of as many entries."""
+        dispatcher = self.sealed()
+        for number in range(writes):
+            self.assertAnswer(write(dispatcher, f"w{number}", f"idem-{number}"), "fresh")
+
+    def verify_cli(self, *keys: td.SealKeys) -> tuple[int, dict[str, Any], str]:
+        argv = ["verify-chain", "--store", str(self.path)]
+        if keys:
+            path = self.dir / "keys.json"
+            secrets_of = [{"key_id": key_id, "secret_hex": secret.hex()}
+                          for key_id, secret in keys[0].secrets.items()]
+            path.write_text(json.dumps({"format": "seal-keys-v1", "current": keys[0].current, "keys": secrets_of}))
+            argv += ["--seal-key", str(path)]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            status = dd.main(argv)
+        text = out.getvalue()
+        self.assertNotIn("Traceback", text)
+        self.assertNotIn(str(self.dir), text)
+        return status, json.loads(text), text
+
+    def assertChainFault(self, code: str, index: int | None, **extra: Any) -> None:
+        status, body, _ = self.verify_cli(SEAL_KEYS)
+        failure = body["failure"]
+        self.assertEqual((status, body["passed"], failure["realm"], failure["index"], failure["code"]),
+                         (1, False, "default", index, code))
+        for name, value in extra.items():
+            self.assertEqual(failure[name], value)
+
+    def test_verify_chain_passes_a_whole_store(self) -> None:
+        self.chained()
+        status, body, _ = self.verify_cli(SEAL_KEYS)
+        heads = rows(self.path, "SELECT head_sha256 FROM audit_heads WHERE realm = 'default'")[0][0]
+        self.assertEqual((status, body), (0, {"passed": True, "realms": 1, "entries": 4, "rows": 4, "sealed": True,
+                                              "heads_sha256": td.canonical_sha256({"default": heads})}))
+        status, body, _ = self.verify_cli()  # no keys: the chain's digests hold, and it says it is not sealed
+        self.assertEqual((status, body["sealed"]), (0, False))
+
+    # Each raw edit of the chain table, and the first bad entry verify-chain names for it.
+    CHAIN_EDITS = MappingProxyType({
+        "edited": (("UPDATE audit_chain SET entry = replace(entry, '\"effects\":1', '\"effects\":0') "
+                    "WHERE entry_index = 2",), "AUDIT_ENTRY_EDITED", 2),
+        "deleted": (("DELETE FROM audit_chain WHERE entry_index = 1",), "AUDIT_ENTRY_DELETED", 1),
+        "reordered": (("UPDATE audit_chain SET entry_index = 100 WHERE entry_index = 1",
+                       "UPDATE audit_chain SET entry_index = 1 WHERE entry_index = 2",
+                       "UPDATE audit_chain SET entry_index = 2 WHERE entry_index = 100"), "AUDIT_ENTRY_REORDERED", 1),
+        "inserted (a copy)": (("UPDATE audit_chain SET entry_index = entry_index + 10 WHERE entry_index >= 2",
+                               "UPDATE audit_chain SET entry_index = entry_index - 9 WHERE entry_index >= 12",
+                               "INSERT INTO audit_chain SELECT realm, 2, '" + "e" * 64 + "', entry_sha256, entry "
+                               "FROM audit_chain WHERE entry_index = 1"), "AUDIT_ENTRY_INSERTED", 2),
+        "truncated at the end": (("DELETE FROM audit_chain WHERE entry_index = 3",), "AUDIT_TRUNCATED", 3),
+        "a column, not the line": (("UPDATE audit_chain SET entry_sha256 = '" + "0" * 64 + "' WHERE entry_index = 1",),
+                                   "AUDIT_ENTRY_EDITED", 1),
+        "the head row": (("UPDATE audit_heads SET entries = 3",), "AUDIT_ENTRY_INSERTED", 3),
+        "the head row's digest": (("UPDATE audit_heads SET head_sha256 = '" + "0" * 64 + "'",), "AUDIT_ENTRY_EDITED", 3),
+    })
+
+    def test_verify_chain_names_the_first_bad_entry(self) -> None:
+        for index, (name, (statements, code, at)) in enumerate(self.CHAIN_EDITS.items()):
+            with self.subTest(tamper=name):
+                self.new_store(f"chain-{index}")
+                self.chained()
+                for sql in statements:
+                    self.tamper(sql)
+                self.assertChainFault(code, at)
+
+    def test_verify_chain_refuses_an_unknown_key_and_a_forged_reseal(self) -> None:
+        self.chained()
+        status, body, _ = self.verify_cli(STRANGER)
+        self.assertEqual((status, body["failure"]["code"], body["failure"]["index"]), (1, "AUDIT_KEY_UNKNOWN", 0))
+        # An entry re-chained by someone without the key: every digest recomputed, the seal is not the key's.
+        entry = json.loads(rows(self.path, "SELECT entry FROM audit_chain WHERE entry_index = 3")[0][0])
+        entry["package"]["execution"]["effects"] = 0
+        body_only = {name: value for name, value in entry.items() if name not in ("entry_sha256", "seal")}
+        entry["entry_sha256"] = td.audit_entry_sha256(body_only)
+        entry["seal"] = MALLORY.seal("audit-entry", entry["entry_sha256"])
+        self.tamper(f"UPDATE audit_chain SET entry = {sql_text(entry)}, entry_sha256 = '{entry['entry_sha256']}' "
+                    "WHERE entry_index = 3")
+        self.tamper(f"UPDATE audit_heads SET head_sha256 = '{entry['entry_sha256']}'")
+        self.assertChainFault("AUDIT_ENTRY_EDITED", 3)
+
+    def test_verify_chain_checks_every_stored_package_against_its_entry(self) -> None:
+        self.chained()
+        first = json.loads(rows(self.path, "SELECT package FROM operations WHERE idempotency_key = 'idem-1'")[0][0])
+        request_ref = first["protected_audit"]["downstream"]["request_ref"]
+        cases = {
+            "a column edit": ("UPDATE operations SET data = replace(data, '\"draft_id\":\"DRAFT-', "
+                              "'\"draft_id\":\"DRAFT-0') WHERE idempotency_key = 'idem-1'", 1),
+            "a package in no entry": (f"UPDATE operations SET package = {sql_text(resealed(first, MALLORY))} "
+                                      "WHERE idempotency_key = 'idem-1'", None),
+            "another row's package": ("UPDATE operations SET package = (SELECT package FROM operations AS o "
+                                      "WHERE o.idempotency_key = 'idem-0') WHERE idempotency_key = 'idem-1'", 0),
+        }
+        original = rows(self.path, "SELECT data, package FROM operations WHERE idempotency_key = 'idem-1'")[0]
+        for name, (sql, index) in cases.items():
+            with self.subTest(tamper=name):
+                self.tamper(sql)
+                self.assertChainFault("STORE_TAMPERED", index, request_ref=request_ref)
+                self.tamper(f"UPDATE operations SET data = {sql_text(json.loads(original[0]))}, "
+                            f"package = {sql_text(json.loads(original[1]))} WHERE idempotency_key = 'idem-1'")
+                self.assertEqual(self.verify_cli(SEAL_KEYS)[0], 0)
+
+    def test_verify_chain_exits_2_for_a_store_it_cannot_open(self) -> None:
+        self.chained(1)
+        missing = self.dir / "missing.sqlite3"
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            status = dd.main(["verify-chain", "--db", str(missing)])
+        body = json.loads(out.getvalue())
+        self.assertEqual((status, body["passed"], body["error"]["code"]), (2, False, "STORE_UNREADABLE"))
+        self.assertFalse(missing.exists())
+        self.assertNotIn(str(self.dir), out.getvalue())
+
+    def test_known_answer_the_shipped_fixture_sealed_with_the_fixed_key(self) -> None:
+        store = self.open_store()
+        summary = dd.run_fixture(td.load_fixture(FIXTURE), store, seal_keys=SEAL_KEYS)
+        self.assertIs(summary["passed"], True)
+        report = dd.verify_chain(store, seal_keys=SEAL_KEYS)
+        self.assertEqual((report.fault, len(report.heads), report.entries, report.rows, report.sealed),
+                         (None, 9, 9, 9, True))
+        self.assertEqual(report.heads_sha256, KNOWN_DURABLE_HEADS)
+
+    def test_two_connections_append_in_turn_after_each_other_s_head(self) -> None:
+        store = self.open_store()
+        package = json.loads(canonical(write(self.sealed(store=store), "a")))  # entry 0
+        tx = store.begin()
+        dd.Ledger(store, seal_keys=SEAL_KEYS).append_entry(tx, "default", package)  # entry 1: holds the head
+        outcome: list[Any] = []
+
+        def other_host() -> None:
+            try:
+                with dd.open_store(self.path, create=False, synchronous="NORMAL") as second:
+                    with second.transaction() as other:
+                        dd.Ledger(second, seal_keys=SEAL_KEYS).append_entry(other, "default", package)
+                outcome.append("appended")
+            except BaseException as error:  # reported to the test, never lost in the thread
+                outcome.append(error)
+
+        thread = threading.Thread(target=other_host)
+        thread.start()
+        thread.join(0.5)
+        self.assertTrue(thread.is_alive())  # it waits for the head, it does not read a stale one
+        store.commit()
+        thread.join(CHILD_TIMEOUT_S)
+        self.assertEqual(outcome, ["appended"])
+        chain = rows(self.path, "SELECT entry_index, previous_sha256, entry_sha256 FROM audit_chain ORDER BY entry_index")
+        self.assertEqual([entry[0] for entry in chain], [0, 1, 2])
+        self.assertEqual([entry[1] for entry in chain], [td.GENESIS_SHA256, chain[0][2], chain[1][2]])
+        report = self.verify_chain()
+        self.assertEqual((report.fault, report.entries), (None, 3))
+
+    def test_the_chain_cannot_fork(self) -> None:
+        dispatcher = self.sealed()
+        write(dispatcher, "a")
+        write(dispatcher, "b", key="idem-2")
+        head = rows(self.path, "SELECT entry_sha256 FROM audit_chain WHERE entry_index = 0")[0][0]
+        for sql in (  # a second entry at an index taken, or after a head already followed
+                f"INSERT INTO audit_chain VALUES ('default', 1, '{'e' * 64}', '{'f' * 64}', '{{}}')",
+                f"INSERT INTO audit_chain VALUES ('default', 7, '{head}', '{'f' * 64}', '{{}}')"):
+            with self.subTest(sql=sql):
+                with self.assertRaises(Exception) as caught:
+                    self.tamper(sql)
+                self.assertIn(type(caught.exception).__name__, ("IntegrityError", "UniqueViolation"))
+
+
 class Pause:
     """A checkpoint hook that runs `action` once, the first time `point` is reached."""
 
@@ -1673,6 +2011,9 @@ class TestCrashRecovery(unittest.TestCase):
     def test_recovery_process_ran_clean(self) -> None:
         self.assertEqual(self.recovery[:2], (0, b""))
 
+    def test_the_chain_and_every_stored_package_verify_after_the_crashes(self) -> None:
+        self.assertIsNone(self.recovery[2]["chain"])
+
     def test_recovery_drives_each_point_and_is_idempotent(self) -> None:
         report = self.recovery[2]
         for point, (_, moves, _) in CRASHES.items():
@@ -1975,6 +2316,8 @@ def _child_recover(spec: dict[str, Any]) -> int:
     with dd.open_store(spec["db"], create=False, clock_ms=skewed) as store:
         report["first"] = view(dd.recover(store))
         report["second"] = view(dd.recover(store))
+        fault = dd.verify_chain(store).fault  # whatever died where, the chain and the stored packages hold
+        report["chain"] = None if fault is None else fault.view()
         for realm in spec["realms"]:
             dispatcher = dd.DurableDispatcher(ORDERS, store=store, realm=realm, approvers=APPROVERS)
             report["realms"][realm] = {

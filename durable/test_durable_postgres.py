@@ -180,6 +180,15 @@ class TestPgStore(PgCase):
         self.assertEqual(base.integrity(self.path), "ok")
 
 
+class TestPgSealedLedger(PgCase, base.TestSealedLedger):
+    """The SQLite suite's sealed-ledger tests against the server: every column edit refused as
+    STORE_TAMPERED, every chain edit named by verify-chain, the same known-answer heads digest,
+    and two connections appending in turn (the second waits for the head row's lock)."""
+
+    def new_store(self, name: str) -> None:
+        self.path = new_schema(self)  # type: ignore[assignment]
+
+
 class TestPgNetwork(PgCase):
     """The network between a host and its database fails; the answers stay truthful and safe."""
 

@@ -620,15 +620,17 @@ class DurableStore:
     The store interface every backend offers the ledger: transaction() / begin() + commit() /
     rollback() and current() (the open transaction), query() and query_one() outside one,
     now_ms() (the lease clock), facts(), close(), ``errors`` (the driver's exception types) with
-    translate(), and two SQL suffixes: ``row_lock`` for a read that decides a write and
-    ``skip_locked`` for a relay worker's pick. SQLite needs neither: BEGIN IMMEDIATE already
-    makes every writer wait for the one write lock.
+    translate(), two SQL suffixes: ``row_lock`` for a read that decides a write and
+    ``skip_locked`` for a relay worker's pick (SQLite needs neither: BEGIN IMMEDIATE already
+    makes every writer wait for the one write lock), and ``snapshot``, the BEGIN of a read-only
+    transaction that sees one consistent state of the whole store (verify_chain's).
     """
 
     backend: Final = "sqlite"
     errors: Final = (sqlite3.Error,)
     row_lock: Final = ""
     skip_locked: Final = ""
+    snapshot: Final = "BEGIN"  # deferred: WAL fixes the snapshot at its first read
 
     def __init__(self, connection: sqlite3.Connection, *, synchronous: str,
                  clock_ms: Callable[[], int]) -> None:
@@ -1865,7 +1867,15 @@ class ChainReport:
 
 
 def verify_chain(store: Any, *, seal_keys: td.SealKeys | None = None) -> ChainReport:
-    """Verify every realm's chain and every operation row of a store; the first fault, if any."""
+    """Verify every realm's chain and every operation row of a store; the first fault, if any.
+
+    One read-only snapshot: writers may go on meanwhile, and none of their commits is half seen
+    (a row whose entry came after the chain was read would look like a package in no entry)."""
+    with store.transaction(store.snapshot):
+        return _verify_chain(store, seal_keys)
+
+
+def _verify_chain(store: Any, seal_keys: td.SealKeys | None) -> ChainReport:
     heads: dict[str, str] = {}
     entries = rows = 0
     sealed = seal_keys is not None
@@ -1900,13 +1910,12 @@ def _verify_realm_chain(store: Any, realm: str, seal_keys: td.SealKeys | None
             return report, packages, ChainFault(realm, position, td.BoundaryError("AUDIT_ENTRY_EDITED"))
         packages[td.canonical_json(entry["package"]).decode("utf-8")] = position
     head = store.query_one(SQL_CHAIN_HEAD_ROW, {"realm": realm})
-    recorded = (0, td.GENESIS_SHA256) if head is None else tuple(head)
-    if recorded != (report.entries, report.head_sha256):
+    counted, last = (0, td.GENESIS_SHA256) if head is None else (_checked_int(head[0]), _checked_text(head[1]))
+    if (counted, last) != (report.entries, report.head_sha256):
         # The head row names how long the chain was: a shorter chain lost its end, a longer one
         # gained entries nobody appended; the same length with another digest lost its last entry.
-        counted = recorded[0] if type(recorded[0]) is int else -1
         code, index = (("AUDIT_TRUNCATED", report.entries) if counted > report.entries else
-                       ("AUDIT_ENTRY_INSERTED", max(counted, 0)) if counted < report.entries else
+                       ("AUDIT_ENTRY_INSERTED", counted) if counted < report.entries else
                        ("AUDIT_ENTRY_EDITED", report.entries - 1))
         return report, packages, ChainFault(realm, index, td.BoundaryError(code))
     return report, packages, None

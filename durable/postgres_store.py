@@ -133,6 +133,7 @@ class PostgresStore:
     backend: Final = "postgresql"
     row_lock: Final = " FOR UPDATE"
     skip_locked: Final = " FOR UPDATE SKIP LOCKED"
+    snapshot: Final = BEGIN_SNAPSHOT
 
     def __init__(self, dsn: str, *, synchronous: str, busy_timeout_ms: int,
                  clock_ms: Callable[[], int] | None) -> None:

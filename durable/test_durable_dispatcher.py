@@ -1025,6 +1025,11 @@ class TestSealedLedger(StoreCase):
         "receipt_ref": "UPDATE operations SET receipt_ref = 'rc-forged'",
         "arguments": "UPDATE operations SET arguments = replace(arguments, 'duplicate', 'other')",
         "resource_revision": "UPDATE operations SET resource_revision = 9",
+        "request_sha256": "UPDATE operations SET request_sha256 = '" + "a" * 64 + "'",
+        "operation_id": "UPDATE operations SET operation_id = 'op-other'",
+        "provider": "UPDATE operations SET provider = 'Anthropic', api_family = 'Messages'",
+        "contract": "UPDATE operations SET contract = replace(contract, 'contract.v2', 'contract.v1')",
+        "package": "UPDATE operations SET package = NULL",  # a success is always settled with its package
     })
 
     def test_each_column_edit_is_refused_as_tampered(self) -> None:
@@ -1037,11 +1042,19 @@ class TestSealedLedger(StoreCase):
                 self.assertTampered(dispatcher)
                 report = self.verify_chain()
                 self.assertEqual((report.fault.realm, report.fault.index, report.fault.error.code),
-                                 ("default", 0, "STORE_TAMPERED"))
+                                 ("default", None if column == "package" else 0, "STORE_TAMPERED"))
 
     def new_store(self, name: str) -> None:
         """Each subtest on a store of its own (the PostgreSQL twin: a new schema)."""
         self.path = self.dir / f"{name}.sqlite3"
+
+    def test_a_row_moved_to_another_subject_is_refused_to_that_subject(self) -> None:
+        dispatcher = self.sealed()
+        write(dispatcher, "a")
+        self.tamper("UPDATE operations SET subject = 'bob'")
+        before = self.dump()
+        self.assertDurable("STORE_TAMPERED", lambda: write(dispatcher, "bob", principal=BOB))
+        self.assertEqual(self.dump(), before)
 
     def test_a_package_resealed_without_the_key_is_refused(self) -> None:
         dispatcher = self.sealed()
@@ -1100,8 +1113,19 @@ class TestSealedLedger(StoreCase):
         self.assertAnswer(write(later, "b"), "OUTCOME_UNKNOWN")  # taken over: unknown, and no package
         self.assertIsNone(self.row(later).package)
         self.assertIsNone(self.verify_chain().fault)
-        self.tamper("UPDATE operations SET data = '{\"draft_id\":\"DRAFT-0\"}'")
-        self.assertDurable("STORE_TAMPERED", lambda: write(later, "c"))
+        original = rows(self.path, "SELECT state, data, receipt_ref, request_ref FROM operations")[0]
+        restore = ("UPDATE operations SET state = '{}', data = NULL, receipt_ref = NULL, request_ref = '{}'"
+                   .format(original[0], original[3]))
+        self.assertEqual(original[:3], ("unknown", None, None))
+        for name, sql in (("data", "UPDATE operations SET data = '{\"draft_id\":\"DRAFT-0\"}'"),
+                          ("receipt_ref", "UPDATE operations SET receipt_ref = 'rc-forged'"),
+                          ("request_ref", "UPDATE operations SET request_ref = 'rq-forged'"),
+                          ("state", "UPDATE operations SET state = 'succeeded'")):
+            with self.subTest(column=name):
+                self.tamper(sql)
+                self.assertDurable("STORE_TAMPERED", lambda: write(later, f"c-{name}"))
+                self.tamper(restore)
+                self.assertAnswer(write(later, f"d-{name}"), "OUTCOME_UNKNOWN")
 
     # -- verify-chain: the whole database ------------------------------------------------------
 
@@ -1161,6 +1185,7 @@ class TestSealedLedger(StoreCase):
                                    "AUDIT_ENTRY_EDITED", 1),
         "the head row": (("UPDATE audit_heads SET entries = 3",), "AUDIT_ENTRY_INSERTED", 3),
         "the head row's digest": (("UPDATE audit_heads SET head_sha256 = '" + "0" * 64 + "'",), "AUDIT_ENTRY_EDITED", 3),
+        "the head row deleted": (("DELETE FROM audit_heads",), "AUDIT_ENTRY_INSERTED", 0),
     })
 
     def test_verify_chain_names_the_first_bad_entry(self) -> None:
@@ -1198,6 +1223,9 @@ class TestSealedLedger(StoreCase):
                                       "WHERE idempotency_key = 'idem-1'", None),
             "another row's package": ("UPDATE operations SET package = (SELECT package FROM operations AS o "
                                       "WHERE o.idempotency_key = 'idem-0') WHERE idempotency_key = 'idem-1'", 0),
+            # Moved to another tool or subject, a row no replay of its own key finds any more.
+            "the tool column": ("UPDATE operations SET tool = 'get_order' WHERE idempotency_key = 'idem-1'", 1),
+            "the subject column": ("UPDATE operations SET subject = 'bob' WHERE idempotency_key = 'idem-1'", 1),
         }
         original = rows(self.path, "SELECT data, package FROM operations WHERE idempotency_key = 'idem-1'")[0]
         for name, (sql, index) in cases.items():
@@ -1205,8 +1233,23 @@ class TestSealedLedger(StoreCase):
                 self.tamper(sql)
                 self.assertChainFault("STORE_TAMPERED", index, request_ref=request_ref)
                 self.tamper(f"UPDATE operations SET data = {sql_text(json.loads(original[0]))}, "
-                            f"package = {sql_text(json.loads(original[1]))} WHERE idempotency_key = 'idem-1'")
+                            f"package = {sql_text(json.loads(original[1]))}, tool = 'create_refund_draft', "
+                            "subject = 'alice' WHERE idempotency_key = 'idem-1'")
                 self.assertEqual(self.verify_cli(SEAL_KEYS)[0], 0)
+
+    def test_verify_chain_reads_one_snapshot_while_writers_go_on(self) -> None:
+        self.chained(2)
+        writer = self.sealed()
+        check_rows = dd._verify_realm_rows
+
+        def write_meanwhile(*args: Any) -> Any:  # a write commits after the chain was read
+            self.assertAnswer(write(writer, "meanwhile", "idem-meanwhile"), "fresh")
+            return check_rows(*args)
+
+        with mock.patch.object(dd, "_verify_realm_rows", write_meanwhile):
+            report = self.verify_chain()
+        self.assertEqual((report.fault, report.entries, report.rows), (None, 2, 2))
+        self.assertEqual((self.verify_chain().entries, self.verify_chain().rows), (3, 3))
 
     def test_verify_chain_exits_2_for_a_store_it_cannot_open(self) -> None:
         self.chained(1)
@@ -2164,6 +2207,20 @@ class TestCli(StoreCase):
         status, body, _ = self.main("recover", "--db", str(self.path))
         self.assertEqual((status, body["recovered"]), (1, {"escalated": 1}))
 
+    def test_a_chain_head_of_the_wrong_kind_is_a_store_error(self) -> None:
+        # SQLite keeps any value in an INTEGER column (PostgreSQL refuses it at the UPDATE).
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a")
+        for sql in ("UPDATE audit_heads SET entries = 'x'", "UPDATE audit_heads SET entries = 1, head_sha256 = zeroblob(64)",
+                    "UPDATE audit_heads SET head_sha256 = '" + "a" * 64 + "'; UPDATE audit_chain SET entry = X'00'"):
+            with self.subTest(sql=sql):
+                for statement in sql.split("; "):
+                    self.tamper(statement)
+                status, body, _ = self.main("verify-chain", "--db", str(self.path))
+                self.assertEqual((status, body["error"]["code"]), (2, "STORE_INVALID"))
+                if "entries = 'x'" in sql:  # the next append reads the head too
+                    self.assertDurable("STORE_INVALID", lambda: write(dispatcher, "b", "idem-b"))
+
     def test_recover_never_creates_a_store_in_an_empty_file(self) -> None:
         self.path.write_bytes(b"")
         status, body, _ = self.main("recover", "--db", str(self.path))
@@ -2208,6 +2265,14 @@ class TestCli(StoreCase):
             ("STORE_UNREADABLE", ("recover", "--db", str(self.dir))),
             ("STORE_INVALID", ("recover", "--db", str(self.dir / "text.db"))),
             ("STORE_INVALID", ("recover", "--db", str(self.dir / "theirs.db"))),
+            ("CLI_USAGE", ("verify-chain",)),
+            ("CLI_USAGE", ("verify-chain", "--db", str(self.path), "--store", str(self.path))),
+            ("CLI_USAGE", ("recover", "--db", str(self.path), "--seal-key", fixture)),
+            ("STORE_UNREADABLE", ("verify-chain", "--db", str(self.path))),
+            ("STORE_INVALID", ("verify-chain", "--db", str(self.dir / "theirs.db"))),
+            ("SEAL_KEYS_UNREADABLE", ("verify-chain", "--db", str(self.dir / "theirs.db"), "--seal-key",
+                                      str(self.dir / "none.json"))),
+            ("SEAL_KEYS_INVALID", ("run", "--fixture", fixture, "--db", str(self.path), "--seal-key", fixture)),
         ]
         for code, argv in cases:
             with self.subTest(argv=argv[:1], code=code):

@@ -491,6 +491,10 @@ class TestCanonicalJson(unittest.TestCase):
             template.sha256("1")  # one text short
         with self.assertRaises(TypeError):
             template.sha256("1", "2", "3")
+        self.assertEqual(template.text(td.canonical_text(value["b"]), td.canonical_text(value["d"])),
+                         td.canonical_text(value))
+        with self.assertRaises(TypeError):
+            template.text("1")
         only_fixed = td.CanonicalTemplate({"k": "v"})
         self.assertEqual((only_fixed.slots, only_fixed.sha256()), ((), independent_sha256({"k": "v"})))
 
@@ -4175,6 +4179,20 @@ class TestTheAuditLog(unittest.TestCase):
         line, digest = td.audit_entry_line(packages[3], index=3, previous_sha256=json.loads(lines[2])["entry_sha256"],
                                            seal_keys=self.KEYS)
         self.assertEqual((line, digest), (lines[3], json.loads(lines[3])["entry_sha256"]))
+        # The line's templates, held to the definition: audit_entry_sha256 of the body, the whole
+        # entry in canonical JSON, sealed or not, for every package of the run.
+        for keys in (self.KEYS, None):
+            for index, package in enumerate(packages):
+                with self.subTest(index=index, sealed=keys is not None):
+                    body = {"format": td.AUDIT_LOG_FORMAT, "index": index, "previous_sha256": "c" * 64,
+                            "package": package}
+                    expected = td.audit_entry_sha256(body)
+                    entry = {**body, "entry_sha256": expected, "seal": td.seal_view(keys, "audit-entry", expected)}
+                    self.assertEqual(td.audit_entry_line(package, index=index, previous_sha256="c" * 64,
+                                                         seal_keys=keys), (td.canonical_json(entry), expected))
+                    self.assertEqual(td.audit_entry_from_text(td.canonical_text(package), index=index,
+                                                              previous_sha256="c" * 64, seal_keys=keys),
+                                     (td.canonical_json(entry), expected))
         for index, head in ((-1, td.GENESIS_SHA256), (td.MAX_AUDIT_ENTRIES + 1, "a" * 64), (0, "a" * 64),
                             (1, td.GENESIS_SHA256), (1, "A" * 64), (True, "a" * 64)):
             with self.subTest(index=index, head=head), self.assertRaises(BoundaryError) as caught:

@@ -113,7 +113,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "UNREGISTERED_TOOL_NAME", "model_result_text", "ADAPTERS", "adapt", "to_openai_responses",
     "to_anthropic_messages", "to_gemini_interactions",
     # 19. The audit log
-    "GENESIS_SHA256", "audit_entry_sha256", "audit_entry_line", "AuditLog", "AuditReport", "read_audit_log", "verify_audit_log",
+    "GENESIS_SHA256", "audit_entry_sha256", "audit_entry_line", "audit_entry_from_text", "AuditLog", "AuditReport", "read_audit_log", "verify_audit_log",
     # 20. Fixture runner
     "EXPECTATION_FIELDS", "StepReport", "run_step", "fresh_dispatcher", "DispatcherFactory", "run_case",
     "run_fixture", "render_report",
@@ -562,9 +562,13 @@ class CanonicalTemplate:
         self.slots: tuple[str, ...] = tuple(key for key in sorted(members) if members[key] is SLOT)
         self._format = "%s".join(piece.replace("%", "%%") for piece in pieces)
 
+    def text(self, *texts: str) -> str:
+        """The whole object's canonical text, given the canonical text of each slot, in slot order."""
+        # A wrong count raises TypeError from the % operator itself.
+        return self._format % texts
+
     def sha256(self, *texts: str) -> str:
         """SHA-256 of the whole object, given the canonical text of each slot, in slot order."""
-        # A wrong count raises TypeError from the % operator itself.
         return hashlib.sha256((self._format % texts).encode("utf-8")).hexdigest()
 
 
@@ -3385,17 +3389,30 @@ def audit_entry_sha256(body: Mapping[str, Any]) -> str:
     return canonical_sha256({"domain": AUDIT_ENTRY_DOMAIN, **body})
 
 
+# A package entry's body and line, with the package encoded once into both (tests hold them to
+# audit_entry_sha256 and canonical_json of the whole entry).
+_ENTRY_BODY: Final = CanonicalTemplate({"domain": AUDIT_ENTRY_DOMAIN, "format": AUDIT_LOG_FORMAT, "index": SLOT,
+                                        "package": SLOT, "previous_sha256": SLOT})
+_ENTRY_LINE: Final = CanonicalTemplate({"entry_sha256": SLOT, "format": AUDIT_LOG_FORMAT, "index": SLOT,
+                                        "package": SLOT, "previous_sha256": SLOT, "seal": SLOT})
+
+
 def audit_entry_line(package: Mapping[str, Any], *, index: int, previous_sha256: str,
                      seal_keys: SealKeys | None = None) -> tuple[bytes, str]:
     """One package's entry at ``index`` after ``previous_sha256``: its canonical line (without the
     newline) and its digest. A store that keeps its chain in rows (durable/) appends these."""
-    return _entry_line({"format": AUDIT_LOG_FORMAT, "index": index, "previous_sha256": previous_sha256,
-                        "package": package}, seal_keys)
+    return audit_entry_from_text(canonical_text(package), index=index, previous_sha256=previous_sha256,
+                                 seal_keys=seal_keys)
 
 
-def _entry_line(body: dict[str, Any], seal_keys: SealKeys | None) -> tuple[bytes, str]:
-    digest = audit_entry_sha256(body)
-    return canonical_json({**body, "entry_sha256": digest, "seal": seal_view(seal_keys, "audit-entry", digest)}), digest
+def audit_entry_from_text(package_text: str, *, index: int, previous_sha256: str,
+                          seal_keys: SealKeys | None = None) -> tuple[bytes, str]:
+    """audit_entry_line, for a caller that already holds the package's canonical text
+    (canonical_text(package), which it stores too): the package is encoded once, not twice."""
+    texts = (canonical_text(index), package_text, canonical_text(previous_sha256))
+    digest = _ENTRY_BODY.sha256(*texts)
+    seal = canonical_text(seal_view(seal_keys, "audit-entry", digest))
+    return _ENTRY_LINE.text(f'"{digest}"', *texts, seal).encode("utf-8"), digest
 
 
 class AuditLog:
@@ -3420,8 +3437,10 @@ class AuditLog:
         return self._write(line, digest)
 
     def close(self) -> str:
-        return self._write(*_entry_line({"format": AUDIT_LOG_FORMAT, "index": self.index,
-                                         "previous_sha256": self.head, "closed": True}, self._seal_keys))
+        body = {"format": AUDIT_LOG_FORMAT, "index": self.index, "previous_sha256": self.head, "closed": True}
+        digest = audit_entry_sha256(body)
+        entry = {**body, "entry_sha256": digest, "seal": seal_view(self._seal_keys, "audit-entry", digest)}
+        return self._write(canonical_json(entry), digest)
 
     def _write(self, line: bytes, digest: str) -> str:
         self._stream.write(line + b"\n")

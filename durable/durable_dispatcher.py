@@ -467,11 +467,12 @@ SQL_APPEND_EVENT: Final = """
     VALUES (:realm, :event_id, :request_ref, :payload, :now)
     ON CONFLICT (realm, event_id) DO NOTHING"""
 
-# Lock the realm's chain head (creating it at the genesis digest), then append after it.
-SQL_CHAIN_HEAD: Final = """
+# The realm's chain head, read under the store's row lock (PostgreSQL: FOR UPDATE; SQLite: the
+# write lock BEGIN IMMEDIATE holds); a realm's first append creates it at the genesis digest.
+SQL_CHAIN_HEAD: Final = "SELECT entries, head_sha256 FROM audit_heads WHERE realm = :realm"
+SQL_CHAIN_START: Final = """
     INSERT INTO audit_heads (realm, entries, head_sha256) VALUES (:realm, 0, :genesis)
-    ON CONFLICT (realm) DO UPDATE SET entries = audit_heads.entries
-    RETURNING entries, head_sha256"""
+    ON CONFLICT (realm) DO NOTHING"""
 SQL_CHAIN_APPEND: Final = """
     INSERT INTO audit_chain (realm, entry_index, previous_sha256, entry_sha256, entry)
     VALUES (:realm, :entries, :previous_sha256, :entry_sha256, :entry)"""
@@ -483,7 +484,6 @@ SQL_CHAIN_REALMS: Final = """
 SQL_CHAIN_ENTRIES: Final = """
     SELECT entry_index, previous_sha256, entry_sha256, entry FROM audit_chain WHERE realm = :realm
     ORDER BY entry_index"""
-SQL_CHAIN_HEAD_ROW: Final = "SELECT entries, head_sha256 FROM audit_heads WHERE realm = :realm"
 
 SQL_USE_APPROVAL: Final = """
     INSERT INTO approval_uses (realm, approval_ref, tenant, subject, tool, idempotency_key, created_at)
@@ -829,7 +829,7 @@ def open_store(target: Any, **options: Any) -> Any:
 
 
 def _text(value: Any) -> str | None:
-    return None if value is None else td.canonical_json(value).decode("utf-8")
+    return None if value is None else td.canonical_text(value)
 
 
 # Everything read back from the store is untrusted input: another writer, an edit or a damaged
@@ -1172,16 +1172,17 @@ class Ledger:
         to_state = transition(lease.state, event)
         now = self._store.now_ms()
         leased = to_state in LEASED_STATES
+        package_text = _text(package)
         params = {**lease.key.params(), "to_state": to_state, "from_state": lease.state, "epoch": lease.epoch,
                   "lease_owner": lease.owner if leased else None,
                   "lease_expires_at": now + lease_ms if leased else None,
-                  "data": _text(data), "package": _text(package), "receipt_ref": receipt_ref,
+                  "data": _text(data), "package": package_text, "receipt_ref": receipt_ref,
                   "recovery_hint": RECOVERY_HINTS.get(to_state),
                   "expires_at": now + self._retention_ms if to_state in PRUNABLE_STATES else None, "now": now}
         if tx.execute(SQL_HOLDER_MOVE, params).rowcount != 1:
             raise DurableError("LEASE_LOST")
-        if package is not None:
-            self.append_entry(tx, lease.key.realm, package)
+        if package_text is not None:
+            self.append_entry(tx, lease.key.realm, package_text)
         if event == "release":  # nothing ran: the approval this claim consumed is unused again
             tx.execute(SQL_FREE_APPROVAL, lease.key.params())
         if to_state in EVENT_STATES:
@@ -1224,6 +1225,7 @@ class Ledger:
         question and answers none: its row keeps its first answer, and its receipt is the evidence.
         """
         now = self._store.now_ms()
+        package_text = _text(package)
         with self._store.transaction() as tx:
             found = tx.execute(SQL_READ_ROW + self._store.row_lock, key.params()).fetchone()
             row = None if found is None else LedgerRow.of(found)
@@ -1233,22 +1235,27 @@ class Ledger:
                 raise DurableError("OPERATION_ESCALATED")
             to_state = transition("none" if row is None else row.state, "receipt_confirmed")
             tx.execute(SQL_RECONCILE, {**key.params(), "to_state": to_state, "from_state": row.state,
-                                       "receipt_ref": receipt_ref, "data": _text(data), "package": _text(package),
+                                       "receipt_ref": receipt_ref, "data": _text(data), "package": package_text,
                                        "expires_at": now + self._retention_ms, "now": now})
-            if package is not None:
-                self.append_entry(tx, key.realm, package)
+            if package_text is not None:
+                self.append_entry(tx, key.realm, package_text)
             self._append_event(tx, key, row.request_ref, to_state, data, now)
 
-    def append_entry(self, tx: Tx, realm: str, package: Any) -> None:
-        """Inside ``tx``: append the package's entry to the realm's chain, after its head."""
-        # The head is read under the lock the upsert takes (SQLite: the write lock BEGIN IMMEDIATE
-        # already holds), so two writers of one realm can never append after the same head.
-        head = tx.execute(SQL_CHAIN_HEAD, {"realm": realm, "genesis": td.GENESIS_SHA256}).fetchone()
+    def append_entry(self, tx: Tx, realm: str, package_text: str) -> None:
+        """Inside ``tx``: append a package's entry (given its canonical text, as the row stores it)
+        to the realm's chain, after its head."""
+        # The head is read under a lock, so two writers of one realm never append after the same
+        # head: the second waits, then reads the first one's (a stale read would hit the keys).
+        params = {"realm": realm, "genesis": td.GENESIS_SHA256}
+        head = tx.execute(SQL_CHAIN_HEAD + self._store.row_lock, params).fetchone()
+        if head is None:  # the realm's first entry: its head row, then the head under its lock
+            tx.execute(SQL_CHAIN_START, params)
+            head = tx.execute(SQL_CHAIN_HEAD + self._store.row_lock, params).fetchone()
         if head is None:
             raise DurableError("STORE_INVALID")
         entries, previous = _checked_int(head[0]), _checked_text(head[1])
-        line, digest = td.audit_entry_line(package, index=entries, previous_sha256=previous,
-                                           seal_keys=self._seal_keys)
+        line, digest = td.audit_entry_from_text(package_text, index=entries, previous_sha256=previous,
+                                                seal_keys=self._seal_keys)
         params = {"realm": realm, "entries": entries, "next_entries": entries + 1, "previous_sha256": previous,
                   "entry_sha256": digest, "entry": line.decode("utf-8")}
         tx.execute(SQL_CHAIN_APPEND, params)
@@ -1909,7 +1916,7 @@ def _verify_realm_chain(store: Any, realm: str, seal_keys: td.SealKeys | None
         if tuple(row[:3]) != (position, entry["previous_sha256"], entry["entry_sha256"]):
             return report, packages, ChainFault(realm, position, td.BoundaryError("AUDIT_ENTRY_EDITED"))
         packages[td.canonical_json(entry["package"]).decode("utf-8")] = position
-    head = store.query_one(SQL_CHAIN_HEAD_ROW, {"realm": realm})
+    head = store.query_one(SQL_CHAIN_HEAD, {"realm": realm})
     counted, last = (0, td.GENESIS_SHA256) if head is None else (_checked_int(head[0]), _checked_text(head[1]))
     if (counted, last) != (report.entries, report.head_sha256):
         # The head row names how long the chain was: a shorter chain lost its end, a longer one

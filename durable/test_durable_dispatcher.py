@@ -1275,14 +1275,14 @@ class TestSealedLedger(StoreCase):
         store = self.open_store()
         package = json.loads(canonical(write(self.sealed(store=store), "a")))  # entry 0
         tx = store.begin()
-        dd.Ledger(store, seal_keys=SEAL_KEYS).append_entry(tx, "default", package)  # entry 1: holds the head
+        dd.Ledger(store, seal_keys=SEAL_KEYS).append_entry(tx, "default", td.canonical_text(package))  # holds the head
         outcome: list[Any] = []
 
         def other_host() -> None:
             try:
                 with dd.open_store(self.path, create=False, synchronous="NORMAL") as second:
                     with second.transaction() as other:
-                        dd.Ledger(second, seal_keys=SEAL_KEYS).append_entry(other, "default", package)
+                        dd.Ledger(second, seal_keys=SEAL_KEYS).append_entry(other, "default", td.canonical_text(package))
                 outcome.append("appended")
             except BaseException as error:  # reported to the test, never lost in the thread
                 outcome.append(error)

@@ -19,7 +19,11 @@ What this module never does:
   BEGIN IMMEDIATE, so a writer waits for the lock (busy timeout) instead of failing an upgrade;
 - let a raw driver error out: a lock held past the busy timeout is STORE_BUSY (retryable), and no
   store error claims that nothing happened: earlier steps of the operation may have committed;
-- trust what it reads back: every stored value is checked for its kind (STORE_INVALID);
+- trust what it reads back: every stored value is checked for its kind (STORE_INVALID), and a
+  settled row answers a replay or a status query only once the package stored with it verifies
+  (its seal required when the store has keys) and states exactly its columns (STORE_TAMPERED);
+- settle without evidence: each stored package is appended to its realm's hash chain in the
+  transaction that stores it;
 - resolve an operation whose effect may have happened by running it again: only a receipt query
   (query_operation_status, or recovery's fenced receipt query) settles it;
 - prune an `unknown` or `escalated` record, or a record whose event has not been sent;
@@ -31,8 +35,9 @@ Sections, in the order a write flows:
     3. Lifecycle and leases          9. Outbox relay and consumer inbox
     4. Schema and SQL               10. Recovery
     5. The store (connection)       11. Pruning
-    6. The ledger                   12. Fixture runner
-                                    13. CLI
+    6. The ledger                   12. The audit chain, verified whole
+                                    13. Fixture runner
+                                    14. CLI
 """
 from __future__ import annotations
 
@@ -380,9 +385,9 @@ SCHEMA: Final = (
         PRIMARY KEY (realm, consumer, event_id)
     )""",
     # The ledger's hash chain, one per realm: each settle or reconciliation that stores a package
-    # appends the core's audit entry for it (tool_dispatcher.audit_entry_line) in its own
-    # transaction. The head row is locked by every append (an upsert), so appends of one realm
-    # queue; the primary key and the unique previous digest refuse a fork even without the lock.
+    # appends the core's audit entry for it (tool_dispatcher.audit_entry_line) in that same
+    # transaction. Every append reads the head row under a lock, so appends of one realm queue;
+    # the primary key and the unique previous digest refuse a fork even without the lock.
     """CREATE TABLE audit_heads (
         realm TEXT NOT NULL PRIMARY KEY,
         entries INTEGER NOT NULL CHECK (entries >= 0),
@@ -1839,7 +1844,7 @@ def prune(store: DurableStore, *, retention_ms: int = RETENTION_MS) -> PruneRepo
 
 
 # ============================================================================================
-# 11a. The audit chain, verified whole
+# 12. The audit chain, verified whole
 # ============================================================================================
 # What an auditor runs against a whole database: each realm's chain through the core's verifier
 # (as an open chain: a ledger never closes it), each chain row's columns against its entry, the
@@ -1947,7 +1952,7 @@ def _verify_realm_rows(store: Any, realm: str, packages: Mapping[str, int],
 
 
 # ============================================================================================
-# 12. Fixture runner
+# 13. Fixture runner
 # ============================================================================================
 # The shipped fixture, each case in its own realm (a fresh world, as each case starts a new
 # dispatcher in tool_dispatcher), compared field by field with tool_dispatcher's run_step.
@@ -1964,10 +1969,11 @@ def run_fixture(fixture: td.Fixture, store: DurableStore, *, case_id: str | None
 
 
 # ============================================================================================
-# 13. CLI
+# 14. CLI
 # ============================================================================================
-# Exit 0: done (run: every expectation held; recover: nothing needs an operator). Exit 1: run: an
-# expectation failed; recover: a record is escalated or the integrity check is not ok. Exit 2: the
+# Exit 0: done (run: every expectation held; recover: nothing needs an operator; verify-chain: every
+# chain and every stored package holds). Exit 1: run: an expectation failed; recover: a record is
+# escalated or the integrity check is not ok; verify-chain: the first bad entry or row. Exit 2: the
 # command line, the fixture or the database was rejected: one JSON object with a stable code,
 # never a traceback, never the path.
 

@@ -4,7 +4,7 @@
 # Installs what is missing (Debian's postgresql when no pg_ctl is found; psycopg, pinned, into a
 # virtual environment outside the checkout), starts a throwaway server (durable/pg/throwaway_postgres.sh:
 # a temporary directory, a Unix socket only), runs the PostgreSQL suite in the four test modes, the
-# README's two commands with --store, and the benchmark on both backends; then stops the server and
+# README's three commands with --store, and the benchmark on both backends; then stops the server and
 # removes its directory, whatever happened. Under CI=true the suite fails rather than skips.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -37,10 +37,11 @@ run "$py" -B -m unittest discover -s durable -p 'test_durable_postgres.py'
 run "$py" -O -B -m unittest discover -s durable -p 'test_durable_postgres.py'
 run "$py" -B -W error -m unittest discover -s durable -p 'test_durable_postgres.py'
 run "$py" -O -B -W error -m unittest discover -s durable -p 'test_durable_postgres.py'
-# The README's two commands, on the server: a schema of its own for the demo.
+# The README's three commands, on the server: a schema of its own for the demo.
 psql "$dsn" -qc 'CREATE SCHEMA demo' >/dev/null
 demo="$dsn&options=-csearch_path%3Ddemo"
 run "$py" -B -W error durable/durable_dispatcher.py run --fixture tool-cases.json --store "$demo"
 run "$py" -B -W error durable/durable_dispatcher.py recover --store "$demo"
+run "$py" -B -W error durable/durable_dispatcher.py verify-chain --store "$demo"
 run "$py" -B -W error durable/bench_durable.py --quick --pg "$dsn"
 exit $status

@@ -3377,7 +3377,8 @@ def to_gemini_interactions(package: Any, context: CallContext, **options: Any) -
 # the previous entry's digest, its own digest (over its index, the previous digest and the whole
 # package) and its seal; a closing entry ends the log, so a log cut short is told from a whole
 # one. Anyone can recompute an unsealed chain; only a key holder can seal one. The verifier reads
-# a bounded log in one pass and names the first bad entry and why.
+# a bounded log in one pass and names the first bad entry and why. A chain still being written
+# (a store's, one entry per row) is built entry by entry and verified open, without the closing entry.
 
 GENESIS_SHA256: Final = "0" * 64  # the "previous entry" of the first one
 _ENTRY_FIELDS: Final = frozenset({"format", "index", "previous_sha256", "package", "entry_sha256", "seal"})

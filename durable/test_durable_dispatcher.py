@@ -592,19 +592,37 @@ class TestStore(StoreCase):
                           count(self.path, "SELECT COUNT(*) FROM call_bindings")), (0, 1))
 
     def test_an_error_inside_the_held_start_rolls_the_claim_back(self) -> None:
+        # The claim wrote its row already started: the held start is its commit alone.
         store = self.open_store()
         dispatcher = self.dispatcher(store)
-        advance = dispatcher.operations.ledger.advance
+        commit = store.commit
+        failures = ["inside the claim's transaction"]
 
-        def failing(lease: dd.Lease, event: str, **options: Any) -> dd.Lease:
-            if options.get("tx") is not None:
-                raise RuntimeError("inside the claim's transaction")
-            return advance(lease, event, **options)
-        dispatcher.operations.ledger.advance = failing  # type: ignore[method-assign]
+        def failing() -> None:
+            if failures:
+                raise RuntimeError(failures.pop())
+            commit()
+        store.commit = failing  # type: ignore[method-assign]
         with self.assertRaises(RuntimeError):
             write(dispatcher, "a")
         self.assertFalse(store.in_transaction)
-        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 0)
+        self.assertEqual((failures, count(self.path, "SELECT COUNT(*) FROM operations")), ([], 0))
+
+    def test_a_claim_held_for_its_start_is_written_once(self) -> None:
+        # Claim and start are one commit, and the row is written in it once: inserted as the
+        # start leaves it, never inserted and then updated in the same transaction.
+        store = self.open_store()
+        dispatcher = self.dispatcher(store)
+        statements: list[str] = []
+        store._connection.set_trace_callback(statements.append)
+        write(dispatcher, "a")
+        store._connection.set_trace_callback(None)
+        claim = statements[statements.index("BEGIN IMMEDIATE"):statements.index("COMMIT") + 1]
+        self.assertEqual([" ".join(sql.split())[:22] for sql in claim],
+                         ["BEGIN IMMEDIATE", "INSERT INTO call_bindi", "INSERT INTO operations",
+                          "INSERT INTO approval_u", "COMMIT"])
+        self.assertEqual(len([sql for sql in statements if sql == "COMMIT"]), 3)
+        self.assertEqual(self.row(dispatcher).state, "succeeded")
 
     def test_a_takeover_that_finds_the_row_moved_answers_in_progress(self) -> None:
         class Moved:

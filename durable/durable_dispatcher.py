@@ -1113,11 +1113,10 @@ class Ledger:
                 tx: Tx | None = None, stored: str | None = None) -> Lease:
         """The holder's own move, fenced by its epoch; a settled success writes its event in the
         same commit. Inside ``tx`` when given (the caller commits), else in a transaction of its own.
-        ``stored`` is the state the row holds when it is not the lease's (a claim written started)."""
-        if tx is None:
-            with self._store.transaction() as own:
-                return self.advance(lease, event, lease_ms=lease_ms, data=data, package=package,
-                                    receipt_ref=receipt_ref, tx=own, stored=stored)
+        ``stored`` is the state the row holds when it is not the lease's (a claim written started).
+
+        Everything is computed and encoded (the package, the event) before a transaction of its
+        own begins: the write lock is held for the statements alone."""
         to_state = transition(lease.state, event)
         now = self._store.now_ms()
         leased = to_state in LEASED_STATES
@@ -1128,14 +1127,24 @@ class Ledger:
                   "data": _text(data), "package": _text(package), "receipt_ref": receipt_ref,
                   "recovery_hint": RECOVERY_HINTS.get(to_state),
                   "expires_at": now + self._retention_ms if to_state in PRUNABLE_STATES else None, "now": now}
+        appended = (_event_params(lease.key, lease.request_ref, to_state, data, now)
+                    if to_state in EVENT_STATES else None)
+        if tx is None:
+            with self._store.transaction() as own:
+                self._move(own, lease.key, event, params, appended)
+        else:
+            self._move(tx, lease.key, event, params, appended)
+        return Lease(lease.key, to_state, lease.epoch, lease.owner, lease.request_ref)
+
+    def _move(self, tx: Tx, key: OperationKey, event: str, params: dict[str, Any],
+              appended: dict[str, Any] | None) -> None:
         if tx.execute(SQL_HOLDER_MOVE, params).rowcount != 1:
             raise DurableError("LEASE_LOST")
         if event == "release":  # nothing ran: the approval this claim consumed is unused again
-            tx.execute(SQL_FREE_APPROVAL, lease.key.params())
-        if to_state in EVENT_STATES:
-            self._append_event(tx, lease.key, lease.request_ref, to_state, data, now)
+            tx.execute(SQL_FREE_APPROVAL, key.params())
+        if appended is not None:
+            tx.execute(SQL_APPEND_EVENT, appended)
             self._checkpoint("after_outbox_write")
-        return Lease(lease.key, to_state, lease.epoch, lease.owner, lease.request_ref)
 
     def expire(self, row: LedgerRow, event: str) -> bool:
         """Move a row whose lease has expired (epoch + 1); False when it moved or is still live."""
@@ -1186,9 +1195,13 @@ class Ledger:
     @staticmethod
     def _append_event(tx: Tx, key: OperationKey, request_ref: str, state: str, data: Any,
                       now: int) -> None:
-        event_id, payload = settled_event(key, request_ref, state, data)
-        tx.execute(SQL_APPEND_EVENT, {"realm": key.realm, "event_id": event_id, "request_ref": request_ref,
-                                      "payload": payload, "now": now})
+        tx.execute(SQL_APPEND_EVENT, _event_params(key, request_ref, state, data, now))
+
+
+def _event_params(key: OperationKey, request_ref: str, state: str, data: Any, now: int) -> dict[str, Any]:
+    # The outbox row of a settled operation, for SQL_APPEND_EVENT.
+    event_id, payload = settled_event(key, request_ref, state, data)
+    return {"realm": key.realm, "event_id": event_id, "request_ref": request_ref, "payload": payload, "now": now}
 
 
 class CallBindings:
@@ -1392,10 +1405,11 @@ class LedgerOperations:
         key = self.key(call.record_key)
         if key is None:
             raise td.BoundaryError("IDEMPOTENCY_KEY_REQUIRED")
+        intent = Intent.of(call, record)  # encoded before the write lock is taken
         tx = self.store.begin()
         with self._rolled_back_on_error():
             self._write_pending(tx)
-            lease = self.ledger.claim(tx, key, Intent.of(call, record), owner=self._owner, lease_ms=self.lease_ms,
+            lease = self.ledger.claim(tx, key, intent, owner=self._owner, lease_ms=self.lease_ms,
                                       approval_ref=approval_ref, started=True)
             if isinstance(lease, LedgerRow):  # another process claimed it after our read
                 self.store.commit()

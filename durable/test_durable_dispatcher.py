@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 from unittest import mock
@@ -1956,6 +1957,52 @@ class TestBenchmark(StoreCase):
             self.assertAlmostEqual(mode["ratio_to_bare"], mode["durable_writes_per_s"] / mode["bare_commits_per_s"],
                                    places=2)
         self.assertEqual(list(self.dir.iterdir()), [])
+
+    def test_workers_add_threaded_figures_beside_the_single_worker_ones(self) -> None:
+        import bench_durable
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            status = bench_durable.main(["--quick", "--workers", "2", "--dir", str(self.dir)])
+        report = json.loads(out.getvalue())
+        self.assertEqual((status, report["passed"], report["writes"]), (0, True, bench_durable.QUICK_WRITES))
+        self.assertEqual((sorted(report["modes"]), report["workers"]["count"], sorted(report["workers"]["modes"])),
+                         (["FULL", "NORMAL"], 2, ["FULL", "NORMAL"]))
+        for mode in report["workers"]["modes"].values():
+            self.assertGreater(mode["durable_writes_per_s"], 0)
+            self.assertAlmostEqual(mode["ratio_to_bare"], mode["durable_writes_per_s"] / mode["bare_commits_per_s"],
+                                   places=2)
+        self.assertEqual(list(self.dir.iterdir()), [])
+
+    def test_both_ends_of_the_workers_range_run(self) -> None:
+        import bench_durable
+        for workers, threaded in ((1, None), (bench_durable.MAX_WORKERS, bench_durable.MAX_WORKERS)):
+            with self.subTest(workers=workers):
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out):
+                    status = bench_durable.main(["--quick", "--workers", str(workers), "--dir", str(self.dir)])
+                report = json.loads(out.getvalue())
+                self.assertEqual((status, report.get("workers", {}).get("count")), (0, threaded))
+
+    def test_workers_outside_their_range_are_refused(self) -> None:
+        import bench_durable
+        for workers in (0, bench_durable.MAX_WORKERS + 1):
+            with self.subTest(workers=workers):
+                with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit) as caught:
+                    bench_durable.main(["--quick", "--workers", str(workers), "--dir", str(self.dir)])
+                self.assertEqual(caught.exception.code, 2)
+
+    def test_a_worker_that_fails_fails_the_benchmark(self) -> None:
+        import bench_durable
+
+        def work(index: int, ready: threading.Barrier) -> None:
+            if index == 1:
+                raise RuntimeError("a worker's write failed")
+            ready.wait()
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), self.assertRaises(SystemExit) as caught:
+            bench_durable._in_threads(2, work)
+        self.assertEqual((caught.exception.code, json.loads(out.getvalue())),
+                         (1, {"passed": False, "error": "a benchmark worker failed: RuntimeError"}))
 
 
 # --------------------------------------------------------------------------------------------

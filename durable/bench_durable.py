@@ -9,8 +9,16 @@ It prints one JSON object; the ratio is durable writes/s divided by bare commits
 --pg DSN it also measures PostgreSQL the same way, against its own floor (a bare BEGIN / INSERT /
 COMMIT loop on the same server), in a schema it creates and drops.
 
+With --workers N (N >= 2) it also runs both SQLite loops with N threads on one database, each
+thread with its own connection (and, for durable writes, its own store and dispatcher), and
+reports them under "workers" beside the single-worker figures, which keep their meaning. SQLite
+takes one writer at a time, but the sqlite3 module releases the GIL while a statement or a
+commit runs, so one worker's Python work overlaps another's fsync. The floor runs with the same
+N threads: it pays the same lock hand-offs (a waiting writer sleeps in SQLite's busy handler).
+
     python -B durable/bench_durable.py --quick        # CI: proves it runs (a few writes)
     python -B durable/bench_durable.py --writes 500   # a measurement
+    python -B durable/bench_durable.py --writes 600 --workers 2   # also with two threads
 
 Numbers depend on the disk: fsync is what FULL pays for, and a directory on tmpfs makes it free.
 Pass --dir to measure on the disk you care about.
@@ -23,10 +31,11 @@ import secrets
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 from contextlib import closing
 from pathlib import Path
-from typing import Any, Final, NoReturn, Sequence
+from typing import Any, Callable, Final, NoReturn, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import durable_dispatcher as dd  # noqa: E402
@@ -38,6 +47,7 @@ DEFAULT_WRITES: Final = 300  # a few seconds per mode on an SSD with FULL
 MAX_WRITES: Final = 100_000  # the loops keep every call in memory; beyond this, run it twice
 COMMITS_PER_DURABLE_WRITE: Final = 3  # binding + claim + start, downstream, completion + event
 PAYLOAD: Final = "x" * 512  # about the size of one stored package row, for the floor's insert
+MAX_WORKERS: Final = 16  # threads per loop; beyond a few, they measure lock hand-offs, not this layer
 
 NOW: Final = 1_800_000_000
 PRINCIPAL: Final = td.Principal("tenant-bench", "bench-user", ("refunds.draft",))
@@ -87,6 +97,77 @@ def durable_rate(path: Path, writes: int, synchronous: str) -> float:
         if store.integrity() != "ok" or dispatcher.effect_count != writes:
             _fail("the benchmark database does not hold one effect per write")
     return writes / elapsed
+
+
+def _in_threads(workers: int, work: Callable[[int, threading.Barrier], None]) -> float:
+    """Seconds from the moment all ``workers`` threads are ready until the last one is done.
+
+    ``work(index, ready)`` sets itself up (its own connection), waits on ``ready``, then writes.
+    """
+    ready = threading.Barrier(workers + 1)
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            work(index, ready)
+        except BaseException as error:  # reported below, as the benchmark's own failure
+            errors.append(error)
+            ready.abort()
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(workers)]
+    for thread in threads:
+        thread.start()
+    try:
+        ready.wait()
+    except threading.BrokenBarrierError:
+        pass
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        _fail(f"a benchmark worker failed: {type(errors[0]).__name__}")
+    return elapsed
+
+
+def bare_rate_workers(path: Path, writes: int, synchronous: str, workers: int) -> float:
+    """The floor with ``workers`` threads, each with its own connection, one row per commit."""
+    with closing(sqlite3.connect(path, isolation_level=None)) as connection:
+        connection.execute("PRAGMA journal_mode = WAL")
+        connection.execute(SQL_BARE_TABLE)
+
+    def work(index: int, ready: threading.Barrier) -> None:
+        with closing(sqlite3.connect(path, isolation_level=None, timeout=dd.BUSY_TIMEOUT_MS / 1000)) as connection:
+            connection.execute(f"PRAGMA synchronous = {dd.SYNCHRONOUS_MODES[synchronous]}")
+            ready.wait()
+            for key in range(index, writes, workers):
+                connection.execute("BEGIN IMMEDIATE")
+                connection.execute(SQL_BARE_INSERT, (f"key-{key}", PAYLOAD))
+                connection.execute("COMMIT")
+
+    return writes / _in_threads(workers, work)
+
+
+def durable_rate_workers(path: Path, writes: int, synchronous: str, workers: int) -> float:
+    """Fresh durable writes per second with ``workers`` threads, each with its own store and dispatcher."""
+    calls = [_call(index) for index in range(writes)]
+    dd.open_store(path, exclusive=True, synchronous=synchronous).close()
+
+    def work(index: int, ready: threading.Barrier) -> None:
+        with dd.open_store(path, create=False, synchronous=synchronous) as store:
+            dispatcher = dd.DurableDispatcher([ORDER], store=store, realm="bench", approvers=[APPROVER])
+            ready.wait()
+            for context, approval in calls[index::workers]:
+                package = dispatcher.dispatch(PROPOSAL, context, PRINCIPAL, approval=approval, now=NOW,
+                                              deadline=NOW + 30)
+                if package["model_result"]["delivery"] != "fresh":
+                    raise RuntimeError("a benchmark write was not fresh")
+
+    rate = writes / _in_threads(workers, work)
+    with dd.open_store(path, create=False, synchronous=synchronous) as store:
+        if store.integrity() != "ok" or dd.DurableDownstream(store, "bench").effect_count != writes:
+            _fail("the benchmark database does not hold one effect per write")
+    return rate
 
 
 def _pg_schema(dsn: str) -> tuple[str, str]:
@@ -142,7 +223,7 @@ def _row(bare: float, durable: float) -> dict[str, float]:
             "ratio_to_bare": round(durable / bare, 4)}
 
 
-def measure(directory: Path, writes: int, pg_dsn: str | None = None) -> dict[str, Any]:
+def measure(directory: Path, writes: int, pg_dsn: str | None = None, workers: int = 1) -> dict[str, Any]:
     modes = {}
     for synchronous in ("FULL", "NORMAL"):
         bare = bare_rate(directory / f"bare-{synchronous}.sqlite3", writes, synchronous)
@@ -150,6 +231,15 @@ def measure(directory: Path, writes: int, pg_dsn: str | None = None) -> dict[str
         modes[synchronous] = _row(bare, durable)
     report: dict[str, Any] = {"passed": True, "writes": writes,
                               "commits_per_durable_write": COMMITS_PER_DURABLE_WRITE, "modes": modes}
+    if workers > 1:
+        # The same two loops with N threads; the single-worker figures above keep their meaning.
+        threaded = {}
+        for synchronous in ("FULL", "NORMAL"):
+            bare = bare_rate_workers(directory / f"bare-{synchronous}-{workers}.sqlite3", writes, synchronous, workers)
+            durable = durable_rate_workers(directory / f"durable-{synchronous}-{workers}.sqlite3", writes,
+                                           synchronous, workers)
+            threaded[synchronous] = _row(bare, durable)
+        report["workers"] = {"count": workers, "modes": threaded}
     if pg_dsn is not None:
         # Its own floor, on the same server: synchronous_commit on, as the store runs it.
         report["postgresql"] = _row(pg_bare_rate(pg_dsn, writes), pg_durable_rate(pg_dsn, writes))
@@ -163,12 +253,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", help="directory for the databases (default: a new temporary directory)")
     parser.add_argument("--pg", metavar="DSN", help="also measure PostgreSQL at this postgresql:// DSN "
                                                     "(a schema of its own is created and dropped)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="also run both SQLite loops with this many threads (2 or more)")
     arguments = parser.parse_args(argv)
     writes = QUICK_WRITES if arguments.quick else arguments.writes
     if not 1 <= writes <= MAX_WRITES:
         parser.error(f"--writes must be between 1 and {MAX_WRITES}")
+    if not 1 <= arguments.workers <= MAX_WORKERS:
+        parser.error(f"--workers must be between 1 and {MAX_WORKERS}")
     with tempfile.TemporaryDirectory(dir=arguments.dir) as directory:
-        report = measure(Path(directory), writes, arguments.pg)
+        report = measure(Path(directory), writes, arguments.pg, arguments.workers)
     report["quick"] = arguments.quick
     sys.stdout.write(json.dumps(report, indent=2) + "\n")
     return 0

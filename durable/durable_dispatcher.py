@@ -42,16 +42,17 @@ Sections, in the order a write flows:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import secrets
 import sqlite3
 import sys
 import time
-from contextlib import closing, contextmanager
+from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Final, Iterator, Mapping, Sequence
+from typing import Any, Callable, Final, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tool_dispatcher as td  # noqa: E402  (the boundary this layer makes durable)
@@ -202,15 +203,26 @@ class DurableError(td.CatalogError):
                 "step_committed": None if self.code in MAYBE_COMMITTED else False}
 
 
-@contextmanager
-def _during(step: str) -> Iterator[None]:
-    """Attach to a store error what this layer knows of the operation at ``step``."""
-    try:
-        yield
-    except DurableError as error:
-        if DURABLE_ERRORS[error.code].scope != "store" or error.operation_state is not None:
-            raise
-        state, effect_possible = STEP_STATES[step]
+class _during:  # noqa: N801 - used like the context manager function it replaced
+    """Attach to a store error what this layer knows of the operation at ``step``.
+
+    A class, not a @contextmanager generator: it wraps two steps of every write, and a generator
+    context manager costs several times more to enter and leave.
+    """
+
+    __slots__ = ("_step",)
+
+    def __init__(self, step: str) -> None:
+        self._step = step
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: Any, _traceback: Any) -> None:
+        if (not isinstance(error, DurableError) or DURABLE_ERRORS[error.code].scope != "store"
+                or error.operation_state is not None):
+            return  # no error, or not one to annotate: it propagates unchanged
+        state, effect_possible = STEP_STATES[self._step]
         raise DurableError(error.code, operation_state=state, effect_possible=effect_possible) from None
 
 
@@ -221,6 +233,46 @@ def _store_error(error: sqlite3.Error) -> DurableError:
     if primary in _SQLITE_NOT_OURS:
         return DurableError("STORE_INVALID")
     return DurableError("STORE_FAILED")
+
+
+class _RolledBack:
+    """Inside a transaction a store left open: any error rolls it back first, and a driver's error
+    leaves as this layer's store error; ``commit`` also commits it when the block ends normally.
+
+    Classes, not @contextmanager generators: every write passes through five of them, and a
+    generator context manager costs several times more to enter and leave.
+    """
+
+    __slots__ = ("_store", "_commit")
+
+    def __init__(self, store: Any, commit: bool = False) -> None:
+        self._store = store
+        self._commit = commit
+
+    def __enter__(self) -> Any:
+        return None
+
+    def __exit__(self, kind: Any, error: Any, _traceback: Any) -> None:
+        if kind is None:
+            if self._commit:
+                self._store.commit()
+            return
+        self._store.rollback()
+        if isinstance(error, self._store.errors):
+            raise self._store.translate(error) from None
+
+
+class _Transaction(_RolledBack):
+    """A store's transaction(): begin on entry (the block gets the open transaction), commit on exit."""
+
+    __slots__ = ("_begin",)
+
+    def __init__(self, store: Any, begin: str) -> None:
+        super().__init__(store, commit=True)
+        self._begin = begin
+
+    def __enter__(self) -> Any:
+        return self._store.begin(self._begin)
 
 
 # ============================================================================================
@@ -735,19 +787,9 @@ class DurableStore:
             tx.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         return "ours"
 
-    @contextmanager
-    def transaction(self, begin: str = "BEGIN IMMEDIATE") -> Iterator[sqlite3.Connection]:
+    def transaction(self, begin: str = "BEGIN IMMEDIATE") -> _Transaction:
         """BEGIN IMMEDIATE ... COMMIT; any exception rolls back and sqlite3 errors become DurableError."""
-        connection = self.begin(begin)
-        try:
-            yield connection
-        except sqlite3.Error as error:
-            self.rollback()
-            raise _store_error(error) from None
-        except BaseException:
-            self.rollback()
-            raise
-        self.commit()
+        return _Transaction(self, begin)
 
     def begin(self, begin: str = "BEGIN IMMEDIATE") -> sqlite3.Connection:
         """Open a transaction that the caller ends with commit() or rollback()."""
@@ -894,6 +936,12 @@ class OperationKey:
                 "idempotency_key": self.idempotency_key}
 
 
+@functools.lru_cache(maxsize=td.TEMPLATE_CACHE)
+def _contract_text(items: tuple[tuple[str, Any], ...]) -> str:
+    # A tool's contract is the same few members on every write of that tool: encoded once.
+    return str(_text(dict(items)))
+
+
 @dataclass(frozen=True, slots=True)
 class Intent:
     """What a claim binds its key to: the request digest, profile, contract and downstream refs,
@@ -914,7 +962,7 @@ class Intent:
     def of(cls, call: td.AdmittedCall, record: td.OperationRecord) -> Intent:
         return cls(request_sha256=record.request_sha256, profile=record.profile,
                    operation_id=record.operation_id,
-                   contract=str(_text(dict(record.contract))),
+                   contract=_contract_text(tuple(record.contract.items())),
                    request_ref=str(record.refs["request_ref"]), status_ref=str(record.refs["status_ref"]),
                    approval=None if record.approval is None else _text(dict(record.approval)), call=call,
                    arguments=str(_text(dict(record.arguments or {}))), resource_revision=record.resource_revision)
@@ -1123,7 +1171,7 @@ class Ledger:
         return None if row is None else LedgerRow.of(row)
 
     def claim(self, tx: Tx, key: OperationKey, intent: Intent, *, owner: str, lease_ms: int,
-              approval_ref: str | None = None) -> Lease | LedgerRow:
+              approval_ref: str | None = None, started: bool = False) -> Lease | LedgerRow:
         """Inside ``tx``: claim the key, or take over a released or expired claim; else return the
         row to answer. The caller commits (with the start, in one transaction) or rolls back.
 
@@ -1131,21 +1179,29 @@ class Ledger:
         of a pruned row), so the downstream's fence never sees an epoch go back. With an approval
         reference, the claim also consumes it: an approval another key consumed is
         APPROVAL_CONSUMED, and nothing is claimed.
+
+        With ``started``, the row is written as its start will leave it (in_progress), so a caller
+        that commits claim and start together writes the row once instead of inserting it and
+        updating it in the same transaction; the returned lease is still the claim's (claimed),
+        and a caller that releases it instead moves it from the started state (advance's
+        ``stored``). Nobody else can see the row before that commit.
         """
         now = self._store.now_ms()
         params = {**key.params(), **intent.params(), "lease_owner": owner, "lease_expires_at": now + lease_ms,
                   "now": now}
-        inserted = tx.execute(SQL_CLAIM, {**params, "to_state": transition("none", "claim")}).fetchall()
+        state = transition("none", "claim")
+        inserted = tx.execute(SQL_CLAIM, {**params, "to_state": transition(state, "start") if started else state}
+                              ).fetchall()
         if inserted:
             self._use_approval(tx, key, approval_ref, now)
-            return Lease(key, "claimed", _checked_int(inserted[0][0], 1), owner, intent.request_ref)
+            return Lease(key, state, _checked_int(inserted[0][0], 1), owner, intent.request_ref)
         row = LedgerRow.of(tx.execute(SQL_READ_ROW + self._store.row_lock, key.params()).fetchone())
         event = claim_event(row, intent.call, now)
         if event is None:
             return row
         to_state = transition(row.state, event)
-        if tx.execute(SQL_CLAIM_TAKE_OVER, {**params, "to_state": to_state, "from_state": row.state,
-                                            "epoch": row.lease_epoch}).rowcount != 1:
+        if tx.execute(SQL_CLAIM_TAKE_OVER, {**params, "to_state": transition(to_state, "start") if started else to_state,
+                                            "from_state": row.state, "epoch": row.lease_epoch}).rowcount != 1:
             raise td.BoundaryError("OPERATION_IN_PROGRESS")  # moved under us: cannot happen under the row lock
         self._use_approval(tx, key, approval_ref, now)
         return Lease(key, to_state, row.lease_epoch + 1, owner, intent.request_ref)
@@ -1167,33 +1223,43 @@ class Ledger:
 
     def advance(self, lease: Lease, event: str, *, lease_ms: int = 0, data: Any = None,
                 package: Any = None, receipt_ref: str | None = None,
-                tx: Tx | None = None) -> Lease:
+                tx: Tx | None = None, stored: str | None = None) -> Lease:
         """The holder's own move, fenced by its epoch; a settled success writes its event in the
-        same commit. Inside ``tx`` when given (the caller commits), else in a transaction of its own."""
-        if tx is None:
-            with self._store.transaction() as own:
-                return self.advance(lease, event, lease_ms=lease_ms, data=data, package=package,
-                                    receipt_ref=receipt_ref, tx=own)
+        same commit. Inside ``tx`` when given (the caller commits), else in a transaction of its own.
+        ``stored`` is the state the row holds when it is not the lease's (a claim written started).
+
+        Everything is computed and encoded (the package, the event) before a transaction of its
+        own begins: the write lock is held for the statements alone."""
         to_state = transition(lease.state, event)
         now = self._store.now_ms()
         leased = to_state in LEASED_STATES
-        package_text = _text(package)
-        params = {**lease.key.params(), "to_state": to_state, "from_state": lease.state, "epoch": lease.epoch,
+        params = {**lease.key.params(), "to_state": to_state, "from_state": stored or lease.state,
+                  "epoch": lease.epoch,
                   "lease_owner": lease.owner if leased else None,
                   "lease_expires_at": now + lease_ms if leased else None,
-                  "data": _text(data), "package": package_text, "receipt_ref": receipt_ref,
+                  "data": _text(data), "package": _text(package), "receipt_ref": receipt_ref,
                   "recovery_hint": RECOVERY_HINTS.get(to_state),
                   "expires_at": now + self._retention_ms if to_state in PRUNABLE_STATES else None, "now": now}
+        appended = (_event_params(lease.key, lease.request_ref, to_state, data, now)
+                    if to_state in EVENT_STATES else None)
+        if tx is None:
+            with self._store.transaction() as own:
+                self._move(own, lease.key, event, params, appended)
+        else:
+            self._move(tx, lease.key, event, params, appended)
+        return Lease(lease.key, to_state, lease.epoch, lease.owner, lease.request_ref)
+
+    def _move(self, tx: Tx, key: OperationKey, event: str, params: dict[str, Any],
+              appended: dict[str, Any] | None) -> None:
         if tx.execute(SQL_HOLDER_MOVE, params).rowcount != 1:
             raise DurableError("LEASE_LOST")
-        if package_text is not None:
-            self.append_entry(tx, lease.key.realm, package_text)
+        if params["package"] is not None:  # a stored answer is chained in the commit that stores it
+            self.append_entry(tx, key.realm, params["package"])
         if event == "release":  # nothing ran: the approval this claim consumed is unused again
-            tx.execute(SQL_FREE_APPROVAL, lease.key.params())
-        if to_state in EVENT_STATES:
-            self._append_event(tx, lease.key, lease.request_ref, to_state, data, now)
+            tx.execute(SQL_FREE_APPROVAL, key.params())
+        if appended is not None:
+            tx.execute(SQL_APPEND_EVENT, appended)
             self._checkpoint("after_outbox_write")
-        return replace(lease, state=to_state)
 
     def expire(self, row: LedgerRow, event: str) -> bool:
         """Move a row whose lease has expired (epoch + 1); False when it moved or is still live."""
@@ -1269,9 +1335,13 @@ class Ledger:
     @staticmethod
     def _append_event(tx: Tx, key: OperationKey, request_ref: str, state: str, data: Any,
                       now: int) -> None:
-        event_id, payload = settled_event(key, request_ref, state, data)
-        tx.execute(SQL_APPEND_EVENT, {"realm": key.realm, "event_id": event_id, "request_ref": request_ref,
-                                      "payload": payload, "now": now})
+        tx.execute(SQL_APPEND_EVENT, _event_params(key, request_ref, state, data, now))
+
+
+def _event_params(key: OperationKey, request_ref: str, state: str, data: Any, now: int) -> dict[str, Any]:
+    # The outbox row of a settled operation, for SQL_APPEND_EVENT.
+    event_id, payload = settled_event(key, request_ref, state, data)
+    return {"realm": key.realm, "event_id": event_id, "request_ref": request_ref, "payload": payload, "now": now}
 
 
 class CallBindings:
@@ -1282,10 +1352,13 @@ class CallBindings:
         self._store = store
         self._realm = realm
 
-    def params(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...]) -> dict[str, Any]:
+    def params(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...] | None = None) -> dict[str, Any]:
         adapter_revision, response_id, call_id = identity
-        return {"realm": self._realm, "adapter_revision": adapter_revision, "response_id": response_id,
-                "call_id": call_id, "fingerprint": _text(list(fingerprint)), "now": self._store.now_ms()}
+        params = {"realm": self._realm, "adapter_revision": adapter_revision, "response_id": response_id,
+                  "call_id": call_id}
+        if fingerprint is not None:  # a read needs the identity alone
+            params.update(fingerprint=_text(list(fingerprint)), now=self._store.now_ms())
+        return params
 
     def bind(self, identity: tuple[str, str, str], fingerprint: tuple[Any, ...],
              tx: Tx | None = None) -> tuple[Any, ...]:
@@ -1299,7 +1372,7 @@ class CallBindings:
         return _fingerprint(tx.execute(SQL_READ_CALL, params).fetchone())
 
     def read(self, identity: tuple[str, str, str]) -> tuple[Any, ...] | None:
-        found = self._store.query_one(SQL_READ_CALL, self.params(identity, ()))
+        found = self._store.query_one(SQL_READ_CALL, self.params(identity))
         return None if found is None else _fingerprint(found)
 
 
@@ -1425,7 +1498,8 @@ class LedgerOperations:
     in-progress write becomes unknown), so no caller waits on a dead process.
 
     Three commits per fresh write: claim() leaves its transaction open and start() (or release())
-    commits it, so the claim, the approval it consumes and its start are one commit; with
+    commits it, so the claim, the approval it consumes and its start are one commit (claim() writes
+    the row already started, so that commit writes it once; release() moves it to released); with
     ``defer_bindings`` the call binding of a write joins that commit too (the caller then calls
     finish() before it answers: DurableDispatcher does). Then the downstream's own commit, then
     the completion with its outbox event.
@@ -1473,11 +1547,12 @@ class LedgerOperations:
         key = self.key(call.record_key)
         if key is None:
             raise td.BoundaryError("IDEMPOTENCY_KEY_REQUIRED")
+        intent = Intent.of(call, record)  # encoded before the write lock is taken
         tx = self.store.begin()
         with self._rolled_back_on_error():
             self._write_pending(tx)
-            lease = self.ledger.claim(tx, key, Intent.of(call, record), owner=self._owner, lease_ms=self.lease_ms,
-                                      approval_ref=approval_ref)
+            lease = self.ledger.claim(tx, key, intent, owner=self._owner, lease_ms=self.lease_ms,
+                                      approval_ref=approval_ref, started=True)
             if isinstance(lease, LedgerRow):  # another process claimed it after our read
                 self.store.commit()
                 self._pending = None
@@ -1485,18 +1560,10 @@ class LedgerOperations:
         self._open = lease
         return td.Claim(call.record_key, replace(record, state=lease.state), lease)
 
-    @contextmanager
-    def _rolled_back_on_error(self) -> Iterator[None]:
+    def _rolled_back_on_error(self) -> _RolledBack:
         """Inside the transaction this store left open: any error rolls it back first, and a
         driver's error leaves as this layer's store error."""
-        try:
-            yield
-        except self.store.errors as error:
-            self.store.rollback()
-            raise self.store.translate(error) from None
-        except BaseException:
-            self.store.rollback()
-            raise
+        return _RolledBack(self.store)
 
     def _write_pending(self, tx: Tx) -> None:
         # The deferred call binding, in the claim's transaction: a conflicting binding that another
@@ -1520,12 +1587,18 @@ class LedgerOperations:
 
     def _finish_claim(self, claim: td.Claim, event: str) -> Lease:
         # The claim's own transaction when it is still open (one commit); else a transaction of its own.
-        if self._open is None or self._open is not claim.token:
-            return self.ledger.advance(claim.token, event, lease_ms=self.lease_ms)
+        lease = claim.token
+        if self._open is None or self._open is not lease:
+            return self.ledger.advance(lease, event, lease_ms=self.lease_ms)
         self._open = None
+        started = transition(lease.state, "start")  # claim() wrote the row as its start leaves it
         with self._rolled_back_on_error():
-            lease = self.ledger.advance(claim.token, event, lease_ms=self.lease_ms, tx=self.store.current())
-        self.store.commit()
+            if event == "start":
+                lease = Lease(lease.key, started, lease.epoch, lease.owner, lease.request_ref)
+            else:
+                lease = self.ledger.advance(lease, event, lease_ms=self.lease_ms, tx=self.store.current(),
+                                            stored=started)
+            self.store.commit()
         self._pending = None
         return lease
 

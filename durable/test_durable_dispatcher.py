@@ -593,19 +593,37 @@ class TestStore(StoreCase):
                           count(self.path, "SELECT COUNT(*) FROM call_bindings")), (0, 1))
 
     def test_an_error_inside_the_held_start_rolls_the_claim_back(self) -> None:
+        # The claim wrote its row already started: the held start is its commit alone.
         store = self.open_store()
         dispatcher = self.dispatcher(store)
-        advance = dispatcher.operations.ledger.advance
+        commit = store.commit
+        failures = ["inside the claim's transaction"]
 
-        def failing(lease: dd.Lease, event: str, **options: Any) -> dd.Lease:
-            if options.get("tx") is not None:
-                raise RuntimeError("inside the claim's transaction")
-            return advance(lease, event, **options)
-        dispatcher.operations.ledger.advance = failing  # type: ignore[method-assign]
+        def failing() -> None:
+            if failures:
+                raise RuntimeError(failures.pop())
+            commit()
+        store.commit = failing  # type: ignore[method-assign]
         with self.assertRaises(RuntimeError):
             write(dispatcher, "a")
         self.assertFalse(store.in_transaction)
-        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 0)
+        self.assertEqual((failures, count(self.path, "SELECT COUNT(*) FROM operations")), ([], 0))
+
+    def test_a_claim_held_for_its_start_is_written_once(self) -> None:
+        # Claim and start are one commit, and the row is written in it once: inserted as the
+        # start leaves it, never inserted and then updated in the same transaction.
+        store = self.open_store()
+        dispatcher = self.dispatcher(store)
+        statements: list[str] = []
+        store._connection.set_trace_callback(statements.append)
+        write(dispatcher, "a")
+        store._connection.set_trace_callback(None)
+        claim = statements[statements.index("BEGIN IMMEDIATE"):statements.index("COMMIT") + 1]
+        self.assertEqual([" ".join(sql.split())[:22] for sql in claim],
+                         ["BEGIN IMMEDIATE", "INSERT INTO call_bindi", "INSERT INTO operations",
+                          "INSERT INTO approval_u", "COMMIT"])
+        self.assertEqual(len([sql for sql in statements if sql == "COMMIT"]), 3)
+        self.assertEqual(self.row(dispatcher).state, "succeeded")
 
     def test_a_takeover_that_finds_the_row_moved_answers_in_progress(self) -> None:
         class Moved:
@@ -2344,6 +2362,52 @@ class TestBenchmark(StoreCase):
             self.assertAlmostEqual(mode["ratio_to_bare"], mode["durable_writes_per_s"] / mode["bare_commits_per_s"],
                                    places=2)
         self.assertEqual(list(self.dir.iterdir()), [])
+
+    def test_workers_add_threaded_figures_beside_the_single_worker_ones(self) -> None:
+        import bench_durable
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            status = bench_durable.main(["--quick", "--workers", "2", "--dir", str(self.dir)])
+        report = json.loads(out.getvalue())
+        self.assertEqual((status, report["passed"], report["writes"]), (0, True, bench_durable.QUICK_WRITES))
+        self.assertEqual((sorted(report["modes"]), report["workers"]["count"], sorted(report["workers"]["modes"])),
+                         (["FULL", "NORMAL"], 2, ["FULL", "NORMAL"]))
+        for mode in report["workers"]["modes"].values():
+            self.assertGreater(mode["durable_writes_per_s"], 0)
+            self.assertAlmostEqual(mode["ratio_to_bare"], mode["durable_writes_per_s"] / mode["bare_commits_per_s"],
+                                   places=2)
+        self.assertEqual(list(self.dir.iterdir()), [])
+
+    def test_both_ends_of_the_workers_range_run(self) -> None:
+        import bench_durable
+        for workers, threaded in ((1, None), (bench_durable.MAX_WORKERS, bench_durable.MAX_WORKERS)):
+            with self.subTest(workers=workers):
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out):
+                    status = bench_durable.main(["--quick", "--workers", str(workers), "--dir", str(self.dir)])
+                report = json.loads(out.getvalue())
+                self.assertEqual((status, report.get("workers", {}).get("count")), (0, threaded))
+
+    def test_workers_outside_their_range_are_refused(self) -> None:
+        import bench_durable
+        for workers in (0, bench_durable.MAX_WORKERS + 1):
+            with self.subTest(workers=workers):
+                with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit) as caught:
+                    bench_durable.main(["--quick", "--workers", str(workers), "--dir", str(self.dir)])
+                self.assertEqual(caught.exception.code, 2)
+
+    def test_a_worker_that_fails_fails_the_benchmark(self) -> None:
+        import bench_durable
+
+        def work(index: int, ready: threading.Barrier) -> None:
+            if index == 1:
+                raise RuntimeError("a worker's write failed")
+            ready.wait()
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), self.assertRaises(SystemExit) as caught:
+            bench_durable._in_threads(2, work)
+        self.assertEqual((caught.exception.code, json.loads(out.getvalue())),
+                         (1, {"passed": False, "error": "a benchmark worker failed: RuntimeError"}))
 
 
 # --------------------------------------------------------------------------------------------

@@ -2362,7 +2362,19 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         self.contracts_refused(self.mutated(integer_resource), "CONTRACTS_REFERENCE", "tools[0].resource_field")
         loaded = td.parse_contracts(encode(self.mutated(
             lambda d: d["tools"][0].update(resource_field=None, bound_fields=[], output_schema=None))))
-        self.assertIsNone(loaded.tools["get_order"].output_schema)
+        self.assertIsNone(loaded.tools["get_order"].output_contract)
+
+    def test_contracts_bound_fields_are_required_on_both_sides(self):
+        def optional_in_output(document):
+            document["tools"][0]["output_schema"]["required"] = ["status"]
+        self.contracts_refused(self.mutated(optional_in_output), "CONTRACTS_REFERENCE", "tools[0].bound_fields")
+
+        def optional_in_input(document):
+            tool = document["tools"][1]
+            tool["input_schema"]["required"] = ["order_ref"]
+        self.contracts_refused(self.mutated(optional_in_input), "CONTRACTS_REFERENCE", "tools[1].bound_fields")
+        self.assertEqual(td.parse_contracts(encode(contracts_document()))["create_refund_draft"].bound_fields,
+                         ("order_ref", "reason"))
 
     def test_contracts_revisions_provenance_hints(self):
         self.contracts_refused(self.mutated(lambda d: d["tools"][0]["revisions"].pop("handler")), "CONTRACTS_FIELDS",
@@ -2447,43 +2459,68 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             return False
         return True
 
-    def test_shipped_same_tools_and_revisions(self):
-        self.assertEqual(set(self.shipped_loaded().tools), set(td.REGISTRY))
+    def test_flat_objects_are_refused_in_the_same_order_as_nested_ones(self):
+        # A root of scalar properties takes a path without the work stack; one more (absent,
+        # optional) array property sends the same schema through the stack: same outcome each time.
+        properties = {"a": {"type": "string", "maxLength": 2}, "b": {"type": "integer", "maximum": 3},
+                      "c": {"type": ["boolean", "null"]}}
+        flat = td.compile_schema(schema_object(properties, ["a"]))
+        stacked = td.compile_schema(schema_object({**properties, "z": {"type": "array", "items": {"type": "string"}}},
+                                                  ["a"]))
+        values = [{"a": "x"}, {"a": "x", "b": 3, "c": None}, {"a": "xyz", "b": 4}, {"b": 4, "a": "xyz"}, {"b": 1},
+                  {"a": "x", "q": 1}, {"a": "x", "c": 1}, [], {"a": 1, "b": "1", "c": "1"}, {"a": "\ud800"}]
+        outcomes = []
+        for value in values:
+            with self.subTest(value=value):
+                found = []
+                for compiled in (flat, stacked):
+                    try:
+                        compiled.check(value)
+                        found.append(None)
+                    except td.ValueRefusal as refusal:
+                        found.append((refusal.code, refusal.at))
+                self.assertEqual(found[0], found[1])
+                outcomes.append(found[0])
+        self.assertEqual(outcomes, [None, None, ("VALUE_RANGE", "value.properties[1]"),
+                                    ("VALUE_LENGTH", "value.properties[0]"), ("VALUE_FIELDS", "value"),
+                                    ("VALUE_FIELDS", "value"), ("VALUE_TYPE", "value.properties[2]"),
+                                    ("VALUE_TYPE", "value"), ("VALUE_TYPE", "value.properties[2]"),
+                                    ("VALUE_NOT_PORTABLE", "value.properties[0]")])
+
+    def test_shipped_registry_is_the_contracts_file(self):
+        loaded = self.shipped_loaded()
+        self.assertEqual(list(td.REGISTRY), ["get_order", "create_refund_draft"])
+        self.assertEqual(td.SHIPPED_CONTRACTS, CONTRACTS_PATH)
         for name, spec in td.REGISTRY.items():
-            tool = self.shipped_loaded().tools[name]
             with self.subTest(tool=name):
-                self.assertEqual(tool.contract_view(), spec.contract_view())
-                self.assertEqual((tool.description, tool.effect, tool.required_role, tool.resource_field,
-                                  tool.bound_fields),
-                                 (spec.description, spec.effect, spec.required_role, spec.resource_field,
-                                  spec.bound_fields))
+                self.assertEqual(loaded[name], spec)
+                self.assertEqual(loaded[name].contract_view(), spec.contract_view())
+        self.assertEqual((td.REGISTRY["create_refund_draft"].resource_field,
+                          td.REGISTRY["create_refund_draft"].bound_fields), ("order_ref", ("order_ref", "reason")))
 
-    def test_shipped_inputs_admitted_and_refused_alike(self):
-        admitted = 0
+    def test_shipped_inputs_admitted_exactly(self):
+        # Known answers: the same table the hand-written FieldRules admitted before the file did.
+        expected = {"get_order": {0, 1}, "create_refund_draft": {12, 13, 14}}
         for name, spec in td.REGISTRY.items():
-            for arguments in self.SHIPPED_INPUTS:
+            for index, arguments in enumerate(self.SHIPPED_INPUTS):
                 with self.subTest(tool=name, arguments=arguments):
-                    expected = self.core_admits(td.check_input, spec, copy.deepcopy(arguments))
-                    self.assertEqual(self.shipped_loaded().tools[name].input_schema.admits(arguments), expected)
-                    admitted += expected
-        self.assertEqual(admitted, 5)  # 2 get_order, 3 create_refund_draft: the table has both sides
+                    admitted = self.core_admits(td.check_input, spec, copy.deepcopy(arguments))
+                    self.assertEqual(admitted, index in expected[name])
+                    self.assertEqual(spec.input_contract.admits(arguments), admitted)
 
-    def test_shipped_outputs_admitted_and_refused_alike(self):
-        admitted = 0
+    def test_shipped_outputs_admitted_exactly(self):
+        expected = {"get_order": {0}, "create_refund_draft": {4}}
         for name, spec in td.REGISTRY.items():
-            for output in self.SHIPPED_OUTPUTS:
+            for index, output in enumerate(self.SHIPPED_OUTPUTS):
                 with self.subTest(tool=name, output=output):
-                    expected = self.core_admits(td.check_output_fields, spec, output)
-                    self.assertEqual(self.shipped_loaded().tools[name].output_schema.admits(output), expected)
-                    admitted += expected
-        self.assertEqual(admitted, 2)
+                    self.assertEqual(self.core_admits(td.check_output_fields, spec, output), index in expected[name])
 
-    def test_shipped_the_core_generated_schemas_compile_to_the_same_checks(self):
+    def test_shipped_generated_schemas_compile_to_the_same_checks(self):
         for name, spec in td.REGISTRY.items():
             compiled = td.compile_schema(spec.input_schema())
             for arguments in self.SHIPPED_INPUTS:
                 with self.subTest(tool=name, arguments=arguments):
-                    self.assertEqual(compiled.admits(arguments), self.shipped_loaded().tools[name].input_schema.admits(arguments))
+                    self.assertEqual(compiled.admits(arguments), spec.input_contract.admits(arguments))
 
 
 # ============================================================================================
@@ -2544,9 +2581,9 @@ class TestRegistryAndInputContracts(unittest.TestCase):
         self.assertEqual(dispatcher.effect_count, 0)
 
     def test_twelve_digit_order_ref_is_admitted(self):
-        rule = td.REGISTRY["get_order"].input_fields["order_ref"]
-        self.assertTrue(rule.admits("ORDER-123456789012"))
-        self.assertFalse(rule.admits("ORDER-1234567890123"))
+        contract = td.REGISTRY["get_order"].input_contract
+        self.assertTrue(contract.admits({"order_ref": "ORDER-123456789012"}))
+        self.assertFalse(contract.admits({"order_ref": "ORDER-1234567890123"}))
 
     def test_check_input_returns_a_fresh_copy(self):
         arguments = {"order_ref": "ORDER-7", "reason": "other"}
@@ -2554,31 +2591,59 @@ class TestRegistryAndInputContracts(unittest.TestCase):
         self.assertEqual(checked, arguments)
         self.assertIsNot(checked, arguments)
 
-    def test_field_rule_admits_by_pattern_or_by_choices(self):
-        rule = td.FieldRule(pattern=td.ORDER_REF_PATTERN, max_length=8)
-        self.assertTrue(rule.admits("ORDER-12"))
-        self.assertFalse(rule.admits("ORDER-123"))  # longer than max_length
-        enum = td.FieldRule(choices=frozenset({"a", "b"}))
-        self.assertIs(enum.admits("a"), True)
-        self.assertIs(enum.admits("c"), False)
-        self.assertIs(enum.admits(["a"]), False)
-        self.assertIs(rule.admits("ORDER-123"), False)
-        self.assertIs(rule.admits(12), False)
+    def test_check_input_refuses_what_is_not_a_plain_object(self):
+        spec = td.REGISTRY["get_order"]
+
+        class Key(str):
+            pass
+
+        for arguments in ([], None, "ORDER-7", {Key("order_ref"): "ORDER-7"}):
+            with self.subTest(arguments=arguments):
+                with self.assertRaises(BoundaryError) as caught:
+                    td.check_input(spec, arguments)
+                self.assertEqual(caught.exception.code, "INVALID_ARGUMENTS")
+
+    def test_input_fields_are_a_thin_view_of_the_compiled_contract(self):
+        spec = td.REGISTRY["create_refund_draft"]
+        self.assertEqual(list(spec.input_fields), ["order_ref", "reason"])
+        self.assertEqual(list(spec.output_fields), ["draft_id", "order_ref", "reason"])
+        self.assertEqual(spec.input_fields["reason"].choices, frozenset({"damaged", "duplicate", "other"}))
+        self.assertEqual((spec.input_fields["order_ref"].pattern, spec.input_fields["order_ref"].max_length),
+                         ("^ORDER-[0-9]{1,12}$", 18))
 
     def test_input_schema_is_exact(self):
         self.assertEqual(td.REGISTRY["create_refund_draft"].input_schema(), {
             "type": "object",
             "properties": {
-                "order_ref": {"type": "string", "pattern": "^(?:ORDER-[0-9]{1,12})$", "maxLength": 18},
-                "reason": {"type": "string", "enum": ["damaged", "duplicate", "other"]},
+                "order_ref": {"type": "string", "maxLength": 18, "pattern": "^ORDER-[0-9]{1,12}$"},
+                "reason": {"type": "string", "enum": ["damaged", "duplicate", "other"], "maxLength": 64},
             },
             "required": ["order_ref", "reason"],
             "additionalProperties": False,
         })
+        self.assertEqual(td.REGISTRY["get_order"].output_schema()["required"], ["order_ref", "status"])
 
-    def test_schema_pattern_anchors_every_branch_of_an_alternation(self):
-        schema = td.FieldRule(pattern=re.compile("a|b"), max_length=1).schema()
-        self.assertEqual(schema, {"type": "string", "pattern": "^(?:a|b)$", "maxLength": 1})
+    def test_a_broken_contracts_file_stops_an_import_and_the_cli_answers_its_failure(self):
+        cases = {b'{"format": "tool-contracts-v1"}': ("CONTRACTS_FIELDS", "contracts"), None: ("CONTRACTS_UNREADABLE", None),
+                 b'{"format": "tool-contracts-v1", "tools": [], "tools": []}': ("JSON_DUPLICATE_KEY", None)}
+        for content, (code, at) in cases.items():
+            with self.subTest(code=code), tempfile.TemporaryDirectory() as folder:
+                with open(MODULE_PATH, "rb") as source, open(os.path.join(folder, "tool_dispatcher.py"), "wb") as copy_:
+                    copy_.write(source.read())
+                if content is not None:
+                    with open(os.path.join(folder, "tool-contracts.json"), "wb") as handle:
+                        handle.write(content)
+                cli = subprocess.run([sys.executable, "-B", os.path.join(folder, "tool_dispatcher.py"), "--fixture",
+                                      FIXTURE_PATH], capture_output=True, text=True, timeout=60)
+                error = {"code": code, "message": {**td.ERROR_CATALOG, **td.CONTRACTS_CATALOG}[code].message,
+                         "retryable": False, **({"at": at} if at else {})}
+                self.assertEqual((cli.returncode, json.loads(cli.stdout), cli.stderr),
+                                 (2, {"passed": False, "error": error}, ""))
+                self.assertNotIn(folder, cli.stdout)
+                imported = subprocess.run([sys.executable, "-B", "-c", "import tool_dispatcher"], cwd=folder,
+                                          capture_output=True, text=True, timeout=60)
+                self.assertEqual(imported.returncode, 1)
+                self.assertIn(code, imported.stderr.splitlines()[-1])
 
     def test_contract_view_lists_every_revision(self):
         self.assertEqual(td.REGISTRY["get_order"].contract_view(), {

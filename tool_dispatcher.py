@@ -88,10 +88,10 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "EFFECTS", "SOURCES", "HINT_FIELDS", "SCHEMA_CATALOG", "VALUE_CATALOG", "CONTRACTS_CATALOG", "SchemaRefusal",
     "ValueRefusal", "ContractsError", "StringRule",
     "IntegerRule", "BooleanRule", "ObjectRule", "ArrayRule", "NullableRule", "Rule", "compile_pattern",
-    "prescan", "Bounds", "compile_schema", "CompiledSchema", "narrow", "ToolContract", "ContractSet",
+    "prescan", "Bounds", "compile_schema", "CompiledSchema", "narrow", "ToolSpec", "ContractSet",
     "load_contracts", "parse_contracts",
     # 9. Registry and input contracts
-    "FieldRule", "ToolSpec", "REFUND_REASONS", "REGISTRY", "check_input",
+    "SHIPPED_CONTRACTS", "REGISTRY", "check_input",
     # 10. Authorization
     "authorize",
     # 11. Operation lifecycle, approval, business state, deadline
@@ -2228,13 +2228,39 @@ class CompiledSchema:
     definitions: tuple[int, ...]  # slots that were reached through a $ref, in discovery order
     source_sha256: str  # SHA-256 of the canonical JSON of the schema as the server sent it
     paths: tuple[str, ...]  # where each rule was declared in that schema (schema.properties[0]...)
+    # An object of scalar properties (every shipped contract, most tool inputs) is checked without
+    # the work stack: name -> (its value check, its rule, its place), the places rendered once.
+    _flat: Mapping[str, tuple[Any, Rule, str]] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        root = self.rules[0]
+        flat = None
+        if type(root) is ObjectRule and all(type(self.rules[index]) in _SCALAR_RULES for _, index in root.properties):
+            flat = MappingProxyType({
+                name: (_RULE_CHECKS[type(self.rules[index])], self.rules[index], f"{VALUE_ROOT}.properties[{position}]")
+                for position, (name, index) in enumerate(root.properties)})
+        object.__setattr__(self, "_flat", flat)
 
     def check(self, value: Any) -> None:
         """Raise ValueRefusal (code, at) unless the schema admits value exactly; iterative."""
-        stack: list[tuple[int, Any, str]] = [(0, value, VALUE_ROOT)]
+        flat = self._flat
+        if flat is not None and type(value) is dict:
+            # The same checks in the same order as the stack below: every key first, then the
+            # required names, then each value, the last one first (the stack pops it first).
+            for key in value:
+                if type(key) is not str or key not in flat:
+                    raise _refuse("VALUE_FIELDS", VALUE_ROOT)
+            if not self.rules[0].required <= value.keys():
+                raise _refuse("VALUE_FIELDS", VALUE_ROOT)
+            for key, item in reversed(value.items()):
+                check, rule, at = flat[key]
+                check(rule, item, at, None)
+            return
+        rules = self.rules
+        stack: list[tuple[int, Any, Any]] = [(0, value, VALUE_ROOT)]
         while stack:
             index, item, at = stack.pop()
-            rule = self.rules[index]
+            rule = rules[index]
             _RULE_CHECKS[type(rule)](rule, item, at, stack)
 
     def admits(self, value: Any) -> bool:
@@ -2268,14 +2294,21 @@ class CompiledSchema:
         return schema
 
 
-def _refuse(code: str, at: str) -> ValueRefusal:
-    return ValueRefusal(code, at)
+def _refuse(code: str, at: Any) -> ValueRefusal:
+    """The refusal, its ``at`` rendered only now: a checked value's place is a chain of
+    (parent, keyword, index) tuples until then, since formatting a path per value costs more
+    than the check itself."""
+    parts = []
+    while type(at) is tuple:
+        at, keyword, position = at
+        parts.append(f"{keyword}{position}]")
+    return ValueRefusal(code, at + "".join(reversed(parts)))
 
 
-def _rule_string(rule: StringRule, value: Any, at: str, _stack: list[Any]) -> None:
+def _rule_string(rule: StringRule, value: Any, at: Any, _stack: list[Any]) -> None:
     if type(value) is not str:
         raise _refuse("VALUE_TYPE", at)
-    if not is_portable_text(value):
+    if not (value.isascii() or is_portable_text(value)):  # the ASCII test first: no call
         raise _refuse("VALUE_NOT_PORTABLE", at)
     if not rule.min_length <= len(value) <= rule.max_length:
         raise _refuse("VALUE_LENGTH", at)
@@ -2285,7 +2318,7 @@ def _rule_string(rule: StringRule, value: Any, at: str, _stack: list[Any]) -> No
         raise _refuse("VALUE_PATTERN", at)
 
 
-def _rule_integer(rule: IntegerRule, value: Any, at: str, _stack: list[Any]) -> None:
+def _rule_integer(rule: IntegerRule, value: Any, at: Any, _stack: list[Any]) -> None:
     if type(value) is not int:  # bool, float (1.0) and int subclasses are not integers here
         raise _refuse("VALUE_TYPE", at)
     if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
@@ -2296,28 +2329,27 @@ def _rule_integer(rule: IntegerRule, value: Any, at: str, _stack: list[Any]) -> 
         raise _refuse("VALUE_ENUM", at)
 
 
-def _rule_boolean(rule: BooleanRule, value: Any, at: str, _stack: list[Any]) -> None:
+def _rule_boolean(rule: BooleanRule, value: Any, at: Any, _stack: list[Any]) -> None:
     if type(value) is not bool:
         raise _refuse("VALUE_TYPE", at)
     if rule.choices is not None and value not in rule.choices:
         raise _refuse("VALUE_ENUM", at)
 
 
-def _rule_object(rule: ObjectRule, value: Any, at: str, stack: list[Any]) -> None:
+def _rule_object(rule: ObjectRule, value: Any, at: Any, stack: list[Any]) -> None:
     if type(value) is not dict:
         raise _refuse("VALUE_TYPE", at)
     index = rule.index
-    for key in value:
-        if type(key) is not str or key not in index:
+    for key, item in value.items():  # children are only queued: every key is seen before any is checked
+        entry = index.get(key) if type(key) is str else None
+        if entry is None:
             raise _refuse("VALUE_FIELDS", at)
+        stack.append((entry[1], item, (at, ".properties[", entry[0])))
     if not rule.required <= value.keys():
         raise _refuse("VALUE_FIELDS", at)
-    for key, item in value.items():
-        position, child = index[key]
-        stack.append((child, item, f"{at}.properties[{position}]"))
 
 
-def _rule_array(rule: ArrayRule, value: Any, at: str, stack: list[Any]) -> None:
+def _rule_array(rule: ArrayRule, value: Any, at: Any, stack: list[Any]) -> None:
     if type(value) is not list:
         raise _refuse("VALUE_TYPE", at)
     if not rule.min_items <= len(value) <= rule.max_items:
@@ -2328,10 +2360,10 @@ def _rule_array(rule: ArrayRule, value: Any, at: str, stack: list[Any]) -> None:
         if len({(type(item), item) for item in value}) != len(value):
             raise _refuse("VALUE_ITEMS", at)
     for position in range(len(value) - 1, -1, -1):
-        stack.append((rule.items, value[position], f"{at}.items[{position}]"))
+        stack.append((rule.items, value[position], (at, ".items[", position)))
 
 
-def _rule_nullable(rule: NullableRule, value: Any, at: str, stack: list[Any]) -> None:
+def _rule_nullable(rule: NullableRule, value: Any, at: Any, stack: list[Any]) -> None:
     if value is not None:
         stack.append((rule.inner, value, at))
 
@@ -2628,45 +2660,113 @@ _SUBSET_RULES: Final = MappingProxyType({
 # -- The contracts file: Value types -----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ToolContract:
-    """One tool, its schemas compiled; everything else as the file declared it."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """One tool of a contract set: its compiled input and output contracts and its revisions, and
+    what its declaration says of it (provenance; hints nothing trusts)."""
 
     name: str
     description: str
-    effect: str
+    effect: str  # "read" or "write"
     required_role: str
-    resource_field: str | None
-    input_schema: CompiledSchema
-    output_schema: CompiledSchema | None
-    bound_fields: tuple[str, ...]
-    revisions: Mapping[str, str]
+    resource_field: str | None  # the required string input field naming the resource authorization checks
+    input_contract: CompiledSchema
+    output_contract: CompiledSchema | None  # None: no output schema was declared, so no output is data
+    bound_fields: tuple[str, ...]  # output fields that must echo the input exactly
+    contract_revision: str
+    input_revision: str
+    output_revision: str
+    effect_revision: str
+    handler_revision: str
     producer: str
-    provenance: Mapping[str, Any]
-    hints: Mapping[str, bool | None]  # the server's annotations: shown to the host, never trusted
+    producer_revision: str
+    provenance: Mapping[str, Any] = field(default_factory=lambda: _HOST_PROVENANCE)
+    hints: Mapping[str, bool | None] = field(default_factory=lambda: _NO_HINTS)  # the server's: never trusted
+    # The audit's view of this contract, built once; only ever read or copied, never handed out.
+    _contract: dict[str, Any] = field(init=False, repr=False, compare=False)
+    _contract_items: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
+    # Whether admitted input (output) holds only scalars, so a shallow copy owns every value.
+    _flat_input: bool = field(init=False, repr=False, compare=False)
+    _flat_output: bool = field(init=False, repr=False, compare=False)
 
-    def check_input(self, arguments: Any) -> None:
-        """Raise ValueRefusal unless the input schema admits the arguments exactly."""
-        self.input_schema.check(arguments)
-
-    def contract_view(self) -> dict[str, str]:
-        """The same view of revisions the core puts in protected_audit (ToolSpec.contract_view)."""
-        return {
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_contract", {
             "tool": self.name,
             "effect": self.effect,
-            "contract_revision": self.revisions["contract"],
-            "input_revision": self.revisions["input"],
-            "output_revision": self.revisions["output"],
-            "effect_revision": self.revisions["effect"],
-            "handler_revision": self.revisions["handler"],
+            "contract_revision": self.contract_revision,
+            "input_revision": self.input_revision,
+            "output_revision": self.output_revision,
+            "effect_revision": self.effect_revision,
+            "handler_revision": self.handler_revision,
             "producer": self.producer,
-            "producer_revision": self.revisions["producer"],
-        }
+            "producer_revision": self.producer_revision,
+        })
+        object.__setattr__(self, "_contract_items", tuple(self._contract.items()))  # its digest templates' key
+        object.__setattr__(self, "_flat_input", _holds_only_scalars(self.input_contract))
+        object.__setattr__(self, "_flat_output", self.output_contract is None
+                           or _holds_only_scalars(self.output_contract))
+
+    def contract_view(self) -> dict[str, Any]:
+        return dict(self._contract)
+
+    @property
+    def input_fields(self) -> Mapping[str, Rule]:
+        """A thin view: each input property's compiled rule, by name, in declaration order."""
+        return _root_fields(self.input_contract)
+
+    @property
+    def output_fields(self) -> Mapping[str, Rule]:
+        """The same view of the output contract (empty when none was declared)."""
+        return MappingProxyType({}) if self.output_contract is None else _root_fields(self.output_contract)
+
+    def input_schema(self) -> dict[str, Any]:
+        """The exact input contract as a JSON Schema, emitted from its compiled check."""
+        return self.input_contract.to_schema()
+
+    def output_schema(self) -> dict[str, Any] | None:
+        return None if self.output_contract is None else self.output_contract.to_schema()
 
 
-@dataclass(frozen=True, slots=True)
-class ContractSet:
-    tools: Mapping[str, ToolContract]  # by name, in file order
+_HOST_PROVENANCE: Final[Mapping[str, Any]] = MappingProxyType({
+    "source": "host", "server_name": None, "server_version": None, "protocol_version": None,
+    "input_schema_sha256": None, "output_schema_sha256": None,
+})
+_NO_HINTS: Final[Mapping[str, bool | None]] = MappingProxyType({name: None for name in HINT_FIELDS})
+
+
+def _root_fields(contract: CompiledSchema) -> Mapping[str, Rule]:
+    root = contract.rules[0]
+    return MappingProxyType({name: contract.rules[index] for name, index in root.properties})
+
+
+def _holds_only_scalars(contract: CompiledSchema) -> bool:
+    rules = contract.rules
+    for _, index in rules[0].properties:
+        rule = rules[index]
+        if type(rule) is NullableRule:
+            rule = rules[rule.inner]
+        if type(rule) not in _SCALAR_RULES:
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ContractSet(Mapping[str, ToolSpec]):
+    """The tools a boundary guards, by name in declaration order: a read-only mapping."""
+
+    tools: Mapping[str, ToolSpec]
+
+    def __getitem__(self, name: str) -> ToolSpec:
+        return self.tools[name]
+
+    def __iter__(self) -> Any:
+        return iter(self.tools)
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def get(self, name: Any, default: Any = None) -> Any:
+        return self.tools.get(name, default)  # one call: the dispatcher looks a tool up on every proposal
 
 
 # -- The contracts file: Loading ---------------------------------------------------------------
@@ -2692,7 +2792,7 @@ def parse_contracts(data: bytes, *, max_bytes: int = MAX_CONTRACTS_BYTES) -> Con
         raise ContractsError("CONTRACTS_VALUE", "tools")
     if not 1 <= len(raw_tools) <= MAX_TOOLS:
         raise ContractsError("CONTRACTS_LIMIT", "tools")
-    tools: dict[str, ToolContract] = {}
+    tools: dict[str, ToolSpec] = {}
     for index, raw in enumerate(raw_tools):
         tool = _parse_tool(raw, f"tools[{index}]")
         if tool.name in tools:
@@ -2701,7 +2801,7 @@ def parse_contracts(data: bytes, *, max_bytes: int = MAX_CONTRACTS_BYTES) -> Con
     return ContractSet(MappingProxyType(tools))
 
 
-def _parse_tool(raw: Any, at: str) -> ToolContract:
+def _parse_tool(raw: Any, at: str) -> ToolSpec:
     """One tool entry: exact fields, then its schemas compiled, then the references between them."""
     body = _contract_fields(raw, _TOOL_FIELDS, at)
     _require(type(body["name"]) is str and TOOL_NAME.fullmatch(body["name"]) is not None, f"{at}.name")
@@ -2716,17 +2816,22 @@ def _parse_tool(raw: Any, at: str) -> ToolContract:
     revisions = _contract_fields(body["revisions"], frozenset(_REVISION_FIELDS), f"{at}.revisions")
     for name in _REVISION_FIELDS:
         _require(is_identifier(revisions[name]), f"{at}.revisions.{name}")
-    return ToolContract(
+    return ToolSpec(
         name=body["name"],
         description=body["description"],
         effect=body["effect"],
         required_role=body["required_role"],
         resource_field=_resource_field(body["resource_field"], input_schema, f"{at}.resource_field"),
-        input_schema=input_schema,
-        output_schema=output_schema,
+        input_contract=input_schema,
+        output_contract=output_schema,
         bound_fields=_bound_fields(body["bound_fields"], input_schema, output_schema, f"{at}.bound_fields"),
-        revisions=MappingProxyType({name: revisions[name] for name in _REVISION_FIELDS}),
+        contract_revision=revisions["contract"],
+        input_revision=revisions["input"],
+        output_revision=revisions["output"],
+        effect_revision=revisions["effect"],
+        handler_revision=revisions["handler"],
         producer=body["producer"],
+        producer_revision=revisions["producer"],
         provenance=_provenance(body["provenance"], f"{at}.provenance"),
         hints=_hints(body["hints"], f"{at}.hints"),
     )
@@ -2753,11 +2858,12 @@ def _resource_field(value: Any, input_schema: CompiledSchema, at: str) -> str | 
 
 def _bound_fields(value: Any, input_schema: CompiledSchema, output_schema: CompiledSchema | None,
                   at: str) -> tuple[str, ...]:
-    """Output fields that must echo an input field of the same name: both sides declare it."""
+    """Output fields that must echo an input field of the same name: both sides require it."""
     # Unique names of declared input properties: bounded by MAX_PROPERTIES without a limit of its own.
     _require(type(value) is list and all(type(name) is str for name in value) and len(set(value)) == len(value), at)
     for name in value:
-        if output_schema is None or name not in output_schema.rules[0].index or name not in input_schema.rules[0].index:
+        if (output_schema is None or name not in output_schema.rules[0].required
+                or name not in input_schema.rules[0].required):
             raise ContractsError("CONTRACTS_REFERENCE", at)
     return tuple(value)
 
@@ -2797,144 +2903,38 @@ def _require(condition: bool, at: str) -> None:
 # ============================================================================================
 # 9. Registry and input contracts
 # ============================================================================================
+# The shipped tools are a contract set like any other, read from tool-contracts.json beside this
+# module when it is imported. A broken file stops an import with its ContractsError (or
+# SchemaRefusal, or the decoder's JSON_* code); run as the command line, the module imports and
+# main() answers the failure shape instead of a traceback.
+
+SHIPPED_CONTRACTS: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tool-contracts.json")
 
 
-@dataclass(frozen=True, slots=True)
-class FieldRule:
-    """One string field: a whole-string pattern or a closed set of choices."""
-
-    pattern: re.Pattern[str] | None = None
-    choices: frozenset[str] = frozenset()
-    max_length: int = MAX_IDENTIFIER_LENGTH
-
-    def admits(self, value: Any) -> bool:
-        if type(value) is not str or len(value) > self.max_length:
-            return False
-        if self.pattern is not None:
-            return self.pattern.fullmatch(value) is not None
-        return value in self.choices
-
-    def schema(self) -> dict[str, Any]:
-        """The JSON Schema of this field, for tool declarations generated from the registry."""
-        if self.pattern is not None:
-            # Grouped before anchoring: "^a|b$" would anchor only one branch of an alternation.
-            return {"type": "string", "pattern": f"^(?:{self.pattern.pattern})$", "maxLength": self.max_length}
-        return {"type": "string", "enum": sorted(self.choices)}
+def _shipped_registry(path: str) -> tuple[ContractSet, CatalogError | None]:
+    try:
+        return load_contracts(path), None
+    except CatalogError as failure:
+        return ContractSet(MappingProxyType({})), failure
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolSpec:
-    name: str
-    description: str
-    effect: str  # "read" or "write"
-    required_role: str
-    resource_field: str  # the input field naming the resource that authorization checks
-    input_fields: Mapping[str, FieldRule]
-    output_fields: Mapping[str, FieldRule]
-    bound_fields: tuple[str, ...]  # output fields that must echo the input exactly
-    contract_revision: str
-    input_revision: str
-    output_revision: str
-    effect_revision: str
-    handler_revision: str
-    producer: str
-    producer_revision: str
-    # The audit's view of this contract, built once; only ever read or copied, never handed out.
-    _contract: dict[str, Any] = field(init=False, repr=False, compare=False)
-    _contract_items: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_contract", {
-            "tool": self.name,
-            "effect": self.effect,
-            "contract_revision": self.contract_revision,
-            "input_revision": self.input_revision,
-            "output_revision": self.output_revision,
-            "effect_revision": self.effect_revision,
-            "handler_revision": self.handler_revision,
-            "producer": self.producer,
-            "producer_revision": self.producer_revision,
-        })
-        object.__setattr__(self, "_contract_items", tuple(self._contract.items()))  # its digest templates' key
-
-    def contract_view(self) -> dict[str, Any]:
-        return dict(self._contract)
-
-    def input_schema(self) -> dict[str, Any]:
-        """The exact input contract as a JSON Schema: every field required, nothing else allowed."""
-        return {
-            "type": "object",
-            "properties": {field: rule.schema() for field, rule in self.input_fields.items()},
-            "required": list(self.input_fields),
-            "additionalProperties": False,
-        }
+_SHIPPED: Final = _shipped_registry(SHIPPED_CONTRACTS)
+if _SHIPPED[1] is not None and __name__ != "__main__":
+    raise _SHIPPED[1]
+REGISTRY: Final[ContractSet] = _SHIPPED[0]
 
 
-_ORDER_REF_RULE: Final = FieldRule(pattern=ORDER_REF_PATTERN, max_length=18)
-REFUND_REASONS: Final = frozenset({"duplicate", "damaged", "other"})
-
-REGISTRY: Final[Mapping[str, ToolSpec]] = MappingProxyType({
-    spec.name: spec
-    for spec in (
-        ToolSpec(
-            name="get_order",
-            description="Read one of the caller's orders and its payment status.",
-            effect="read",
-            required_role="orders.read",
-            resource_field="order_ref",
-            input_fields=MappingProxyType({"order_ref": _ORDER_REF_RULE}),
-            output_fields=MappingProxyType({
-                "order_ref": _ORDER_REF_RULE,
-                "status": FieldRule(choices=ORDER_STATUSES),
-            }),
-            bound_fields=("order_ref",),
-            contract_revision="get_order.contract.v2",
-            input_revision="get_order.input.v2",
-            output_revision="get_order.output.v2",
-            effect_revision="effect.none.v1",
-            handler_revision="get_order.handler.v1",
-            producer="orders-service",
-            producer_revision="orders-producer-v3",
-        ),
-        ToolSpec(
-            name="create_refund_draft",
-            description="Create a refund draft for one of the caller's paid orders; submits nothing.",
-            effect="write",
-            required_role="refunds.draft",
-            resource_field="order_ref",
-            input_fields=MappingProxyType({
-                "order_ref": _ORDER_REF_RULE,
-                "reason": FieldRule(choices=REFUND_REASONS),
-            }),
-            output_fields=MappingProxyType({
-                "draft_id": FieldRule(pattern=re.compile(r"DRAFT-[0-9a-f]{16}"), max_length=22),
-                "order_ref": _ORDER_REF_RULE,
-                "reason": FieldRule(choices=REFUND_REASONS),
-            }),
-            bound_fields=("order_ref", "reason"),
-            contract_revision="create_refund_draft.contract.v2",
-            input_revision="create_refund_draft.input.v2",
-            output_revision="create_refund_draft.output.v2",
-            effect_revision="effect.refund_draft.v1",
-            handler_revision="create_refund_draft.handler.v1",
-            producer="refunds-service",
-            producer_revision="refunds-producer-v2",
-        ),
-    )
-})
-
-
-def check_input(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, str]:
-    """Exactly the contract's fields, each admitted by its rule; a fresh copy on success."""
-    fields = spec.input_fields
+def check_input(spec: ToolSpec, arguments: Any) -> dict[str, Any]:
+    """Exactly what the compiled input contract admits; a fresh copy on success."""
     # Exact key types first: a str subclass that hashes like a field name and equals anything
-    # would pass the set comparison and ride into the admitted copy.
-    if not plain_keys(arguments) or arguments.keys() != fields.keys():
+    # would ride into the admitted copy (the compiled check refuses one too; this is cheaper).
+    if type(arguments) is not dict or not plain_keys(arguments):
         raise BoundaryError("INVALID_ARGUMENTS")
-    for field, rule in fields.items():
-        if not rule.admits(arguments[field]):
-            raise BoundaryError("INVALID_ARGUMENTS")
-    return dict(arguments)  # flat strings: a shallow copy owns every value
+    try:
+        spec.input_contract.check(arguments)
+    except ValueRefusal:
+        raise BoundaryError("INVALID_ARGUMENTS") from None
+    return dict(arguments) if spec._flat_input else json_copy(arguments)
 
 
 # ============================================================================================
@@ -3496,21 +3496,30 @@ def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, str], orde
     if scan_output(output) > max_bytes and len(canonical_json(output)) > max_bytes:
         raise BoundaryError("OUTPUT_TOO_LARGE")
     check_output_fields(spec, output)
-    for field in spec.bound_fields:
-        if output[field] != arguments[field]:
+    for field in spec.bound_fields:  # required on both sides (the contract loader checks it)
+        if not _same_value(output[field], arguments[field]):
             raise BoundaryError("OUTPUT_BINDING_MISMATCH")
     if result.producer_revision != spec.producer_revision or result.resource_revision != order.revision:
         raise BoundaryError("OUTPUT_BINDING_MISMATCH")
-    return dict(output)
+    return dict(output) if spec._flat_output else json_copy(output)
 
 
 def check_output_fields(spec: ToolSpec, output: Any) -> None:
-    fields = spec.output_fields
-    if type(output) is not dict or output.keys() != fields.keys():
+    """Exactly what the compiled output contract admits; with no output contract, nothing is."""
+    contract = spec.output_contract
+    if contract is None:
         raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
-    for field, rule in fields.items():
-        if not rule.admits(output[field]):
-            raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
+    try:
+        contract.check(output)
+    except ValueRefusal:
+        raise BoundaryError("OUTPUT_CONTRACT_VIOLATION") from None
+
+
+def _same_value(first: Any, second: Any) -> bool:
+    """JSON equality: 1 and true, 1 and 1.0 differ here (Python's == says they are equal)."""
+    if type(first) is str and type(second) is str:
+        return first == second
+    return type(first) is type(second) and canonical_text(first) == canonical_text(second)
 
 
 # ============================================================================================
@@ -4528,7 +4537,10 @@ _AUDIT_EVIDENCE: Final = _table(
     resource_revision=_or_null(_integer_in(1, MAX_REVISION)),
 )
 _AUDIT_DIGESTS: Final = _table(request_sha256=_is_digest, result_sha256=_is_digest, call_binding_sha256=_is_digest)
-_TOOL_CONTRACT_FIELDS: Final = frozenset(REGISTRY["get_order"].contract_view())
+_TOOL_CONTRACT_FIELDS: Final = frozenset({  # the keys of ToolSpec.contract_view()
+    "tool", "effect", "contract_revision", "input_revision", "output_revision", "effect_revision", "handler_revision",
+    "producer", "producer_revision",
+})
 
 
 def _verified(body: dict[str, Any], table: _Table, code: str = "PACKAGE_MALFORMED") -> None:
@@ -4699,8 +4711,8 @@ def _check_answer(result: dict[str, Any], audit: dict[str, Any], execution: dict
         # Data echoes the audited arguments on every bound field.
         arguments = audit["arguments"]
         _require_in_package(type(arguments) is dict and all(
-            result["data"].get(name) == arguments.get(name) for name in spec.bound_fields if name in arguments),
-            "PACKAGE_INCONSISTENT")
+            _same_value(result["data"].get(name), arguments.get(name)) for name in spec.bound_fields
+            if name in arguments), "PACKAGE_INCONSISTENT")
 
 
 _BEFORE_THE_REGISTRY: Final = frozenset({"INVALID_PROPOSAL", "UNKNOWN_TOOL"})
@@ -5235,6 +5247,9 @@ def _cli_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    failure = _SHIPPED[1]
+    if failure is not None:  # the shipped contracts file did not load: nothing can be dispatched
+        return cli_failure(failure)
     return run_cli(lambda: _cli_run(argv))
 
 

@@ -301,8 +301,8 @@ class TestDrafting(Case):
         loaded = tool_dispatcher.parse_contracts(importer.dump(document))
         self.assertEqual(list(loaded.tools), ["get_order", "ping_tool"])
         get_order = loaded.tools["get_order"]
-        self.assertTrue(get_order.input_schema.admits({"order_ref": "ORDER-7"}))
-        self.assertFalse(get_order.input_schema.admits({"order_ref": "ORDER-7", "extra": 1}))
+        self.assertTrue(get_order.input_contract.admits({"order_ref": "ORDER-7"}))
+        self.assertFalse(get_order.input_contract.admits({"order_ref": "ORDER-7", "extra": 1}))
 
     def test_every_tool_is_a_write_unless_the_host_says(self):
         document, report = self.imported()
@@ -422,13 +422,13 @@ class TestInteropExpectedDrafts(unittest.TestCase):
         self.assertEqual(list(modern.tools), ["get_order", "create_refund_draft", "list_orders", "set_address"])
         for name, tool in modern.tools.items():
             other = legacy.tools[name]
-            self.assertEqual((tool.input_schema.to_schema(), tool.provenance["protocol_version"],
+            self.assertEqual((tool.input_schema(), tool.provenance["protocol_version"],
                               other.provenance["protocol_version"]),
-                             (other.input_schema.to_schema(), "2026-07-28", "2025-11-25"))
+                             (other.input_schema(), "2026-07-28", "2025-11-25"))
 
     def test_the_sdk_servers_looseness_is_closed_in_the_draft(self):
         tools = self.load("modern").tools
-        get_order, listing = tools["get_order"].input_schema, tools["list_orders"].input_schema
+        get_order, listing = tools["get_order"].input_contract, tools["list_orders"].input_contract
         self.assertTrue(get_order.admits({"order_ref": "ORDER-7"}))
         self.assertFalse(get_order.admits({"order_ref": "ORDER-7\n"}))
         self.assertFalse(get_order.admits({"order_ref": "ORDER-7", "extra": True}))

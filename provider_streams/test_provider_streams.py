@@ -1159,14 +1159,15 @@ class TestDeclarations(unittest.TestCase):
                 schema = declared_parameters(provider, declaration)
                 base = {}
                 for field, rule in spec.input_fields.items():
-                    examples = VALID_EXAMPLES.get(field) or sorted(rule.choices)
+                    examples = VALID_EXAMPLES.get(field) or sorted(rule.choices or ())
                     self.assertTrue(examples, f"no valid example for {field}: add one to VALID_EXAMPLES")
                     base[field] = examples[0]
                 candidates = [base, {**base, "extra": "x"}] + [
                     {key: value for key, value in base.items() if key != field} for field in base]
                 for field, rule in spec.input_fields.items():
-                    values = (VALID_EXAMPLES.get(field, []) + PROBES.get(field, []) + sorted(rule.choices)
-                              + [choice.upper() for choice in rule.choices] + COMMON_PROBES)
+                    choices = sorted(rule.choices or ())
+                    values = (VALID_EXAMPLES.get(field, []) + PROBES.get(field, []) + choices
+                              + [choice.upper() for choice in choices] + COMMON_PROBES)
                     candidates += [{**base, field: value} for value in values]
                 for arguments in candidates:
                     with self.subTest(provider=provider, tool=spec.name, arguments=arguments):
@@ -1183,7 +1184,9 @@ class TestDeclarations(unittest.TestCase):
                 with self.subTest(tool=spec.name, field=field):
                     longest = max(VALID_EXAMPLES[field], key=len)
                     self.assertEqual(len(longest), rule.max_length)
-                    self.assertTrue(rule.admits(longest))
+                    self.assertTrue(contract_admits(spec, {**{name: VALID_EXAMPLES.get(name, sorted(other.choices or ("",)))[0]
+                                                              for name, other in spec.input_fields.items()},
+                                                           field: longest}))
                     self.assertTrue(any(len(probe) == rule.max_length + 1 for probe in PROBES[field]))
 
     def test_reader_refuses_keywords_it_does_not_know(self):

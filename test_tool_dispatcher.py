@@ -247,6 +247,63 @@ class StrictJsonAssertions:
         self.assertEqual(caught.exception.code, code)
 
 
+# -- an imported tool behind the boundary: a contract set of its own, its host handlers ------
+
+
+def imported_document() -> dict:
+    """Two tools an MCP import could have drafted: integer, boolean, nullable, optional fields."""
+    provenance = {"source": "mcp_import", "server_name": "orders-mcp", "server_version": "1.0.0",
+                  "protocol_version": "2026-07-28", "input_schema_sha256": "a" * 64, "output_schema_sha256": "b" * 64}
+    hints = {"read_only": None, "destructive": False, "idempotent": None, "open_world": None}
+    order_ref = {"type": "string", "pattern": "^ORDER-[0-9]{1,12}$", "maxLength": 18}
+
+    def tool(name, effect, input_schema, output_schema, bound):
+        return {"name": name, "description": f"The imported {name}.", "effect": effect, "required_role": "orders.read",
+                "resource_field": "order_ref", "input_schema": input_schema, "output_schema": output_schema,
+                "bound_fields": bound, "producer": "orders-mcp", "provenance": provenance, "hints": hints,
+                "revisions": {part: f"{name}.{part}.v1" for part in ("contract", "input", "output", "effect",
+                                                                      "handler", "producer")}}
+
+    return {"format": "tool-contracts-v1", "tools": [
+        tool("adjust_order", "write",
+             schema_object({"order_ref": order_ref, "quantity": {"type": "integer", "minimum": 1, "maximum": 10},
+                            "gift": {"type": "boolean"},
+                            "note": {"anyOf": [{"type": "string", "maxLength": 40}, {"type": "null"}]}},
+                           ["order_ref", "quantity"]),
+             schema_object({"order_ref": order_ref, "quantity": {"type": "integer", "minimum": 1, "maximum": 10},
+                            "gift": {"type": "boolean"}, "note": {"type": ["string", "null"], "maxLength": 40}},
+                           ["order_ref", "quantity", "gift", "note"]),
+             ["order_ref", "quantity"]),
+        tool("order_lines", "read",
+             schema_object({"order_ref": order_ref, "limit": {"type": "integer", "minimum": 1, "maximum": 5}},
+                           ["order_ref"]),
+             schema_object({"order_ref": order_ref, "lines": {"type": "array", "items": {"type": "integer"},
+                                                              "maxItems": 5}}, ["order_ref", "lines"]),
+             ["order_ref"]),
+    ]}
+
+
+def imported_contracts() -> td.ContractSet:
+    return td.parse_contracts(encode(imported_document()))
+
+
+def adjust_order(call: td.HandlerCall) -> td.HandlerResult:
+    arguments = call.arguments
+    return td.HandlerResult(output={"order_ref": arguments["order_ref"], "quantity": arguments["quantity"],
+                                    "gift": arguments.get("gift", False), "note": arguments.get("note")},
+                            producer_revision=call.spec.producer_revision, resource_revision=call.order.revision,
+                            receipt_ref=td.derived_ref("rc-", "adjust", call.request_ref))
+
+
+def order_lines(call: td.HandlerCall) -> td.HandlerResult:
+    lines = [7, 8, 9][:call.arguments.get("limit", 3)]
+    return td.HandlerResult(output={"order_ref": call.arguments["order_ref"], "lines": lines},
+                            producer_revision=call.spec.producer_revision, resource_revision=call.order.revision)
+
+
+IMPORTED_HANDLERS = {"adjust_order": adjust_order, "order_lines": order_lines}
+
+
 # ============================================================================================
 # 1. Limits and constants
 # ============================================================================================
@@ -3696,6 +3753,124 @@ def raising_before_commit(call):
 
 
 class TestTheDispatcher(unittest.TestCase):
+
+    def imported_turn(self, provider="openai", **changes):
+        """A write and a read of the imported tools in one provider turn, and the packages."""
+        contracts = imported_contracts()
+        dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts, handlers=IMPORTED_HANDLERS)
+        write_ctx = write_context(provider)
+        read_ctx = context(provider, response="resp_w", call="call_r")
+        arguments = {"order_ref": "ORDER-7", "quantity": 3, "gift": True, **changes}
+        approval = td.approval_for_call(approver="approver-lee", principal=ALICE, context=write_ctx,
+                                        spec=contracts["adjust_order"], arguments=arguments, expires_at=EXPIRES)
+        written = dispatcher.dispatch({"name": "adjust_order", "arguments": arguments}, write_ctx, ALICE,
+                                      approval=approval, now=NOW)
+        lines = dispatcher.dispatch({"name": "order_lines", "arguments": {"order_ref": "ORDER-7", "limit": 2}},
+                                    read_ctx, ALICE, now=NOW)
+        return contracts, dispatcher, (write_ctx, read_ctx), (written, lines)
+
+    def test_an_imported_contract_set_dispatches_and_verifies_with_its_own_set_only(self):
+        for provider, adapter in ADAPTER_FUNCTIONS.items():
+            with self.subTest(provider=provider):
+                contracts, dispatcher, contexts, packages = self.imported_turn(provider)
+                written, lines = packages
+                self.assertEqual((written["model_result"]["status"], written["model_result"]["delivery"],
+                                  written["model_result"]["data"]),
+                                 ("ok", "fresh", {"order_ref": "ORDER-7", "quantity": 3, "gift": True, "note": None}))
+                self.assertEqual(lines["model_result"]["data"], {"order_ref": "ORDER-7", "lines": [7, 8]})
+                self.assertEqual(written["protected_audit"]["tool_contract"], contracts["adjust_order"].contract_view())
+                for package, ctx in zip(packages, contexts):
+                    td.verify_package(package, context=ctx, principal=ALICE, registry=contracts)
+                    payload = adapter(package, ctx, principal=ALICE, registry=contracts)
+                    self.assertEqual(payload, td.ADAPTERS[ctx.adapter_revision](package, ctx))
+                    for check in (lambda: td.verify_package(package, context=ctx, principal=ALICE),
+                                  lambda: adapter(package, ctx, principal=ALICE)):
+                        with self.assertRaises(BoundaryError) as caught:
+                            check()
+                        self.assertEqual(caught.exception.code, "PROVENANCE_MISMATCH")
+                self.assertEqual(td.verify_result_set(list(reversed(contexts)), list(packages), principal=ALICE,
+                                                      registry=contracts), [lines, written])
+                with self.assertRaises(BoundaryError) as caught:
+                    td.verify_result_set(list(contexts), list(packages), principal=ALICE)
+                self.assertEqual(caught.exception.code, "PROVENANCE_MISMATCH")
+                # A replay of the write answers from the record, under the same set.
+                replay = dispatcher.dispatch(
+                    {"name": "adjust_order", "arguments": {"order_ref": "ORDER-7", "quantity": 3, "gift": True}},
+                    write_context(provider, call="call_w2"), ALICE, now=NOW)
+                self.assertEqual(replay["model_result"]["delivery"], "local_replay")
+                td.verify_package(replay, registry=contracts)
+
+    def test_an_imported_contract_refuses_inexact_arguments(self):
+        contracts = imported_contracts()
+        dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts, handlers=IMPORTED_HANDLERS)
+        refused = [{"quantity": True}, {"quantity": "3"}, {"quantity": 3.0}, {"quantity": 11}, {"quantity": 0},
+                   {"gift": 1}, {"note": 7}, {"note": "n" * 41}, {"extra": None}, {"order_ref": "ORDER-7\n"}]
+        for index, change in enumerate(refused):
+            with self.subTest(change=change):
+                package = dispatcher.dispatch({"name": "adjust_order",
+                                               "arguments": {"order_ref": "ORDER-7", "quantity": 3, **change}},
+                                              write_context(call=f"call_{index}", key=f"idem-{index}"), ALICE, now=NOW)
+                self.assertEqual(package["model_result"], error_result("INVALID_ARGUMENTS", tool="adjust_order"))
+                td.verify_package(package, registry=contracts)
+        self.assertEqual(dispatcher.effect_count, 0)
+        missing = dispatcher.dispatch({"name": "adjust_order", "arguments": {"order_ref": "ORDER-7"}},
+                                      write_context(call="call_m", key="idem-m"), ALICE, now=NOW)
+        self.assertEqual(code_of(missing), "INVALID_ARGUMENTS")  # quantity is required, never defaulted
+
+    def test_an_approval_binds_json_values_not_python_equality(self):
+        contracts = imported_contracts()
+        dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts, handlers=IMPORTED_HANDLERS)
+        ctx = write_context()
+        arguments = {"order_ref": "ORDER-7", "quantity": 1, "gift": True}
+        approval = td.approval_for_call(approver="approver-lee", principal=ALICE, context=ctx,
+                                        spec=contracts["adjust_order"], arguments={**arguments, "quantity": True,
+                                                                                   "gift": 1}, expires_at=EXPIRES)
+        package = dispatcher.dispatch({"name": "adjust_order", "arguments": arguments}, ctx, ALICE,
+                                      approval=approval, now=NOW)
+        self.assertEqual(code_of(package), "APPROVAL_MISMATCH")  # Python's == says 1 == True
+        approval = dataclasses.replace(approval, arguments=arguments)
+        self.assertEqual(dispatcher.dispatch({"name": "adjust_order", "arguments": arguments}, ctx, ALICE,
+                                             approval=approval, now=NOW)["model_result"]["status"], "ok")
+
+    def test_a_bound_field_must_echo_the_same_json_value(self):
+        contracts = imported_contracts()
+
+        def echo_as(value):
+            def handler(call):
+                result = adjust_order(call)
+                return dataclasses.replace(result, output={**result.output, "quantity": value})
+            return handler
+
+        for value, code in ((2, "OUTPUT_BINDING_MISMATCH"), (True, "OUTPUT_CONTRACT_VIOLATION"), (1, None)):
+            with self.subTest(value=value):
+                dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts,
+                                        handlers={**IMPORTED_HANDLERS, "adjust_order": echo_as(value)})
+                ctx = write_context()
+                arguments = {"order_ref": "ORDER-7", "quantity": 1}
+                approval = td.approval_for_call(approver="approver-lee", principal=ALICE, context=ctx,
+                                                spec=contracts["adjust_order"], arguments=arguments, expires_at=EXPIRES)
+                package = dispatcher.dispatch({"name": "adjust_order", "arguments": arguments}, ctx, ALICE,
+                                              approval=approval, now=NOW)
+                self.assertEqual(package["model_result"].get("error", {}).get("code"), code)
+
+    def test_every_registry_tool_must_be_runnable_when_the_dispatcher_is_built(self):
+        contracts = imported_contracts()
+        cases = (
+            ({"order_lines": order_lines}, contracts, ("TOOL_HANDLER_MISSING", "registry[0]")),
+            ({"adjust_order": adjust_order, "order_lines": None}, contracts, ("TOOL_HANDLER_MISSING", "registry[1]")),
+        )
+        for handlers, registry, expected in cases:
+            with self.subTest(expected=expected):
+                with self.assertRaises(BoundaryError) as caught:
+                    Dispatcher(world_orders(), registry=registry, handlers=handlers)
+                self.assertEqual((caught.exception.code, caught.exception.at), expected)
+        for change in ({"resource_field": None}, {"output_schema": None, "bound_fields": []}):
+            document = imported_document()
+            document["tools"][1].update(change)
+            with self.subTest(change=change), self.assertRaises(BoundaryError) as caught:
+                Dispatcher(world_orders(), registry=td.parse_contracts(encode(document)), handlers=IMPORTED_HANDLERS)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("TOOL_NOT_DISPATCHABLE", "registry[1]"))
+        Dispatcher(world_orders(), registry=contracts, handlers=IMPORTED_HANDLERS)  # both sides
 
     # -- a write from approval to effect, idempotency and call identity --------------------------
 

@@ -293,6 +293,8 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         LIFECYCLE_VIOLATION="The operation cannot make this lifecycle transition.",
         SEAL_KEYS_INVALID="The seal keys are malformed.",
         SEAL_KEYS_UNREADABLE="The seal keys could not be read.",
+        TOOL_HANDLER_MISSING="A tool of the registry has no handler.",
+        TOOL_NOT_DISPATCHABLE="A tool of the registry names no resource field or declares no output schema.",
     ),
     **error_specs(
         "host", True,
@@ -3077,8 +3079,8 @@ def check_approval(approval: Any, *, principal: Principal, context: CallContext,
         value = getattr(approval, name)
         if type(value) is not str or value != wanted(principal, context, spec):
             raise BoundaryError("APPROVAL_MISMATCH")
-    if type(approval.arguments) is not dict or approval.arguments != arguments:
-        raise BoundaryError("APPROVAL_MISMATCH")
+    if type(approval.arguments) is not dict or not _same_value(approval.arguments, arguments):
+        raise BoundaryError("APPROVAL_MISMATCH")  # JSON equality: an approved 1 is no true
     if now >= approval.expires_at:
         raise BoundaryError("APPROVAL_EXPIRED")
     return reference
@@ -3516,10 +3518,22 @@ def check_output_fields(spec: ToolSpec, output: Any) -> None:
 
 
 def _same_value(first: Any, second: Any) -> bool:
-    """JSON equality: 1 and true, 1 and 1.0 differ here (Python's == says they are equal)."""
-    if type(first) is str and type(second) is str:
-        return first == second
-    return type(first) is type(second) and canonical_text(first) == canonical_text(second)
+    """JSON equality of two JSON values: 1 and true differ here (Python's == says they are equal)."""
+    kind = type(first)
+    if kind is not type(second):
+        return False
+    if kind is dict and _only_text(first):  # every shipped tool's arguments: no encoding needed
+        return first == second and _only_text(second)
+    if kind is dict or kind is list:
+        return canonical_text(first) == canonical_text(second)
+    return first == second
+
+
+def _only_text(mapping: dict[Any, Any]) -> bool:
+    for item in mapping.values():
+        if type(item) is not str:
+            return False
+    return True
 
 
 # ============================================================================================
@@ -4108,6 +4122,12 @@ class Dispatcher:
         self._approvers = frozenset(approvers)
         self._registry = registry
         self._handlers: Mapping[str, Handler] = MappingProxyType({**HANDLERS, **(handlers or {})})
+        # Every tool the registry names must be runnable, or the host hears it now, not at a call.
+        for index, spec in enumerate(registry.values()):
+            if spec.resource_field is None or spec.output_contract is None:
+                raise BoundaryError("TOOL_NOT_DISPATCHABLE", f"registry[{index}]")
+            if not callable(self._handlers.get(spec.name)):
+                raise BoundaryError("TOOL_HANDLER_MISSING", f"registry[{index}]")
         self.operations: OperationStore = operations if operations is not None else MemoryOperations()
         if seal_keys is not None and type(seal_keys) is not SealKeys:
             raise BoundaryError("SEAL_KEYS_INVALID")
@@ -4756,8 +4776,10 @@ def _check_expected_context(provider_context: dict[str, Any], context: CallConte
 
 
 def verify_result_set(calls: Sequence[CallContext], packages: Sequence[Any], *,
-                      principal: Principal | None = None) -> list[dict[str, Any]]:
-    """Verify every package against the turn's calls; return the packages in call order."""
+                      principal: Principal | None = None,
+                      registry: Mapping[str, ToolSpec] = REGISTRY) -> list[dict[str, Any]]:
+    """Verify every package against the turn's calls (and the contract set they were made with);
+    return the packages in call order."""
     if len(calls) > MAX_RESULT_SET or len(packages) > MAX_RESULT_SET:
         raise BoundaryError("RESULT_SET_TOO_LARGE")
     by_call: dict[str, CallContext] = {}
@@ -4779,7 +4801,7 @@ def verify_result_set(calls: Sequence[CallContext], packages: Sequence[Any], *,
             raise BoundaryError("RESULT_SET_UNKNOWN")
         if call_id in answered:
             raise BoundaryError("RESULT_SET_DUPLICATE")
-        verify_package(package, context=context, principal=principal)
+        verify_package(package, context=context, principal=principal, registry=registry)
         answered[call_id] = package
     if len(answered) != len(by_call):
         raise BoundaryError("RESULT_SET_MISSING")
@@ -4843,32 +4865,34 @@ ADAPTERS: Final[Mapping[str, Callable[[Mapping[str, Any], CallContext], dict[str
 
 def adapt(package: Any, context: CallContext, adapter_revision: str, *,
           principal: Principal | None = None, approvers: frozenset[str] | None = None,
-          seal_keys: SealKeys | None = None, require_seal: bool = False) -> dict[str, Any]:
+          seal_keys: SealKeys | None = None, require_seal: bool = False,
+          registry: Mapping[str, ToolSpec] = REGISTRY) -> dict[str, Any]:
     """Verify a package for the call it answers and shape it with the named adapter (with the
-    host's approver allowlist and seal keys, when given, as verify_package takes them)."""
+    contract set it was made with, the host's approver allowlist and seal keys, as
+    verify_package takes them)."""
     check_context(context)
     if context.adapter_revision != adapter_revision:
         raise BoundaryError("PROVIDER_MISMATCH")
-    verify_package(package, context=context, principal=principal, approvers=approvers, seal_keys=seal_keys,
-                   require_seal=require_seal)
+    verify_package(package, context=context, principal=principal, registry=registry, approvers=approvers,
+                   seal_keys=seal_keys, require_seal=require_seal)
     return ADAPTERS[adapter_revision](package, context)
 
 
 def to_openai_responses(package: Any, context: CallContext, **options: Any) -> dict[str, Any]:
     """A Responses `function_call_output` item: the original call_id, output as a JSON string.
-    Options as adapt() takes them: principal, approvers, seal_keys, require_seal."""
+    Options as adapt() takes them: principal, approvers, seal_keys, require_seal, registry."""
     return adapt(package, context, "openai-responses-v1", **options)
 
 
 def to_anthropic_messages(package: Any, context: CallContext, **options: Any) -> dict[str, Any]:
     """A Messages `tool_result` block: the original tool_use_id, text content, is_error.
-    Options as adapt() takes them: principal, approvers, seal_keys, require_seal."""
+    Options as adapt() takes them: principal, approvers, seal_keys, require_seal, registry."""
     return adapt(package, context, "anthropic-messages-v1", **options)
 
 
 def to_gemini_interactions(package: Any, context: CallContext, **options: Any) -> dict[str, Any]:
     """An Interactions continuation: previous_interaction_id and one `function_result` step.
-    Options as adapt() takes them: principal, approvers, seal_keys, require_seal."""
+    Options as adapt() takes them: principal, approvers, seal_keys, require_seal, registry."""
     return adapt(package, context, "gemini-interactions-v1", **options)
 
 

@@ -1166,9 +1166,10 @@ def bind_call(turn: Turn, call: ParsedCall, host: Host) -> CallContext:
                        call.call_id, operation_id="op-" + digest[:24], idempotency_key="key-" + digest[24:48])
 
 
-def host_approval(host: Host, context: CallContext, call: ParsedCall) -> Approval | None:
+def host_approval(host: Host, context: CallContext, call: ParsedCall, *,
+                  registry: Mapping[str, ToolSpec] = REGISTRY) -> Approval | None:
     """The host's approval for a write whose exact arguments a person approved, else None."""
-    spec = REGISTRY.get(call.name)
+    spec = registry.get(call.name)
     if spec is None or spec.effect != "write" or host.approver is None:
         return None
     if (call.name, call.arguments) not in host.approved:
@@ -1178,16 +1179,19 @@ def host_approval(host: Host, context: CallContext, call: ParsedCall) -> Approva
                                              expires_at=host.now + APPROVAL_TTL_SECONDS)
 
 
-def run_turn(turn: Turn, dispatcher: Dispatcher, host: Host) -> TurnRun:
-    """Dispatch every call of a complete turn and build the provider's continuation payload."""
+def run_turn(turn: Turn, dispatcher: Dispatcher, host: Host, *,
+             registry: Mapping[str, ToolSpec] = REGISTRY) -> TurnRun:
+    """Dispatch every call of a complete turn and build the provider's continuation payload
+    (``registry``: the contract set the dispatcher was built with)."""
     protocol = protocol_for(turn.adapter_revision)
     try:
         contexts = tuple(bind_call(turn, call, host) for call in turn.calls)
         packages = [dispatcher.dispatch(call.proposal(), context, host.principal,
-                                        approval=host_approval(host, context, call), now=host.now)
+                                        approval=host_approval(host, context, call, registry=registry),
+                                        now=host.now)
                     for call, context in zip(turn.calls, contexts)]
-        ordered = verify_result_set(contexts, packages, principal=host.principal)
-        items = [protocol.adapt(package, context, principal=host.principal)
+        ordered = verify_result_set(contexts, packages, principal=host.principal, registry=registry)
+        items = [protocol.adapt(package, context, principal=host.principal, registry=registry)
                  for package, context in zip(ordered, contexts)]
     except BoundaryError as refusal:
         raise StreamError("STREAM_CONTINUATION_REFUSED", detail=refusal.code) from None

@@ -1717,6 +1717,17 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
     def test_pattern_pattern_must_be_a_string(self):
         self.refused(schema_field({"type": "string", "pattern": 5}), "SCHEMA_MALFORMED", "schema.properties[0].pattern")
 
+    def test_pattern_length_bounds(self):
+        cases = {"^ORDER-[0-9]{1,12}$": (7, 18), "^DRAFT-[0-9a-f]{16}$": (22, 22), "^a$|^bcd$": (1, 3),
+                 "^x?y$": (1, 2), "^(?:ab|c)z$": (2, 3), "^[a-z]{2,}$": (2, None), "^$": (0, 0),
+                 "^(?:ab){0,3}c$": (1, 7), "^a+b$": (2, None)}
+        for pattern, bounds in cases.items():
+            with self.subTest(pattern=pattern):
+                self.assertEqual(td.pattern_length_bounds(pattern), bounds)
+        with self.assertRaises(td.SchemaRefusal) as caught:
+            td.pattern_length_bounds("^(a+)+$")
+        self.assertEqual((caught.exception.code, caught.exception.at), ("SCHEMA_PATTERN_NESTED_QUANTIFIER", "schema"))
+
     # -- Strings (moved from mcp_import)
     def test_string_lengths_both_sides(self):
         compiled = td.compile_schema(schema_field({"type": "string", "minLength": 2, "maxLength": 3}))

@@ -88,7 +88,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "EFFECTS", "SOURCES", "HINT_FIELDS", "SCHEMA_CATALOG", "VALUE_CATALOG", "CONTRACTS_CATALOG", "SchemaRefusal",
     "ValueRefusal", "ContractsError", "StringRule",
     "IntegerRule", "BooleanRule", "ObjectRule", "ArrayRule", "NullableRule", "Rule", "compile_pattern",
-    "prescan", "Bounds", "compile_schema", "CompiledSchema", "narrow", "ToolSpec", "ContractSet",
+    "pattern_length_bounds", "prescan", "Bounds", "compile_schema", "CompiledSchema", "narrow", "ToolSpec", "ContractSet",
     "load_contracts", "parse_contracts",
     # 9. Registry and input contracts
     "SHIPPED_CONTRACTS", "REGISTRY", "check_input",
@@ -1815,6 +1815,35 @@ def compile_pattern(text: Any, at: str = SCHEMA_ROOT) -> re.Pattern[str]:
         _check_unambiguous(branch, frozenset(), at)
     return re.compile("|".join(f"(?:{_emit_items(branch)})" for branch in branches), re.ASCII)
 
+
+
+def pattern_length_bounds(text: Any) -> tuple[int, int | None]:
+    """The shortest and the longest text an accepted pattern matches (None: no longest).
+
+    What lets a declaration leave a length bound out when the pattern already implies it (strict
+    provider modes take no maxLength). Raises SchemaRefusal as compile_pattern does.
+    """
+    compile_pattern(text)
+    low, high = None, 0
+    for branch in _PatternParser(text, SCHEMA_ROOT).parse():
+        branch_low, branch_high = _sequence_lengths(branch)
+        low = branch_low if low is None else min(low, branch_low)
+        high = None if high is None or branch_high is None else max(high, branch_high)
+    return low or 0, high
+
+
+def _sequence_lengths(items: Sequence[_Item]) -> tuple[int, int | None]:
+    low, high = 0, 0
+    for item in items:  # groups do not nest: one level below this loop at most
+        if item.chars is not None:
+            one_low, one_high = 1, 1
+        else:
+            bounds = [_sequence_lengths(branch) for branch in item.branches]
+            one_low = min(bound[0] for bound in bounds)
+            one_high = None if any(bound[1] is None for bound in bounds) else max(bound[1] for bound in bounds)
+        low += one_low * item.low
+        high = None if high is None or one_high is None or item.high is None else high + one_high * item.high
+    return low, high
 
 # -- The compiler ------------------------------------------------------------------------------
 

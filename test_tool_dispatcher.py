@@ -2555,6 +2555,98 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                                     ("VALUE_TYPE", "value"), ("VALUE_TYPE", "value.properties[2]"),
                                     ("VALUE_NOT_PORTABLE", "value.properties[0]")])
 
+    def server_contracts(self):
+        """A contracts document holding a server's own schemas, one of them a number."""
+        document = contracts_document()
+        document["tools"][1]["input_schema"]["properties"]["amount"] = {"type": "number", "minimum": 0,
+                                                                          "maximum": 500}
+        document["tools"][1]["input_schema"]["properties"]["note"] = {"type": "string"}
+        return document
+
+    def overlay(self, *entries, side="input", name="create_refund_draft"):
+        return {"format": "tool-contract-overlay-v1", "tools": [
+            {"name": name, "input": [], "output": [], side: [{"path": path, "schema": schema} for path, schema in entries]}]}
+
+    def overlaid(self, overlay, document=None):
+        return td.parse_contracts(encode(document or self.server_contracts()),
+                                  overlay=td.parse_overlay(encode(overlay)))
+
+    def test_overlay_narrows_a_number_to_an_integer_and_bounds_a_string(self):
+        self.contracts_refused(self.server_contracts(), "SCHEMA_NUMBER", "tools[1].input_schema.properties[2]",
+                               td.SchemaRefusal)
+        loaded = self.overlaid(self.overlay((["amount"], {"type": "integer", "minimum": 1, "maximum": 500}),
+                                            (["note"], {"type": "string", "maxLength": 40})))
+        contract = loaded["create_refund_draft"].input_contract
+        base = {"order_ref": "ORDER-7", "reason": "other"}
+        self.assertTrue(contract.admits({**base, "amount": 500, "note": "n" * 40}))
+        for refused in ({**base, "amount": 501}, {**base, "amount": 0}, {**base, "amount": 2.5},
+                        {**base, "note": "n" * 41}):
+            with self.subTest(refused=refused):
+                self.assertFalse(contract.admits(refused))
+        self.assertEqual(contract.host_bounds(), ())  # the host's bound is the schema's own now
+        self.assertEqual(loaded["get_order"], td.REGISTRY["get_order"])  # untouched
+
+    def test_overlay_refusals_are_placed_in_the_overlay_file(self):
+        cases = (
+            (self.overlay((["amount"], {"type": "integer", "minimum": 0, "maximum": 501})), "OVERLAY_WIDENS",
+             "overlay.tools[0].input[0]"),
+            (self.overlay((["amount"], {"type": "integer", "minimum": 0, "maximum": 5}), (["missing"], {"type": "string"})),
+             "OVERLAY_PATH", "overlay.tools[0].input[1]"),
+            (self.overlay((["note"], {"type": "string", "format": "email"})), "SCHEMA_FORMAT",
+             "overlay.tools[0].input[0].schema"),
+        )
+        for overlay, code, at in cases:
+            with self.subTest(code=code, at=at):
+                with self.assertRaises(td.SchemaRefusal) as caught:
+                    self.overlaid(overlay)
+                self.assertEqual((caught.exception.code, caught.exception.at), (code, at))
+        with self.assertRaises(td.SchemaRefusal) as caught:
+            self.overlaid(self.overlay((["reason"], {"enum": ["other", "stolen"]}), side="output"), contracts_document())
+        self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_WIDENS", "overlay.tools[0].output[0]"))
+        narrowed = self.overlaid(self.overlay((["amount"], {"type": "integer", "minimum": 0, "maximum": 500}),
+                                              (["reason"], {"enum": ["other"]})))  # both sides of each
+        self.assertEqual(narrowed["create_refund_draft"].input_fields["reason"].choices, frozenset({"other"}))
+
+    def test_overlay_file_fields(self):
+        good = self.overlay((["amount"], {"type": "integer"}))
+        cases = (
+            ({**good, "format": "tool-contract-overlay-v2"}, "CONTRACTS_VERSION", "overlay.format"),
+            ({"format": "tool-contract-overlay-v1"}, "CONTRACTS_FIELDS", "overlay"),
+            ({**good, "tools": []}, "CONTRACTS_LIMIT", "overlay.tools"),
+            ({**good, "tools": [{"name": "x", "input": [], "output": []}]}, "CONTRACTS_LIMIT", "overlay.tools[0]"),
+            ({**good, "tools": [good["tools"][0], good["tools"][0]]}, "CONTRACTS_DUPLICATE", "overlay.tools[1].name"),
+            (self.overlay((["amount"], {"type": "integer"}), (["amount"], {"type": "integer"})),
+             "CONTRACTS_DUPLICATE", "overlay.tools[0].input[1].path"),
+            (self.overlay(([], {"type": "integer"})), "CONTRACTS_VALUE", "overlay.tools[0].input[0].path"),
+            (self.overlay((["a"] * 17, {"type": "integer"})), "CONTRACTS_VALUE", "overlay.tools[0].input[0].path"),
+            (self.overlay(*[([f"p{i}"], {"type": "integer"}) for i in range(65)]), "CONTRACTS_LIMIT",
+             "overlay.tools[0].input"),
+            ({**good, "tools": [{**good["tools"][0], "name": "a b"}]}, "CONTRACTS_VALUE", "overlay.tools[0].name"),
+        )
+        for overlay, code, at in cases:
+            with self.subTest(code=code, at=at):
+                with self.assertRaises(td.ContractsError) as caught:
+                    td.parse_overlay(encode(overlay))
+                self.assertEqual((caught.exception.code, caught.exception.at), (code, at))
+        self.assertEqual(len(td.parse_overlay(encode(self.overlay(
+            *[([f"p{i}"], {"type": "integer"}) for i in range(64)]))).tools), 1)  # both sides of the limit
+        td.parse_overlay(encode(self.overlay((["a"] * 16, {"type": "integer"}))))
+        with self.assertRaises(td.ContractsError) as caught:
+            self.overlaid(self.overlay((["order_ref"], {"type": "string"}), name="absent_tool"), contracts_document())
+        self.assertEqual((caught.exception.code, caught.exception.at), ("CONTRACTS_REFERENCE", "overlay.tools[0].name"))
+
+    def test_overlay_loads_from_a_file_and_never_names_the_path(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "overlay.json")
+            with open(path, "wb") as handle:
+                handle.write(encode(self.overlay((["amount"], {"type": "integer"}))))
+            self.assertEqual(list(td.load_overlay(path).tools), ["create_refund_draft"])
+            with self.assertRaises(td.ContractsError) as caught:
+                td.load_overlay(os.path.join(folder, "missing.json"))
+            self.assertEqual(caught.exception.to_json(), {"code": "CONTRACTS_UNREADABLE",
+                                                          "message": "The contracts file could not be read.",
+                                                          "retryable": False, "at": "overlay"})
+
     def test_shipped_registry_is_the_contracts_file(self):
         loaded = self.shipped_loaded()
         self.assertEqual(list(td.REGISTRY), ["get_order", "create_refund_draft"])
@@ -5730,6 +5822,53 @@ class TestCli(unittest.TestCase):
         self.assertNotIn("Traceback", out + err)
         self.assertNotIn(self.folder, out + err)
         self.assertNotIn("hostile-", out + err)
+
+    def test_check_contracts_prints_the_compiled_set(self):
+        status, out = run_main("--check-contracts", CONTRACTS_PATH)
+        body = json.loads(out)
+        self.assertEqual((status, body["passed"], body["tool_count"], body["overlay"], body["not_dispatchable"]),
+                         (0, True, 2, False, []))
+        view = body["tools"][1]
+        spec = td.REGISTRY["create_refund_draft"]
+        self.assertEqual(view, {"name": "create_refund_draft", "effect": "write", "required_role": "refunds.draft",
+                                "resource_field": "order_ref", "bound_fields": ["order_ref", "reason"],
+                                "dispatchable": True, "contract": spec.contract_view(),
+                                "input_schema": spec.input_schema(), "output_schema": spec.output_schema(),
+                                "host_bounds": {"input": [], "output": []}})
+
+    def test_check_contracts_with_an_overlay_and_its_exit_statuses(self):
+        document = contracts_document()
+        document["tools"][1]["input_schema"]["properties"]["amount"] = {"type": "number", "maximum": 9}
+        document["tools"][0].update(output_schema=None, bound_fields=[])
+        overlay = {"format": "tool-contract-overlay-v1", "tools": [
+            {"name": "create_refund_draft", "input": [{"path": ["amount"], "schema": {"type": "integer", "minimum": 0,
+                                                                                       "maximum": 9}}], "output": []}]}
+        widening = {**overlay, "tools": [{**overlay["tools"][0], "input": [
+            {"path": ["amount"], "schema": {"type": "integer", "maximum": 10}}]}]}
+        with tempfile.TemporaryDirectory() as folder:
+            paths = {}
+            for name, value in (("contracts", document), ("overlay", overlay), ("widening", widening)):
+                paths[name] = os.path.join(folder, name + ".json")
+                with open(paths[name], "wb") as handle:
+                    handle.write(encode(value))
+            status, out = run_main("--check-contracts", paths["contracts"], "--overlay", paths["overlay"])
+            body = json.loads(out)
+            self.assertEqual((status, body["passed"], body["overlay"], body["not_dispatchable"]),
+                             (1, False, True, ["get_order"]))  # compiled; get_order has no output schema
+            self.assertEqual(body["tools"][1]["input_schema"]["properties"]["amount"],
+                             {"type": "integer", "minimum": 0, "maximum": 9})
+            for argv, code, at in (
+                    (("--check-contracts", paths["contracts"]), "SCHEMA_NUMBER", "tools[1].input_schema.properties[2]"),
+                    (("--check-contracts", paths["contracts"], "--overlay", paths["widening"]), "OVERLAY_WIDENS",
+                     "overlay.tools[0].input[0]"),
+                    (("--check-contracts", os.path.join(folder, "missing.json")), "CONTRACTS_UNREADABLE", None),
+                    (("--overlay", paths["overlay"], "--fixture", FIXTURE_PATH), "CLI_USAGE", None),
+                    (("--check-contracts", paths["contracts"], "--case", "x"), "CLI_USAGE", None)):
+                with self.subTest(argv=argv[:3]):
+                    status, out = run_main(*argv)
+                    error = json.loads(out)["error"]
+                    self.assertEqual((status, error["code"], error.get("at")), (2, code, at))
+                    self.assertNotIn(folder, out)
 
     def test_shipped_fixture_passes_in_normal_mode(self):
         status, out, err = self.runs["normal"]

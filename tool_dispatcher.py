@@ -85,11 +85,11 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "DEFAULT_MAX_LENGTH", "DEFAULT_MAX_ITEMS", "SCHEMA_ROOT", "VALUE_ROOT", "ANNOTATIONS", "ROOT_ONLY",
     "REFUSED_KEYWORDS", "TYPE_KEYWORDS", "SCALAR_KINDS", "DEFINITION_PREFIXES", "CONTRACTS_FORMAT",
     "MAX_CONTRACTS_BYTES", "MAX_CONTRACTS_DEPTH", "MAX_TOOLS", "MAX_DESCRIPTION_LENGTH", "TOOL_NAME",
-    "EFFECTS", "SOURCES", "HINT_FIELDS", "SCHEMA_CATALOG", "VALUE_CATALOG", "CONTRACTS_CATALOG", "SchemaRefusal",
-    "ValueRefusal", "ContractsError", "StringRule",
-    "IntegerRule", "BooleanRule", "ObjectRule", "ArrayRule", "NullableRule", "Rule", "compile_pattern",
-    "pattern_length_bounds", "prescan", "Bounds", "compile_schema", "CompiledSchema", "narrow", "ToolSpec", "ContractSet",
-    "load_contracts", "parse_contracts",
+    "EFFECTS", "SOURCES", "HINT_FIELDS", "OVERLAY_FORMAT", "MAX_OVERLAY_PATHS", "MAX_OVERLAY_PATH_LENGTH",
+    "SCHEMA_CATALOG", "VALUE_CATALOG", "CONTRACTS_CATALOG", "SchemaRefusal", "ValueRefusal", "ContractsError",
+    "StringRule", "IntegerRule", "BooleanRule", "ObjectRule", "ArrayRule", "NullableRule", "Rule", "compile_pattern",
+    "pattern_length_bounds", "prescan", "Bounds", "compile_schema", "CompiledSchema", "narrow", "ToolSpec",
+    "ContractSet", "load_contracts", "parse_contracts", "ContractOverlay", "load_overlay", "parse_overlay",
     # 9. Registry and input contracts
     "SHIPPED_CONTRACTS", "REGISTRY", "check_input",
     # 10. Authorization
@@ -558,7 +558,7 @@ class CanonicalTemplate:
     "key":value joined by ",", then "}"; a member's text never depends on its neighbours. So the
     text around the variable members (SLOT) is fixed, kept as one %-format with a %s at each
     slot, and each use only encodes the variable values, passed in the template's sorted slot
-    order. The digest functions in section 14 stay the definition; tests hold every template to
+    order. The digest functions in section 15 stay the definition; tests hold every template to
     them byte for byte.
     """
 
@@ -955,7 +955,7 @@ def _fixture_one_of(choices: frozenset[str]) -> _Check:
 
 
 def _is_fault(purpose: str) -> _Check:
-    # FAULTS, with the handler's fault tables (section 11), is the one list of injectable faults.
+    # FAULTS, with the handler's fault tables (section 12), is the one list of injectable faults.
     return lambda value: type(value) is str and value in FAULTS[purpose]
 
 
@@ -1042,12 +1042,13 @@ _APPROVAL: Final = _table(
 )
 _CHANGE: Final = _table(tenant=is_identifier, order_ref=_is_order_ref, status=_fixture_one_of(ORDER_STATUSES))
 _EXPECT: Final = _table(
-    status=_fixture_one_of(STATUSES), error_code=_or_null(_fixture_one_of(_TOOL_ERROR_CODES)), outcome=_fixture_one_of(OUTCOMES),
+    status=_fixture_one_of(STATUSES), error_code=_or_null(_fixture_one_of(_TOOL_ERROR_CODES)),
+    outcome=_fixture_one_of(OUTCOMES),
     delivery=_fixture_one_of(DELIVERIES), recovery=_fixture_one_of(RECOVERIES),
     effect_count=_integer_in(0, MAX_STEPS_PER_CASE), data=_or_null(_is_object),
     request_sha256=_is_digest, result_sha256=_is_digest, call_binding_sha256=_is_digest,
 )
-# Proposal binding (section 7) and package verification (section 16) read these field sets too.
+# Proposal binding (section 7) and package verification (section 17) read these field sets too.
 _PROPOSAL_FIELDS: Final = _PROPOSAL.fields
 _CONTEXT_FIELDS: Final = _CONTEXT.fields
 # The scalar fields of objects that also hold arrays or objects, checked after those.
@@ -1409,6 +1410,15 @@ _PROVENANCE_FIELDS: Final = frozenset({
     "source", "server_name", "server_version", "protocol_version", "input_schema_sha256", "output_schema_sha256",
 })
 HINT_FIELDS: Final = ("read_only", "destructive", "idempotent", "open_world")
+
+# The host's overlay file: per tool, per property path, the host's narrower schema.
+OVERLAY_FORMAT: Final = "tool-contract-overlay-v1"
+MAX_OVERLAY_PATHS: Final = 64  # narrowed properties of one side of one tool: an object's property limit
+MAX_OVERLAY_PATH_LENGTH: Final = 16  # names in one path: two schema levels per object, under the depth limit
+_OVERLAY_ROOT_FIELDS: Final = frozenset({"format", "tools"})
+_OVERLAY_TOOL_FIELDS: Final = frozenset({"name", "input", "output"})
+_OVERLAY_ENTRY_FIELDS: Final = frozenset({"path", "schema"})
+_OVERLAY_SIDES: Final = (("input", "input_schema"), ("output", "output_schema"))
 
 # -- Errors --------------------------------------------------------------------------------------
 # Three catalogs beside ERROR_CATALOG, one error type each, all four disjoint: a refused schema,
@@ -2803,19 +2813,22 @@ class ContractSet(Mapping[str, ToolSpec]):
 # -- The contracts file: Loading ---------------------------------------------------------------
 
 
-def load_contracts(path: str | os.PathLike[str], *, max_bytes: int = MAX_CONTRACTS_BYTES) -> ContractSet:
-    """Read and compile a contracts file; every failure is a CatalogError without the path."""
+def load_contracts(path: str | os.PathLike[str], *, max_bytes: int = MAX_CONTRACTS_BYTES,
+                   overlay: ContractOverlay | None = None) -> ContractSet:
+    """Read and compile a contracts file (narrowed by the host's overlay, when given); every
+    failure is a CatalogError without the path."""
     try:
         data = read_bounded(path, max_bytes=max_bytes)
     except BoundaryError:
         raise ContractsError("CONTRACTS_UNREADABLE") from None
-    return parse_contracts(data, max_bytes=max_bytes)
+    return parse_contracts(data, max_bytes=max_bytes, overlay=overlay)
 
 
-def parse_contracts(data: bytes, *, max_bytes: int = MAX_CONTRACTS_BYTES) -> ContractSet:
+def parse_contracts(data: bytes, *, max_bytes: int = MAX_CONTRACTS_BYTES,
+                    overlay: ContractOverlay | None = None) -> ContractSet:
     """Decode strictly (JSON_* codes from the core), then exact fields and compiled schemas."""
     root = _contract_fields(decode_strict_json(data, max_bytes=max_bytes, max_depth=MAX_CONTRACTS_DEPTH),
-                   _ROOT_FIELDS, "contracts")
+                            _ROOT_FIELDS, "contracts")
     if root["format"] != CONTRACTS_FORMAT or type(root["format"]) is not str:
         raise ContractsError("CONTRACTS_VERSION", "format")
     raw_tools = root["tools"]
@@ -2823,17 +2836,22 @@ def parse_contracts(data: bytes, *, max_bytes: int = MAX_CONTRACTS_BYTES) -> Con
         raise ContractsError("CONTRACTS_VALUE", "tools")
     if not 1 <= len(raw_tools) <= MAX_TOOLS:
         raise ContractsError("CONTRACTS_LIMIT", "tools")
+    narrowing = overlay.tools if overlay is not None else MappingProxyType({})
     tools: dict[str, ToolSpec] = {}
     for index, raw in enumerate(raw_tools):
-        tool = _parse_tool(raw, f"tools[{index}]")
+        tool = _parse_tool(raw, f"tools[{index}]", narrowing)
         if tool.name in tools:
             raise ContractsError("CONTRACTS_DUPLICATE", f"tools[{index}].name")
         tools[tool.name] = tool
+    for index, name in enumerate(narrowing):
+        if name not in tools:  # an overlay for a tool the file does not declare narrows nothing: refused
+            raise ContractsError("CONTRACTS_REFERENCE", f"overlay.tools[{index}].name")
     return ContractSet(MappingProxyType(tools))
 
 
-def _parse_tool(raw: Any, at: str) -> ToolSpec:
-    """One tool entry: exact fields, then its schemas compiled, then the references between them."""
+def _parse_tool(raw: Any, at: str, narrowing: Mapping[str, _ToolOverlay]) -> ToolSpec:
+    """One tool entry: exact fields, then its schemas compiled (through the host's overlay for
+    it, when there is one), then the references between them."""
     body = _contract_fields(raw, _TOOL_FIELDS, at)
     _require(type(body["name"]) is str and TOOL_NAME.fullmatch(body["name"]) is not None, f"{at}.name")
     _require(type(body["description"]) is str, f"{at}.description")
@@ -2842,8 +2860,12 @@ def _parse_tool(raw: Any, at: str) -> ToolSpec:
     _require(body["effect"] in EFFECTS and type(body["effect"]) is str, f"{at}.effect")
     _require(is_identifier(body["required_role"]), f"{at}.required_role")
     _require(is_identifier(body["producer"]), f"{at}.producer")
-    input_schema = _compile_at(body["input_schema"], f"{at}.input_schema")
-    output_schema = None if body["output_schema"] is None else _compile_at(body["output_schema"], f"{at}.output_schema")
+    host = narrowing.get(body["name"])
+    input_schema = _compile_at(body["input_schema"], f"{at}.input_schema", host, "input")
+    output_schema = (None if body["output_schema"] is None
+                     else _compile_at(body["output_schema"], f"{at}.output_schema", host, "output"))
+    if host is not None and body["output_schema"] is None and host.output:
+        raise SchemaRefusal("OVERLAY_PATH", f"overlay.tools[{host.index}].output[0]")
     revisions = _contract_fields(body["revisions"], frozenset(_REVISION_FIELDS), f"{at}.revisions")
     for name in _REVISION_FIELDS:
         _require(is_identifier(revisions[name]), f"{at}.revisions.{name}")
@@ -2868,10 +2890,16 @@ def _parse_tool(raw: Any, at: str) -> ToolSpec:
     )
 
 
-def _compile_at(schema: Any, at: str) -> CompiledSchema:
+def _compile_at(schema: Any, at: str, host: _ToolOverlay | None = None, side: str = "input") -> CompiledSchema:
+    entries = () if host is None else getattr(host, side)
+    places = [f"overlay.tools[{host.index}].{side}[{number}]" for number in range(len(entries))] if host else []
     try:
-        return compile_schema(schema)
-    except SchemaRefusal as refusal:  # the same code, its place moved inside the file
+        if not entries:
+            return compile_schema(schema)
+        return narrow(schema, MappingProxyType(dict(entries)))
+    except SchemaRefusal as refusal:  # the same code, its place moved inside the file it is about
+        if refusal.at.startswith("overlay["):
+            raise SchemaRefusal(refusal.code, places[int(refusal.at[len("overlay["):-1])]) from None
         raise SchemaRefusal(refusal.code, at + refusal.at[len(SCHEMA_ROOT):]) from None
 
 
@@ -2929,6 +2957,83 @@ def _contract_fields(value: Any, fields: frozenset[str], at: str) -> dict[str, A
 def _require(condition: bool, at: str) -> None:
     if not condition:
         raise ContractsError("CONTRACTS_VALUE", at)
+
+
+# -- The overlay file ---------------------------------------------------------------------------
+# A host narrows a server's contract without editing it: per tool and side (input, output), a
+# path of property names and the host's schema for that property, applied by narrow() when the
+# contracts file is compiled, so that each replacement is proved a subset of the server's rule
+# (OVERLAY_WIDENS otherwise, OVERLAY_PATH for a path that names nothing). Loaded like the
+# contracts file; its places are "overlay.tools[0].input[1]...", the contracts file's "tools[0]...".
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolOverlay:
+    index: int  # the tool's position in the overlay file, for `at`
+    input: tuple[tuple[tuple[str, ...], Any], ...]  # (path, host schema), in file order
+    output: tuple[tuple[tuple[str, ...], Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ContractOverlay:
+    """A parsed tool-contract-overlay-v1 file: the host's narrower schemas, by tool name."""
+
+    tools: Mapping[str, _ToolOverlay]
+
+
+def load_overlay(path: str | os.PathLike[str], *, max_bytes: int = MAX_CONTRACTS_BYTES) -> ContractOverlay:
+    """Read an overlay file; every failure is a CatalogError without the path."""
+    try:
+        data = read_bounded(path, max_bytes=max_bytes)
+    except BoundaryError:
+        raise ContractsError("CONTRACTS_UNREADABLE", "overlay") from None
+    return parse_overlay(data, max_bytes=max_bytes)
+
+
+def parse_overlay(data: bytes, *, max_bytes: int = MAX_CONTRACTS_BYTES) -> ContractOverlay:
+    """Decode strictly, then exact fields; each host schema is compiled here already, so that a
+    schema the compiler refuses is placed in this file (its subset proof comes with the contracts)."""
+    root = _contract_fields(decode_strict_json(data, max_bytes=max_bytes, max_depth=MAX_CONTRACTS_DEPTH),
+                            _OVERLAY_ROOT_FIELDS, "overlay")
+    if root["format"] != OVERLAY_FORMAT or type(root["format"]) is not str:
+        raise ContractsError("CONTRACTS_VERSION", "overlay.format")
+    raw_tools = root["tools"]
+    _require(type(raw_tools) is list, "overlay.tools")
+    if not 1 <= len(raw_tools) <= MAX_TOOLS:
+        raise ContractsError("CONTRACTS_LIMIT", "overlay.tools")
+    tools: dict[str, _ToolOverlay] = {}
+    for index, raw in enumerate(raw_tools):
+        at = f"overlay.tools[{index}]"
+        body = _contract_fields(raw, _OVERLAY_TOOL_FIELDS, at)
+        _require(type(body["name"]) is str and TOOL_NAME.fullmatch(body["name"]) is not None, f"{at}.name")
+        if body["name"] in tools:
+            raise ContractsError("CONTRACTS_DUPLICATE", f"{at}.name")
+        sides = {side: _overlay_entries(body[side], f"{at}.{side}") for side, _ in _OVERLAY_SIDES}
+        if not sides["input"] and not sides["output"]:
+            raise ContractsError("CONTRACTS_LIMIT", at)  # an entry that narrows nothing is a mistake
+        tools[body["name"]] = _ToolOverlay(index, sides["input"], sides["output"])
+    return ContractOverlay(MappingProxyType(tools))
+
+
+def _overlay_entries(raw: Any, at: str) -> tuple[tuple[tuple[str, ...], Any], ...]:
+    _require(type(raw) is list, at)
+    if len(raw) > MAX_OVERLAY_PATHS:
+        raise ContractsError("CONTRACTS_LIMIT", at)
+    entries: dict[tuple[str, ...], Any] = {}
+    for number, item in enumerate(raw):
+        place = f"{at}[{number}]"
+        body = _contract_fields(item, _OVERLAY_ENTRY_FIELDS, place)
+        path = body["path"]
+        _require(type(path) is list and 1 <= len(path) <= MAX_OVERLAY_PATH_LENGTH
+                 and all(type(name) is str and 1 <= len(name) <= MAX_NAME_LENGTH for name in path), f"{place}.path")
+        if tuple(path) in entries:
+            raise ContractsError("CONTRACTS_DUPLICATE", f"{place}.path")
+        try:
+            compile_schema(body["schema"], require_object=False)
+        except SchemaRefusal as refusal:
+            raise SchemaRefusal(refusal.code, f"{place}.schema" + refusal.at[len(SCHEMA_ROOT):]) from None
+        entries[tuple(path)] = body["schema"]
+    return tuple(entries.items())
 
 
 # ============================================================================================
@@ -3029,7 +3134,7 @@ MODEL_STATE: Final[Mapping[str, str]] = MappingProxyType({
 })
 
 # What a repeat of the same intent answers, by the settled record's state as the model sees it:
-# one of ANSWERS (section 13) and its error code. Nothing runs again.
+# one of ANSWERS (section 14) and its error code. Nothing runs again.
 REPEAT_ANSWER: Final[Mapping[str, tuple[str, str | None]]] = MappingProxyType({
     "succeeded": ("replayed", None),
     "reconciled": ("replayed", None),
@@ -3570,7 +3675,7 @@ def _only_text(mapping: dict[Any, Any]) -> bool:
 # ============================================================================================
 # model_result: what the model may see. Its top-level `status` is the control plane's verdict;
 # a business `data.status` (an order's "paid") lives inside `data` and can never stand in for it.
-# protected_audit: what the model never sees (built in section 15, digested in section 14).
+# protected_audit: what the model never sees (built in section 16, digested in section 15).
 
 _NO_REFS: Final[Mapping[str, None]] = MappingProxyType(
     {"request_ref": None, "receipt_ref": None, "status_ref": None}
@@ -4488,7 +4593,7 @@ class _AdmittedRefusal(BoundaryError):
 
 
 _ARGUMENT_REFUSALS: Final = frozenset({"INVALID_ARGUMENTS"})
-# _OUTPUT_REFUSALS (section 13): the refusals after which the handler's output is withheld from
+# _OUTPUT_REFUSALS (section 14): the refusals after which the handler's output is withheld from
 # the model (only the audit says so).
 
 
@@ -5232,7 +5337,9 @@ def render_report(reports: Sequence[StepReport], *, payloads: bool = False) -> s
 # 22. CLI
 # ============================================================================================
 # Exit 0: every expectation held. Exit 1: the fixture loaded but an expectation failed. Exit 2:
-# the fixture or the command line was rejected. Whatever the input, the output is one JSON
+# the fixture or the command line was rejected. --check-contracts: exit 0 every tool compiled and
+# can be dispatched, 1 it compiled but some tool cannot be (no resource field or output schema),
+# 2 the file or its overlay was refused. Whatever the input, the output is one JSON
 # object (or, with --report, the readable table) and never a traceback or a local path.
 
 
@@ -5285,6 +5392,9 @@ def _cli_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     task = parser.add_mutually_exclusive_group(required=True)
     task.add_argument("--fixture", help="path of the tool-cases-v2 JSON fixture")
     task.add_argument("--verify-audit", metavar="FILE", help="verify an audit log's chain (and seals, with keys)")
+    task.add_argument("--check-contracts", metavar="FILE",
+                      help=f"compile a {CONTRACTS_FORMAT} file and print the compiled set")
+    parser.add_argument("--overlay", metavar="FILE", help=f"with --check-contracts: a {OVERLAY_FORMAT} file")
     parser.add_argument("--case", help="run only the case with this id")
     parser.add_argument("--report", action="store_true",
                         help="print a readable per-step table instead of JSON (with --case: each provider payload too)")
@@ -5295,6 +5405,11 @@ def _cli_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                                                            f"(default: the file ${SEAL_KEYS_ENVIRONMENT} names)")
     arguments = parser.parse_args(argv)
     if arguments.verify_audit is not None and (arguments.case or arguments.report or arguments.audit_log):
+        raise BoundaryError("CLI_USAGE")
+    if arguments.overlay is not None and arguments.check_contracts is None:
+        raise BoundaryError("CLI_USAGE")  # an overlay narrows a contracts file: alone it checks nothing
+    if arguments.check_contracts is not None and (arguments.case or arguments.report or arguments.audit_log
+                                                  or arguments.seal_key):
         raise BoundaryError("CLI_USAGE")
     return arguments
 
@@ -5308,6 +5423,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _cli_run(argv: Sequence[str] | None) -> int:
     arguments = _cli_arguments(argv)
+    if arguments.check_contracts is not None:
+        return _check_contracts_command(arguments.check_contracts, arguments.overlay)
     seal_keys = load_seal_keys(arguments.seal_key) if arguments.seal_key else seal_keys_from_environment()
     if arguments.verify_audit is not None:
         return _verify_audit_command(arguments.verify_audit, seal_keys)
@@ -5321,6 +5438,35 @@ def _cli_run(argv: Sequence[str] | None) -> int:
     else:
         emit_json(summary)
     return 0 if summary["passed"] else 1
+
+
+def _check_contracts_command(path: str, overlay_path: str | None) -> int:
+    """Exit 0: every tool compiled and the core's dispatcher can run each (given a handler).
+    Exit 1: the set compiled, but some tool has no resource field or no output schema."""
+    overlay = load_overlay(overlay_path) if overlay_path is not None else None
+    contracts = load_contracts(path, overlay=overlay)
+    tools = [_compiled_view(spec) for spec in contracts.values()]
+    blocked = [view["name"] for view in tools if not view["dispatchable"]]
+    emit_json({"passed": not blocked, "format": CONTRACTS_FORMAT, "overlay": overlay is not None,
+               "tool_count": len(tools), "not_dispatchable": blocked, "tools": tools})
+    return 1 if blocked else 0
+
+
+def _compiled_view(spec: ToolSpec) -> dict[str, Any]:
+    output = spec.output_contract
+    return {
+        "name": spec.name,
+        "effect": spec.effect,
+        "required_role": spec.required_role,
+        "resource_field": spec.resource_field,
+        "bound_fields": list(spec.bound_fields),
+        "dispatchable": spec.resource_field is not None and output is not None,
+        "contract": spec.contract_view(),
+        "input_schema": spec.input_schema(),
+        "output_schema": spec.output_schema(),
+        "host_bounds": {"input": list(spec.input_contract.host_bounds()),
+                        "output": [] if output is None else list(output.host_bounds())},
+    }
 
 
 def _write_audit_log(path: str, reports: Sequence[StepReport], seal_keys: SealKeys | None) -> dict[str, Any]:

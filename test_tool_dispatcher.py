@@ -316,6 +316,21 @@ def glob_python(folder: str) -> list[str]:
     return found
 
 
+def module_definitions(path: str) -> set[str]:
+    """The names a module defines at its top level: functions, classes, assigned names."""
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
 def core_names_used(tree: ast.AST) -> list[tuple[str, int]]:
     """(name, line) for every name of tool_dispatcher a module imports or reads as an attribute."""
     aliases = {"tool_dispatcher"}
@@ -384,16 +399,7 @@ class TestLimitsAndConstants(unittest.TestCase):
 
     def test_all_names_exactly_the_public_definitions(self):
         self.assertEqual(len(td.__all__), len(set(td.__all__)))
-        with open(td.__file__, encoding="utf-8") as handle:
-            tree = ast.parse(handle.read())
-        defined = set()
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-                defined.add(node.name)
-            elif isinstance(node, ast.Assign):
-                defined |= {target.id for target in node.targets if isinstance(target, ast.Name)}
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                defined.add(node.target.id)
+        defined = module_definitions(td.__file__)
         self.assertEqual(set(td.__all__), {name for name in defined if not name.startswith("_")})
 
     def test_no_layer_reaches_for_a_private_or_unlisted_name(self):
@@ -413,26 +419,14 @@ class TestLimitsAndConstants(unittest.TestCase):
 
     def test_no_private_core_name_is_defined_again_by_a_layer(self):
         # A reader who meets _emit_rule or _RULE_CHECKS in a layer must not find a different one here.
-        def defined(path):
-            with open(path, encoding="utf-8") as handle:
-                tree = ast.parse(handle.read())
-            names = set()
-            for node in tree.body:
-                if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-                    names.add(node.name)
-                elif isinstance(node, ast.Assign):
-                    names |= {target.id for target in node.targets if isinstance(target, ast.Name)}
-                elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                    names.add(node.target.id)
-            return names
-
-        private = {name for name in defined(td.__file__) if name.startswith("_") and not name.startswith("__")}
+        private = {name for name in module_definitions(td.__file__)
+                   if name.startswith("_") and not name.startswith("__")}
         self.assertGreater(len(private), 100)
         paths = [path for folder in self.LAYER_FOLDERS for path in sorted(glob_python(os.path.join(ROOT, folder)))]
         self.assertGreater(len(paths), 10)
         for path in paths:
             with self.subTest(file=os.path.relpath(path, ROOT)):
-                self.assertEqual(defined(path) & private, set())
+                self.assertEqual(module_definitions(path) & private, set())
 
     def test_the_scan_sees_each_way_of_reaching_in(self):
         tree = ast.parse("import tool_dispatcher as td\nfrom tool_dispatcher import _hidden, Dispatcher\n"

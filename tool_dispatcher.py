@@ -3044,7 +3044,11 @@ def _overlay_entries(raw: Any, at: str) -> tuple[tuple[tuple[str, ...], Any], ..
 # SchemaRefusal, or the decoder's JSON_* code); run as the command line, the module imports and
 # main() answers the failure shape instead of a traceback.
 
-SHIPPED_CONTRACTS: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tool-contracts.json")
+# Beside the module in a checkout; under the environment's prefix once installed (pip puts data
+# files there, not beside a single module), and only when the checkout's file is absent.
+_BESIDE_MODULE: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tool-contracts.json")
+SHIPPED_CONTRACTS: Final = (_BESIDE_MODULE if os.path.exists(_BESIDE_MODULE)
+                            else os.path.join(sys.prefix, "share", "tool-dispatcher", "tool-contracts.json"))
 
 
 def _shipped_registry(path: str) -> tuple[ContractSet, CatalogError | None]:

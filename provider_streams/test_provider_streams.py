@@ -1361,6 +1361,35 @@ PARALLEL = [("call_1", "get_order", ORDER7), ("call_2", "create_refund_draft", R
 
 
 class TestHostBinding(unittest.TestCase):
+    def test_a_turn_of_an_imported_tool_verifies_against_its_own_contract_set(self):
+        order_ref = {"type": "string", "pattern": "^ORDER-[0-9]{1,12}$", "maxLength": 18}
+        document = contract_document(("order_lines", closed({"order_ref": order_ref,
+                                                             "limit": {"type": "integer", "minimum": 1, "maximum": 3}},
+                                                            ["order_ref"])))
+        document["tools"][0].update(resource_field="order_ref", bound_fields=["order_ref"],
+                                    output_schema=closed({"order_ref": order_ref, "count": {"type": "integer"}}))
+        contracts = tool_dispatcher.parse_contracts(json.dumps(document).encode("utf-8"))
+
+        def order_lines(call):
+            return tool_dispatcher.HandlerResult(
+                output={"order_ref": call.arguments["order_ref"], "count": call.arguments.get("limit", 1)},
+                producer_revision=call.spec.producer_revision, resource_revision=call.order.revision)
+
+        def dispatcher():
+            return tool_dispatcher.Dispatcher([tool_dispatcher.Order("tenant-a", "ORDER-7", "alice", "paid", 3)],
+                                              registry=contracts, handlers={"order_lines": order_lines})
+
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                turn = ps.parse_stream(provider, stream(provider, [("call_1", "order_lines",
+                                                                    '{"order_ref":"ORDER-7","limit":2}')]))
+                run = ps.run_turn(turn, dispatcher(), ps.DEMO_HOST, registry=contracts)
+                self.assertEqual(run.packages[0]["model_result"]["data"], {"order_ref": "ORDER-7", "count": 2})
+                with self.assertRaises(ps.StreamError) as caught:
+                    ps.run_turn(turn, dispatcher(), ps.DEMO_HOST)  # verified against the shipped set
+                self.assertEqual((caught.exception.code, caught.exception.detail),
+                                 ("STREAM_CONTINUATION_REFUSED", "PROVENANCE_MISMATCH"))
+
     def test_context_takes_the_parser_profile_and_ids_and_the_host_keys(self):
         for provider in PROVIDERS:
             with self.subTest(provider=provider):

@@ -27,6 +27,7 @@ import json
 import os
 import re
 import subprocess
+import time
 import sys
 import tempfile
 import unittest
@@ -39,6 +40,7 @@ from tool_dispatcher import Approval, BoundaryError, CallContext, Dispatcher, Or
 ROOT = os.path.dirname(os.path.abspath(__file__))
 MODULE_PATH = os.path.join(ROOT, "tool_dispatcher.py")
 FIXTURE_PATH = os.path.join(ROOT, "tool-cases.json")
+CONTRACTS_PATH = os.path.join(ROOT, "tool-contracts.json")
 with open(FIXTURE_PATH, "rb") as _handle:
     SHIPPED_BYTES = _handle.read()
 
@@ -245,6 +247,63 @@ class StrictJsonAssertions:
         self.assertEqual(caught.exception.code, code)
 
 
+# -- an imported tool behind the boundary: a contract set of its own, its host handlers ------
+
+
+def imported_document() -> dict:
+    """Two tools an MCP import could have drafted: integer, boolean, nullable, optional fields."""
+    provenance = {"source": "mcp_import", "server_name": "orders-mcp", "server_version": "1.0.0",
+                  "protocol_version": "2026-07-28", "input_schema_sha256": "a" * 64, "output_schema_sha256": "b" * 64}
+    hints = {"read_only": None, "destructive": False, "idempotent": None, "open_world": None}
+    order_ref = {"type": "string", "pattern": "^ORDER-[0-9]{1,12}$", "maxLength": 18}
+
+    def tool(name, effect, input_schema, output_schema, bound):
+        return {"name": name, "description": f"The imported {name}.", "effect": effect, "required_role": "orders.read",
+                "resource_field": "order_ref", "input_schema": input_schema, "output_schema": output_schema,
+                "bound_fields": bound, "producer": "orders-mcp", "provenance": provenance, "hints": hints,
+                "revisions": {part: f"{name}.{part}.v1" for part in ("contract", "input", "output", "effect",
+                                                                      "handler", "producer")}}
+
+    return {"format": "tool-contracts-v1", "tools": [
+        tool("adjust_order", "write",
+             schema_object({"order_ref": order_ref, "quantity": {"type": "integer", "minimum": 1, "maximum": 10},
+                            "gift": {"type": "boolean"},
+                            "note": {"anyOf": [{"type": "string", "maxLength": 40}, {"type": "null"}]}},
+                           ["order_ref", "quantity"]),
+             schema_object({"order_ref": order_ref, "quantity": {"type": "integer", "minimum": 1, "maximum": 10},
+                            "gift": {"type": "boolean"}, "note": {"type": ["string", "null"], "maxLength": 40}},
+                           ["order_ref", "quantity", "gift", "note"]),
+             ["order_ref", "quantity"]),
+        tool("order_lines", "read",
+             schema_object({"order_ref": order_ref, "limit": {"type": "integer", "minimum": 1, "maximum": 5}},
+                           ["order_ref"]),
+             schema_object({"order_ref": order_ref, "lines": {"type": "array", "items": {"type": "integer"},
+                                                              "maxItems": 5}}, ["order_ref", "lines"]),
+             ["order_ref"]),
+    ]}
+
+
+def imported_contracts() -> td.ContractSet:
+    return td.parse_contracts(encode(imported_document()))
+
+
+def adjust_order(call: td.HandlerCall) -> td.HandlerResult:
+    arguments = call.arguments
+    return td.HandlerResult(output={"order_ref": arguments["order_ref"], "quantity": arguments["quantity"],
+                                    "gift": arguments.get("gift", False), "note": arguments.get("note")},
+                            producer_revision=call.spec.producer_revision, resource_revision=call.order.revision,
+                            receipt_ref=td.derived_ref("rc-", "adjust", call.request_ref))
+
+
+def order_lines(call: td.HandlerCall) -> td.HandlerResult:
+    lines = [7, 8, 9][:call.arguments.get("limit", 3)]
+    return td.HandlerResult(output={"order_ref": call.arguments["order_ref"], "lines": lines},
+                            producer_revision=call.spec.producer_revision, resource_revision=call.order.revision)
+
+
+IMPORTED_HANDLERS = {"adjust_order": adjust_order, "order_lines": order_lines}
+
+
 # ============================================================================================
 # 1. Limits and constants
 # ============================================================================================
@@ -255,6 +314,21 @@ def glob_python(folder: str) -> list[str]:
     for directory, _folders, files in os.walk(folder):
         found += [os.path.join(directory, name) for name in files if name.endswith(".py")]
     return found
+
+
+def module_definitions(path: str) -> set[str]:
+    """The names a module defines at its top level: functions, classes, assigned names."""
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
 
 
 def core_names_used(tree: ast.AST) -> list[tuple[str, int]]:
@@ -325,16 +399,7 @@ class TestLimitsAndConstants(unittest.TestCase):
 
     def test_all_names_exactly_the_public_definitions(self):
         self.assertEqual(len(td.__all__), len(set(td.__all__)))
-        with open(td.__file__, encoding="utf-8") as handle:
-            tree = ast.parse(handle.read())
-        defined = set()
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-                defined.add(node.name)
-            elif isinstance(node, ast.Assign):
-                defined |= {target.id for target in node.targets if isinstance(target, ast.Name)}
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                defined.add(node.target.id)
+        defined = module_definitions(td.__file__)
         self.assertEqual(set(td.__all__), {name for name in defined if not name.startswith("_")})
 
     def test_no_layer_reaches_for_a_private_or_unlisted_name(self):
@@ -351,6 +416,17 @@ class TestLimitsAndConstants(unittest.TestCase):
                 with self.subTest(file=os.path.relpath(path, ROOT), line=line, name=name):
                     self.assertIn(name, public)
         self.assertGreater(seen, 500)  # the scan found the uses, not nothing
+
+    def test_no_private_core_name_is_defined_again_by_a_layer(self):
+        # A reader who meets _emit_rule or _RULE_CHECKS in a layer must not find a different one here.
+        private = {name for name in module_definitions(td.__file__)
+                   if name.startswith("_") and not name.startswith("__")}
+        self.assertGreater(len(private), 100)
+        paths = [path for folder in self.LAYER_FOLDERS for path in sorted(glob_python(os.path.join(ROOT, folder)))]
+        self.assertGreater(len(paths), 10)
+        for path in paths:
+            with self.subTest(file=os.path.relpath(path, ROOT)):
+                self.assertEqual(module_definitions(path) & private, set())
 
     def test_the_scan_sees_each_way_of_reaching_in(self):
         tree = ast.parse("import tool_dispatcher as td\nfrom tool_dispatcher import _hidden, Dispatcher\n"
@@ -1415,7 +1491,1198 @@ class TestProposalAndContextBinding(unittest.TestCase):
 
 
 # ============================================================================================
-# 8. Registry and input contracts
+# 8. The contract language
+# ============================================================================================
+
+
+def schema_object(properties=None, required=None, **extra) -> dict:
+    """An object schema for the contract language's tests."""
+    schema = {"type": "object", "properties": properties or {}}
+    if required is not None:
+        schema["required"] = required
+    schema.update(extra)
+    return schema
+
+
+def schema_field(schema, required=True) -> dict:
+    """An object schema with one property "f"."""
+    return schema_object({"f": schema}, ["f"] if required else [])
+
+
+def contracts_document() -> dict:
+    with open(CONTRACTS_PATH, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+class ContractLanguageAssertions:
+    """Exact-outcome helpers of the contract language's tests."""
+
+    def refused(self, schema, code, at=None, **options):
+        with self.assertRaises(td.SchemaRefusal) as caught:
+            td.compile_schema(schema, **options)
+        self.assertEqual(caught.exception.code, code)
+        if at is not None:
+            self.assertEqual(caught.exception.at, at)
+        return caught.exception
+
+    def value_refused(self, compiled, value, code, at=None):
+        with self.assertRaises(td.ValueRefusal) as caught:
+            compiled.check(value)
+        self.assertEqual(caught.exception.code, code)
+        if at is not None:
+            self.assertEqual(caught.exception.at, at)
+        self.assertFalse(compiled.admits(value))
+
+    def admitted(self, compiled, value):
+        compiled.check(value)
+        self.assertTrue(compiled.admits(value))
+
+    def contracts_refused(self, document, code, at, error=td.ContractsError):
+        data = document if type(document) is bytes else encode(document)
+        with self.assertRaises(error) as caught:
+            td.parse_contracts(data)
+        self.assertEqual((caught.exception.code, caught.exception.at), (code, at))
+        return caught.exception
+
+    def mutated(self, change):
+        document = contracts_document()
+        change(document)
+        return document
+
+
+class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
+
+    # -- Limits (moved from mcp_import)
+    def test_limits_bytes_both_sides(self):
+        text = "x" * 100
+        schema = schema_object(description=text)
+        size = len(td.canonical_json(schema))
+        td.prescan(schema, max_bytes=size)
+        with self.assertRaises(td.SchemaRefusal) as caught:
+            td.prescan(schema, max_bytes=size - 1)
+        self.assertEqual(caught.exception.code, "SCHEMA_TOO_LARGE")
+
+    def test_limits_huge_string_stops_at_the_text_count(self):
+        self.refused(schema_object(description="x" * (td.MAX_SCHEMA_BYTES + 1)), "SCHEMA_TOO_LARGE", "schema")
+
+    def test_limits_depth_both_sides(self):
+        deep = {"type": "string"}
+        for _ in range(15):  # each level adds two containers: properties, then the field
+            deep = schema_object({"a": deep})
+        td.compile_schema(deep)  # 31 containers
+        self.refused(schema_object({"a": deep}), "SCHEMA_TOO_DEEP", "schema")
+
+    def test_limits_nodes_both_sides(self):
+        schema = schema_object(examples=[0] * 10)
+        td.prescan(schema, max_nodes=14)  # root, 2 strings... counted: type, properties, examples + items
+        with self.assertRaises(td.SchemaRefusal) as caught:
+            td.prescan(schema, max_nodes=13)
+        self.assertEqual(caught.exception.code, "SCHEMA_TOO_MANY_NODES")
+
+    def test_limits_properties_both_sides(self):
+        td.compile_schema(schema_object({f"p{i}": {"type": "boolean"} for i in range(td.MAX_PROPERTIES)}))
+        self.refused(schema_object({f"p{i}": {"type": "boolean"} for i in range(td.MAX_PROPERTIES + 1)}),
+                     "SCHEMA_TOO_MANY_PROPERTIES", "schema.properties")
+
+    def test_limits_enum_both_sides(self):
+        td.compile_schema(schema_field({"type": "string", "enum": [str(i) for i in range(td.MAX_ENUM)]}))
+        self.refused(schema_field({"type": "string", "enum": [str(i) for i in range(td.MAX_ENUM + 1)]}),
+                     "SCHEMA_ENUM_TOO_LARGE", "schema.properties[0].enum")
+
+    def test_limits_pattern_length_both_sides(self):
+        td.compile_pattern("^" + "a" * (td.MAX_PATTERN_LENGTH - 2) + "$")
+        self.refused(schema_field({"type": "string", "pattern": "^" + "a" * (td.MAX_PATTERN_LENGTH - 1) + "$"}),
+                     "SCHEMA_PATTERN_TOO_LONG", "schema.properties[0].pattern")
+
+    def test_limits_definitions_both_sides(self):
+        defs = {f"d{i}": {"type": "boolean"} for i in range(td.MAX_DEFINITIONS)}
+        td.compile_schema(schema_object({"a": {"$ref": "#/$defs/d0"}}, **{"$defs": defs}))
+        defs["extra"] = {"type": "boolean"}
+        self.refused(schema_object({"a": {"$ref": "#/$defs/d0"}}, **{"$defs": defs}), "SCHEMA_TOO_MANY_PROPERTIES",
+                     "schema.$defs")
+
+    def test_limits_name_length_both_sides(self):
+        td.compile_schema(schema_object({"n" * td.MAX_NAME_LENGTH: {"type": "boolean"}}))
+        self.refused(schema_object({"n" * (td.MAX_NAME_LENGTH + 1): {"type": "boolean"}}), "SCHEMA_NAME",
+                     "schema.properties[0]")
+        self.refused(schema_object({"": {"type": "boolean"}}), "SCHEMA_NAME", "schema.properties[0]")
+
+    def test_limits_non_json_values_refused(self):
+        self.refused(schema_object(examples=[(1, 2)]), "SCHEMA_NOT_PORTABLE", "schema")
+        self.refused(schema_object(description="\ud800"), "SCHEMA_NOT_PORTABLE", "schema")
+        self.refused(schema_object(**{"\udc00": 1}), "SCHEMA_NOT_PORTABLE", "schema")
+        self.refused(schema_object(examples=[float("nan")]), "SCHEMA_NOT_PORTABLE", "schema")
+
+    def test_limits_floats_in_annotations_are_ignored(self):
+        td.compile_schema(schema_object(examples=[1.5], default=None))
+
+    # -- Patterns (moved from mcp_import)
+    def pattern_compiled(self, pattern):
+        return td.compile_pattern(pattern)
+
+    def pattern_refused(self, pattern, code):
+        with self.assertRaises(td.SchemaRefusal) as caught:
+            td.compile_pattern(pattern, "here")
+        self.assertEqual((caught.exception.code, caught.exception.at), (code, "here"))
+
+    def test_pattern_accepted_subset(self):
+        cases = {
+            "^ORDER-[0-9]{1,12}$": (["ORDER-7", "ORDER-123456789012"], ["ORDER-", "ORDER-1234567890123", "order-7"]),
+            "^[a-z]+-\\d{2}$": (["ab-12"], ["ab-1", "-12", "ab-123"]),
+            "^a?b*c$": (["c", "abc", "bbbc"], ["aac", "ab"]),
+            "^(?:abc|de)x$": (["abcx", "dex"], ["abx", "abcdex"]),
+            "^(ab){2,3}$": (["abab", "ababab"], ["ab", "abababab"]),
+            "^yes$|^no$": (["yes", "no"], ["yesno", "ye"]),
+            "^[-a]\\.[a-]\\/$": (["-.a/", "a.-/"], ["b.a/"]),
+            "^$": ([""], ["a"]),
+            "^\\$\\^$": (["$^"], ["$"]),
+            "^[A-Z][a-z0-9_ ]{0,10}$": (["Ab_ 9"], ["ab"]),
+        }
+        for pattern, (good, bad) in cases.items():
+            regex = self.pattern_compiled(pattern)
+            for text in good:
+                with self.subTest(pattern=pattern, text=text):
+                    self.assertIsNotNone(regex.fullmatch(text))
+            for text in bad:
+                with self.subTest(pattern=pattern, text=text):
+                    self.assertIsNone(regex.fullmatch(text))
+
+    def test_pattern_emitted_as_ascii_escapes(self):
+        self.assertEqual(self.pattern_compiled("^a[0-9x]{1,3}-$").pattern, "(?:\\x61[\\x30-\\x39\\x78]{1,3}\\x2d)")
+
+    def test_pattern_unanchored_refused(self):
+        for pattern in ("ORDER-[0-9]+", "^abc", "abc$", "^a|b$", "^a$b$", "^a$|b$", "^(a$)$"):
+            with self.subTest(pattern=pattern):
+                self.pattern_refused(pattern, "SCHEMA_PATTERN_UNANCHORED")
+
+    def test_pattern_constructs_that_differ_between_engines_refused(self):
+        for pattern in ("^.$", "^[^a]$", "^\\w$", "^\\s$", "^\\D$", "^\\bx$", "^(?=a)a$", "^(?<n>a)$",
+                        "^(a)\\1$", "^\\u0041$", "^é$", "^a+?$", "^a{,3}$", "^a{2,1}$", "^a{1001}$", "^[]$",
+                        "^[z-a]$", "^[\\d-z]$", "^[[]$", "^a{$", "^]$", "^\t$", "^(?i)a$", "^**$", "^[abc$",
+                        "^(a$", "^a$|^b$|^(c|d)$", "^(a|b)(c|d)$"):
+            with self.subTest(pattern=pattern):
+                self.pattern_refused(pattern, "SCHEMA_PATTERN_UNSUPPORTED" if pattern != "^(a$" else
+                                     "SCHEMA_PATTERN_UNANCHORED")
+
+    def test_pattern_nested_quantifiers_refused(self):
+        for pattern in ("^(a+)+$", "^(a|a)*$", "^(a|b){2}$", "^(?:ab?)+$", "^((a))$", "^(?:b*)?c$", "^(?:b?|c)?d$",
+                        "^(?:)*$", "^x(?:b*)?(?:c*)?(?:d*)?$"):
+            with self.subTest(pattern=pattern):
+                self.pattern_refused(pattern, "SCHEMA_PATTERN_NESTED_QUANTIFIER")
+
+    def test_pattern_optional_group_with_inner_quantifier_accepted(self):
+        self.assertIsNotNone(self.pattern_compiled("^a(?:-[0-9]{2})?$").fullmatch("a-12"))
+
+    def test_pattern_overlapping_repetition_refused(self):
+        for pattern in ("^a*a*$", "^[a-z]+[a-z0-9]*$", "^a{1,3}a$", "^a*b?a$", "^(?:ab)*a$", "^x(?:a*|b)a$",
+                        "^(?:a|b)*$"):
+            with self.subTest(pattern=pattern):
+                with self.assertRaises(td.SchemaRefusal) as caught:
+                    td.compile_pattern(pattern)
+                self.assertIn(caught.exception.code, ("SCHEMA_PATTERN_AMBIGUOUS", "SCHEMA_PATTERN_NESTED_QUANTIFIER"))
+        self.pattern_refused("^a*a*$", "SCHEMA_PATTERN_AMBIGUOUS")
+        self.pattern_refused("^(?:ab)*a$", "SCHEMA_PATTERN_AMBIGUOUS")
+
+    def test_pattern_disjoint_follow_accepted(self):
+        for pattern in ("^a*b*c*$", "^[a-z]+-[0-9]+$", "^a{0,3}b{2}$", "^(?:ab)*c$"):
+            with self.subTest(pattern=pattern):
+                self.pattern_compiled(pattern)
+
+    def test_pattern_alternation_width_both_sides(self):
+        branches = [chr(97 + i % 26) + str(i // 26) for i in range(td.MAX_BRANCHES + 1)]
+        self.pattern_compiled("^(?:" + "|".join(branches[:-1]) + ")$")
+        self.pattern_refused("^(?:" + "|".join(branches) + ")$", "SCHEMA_PATTERN_UNSUPPORTED")
+        self.pattern_compiled("|".join(f"^{branch}$" for branch in branches[:-1]))
+        self.pattern_refused("|".join(f"^{branch}$" for branch in branches), "SCHEMA_PATTERN_UNSUPPORTED")
+
+    def test_pattern_quantifier_bound_both_sides(self):
+        self.pattern_compiled("^a{1000}$")
+        self.pattern_refused("^a{1001}$", "SCHEMA_PATTERN_UNSUPPORTED")
+
+    def test_pattern_redos_candidates_refused_quickly(self):
+        start = time.perf_counter()
+        for pattern in ("^(a+)+$", "^(a|aa)*$", "^(\\d+)*x$", "^a*a*a*a*a*b$", "^([a-z]+)*$", "^(a*)*$"):
+            with self.assertRaises(td.SchemaRefusal):
+                td.compile_pattern(pattern)
+        self.assertLess(time.perf_counter() - start, 0.5)
+
+    def test_pattern_accepted_patterns_run_fast_on_hostile_text(self):
+        regex = self.pattern_compiled("^[a-z]+-[0-9]+$|^[a-z]+$")
+        start = time.perf_counter()
+        self.assertIsNone(regex.fullmatch("a" * 4096 + "!"))
+        self.assertLess(time.perf_counter() - start, 0.5)
+
+    def test_pattern_pattern_must_be_a_string(self):
+        self.refused(schema_field({"type": "string", "pattern": 5}), "SCHEMA_MALFORMED", "schema.properties[0].pattern")
+
+    def test_pattern_length_bounds(self):
+        cases = {"^ORDER-[0-9]{1,12}$": (7, 18), "^DRAFT-[0-9a-f]{16}$": (22, 22), "^a$|^bcd$": (1, 3),
+                 "^x?y$": (1, 2), "^(?:ab|c)z$": (2, 3), "^[a-z]{2,}$": (2, None), "^$": (0, 0),
+                 "^(?:ab){0,3}c$": (1, 7), "^a+b$": (2, None)}
+        for pattern, bounds in cases.items():
+            with self.subTest(pattern=pattern):
+                self.assertEqual(td.pattern_length_bounds(pattern), bounds)
+        with self.assertRaises(td.SchemaRefusal) as caught:
+            td.pattern_length_bounds("^(a+)+$")
+        self.assertEqual((caught.exception.code, caught.exception.at), ("SCHEMA_PATTERN_NESTED_QUANTIFIER", "schema"))
+
+    # -- Strings (moved from mcp_import)
+    def test_string_lengths_both_sides(self):
+        compiled = td.compile_schema(schema_field({"type": "string", "minLength": 2, "maxLength": 3}))
+        self.admitted(compiled, {"f": "ab"})
+        self.admitted(compiled, {"f": "abc"})
+        self.value_refused(compiled, {"f": "a"}, "VALUE_LENGTH", "value.properties[0]")
+        self.value_refused(compiled, {"f": "abcd"}, "VALUE_LENGTH", "value.properties[0]")
+
+    def test_string_absent_max_length_is_the_host_bound_recorded(self):
+        compiled = td.compile_schema(schema_field({"type": "string"}))
+        rule = compiled.rules[1]
+        self.assertEqual((rule.max_length, rule.max_length_from), (td.DEFAULT_MAX_LENGTH, "host"))
+        self.assertEqual(compiled.host_bounds(), ("schema.properties[0].maxLength",))
+        enum = td.compile_schema(schema_field({"type": "string", "enum": ["a"]}))
+        self.assertEqual((enum.host_bounds(), enum.to_schema()["properties"]["f"]), ((), {"type": "string", "enum": ["a"]}))
+        self.admitted(compiled, {"f": "x" * td.DEFAULT_MAX_LENGTH})
+        self.value_refused(compiled, {"f": "x" * (td.DEFAULT_MAX_LENGTH + 1)}, "VALUE_LENGTH")
+        small = td.compile_schema(schema_field({"type": "string"}), bounds=td.Bounds(max_length=5))
+        self.assertEqual(small.rules[1].max_length, 5)
+
+    def test_string_declared_max_length_above_the_ceiling_is_tightened_and_recorded(self):
+        at_ceiling = td.compile_schema(schema_field({"type": "string", "maxLength": td.DEFAULT_MAX_LENGTH}))
+        self.assertEqual(at_ceiling.rules[1].max_length_from, "schema")
+        above = td.compile_schema(schema_field({"type": "string", "maxLength": td.DEFAULT_MAX_LENGTH + 1}))
+        self.assertEqual((above.rules[1].max_length, above.rules[1].max_length_from), (td.DEFAULT_MAX_LENGTH, "host"))
+
+    def test_string_bad_lengths_refused(self):
+        for schema, at in (({"type": "string", "minLength": 3, "maxLength": 2}, "schema.properties[0].minLength"),
+                           ({"type": "string", "maxLength": -1}, "schema.properties[0].maxLength"),
+                           ({"type": "string", "maxLength": True}, "schema.properties[0].maxLength"),
+                           ({"type": "string", "maxLength": None}, "schema.properties[0].maxLength"),
+                           ({"type": "string", "minLength": 1.0}, "schema.properties[0].minLength"),
+                           ({"type": "string", "minLength": td.DEFAULT_MAX_LENGTH + 1},
+                            "schema.properties[0].minLength")):
+            with self.subTest(schema=schema):
+                self.refused(schema_field(schema), "SCHEMA_BOUNDS", at)
+
+    def test_string_enum_and_const(self):
+        compiled = td.compile_schema(schema_field({"type": "string", "enum": ["a", "b"]}))
+        self.admitted(compiled, {"f": "a"})
+        self.value_refused(compiled, {"f": "c"}, "VALUE_ENUM", "value.properties[0]")
+        const = td.compile_schema(schema_field({"const": "x"}))
+        self.admitted(const, {"f": "x"})
+        self.value_refused(const, {"f": "y"}, "VALUE_ENUM")
+        both = td.compile_schema(schema_field({"type": "string", "enum": ["a", "b"], "const": "b"}))
+        self.value_refused(both, {"f": "a"}, "VALUE_ENUM")
+        self.admitted(both, {"f": "b"})
+
+    def test_string_bad_enums_refused(self):
+        for schema in ({"type": "string", "enum": []}, {"type": "string", "enum": ["a", "a"]},
+                       {"type": "string", "enum": ["a", 1]}, {"type": "string", "enum": "a"},
+                       {"type": "string", "enum": ["a"], "const": "b"}, {"type": "string", "const": 1}):
+            with self.subTest(schema=schema):
+                self.refused(schema_field(schema), "SCHEMA_ENUM")
+
+    def test_string_pattern_with_length(self):
+        compiled = td.compile_schema(schema_field({"type": "string", "pattern": "^[a-z]+$", "maxLength": 3}))
+        self.admitted(compiled, {"f": "abc"})
+        self.value_refused(compiled, {"f": "abcd"}, "VALUE_LENGTH")
+        self.value_refused(compiled, {"f": "ab1"}, "VALUE_PATTERN", "value.properties[0]")
+
+    def test_string_exact_type_only(self):
+        compiled = td.compile_schema(schema_field({"type": "string"}))
+
+        class Text(str):
+            pass
+
+        for value in (Text("a"), 1, None, b"a", ["a"]):
+            with self.subTest(value=value):
+                self.value_refused(compiled, {"f": value}, "VALUE_TYPE", "value.properties[0]")
+
+    def test_string_lone_surrogate_refused(self):
+        compiled = td.compile_schema(schema_field({"type": "string"}))
+        self.value_refused(compiled, {"f": "a\ud800"}, "VALUE_NOT_PORTABLE")
+        self.admitted(compiled, {"f": "caf\u00e9"})
+
+    # -- Integers (moved from mcp_import)
+    def test_integer_bounds_both_sides(self):
+        compiled = td.compile_schema(schema_field({"type": "integer", "minimum": 1, "maximum": 3}))
+        for value in (1, 3):
+            self.admitted(compiled, {"f": value})
+        for value in (0, 4):
+            self.value_refused(compiled, {"f": value}, "VALUE_RANGE", "value.properties[0]")
+
+    def test_integer_exclusive_bounds_both_sides(self):
+        compiled = td.compile_schema(schema_field({"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 4}))
+        self.admitted(compiled, {"f": 2})
+        self.admitted(compiled, {"f": 3})
+        self.value_refused(compiled, {"f": 1}, "VALUE_RANGE")
+        self.value_refused(compiled, {"f": 4}, "VALUE_RANGE")
+
+    def test_integer_default_range_is_the_safe_integers(self):
+        compiled = td.compile_schema(schema_field({"type": "integer"}))
+        self.admitted(compiled, {"f": td.MAX_SAFE_INTEGER})
+        self.admitted(compiled, {"f": -td.MAX_SAFE_INTEGER})
+        self.value_refused(compiled, {"f": td.MAX_SAFE_INTEGER + 1}, "VALUE_NOT_PORTABLE")
+        self.value_refused(compiled, {"f": -td.MAX_SAFE_INTEGER - 1}, "VALUE_NOT_PORTABLE")
+
+    def test_integer_multiple_of(self):
+        compiled = td.compile_schema(schema_field({"type": "integer", "multipleOf": 5}))
+        self.admitted(compiled, {"f": -10})
+        self.value_refused(compiled, {"f": 7}, "VALUE_RANGE")
+        for step in (0, -5, 2.5, True):
+            with self.subTest(step=step):
+                self.refused(schema_field({"type": "integer", "multipleOf": step}), "SCHEMA_BOUNDS",
+                             "schema.properties[0].multipleOf")
+
+    def test_integer_bounds_must_be_safe_integers(self):
+        td.compile_schema(schema_field({"type": "integer", "minimum": -td.MAX_SAFE_INTEGER, "maximum": td.MAX_SAFE_INTEGER}))
+        for keyword, value in (("minimum", -td.MAX_SAFE_INTEGER - 1), ("maximum", td.MAX_SAFE_INTEGER + 1), ("minimum", 0.5), ("maximum", False),
+                               ("exclusiveMinimum", True)):
+            with self.subTest(keyword=keyword, value=value):
+                self.refused(schema_field({"type": "integer", keyword: value}), "SCHEMA_BOUNDS",
+                             f"schema.properties[0].{keyword}")
+        self.refused(schema_field({"type": "integer", "minimum": 3, "maximum": 2}), "SCHEMA_BOUNDS", "schema.properties[0]")
+        self.refused(schema_field({"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 3}), "SCHEMA_BOUNDS")
+
+    def test_integer_never_bool_never_float(self):
+        compiled = td.compile_schema(schema_field({"type": "integer"}))
+        for value in (True, False, 1.0, "1"):
+            with self.subTest(value=value):
+                self.value_refused(compiled, {"f": value}, "VALUE_TYPE")
+
+    def test_integer_integer_enum(self):
+        compiled = td.compile_schema(schema_field({"type": "integer", "enum": [1, 2]}))
+        self.admitted(compiled, {"f": 2})
+        self.value_refused(compiled, {"f": 3}, "VALUE_ENUM")
+        self.refused(schema_field({"type": "integer", "enum": [1, True]}), "SCHEMA_ENUM")
+        self.refused(schema_field({"type": "integer", "enum": [td.MAX_SAFE_INTEGER + 1]}), "SCHEMA_ENUM")
+
+    def test_integer_number_refused(self):
+        self.refused(schema_field({"type": "number"}), "SCHEMA_NUMBER", "schema.properties[0]")
+        self.refused(schema_field({"type": ["number", "null"]}), "SCHEMA_NUMBER")
+        self.refused(schema_field({"type": ["number", "string"]}), "SCHEMA_NUMBER")
+
+    # -- BooleansAndNull (moved from mcp_import)
+    def test_boolean_null_boolean(self):
+        compiled = td.compile_schema(schema_field({"type": "boolean"}))
+        self.admitted(compiled, {"f": True})
+        self.admitted(compiled, {"f": False})
+        for value in (0, 1, "true", None):
+            with self.subTest(value=value):
+                self.value_refused(compiled, {"f": value}, "VALUE_TYPE")
+        const = td.compile_schema(schema_field({"const": True}))
+        self.value_refused(const, {"f": False}, "VALUE_ENUM")
+
+    def test_boolean_null_nullable_type_list(self):
+        for types in (["string", "null"], ["null", "string"]):
+            compiled = td.compile_schema(schema_field({"type": types, "maxLength": 2}))
+            self.admitted(compiled, {"f": None})
+            self.admitted(compiled, {"f": "ab"})
+            self.value_refused(compiled, {"f": "abc"}, "VALUE_LENGTH")
+
+    def test_boolean_null_nullable_any_of_as_pydantic_emits(self):
+        compiled = td.compile_schema(schema_field({"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None,
+                                            "title": "F"}, required=False))
+        self.admitted(compiled, {})
+        self.admitted(compiled, {"f": None})
+        self.admitted(compiled, {"f": 3})
+        self.value_refused(compiled, {"f": "3"}, "VALUE_TYPE")
+        flipped = td.compile_schema(schema_field({"anyOf": [{"type": "null"}, {"type": "boolean"}]}))
+        self.admitted(flipped, {"f": None})
+
+    def test_boolean_null_nullable_enum_needs_null_in_the_enum(self):
+        without = td.compile_schema(schema_field({"type": ["string", "null"], "enum": ["a"]}))
+        self.value_refused(without, {"f": None}, "VALUE_TYPE")
+        with_null = td.compile_schema(schema_field({"type": ["string", "null"], "enum": ["a", None]}))
+        self.admitted(with_null, {"f": None})
+        self.value_refused(with_null, {"f": "b"}, "VALUE_ENUM")
+        inferred = td.compile_schema(schema_field({"enum": ["a", None]}))
+        self.admitted(inferred, {"f": None})
+        self.refused(schema_field({"type": ["string", "null"], "const": None}), "SCHEMA_NULL")
+
+    def test_boolean_null_null_alone_refused(self):
+        self.refused(schema_field({"type": "null"}), "SCHEMA_NULL", "schema.properties[0]")
+        self.refused(schema_field({"type": ["null"]}), "SCHEMA_NULL")
+
+    def test_boolean_null_other_unions_and_types_refused(self):
+        for schema in ({"type": ["string", "integer"]}, {"type": ["string", "string"]}, {"type": []},
+                       {"type": "date"}, {"type": 3}, {}, {"enum": ["a", 1]}, {"enum": [[1]]}, {"description": "x"}):
+            with self.subTest(schema=schema):
+                self.refused(schema_field(schema), "SCHEMA_TYPE")
+
+    def test_boolean_null_any_of_other_than_nullable_refused(self):
+        for schema in ({"anyOf": [{"type": "string"}, {"type": "integer"}]},
+                       {"anyOf": [{"type": "string"}]}, {"anyOf": [{"type": "null"}, {"type": "null"}]},
+                       {"anyOf": [{"type": "string"}, {"type": "null"}, {"type": "integer"}]},
+                       {"anyOf": [{"type": "string"}, {"type": "null", "maxLength": 1}]},
+                       {"anyOf": [{"type": "string"}, {"type": "null"}], "maxLength": 3},
+                       {"type": "string", "anyOf": [{"type": "string"}, {"type": "null"}]}, {"anyOf": "x"}):
+            with self.subTest(schema=schema):
+                self.refused(schema_field(schema), "SCHEMA_COMBINATOR")
+
+    # -- Objects (moved from mcp_import)
+    def test_object_closed_when_additional_properties_absent_or_false(self):
+        for schema in (schema_object({"a": {"type": "boolean"}}), schema_object({"a": {"type": "boolean"}}, additionalProperties=False)):
+            compiled = td.compile_schema(schema)
+            self.admitted(compiled, {"a": True})
+            self.value_refused(compiled, {"a": True, "b": 1}, "VALUE_FIELDS", "value")
+
+    def test_object_open_objects_refused(self):
+        for extra in ({"additionalProperties": True}, {"additionalProperties": {"type": "string"}},
+                      {"patternProperties": {"^a$": {"type": "string"}}}, {"propertyNames": {"maxLength": 3}},
+                      {"unevaluatedProperties": False}):
+            with self.subTest(extra=extra):
+                self.refused(schema_object({}, **extra), "SCHEMA_OPEN_OBJECT", "schema")
+
+    def test_object_required_and_optional_never_filled(self):
+        compiled = td.compile_schema(schema_object({"a": {"type": "string"}, "b": {"type": "integer", "default": 4}}, ["a"]))
+        self.admitted(compiled, {"a": "x"})
+        self.value_refused(compiled, {"b": 1}, "VALUE_FIELDS", "value")
+        value = {"a": "x"}
+        compiled.check(value)
+        self.assertEqual(value, {"a": "x"})  # the default is never applied
+
+    def test_object_empty_object(self):
+        compiled = td.compile_schema({"type": "object"})
+        self.admitted(compiled, {})
+        self.value_refused(compiled, {"a": 1}, "VALUE_FIELDS")
+        self.value_refused(compiled, [], "VALUE_TYPE", "value")
+
+    def test_object_bad_required_refused(self):
+        for required in (["x"], ["a", "a"], "a", [1]):
+            with self.subTest(required=required):
+                self.refused(schema_object({"a": {"type": "string"}}, required), "SCHEMA_REQUIRED", "schema.required")
+
+    def test_object_non_string_keys_refused(self):
+        compiled = td.compile_schema(schema_object({"a": {"type": "string"}}))
+        self.value_refused(compiled, {1: "x"}, "VALUE_FIELDS")
+
+    def test_object_root_must_be_an_object(self):
+        self.refused({"type": "string"}, "SCHEMA_ROOT", "schema")
+        self.refused([], "SCHEMA_ROOT", "schema")
+        td.compile_schema({"type": "string"}, require_object=False)
+        self.refused([], "SCHEMA_MALFORMED", "schema", require_object=False)
+
+    def test_object_malformed_properties_refused(self):
+        self.refused({"type": "object", "properties": []}, "SCHEMA_MALFORMED", "schema.properties")
+        self.refused(schema_object({"a": 3}), "SCHEMA_MALFORMED", "schema.properties[0]")
+        self.refused(schema_object({"a": True}), "SCHEMA_TYPE", "schema.properties[0]")
+
+    def test_object_nested_at_paths(self):
+        compiled = td.compile_schema(schema_object({"a": {"type": "boolean"}, "b": schema_object({"c": {"type": "array", "items": {
+            "type": "integer"}}})}))
+        self.value_refused(compiled, {"b": {"c": [1, "x"]}}, "VALUE_TYPE", "value.properties[1].properties[0].items[1]")
+
+    # -- Arrays (moved from mcp_import)
+    def test_array_bounds_both_sides(self):
+        compiled = td.compile_schema(schema_field({"type": "array", "items": {"type": "integer"}, "minItems": 1,
+                                            "maxItems": 2}))
+        self.admitted(compiled, {"f": [1]})
+        self.admitted(compiled, {"f": [1, 2]})
+        self.value_refused(compiled, {"f": []}, "VALUE_ITEMS", "value.properties[0]")
+        self.value_refused(compiled, {"f": [1, 2, 3]}, "VALUE_ITEMS")
+        self.value_refused(compiled, {"f": (1,)}, "VALUE_TYPE")
+
+    def test_array_absent_max_items_is_the_host_bound_recorded(self):
+        compiled = td.compile_schema(schema_field({"type": "array", "items": {"type": "boolean"}}))
+        self.assertEqual((compiled.rules[1].max_items, compiled.rules[1].max_items_from), (td.DEFAULT_MAX_ITEMS, "host"))
+        self.assertEqual(compiled.host_bounds(), ("schema.properties[0].maxItems",))
+        self.admitted(compiled, {"f": [True] * td.DEFAULT_MAX_ITEMS})
+        self.value_refused(compiled, {"f": [True] * (td.DEFAULT_MAX_ITEMS + 1)}, "VALUE_ITEMS")
+        declared = td.compile_schema(schema_field({"type": "array", "items": {"type": "boolean"}, "maxItems": 3}))
+        self.assertEqual(declared.rules[1].max_items_from, "schema")
+        self.refused(schema_field({"type": "array", "items": {"type": "boolean"}, "minItems": 3, "maxItems": 2}),
+                     "SCHEMA_BOUNDS", "schema.properties[0].minItems")
+
+    def test_array_tuples_and_missing_items_refused(self):
+        self.refused(schema_field({"type": "array", "items": [{"type": "string"}]}), "SCHEMA_TUPLE",
+                     "schema.properties[0].items")
+        self.refused(schema_field({"type": "array", "prefixItems": [{"type": "string"}], "items": {"type": "string"}}),
+                     "SCHEMA_TUPLE")
+        self.refused(schema_field({"type": "array", "contains": {"type": "string"}, "items": {"type": "string"}}),
+                     "SCHEMA_TUPLE")
+        self.refused(schema_field({"type": "array"}), "SCHEMA_ITEMS", "schema.properties[0]")
+
+    def test_array_unique_items_over_scalars(self):
+        compiled = td.compile_schema(schema_field({"type": "array", "items": {"type": ["integer", "null"]},
+                                            "uniqueItems": True}))
+        self.admitted(compiled, {"f": [1, 2, None]})
+        self.value_refused(compiled, {"f": [1, 1]}, "VALUE_ITEMS")
+        self.value_refused(compiled, {"f": [None, None]}, "VALUE_ITEMS")
+        self.value_refused(compiled, {"f": [1, True]}, "VALUE_TYPE", "value.properties[0].items[1]")
+        self.value_refused(compiled, {"f": [1, [1]]}, "VALUE_TYPE")
+        self.refused(schema_field({"type": "array", "items": schema_object({}), "uniqueItems": True}), "SCHEMA_KEYWORD")
+        self.refused(schema_field({"type": "array", "items": {"type": "string"}, "uniqueItems": 1}), "SCHEMA_MALFORMED")
+        td.compile_schema(schema_field({"type": "array", "items": schema_object({}), "uniqueItems": False}))
+
+    # -- References (moved from mcp_import)
+    def test_ref_local_definitions_both_spellings(self):
+        for keyword in ("$defs", "definitions"):
+            schema = schema_object({"a": {"$ref": f"#/{keyword}/Kind", "description": "d"}}, ["a"],
+                         **{keyword: {"Kind": {"type": "string", "enum": ["x"]}}})
+            compiled = td.compile_schema(schema)
+            self.admitted(compiled, {"a": "x"})
+            self.value_refused(compiled, {"a": "y"}, "VALUE_ENUM")
+
+    def test_ref_bare_root_reference(self):
+        compiled = td.compile_schema({"$ref": "#/$defs/Root", "$defs": {"Root": schema_object({"a": {"type": "boolean"}})}})
+        self.admitted(compiled, {"a": True})
+
+    def test_ref_shared_definition_compiled_once(self):
+        compiled = td.compile_schema(schema_object({"a": {"$ref": "#/$defs/S"}, "b": {"$ref": "#/$defs/S"}},
+                                         **{"$defs": {"S": {"type": "string"}}}))
+        self.assertEqual(len(compiled.rules), 2)
+
+    def test_ref_exponential_sharing_is_linear(self):
+        defs = {"d0": {"type": "string", "maxLength": 1}}
+        for i in range(1, 40):
+            defs[f"d{i}"] = schema_object({"l": {"$ref": f"#/$defs/d{i - 1}"}, "r": {"$ref": f"#/$defs/d{i - 1}"}})
+        start = time.perf_counter()
+        compiled = td.compile_schema({"$ref": "#/$defs/d39", "$defs": defs})
+        emitted = compiled.to_schema()
+        self.assertLess(time.perf_counter() - start, 0.5)
+        self.assertEqual(len(compiled.rules), 40)
+        self.assertEqual(len(emitted["$defs"]), 39)
+        self.assertEqual(td.compile_schema(emitted).to_schema(), emitted)
+
+    def test_ref_recursive_references_refused(self):
+        for defs, root in (({"A": {"$ref": "#/$defs/A"}}, {"$ref": "#/$defs/A"}),
+                           ({"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}}, {"$ref": "#/$defs/A"}),
+                           ({"A": schema_object({"next": {"$ref": "#/$defs/A"}})}, {"$ref": "#/$defs/A"}),
+                           ({"A": schema_object({"x": {"type": "array", "items": {"$ref": "#/$defs/B"}}}),
+                             "B": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}}, schema_object({"a": {"$ref": "#/$defs/A"}}))):
+            with self.subTest(defs=defs):
+                self.refused({**root, "$defs": defs}, "SCHEMA_REF_RECURSIVE")
+
+    def test_ref_remote_and_unknown_references_refused(self):
+        defs = {"$defs": {"A": {"type": "string"}}}
+        for ref, code in (("https://example.com/s.json", "SCHEMA_REF_REMOTE"), ("#/properties/a", "SCHEMA_REF_REMOTE"),
+                          ("#/$defs/A/properties", "SCHEMA_REF_REMOTE"), ("#/$defs/B", "SCHEMA_REF_UNKNOWN"),
+                          ("#/definitions/A", "SCHEMA_REF_UNKNOWN"), ("#A", "SCHEMA_REF_REMOTE"),
+                          (3, "SCHEMA_MALFORMED")):
+            with self.subTest(ref=ref):
+                self.refused(schema_object({"a": {"$ref": ref}}, **defs), code, "schema.properties[0]")
+
+    def test_ref_reference_with_constraining_siblings_refused(self):
+        for sibling in ({"maxLength": 3}, {"type": "string"}):
+            with self.subTest(sibling=sibling):
+                self.refused(schema_object({"a": {"$ref": "#/$defs/A", **sibling}}, **{"$defs": {"A": {"type": "string"}}}),
+                             "SCHEMA_REF_SIBLING", "schema.properties[0]")
+        self.refused(schema_object({"a": {"$ref": "#/$defs/A", "x-y": 3}}, **{"$defs": {"A": {"type": "string"}}}),
+                     "SCHEMA_KEYWORD", "schema.properties[0]")
+
+    def test_ref_definition_errors_point_at_the_definition(self):
+        self.refused(schema_object({"a": {"$ref": "#/$defs/B"}}, **{"$defs": {"A": {"type": "string"}, "B": {"type": "number"}}}),
+                     "SCHEMA_NUMBER", "schema.$defs[1]")
+        self.refused(schema_object({}, **{"$defs": []}), "SCHEMA_MALFORMED", "schema.$defs")
+        self.refused(schema_object({"a": {"$ref": "#/$defs/A"}}, **{"$defs": {"A": 3}}), "SCHEMA_MALFORMED", "schema.$defs[0]")
+
+    def test_ref_nested_definitions_and_ids_refused(self):
+        self.refused(schema_field({"type": "string", "$defs": {}}), "SCHEMA_KEYWORD", "schema.properties[0]")
+        self.refused(schema_field({"type": "string", "$id": "x"}), "SCHEMA_KEYWORD")
+        td.compile_schema(schema_object({}, **{"$id": "urn:x", "$schema": "https://json-schema.org/draft/2020-12/schema"}))
+
+    # -- RefusedKeywords (moved from mcp_import)
+    def test_refused_keyword_each_refused_keyword_by_name(self):
+        for keyword, code in td.REFUSED_KEYWORDS.items():
+            with self.subTest(keyword=keyword):
+                self.refused(schema_field({"type": "string", keyword: {}}), code, "schema.properties[0]")
+
+    def test_refused_keyword_unknown_and_misplaced_keywords(self):
+        for schema in ({"type": "string", "nullable": True}, {"type": "integer", "maxLength": 3},
+                       {"type": "string", "minimum": 1}, {"type": "object", "items": {"type": "string"}},
+                       {"type": "boolean", "x-vendor": 1}, {"type": "string", "contentMediaType": "text/plain"}):
+            with self.subTest(schema=schema):
+                self.refused(schema_field(schema), "SCHEMA_KEYWORD", "schema.properties[0]")
+
+    def test_refused_keyword_annotations_are_ignored(self):
+        compiled = td.compile_schema(schema_field({"type": "string", "title": "T", "description": "D", "examples": ["a"],
+                                            "default": "a", "$comment": "c", "deprecated": True, "readOnly": False,
+                                            "writeOnly": False}))
+        self.admitted(compiled, {"f": "zz"})
+
+    def test_refused_keyword_messages_hold_no_schema_text(self):
+        error = self.refused(schema_field({"type": "string", "SECRET-KEYWORD": 1}), "SCHEMA_KEYWORD")
+        self.assertNotIn("SECRET", str(error.to_json()))
+        error = self.refused(schema_object({"SECRET": {"type": "number"}}), "SCHEMA_NUMBER")
+        self.assertNotIn("SECRET", str(error.to_json()))
+
+    # -- SdkLoosenessRefused (moved from mcp_import)
+    def sdk_compiled(self):
+        return td.compile_schema(schema_object({
+            "order_ref": {"type": "string", "pattern": "^ORDER-[0-9]{1,12}$"},
+            "count": {"type": "integer"},
+            "code": {"type": "string", "pattern": "^\\d{3}$"},
+        }, ["order_ref"]))
+
+    def test_sdk_looseness_extra_arguments_are_refused_not_dropped(self):
+        self.value_refused(self.sdk_compiled(), {"order_ref": "ORDER-7", "extra": 1}, "VALUE_FIELDS", "value")
+
+    def test_sdk_looseness_string_is_not_coerced_to_an_integer(self):
+        self.value_refused(self.sdk_compiled(), {"order_ref": "ORDER-7", "count": "3"}, "VALUE_TYPE", "value.properties[1]")
+
+    def test_sdk_looseness_dollar_does_not_admit_a_final_newline(self):
+        self.value_refused(self.sdk_compiled(), {"order_ref": "ORDER-7\n"}, "VALUE_PATTERN", "value.properties[0]")
+
+    def test_sdk_looseness_one_point_zero_is_not_an_integer(self):
+        self.value_refused(self.sdk_compiled(), {"order_ref": "ORDER-7", "count": 1.0}, "VALUE_TYPE")
+
+    def test_sdk_looseness_unicode_digits_do_not_match_backslash_d(self):
+        self.value_refused(self.sdk_compiled(), {"order_ref": "ORDER-7", "code": "\u0661\u0662\u0663"}, "VALUE_PATTERN")
+        self.admitted(self.sdk_compiled(), {"order_ref": "ORDER-7", "code": "123"})
+
+    # -- Emit (moved from mcp_import)
+    def test_emit_round_trip_is_a_fixed_point(self):
+        schema = schema_object({"a": {"type": "string", "pattern": "^[a-z]{1,3}$", "description": "A"},
+                      "b": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}]},
+                      "c": {"type": "array", "items": {"type": "boolean", "const": True}, "uniqueItems": True,
+                            "minItems": 1},
+                      "d": {"type": "string", "enum": ["y", "x"], "minLength": 1},
+                      "e": {"type": "integer", "multipleOf": 3, "maximum": 9}}, ["a"])
+        emitted = td.compile_schema(schema).to_schema()
+        self.assertEqual(emitted["properties"]["e"], {"type": "integer", "minimum": -td.MAX_SAFE_INTEGER, "maximum": 9, "multipleOf": 3})
+        self.assertEqual(emitted["properties"]["b"], {"anyOf": [{"type": "integer", "minimum": 0, "maximum": td.MAX_SAFE_INTEGER},
+                                                                {"type": "null"}]})
+        self.assertEqual(emitted["properties"]["d"], {"type": "string", "enum": ["x", "y"], "minLength": 1})
+        again = td.compile_schema(emitted)
+        self.assertEqual(again.to_schema(), emitted)
+        # The emitted schema states the host's bound, so it is now the schema's own.
+        self.assertEqual([rule.max_length_from for rule in again.rules if type(rule) is td.StringRule],
+                         ["schema", "host"])  # the enum's bound stays the host's: its choices bound it
+
+    def test_emit_source_digest(self):
+        schema = schema_object({})
+        self.assertEqual(td.compile_schema(schema).source_sha256, td.canonical_sha256(schema))
+
+    # -- Overlay (moved from mcp_import)
+    OVERLAY_SERVER = schema_object({
+        "amount": {"type": "number", "minimum": 0, "maximum": 1000},
+        "maybe": {"type": ["number", "null"]},
+        "ref": {"type": "string", "maxLength": 40},
+        "kind": {"type": "string", "enum": ["a", "b", "c"]},
+        "code": {"type": "string", "pattern": "^[0-9]{1,4}$"},
+        "count": {"type": "integer", "minimum": 0, "maximum": 10, "multipleOf": 2},
+        "flag": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 4, "uniqueItems": True},
+        "inner": {"$ref": "#/$defs/Inner"},
+        "opt": {"anyOf": [{"type": "string", "maxLength": 5}, {"type": "null"}]},
+        "when": {"type": "string", "format": "date"},
+    }, ["amount"], **{"$defs": {"Inner": schema_object({"x": {"type": "integer"}, "y": {"type": "string"}}, ["x"])}})
+
+    def narrowed(self, path, host):
+        return td.narrow(self.OVERLAY_SERVER, {path: host})
+
+    def widens(self, path, host, code="OVERLAY_WIDENS"):
+        with self.assertRaises(td.SchemaRefusal) as caught:
+            self.narrowed(path, host)
+        self.assertEqual((caught.exception.code, caught.exception.at), (code, "overlay[0]"))
+
+    def test_overlay_without_overlay_the_server_schema_is_refused(self):
+        self.refused(self.OVERLAY_SERVER, "SCHEMA_NUMBER")
+
+    OVERLAY_NARROWINGS = {
+        ("amount",): {"type": "integer", "minimum": 0, "maximum": 1000},
+        ("maybe",): {"type": ["integer", "null"], "minimum": -5, "maximum": 5},
+        ("ref",): {"type": "string", "pattern": "^R-[0-9]{1,8}$", "maxLength": 10},
+        ("kind",): {"enum": ["a", "b"]},
+        ("code",): {"type": "string", "pattern": "^[0-9]{1,4}$", "maxLength": 2},
+        ("count",): {"type": "integer", "minimum": 2, "maximum": 8, "multipleOf": 4},
+        ("flag",): {"const": True},
+        ("tags",): {"type": "array", "items": {"type": "string", "enum": ["x"]}, "maxItems": 1, "uniqueItems": True},
+        ("inner", "y"): {"type": "string", "enum": ["ok"]},
+        ("opt",): {"type": "string", "maxLength": 3},
+        ("when",): {"type": "string", "maxLength": 10},
+    }
+
+    def test_overlay_narrowings_accepted_one_by_one(self):
+        for path, host in self.OVERLAY_NARROWINGS.items():
+            if path == ("when",):
+                continue
+            with self.subTest(path=path):
+                with self.assertRaises(td.SchemaRefusal) as caught:
+                    self.narrowed(path, host)  # the other number fields and the format stay refused
+                self.assertIn(caught.exception.code, ("SCHEMA_NUMBER", "SCHEMA_FORMAT"))
+
+    def test_overlay_all_narrowings_together(self):
+        overlay = {path: host for path, host in self.OVERLAY_NARROWINGS.items() if path != ("when",)}
+        server = {**self.OVERLAY_SERVER, "properties": {k: v for k, v in self.OVERLAY_SERVER["properties"].items() if k != "when"}}
+        compiled = td.narrow(server, overlay)
+        good = {"amount": 5, "maybe": None, "ref": "R-1", "kind": "b", "code": "12", "count": 4, "flag": True,
+                "tags": ["x"], "inner": {"x": 1, "y": "ok"}, "opt": "abc"}
+        self.admitted(compiled, good)
+        for key, bad in (("amount", 5.0), ("maybe", 6), ("ref", "R-123456789"), ("kind", "c"), ("code", "123"),
+                         ("count", 6), ("flag", False), ("tags", ["y"]), ("inner", {"x": 1, "y": "no"}),
+                         ("opt", "abcd")):
+            with self.subTest(key=key):
+                self.assertFalse(compiled.admits({**good, key: bad}))
+        # The definition itself is untouched: only this use of it was inlined and narrowed.
+        self.assertEqual(server["$defs"]["Inner"]["properties"]["y"], {"type": "string"})
+
+    def test_overlay_widenings_refused(self):
+        cases = {
+            ("amount",): {"type": "integer", "minimum": -1, "maximum": 10},
+            ("maybe",): {"type": "string"},
+            ("ref",): {"type": "string", "maxLength": 41},
+            ("kind",): {"enum": ["a", "z"]},
+            ("code",): {"type": "string", "pattern": "^[0-9]{1,3}$"},
+            ("count",): {"type": "integer", "minimum": 0, "maximum": 10, "multipleOf": 3},
+            ("flag",): {"type": ["boolean", "null"]},
+            ("tags",): {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 4},
+            ("inner",): schema_object({"x": {"type": "integer"}, "y": {"type": "string"}, "z": {"type": "string"}}, ["x"]),
+            ("opt",): {"type": "string", "maxLength": 6},
+            ("when",): {"type": "string", "maxLength": 10},
+        }
+        for path, host in cases.items():
+            with self.subTest(path=path):
+                self.widens(path, host)
+
+    def test_overlay_number_narrowing_needs_an_integer_inside_the_bounds(self):
+        server = schema_object({"n": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 10.5}})
+        td.narrow(server, {("n",): {"type": "integer", "minimum": 1, "maximum": 10}})
+        td.narrow(server, {("n",): {"type": "integer", "enum": [1, 10]}})
+        for host in ({"type": "integer", "minimum": 0, "maximum": 10}, {"type": "integer", "minimum": 1, "maximum": 11},
+                     {"type": "string"}, {"type": ["integer", "null"], "minimum": 1, "maximum": 2}):
+            with self.subTest(host=host):
+                with self.assertRaises(td.SchemaRefusal) as caught:
+                    td.narrow(server, {("n",): host})
+                self.assertEqual(caught.exception.code, "OVERLAY_WIDENS")
+        stepped = schema_object({"n": {"type": "number", "multipleOf": 0.5}})
+        with self.assertRaises(td.SchemaRefusal) as caught:
+            td.narrow(stepped, {("n",): {"type": "integer", "minimum": 1, "maximum": 2}})
+        self.assertEqual(caught.exception.code, "OVERLAY_WIDENS")
+
+    def test_overlay_bad_paths_refused(self):
+        for path in (("nope",), ("inner", "nope"), (), ("ref", "x"), "ref"):
+            with self.subTest(path=path):
+                with self.assertRaises(td.SchemaRefusal) as caught:
+                    td.narrow(self.OVERLAY_SERVER, {path: {"type": "string"}})
+                self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_PATH", "overlay[0]"))
+
+    def test_overlay_host_schema_with_a_reference_refused(self):
+        self.widens(("ref",), {"$ref": "#/$defs/S", "$defs": {"S": {"type": "string", "maxLength": 3}}})
+
+    def test_overlay_nullable_host_under_a_plain_server_rule_widens(self):
+        self.widens(("ref",), {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]})
+
+    def test_overlay_object_overlays(self):
+        compiled = self.narrowed_without_numbers(("inner",), schema_object({"x": {"type": "integer", "minimum": 0}}, ["x"]))
+        self.assertTrue(compiled.admits({"inner": {"x": 0}}))
+        self.assertFalse(compiled.admits({"inner": {"x": 0, "y": "a"}}))  # the host dropped an optional field
+        self.widens(("inner",), schema_object({"x": {"type": "integer"}, "y": {"type": "string"}}))  # x no longer required
+        self.widens(("tags",), {"type": "array", "items": {"type": "string", "maxLength": 9}, "maxItems": 4,
+                                "uniqueItems": True})  # the items widen
+
+    def narrowed_without_numbers(self, path, host):
+        server = {**self.OVERLAY_SERVER, "properties": {key: value for key, value in self.OVERLAY_SERVER["properties"].items()
+                                                if key in ("inner", "ref")}, "required": []}
+        return td.narrow(server, {path: host})
+
+    def test_overlay_server_schema_must_be_an_object(self):
+        with self.assertRaises(td.SchemaRefusal) as caught:
+            td.narrow([], {("a",): {"type": "string"}})
+        self.assertEqual((caught.exception.code, caught.exception.at), ("SCHEMA_ROOT", "schema"))
+
+    def test_overlay_a_path_through_a_reference_loop(self):
+        server = schema_object({"a": {"$ref": "#/$defs/A"}}, **{"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}}})
+        with self.assertRaises(td.SchemaRefusal) as caught:
+            td.narrow(server, {("a", "x"): {"type": "string"}})
+        self.assertEqual((caught.exception.code, caught.exception.at), ("SCHEMA_REF_RECURSIVE", "overlay[0]"))
+
+    def test_overlay_a_path_through_a_broken_reference(self):
+        server = schema_object({"a": {"$ref": "#/$defs/Missing"}, "b": {"$ref": 3}})
+        for path in (("a", "x"), ("b", "x")):
+            with self.subTest(path=path):
+                with self.assertRaises(td.SchemaRefusal) as caught:
+                    td.narrow(server, {path: {"type": "string"}})
+                self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_PATH", "overlay[0]"))
+
+    def test_overlay_host_schema_must_compile(self):
+        with self.assertRaises(td.SchemaRefusal) as caught:
+            self.narrowed(("ref",), {"type": "string", "format": "email"})
+        self.assertEqual(caught.exception.code, "SCHEMA_FORMAT")
+
+    # -- HostileSchemas (moved from mcp_import)
+    def test_hostile_deep_wide_and_recursive_refused_quickly(self):
+        deep = {"type": "string"}
+        for _ in range(5000):
+            deep = {"type": "object", "properties": {"a": deep}}
+        wide = schema_object({str(i): 0 for i in range(100_000)})
+        many = schema_object({"a": {"type": "integer", "enum": list(range(200_000))}})
+        start = time.perf_counter()
+        for schema, code in ((deep, "SCHEMA_TOO_DEEP"), (wide, "SCHEMA_TOO_MANY_NODES"),
+                             (many, "SCHEMA_TOO_MANY_NODES")):
+            self.refused(schema, code)
+        self.assertLess(time.perf_counter() - start, 1.0)
+
+    # -- Loading (moved from mcp_import)
+    def test_contracts_shipped_file_loads(self):
+        loaded = td.load_contracts(CONTRACTS_PATH)
+        self.assertEqual(list(loaded.tools), ["get_order", "create_refund_draft"])
+        self.assertEqual(loaded.tools["create_refund_draft"].bound_fields, ("order_ref", "reason"))
+        self.assertEqual(loaded.tools["get_order"].hints["read_only"], None)
+
+    def test_contracts_unreadable_paths(self):
+        with tempfile.TemporaryDirectory() as folder:
+            for path in (folder, os.path.join(folder, "missing.json")):
+                with self.assertRaises(td.ContractsError) as caught:
+                    td.load_contracts(path)
+                self.assertEqual(caught.exception.code, "CONTRACTS_UNREADABLE")
+                self.assertNotIn(folder, json.dumps(caught.exception.to_json()))
+
+    def test_contracts_byte_limit_both_sides(self):
+        data = encode(contracts_document())
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "c.json")
+            with open(path, "wb") as handle:
+                handle.write(data)
+            td.load_contracts(path, max_bytes=len(data))
+            with self.assertRaises(td.BoundaryError) as caught:
+                td.load_contracts(path, max_bytes=len(data) - 1)
+            self.assertEqual(caught.exception.code, "JSON_TOO_LARGE")
+
+    def test_contracts_strict_decoder_codes(self):
+        for data, code in ((b'{"format": 1, "format": 2}', "JSON_DUPLICATE_KEY"), (b"[" * 5000, "JSON_TOO_DEEP"),
+                                     (b'{"a": 1.5}', "JSON_NOT_PORTABLE"), (b'{"a": NaN}', "JSON_NON_FINITE"),
+                                     (b"\xff", "JSON_NOT_UTF8"), (b"{", "JSON_INVALID")):
+            with self.subTest(data=data[:20]):
+                with self.assertRaises(td.BoundaryError) as caught:
+                    td.parse_contracts(data)
+                self.assertEqual(caught.exception.code, code)
+
+    def test_contracts_depth_limit_both_sides(self):
+        def nested(levels):
+            schema = {"type": "string"}
+            for _ in range(levels):
+                schema = {"type": "object", "properties": {"a": schema}}
+            return schema
+
+        def with_input(schema):
+            return self.mutated(lambda d: d["tools"][0].update(input_schema=schema, resource_field=None,
+                                                                          bound_fields=[]))
+
+        td.parse_contracts(encode(with_input(nested(15))))  # the schema's own 31 containers, + 3 outside
+        self.contracts_refused(with_input(nested(16)), "SCHEMA_TOO_DEEP", "tools[0].input_schema", td.SchemaRefusal)
+        with self.assertRaises(td.BoundaryError) as caught:
+            td.parse_contracts(encode(with_input(nested(17))))
+        self.assertEqual(caught.exception.code, "JSON_TOO_DEEP")
+
+    def test_contracts_root_fields_and_version(self):
+        self.contracts_refused([], "CONTRACTS_VALUE", "contracts")
+        self.contracts_refused({"format": "tool-contracts-v1"}, "CONTRACTS_FIELDS", "contracts")
+        self.contracts_refused(self.mutated(lambda d: d.update(format="tool-contracts-v2")), "CONTRACTS_VERSION", "format")
+        self.contracts_refused(self.mutated(lambda d: d.update(tools={})), "CONTRACTS_VALUE", "tools")
+        self.contracts_refused(self.mutated(lambda d: d.update(tools=[])), "CONTRACTS_LIMIT", "tools")
+
+    def test_contracts_tool_count_both_sides(self):
+        def many(count):
+            document = contracts_document()
+            tool = document["tools"][0]
+            document["tools"] = [dict(tool, name=f"t{i}") for i in range(count)]
+            return document
+
+        self.assertEqual(len(td.parse_contracts(encode(many(td.MAX_TOOLS))).tools), td.MAX_TOOLS)
+        self.contracts_refused(many(td.MAX_TOOLS + 1), "CONTRACTS_LIMIT", "tools")
+
+    def test_contracts_duplicate_names(self):
+        self.contracts_refused(self.mutated(lambda d: d["tools"][1].update(name="get_order")), "CONTRACTS_DUPLICATE",
+                               "tools[1].name")
+
+    def test_contracts_tool_fields(self):
+        self.contracts_refused(self.mutated(lambda d: d["tools"][0].pop("hints")), "CONTRACTS_FIELDS", "tools[0]")
+        self.contracts_refused(self.mutated(lambda d: d["tools"][0].update(extra=1)), "CONTRACTS_FIELDS", "tools[0]")
+        self.contracts_refused(self.mutated(lambda d: d["tools"].append(3)), "CONTRACTS_VALUE", "tools[2]")
+
+    def test_contracts_tool_values(self):
+        cases = (
+            ("name", "", "tools[0].name"), ("name", "a b", "tools[0].name"), ("name", "n" * 65, "tools[0].name"),
+            ("description", 3, "tools[0].description"), ("effect", "delete", "tools[0].effect"),
+            ("required_role", "bad role", "tools[0].required_role"), ("producer", None, "tools[0].producer"),
+            ("resource_field", 3, "tools[0].resource_field"), ("bound_fields", "order_ref", "tools[0].bound_fields"),
+            ("bound_fields", ["order_ref", "order_ref"], "tools[0].bound_fields"),
+        )
+        for key, value, at in cases:
+            with self.subTest(key=key, value=value):
+                self.contracts_refused(self.mutated(lambda d: d["tools"][0].update({key: value})), "CONTRACTS_VALUE", at)
+        td.parse_contracts(encode(self.mutated(lambda d: d["tools"][0].update(name="n" * 64))))
+
+    def test_contracts_description_limit_both_sides(self):
+        limit = td.MAX_DESCRIPTION_LENGTH
+        td.parse_contracts(encode(self.mutated(lambda d: d["tools"][0].update(description="d" * limit))))
+        self.contracts_refused(self.mutated(lambda d: d["tools"][0].update(description="d" * (limit + 1))), "CONTRACTS_LIMIT",
+                               "tools[0].description")
+
+    def test_contracts_references_between_fields(self):
+        self.contracts_refused(self.mutated(lambda d: d["tools"][0].update(resource_field="status")), "CONTRACTS_REFERENCE",
+                               "tools[0].resource_field")
+        self.contracts_refused(self.mutated(lambda d: d["tools"][0].update(bound_fields=["status"])), "CONTRACTS_REFERENCE",
+                               "tools[0].bound_fields")
+        self.contracts_refused(self.mutated(lambda d: d["tools"][0].update(output_schema=None)), "CONTRACTS_REFERENCE",
+                               "tools[0].bound_fields")
+
+        def optional_resource(document):
+            document["tools"][0]["input_schema"]["required"] = []
+        self.contracts_refused(self.mutated(optional_resource), "CONTRACTS_REFERENCE", "tools[0].resource_field")
+
+        def integer_resource(document):
+            document["tools"][0]["input_schema"]["properties"]["order_ref"] = {"type": "integer"}
+            document["tools"][0]["bound_fields"] = []
+        self.contracts_refused(self.mutated(integer_resource), "CONTRACTS_REFERENCE", "tools[0].resource_field")
+        loaded = td.parse_contracts(encode(self.mutated(
+            lambda d: d["tools"][0].update(resource_field=None, bound_fields=[], output_schema=None))))
+        self.assertIsNone(loaded.tools["get_order"].output_contract)
+
+    def test_contracts_bound_fields_are_required_on_both_sides(self):
+        def optional_in_output(document):
+            document["tools"][0]["output_schema"]["required"] = ["status"]
+        self.contracts_refused(self.mutated(optional_in_output), "CONTRACTS_REFERENCE", "tools[0].bound_fields")
+
+        def optional_in_input(document):
+            tool = document["tools"][1]
+            tool["input_schema"]["required"] = ["order_ref"]
+        self.contracts_refused(self.mutated(optional_in_input), "CONTRACTS_REFERENCE", "tools[1].bound_fields")
+        self.assertEqual(td.parse_contracts(encode(contracts_document()))["create_refund_draft"].bound_fields,
+                         ("order_ref", "reason"))
+
+    def test_contracts_revisions_provenance_hints(self):
+        self.contracts_refused(self.mutated(lambda d: d["tools"][0]["revisions"].pop("handler")), "CONTRACTS_FIELDS",
+                               "tools[0].revisions")
+        self.contracts_refused(self.mutated(lambda d: d["tools"][0]["revisions"].update(input="a b")), "CONTRACTS_VALUE",
+                               "tools[0].revisions.input")
+        self.contracts_refused(self.mutated(lambda d: d["tools"][0]["provenance"].update(source="model")), "CONTRACTS_VALUE",
+                               "tools[0].provenance.source")
+        self.contracts_refused(self.mutated(lambda d: d["tools"][0]["provenance"].update(input_schema_sha256="ab")),
+                               "CONTRACTS_VALUE", "tools[0].provenance.input_schema_sha256")
+        self.contracts_refused(self.mutated(lambda d: d["tools"][0]["provenance"].update(server_name="s" * 161)),
+                               "CONTRACTS_VALUE", "tools[0].provenance.server_name")
+        self.contracts_refused(self.mutated(lambda d: d["tools"][0]["hints"].update(read_only="yes")), "CONTRACTS_VALUE",
+                               "tools[0].hints.read_only")
+        self.contracts_refused(self.mutated(lambda d: d["tools"][0]["hints"].update(extra=True)), "CONTRACTS_FIELDS",
+                               "tools[0].hints")
+
+    def test_contracts_imported_provenance_loads(self):
+        provenance = {"source": "mcp_import", "server_name": "s" * 160, "server_version": "1.0",
+                                "protocol_version": "2026-07-28", "input_schema_sha256": "a" * 64, "output_schema_sha256": None}
+        loaded = td.parse_contracts(encode(self.mutated(lambda d: d["tools"][0].update(provenance=provenance))))
+        self.assertEqual(dict(loaded.tools["get_order"].provenance), provenance)
+
+    def test_contracts_schema_refusals_are_placed_inside_the_file(self):
+        def number(document):
+            document["tools"][1]["input_schema"]["properties"]["reason"] = {"type": "number"}
+        self.contracts_refused(self.mutated(number), "SCHEMA_NUMBER", "tools[1].input_schema.properties[1]", td.SchemaRefusal)
+
+        def open_output(document):
+            document["tools"][0]["output_schema"]["additionalProperties"] = True
+        self.contracts_refused(self.mutated(open_output), "SCHEMA_OPEN_OBJECT", "tools[0].output_schema", td.SchemaRefusal)
+
+    def test_contracts_messages_hold_no_file_text(self):
+        error = self.contracts_refused(self.mutated(lambda d: d["tools"][0].update(effect="SECRET")), "CONTRACTS_VALUE",
+                                       "tools[0].effect")
+        self.assertNotIn("SECRET", json.dumps(error.to_json()))
+
+    def test_contracts_the_four_core_catalogs_are_disjoint_one_error_type_each(self):
+        catalogs = ((td.SchemaRefusal, td.SCHEMA_CATALOG, "schema", 33), (td.ValueRefusal, td.VALUE_CATALOG, "value", 8),
+                    (td.ContractsError, td.CONTRACTS_CATALOG, "contracts", 7))
+        seen = set(td.ERROR_CATALOG)
+        for error_type, catalog, scope, count in catalogs:
+            with self.subTest(scope=scope):
+                self.assertIs(error_type.CATALOG, catalog)
+                self.assertEqual((len(catalog), {spec.scope for spec in catalog.values()}), (count, {scope}))
+                self.assertEqual(set(catalog) & seen, set())
+                seen |= set(catalog)
+                with self.assertRaises(ValueError):
+                    error_type("INVALID_ARGUMENTS")  # a code of another catalog
+                self.assertTrue(all(spec.message.endswith(".") and "{" not in spec.message
+                                    for spec in catalog.values()))
+
+    # -- ShippedToolsAgreeWithTheCore (moved from mcp_import)
+    SHIPPED_INPUTS = (
+        {"order_ref": "ORDER-7"}, {"order_ref": "ORDER-123456789012"}, {"order_ref": "ORDER-1234567890123"},
+        {"order_ref": "ORDER-7\n"}, {"order_ref": "ORDER-"}, {"order_ref": "order-7"}, {"order_ref": "ORDER-\u0667"},
+        {"order_ref": 7}, {"order_ref": None}, {"order_ref": ["ORDER-7"]}, {}, {"order_ref": "ORDER-7", "x": 1},
+        {"order_ref": "ORDER-7", "reason": "damaged"}, {"order_ref": "ORDER-7", "reason": "duplicate"},
+        {"order_ref": "ORDER-7", "reason": "other"}, {"order_ref": "ORDER-7", "reason": "Other"},
+        {"order_ref": "ORDER-7", "reason": "stolen"}, {"order_ref": "ORDER-7", "reason": True},
+        {"order_ref": "ORDER-7", "reason": "damaged", "note": "x"}, {"reason": "damaged"},
+        {"order_ref": " ORDER-7", "reason": "damaged"}, {"order_ref": "ORDER-7", "reason": None},
+    )
+    SHIPPED_OUTPUTS = (
+        {"order_ref": "ORDER-7", "status": "paid"}, {"order_ref": "ORDER-7", "status": "lost"},
+        {"order_ref": "ORDER-7", "status": "paid", "token": "x"}, {"order_ref": "ORDER-7"},
+        {"draft_id": "DRAFT-0123456789abcdef", "order_ref": "ORDER-7", "reason": "other"},
+        {"draft_id": "DRAFT-0123456789ABCDEF", "order_ref": "ORDER-7", "reason": "other"},
+        {"draft_id": "DRAFT-0123456789abcdef", "order_ref": "ORDER-7", "reason": "other", "status": "submitted"},
+        {"draft_id": "DRAFT-0123456789abcde", "order_ref": "ORDER-7", "reason": "other"},
+        {"order_ref": "ORDER-7", "status": 1}, "paid", None,
+    )
+
+    def shipped_loaded(self):
+        return td.load_contracts(CONTRACTS_PATH)
+
+    @staticmethod
+    def core_admits(check, *arguments):
+        try:
+            check(*arguments)
+        except td.BoundaryError:
+            return False
+        return True
+
+    def test_flat_objects_are_refused_in_the_same_order_as_nested_ones(self):
+        # A root of scalar properties takes a path without the work stack; one more (absent,
+        # optional) array property sends the same schema through the stack: same outcome each time.
+        properties = {"a": {"type": "string", "maxLength": 2}, "b": {"type": "integer", "maximum": 3},
+                      "c": {"type": ["boolean", "null"]}}
+        flat = td.compile_schema(schema_object(properties, ["a"]))
+        stacked = td.compile_schema(schema_object({**properties, "z": {"type": "array", "items": {"type": "string"}}},
+                                                  ["a"]))
+        values = [{"a": "x"}, {"a": "x", "b": 3, "c": None}, {"a": "xyz", "b": 4}, {"b": 4, "a": "xyz"}, {"b": 1},
+                  {"a": "x", "q": 1}, {"a": "x", "c": 1}, [], {"a": 1, "b": "1", "c": "1"}, {"a": "\ud800"}]
+        outcomes = []
+        for value in values:
+            with self.subTest(value=value):
+                found = []
+                for compiled in (flat, stacked):
+                    try:
+                        compiled.check(value)
+                        found.append(None)
+                    except td.ValueRefusal as refusal:
+                        found.append((refusal.code, refusal.at))
+                self.assertEqual(found[0], found[1])
+                outcomes.append(found[0])
+        self.assertEqual(outcomes, [None, None, ("VALUE_RANGE", "value.properties[1]"),
+                                    ("VALUE_LENGTH", "value.properties[0]"), ("VALUE_FIELDS", "value"),
+                                    ("VALUE_FIELDS", "value"), ("VALUE_TYPE", "value.properties[2]"),
+                                    ("VALUE_TYPE", "value"), ("VALUE_TYPE", "value.properties[2]"),
+                                    ("VALUE_NOT_PORTABLE", "value.properties[0]")])
+
+    def server_contracts(self):
+        """A contracts document holding a server's own schemas, one of them a number."""
+        document = contracts_document()
+        document["tools"][1]["input_schema"]["properties"]["amount"] = {"type": "number", "minimum": 0,
+                                                                          "maximum": 500}
+        document["tools"][1]["input_schema"]["properties"]["note"] = {"type": "string"}
+        return document
+
+    def overlay(self, *entries, side="input", name="create_refund_draft"):
+        return {"format": "tool-contract-overlay-v1", "tools": [
+            {"name": name, "input": [], "output": [], side: [{"path": path, "schema": schema} for path, schema in entries]}]}
+
+    def overlaid(self, overlay, document=None):
+        return td.parse_contracts(encode(document or self.server_contracts()),
+                                  overlay=td.parse_overlay(encode(overlay)))
+
+    def test_overlay_narrows_a_number_to_an_integer_and_bounds_a_string(self):
+        self.contracts_refused(self.server_contracts(), "SCHEMA_NUMBER", "tools[1].input_schema.properties[2]",
+                               td.SchemaRefusal)
+        loaded = self.overlaid(self.overlay((["amount"], {"type": "integer", "minimum": 1, "maximum": 500}),
+                                            (["note"], {"type": "string", "maxLength": 40})))
+        contract = loaded["create_refund_draft"].input_contract
+        base = {"order_ref": "ORDER-7", "reason": "other"}
+        self.assertTrue(contract.admits({**base, "amount": 500, "note": "n" * 40}))
+        for refused in ({**base, "amount": 501}, {**base, "amount": 0}, {**base, "amount": 2.5},
+                        {**base, "note": "n" * 41}):
+            with self.subTest(refused=refused):
+                self.assertFalse(contract.admits(refused))
+        self.assertEqual(contract.host_bounds(), ())  # the host's bound is the schema's own now
+        self.assertEqual(loaded["get_order"], td.REGISTRY["get_order"])  # untouched
+
+    def test_overlay_refusals_are_placed_in_the_overlay_file(self):
+        cases = (
+            (self.overlay((["amount"], {"type": "integer", "minimum": 0, "maximum": 501})), "OVERLAY_WIDENS",
+             "overlay.tools[0].input[0]"),
+            (self.overlay((["amount"], {"type": "integer", "minimum": 0, "maximum": 5}), (["missing"], {"type": "string"})),
+             "OVERLAY_PATH", "overlay.tools[0].input[1]"),
+            (self.overlay((["note"], {"type": "string", "format": "email"})), "SCHEMA_FORMAT",
+             "overlay.tools[0].input[0].schema"),
+        )
+        for overlay, code, at in cases:
+            with self.subTest(code=code, at=at):
+                with self.assertRaises(td.SchemaRefusal) as caught:
+                    self.overlaid(overlay)
+                self.assertEqual((caught.exception.code, caught.exception.at), (code, at))
+        with self.assertRaises(td.SchemaRefusal) as caught:
+            self.overlaid(self.overlay((["reason"], {"enum": ["other", "stolen"]}), side="output"), contracts_document())
+        self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_WIDENS", "overlay.tools[0].output[0]"))
+        narrowed = self.overlaid(self.overlay((["amount"], {"type": "integer", "minimum": 0, "maximum": 500}),
+                                              (["reason"], {"enum": ["other"]})))  # both sides of each
+        self.assertEqual(narrowed["create_refund_draft"].input_fields["reason"].choices, frozenset({"other"}))
+
+    def test_overlay_file_fields(self):
+        good = self.overlay((["amount"], {"type": "integer"}))
+        cases = (
+            ({**good, "format": "tool-contract-overlay-v2"}, "CONTRACTS_VERSION", "overlay.format"),
+            ({"format": "tool-contract-overlay-v1"}, "CONTRACTS_FIELDS", "overlay"),
+            ({**good, "tools": []}, "CONTRACTS_LIMIT", "overlay.tools"),
+            ({**good, "tools": [{"name": "x", "input": [], "output": []}]}, "CONTRACTS_LIMIT", "overlay.tools[0]"),
+            ({**good, "tools": [good["tools"][0], good["tools"][0]]}, "CONTRACTS_DUPLICATE", "overlay.tools[1].name"),
+            (self.overlay((["amount"], {"type": "integer"}), (["amount"], {"type": "integer"})),
+             "CONTRACTS_DUPLICATE", "overlay.tools[0].input[1].path"),
+            (self.overlay(([], {"type": "integer"})), "CONTRACTS_VALUE", "overlay.tools[0].input[0].path"),
+            (self.overlay((["a"] * 17, {"type": "integer"})), "CONTRACTS_VALUE", "overlay.tools[0].input[0].path"),
+            (self.overlay(*[([f"p{i}"], {"type": "integer"}) for i in range(65)]), "CONTRACTS_LIMIT",
+             "overlay.tools[0].input"),
+            ({**good, "tools": [{**good["tools"][0], "name": "a b"}]}, "CONTRACTS_VALUE", "overlay.tools[0].name"),
+        )
+        for overlay, code, at in cases:
+            with self.subTest(code=code, at=at):
+                with self.assertRaises(td.ContractsError) as caught:
+                    td.parse_overlay(encode(overlay))
+                self.assertEqual((caught.exception.code, caught.exception.at), (code, at))
+        self.assertEqual(len(td.parse_overlay(encode(self.overlay(
+            *[([f"p{i}"], {"type": "integer"}) for i in range(64)]))).tools), 1)  # both sides of the limit
+        td.parse_overlay(encode(self.overlay((["a"] * 16, {"type": "integer"}))))
+        with self.assertRaises(td.ContractsError) as caught:
+            self.overlaid(self.overlay((["order_ref"], {"type": "string"}), name="absent_tool"), contracts_document())
+        self.assertEqual((caught.exception.code, caught.exception.at), ("CONTRACTS_REFERENCE", "overlay.tools[0].name"))
+
+    def test_overlay_loads_from_a_file_and_never_names_the_path(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "overlay.json")
+            with open(path, "wb") as handle:
+                handle.write(encode(self.overlay((["amount"], {"type": "integer"}))))
+            self.assertEqual(list(td.load_overlay(path).tools), ["create_refund_draft"])
+            with self.assertRaises(td.ContractsError) as caught:
+                td.load_overlay(os.path.join(folder, "missing.json"))
+            self.assertEqual(caught.exception.to_json(), {"code": "CONTRACTS_UNREADABLE",
+                                                          "message": "The contracts file could not be read.",
+                                                          "retryable": False, "at": "overlay"})
+
+    def test_shipped_registry_is_the_contracts_file(self):
+        loaded = self.shipped_loaded()
+        self.assertEqual(list(td.REGISTRY), ["get_order", "create_refund_draft"])
+        self.assertEqual(td.SHIPPED_CONTRACTS, CONTRACTS_PATH)
+        for name, spec in td.REGISTRY.items():
+            with self.subTest(tool=name):
+                self.assertEqual(loaded[name], spec)
+                self.assertEqual(loaded[name].contract_view(), spec.contract_view())
+        self.assertEqual((td.REGISTRY["create_refund_draft"].resource_field,
+                          td.REGISTRY["create_refund_draft"].bound_fields), ("order_ref", ("order_ref", "reason")))
+
+    def test_shipped_inputs_admitted_exactly(self):
+        # Known answers: the same table the hand-written FieldRules admitted before the file did.
+        expected = {"get_order": {0, 1}, "create_refund_draft": {12, 13, 14}}
+        for name, spec in td.REGISTRY.items():
+            for index, arguments in enumerate(self.SHIPPED_INPUTS):
+                with self.subTest(tool=name, arguments=arguments):
+                    admitted = self.core_admits(td.check_input, spec, copy.deepcopy(arguments))
+                    self.assertEqual(admitted, index in expected[name])
+                    self.assertEqual(spec.input_contract.admits(arguments), admitted)
+
+    def test_shipped_outputs_admitted_exactly(self):
+        expected = {"get_order": {0}, "create_refund_draft": {4}}
+        for name, spec in td.REGISTRY.items():
+            for index, output in enumerate(self.SHIPPED_OUTPUTS):
+                with self.subTest(tool=name, output=output):
+                    self.assertEqual(self.core_admits(td.check_output_fields, spec, output), index in expected[name])
+
+    def test_shipped_generated_schemas_compile_to_the_same_checks(self):
+        for name, spec in td.REGISTRY.items():
+            compiled = td.compile_schema(spec.input_schema())
+            for arguments in self.SHIPPED_INPUTS:
+                with self.subTest(tool=name, arguments=arguments):
+                    self.assertEqual(compiled.admits(arguments), spec.input_contract.admits(arguments))
+
+
+# ============================================================================================
+# 9. Registry and input contracts
 # ============================================================================================
 
 
@@ -1472,9 +2739,9 @@ class TestRegistryAndInputContracts(unittest.TestCase):
         self.assertEqual(dispatcher.effect_count, 0)
 
     def test_twelve_digit_order_ref_is_admitted(self):
-        rule = td.REGISTRY["get_order"].input_fields["order_ref"]
-        self.assertTrue(rule.admits("ORDER-123456789012"))
-        self.assertFalse(rule.admits("ORDER-1234567890123"))
+        contract = td.REGISTRY["get_order"].input_contract
+        self.assertTrue(contract.admits({"order_ref": "ORDER-123456789012"}))
+        self.assertFalse(contract.admits({"order_ref": "ORDER-1234567890123"}))
 
     def test_check_input_returns_a_fresh_copy(self):
         arguments = {"order_ref": "ORDER-7", "reason": "other"}
@@ -1482,31 +2749,59 @@ class TestRegistryAndInputContracts(unittest.TestCase):
         self.assertEqual(checked, arguments)
         self.assertIsNot(checked, arguments)
 
-    def test_field_rule_admits_by_pattern_or_by_choices(self):
-        rule = td.FieldRule(pattern=td.ORDER_REF_PATTERN, max_length=8)
-        self.assertTrue(rule.admits("ORDER-12"))
-        self.assertFalse(rule.admits("ORDER-123"))  # longer than max_length
-        enum = td.FieldRule(choices=frozenset({"a", "b"}))
-        self.assertIs(enum.admits("a"), True)
-        self.assertIs(enum.admits("c"), False)
-        self.assertIs(enum.admits(["a"]), False)
-        self.assertIs(rule.admits("ORDER-123"), False)
-        self.assertIs(rule.admits(12), False)
+    def test_check_input_refuses_what_is_not_a_plain_object(self):
+        spec = td.REGISTRY["get_order"]
+
+        class Key(str):
+            pass
+
+        for arguments in ([], None, "ORDER-7", {Key("order_ref"): "ORDER-7"}):
+            with self.subTest(arguments=arguments):
+                with self.assertRaises(BoundaryError) as caught:
+                    td.check_input(spec, arguments)
+                self.assertEqual(caught.exception.code, "INVALID_ARGUMENTS")
+
+    def test_input_fields_are_a_thin_view_of_the_compiled_contract(self):
+        spec = td.REGISTRY["create_refund_draft"]
+        self.assertEqual(list(spec.input_fields), ["order_ref", "reason"])
+        self.assertEqual(list(spec.output_fields), ["draft_id", "order_ref", "reason"])
+        self.assertEqual(spec.input_fields["reason"].choices, frozenset({"damaged", "duplicate", "other"}))
+        self.assertEqual((spec.input_fields["order_ref"].pattern, spec.input_fields["order_ref"].max_length),
+                         ("^ORDER-[0-9]{1,12}$", 18))
 
     def test_input_schema_is_exact(self):
         self.assertEqual(td.REGISTRY["create_refund_draft"].input_schema(), {
             "type": "object",
             "properties": {
-                "order_ref": {"type": "string", "pattern": "^(?:ORDER-[0-9]{1,12})$", "maxLength": 18},
-                "reason": {"type": "string", "enum": ["damaged", "duplicate", "other"]},
+                "order_ref": {"type": "string", "maxLength": 18, "pattern": "^ORDER-[0-9]{1,12}$"},
+                "reason": {"type": "string", "enum": ["damaged", "duplicate", "other"], "maxLength": 64},
             },
             "required": ["order_ref", "reason"],
             "additionalProperties": False,
         })
+        self.assertEqual(td.REGISTRY["get_order"].output_schema()["required"], ["order_ref", "status"])
 
-    def test_schema_pattern_anchors_every_branch_of_an_alternation(self):
-        schema = td.FieldRule(pattern=re.compile("a|b"), max_length=1).schema()
-        self.assertEqual(schema, {"type": "string", "pattern": "^(?:a|b)$", "maxLength": 1})
+    def test_a_broken_contracts_file_stops_an_import_and_the_cli_answers_its_failure(self):
+        cases = {b'{"format": "tool-contracts-v1"}': ("CONTRACTS_FIELDS", "contracts"), None: ("CONTRACTS_UNREADABLE", None),
+                 b'{"format": "tool-contracts-v1", "tools": [], "tools": []}': ("JSON_DUPLICATE_KEY", None)}
+        for content, (code, at) in cases.items():
+            with self.subTest(code=code), tempfile.TemporaryDirectory() as folder:
+                with open(MODULE_PATH, "rb") as source, open(os.path.join(folder, "tool_dispatcher.py"), "wb") as copy_:
+                    copy_.write(source.read())
+                if content is not None:
+                    with open(os.path.join(folder, "tool-contracts.json"), "wb") as handle:
+                        handle.write(content)
+                cli = subprocess.run([sys.executable, "-B", os.path.join(folder, "tool_dispatcher.py"), "--fixture",
+                                      FIXTURE_PATH], capture_output=True, text=True, timeout=60)
+                error = {"code": code, "message": {**td.ERROR_CATALOG, **td.CONTRACTS_CATALOG}[code].message,
+                         "retryable": False, **({"at": at} if at else {})}
+                self.assertEqual((cli.returncode, json.loads(cli.stdout), cli.stderr),
+                                 (2, {"passed": False, "error": error}, ""))
+                self.assertNotIn(folder, cli.stdout)
+                imported = subprocess.run([sys.executable, "-B", "-c", "import tool_dispatcher"], cwd=folder,
+                                          capture_output=True, text=True, timeout=60)
+                self.assertEqual(imported.returncode, 1)
+                self.assertIn(code, imported.stderr.splitlines()[-1])
 
     def test_contract_view_lists_every_revision(self):
         self.assertEqual(td.REGISTRY["get_order"].contract_view(), {
@@ -1517,7 +2812,7 @@ class TestRegistryAndInputContracts(unittest.TestCase):
 
 
 # ============================================================================================
-# 9. Authorization
+# 10. Authorization
 # ============================================================================================
 
 
@@ -1581,7 +2876,7 @@ class TestAuthorization(unittest.TestCase):
 
 
 # ============================================================================================
-# 10. Operation lifecycle, approval, business state, deadline
+# 11. Operation lifecycle, approval, business state, deadline
 # ============================================================================================
 
 
@@ -1757,7 +3052,7 @@ class TestOperationLifecycleApprovalBusinessStateDeadline(unittest.TestCase):
 
 
 # ============================================================================================
-# 11. Handlers and the mock downstream
+# 12. Handlers and the mock downstream
 # ============================================================================================
 
 
@@ -1794,7 +3089,7 @@ class TestHandlersAndTheMockDownstream(unittest.TestCase):
 
 
 # ============================================================================================
-# 12. Output contracts
+# 13. Output contracts
 # ============================================================================================
 
 
@@ -2201,7 +3496,7 @@ class TestOutputContracts(unittest.TestCase):
 
 
 # ============================================================================================
-# 13. Projections
+# 14. Projections
 # ============================================================================================
 
 
@@ -2243,7 +3538,7 @@ class TestProjections(unittest.TestCase):
 
 
 # ============================================================================================
-# 14. Digests and seals
+# 15. Digests and seals
 # ============================================================================================
 
 
@@ -2537,7 +3832,7 @@ class TestDigestsAndSeals(unittest.TestCase):
 
 
 # ============================================================================================
-# 15. The dispatcher
+# 16. The dispatcher
 # ============================================================================================
 
 
@@ -2559,6 +3854,124 @@ def raising_before_commit(call):
 
 
 class TestTheDispatcher(unittest.TestCase):
+
+    def imported_turn(self, provider="openai", **changes):
+        """A write and a read of the imported tools in one provider turn, and the packages."""
+        contracts = imported_contracts()
+        dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts, handlers=IMPORTED_HANDLERS)
+        write_ctx = write_context(provider)
+        read_ctx = context(provider, response="resp_w", call="call_r")
+        arguments = {"order_ref": "ORDER-7", "quantity": 3, "gift": True, **changes}
+        approval = td.approval_for_call(approver="approver-lee", principal=ALICE, context=write_ctx,
+                                        spec=contracts["adjust_order"], arguments=arguments, expires_at=EXPIRES)
+        written = dispatcher.dispatch({"name": "adjust_order", "arguments": arguments}, write_ctx, ALICE,
+                                      approval=approval, now=NOW)
+        lines = dispatcher.dispatch({"name": "order_lines", "arguments": {"order_ref": "ORDER-7", "limit": 2}},
+                                    read_ctx, ALICE, now=NOW)
+        return contracts, dispatcher, (write_ctx, read_ctx), (written, lines)
+
+    def test_an_imported_contract_set_dispatches_and_verifies_with_its_own_set_only(self):
+        for provider, adapter in ADAPTER_FUNCTIONS.items():
+            with self.subTest(provider=provider):
+                contracts, dispatcher, contexts, packages = self.imported_turn(provider)
+                written, lines = packages
+                self.assertEqual((written["model_result"]["status"], written["model_result"]["delivery"],
+                                  written["model_result"]["data"]),
+                                 ("ok", "fresh", {"order_ref": "ORDER-7", "quantity": 3, "gift": True, "note": None}))
+                self.assertEqual(lines["model_result"]["data"], {"order_ref": "ORDER-7", "lines": [7, 8]})
+                self.assertEqual(written["protected_audit"]["tool_contract"], contracts["adjust_order"].contract_view())
+                for package, ctx in zip(packages, contexts):
+                    td.verify_package(package, context=ctx, principal=ALICE, registry=contracts)
+                    payload = adapter(package, ctx, principal=ALICE, registry=contracts)
+                    self.assertEqual(payload, td.ADAPTERS[ctx.adapter_revision](package, ctx))
+                    for check in (lambda: td.verify_package(package, context=ctx, principal=ALICE),
+                                  lambda: adapter(package, ctx, principal=ALICE)):
+                        with self.assertRaises(BoundaryError) as caught:
+                            check()
+                        self.assertEqual(caught.exception.code, "PROVENANCE_MISMATCH")
+                self.assertEqual(td.verify_result_set(list(reversed(contexts)), list(packages), principal=ALICE,
+                                                      registry=contracts), [lines, written])
+                with self.assertRaises(BoundaryError) as caught:
+                    td.verify_result_set(list(contexts), list(packages), principal=ALICE)
+                self.assertEqual(caught.exception.code, "PROVENANCE_MISMATCH")
+                # A replay of the write answers from the record, under the same set.
+                replay = dispatcher.dispatch(
+                    {"name": "adjust_order", "arguments": {"order_ref": "ORDER-7", "quantity": 3, "gift": True}},
+                    write_context(provider, call="call_w2"), ALICE, now=NOW)
+                self.assertEqual(replay["model_result"]["delivery"], "local_replay")
+                td.verify_package(replay, registry=contracts)
+
+    def test_an_imported_contract_refuses_inexact_arguments(self):
+        contracts = imported_contracts()
+        dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts, handlers=IMPORTED_HANDLERS)
+        refused = [{"quantity": True}, {"quantity": "3"}, {"quantity": 3.0}, {"quantity": 11}, {"quantity": 0},
+                   {"gift": 1}, {"note": 7}, {"note": "n" * 41}, {"extra": None}, {"order_ref": "ORDER-7\n"}]
+        for index, change in enumerate(refused):
+            with self.subTest(change=change):
+                package = dispatcher.dispatch({"name": "adjust_order",
+                                               "arguments": {"order_ref": "ORDER-7", "quantity": 3, **change}},
+                                              write_context(call=f"call_{index}", key=f"idem-{index}"), ALICE, now=NOW)
+                self.assertEqual(package["model_result"], error_result("INVALID_ARGUMENTS", tool="adjust_order"))
+                td.verify_package(package, registry=contracts)
+        self.assertEqual(dispatcher.effect_count, 0)
+        missing = dispatcher.dispatch({"name": "adjust_order", "arguments": {"order_ref": "ORDER-7"}},
+                                      write_context(call="call_m", key="idem-m"), ALICE, now=NOW)
+        self.assertEqual(code_of(missing), "INVALID_ARGUMENTS")  # quantity is required, never defaulted
+
+    def test_an_approval_binds_json_values_not_python_equality(self):
+        contracts = imported_contracts()
+        dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts, handlers=IMPORTED_HANDLERS)
+        ctx = write_context()
+        arguments = {"order_ref": "ORDER-7", "quantity": 1, "gift": True}
+        approval = td.approval_for_call(approver="approver-lee", principal=ALICE, context=ctx,
+                                        spec=contracts["adjust_order"], arguments={**arguments, "quantity": True,
+                                                                                   "gift": 1}, expires_at=EXPIRES)
+        package = dispatcher.dispatch({"name": "adjust_order", "arguments": arguments}, ctx, ALICE,
+                                      approval=approval, now=NOW)
+        self.assertEqual(code_of(package), "APPROVAL_MISMATCH")  # Python's == says 1 == True
+        approval = dataclasses.replace(approval, arguments=arguments)
+        self.assertEqual(dispatcher.dispatch({"name": "adjust_order", "arguments": arguments}, ctx, ALICE,
+                                             approval=approval, now=NOW)["model_result"]["status"], "ok")
+
+    def test_a_bound_field_must_echo_the_same_json_value(self):
+        contracts = imported_contracts()
+
+        def echo_as(value):
+            def handler(call):
+                result = adjust_order(call)
+                return dataclasses.replace(result, output={**result.output, "quantity": value})
+            return handler
+
+        for value, code in ((2, "OUTPUT_BINDING_MISMATCH"), (True, "OUTPUT_CONTRACT_VIOLATION"), (1, None)):
+            with self.subTest(value=value):
+                dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts,
+                                        handlers={**IMPORTED_HANDLERS, "adjust_order": echo_as(value)})
+                ctx = write_context()
+                arguments = {"order_ref": "ORDER-7", "quantity": 1}
+                approval = td.approval_for_call(approver="approver-lee", principal=ALICE, context=ctx,
+                                                spec=contracts["adjust_order"], arguments=arguments, expires_at=EXPIRES)
+                package = dispatcher.dispatch({"name": "adjust_order", "arguments": arguments}, ctx, ALICE,
+                                              approval=approval, now=NOW)
+                self.assertEqual(package["model_result"].get("error", {}).get("code"), code)
+
+    def test_every_registry_tool_must_be_runnable_when_the_dispatcher_is_built(self):
+        contracts = imported_contracts()
+        cases = (
+            ({"order_lines": order_lines}, contracts, ("TOOL_HANDLER_MISSING", "registry[0]")),
+            ({"adjust_order": adjust_order, "order_lines": None}, contracts, ("TOOL_HANDLER_MISSING", "registry[1]")),
+        )
+        for handlers, registry, expected in cases:
+            with self.subTest(expected=expected):
+                with self.assertRaises(BoundaryError) as caught:
+                    Dispatcher(world_orders(), registry=registry, handlers=handlers)
+                self.assertEqual((caught.exception.code, caught.exception.at), expected)
+        for change in ({"resource_field": None}, {"output_schema": None, "bound_fields": []}):
+            document = imported_document()
+            document["tools"][1].update(change)
+            with self.subTest(change=change), self.assertRaises(BoundaryError) as caught:
+                Dispatcher(world_orders(), registry=td.parse_contracts(encode(document)), handlers=IMPORTED_HANDLERS)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("TOOL_NOT_DISPATCHABLE", "registry[1]"))
+        Dispatcher(world_orders(), registry=contracts, handlers=IMPORTED_HANDLERS)  # both sides
 
     # -- a write from approval to effect, idempotency and call identity --------------------------
 
@@ -3334,7 +4747,7 @@ class TestTheDispatcher(unittest.TestCase):
 
 
 # ============================================================================================
-# 16. Package verification
+# 17. Package verification
 # ============================================================================================
 
 
@@ -3768,7 +5181,7 @@ class TestPackageVerification(unittest.TestCase):
 
 
 # ============================================================================================
-# 17. Result sets
+# 18. Result sets
 # ============================================================================================
 
 
@@ -3853,7 +5266,7 @@ class TestResultSets(unittest.TestCase):
 
 
 # ============================================================================================
-# 18. Provider adapters
+# 19. Provider adapters
 # ============================================================================================
 
 
@@ -4020,7 +5433,7 @@ class TestProviderAdapters(unittest.TestCase):
 
 
 # ============================================================================================
-# 19. The audit log
+# 20. The audit log
 # ============================================================================================
 
 
@@ -4214,7 +5627,7 @@ class TestTheAuditLog(unittest.TestCase):
 
 
 # ============================================================================================
-# 20. Fixture runner
+# 21. Fixture runner
 # ============================================================================================
 
 
@@ -4374,7 +5787,7 @@ class TestFixtureRunner(unittest.TestCase):
 
 
 # ============================================================================================
-# 21. CLI
+# 22. CLI
 # ============================================================================================
 
 
@@ -4472,6 +5885,53 @@ class TestCli(unittest.TestCase):
         self.assertNotIn("Traceback", out + err)
         self.assertNotIn(self.folder, out + err)
         self.assertNotIn("hostile-", out + err)
+
+    def test_check_contracts_prints_the_compiled_set(self):
+        status, out = run_main("--check-contracts", CONTRACTS_PATH)
+        body = json.loads(out)
+        self.assertEqual((status, body["passed"], body["tool_count"], body["overlay"], body["not_dispatchable"]),
+                         (0, True, 2, False, []))
+        view = body["tools"][1]
+        spec = td.REGISTRY["create_refund_draft"]
+        self.assertEqual(view, {"name": "create_refund_draft", "effect": "write", "required_role": "refunds.draft",
+                                "resource_field": "order_ref", "bound_fields": ["order_ref", "reason"],
+                                "dispatchable": True, "contract": spec.contract_view(),
+                                "input_schema": spec.input_schema(), "output_schema": spec.output_schema(),
+                                "host_bounds": {"input": [], "output": []}})
+
+    def test_check_contracts_with_an_overlay_and_its_exit_statuses(self):
+        document = contracts_document()
+        document["tools"][1]["input_schema"]["properties"]["amount"] = {"type": "number", "maximum": 9}
+        document["tools"][0].update(output_schema=None, bound_fields=[])
+        overlay = {"format": "tool-contract-overlay-v1", "tools": [
+            {"name": "create_refund_draft", "input": [{"path": ["amount"], "schema": {"type": "integer", "minimum": 0,
+                                                                                       "maximum": 9}}], "output": []}]}
+        widening = {**overlay, "tools": [{**overlay["tools"][0], "input": [
+            {"path": ["amount"], "schema": {"type": "integer", "maximum": 10}}]}]}
+        with tempfile.TemporaryDirectory() as folder:
+            paths = {}
+            for name, value in (("contracts", document), ("overlay", overlay), ("widening", widening)):
+                paths[name] = os.path.join(folder, name + ".json")
+                with open(paths[name], "wb") as handle:
+                    handle.write(encode(value))
+            status, out = run_main("--check-contracts", paths["contracts"], "--overlay", paths["overlay"])
+            body = json.loads(out)
+            self.assertEqual((status, body["passed"], body["overlay"], body["not_dispatchable"]),
+                             (1, False, True, ["get_order"]))  # compiled; get_order has no output schema
+            self.assertEqual(body["tools"][1]["input_schema"]["properties"]["amount"],
+                             {"type": "integer", "minimum": 0, "maximum": 9})
+            for argv, code, at in (
+                    (("--check-contracts", paths["contracts"]), "SCHEMA_NUMBER", "tools[1].input_schema.properties[2]"),
+                    (("--check-contracts", paths["contracts"], "--overlay", paths["widening"]), "OVERLAY_WIDENS",
+                     "overlay.tools[0].input[0]"),
+                    (("--check-contracts", os.path.join(folder, "missing.json")), "CONTRACTS_UNREADABLE", None),
+                    (("--overlay", paths["overlay"], "--fixture", FIXTURE_PATH), "CLI_USAGE", None),
+                    (("--check-contracts", paths["contracts"], "--case", "x"), "CLI_USAGE", None)):
+                with self.subTest(argv=argv[:3]):
+                    status, out = run_main(*argv)
+                    error = json.loads(out)["error"]
+                    self.assertEqual((status, error["code"], error.get("at")), (2, code, at))
+                    self.assertNotIn(folder, out)
 
     def test_shipped_fixture_passes_in_normal_mode(self):
         status, out, err = self.runs["normal"]

@@ -20,17 +20,17 @@ What this module never does:
   explicit status query reconciles it against a downstream receipt.
 
 Sections, in the order data flows:
-    1. Limits and constants          12. Output contracts
-    2. Errors and the code catalog   13. Projections
-    3. Value types                   14. Digests and seals
-    4. Canonical JSON                15. The dispatcher
-    5. Strict bounded JSON decoding  16. Package verification
-    6. Fixture loading               17. Result sets
-    7. Proposal and context binding  18. Provider adapters
-    8. Registry and input contracts  19. The audit log
-    9. Authorization                 20. Fixture runner
-   10. Operation lifecycle, approval, business state, deadline                21. CLI
-   11. Handlers and the mock downstream
+    1. Limits and constants          12. Handlers and the mock downstream
+    2. Errors and the code catalog   13. Output contracts
+    3. Value types                   14. Projections
+    4. Canonical JSON                15. Digests and seals
+    5. Strict bounded JSON decoding  16. The dispatcher
+    6. Fixture loading               17. Package verification
+    7. Proposal and context binding  18. Result sets
+    8. The contract language         19. Provider adapters
+    9. Registry and input contracts  20. The audit log
+   10. Authorization                 21. Fixture runner
+   11. Operation lifecycle, approval, business state, deadline                22. CLI
 """
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ import re
 import stat
 import sys
 import threading
+from collections import deque
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Final, Mapping, NamedTuple, NoReturn, Protocol, Sequence
@@ -78,46 +79,58 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "plain_keys", "is_identifier", "load_fixture", "read_bounded", "parse_fixture",
     # 7. Proposal and context binding
     "check_context", "check_principal", "principal_view",
-    # 8. Registry and input contracts
-    "FieldRule", "ToolSpec", "REFUND_REASONS", "REGISTRY", "check_input",
-    # 9. Authorization
+    # 8. The contract language
+    "MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "MAX_SCHEMA_NODES", "MAX_PROPERTIES", "MAX_DEFINITIONS",
+    "MAX_ENUM", "MAX_PATTERN_LENGTH", "MAX_NAME_LENGTH", "MAX_QUANTIFIER", "MAX_BRANCHES",
+    "DEFAULT_MAX_LENGTH", "DEFAULT_MAX_ITEMS", "SCHEMA_ROOT", "VALUE_ROOT", "ANNOTATIONS", "ROOT_ONLY",
+    "REFUSED_KEYWORDS", "TYPE_KEYWORDS", "SCALAR_KINDS", "DEFINITION_PREFIXES", "CONTRACTS_FORMAT",
+    "MAX_CONTRACTS_BYTES", "MAX_CONTRACTS_DEPTH", "MAX_TOOLS", "MAX_DESCRIPTION_LENGTH", "TOOL_NAME",
+    "EFFECTS", "SOURCES", "HINT_FIELDS", "OVERLAY_FORMAT", "MAX_OVERLAY_PATHS", "MAX_OVERLAY_PATH_LENGTH",
+    "SCHEMA_CATALOG", "VALUE_CATALOG", "CONTRACTS_CATALOG", "SchemaRefusal", "ValueRefusal", "ContractsError",
+    "StringRule", "IntegerRule", "BooleanRule", "ObjectRule", "ArrayRule", "NullableRule", "Rule", "compile_pattern",
+    "pattern_length_bounds", "prescan", "Bounds", "compile_schema", "CompiledSchema", "narrow", "ToolSpec",
+    "ContractSet", "load_contracts", "parse_contracts", "ContractOverlay", "load_overlay", "parse_overlay",
+    # 9. Registry and input contracts
+    "SHIPPED_CONTRACTS", "REGISTRY", "check_input",
+    # 10. Authorization
     "authorize",
-    # 10. Operation lifecycle, approval, business state, deadline
+    # 11. Operation lifecycle, approval, business state, deadline
     "LIFECYCLE", "LIFECYCLE_STATES", "LEASED_STATES", "FREE_STATES", "MODEL_STATE", "REPEAT_ANSWER",
     "transition", "OperationRecord", "advance", "check_approval", "approval_ref", "approval_for_call",
     "approval_view", "check_refundable",
     "check_deadline",
-    # 11. Handlers and the mock downstream
+    # 12. Handlers and the mock downstream
     "Receipt", "MockDownstream", "refund_draft_receipt", "derived_ref", "HandlerCall", "HandlerResult", "handle_get_order",
     "handle_create_refund_draft", "receipt_output", "Handler", "HANDLERS", "ResponseLost",
     "InjectedHandlerFailure", "FAULTS_BEFORE_HANDLER", "FAULTS_AFTER_HANDLER", "FAULTS_BEFORE_RECEIPT",
     "FAULTS_INSTEAD_OF_HANDLER", "FAULTS",
-    # 12. Output contracts
+    # 13. Output contracts
     "SECRET_KEY_WORDS", "SECRET_WORD_ENDINGS", "SECRET_KEY_PAIRS", "SECRET_WORD_QUALIFIERS", "MIN_SECRET_KEY_BODY",
     "SECRET_KEY_PREFIXES", "SECRET_VALUE_SHAPES", "SECRET_KEY_VERDICTS", "is_secret_key", "is_secret_text",
     "scan_output", "check_output", "check_output_fields",
-    # 13. Projections
+    # 14. Projections
     "Answer", "ANSWERS", "recovery_for", "project_model_result",
-    # 14. Digests and seals
+    # 15. Digests and seals
     "request_sha256", "result_sha256", "call_binding_sha256", "spec_request_sha256", "model_result_sha256",
     "spec_call_binding_sha256", "evidence_view", "SealKeys", "UNSEALED", "seal_view", "seal_holds",
     "load_seal_keys", "parse_seal_keys", "seal_keys_from_environment",
-    # 15. The dispatcher
+    # 16. The dispatcher
     "AdmittedCall", "RecordKey", "same_intent", "receipt_binds", "downstream_refs", "Claim",
     "OperationStore", "CountingDownstream", "MemoryOperations", "Dispatcher", "withheld",
-    # 16. Package verification
+    # 17. Package verification
     "REDACTIONS", "verify_package",
-    # 17. Result sets
+    # 18. Result sets
     "verify_result_set",
-    # 18. Provider adapters
+    # 19. Provider adapters
     "UNREGISTERED_TOOL_NAME", "model_result_text", "ADAPTERS", "adapt", "to_openai_responses",
     "to_anthropic_messages", "to_gemini_interactions",
-    # 19. The audit log
-    "GENESIS_SHA256", "audit_entry_sha256", "audit_entry_line", "audit_entry_from_text", "AuditLog", "AuditReport", "read_audit_log", "verify_audit_log",
-    # 20. Fixture runner
+    # 20. The audit log
+    "GENESIS_SHA256", "audit_entry_sha256", "audit_entry_line", "audit_entry_from_text", "AuditLog",
+    "AuditReport", "read_audit_log", "verify_audit_log",
+    # 21. Fixture runner
     "EXPECTATION_FIELDS", "StepReport", "run_step", "fresh_dispatcher", "DispatcherFactory", "run_case",
     "run_fixture", "render_report",
-    # 21. CLI
+    # 22. CLI
     "CliParser", "emit_json", "cli_failure", "run_cli", "main",
 ]
 
@@ -200,6 +213,8 @@ PURPOSES: Final = frozenset({"dispatch", "query_status"})
 #   host    raised to the trusted host when it hands the boundary an invalid context
 #   json    raised by the strict decoder (the fixture loader and later layers share it)
 #   fixture raised by the fixture loader after decoding
+# The contract language (section 8) has three catalogs of its own, one per error type, each
+# disjoint from this one: SCHEMA_CATALOG, VALUE_CATALOG and CONTRACTS_CATALOG.
 #   audit   the first fault an audit-log verification finds
 #   cli     printed by the command line
 
@@ -279,6 +294,8 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         LIFECYCLE_VIOLATION="The operation cannot make this lifecycle transition.",
         SEAL_KEYS_INVALID="The seal keys are malformed.",
         SEAL_KEYS_UNREADABLE="The seal keys could not be read.",
+        TOOL_HANDLER_MISSING="A tool of the registry has no handler.",
+        TOOL_NOT_DISPATCHABLE="A tool of the registry names no resource field or declares no output schema.",
     ),
     **error_specs(
         "host", True,
@@ -542,7 +559,7 @@ class CanonicalTemplate:
     "key":value joined by ",", then "}"; a member's text never depends on its neighbours. So the
     text around the variable members (SLOT) is fixed, kept as one %-format with a %s at each
     slot, and each use only encodes the variable values, passed in the template's sorted slot
-    order. The digest functions in section 14 stay the definition; tests hold every template to
+    order. The digest functions in section 15 stay the definition; tests hold every template to
     them byte for byte.
     """
 
@@ -938,12 +955,12 @@ def _integer_in(low: int, high: int) -> _Check:
     return lambda value: type(value) is int and low <= value <= high
 
 
-def _one_of(choices: frozenset[str]) -> _Check:
+def _fixture_one_of(choices: frozenset[str]) -> _Check:
     return lambda value: type(value) is str and value in choices
 
 
 def _is_fault(purpose: str) -> _Check:
-    # FAULTS, with the handler's fault tables (section 11), is the one list of injectable faults.
+    # FAULTS, with the handler's fault tables (section 12), is the one list of injectable faults.
     return lambda value: type(value) is str and value in FAULTS[purpose]
 
 
@@ -1011,7 +1028,7 @@ _VERSIONS: Final = MappingProxyType({
 
 # The flat objects, each a closed table of every field it holds.
 _ORDER: Final = _table(
-    tenant=is_identifier, order_ref=_is_order_ref, owner=is_identifier, status=_one_of(ORDER_STATUSES),
+    tenant=is_identifier, order_ref=_is_order_ref, owner=is_identifier, status=_fixture_one_of(ORDER_STATUSES),
     revision=_integer_in(1, MAX_REVISION),
 )
 # The model's part: hostile names and arguments are its point, so only its outer shape is fixed
@@ -1028,14 +1045,15 @@ _APPROVAL: Final = _table(
     operation_id=is_identifier, idempotency_key=is_identifier, contract_revision=is_identifier,
     arguments=_is_object, expires_at=_is_time,
 )
-_CHANGE: Final = _table(tenant=is_identifier, order_ref=_is_order_ref, status=_one_of(ORDER_STATUSES))
+_CHANGE: Final = _table(tenant=is_identifier, order_ref=_is_order_ref, status=_fixture_one_of(ORDER_STATUSES))
 _EXPECT: Final = _table(
-    status=_one_of(STATUSES), error_code=_or_null(_one_of(_TOOL_ERROR_CODES)), outcome=_one_of(OUTCOMES),
-    delivery=_one_of(DELIVERIES), recovery=_one_of(RECOVERIES),
+    status=_fixture_one_of(STATUSES), error_code=_or_null(_fixture_one_of(_TOOL_ERROR_CODES)),
+    outcome=_fixture_one_of(OUTCOMES),
+    delivery=_fixture_one_of(DELIVERIES), recovery=_fixture_one_of(RECOVERIES),
     effect_count=_integer_in(0, MAX_STEPS_PER_CASE), data=_or_null(_is_object),
     request_sha256=_is_digest, result_sha256=_is_digest, call_binding_sha256=_is_digest,
 )
-# Proposal binding (section 7) and package verification (section 16) read these field sets too.
+# Proposal binding (section 7) and package verification (section 17) read these field sets too.
 _PROPOSAL_FIELDS: Final = _PROPOSAL.fields
 _CONTEXT_FIELDS: Final = _CONTEXT.fields
 # The scalar fields of objects that also hold arrays or objects, checked after those.
@@ -1303,42 +1321,1403 @@ def _principal_text(tenant: str, subject: str, roles: tuple[str, ...]) -> str:
 
 
 # ============================================================================================
-# 8. Registry and input contracts
+# 8. The contract language
 # ============================================================================================
+# Tools are declared as data: a ``tool-contracts-v1`` file (name, description, effect, role,
+# resource field, input and output schemas, bound fields, revisions, provenance, hints), loaded
+# with the fixture loader's discipline, whose schemas are written in an exact subset of JSON
+# Schema (2020-12 and draft-07 spellings). The compiler turns the part of JSON Schema whose
+# meaning it can hold exactly into a closed table of rules and refuses everything else with a
+# SCHEMA_* code; it never loosens: what a compiled check admits, the schema admits too (a closed
+# object where the schema left additionalProperties out, a host bound where it gave none, are
+# narrowings). It never recurses over untrusted depth (one iterative walk checks the limits
+# before compiling, the compiler is a work list, the value check a stack), never follows a
+# remote or recursive $ref or expands a shared definition twice, never runs a pattern it cannot
+# prove linear (patterns are parsed into a small portable subset and re-emitted, ASCII only, for
+# fullmatch), and never puts text from a schema or a value into a message or an ``at`` path:
+# ``at`` is built from known keywords and indices (schema.properties[1].items, value.properties[0]).
+# mcp_import/README.md has the table of what is accepted and what is refused, and why.
+
+# -- Limits and constants ----------------------------------------------------------------------
+# Checked before compiling, on the raw schema, by one iterative walk that stops at the first
+# limit crossed: a hostile schema costs at most one pass over what the limits let through.
+
+MAX_SCHEMA_BYTES: Final = 32_768  # canonical bytes of one tool schema; the largest seen in a census is ~6 KiB
+MAX_SCHEMA_DEPTH: Final = 32  # JSON containers deep; one schema level is two (properties, then the field)
+MAX_SCHEMA_NODES: Final = 4_096  # JSON values in one schema, annotations included
+MAX_PROPERTIES: Final = 64  # properties of one object schema
+MAX_DEFINITIONS: Final = 64  # entries of $defs / definitions
+MAX_ENUM: Final = 256  # choices of one enum
+MAX_PATTERN_LENGTH: Final = 256  # characters of one pattern, before it is parsed
+MAX_NAME_LENGTH: Final = 64  # a property or definition name
+MAX_QUANTIFIER: Final = 1_000  # the largest count a pattern's {m,n} may name
+MAX_BRANCHES: Final = 32  # alternatives at the pattern's one alternation site
+
+# Host bounds: where a schema is silent, the host bounds it, and the compiled form records it.
+DEFAULT_MAX_LENGTH: Final = 4_096  # characters of a string with no maxLength (also the ceiling)
+DEFAULT_MAX_ITEMS: Final = 256  # items of an array with no maxItems (also the ceiling)
+
+SCHEMA_ROOT: Final = "schema"
+VALUE_ROOT: Final = "value"
+
+# Keywords that say nothing about which values are valid: allowed anywhere and ignored.
+ANNOTATIONS: Final = frozenset({
+    "title", "description", "examples", "default", "$comment", "deprecated", "readOnly", "writeOnly",
+    "$schema",
+})
+ROOT_ONLY: Final = frozenset({"$id", "$defs", "definitions"})  # a nested $id would move what "#" means
+
+# Keywords refused by name, each with the code that says why.
+REFUSED_KEYWORDS: Final[Mapping[str, str]] = MappingProxyType({
+    "format": "SCHEMA_FORMAT",
+    "allOf": "SCHEMA_COMBINATOR", "oneOf": "SCHEMA_COMBINATOR", "not": "SCHEMA_COMBINATOR",
+    "if": "SCHEMA_CONDITIONAL", "then": "SCHEMA_CONDITIONAL", "else": "SCHEMA_CONDITIONAL",
+    "dependentSchemas": "SCHEMA_CONDITIONAL", "dependentRequired": "SCHEMA_CONDITIONAL",
+    "dependencies": "SCHEMA_CONDITIONAL",
+    "patternProperties": "SCHEMA_OPEN_OBJECT", "propertyNames": "SCHEMA_OPEN_OBJECT",
+    "unevaluatedProperties": "SCHEMA_OPEN_OBJECT",
+    "prefixItems": "SCHEMA_TUPLE", "additionalItems": "SCHEMA_TUPLE", "contains": "SCHEMA_TUPLE",
+    "minContains": "SCHEMA_TUPLE", "maxContains": "SCHEMA_TUPLE", "unevaluatedItems": "SCHEMA_TUPLE",
+    "$dynamicRef": "SCHEMA_REF_REMOTE", "$recursiveRef": "SCHEMA_REF_REMOTE",
+    "$dynamicAnchor": "SCHEMA_REF_REMOTE", "$recursiveAnchor": "SCHEMA_REF_REMOTE", "$anchor": "SCHEMA_REF_REMOTE",
+})
+
+# The constraining keywords each type understands (beyond "type" itself).
+TYPE_KEYWORDS: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
+    "string": frozenset({"enum", "const", "minLength", "maxLength", "pattern"}),
+    "integer": frozenset({"enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                          "multipleOf"}),
+    "boolean": frozenset({"enum", "const"}),
+    "object": frozenset({"properties", "required", "additionalProperties"}),
+    "array": frozenset({"items", "minItems", "maxItems", "uniqueItems"}),
+})
+SCALAR_KINDS: Final[Mapping[type, str]] = MappingProxyType({str: "string", int: "integer", bool: "boolean"})
+DEFINITION_PREFIXES: Final[Mapping[str, str]] = MappingProxyType({"#/$defs/": "$defs", "#/definitions/": "definitions"})
+
+# The contracts file.
+
+CONTRACTS_FORMAT: Final = "tool-contracts-v1"
+MAX_CONTRACTS_BYTES: Final = 1_048_576  # a file of up to 32 tools at the schema byte limit each
+MAX_CONTRACTS_DEPTH: Final = MAX_SCHEMA_DEPTH + 4  # file, tools, tool, schema: then the schema's own
+MAX_TOOLS: Final = 128  # tools in one file; providers cap a request's tools at 128
+MAX_DESCRIPTION_LENGTH: Final = 2_048  # characters of a tool description: untrusted text shown to a model
+TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # MCP's alphabet, at the providers' 64 characters
+EFFECTS: Final = frozenset({"read", "write"})
+SOURCES: Final = frozenset({"host", "mcp_import"})
+
+_ROOT_FIELDS: Final = frozenset({"format", "tools"})
+_TOOL_FIELDS: Final = frozenset({
+    "name", "description", "effect", "required_role", "resource_field", "input_schema", "output_schema",
+    "bound_fields", "revisions", "producer", "provenance", "hints",
+})
+_REVISION_FIELDS: Final = ("contract", "input", "output", "effect", "handler", "producer")
+_PROVENANCE_FIELDS: Final = frozenset({
+    "source", "server_name", "server_version", "protocol_version", "input_schema_sha256", "output_schema_sha256",
+})
+HINT_FIELDS: Final = ("read_only", "destructive", "idempotent", "open_world")
+
+# The host's overlay file: per tool, per property path, the host's narrower schema.
+OVERLAY_FORMAT: Final = "tool-contract-overlay-v1"
+MAX_OVERLAY_PATHS: Final = 64  # narrowed properties of one side of one tool: an object's property limit
+MAX_OVERLAY_PATH_LENGTH: Final = 16  # names in one path: two schema levels per object, under the depth limit
+_OVERLAY_ROOT_FIELDS: Final = frozenset({"format", "tools"})
+_OVERLAY_TOOL_FIELDS: Final = frozenset({"name", "input", "output"})
+_OVERLAY_ENTRY_FIELDS: Final = frozenset({"path", "schema"})
+_OVERLAY_SIDES: Final = (("input", "input_schema"), ("output", "output_schema"))
+
+# -- Errors --------------------------------------------------------------------------------------
+# Three catalogs beside ERROR_CATALOG, one error type each, all four disjoint: a refused schema,
+# a refused value and a refused contracts file are told apart by type and by code. The
+# dispatcher never shows these codes to a model: a refused value there is INVALID_ARGUMENTS (or
+# OUTPUT_CONTRACT_VIOLATION), a refused schema or file stops the host before anything runs.
+
+SCHEMA_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType(error_specs(
+    "schema", False,
+    SCHEMA_TOO_LARGE="The schema exceeds its byte limit.",
+    SCHEMA_TOO_DEEP="The schema exceeds its nesting limit.",
+    SCHEMA_TOO_MANY_NODES="The schema has too many values.",
+    SCHEMA_TOO_MANY_PROPERTIES="An object schema has too many properties.",
+    SCHEMA_ENUM_TOO_LARGE="An enum has too many choices.",
+    SCHEMA_PATTERN_TOO_LONG="A pattern exceeds its length limit.",
+    SCHEMA_NOT_PORTABLE="The schema holds a value outside the portable JSON domain.",
+    SCHEMA_MALFORMED="A schema keyword has a value of the wrong form.",
+    SCHEMA_TYPE="A schema has no single supported type.",
+    SCHEMA_NUMBER="A number schema is refused: no floats; a host may narrow it to a bounded integer.",
+    SCHEMA_NULL="null is accepted only as a nullable form of another type.",
+    SCHEMA_FORMAT="The format keyword is refused: its checks differ between validators.",
+    SCHEMA_COMBINATOR="Schema combinators are refused, except the nullable anyOf.",
+    SCHEMA_CONDITIONAL="Conditional schemas are refused.",
+    SCHEMA_OPEN_OBJECT="An object schema must be closed: additionalProperties absent or false.",
+    SCHEMA_TUPLE="Tuple and contains forms of arrays are refused.",
+    SCHEMA_ITEMS="An array schema must declare exactly one items schema.",
+    SCHEMA_KEYWORD="A schema keyword is unknown or does not apply to its type.",
+    SCHEMA_BOUNDS="A bound is not an integer in range, or the bounds admit nothing.",
+    SCHEMA_ENUM="An enum or const is empty, repeated, or of another type.",
+    SCHEMA_REQUIRED="A required name is repeated or names no declared property.",
+    SCHEMA_NAME="A property or definition name is empty or too long.",
+    SCHEMA_REF_REMOTE="Only local references into $defs or definitions are followed.",
+    SCHEMA_REF_UNKNOWN="A reference names no definition.",
+    SCHEMA_REF_RECURSIVE="A recursive reference is refused.",
+    SCHEMA_REF_SIBLING="A reference has constraining keywords beside it.",
+    SCHEMA_ROOT="The root schema must be an object schema.",
+    SCHEMA_PATTERN_UNANCHORED="A pattern must be anchored as a whole string: ^...$.",
+    SCHEMA_PATTERN_UNSUPPORTED="A pattern uses a construct outside the portable subset.",
+    SCHEMA_PATTERN_NESTED_QUANTIFIER="A pattern repeats a group that holds a quantifier or an alternation.",
+    SCHEMA_PATTERN_AMBIGUOUS="A pattern lets a repeated atom overlap what follows it.",
+    OVERLAY_WIDENS="The host overlay is not provably narrower than the server's schema.",
+    OVERLAY_PATH="The host overlay names no property of the server's schema.",
+))
+VALUE_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType(error_specs(
+    "value", False,
+    VALUE_TYPE="A value has the wrong type.",
+    VALUE_FIELDS="An object has an unknown or a missing field.",
+    VALUE_ENUM="A value is not one of the allowed choices.",
+    VALUE_LENGTH="A string's length is out of its bounds.",
+    VALUE_PATTERN="A string does not match its pattern.",
+    VALUE_RANGE="An integer is out of its bounds or not a multiple of its step.",
+    VALUE_ITEMS="An array has too few or too many items, or repeats one.",
+    VALUE_NOT_PORTABLE="A value is outside the portable JSON domain.",
+))
+CONTRACTS_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType(error_specs(
+    "contracts", False,
+    CONTRACTS_UNREADABLE="The contracts file could not be read.",
+    CONTRACTS_VERSION="The contracts file is not in the format this module speaks.",
+    CONTRACTS_FIELDS="A contracts object has an unknown or a missing field.",
+    CONTRACTS_VALUE="A contracts value has the wrong type or form.",
+    CONTRACTS_LIMIT="A contracts collection or text exceeds its limit.",
+    CONTRACTS_DUPLICATE="Two tools of the contracts file have the same name.",
+    CONTRACTS_REFERENCE="A field list names no field of the tool's schemas.",
+))
+
+
+class SchemaRefusal(CatalogError):
+    """A schema (or a host overlay) the compiler will not turn into a check; ``at`` says where."""
+
+    CATALOG = SCHEMA_CATALOG
+
+
+class ValueRefusal(CatalogError):
+    """A value the compiled check refuses; ``at`` names the place by schema indices only."""
+
+    CATALOG = VALUE_CATALOG
+
+
+class ContractsError(CatalogError):
+    """A contracts file refused after decoding; ``at`` names the place by field names and indices."""
+
+    CATALOG = CONTRACTS_CATALOG
+
+
+# -- Rules -------------------------------------------------------------------------------------
+# A compiled schema is a flat tuple of frozen rules; a container names its children by index,
+# so a shared definition is one rule however often it is used.
 
 
 @dataclass(frozen=True, slots=True)
-class FieldRule:
-    """One string field: a whole-string pattern or a closed set of choices."""
+class StringRule:
+    min_length: int
+    max_length: int
+    max_length_from: str  # "schema" or "host": who set the upper bound
+    choices: frozenset[str] | None
+    pattern: str | None  # the schema's own pattern text, kept for the emitted schema
+    regex: re.Pattern[str] | None = field(compare=False)
+    description: str | None = field(compare=False)
 
-    pattern: re.Pattern[str] | None = None
-    choices: frozenset[str] = frozenset()
-    max_length: int = MAX_IDENTIFIER_LENGTH
+
+@dataclass(frozen=True, slots=True)
+class IntegerRule:
+    minimum: int
+    maximum: int
+    multiple_of: int | None
+    choices: frozenset[int] | None
+    description: str | None = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class BooleanRule:
+    choices: frozenset[bool] | None
+    description: str | None = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRule:
+    properties: tuple[tuple[str, int], ...]  # (name, rule index) in declaration order
+    required: frozenset[str]
+    description: str | None = field(compare=False)
+    index: Mapping[str, tuple[int, int]] = field(init=False, compare=False, repr=False)  # name -> (position, rule)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "index", MappingProxyType(
+            {name: (position, rule) for position, (name, rule) in enumerate(self.properties)}))
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayRule:
+    items: int
+    min_items: int
+    max_items: int
+    max_items_from: str  # "schema" or "host"
+    unique: bool
+    description: str | None = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class NullableRule:
+    inner: int
+    description: str | None = field(compare=False)
+
+
+Rule = StringRule | IntegerRule | BooleanRule | ObjectRule | ArrayRule | NullableRule
+_SCALAR_RULES: Final = (StringRule, IntegerRule, BooleanRule)
+
+# -- Patterns ----------------------------------------------------------------------------------
+# ECMA-262 (what JSON Schema means) and Python's re agree exactly on this subset, because every
+# atom is a set of ASCII characters: no '.', no negated class, no \w \s \b \D, no non-ASCII literal
+# (ECMA counts UTF-16 code units, Python code points), no lookaround, no backreference, no lazy
+# quantifier. The pattern is re-emitted with every character as \xHH, so Python never reads a
+# construct the parser did not mean (and never warns about "[[" or "--" in a class).
+#
+# Linear time: at most one alternation site (the top level, or one group); groups do not nest;
+# a group repeated more than once holds neither a quantifier nor an alternation; a quantified
+# group cannot match the empty text; and a repeated atom never overlaps the first characters of
+# what may follow it, so a backtracking engine never has two ways to split the text between them.
+
+_SYNTAX: Final = frozenset("^$\\.*+?()[]{}|/-")  # what an escape may name
+_SPECIAL: Final = frozenset("^$\\.*+?()[]{}|")  # never a literal outside a class
+_DIGITS: Final = frozenset("0123456789")
+_PRINTABLE: Final = frozenset(chr(code) for code in range(0x20, 0x7F))
+_QUANTIFIER: Final = re.compile(r"\{([0-9]{1,4})(,([0-9]{0,4}))?\}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    chars: frozenset[str] | None  # an atom's characters; None for a group
+    branches: tuple[tuple[_Item, ...], ...]  # a group's alternatives
+    low: int
+    high: int | None  # None: unbounded
+
+    @property
+    def optional(self) -> bool:
+        return self.low == 0
+
+    @property
+    def variable(self) -> bool:
+        return self.high != self.low
+
+
+class _PatternParser:
+    """One pass over an anchored pattern; raises SchemaRefusal with the pattern's `at`."""
+
+    def __init__(self, text: str, at: str) -> None:
+        self.text = text
+        self.at = at
+        self.position = 0
+        self.alternations = 0
+
+    def refuse(self, code: str = "SCHEMA_PATTERN_UNSUPPORTED") -> SchemaRefusal:
+        return SchemaRefusal(code, self.at)
+
+    def peek(self) -> str:
+        return self.text[self.position] if self.position < len(self.text) else ""
+
+    def take(self) -> str:
+        char = self.peek()
+        self.position += 1
+        return char
+
+    def parse(self) -> tuple[tuple[_Item, ...], ...]:
+        """The top-level branches, each anchored ^...$ on its own."""
+        branches = []
+        while True:
+            if self.take() != "^":
+                raise self.refuse("SCHEMA_PATTERN_UNANCHORED")
+            branches.append(self.sequence(in_group=False))
+            if self.take() != "$":
+                raise self.refuse("SCHEMA_PATTERN_UNANCHORED")
+            if self.position == len(self.text):
+                break
+            if self.take() != "|":
+                raise self.refuse("SCHEMA_PATTERN_UNANCHORED")  # "$" before the end: not a whole-string anchor
+        if len(branches) > 1:
+            self.count_alternation(len(branches))
+        return tuple(branches)
+
+    def count_alternation(self, branches: int) -> None:
+        self.alternations += 1
+        if self.alternations > 1 or branches > MAX_BRANCHES:
+            raise self.refuse()  # one alternation site, of a bounded width
+
+    def sequence(self, *, in_group: bool) -> tuple[_Item, ...]:
+        items: list[_Item] = []
+        while self.peek() not in ("", "$", "|", ")"):
+            items.append(self.quantified(self.atom(in_group=in_group)))
+        if self.peek() == "$" and in_group:
+            raise self.refuse("SCHEMA_PATTERN_UNANCHORED")
+        return tuple(items)
+
+    def atom(self, *, in_group: bool) -> _Item:
+        char = self.take()
+        if char == "\\":
+            return _Item(self.escape(), (), 1, 1)
+        if char == "[":
+            return _Item(self.char_class(), (), 1, 1)
+        if char == "(":
+            if in_group:
+                raise self.refuse("SCHEMA_PATTERN_NESTED_QUANTIFIER")
+            return self.group()
+        if char in _SPECIAL or char not in _PRINTABLE:
+            raise self.refuse()  # ".", "^" inside, a stray quantifier, "]", "{", a control or non-ASCII char
+        return _Item(frozenset(char), (), 1, 1)
+
+    def escape(self) -> frozenset[str]:
+        char = self.take()
+        if char == "d":
+            return _DIGITS
+        if char in _SYNTAX:
+            return frozenset(char)
+        raise self.refuse()  # \w \s \b \D \1 \u0041 ...: not the same meaning in both engines
+
+    def char_class(self) -> frozenset[str]:
+        if self.peek() in ("^", "]"):
+            raise self.refuse()  # negated (matches non-ASCII, counted differently) or empty
+        members: set[str] = set()
+        while True:
+            char = self.take()
+            if char == "]":
+                return frozenset(members)
+            low = self.class_member(char)
+            if self.peek() == "-" and self.text[self.position + 1:self.position + 2] not in ("]", ""):
+                self.take()
+                high = self.class_member(self.take())
+                if len(low) != 1 or len(high) != 1 or min(low) > min(high):
+                    raise self.refuse()
+                members.update(chr(code) for code in range(ord(min(low)), ord(min(high)) + 1))
+            else:
+                members.update(low)
+
+    def class_member(self, char: str) -> frozenset[str]:
+        if char == "\\":
+            return self.escape()
+        if char == "" or char == "[" or char not in _PRINTABLE:
+            raise self.refuse()
+        return frozenset(char)
+
+    def group(self) -> _Item:
+        if self.text.startswith("?:", self.position):
+            self.position += 2
+        elif self.peek() == "?":
+            raise self.refuse()  # lookaround, named group, inline flags
+        branches = [self.sequence(in_group=True)]
+        while self.peek() == "|":
+            self.take()
+            branches.append(self.sequence(in_group=True))
+        if self.take() != ")":
+            raise self.refuse()
+        if len(branches) > 1:
+            self.count_alternation(len(branches))
+        return _Item(None, tuple(branches), 1, 1)
+
+    def quantified(self, item: _Item) -> _Item:
+        low, high = self.quantifier()
+        if (low, high) == (1, 1):
+            return item
+        if self.peek() in ("?", "+"):
+            raise self.refuse()  # lazy or possessive: refused rather than reasoned about
+        if item.chars is None and ((high != 1 and _has_choice(item)) or _first_of_group(item)[1]):
+            # A repeated group with a choice inside, or a quantified group that can match the empty
+            # text (skipped, or entered and empty: two paths each, 2**n for n such groups).
+            raise self.refuse("SCHEMA_PATTERN_NESTED_QUANTIFIER")
+        return _Item(item.chars, item.branches, low, high)
+
+    def quantifier(self) -> tuple[int, int | None]:
+        char = self.peek()
+        simple = {"?": (0, 1), "*": (0, None), "+": (1, None)}.get(char)
+        if simple is not None:
+            self.take()
+            return simple
+        if char != "{":
+            return 1, 1
+        found = _QUANTIFIER.match(self.text, self.position)
+        if found is None:
+            raise self.refuse()
+        self.position = found.end()
+        low = int(found.group(1))
+        high = low if found.group(2) is None else (int(found.group(3)) if found.group(3) else None)
+        if low > MAX_QUANTIFIER or (high is not None and (high > MAX_QUANTIFIER or high < low)):
+            raise self.refuse()
+        return low, high
+
+
+def _has_choice(group: _Item) -> bool:
+    """A group whose repetition could split a text two ways: an alternation or a quantifier inside."""
+    return len(group.branches) > 1 or any(item.low != 1 or item.high != 1 for item in group.branches[0])
+
+
+def _first(items: Sequence[_Item]) -> tuple[frozenset[str], bool]:
+    """The characters the sequence may start with, and whether it may match the empty text."""
+    chars: set[str] = set()
+    for item in items:
+        item_chars, empty = (item.chars, False) if item.chars is not None else _first_of_group(item)
+        chars.update(item_chars)
+        if not (empty or item.optional):
+            return frozenset(chars), False
+    return frozenset(chars), True
+
+
+def _first_of_group(group: _Item) -> tuple[frozenset[str], bool]:
+    chars: set[str] = set()
+    empty = False
+    for branch in group.branches:
+        branch_chars, branch_empty = _first(branch)
+        chars.update(branch_chars)
+        empty = empty or branch_empty
+    return frozenset(chars), empty
+
+
+def _check_unambiguous(items: Sequence[_Item], after: frozenset[str], at: str) -> None:
+    """No variable-count item may share a character with what can follow it."""
+    for position, item in enumerate(items):
+        follow, reaches_end = _first(items[position + 1:])
+        follow = follow | after if reaches_end else follow
+        if item.chars is None:
+            for branch in item.branches:
+                _check_unambiguous(branch, follow, at)  # groups do not nest: one level only
+            if item.variable and _first_of_group(item)[0] & follow:
+                raise SchemaRefusal("SCHEMA_PATTERN_AMBIGUOUS", at)
+        elif item.variable and item.chars & follow:
+            raise SchemaRefusal("SCHEMA_PATTERN_AMBIGUOUS", at)
+
+
+def _emit_items(items: Sequence[_Item]) -> str:
+    parts = []
+    for item in items:
+        if item.chars is not None:
+            body = _emit_chars(item.chars)
+        else:
+            body = "(?:" + "|".join(_emit_items(branch) for branch in item.branches) + ")"
+        parts.append(body + _emit_quantifier(item.low, item.high))
+    return "".join(parts)
+
+
+def _emit_chars(chars: frozenset[str]) -> str:
+    codes = sorted(ord(char) for char in chars)
+    if len(codes) == 1:
+        return f"\\x{codes[0]:02x}"
+    runs = []
+    start = previous = codes[0]
+    for code in codes[1:] + [-1]:
+        if code != previous + 1:
+            runs.append(f"\\x{start:02x}" if start == previous else f"\\x{start:02x}-\\x{previous:02x}")
+            start = code
+        previous = code
+    return "[" + "".join(runs) + "]"
+
+
+def _emit_quantifier(low: int, high: int | None) -> str:
+    if (low, high) == (1, 1):
+        return ""
+    return f"{{{low},}}" if high is None else f"{{{low},{high}}}"
+
+
+def compile_pattern(text: Any, at: str = SCHEMA_ROOT) -> re.Pattern[str]:
+    """The Python regex (for fullmatch, ASCII) of an anchored pattern in the portable subset."""
+    if type(text) is not str:
+        raise SchemaRefusal("SCHEMA_MALFORMED", at)
+    if len(text) > MAX_PATTERN_LENGTH:
+        raise SchemaRefusal("SCHEMA_PATTERN_TOO_LONG", at)
+    branches = _PatternParser(text, at).parse()
+    for branch in branches:
+        _check_unambiguous(branch, frozenset(), at)
+    return re.compile("|".join(f"(?:{_emit_items(branch)})" for branch in branches), re.ASCII)
+
+
+
+def pattern_length_bounds(text: Any) -> tuple[int, int | None]:
+    """The shortest and the longest text an accepted pattern matches (None: no longest).
+
+    What lets a declaration leave a length bound out when the pattern already implies it (strict
+    provider modes take no maxLength). Raises SchemaRefusal as compile_pattern does.
+    """
+    compile_pattern(text)
+    low, high = None, 0
+    for branch in _PatternParser(text, SCHEMA_ROOT).parse():
+        branch_low, branch_high = _sequence_lengths(branch)
+        low = branch_low if low is None else min(low, branch_low)
+        high = None if high is None or branch_high is None else max(high, branch_high)
+    return low or 0, high
+
+
+def _sequence_lengths(items: Sequence[_Item]) -> tuple[int, int | None]:
+    low, high = 0, 0
+    for item in items:  # groups do not nest: one level below this loop at most
+        if item.chars is not None:
+            one_low, one_high = 1, 1
+        else:
+            bounds = [_sequence_lengths(branch) for branch in item.branches]
+            one_low = min(bound[0] for bound in bounds)
+            one_high = None if any(bound[1] is None for bound in bounds) else max(bound[1] for bound in bounds)
+        low += one_low * item.low
+        high = None if high is None or one_high is None or item.high is None else high + one_high * item.high
+    return low, high
+
+# -- The compiler ------------------------------------------------------------------------------
+
+
+def prescan(schema: Any, *, max_bytes: int = MAX_SCHEMA_BYTES, max_depth: int = MAX_SCHEMA_DEPTH,
+            max_nodes: int = MAX_SCHEMA_NODES) -> None:
+    """The limits, checked on the raw value before compiling: one iterative pass, stopping early."""
+    stack: list[tuple[Any, int]] = [(schema, 1)]
+    nodes = 1
+    text = 0  # characters of strings and keys: the canonical size cannot be smaller
+    while stack:
+        value, depth = stack.pop()
+        kind = type(value)
+        if kind is dict or kind is list:
+            if depth > max_depth:
+                raise SchemaRefusal("SCHEMA_TOO_DEEP", SCHEMA_ROOT)
+            nodes += len(value)  # counted before a single member is looked at
+            if nodes > max_nodes:
+                raise SchemaRefusal("SCHEMA_TOO_MANY_NODES", SCHEMA_ROOT)
+            members = value.items() if kind is dict else enumerate(value)
+            for key, child in members:
+                if kind is dict:
+                    text += len(key)
+                stack.append((child, depth + 1))
+        elif kind is str:
+            text += len(value)
+        elif kind not in (int, float, bool, type(None)):  # floats may sit in annotations; bounds refuse them
+            raise SchemaRefusal("SCHEMA_NOT_PORTABLE", SCHEMA_ROOT)
+        if text > max_bytes:
+            raise SchemaRefusal("SCHEMA_TOO_LARGE", SCHEMA_ROOT)
+    try:
+        size = len(canonical_json(schema))
+    except ValueError:  # a lone surrogate (UnicodeEncodeError), or NaN from a caller without the strict decoder
+        raise SchemaRefusal("SCHEMA_NOT_PORTABLE", SCHEMA_ROOT) from None
+    if size > max_bytes:
+        raise SchemaRefusal("SCHEMA_TOO_LARGE", SCHEMA_ROOT)
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """The host's bounds where a schema is silent (and their ceilings where it is not)."""
+
+    max_length: int = DEFAULT_MAX_LENGTH
+    max_items: int = DEFAULT_MAX_ITEMS
+
+
+class _Compiler:
+    """A work list: each entry compiles one schema node into a preassigned slot of the table."""
+
+    def __init__(self, root: dict[str, Any], bounds: Bounds) -> None:
+        self.root = root
+        self.bounds = bounds
+        self.rules: list[Rule | None] = []
+        self.paths: list[str] = []  # where each rule was declared, for the host-bound record
+        self.work: deque[tuple[dict[str, Any], str, int]] = deque()  # first in, first out: declaration order
+        self.definitions = self.read_definitions()
+        self.definition_slots: dict[tuple[str, str], int] = {}
+        self.definition_order: list[int] = []
+
+    def read_definitions(self) -> dict[str, tuple[dict[str, Any], list[str]]]:
+        found: dict[str, tuple[dict[str, Any], list[str]]] = {}
+        for keyword in DEFINITION_PREFIXES.values():
+            if keyword not in self.root:
+                continue
+            table = self.root[keyword]
+            if type(table) is not dict:
+                raise SchemaRefusal("SCHEMA_MALFORMED", f"{SCHEMA_ROOT}.{keyword}")
+            if len(table) > MAX_DEFINITIONS:
+                raise SchemaRefusal("SCHEMA_TOO_MANY_PROPERTIES", f"{SCHEMA_ROOT}.{keyword}")
+            names = list(table)
+            for index, name in enumerate(names):
+                _check_name(name, f"{SCHEMA_ROOT}.{keyword}[{index}]")
+            found[keyword] = (table, names)
+        return found
+
+    def run(self) -> tuple[Rule, ...]:
+        self.child(self.root, SCHEMA_ROOT, root=True)  # always slot 0, a bare root $ref too
+        while self.work:
+            raw, at, slot = self.work.popleft()
+            self.rules[slot] = self.compile_node(raw, at, root=slot == 0 and at == SCHEMA_ROOT)
+        rules = tuple(self.rules)  # every slot was filled by its own work entry
+        _refuse_cycles(rules)
+        _check_unique_items(rules)
+        return rules
+
+    # -- slots and references ----------------------------------------------------------------
+
+    def slot(self, raw: Any, at: str) -> int:
+        self.rules.append(None)
+        self.paths.append(at)
+        self.work.append((raw, at, len(self.rules) - 1))
+        return len(self.rules) - 1
+
+    def child(self, raw: Any, at: str, *, root: bool = False) -> int:
+        """The slot of a subschema: a reference's definition (compiled once), or a new slot."""
+        if type(raw) is not dict:
+            raise SchemaRefusal("SCHEMA_TYPE" if type(raw) is bool else "SCHEMA_MALFORMED", at)
+        seen: set[tuple[str, str]] = set()
+        while "$ref" in raw:
+            _check_keywords(raw, at, allowed=frozenset({"$ref"}), root=root, sibling_code="SCHEMA_REF_SIBLING")
+            key, raw, at = self.resolve(raw["$ref"], at)
+            if key in self.definition_slots:
+                return self.definition_slots[key]
+            if key in seen:
+                raise SchemaRefusal("SCHEMA_REF_RECURSIVE", at)
+            seen.add(key)
+            root = False
+            if type(raw) is not dict:
+                raise SchemaRefusal("SCHEMA_TYPE" if type(raw) is bool else "SCHEMA_MALFORMED", at)
+        slot = self.slot(raw, at)
+        for key in seen:
+            self.definition_slots[key] = slot
+        if seen:
+            self.definition_order.append(slot)
+        return slot
+
+    def resolve(self, ref: Any, at: str) -> tuple[tuple[str, str], Any, str]:
+        if type(ref) is not str:
+            raise SchemaRefusal("SCHEMA_MALFORMED", at)
+        for prefix, keyword in DEFINITION_PREFIXES.items():
+            if ref.startswith(prefix):
+                name = ref[len(prefix):]
+                if any(char in name for char in "/~%") or keyword not in self.definitions:
+                    raise SchemaRefusal("SCHEMA_REF_UNKNOWN" if keyword not in self.definitions else
+                                        "SCHEMA_REF_REMOTE", at)
+                table, names = self.definitions[keyword]
+                if name not in table:
+                    raise SchemaRefusal("SCHEMA_REF_UNKNOWN", at)
+                return (keyword, name), table[name], f"{SCHEMA_ROOT}.{keyword}[{names.index(name)}]"
+        raise SchemaRefusal("SCHEMA_REF_REMOTE", at)
+
+    # -- one node -----------------------------------------------------------------------------
+
+    def compile_node(self, raw: dict[str, Any], at: str, *, root: bool) -> Rule:
+        description = raw.get("description") if type(raw.get("description")) is str else None
+        if "anyOf" in raw:
+            _check_keywords(raw, at, allowed=frozenset({"anyOf"}), root=root, sibling_code="SCHEMA_COMBINATOR")
+            position = _nullable_branch(raw["anyOf"], at)
+            return NullableRule(self.child(raw["anyOf"][position], f"{at}.anyOf[{position}]"), description)
+        kind, nullable = _schema_type(raw, at)
+        _check_keywords(raw, at, allowed=TYPE_KEYWORDS[kind] | {"type"}, root=root, sibling_code="SCHEMA_KEYWORD")
+        if nullable:  # "type": [T, "null"]: the same node, without null, behind a nullable rule
+            inner = {key: value for key, value in raw.items() if key != "type" and key not in ROOT_ONLY}
+            inner["type"] = kind
+            if "enum" in raw or "const" in raw:
+                choices = _raw_choices(raw, at)
+                if None not in choices:
+                    return self.compile_node(inner, at, root=root)  # the enum itself leaves null out
+                inner.pop("const", None)
+                inner["enum"] = [choice for choice in choices if choice is not None]
+                if not inner["enum"]:
+                    raise SchemaRefusal("SCHEMA_NULL", at)
+            return NullableRule(self.slot(inner, at), description)
+        return _TYPE_COMPILERS[kind](self, raw, at, description)
+
+    def compile_string(self, raw: dict[str, Any], at: str, description: str | None) -> StringRule:
+        low = _count(raw, "minLength", 0, at)
+        declared = _count(raw, "maxLength", None, at)
+        high, source = _host_bound(declared, self.bounds.max_length)
+        if low > high:
+            raise SchemaRefusal("SCHEMA_BOUNDS", f"{at}.minLength")
+        choices = _choices(raw, str, at)
+        pattern = raw.get("pattern")
+        regex = None if "pattern" not in raw else compile_pattern(pattern, f"{at}.pattern")
+        return StringRule(low, high, source, choices, pattern, regex, description)
+
+    def compile_integer(self, raw: dict[str, Any], at: str, description: str | None) -> IntegerRule:
+        low = max(_bound(raw, "minimum", -MAX_SAFE_INTEGER, 0, at),
+                  _bound(raw, "exclusiveMinimum", -MAX_SAFE_INTEGER - 1, 1, at))
+        high = min(_bound(raw, "maximum", MAX_SAFE_INTEGER, 0, at),
+                   _bound(raw, "exclusiveMaximum", MAX_SAFE_INTEGER + 1, -1, at))
+        if low > high:
+            raise SchemaRefusal("SCHEMA_BOUNDS", at)
+        step = raw.get("multipleOf")
+        if step is not None and (type(step) is not int or not 1 <= step <= MAX_SAFE_INTEGER):
+            raise SchemaRefusal("SCHEMA_BOUNDS", f"{at}.multipleOf")
+        choices = _choices(raw, int, at)
+        if choices is not None and any(not -MAX_SAFE_INTEGER <= choice <= MAX_SAFE_INTEGER for choice in choices):
+            raise SchemaRefusal("SCHEMA_ENUM", at)
+        return IntegerRule(low, high, step, choices, description)
+
+    def compile_boolean(self, raw: dict[str, Any], at: str, description: str | None) -> BooleanRule:
+        return BooleanRule(_choices(raw, bool, at), description)
+
+    def compile_object(self, raw: dict[str, Any], at: str, description: str | None) -> ObjectRule:
+        if raw.get("additionalProperties", False) is not False:
+            raise SchemaRefusal("SCHEMA_OPEN_OBJECT", at)
+        declared = raw.get("properties", {})
+        if type(declared) is not dict:
+            raise SchemaRefusal("SCHEMA_MALFORMED", f"{at}.properties")
+        if len(declared) > MAX_PROPERTIES:
+            raise SchemaRefusal("SCHEMA_TOO_MANY_PROPERTIES", f"{at}.properties")
+        properties = []
+        for position, (name, child) in enumerate(declared.items()):
+            child_at = f"{at}.properties[{position}]"
+            _check_name(name, child_at)
+            properties.append((name, self.child(child, child_at)))
+        required = raw.get("required", [])
+        if (type(required) is not list or any(type(name) is not str or name not in declared for name in required)
+                or len(set(required)) != len(required)):
+            raise SchemaRefusal("SCHEMA_REQUIRED", f"{at}.required")
+        return ObjectRule(tuple(properties), frozenset(required), description)
+
+    def compile_array(self, raw: dict[str, Any], at: str, description: str | None) -> ArrayRule:
+        items = raw.get("items")
+        if type(items) is list:
+            raise SchemaRefusal("SCHEMA_TUPLE", f"{at}.items")
+        if type(items) is not dict:
+            raise SchemaRefusal("SCHEMA_ITEMS", at)
+        low = _count(raw, "minItems", 0, at)
+        high, source = _host_bound(_count(raw, "maxItems", None, at), self.bounds.max_items)
+        if low > high:
+            raise SchemaRefusal("SCHEMA_BOUNDS", f"{at}.minItems")
+        unique = raw.get("uniqueItems", False)
+        if type(unique) is not bool:
+            raise SchemaRefusal("SCHEMA_MALFORMED", f"{at}.uniqueItems")
+        return ArrayRule(self.child(items, f"{at}.items"), low, high, source, unique, description)
+
+
+_TYPE_COMPILERS: Final = MappingProxyType({
+    "string": _Compiler.compile_string,
+    "integer": _Compiler.compile_integer,
+    "boolean": _Compiler.compile_boolean,
+    "object": _Compiler.compile_object,
+    "array": _Compiler.compile_array,
+})
+
+
+def _check_keywords(raw: dict[str, Any], at: str, *, allowed: frozenset[str], root: bool, sibling_code: str) -> None:
+    """Every key is an annotation, allowed here, or refused by name; never named in the message."""
+    for key in raw:
+        if key in allowed or key in ANNOTATIONS or (root and key in ROOT_ONLY):
+            continue
+        code = REFUSED_KEYWORDS.get(key)
+        if code is None and key == "anyOf":
+            code = "SCHEMA_COMBINATOR"
+        raise SchemaRefusal(code or (sibling_code if _constrains(key) else "SCHEMA_KEYWORD"), at)
+
+
+def _constrains(key: str) -> bool:
+    return any(key in keywords for keywords in TYPE_KEYWORDS.values()) or key == "type"
+
+
+def _check_name(name: str, at: str) -> None:
+    if not 1 <= len(name) <= MAX_NAME_LENGTH:
+        raise SchemaRefusal("SCHEMA_NAME", at)
+
+
+def _nullable_branch(branches: Any, at: str) -> int:
+    """The position of the non-null branch of anyOf [T, {"type": "null"}] (either order)."""
+    if type(branches) is not list or len(branches) != 2:
+        raise SchemaRefusal("SCHEMA_COMBINATOR", at)
+    nulls = [index for index, branch in enumerate(branches) if _is_null_schema(branch)]
+    if len(nulls) != 1:
+        raise SchemaRefusal("SCHEMA_COMBINATOR", at)
+    return 1 - nulls[0]
+
+
+def _is_null_schema(branch: Any) -> bool:
+    return (type(branch) is dict and branch.get("type") == "null" and type(branch["type"]) is str
+            and all(key == "type" or key in ANNOTATIONS for key in branch))
+
+
+def _schema_type(raw: dict[str, Any], at: str) -> tuple[str, bool]:
+    """(kind, nullable) from "type", or from the values of an enum/const without one."""
+    declared = raw.get("type")
+    if declared is None:
+        if "enum" not in raw and "const" not in raw:
+            raise SchemaRefusal("SCHEMA_TYPE", at)
+        values = _raw_choices(raw, at)
+        kinds = {SCALAR_KINDS.get(type(value), "") for value in values if value is not None}
+        if len(kinds) != 1 or "" in kinds:
+            raise SchemaRefusal("SCHEMA_TYPE", at)
+        return kinds.pop(), None in values
+    names = [declared] if type(declared) is str else declared
+    if type(names) is not list or not names or any(type(name) is not str for name in names):
+        raise SchemaRefusal("SCHEMA_TYPE", at)
+    nullable = "null" in names
+    others = [name for name in names if name != "null"]
+    if len(others) != 1 or len(names) != len(set(names)):
+        code = "SCHEMA_NULL" if nullable and not others else "SCHEMA_TYPE"
+        raise SchemaRefusal("SCHEMA_NUMBER" if "number" in others else code, at)
+    kind = others[0]
+    if kind == "number":
+        raise SchemaRefusal("SCHEMA_NUMBER", at)
+    if kind not in TYPE_KEYWORDS:
+        raise SchemaRefusal("SCHEMA_TYPE", at)
+    return kind, nullable
+
+
+def _raw_choices(raw: dict[str, Any], at: str) -> list[Any]:
+    if "const" in raw:
+        return [raw["const"]] + (_enum_list(raw, at) if "enum" in raw else [])
+    return _enum_list(raw, at)
+
+
+def _enum_list(raw: dict[str, Any], at: str) -> list[Any]:
+    values = raw["enum"]
+    if type(values) is not list or not values:
+        raise SchemaRefusal("SCHEMA_ENUM", f"{at}.enum")
+    if len(values) > MAX_ENUM:
+        raise SchemaRefusal("SCHEMA_ENUM_TOO_LARGE", f"{at}.enum")
+    return values
+
+
+def _choices(raw: dict[str, Any], kind: type, at: str) -> frozenset[Any] | None:
+    """An enum and a const together mean their intersection; every value of the exact type."""
+    if "enum" not in raw and "const" not in raw:
+        return None
+    enum = _enum_list(raw, at) if "enum" in raw else None
+    const = [raw["const"]] if "const" in raw else None
+    for values in (enum, const):
+        if values is not None and any(type(value) is not kind for value in values):
+            raise SchemaRefusal("SCHEMA_ENUM", at)
+    if enum is not None and len(set(enum)) != len(enum):
+        raise SchemaRefusal("SCHEMA_ENUM", f"{at}.enum")
+    chosen = frozenset(enum if enum is not None else const)  # type: ignore[arg-type]
+    if const is not None:
+        chosen &= frozenset(const)
+    if not chosen:
+        raise SchemaRefusal("SCHEMA_ENUM", at)
+    return chosen
+
+
+def _count(raw: dict[str, Any], keyword: str, default: int | None, at: str) -> Any:
+    if keyword not in raw:
+        return default
+    value = raw[keyword]
+    if type(value) is not int or not 0 <= value <= MAX_SAFE_INTEGER:
+        raise SchemaRefusal("SCHEMA_BOUNDS", f"{at}.{keyword}")
+    return value
+
+
+def _host_bound(declared: int | None, ceiling: int) -> tuple[int, str]:
+    if declared is None or declared > ceiling:
+        return ceiling, "host"
+    return declared, "schema"
+
+
+def _bound(raw: dict[str, Any], keyword: str, default: int, shift: int, at: str) -> int:
+    """An inclusive integer bound; an exclusive one moves by one. Floats and bools are refused."""
+    if keyword not in raw:
+        return default
+    value = raw[keyword]
+    if type(value) is not int or not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        raise SchemaRefusal("SCHEMA_BOUNDS", f"{at}.{keyword}")
+    return value + shift
+
+
+def _children(rule: Rule) -> tuple[int, ...]:
+    if type(rule) is ObjectRule:
+        return tuple(index for _, index in rule.properties)
+    if type(rule) is ArrayRule:
+        return (rule.items,)
+    if type(rule) is NullableRule:
+        return (rule.inner,)
+    return ()
+
+
+def _refuse_cycles(rules: Sequence[Rule]) -> None:
+    """An iterative depth-first search over the rule graph: any cycle is a recursive $ref."""
+    state = [0] * len(rules)  # 0 unseen, 1 on the path, 2 done
+    for start in range(len(rules)):
+        if state[start]:
+            continue
+        stack = [(start, iter(_children(rules[start])))]
+        state[start] = 1
+        while stack:
+            node, pending = stack[-1]
+            child = next(pending, None)
+            if child is None:
+                state[node] = 2
+                stack.pop()
+            elif state[child] == 1:
+                raise SchemaRefusal("SCHEMA_REF_RECURSIVE", SCHEMA_ROOT)
+            elif state[child] == 0:
+                state[child] = 1
+                stack.append((child, iter(_children(rules[child]))))
+
+
+def _check_unique_items(rules: Sequence[Rule]) -> None:
+    """uniqueItems only over scalars (or nullable scalars): their equality is exact and cheap."""
+    for rule in rules:
+        if type(rule) is ArrayRule and rule.unique:
+            items = rules[rule.items]
+            if type(items) is NullableRule:
+                items = rules[items.inner]
+            if not isinstance(items, _SCALAR_RULES):
+                raise SchemaRefusal("SCHEMA_KEYWORD", SCHEMA_ROOT)
+
+
+def compile_schema(schema: Any, *, bounds: Bounds = Bounds(), require_object: bool = True) -> CompiledSchema:
+    """Compile an untrusted schema (a decoded JSON value) into an exact check, or raise SchemaRefusal."""
+    prescan(schema)
+    if type(schema) is not dict:
+        raise SchemaRefusal("SCHEMA_ROOT" if require_object else "SCHEMA_MALFORMED", SCHEMA_ROOT)
+    compiler = _Compiler(schema, bounds)
+    rules = compiler.run()
+    if require_object and type(rules[0]) is not ObjectRule:
+        raise SchemaRefusal("SCHEMA_ROOT", SCHEMA_ROOT)
+    return CompiledSchema(rules, tuple(compiler.definition_order), canonical_sha256(schema),
+                          tuple(compiler.paths))
+
+
+# -- Compiled schemas: check, admits, emit -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledSchema:
+    """The exact check of one schema: rules[0] is the root; shared definitions are shared rules."""
+
+    rules: tuple[Rule, ...]
+    definitions: tuple[int, ...]  # slots that were reached through a $ref, in discovery order
+    source_sha256: str  # SHA-256 of the canonical JSON of the schema as the server sent it
+    paths: tuple[str, ...]  # where each rule was declared in that schema (schema.properties[0]...)
+    # An object of scalar properties (every shipped contract, most tool inputs) is checked without
+    # the work stack: name -> (its value check, its rule, its place), the places rendered once.
+    _flat: Mapping[str, tuple[Any, Rule, str]] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        root = self.rules[0]
+        flat = None
+        if type(root) is ObjectRule and all(type(self.rules[index]) in _SCALAR_RULES for _, index in root.properties):
+            flat = MappingProxyType({
+                name: (_RULE_CHECKS[type(self.rules[index])], self.rules[index], f"{VALUE_ROOT}.properties[{position}]")
+                for position, (name, index) in enumerate(root.properties)})
+        object.__setattr__(self, "_flat", flat)
+
+    def check(self, value: Any) -> None:
+        """Raise ValueRefusal (code, at) unless the schema admits value exactly; iterative."""
+        flat = self._flat
+        if flat is not None and type(value) is dict:
+            # The same checks in the same order as the stack below: every key first, then the
+            # required names, then each value, the last one first (the stack pops it first).
+            for key in value:
+                if type(key) is not str or key not in flat:
+                    raise _refuse("VALUE_FIELDS", VALUE_ROOT)
+            if not self.rules[0].required <= value.keys():
+                raise _refuse("VALUE_FIELDS", VALUE_ROOT)
+            for key, item in reversed(value.items()):
+                check, rule, at = flat[key]
+                check(rule, item, at, None)
+            return
+        rules = self.rules
+        stack: list[tuple[int, Any, Any]] = [(0, value, VALUE_ROOT)]
+        while stack:
+            index, item, at = stack.pop()
+            rule = rules[index]
+            _RULE_CHECKS[type(rule)](rule, item, at, stack)
 
     def admits(self, value: Any) -> bool:
-        if type(value) is not str or len(value) > self.max_length:
+        try:
+            self.check(value)
+        except ValueRefusal:
             return False
-        if self.pattern is not None:
-            return self.pattern.fullmatch(value) is not None
-        return value in self.choices
+        return True
 
-    def schema(self) -> dict[str, Any]:
-        """The JSON Schema of this field, for tool declarations generated from the registry."""
-        if self.pattern is not None:
-            # Grouped before anchoring: "^a|b$" would anchor only one branch of an alternation.
-            return {"type": "string", "pattern": f"^(?:{self.pattern.pattern})$", "maxLength": self.max_length}
-        return {"type": "string", "enum": sorted(self.choices)}
+    def host_bounds(self) -> tuple[str, ...]:
+        """Where the host bounded what the schema left open (or bounded above the host's ceiling).
+
+        An enum needs no length bound: its choices are the bound, so it is not listed.
+        """
+        found = []
+        for rule, path in zip(self.rules, self.paths):
+            if type(rule) is StringRule and rule.max_length_from == "host" and rule.choices is None:
+                found.append(f"{path}.maxLength")
+            elif type(rule) is ArrayRule and rule.max_items_from == "host":
+                found.append(f"{path}.maxItems")
+        return tuple(found)
+
+    def to_schema(self) -> dict[str, Any]:
+        """The normalized JSON Schema (2020-12) of exactly what this check admits."""
+        shared = [slot for slot in self.definitions if slot != 0]  # a bare root $ref is emitted inline
+        names = {slot: f"d{position}" for position, slot in enumerate(shared)}
+        schema = _emit_rule(self.rules, 0, names, top=True)
+        if names:
+            schema["$defs"] = {names[slot]: _emit_rule(self.rules, slot, names, top=True) for slot in self.definitions
+                               if slot in names}
+        return schema
+
+
+def _refuse(code: str, at: Any) -> ValueRefusal:
+    """The refusal, its ``at`` rendered only now: a checked value's place is a chain of
+    (parent, keyword, index) tuples until then, since formatting a path per value costs more
+    than the check itself."""
+    parts = []
+    while type(at) is tuple:
+        at, keyword, position = at
+        parts.append(f"{keyword}{position}]")
+    return ValueRefusal(code, at + "".join(reversed(parts)))
+
+
+def _rule_string(rule: StringRule, value: Any, at: Any, _stack: list[Any]) -> None:
+    if type(value) is not str:
+        raise _refuse("VALUE_TYPE", at)
+    if not (value.isascii() or is_portable_text(value)):  # the ASCII test first: no call
+        raise _refuse("VALUE_NOT_PORTABLE", at)
+    if not rule.min_length <= len(value) <= rule.max_length:
+        raise _refuse("VALUE_LENGTH", at)
+    if rule.choices is not None and value not in rule.choices:
+        raise _refuse("VALUE_ENUM", at)
+    if rule.regex is not None and rule.regex.fullmatch(value) is None:
+        raise _refuse("VALUE_PATTERN", at)
+
+
+def _rule_integer(rule: IntegerRule, value: Any, at: Any, _stack: list[Any]) -> None:
+    if type(value) is not int:  # bool, float (1.0) and int subclasses are not integers here
+        raise _refuse("VALUE_TYPE", at)
+    if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        raise _refuse("VALUE_NOT_PORTABLE", at)
+    if not rule.minimum <= value <= rule.maximum or (rule.multiple_of is not None and value % rule.multiple_of):
+        raise _refuse("VALUE_RANGE", at)
+    if rule.choices is not None and value not in rule.choices:
+        raise _refuse("VALUE_ENUM", at)
+
+
+def _rule_boolean(rule: BooleanRule, value: Any, at: Any, _stack: list[Any]) -> None:
+    if type(value) is not bool:
+        raise _refuse("VALUE_TYPE", at)
+    if rule.choices is not None and value not in rule.choices:
+        raise _refuse("VALUE_ENUM", at)
+
+
+def _rule_object(rule: ObjectRule, value: Any, at: Any, stack: list[Any]) -> None:
+    if type(value) is not dict:
+        raise _refuse("VALUE_TYPE", at)
+    index = rule.index
+    for key, item in value.items():  # children are only queued: every key is seen before any is checked
+        entry = index.get(key) if type(key) is str else None
+        if entry is None:
+            raise _refuse("VALUE_FIELDS", at)
+        stack.append((entry[1], item, (at, ".properties[", entry[0])))
+    if not rule.required <= value.keys():
+        raise _refuse("VALUE_FIELDS", at)
+
+
+def _rule_array(rule: ArrayRule, value: Any, at: Any, stack: list[Any]) -> None:
+    if type(value) is not list:
+        raise _refuse("VALUE_TYPE", at)
+    if not rule.min_items <= len(value) <= rule.max_items:
+        raise _refuse("VALUE_ITEMS", at)
+    # The compiler allows uniqueItems over scalar items only; a container item fails its own check
+    # below, and the key's type keeps 1 and true apart.
+    if rule.unique and all(type(item) in _HASHABLE for item in value):
+        if len({(type(item), item) for item in value}) != len(value):
+            raise _refuse("VALUE_ITEMS", at)
+    for position in range(len(value) - 1, -1, -1):
+        stack.append((rule.items, value[position], (at, ".items[", position)))
+
+
+def _rule_nullable(rule: NullableRule, value: Any, at: Any, stack: list[Any]) -> None:
+    if value is not None:
+        stack.append((rule.inner, value, at))
+
+
+_HASHABLE: Final = frozenset({str, int, bool, type(None)})
+_RULE_CHECKS: Final = MappingProxyType({
+    StringRule: _rule_string,
+    IntegerRule: _rule_integer,
+    BooleanRule: _rule_boolean,
+    ObjectRule: _rule_object,
+    ArrayRule: _rule_array,
+    NullableRule: _rule_nullable,
+})
+
+
+def _emit_rule(rules: Sequence[Rule], index: int, names: Mapping[int, str], *, top: bool = False) -> dict[str, Any]:
+    """One rule as JSON Schema; a shared definition becomes a $ref. Depth is bounded by the prescan."""
+    if not top and index in names:
+        return {"$ref": f"#/$defs/{names[index]}"}
+    rule = rules[index]
+    body = _EMITTERS[type(rule)](rule, rules, names)
+    if rule.description is not None:
+        body["description"] = rule.description
+    return body
+
+
+def _scalar(kind: str, choices: frozenset[Any] | None) -> dict[str, Any]:
+    return {"type": kind} if choices is None else {"type": kind, "enum": sorted(choices)}
+
+
+def _emit_string(rule: StringRule, _rules: Sequence[Rule], _names: Mapping[int, str]) -> dict[str, Any]:
+    body = _scalar("string", rule.choices)
+    if rule.min_length:
+        body["minLength"] = rule.min_length
+    if rule.choices is None or rule.max_length_from == "schema":  # an enum is bounded by its choices
+        body["maxLength"] = rule.max_length
+    if rule.pattern is not None:
+        body["pattern"] = rule.pattern
+    return body
+
+
+def _emit_integer(rule: IntegerRule, _rules: Sequence[Rule], _names: Mapping[int, str]) -> dict[str, Any]:
+    body = _scalar("integer", rule.choices)
+    body["minimum"] = rule.minimum
+    body["maximum"] = rule.maximum
+    if rule.multiple_of is not None:
+        body["multipleOf"] = rule.multiple_of
+    return body
+
+
+def _emit_boolean(rule: BooleanRule, _rules: Sequence[Rule], _names: Mapping[int, str]) -> dict[str, Any]:
+    return _scalar("boolean", rule.choices)
+
+
+def _emit_object(rule: ObjectRule, rules: Sequence[Rule], names: Mapping[int, str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {name: _emit_rule(rules, child, names) for name, child in rule.properties},
+        "required": [name for name, _ in rule.properties if name in rule.required],
+        "additionalProperties": False,
+    }
+
+
+def _emit_array(rule: ArrayRule, rules: Sequence[Rule], names: Mapping[int, str]) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": "array", "items": _emit_rule(rules, rule.items, names)}
+    if rule.min_items:
+        body["minItems"] = rule.min_items
+    body["maxItems"] = rule.max_items
+    if rule.unique:
+        body["uniqueItems"] = True
+    return body
+
+
+def _emit_nullable(rule: NullableRule, rules: Sequence[Rule], names: Mapping[int, str]) -> dict[str, Any]:
+    return {"anyOf": [_emit_rule(rules, rule.inner, names), {"type": "null"}]}
+
+
+_EMITTERS: Final = MappingProxyType({
+    StringRule: _emit_string,
+    IntegerRule: _emit_integer,
+    BooleanRule: _emit_boolean,
+    ObjectRule: _emit_object,
+    ArrayRule: _emit_array,
+    NullableRule: _emit_nullable,
+})
+
+
+# -- Host narrowing (overlays) -----------------------------------------------------------------
+# A host may replace the server's rule for a property by its own, only when the compiler can
+# prove the host's rule admits a subset of what the server's admits. The proof is structural and
+# conservative: an enum is proved value by value against the server's own rule; bounds must be
+# tighter; a pattern may be added to a string the server left without one, never changed; a
+# server's `number` may become an `integer` inside the number's bounds. Anything else is
+# OVERLAY_WIDENS, even when it happens to be narrower: the boundary never admits what the
+# server's own schema would not.
+
+_NUMBER_KEYWORDS: Final = frozenset({"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+
+
+def narrow(server_schema: Any, overlay: Mapping[tuple[str, ...], Any], *,
+           bounds: Bounds = Bounds()) -> CompiledSchema:
+    """Compile the server's schema with the host's rules in place of some properties' rules.
+
+    ``overlay`` maps a path of property names (trusted host text) to the host's schema for that
+    property. Each replacement is proved narrower before the patched schema is compiled.
+    """
+    prescan(server_schema)
+    if type(server_schema) is not dict:
+        raise SchemaRefusal("SCHEMA_ROOT", SCHEMA_ROOT)
+    patched = json_copy(server_schema)  # depth bounded by the prescan
+    definitions = {keyword: patched[keyword] for keyword in DEFINITION_PREFIXES.values() if keyword in patched}
+    for number, (path, host) in enumerate(overlay.items()):
+        at = f"overlay[{number}]"
+        parent, name = _overlay_parent(patched, path, at)
+        server_node = parent[name]
+        host_rules = compile_schema(host, bounds=bounds, require_object=False)
+        if _has_ref(host):
+            raise SchemaRefusal("OVERLAY_WIDENS", at)
+        _prove_narrower(host_rules, {**_resolved(server_node, patched, at), **definitions}, bounds, at)
+        parent[name] = json_copy(host)
+    return compile_schema(patched, bounds=bounds)
+
+
+def _has_ref(schema: Any) -> bool:
+    stack = [schema]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            if "$ref" in item:
+                return True
+            stack.extend(item.values())
+        elif type(item) is list:
+            stack.extend(item)
+    return False
+
+
+def _resolved(node: Any, root: dict[str, Any], at: str) -> dict[str, Any]:
+    """A node with a bare local $ref replaced by a copy of its definition (one chain, bounded)."""
+    for _ in range(MAX_DEFINITIONS + 1):
+        if type(node) is not dict:
+            raise SchemaRefusal("OVERLAY_PATH", at)
+        if "$ref" not in node:
+            return node
+        ref = node["$ref"]
+        keyword = next((kw for prefix, kw in DEFINITION_PREFIXES.items()
+                        if type(ref) is str and ref.startswith(prefix)), None)
+        table = root.get(keyword) if keyword else None
+        name = ref[len("#/" + str(keyword) + "/"):] if keyword else ""
+        if type(table) is not dict or name not in table:
+            raise SchemaRefusal("OVERLAY_PATH", at)
+        node = table[name]
+    raise SchemaRefusal("SCHEMA_REF_RECURSIVE", at)
+
+
+def _overlay_parent(root: dict[str, Any], path: tuple[str, ...], at: str) -> tuple[dict[str, Any], str]:
+    """The properties table holding the path's last name; referenced objects on the way are inlined."""
+    if type(path) is not tuple or not path or any(type(name) is not str for name in path):
+        raise SchemaRefusal("OVERLAY_PATH", at)
+    node = root
+    for depth, name in enumerate(path):
+        properties = node.get("properties") if type(node) is dict else None
+        if type(properties) is not dict or name not in properties:
+            raise SchemaRefusal("OVERLAY_PATH", at)
+        if depth == len(path) - 1:
+            return properties, name
+        child = properties[name]
+        if type(child) is dict and "$ref" in child:
+            child = json_copy(_resolved(child, root, at))  # this use only: the definition stays
+            properties[name] = child
+        node = child
+    raise SchemaRefusal("OVERLAY_PATH", at)  # unreachable: the loop returns at the last name
+
+
+def _prove_narrower(host: CompiledSchema, server_node: dict[str, Any], bounds: Bounds, at: str) -> None:
+    try:
+        server = compile_schema(server_node, bounds=bounds, require_object=False)
+    except SchemaRefusal as refusal:
+        if refusal.code != "SCHEMA_NUMBER" or not _narrows_number(host, server_node):
+            raise SchemaRefusal("OVERLAY_WIDENS", at) from None
+        return
+    if not _is_subset(host, server):
+        raise SchemaRefusal("OVERLAY_WIDENS", at)
+
+
+def _narrows_number(host: CompiledSchema, server_node: dict[str, Any]) -> bool:
+    """A host integer rule inside a server `number` rule's bounds (nullable only if the server is)."""
+    rule = host.rules[0]
+    types = server_node.get("type")
+    server_nullable = type(types) is list and "null" in types
+    if type(rule) is NullableRule:
+        if not server_nullable:
+            return False
+        rule = host.rules[rule.inner]
+    if type(rule) is not IntegerRule:
+        return False
+    if any(key not in _NUMBER_KEYWORDS and key not in ANNOTATIONS and key not in ROOT_ONLY for key in server_node):
+        return False  # multipleOf, enum, format...: not proved, so refused
+    if types not in ("number", ["number", "null"], ["null", "number"]):
+        return False
+    low, high = (min(rule.choices), max(rule.choices)) if rule.choices else (rule.minimum, rule.maximum)
+    checks = (("minimum", lambda bound: low >= bound), ("exclusiveMinimum", lambda bound: low > bound),
+              ("maximum", lambda bound: high <= bound), ("exclusiveMaximum", lambda bound: high < bound))
+    for keyword, holds in checks:
+        if keyword in server_node:
+            bound = server_node[keyword]
+            if type(bound) not in (int, float) or not holds(bound):
+                return False
+    return True
+
+
+def _is_subset(host: CompiledSchema, server: CompiledSchema) -> bool:
+    """Structural proof that every value the host's rules admit, the server's rules admit too."""
+    stack = [(0, 0)]
+    seen: set[tuple[int, int]] = set()
+    while stack:
+        pair = stack.pop()
+        if pair in seen:
+            continue
+        seen.add(pair)
+        host_rule, server_rule = host.rules[pair[0]], server.rules[pair[1]]
+        if type(server_rule) is NullableRule:
+            inner = host_rule.inner if type(host_rule) is NullableRule else pair[0]
+            stack.append((inner, server_rule.inner))
+            continue
+        if type(host_rule) is not type(server_rule):
+            return False  # a nullable host under a non-nullable server lands here too
+        if not _SUBSET_RULES[type(host_rule)](host_rule, server, pair[1], stack):
+            return False
+    return True
+
+
+def _choices_admitted(host_rule: Any, server: CompiledSchema, index: int) -> bool | None:
+    """With host choices: True when the server's rule admits each one; None when there are none."""
+    if host_rule.choices is None:
+        return None
+    rule = server.rules[index]
+    for choice in host_rule.choices:
+        try:
+            _RULE_CHECKS[type(rule)](rule, choice, VALUE_ROOT, [])
+        except ValueRefusal:
+            return False
+    return True
+
+
+def _string_subset(rule: StringRule, server: CompiledSchema, index: int, _stack: list[Any]) -> bool:
+    other = server.rules[index]
+    proved = _choices_admitted(rule, server, index)
+    if proved is not None:
+        return proved
+    return (other.choices is None and rule.min_length >= other.min_length and rule.max_length <= other.max_length
+            and (other.pattern is None or other.pattern == rule.pattern))
+
+
+def _integer_subset(rule: IntegerRule, server: CompiledSchema, index: int, _stack: list[Any]) -> bool:
+    other = server.rules[index]
+    proved = _choices_admitted(rule, server, index)
+    if proved is not None:
+        return proved
+    step_ok = other.multiple_of is None or (rule.multiple_of is not None and rule.multiple_of % other.multiple_of == 0)
+    return other.choices is None and rule.minimum >= other.minimum and rule.maximum <= other.maximum and step_ok
+
+
+def _boolean_subset(rule: BooleanRule, server: CompiledSchema, index: int, _stack: list[Any]) -> bool:
+    proved = _choices_admitted(rule, server, index)
+    return server.rules[index].choices is None if proved is None else proved
+
+
+def _object_subset(rule: ObjectRule, server: CompiledSchema, index: int, stack: list[Any]) -> bool:
+    other = server.rules[index]
+    if not other.required <= rule.required:
+        return False
+    for name, child in rule.properties:
+        if name not in other.index:
+            return False
+        stack.append((child, other.index[name][1]))
+    return True
+
+
+def _array_subset(rule: ArrayRule, server: CompiledSchema, index: int, stack: list[Any]) -> bool:
+    other = server.rules[index]
+    if rule.min_items < other.min_items or rule.max_items > other.max_items or (other.unique and not rule.unique):
+        return False
+    stack.append((rule.items, other.items))
+    return True
+
+
+_SUBSET_RULES: Final = MappingProxyType({
+    StringRule: _string_subset,
+    IntegerRule: _integer_subset,
+    BooleanRule: _boolean_subset,
+    ObjectRule: _object_subset,
+    ArrayRule: _array_subset,
+})
+# -- The contracts file: Value types -----------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolSpec:
+    """One tool of a contract set: its compiled input and output contracts and its revisions, and
+    what its declaration says of it (provenance; hints nothing trusts)."""
+
     name: str
     description: str
     effect: str  # "read" or "write"
     required_role: str
-    resource_field: str  # the input field naming the resource that authorization checks
-    input_fields: Mapping[str, FieldRule]
-    output_fields: Mapping[str, FieldRule]
+    resource_field: str | None  # the required string input field naming the resource authorization checks
+    input_contract: CompiledSchema
+    output_contract: CompiledSchema | None  # None: no output schema was declared, so no output is data
     bound_fields: tuple[str, ...]  # output fields that must echo the input exactly
     contract_revision: str
     input_revision: str
@@ -1347,9 +2726,14 @@ class ToolSpec:
     handler_revision: str
     producer: str
     producer_revision: str
+    provenance: Mapping[str, Any] = field(default_factory=lambda: _HOST_PROVENANCE)
+    hints: Mapping[str, bool | None] = field(default_factory=lambda: _NO_HINTS)  # the server's: never trusted
     # The audit's view of this contract, built once; only ever read or copied, never handed out.
     _contract: dict[str, Any] = field(init=False, repr=False, compare=False)
     _contract_items: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
+    # Whether admitted input (output) holds only scalars, so a shallow copy owns every value.
+    _flat_input: bool = field(init=False, repr=False, compare=False)
+    _flat_output: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_contract", {
@@ -1364,89 +2748,342 @@ class ToolSpec:
             "producer_revision": self.producer_revision,
         })
         object.__setattr__(self, "_contract_items", tuple(self._contract.items()))  # its digest templates' key
+        object.__setattr__(self, "_flat_input", _holds_only_scalars(self.input_contract))
+        object.__setattr__(self, "_flat_output", self.output_contract is None
+                           or _holds_only_scalars(self.output_contract))
 
     def contract_view(self) -> dict[str, Any]:
         return dict(self._contract)
 
+    @property
+    def input_fields(self) -> Mapping[str, Rule]:
+        """A thin view: each input property's compiled rule, by name, in declaration order."""
+        return _root_fields(self.input_contract)
+
+    @property
+    def output_fields(self) -> Mapping[str, Rule]:
+        """The same view of the output contract (empty when none was declared)."""
+        return MappingProxyType({}) if self.output_contract is None else _root_fields(self.output_contract)
+
     def input_schema(self) -> dict[str, Any]:
-        """The exact input contract as a JSON Schema: every field required, nothing else allowed."""
-        return {
-            "type": "object",
-            "properties": {field: rule.schema() for field, rule in self.input_fields.items()},
-            "required": list(self.input_fields),
-            "additionalProperties": False,
-        }
+        """The exact input contract as a JSON Schema, emitted from its compiled check."""
+        return self.input_contract.to_schema()
+
+    def output_schema(self) -> dict[str, Any] | None:
+        return None if self.output_contract is None else self.output_contract.to_schema()
 
 
-_ORDER_REF_RULE: Final = FieldRule(pattern=ORDER_REF_PATTERN, max_length=18)
-REFUND_REASONS: Final = frozenset({"duplicate", "damaged", "other"})
-
-REGISTRY: Final[Mapping[str, ToolSpec]] = MappingProxyType({
-    spec.name: spec
-    for spec in (
-        ToolSpec(
-            name="get_order",
-            description="Read one of the caller's orders and its payment status.",
-            effect="read",
-            required_role="orders.read",
-            resource_field="order_ref",
-            input_fields=MappingProxyType({"order_ref": _ORDER_REF_RULE}),
-            output_fields=MappingProxyType({
-                "order_ref": _ORDER_REF_RULE,
-                "status": FieldRule(choices=ORDER_STATUSES),
-            }),
-            bound_fields=("order_ref",),
-            contract_revision="get_order.contract.v2",
-            input_revision="get_order.input.v2",
-            output_revision="get_order.output.v2",
-            effect_revision="effect.none.v1",
-            handler_revision="get_order.handler.v1",
-            producer="orders-service",
-            producer_revision="orders-producer-v3",
-        ),
-        ToolSpec(
-            name="create_refund_draft",
-            description="Create a refund draft for one of the caller's paid orders; submits nothing.",
-            effect="write",
-            required_role="refunds.draft",
-            resource_field="order_ref",
-            input_fields=MappingProxyType({
-                "order_ref": _ORDER_REF_RULE,
-                "reason": FieldRule(choices=REFUND_REASONS),
-            }),
-            output_fields=MappingProxyType({
-                "draft_id": FieldRule(pattern=re.compile(r"DRAFT-[0-9a-f]{16}"), max_length=22),
-                "order_ref": _ORDER_REF_RULE,
-                "reason": FieldRule(choices=REFUND_REASONS),
-            }),
-            bound_fields=("order_ref", "reason"),
-            contract_revision="create_refund_draft.contract.v2",
-            input_revision="create_refund_draft.input.v2",
-            output_revision="create_refund_draft.output.v2",
-            effect_revision="effect.refund_draft.v1",
-            handler_revision="create_refund_draft.handler.v1",
-            producer="refunds-service",
-            producer_revision="refunds-producer-v2",
-        ),
-    )
+_HOST_PROVENANCE: Final[Mapping[str, Any]] = MappingProxyType({
+    "source": "host", "server_name": None, "server_version": None, "protocol_version": None,
+    "input_schema_sha256": None, "output_schema_sha256": None,
 })
+_NO_HINTS: Final[Mapping[str, bool | None]] = MappingProxyType({name: None for name in HINT_FIELDS})
 
 
-def check_input(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, str]:
-    """Exactly the contract's fields, each admitted by its rule; a fresh copy on success."""
-    fields = spec.input_fields
-    # Exact key types first: a str subclass that hashes like a field name and equals anything
-    # would pass the set comparison and ride into the admitted copy.
-    if not plain_keys(arguments) or arguments.keys() != fields.keys():
-        raise BoundaryError("INVALID_ARGUMENTS")
-    for field, rule in fields.items():
-        if not rule.admits(arguments[field]):
-            raise BoundaryError("INVALID_ARGUMENTS")
-    return dict(arguments)  # flat strings: a shallow copy owns every value
+def _root_fields(contract: CompiledSchema) -> Mapping[str, Rule]:
+    root = contract.rules[0]
+    return MappingProxyType({name: contract.rules[index] for name, index in root.properties})
+
+
+def _holds_only_scalars(contract: CompiledSchema) -> bool:
+    rules = contract.rules
+    for _, index in rules[0].properties:
+        rule = rules[index]
+        if type(rule) is NullableRule:
+            rule = rules[rule.inner]
+        if type(rule) not in _SCALAR_RULES:
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ContractSet(Mapping[str, ToolSpec]):
+    """The tools a boundary guards, by name in declaration order: a read-only mapping."""
+
+    tools: Mapping[str, ToolSpec]
+
+    def __getitem__(self, name: str) -> ToolSpec:
+        return self.tools[name]
+
+    def __iter__(self) -> Any:
+        return iter(self.tools)
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def get(self, name: Any, default: Any = None) -> Any:
+        return self.tools.get(name, default)  # one call: the dispatcher looks a tool up on every proposal
+
+
+# -- The contracts file: Loading ---------------------------------------------------------------
+
+
+def load_contracts(path: str | os.PathLike[str], *, max_bytes: int = MAX_CONTRACTS_BYTES,
+                   overlay: ContractOverlay | None = None) -> ContractSet:
+    """Read and compile a contracts file (narrowed by the host's overlay, when given); every
+    failure is a CatalogError without the path."""
+    try:
+        data = read_bounded(path, max_bytes=max_bytes)
+    except BoundaryError:
+        raise ContractsError("CONTRACTS_UNREADABLE") from None
+    return parse_contracts(data, max_bytes=max_bytes, overlay=overlay)
+
+
+def parse_contracts(data: bytes, *, max_bytes: int = MAX_CONTRACTS_BYTES,
+                    overlay: ContractOverlay | None = None) -> ContractSet:
+    """Decode strictly (JSON_* codes from the core), then exact fields and compiled schemas."""
+    root = _contract_fields(decode_strict_json(data, max_bytes=max_bytes, max_depth=MAX_CONTRACTS_DEPTH),
+                            _ROOT_FIELDS, "contracts")
+    if root["format"] != CONTRACTS_FORMAT or type(root["format"]) is not str:
+        raise ContractsError("CONTRACTS_VERSION", "format")
+    raw_tools = root["tools"]
+    if type(raw_tools) is not list:
+        raise ContractsError("CONTRACTS_VALUE", "tools")
+    if not 1 <= len(raw_tools) <= MAX_TOOLS:
+        raise ContractsError("CONTRACTS_LIMIT", "tools")
+    narrowing = overlay.tools if overlay is not None else MappingProxyType({})
+    tools: dict[str, ToolSpec] = {}
+    for index, raw in enumerate(raw_tools):
+        tool = _parse_tool(raw, f"tools[{index}]", narrowing)
+        if tool.name in tools:
+            raise ContractsError("CONTRACTS_DUPLICATE", f"tools[{index}].name")
+        tools[tool.name] = tool
+    for index, name in enumerate(narrowing):
+        if name not in tools:  # an overlay for a tool the file does not declare narrows nothing: refused
+            raise ContractsError("CONTRACTS_REFERENCE", f"overlay.tools[{index}].name")
+    return ContractSet(MappingProxyType(tools))
+
+
+def _parse_tool(raw: Any, at: str, narrowing: Mapping[str, _ToolOverlay]) -> ToolSpec:
+    """One tool entry: exact fields, then its schemas compiled (through the host's overlay for
+    it, when there is one), then the references between them."""
+    body = _contract_fields(raw, _TOOL_FIELDS, at)
+    _require(type(body["name"]) is str and TOOL_NAME.fullmatch(body["name"]) is not None, f"{at}.name")
+    _require(type(body["description"]) is str, f"{at}.description")
+    if len(body["description"]) > MAX_DESCRIPTION_LENGTH:
+        raise ContractsError("CONTRACTS_LIMIT", f"{at}.description")
+    _require(body["effect"] in EFFECTS and type(body["effect"]) is str, f"{at}.effect")
+    _require(is_identifier(body["required_role"]), f"{at}.required_role")
+    _require(is_identifier(body["producer"]), f"{at}.producer")
+    host = narrowing.get(body["name"])
+    input_schema = _compile_at(body["input_schema"], f"{at}.input_schema", host, "input")
+    output_schema = (None if body["output_schema"] is None
+                     else _compile_at(body["output_schema"], f"{at}.output_schema", host, "output"))
+    if host is not None and body["output_schema"] is None and host.output:
+        raise SchemaRefusal("OVERLAY_PATH", f"overlay.tools[{host.index}].output[0]")
+    revisions = _contract_fields(body["revisions"], frozenset(_REVISION_FIELDS), f"{at}.revisions")
+    for name in _REVISION_FIELDS:
+        _require(is_identifier(revisions[name]), f"{at}.revisions.{name}")
+    return ToolSpec(
+        name=body["name"],
+        description=body["description"],
+        effect=body["effect"],
+        required_role=body["required_role"],
+        resource_field=_resource_field(body["resource_field"], input_schema, f"{at}.resource_field"),
+        input_contract=input_schema,
+        output_contract=output_schema,
+        bound_fields=_bound_fields(body["bound_fields"], input_schema, output_schema, f"{at}.bound_fields"),
+        contract_revision=revisions["contract"],
+        input_revision=revisions["input"],
+        output_revision=revisions["output"],
+        effect_revision=revisions["effect"],
+        handler_revision=revisions["handler"],
+        producer=body["producer"],
+        producer_revision=revisions["producer"],
+        provenance=_provenance(body["provenance"], f"{at}.provenance"),
+        hints=_hints(body["hints"], f"{at}.hints"),
+    )
+
+
+def _compile_at(schema: Any, at: str, host: _ToolOverlay | None = None, side: str = "input") -> CompiledSchema:
+    entries = () if host is None else getattr(host, side)
+    places = [f"overlay.tools[{host.index}].{side}[{number}]" for number in range(len(entries))] if host else []
+    try:
+        if not entries:
+            return compile_schema(schema)
+        return narrow(schema, MappingProxyType(dict(entries)))
+    except SchemaRefusal as refusal:  # the same code, its place moved inside the file it is about
+        if refusal.at.startswith("overlay["):
+            raise SchemaRefusal(refusal.code, places[int(refusal.at[len("overlay["):-1])]) from None
+        raise SchemaRefusal(refusal.code, at + refusal.at[len(SCHEMA_ROOT):]) from None
+
+
+def _resource_field(value: Any, input_schema: CompiledSchema, at: str) -> str | None:
+    """None, or a required string field of the input: authorization needs it on every call."""
+    if value is None:
+        return None
+    _require(type(value) is str, at)
+    root = input_schema.rules[0]
+    entry = root.index.get(value) if type(root) is ObjectRule else None
+    if entry is None or value not in root.required or type(input_schema.rules[entry[1]]) is not StringRule:
+        raise ContractsError("CONTRACTS_REFERENCE", at)
+    return value
+
+
+def _bound_fields(value: Any, input_schema: CompiledSchema, output_schema: CompiledSchema | None,
+                  at: str) -> tuple[str, ...]:
+    """Output fields that must echo an input field of the same name: both sides require it."""
+    # Unique names of declared input properties: bounded by MAX_PROPERTIES without a limit of its own.
+    _require(type(value) is list and all(type(name) is str for name in value) and len(set(value)) == len(value), at)
+    for name in value:
+        if (output_schema is None or name not in output_schema.rules[0].required
+                or name not in input_schema.rules[0].required):
+            raise ContractsError("CONTRACTS_REFERENCE", at)
+    return tuple(value)
+
+
+def _provenance(raw: Any, at: str) -> Mapping[str, Any]:
+    body = _contract_fields(raw, _PROVENANCE_FIELDS, at)
+    _require(body["source"] in SOURCES and type(body["source"]) is str, f"{at}.source")
+    for name in ("server_name", "server_version", "protocol_version"):
+        value = body[name]
+        _require(value is None or (type(value) is str and len(value) <= MAX_TEXT_LENGTH), f"{at}.{name}")
+    for name in ("input_schema_sha256", "output_schema_sha256"):
+        value = body[name]
+        _require(value is None or (type(value) is str and DIGEST_PATTERN.fullmatch(value) is not None), f"{at}.{name}")
+    return MappingProxyType(dict(body))
+
+
+def _hints(raw: Any, at: str) -> Mapping[str, bool | None]:
+    body = _contract_fields(raw, frozenset(HINT_FIELDS), at)
+    for name in HINT_FIELDS:
+        _require(body[name] is None or type(body[name]) is bool, f"{at}.{name}")
+    return MappingProxyType({name: body[name] for name in HINT_FIELDS})
+
+
+def _contract_fields(value: Any, fields: frozenset[str], at: str) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise ContractsError("CONTRACTS_VALUE", at)
+    if value.keys() != fields:
+        raise ContractsError("CONTRACTS_FIELDS", at)
+    return value
+
+
+def _require(condition: bool, at: str) -> None:
+    if not condition:
+        raise ContractsError("CONTRACTS_VALUE", at)
+
+
+# -- The overlay file ---------------------------------------------------------------------------
+# A host narrows a server's contract without editing it: per tool and side (input, output), a
+# path of property names and the host's schema for that property, applied by narrow() when the
+# contracts file is compiled, so that each replacement is proved a subset of the server's rule
+# (OVERLAY_WIDENS otherwise, OVERLAY_PATH for a path that names nothing). Loaded like the
+# contracts file; its places are "overlay.tools[0].input[1]...", the contracts file's "tools[0]...".
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolOverlay:
+    index: int  # the tool's position in the overlay file, for `at`
+    input: tuple[tuple[tuple[str, ...], Any], ...]  # (path, host schema), in file order
+    output: tuple[tuple[tuple[str, ...], Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ContractOverlay:
+    """A parsed tool-contract-overlay-v1 file: the host's narrower schemas, by tool name."""
+
+    tools: Mapping[str, _ToolOverlay]
+
+
+def load_overlay(path: str | os.PathLike[str], *, max_bytes: int = MAX_CONTRACTS_BYTES) -> ContractOverlay:
+    """Read an overlay file; every failure is a CatalogError without the path."""
+    try:
+        data = read_bounded(path, max_bytes=max_bytes)
+    except BoundaryError:
+        raise ContractsError("CONTRACTS_UNREADABLE", "overlay") from None
+    return parse_overlay(data, max_bytes=max_bytes)
+
+
+def parse_overlay(data: bytes, *, max_bytes: int = MAX_CONTRACTS_BYTES) -> ContractOverlay:
+    """Decode strictly, then exact fields; each host schema is compiled here already, so that a
+    schema the compiler refuses is placed in this file (its subset proof comes with the contracts)."""
+    root = _contract_fields(decode_strict_json(data, max_bytes=max_bytes, max_depth=MAX_CONTRACTS_DEPTH),
+                            _OVERLAY_ROOT_FIELDS, "overlay")
+    if root["format"] != OVERLAY_FORMAT or type(root["format"]) is not str:
+        raise ContractsError("CONTRACTS_VERSION", "overlay.format")
+    raw_tools = root["tools"]
+    _require(type(raw_tools) is list, "overlay.tools")
+    if not 1 <= len(raw_tools) <= MAX_TOOLS:
+        raise ContractsError("CONTRACTS_LIMIT", "overlay.tools")
+    tools: dict[str, _ToolOverlay] = {}
+    for index, raw in enumerate(raw_tools):
+        at = f"overlay.tools[{index}]"
+        body = _contract_fields(raw, _OVERLAY_TOOL_FIELDS, at)
+        _require(type(body["name"]) is str and TOOL_NAME.fullmatch(body["name"]) is not None, f"{at}.name")
+        if body["name"] in tools:
+            raise ContractsError("CONTRACTS_DUPLICATE", f"{at}.name")
+        sides = {side: _overlay_entries(body[side], f"{at}.{side}") for side, _ in _OVERLAY_SIDES}
+        if not sides["input"] and not sides["output"]:
+            raise ContractsError("CONTRACTS_LIMIT", at)  # an entry that narrows nothing is a mistake
+        tools[body["name"]] = _ToolOverlay(index, sides["input"], sides["output"])
+    return ContractOverlay(MappingProxyType(tools))
+
+
+def _overlay_entries(raw: Any, at: str) -> tuple[tuple[tuple[str, ...], Any], ...]:
+    _require(type(raw) is list, at)
+    if len(raw) > MAX_OVERLAY_PATHS:
+        raise ContractsError("CONTRACTS_LIMIT", at)
+    entries: dict[tuple[str, ...], Any] = {}
+    for number, item in enumerate(raw):
+        place = f"{at}[{number}]"
+        body = _contract_fields(item, _OVERLAY_ENTRY_FIELDS, place)
+        path = body["path"]
+        _require(type(path) is list and 1 <= len(path) <= MAX_OVERLAY_PATH_LENGTH
+                 and all(type(name) is str and 1 <= len(name) <= MAX_NAME_LENGTH for name in path), f"{place}.path")
+        if tuple(path) in entries:
+            raise ContractsError("CONTRACTS_DUPLICATE", f"{place}.path")
+        try:
+            compile_schema(body["schema"], require_object=False)
+        except SchemaRefusal as refusal:
+            raise SchemaRefusal(refusal.code, f"{place}.schema" + refusal.at[len(SCHEMA_ROOT):]) from None
+        entries[tuple(path)] = body["schema"]
+    return tuple(entries.items())
 
 
 # ============================================================================================
-# 9. Authorization
+# 9. Registry and input contracts
+# ============================================================================================
+# The shipped tools are a contract set like any other, read from tool-contracts.json beside this
+# module when it is imported. A broken file stops an import with its ContractsError (or
+# SchemaRefusal, or the decoder's JSON_* code); run as the command line, the module imports and
+# main() answers the failure shape instead of a traceback.
+
+# Beside the module in a checkout; under the environment's prefix once installed (pip puts data
+# files there, not beside a single module), and only when the checkout's file is absent.
+_BESIDE_MODULE: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tool-contracts.json")
+SHIPPED_CONTRACTS: Final = (_BESIDE_MODULE if os.path.exists(_BESIDE_MODULE)
+                            else os.path.join(sys.prefix, "share", "tool-dispatcher", "tool-contracts.json"))
+
+
+def _shipped_registry(path: str) -> tuple[ContractSet, CatalogError | None]:
+    try:
+        return load_contracts(path), None
+    except CatalogError as failure:
+        return ContractSet(MappingProxyType({})), failure
+
+
+_SHIPPED: Final = _shipped_registry(SHIPPED_CONTRACTS)
+if _SHIPPED[1] is not None and __name__ != "__main__":
+    raise _SHIPPED[1]
+REGISTRY: Final[ContractSet] = _SHIPPED[0]
+
+
+def check_input(spec: ToolSpec, arguments: Any) -> dict[str, Any]:
+    """Exactly what the compiled input contract admits; a fresh copy on success."""
+    # Exact key types first: a str subclass that hashes like a field name and equals anything
+    # would ride into the admitted copy (the compiled check refuses one too; this is cheaper).
+    if type(arguments) is not dict or not plain_keys(arguments):
+        raise BoundaryError("INVALID_ARGUMENTS")
+    try:
+        spec.input_contract.check(arguments)
+    except ValueRefusal:
+        raise BoundaryError("INVALID_ARGUMENTS") from None
+    return dict(arguments) if spec._flat_input else json_copy(arguments)
+
+
+# ============================================================================================
+# 10. Authorization
 # ============================================================================================
 # The principal is the trusted caller; the resource is looked up inside the caller's tenant and
 # must belong to the caller's subject. Another subject's order, another tenant's order and an
@@ -1464,7 +3101,7 @@ def authorize(spec: ToolSpec, principal: Principal, arguments: Mapping[str, str]
 
 
 # ============================================================================================
-# 10. Operation lifecycle, approval, business state, deadline
+# 11. Operation lifecycle, approval, business state, deadline
 # ============================================================================================
 # The lifecycle of a write, keyed by tenant + subject + tool + idempotency key, one table for
 # every store (the in-memory one here, the durable ones in durable/). Any move it does not list
@@ -1506,7 +3143,7 @@ MODEL_STATE: Final[Mapping[str, str]] = MappingProxyType({
 })
 
 # What a repeat of the same intent answers, by the settled record's state as the model sees it:
-# one of ANSWERS (section 13) and its error code. Nothing runs again.
+# one of ANSWERS (section 14) and its error code. Nothing runs again.
 REPEAT_ANSWER: Final[Mapping[str, tuple[str, str | None]]] = MappingProxyType({
     "succeeded": ("replayed", None),
     "reconciled": ("replayed", None),
@@ -1585,8 +3222,8 @@ def check_approval(approval: Any, *, principal: Principal, context: CallContext,
         value = getattr(approval, name)
         if type(value) is not str or value != wanted(principal, context, spec):
             raise BoundaryError("APPROVAL_MISMATCH")
-    if type(approval.arguments) is not dict or approval.arguments != arguments:
-        raise BoundaryError("APPROVAL_MISMATCH")
+    if type(approval.arguments) is not dict or not _same_value(approval.arguments, arguments):
+        raise BoundaryError("APPROVAL_MISMATCH")  # JSON equality: an approved 1 is no true
     if now >= approval.expires_at:
         raise BoundaryError("APPROVAL_EXPIRED")
     return reference
@@ -1650,7 +3287,7 @@ def check_deadline(now: int, deadline: int | None) -> None:
 
 
 # ============================================================================================
-# 11. Handlers and the mock downstream
+# 12. Handlers and the mock downstream
 # ============================================================================================
 
 
@@ -1828,7 +3465,7 @@ FAULTS: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
 
 
 # ============================================================================================
-# 12. Output contracts
+# 13. Output contracts
 # ============================================================================================
 # Checked in an order that keeps every step bounded: a non-recursive scan for depth, width,
 # JSON types and sensitive fields; then the canonical size; then the exact fields and values;
@@ -2004,29 +3641,50 @@ def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, str], orde
     if scan_output(output) > max_bytes and len(canonical_json(output)) > max_bytes:
         raise BoundaryError("OUTPUT_TOO_LARGE")
     check_output_fields(spec, output)
-    for field in spec.bound_fields:
-        if output[field] != arguments[field]:
+    for field in spec.bound_fields:  # required on both sides (the contract loader checks it)
+        if not _same_value(output[field], arguments[field]):
             raise BoundaryError("OUTPUT_BINDING_MISMATCH")
     if result.producer_revision != spec.producer_revision or result.resource_revision != order.revision:
         raise BoundaryError("OUTPUT_BINDING_MISMATCH")
-    return dict(output)
+    return dict(output) if spec._flat_output else json_copy(output)
 
 
 def check_output_fields(spec: ToolSpec, output: Any) -> None:
-    fields = spec.output_fields
-    if type(output) is not dict or output.keys() != fields.keys():
+    """Exactly what the compiled output contract admits; with no output contract, nothing is."""
+    contract = spec.output_contract
+    if contract is None:
         raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
-    for field, rule in fields.items():
-        if not rule.admits(output[field]):
-            raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
+    try:
+        contract.check(output)
+    except ValueRefusal:
+        raise BoundaryError("OUTPUT_CONTRACT_VIOLATION") from None
+
+
+def _same_value(first: Any, second: Any) -> bool:
+    """JSON equality of two JSON values: 1 and true differ here (Python's == says they are equal)."""
+    kind = type(first)
+    if kind is not type(second):
+        return False
+    if kind is dict and _only_text(first):  # every shipped tool's arguments: no encoding needed
+        return first == second and _only_text(second)
+    if kind is dict or kind is list:
+        return canonical_text(first) == canonical_text(second)
+    return first == second
+
+
+def _only_text(mapping: dict[Any, Any]) -> bool:
+    for item in mapping.values():
+        if type(item) is not str:
+            return False
+    return True
 
 
 # ============================================================================================
-# 13. Projections
+# 14. Projections
 # ============================================================================================
 # model_result: what the model may see. Its top-level `status` is the control plane's verdict;
 # a business `data.status` (an order's "paid") lives inside `data` and can never stand in for it.
-# protected_audit: what the model never sees (built in section 15, digested in section 14).
+# protected_audit: what the model never sees (built in section 16, digested in section 15).
 
 _NO_REFS: Final[Mapping[str, None]] = MappingProxyType(
     {"request_ref": None, "receipt_ref": None, "status_ref": None}
@@ -2136,7 +3794,7 @@ def project_model_result(spec: ToolSpec | None, answer: str, *, data: Any = None
 
 
 # ============================================================================================
-# 14. Digests and seals
+# 15. Digests and seals
 # ============================================================================================
 # Each digest is SHA-256 over the canonical JSON of a domain-separated envelope. They detect
 # change; they are not signatures: whoever can rewrite a package can recompute them. A seal is:
@@ -2325,7 +3983,7 @@ def seal_keys_from_environment(environ: Mapping[str, str] = os.environ) -> SealK
 
 
 # ============================================================================================
-# 15. The dispatcher
+# 16. The dispatcher
 # ============================================================================================
 
 
@@ -2608,6 +4266,12 @@ class Dispatcher:
         self._approvers = frozenset(approvers)
         self._registry = registry
         self._handlers: Mapping[str, Handler] = MappingProxyType({**HANDLERS, **(handlers or {})})
+        # Every tool the registry names must be runnable, or the host hears it now, not at a call.
+        for index, spec in enumerate(registry.values()):
+            if spec.resource_field is None or spec.output_contract is None:
+                raise BoundaryError("TOOL_NOT_DISPATCHABLE", f"registry[{index}]")
+            if not callable(self._handlers.get(spec.name)):
+                raise BoundaryError("TOOL_HANDLER_MISSING", f"registry[{index}]")
         self.operations: OperationStore = operations if operations is not None else MemoryOperations()
         if seal_keys is not None and type(seal_keys) is not SealKeys:
             raise BoundaryError("SEAL_KEYS_INVALID")
@@ -2940,7 +4604,7 @@ class _AdmittedRefusal(BoundaryError):
 
 
 _ARGUMENT_REFUSALS: Final = frozenset({"INVALID_ARGUMENTS"})
-# _OUTPUT_REFUSALS (section 13): the refusals after which the handler's output is withheld from
+# _OUTPUT_REFUSALS (section 14): the refusals after which the handler's output is withheld from
 # the model (only the audit says so).
 
 
@@ -2956,7 +4620,7 @@ def _raise_fault_before(fault: str) -> None:
 
 
 # ============================================================================================
-# 16. Package verification
+# 17. Package verification
 # ============================================================================================
 # A package is untrusted once it leaves the dispatcher. The verifier checks, in this order:
 # exact fields and types at every level (so nothing below ever walks a hostile shape); the
@@ -2998,15 +4662,15 @@ def _checked_later(_value: Any) -> bool:
 
 _PACKAGE_FIELDS: Final = frozenset({"format", "model_result", "protected_audit", "execution", "seal"})
 _SEAL_FIELDS: Final = frozenset(UNSEALED)
-_EXECUTION: Final = _table(operation_state=_one_of(OPERATION_STATES), handler_invoked=_is_bool,
+_EXECUTION: Final = _table(operation_state=_fixture_one_of(OPERATION_STATES), handler_invoked=_is_bool,
                            effects=_integer_in(0, 1))
 _SOURCE: Final = _table(tool=_or_null(_is_plain_str), producer=_is_plain_str)
 _TRUST_BY_STATUS: Final = MappingProxyType({"ok": "untrusted_data", "error": "boundary_control",
                                             "unknown": "boundary_control"})
 _RESULTS: Final[Mapping[str, _Table]] = MappingProxyType({
     status: _table(
-        version=_exactly(MODEL_RESULT_VERSION), status=_checked_later, outcome=_one_of(OUTCOMES),
-        delivery=_one_of(DELIVERIES), recovery=_one_of(RECOVERIES), complete=_exactly(status == "ok"),
+        version=_exactly(MODEL_RESULT_VERSION), status=_checked_later, outcome=_fixture_one_of(OUTCOMES),
+        delivery=_fixture_one_of(DELIVERIES), recovery=_fixture_one_of(RECOVERIES), complete=_exactly(status == "ok"),
         truncated=_exactly(False), trust=_exactly(_TRUST_BY_STATUS[status]), source=_nested(_SOURCE),
         **{("data" if status == "ok" else "error"): _checked_later},
     )
@@ -3022,7 +4686,7 @@ _AUDIT_PRINCIPAL: Final = _table(tenant=is_identifier, subject_ref=_is_digest,
 _AUDIT_CONTEXT: Final = _table(
     provider=_is_plain_str, api_family=_is_plain_str, adapter_revision=_is_plain_str, response_id=is_identifier,
     call_id=is_identifier, operation_id=is_identifier, idempotency_key=_or_null(is_identifier),
-    purpose=_one_of(PURPOSES),
+    purpose=_fixture_one_of(PURPOSES),
 )
 _DOWNSTREAM: Final = _table(request_ref=_or_null(is_identifier), receipt_ref=_or_null(is_identifier),
                             status_ref=_or_null(is_identifier))
@@ -3034,11 +4698,14 @@ _AUDIT: Final = _table(
 )
 _AUDIT_EVIDENCE: Final = _table(
     downstream=_nested(_DOWNSTREAM), approval=_or_null(_nested(_APPROVAL_VIEW)),
-    redactions=_sorted_set_of(_one_of(REDACTIONS), len(REDACTIONS)),
+    redactions=_sorted_set_of(_fixture_one_of(REDACTIONS), len(REDACTIONS)),
     resource_revision=_or_null(_integer_in(1, MAX_REVISION)),
 )
 _AUDIT_DIGESTS: Final = _table(request_sha256=_is_digest, result_sha256=_is_digest, call_binding_sha256=_is_digest)
-_TOOL_CONTRACT_FIELDS: Final = frozenset(REGISTRY["get_order"].contract_view())
+_TOOL_CONTRACT_FIELDS: Final = frozenset({  # the keys of ToolSpec.contract_view()
+    "tool", "effect", "contract_revision", "input_revision", "output_revision", "effect_revision", "handler_revision",
+    "producer", "producer_revision",
+})
 
 
 def _verified(body: dict[str, Any], table: _Table, code: str = "PACKAGE_MALFORMED") -> None:
@@ -3209,8 +4876,8 @@ def _check_answer(result: dict[str, Any], audit: dict[str, Any], execution: dict
         # Data echoes the audited arguments on every bound field.
         arguments = audit["arguments"]
         _require_in_package(type(arguments) is dict and all(
-            result["data"].get(name) == arguments.get(name) for name in spec.bound_fields if name in arguments),
-            "PACKAGE_INCONSISTENT")
+            _same_value(result["data"].get(name), arguments.get(name)) for name in spec.bound_fields
+            if name in arguments), "PACKAGE_INCONSISTENT")
 
 
 _BEFORE_THE_REGISTRY: Final = frozenset({"INVALID_PROPOSAL", "UNKNOWN_TOOL"})
@@ -3247,15 +4914,17 @@ def _check_expected_context(provider_context: dict[str, Any], context: CallConte
 
 
 # ============================================================================================
-# 17. Result sets
+# 18. Result sets
 # ============================================================================================
 # A provider turn's calls must each be answered exactly once, whatever order the results come
 # in. Matching goes through a dictionary by call id, so a turn of n results costs O(n).
 
 
 def verify_result_set(calls: Sequence[CallContext], packages: Sequence[Any], *,
-                      principal: Principal | None = None) -> list[dict[str, Any]]:
-    """Verify every package against the turn's calls; return the packages in call order."""
+                      principal: Principal | None = None,
+                      registry: Mapping[str, ToolSpec] = REGISTRY) -> list[dict[str, Any]]:
+    """Verify every package against the turn's calls (and the contract set they were made with);
+    return the packages in call order."""
     if len(calls) > MAX_RESULT_SET or len(packages) > MAX_RESULT_SET:
         raise BoundaryError("RESULT_SET_TOO_LARGE")
     by_call: dict[str, CallContext] = {}
@@ -3277,7 +4946,7 @@ def verify_result_set(calls: Sequence[CallContext], packages: Sequence[Any], *,
             raise BoundaryError("RESULT_SET_UNKNOWN")
         if call_id in answered:
             raise BoundaryError("RESULT_SET_DUPLICATE")
-        verify_package(package, context=context, principal=principal)
+        verify_package(package, context=context, principal=principal, registry=registry)
         answered[call_id] = package
     if len(answered) != len(by_call):
         raise BoundaryError("RESULT_SET_MISSING")
@@ -3294,7 +4963,7 @@ def _claimed_call_id(package: Any) -> str:
 
 
 # ============================================================================================
-# 18. Provider adapters
+# 19. Provider adapters
 # ============================================================================================
 # Adapters only shape a verified package into a provider's final message; every rule stays in
 # the dispatcher. Each checks its own profile, verifies the whole package against the trusted
@@ -3341,37 +5010,39 @@ ADAPTERS: Final[Mapping[str, Callable[[Mapping[str, Any], CallContext], dict[str
 
 def adapt(package: Any, context: CallContext, adapter_revision: str, *,
           principal: Principal | None = None, approvers: frozenset[str] | None = None,
-          seal_keys: SealKeys | None = None, require_seal: bool = False) -> dict[str, Any]:
+          seal_keys: SealKeys | None = None, require_seal: bool = False,
+          registry: Mapping[str, ToolSpec] = REGISTRY) -> dict[str, Any]:
     """Verify a package for the call it answers and shape it with the named adapter (with the
-    host's approver allowlist and seal keys, when given, as verify_package takes them)."""
+    contract set it was made with, the host's approver allowlist and seal keys, as
+    verify_package takes them)."""
     check_context(context)
     if context.adapter_revision != adapter_revision:
         raise BoundaryError("PROVIDER_MISMATCH")
-    verify_package(package, context=context, principal=principal, approvers=approvers, seal_keys=seal_keys,
-                   require_seal=require_seal)
+    verify_package(package, context=context, principal=principal, registry=registry, approvers=approvers,
+                   seal_keys=seal_keys, require_seal=require_seal)
     return ADAPTERS[adapter_revision](package, context)
 
 
 def to_openai_responses(package: Any, context: CallContext, **options: Any) -> dict[str, Any]:
     """A Responses `function_call_output` item: the original call_id, output as a JSON string.
-    Options as adapt() takes them: principal, approvers, seal_keys, require_seal."""
+    Options as adapt() takes them: principal, approvers, seal_keys, require_seal, registry."""
     return adapt(package, context, "openai-responses-v1", **options)
 
 
 def to_anthropic_messages(package: Any, context: CallContext, **options: Any) -> dict[str, Any]:
     """A Messages `tool_result` block: the original tool_use_id, text content, is_error.
-    Options as adapt() takes them: principal, approvers, seal_keys, require_seal."""
+    Options as adapt() takes them: principal, approvers, seal_keys, require_seal, registry."""
     return adapt(package, context, "anthropic-messages-v1", **options)
 
 
 def to_gemini_interactions(package: Any, context: CallContext, **options: Any) -> dict[str, Any]:
     """An Interactions continuation: previous_interaction_id and one `function_result` step.
-    Options as adapt() takes them: principal, approvers, seal_keys, require_seal."""
+    Options as adapt() takes them: principal, approvers, seal_keys, require_seal, registry."""
     return adapt(package, context, "gemini-interactions-v1", **options)
 
 
 # ============================================================================================
-# 19. The audit log
+# 20. The audit log
 # ============================================================================================
 # An append-only log of packages, one canonical JSON line each, hash-chained: every entry holds
 # the previous entry's digest, its own digest (over its index, the previous digest and the whole
@@ -3572,7 +5243,7 @@ def _check_entry_seal(entry: dict[str, Any], digest: str, keys: SealKeys | None,
 
 
 # ============================================================================================
-# 20. Fixture runner
+# 21. Fixture runner
 # ============================================================================================
 # The runner holds no per-case branch: each step's expectation is compared field by field with
 # what the boundary did, after the package has passed verification and its provider adapter.
@@ -3712,10 +5383,12 @@ def render_report(reports: Sequence[StepReport], *, payloads: bool = False) -> s
 
 
 # ============================================================================================
-# 21. CLI
+# 22. CLI
 # ============================================================================================
 # Exit 0: every expectation held. Exit 1: the fixture loaded but an expectation failed. Exit 2:
-# the fixture or the command line was rejected. Whatever the input, the output is one JSON
+# the fixture or the command line was rejected. --check-contracts: exit 0 every tool compiled and
+# can be dispatched, 1 it compiled but some tool cannot be (no resource field or output schema),
+# 2 the file or its overlay was refused. Whatever the input, the output is one JSON
 # object (or, with --report, the readable table) and never a traceback or a local path.
 
 
@@ -3768,6 +5441,9 @@ def _cli_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     task = parser.add_mutually_exclusive_group(required=True)
     task.add_argument("--fixture", help="path of the tool-cases-v2 JSON fixture")
     task.add_argument("--verify-audit", metavar="FILE", help="verify an audit log's chain (and seals, with keys)")
+    task.add_argument("--check-contracts", metavar="FILE",
+                      help=f"compile a {CONTRACTS_FORMAT} file and print the compiled set")
+    parser.add_argument("--overlay", metavar="FILE", help=f"with --check-contracts: a {OVERLAY_FORMAT} file")
     parser.add_argument("--case", help="run only the case with this id")
     parser.add_argument("--report", action="store_true",
                         help="print a readable per-step table instead of JSON (with --case: each provider payload too)")
@@ -3779,15 +5455,25 @@ def _cli_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     arguments = parser.parse_args(argv)
     if arguments.verify_audit is not None and (arguments.case or arguments.report or arguments.audit_log):
         raise BoundaryError("CLI_USAGE")
+    if arguments.overlay is not None and arguments.check_contracts is None:
+        raise BoundaryError("CLI_USAGE")  # an overlay narrows a contracts file: alone it checks nothing
+    if arguments.check_contracts is not None and (arguments.case or arguments.report or arguments.audit_log
+                                                  or arguments.seal_key):
+        raise BoundaryError("CLI_USAGE")
     return arguments
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    failure = _SHIPPED[1]
+    if failure is not None:  # the shipped contracts file did not load: nothing can be dispatched
+        return cli_failure(failure)
     return run_cli(lambda: _cli_run(argv))
 
 
 def _cli_run(argv: Sequence[str] | None) -> int:
     arguments = _cli_arguments(argv)
+    if arguments.check_contracts is not None:
+        return _check_contracts_command(arguments.check_contracts, arguments.overlay)
     seal_keys = load_seal_keys(arguments.seal_key) if arguments.seal_key else seal_keys_from_environment()
     if arguments.verify_audit is not None:
         return _verify_audit_command(arguments.verify_audit, seal_keys)
@@ -3801,6 +5487,35 @@ def _cli_run(argv: Sequence[str] | None) -> int:
     else:
         emit_json(summary)
     return 0 if summary["passed"] else 1
+
+
+def _check_contracts_command(path: str, overlay_path: str | None) -> int:
+    """Exit 0: every tool compiled and the core's dispatcher can run each (given a handler).
+    Exit 1: the set compiled, but some tool has no resource field or no output schema."""
+    overlay = load_overlay(overlay_path) if overlay_path is not None else None
+    contracts = load_contracts(path, overlay=overlay)
+    tools = [_compiled_view(spec) for spec in contracts.values()]
+    blocked = [view["name"] for view in tools if not view["dispatchable"]]
+    emit_json({"passed": not blocked, "format": CONTRACTS_FORMAT, "overlay": overlay is not None,
+               "tool_count": len(tools), "not_dispatchable": blocked, "tools": tools})
+    return 1 if blocked else 0
+
+
+def _compiled_view(spec: ToolSpec) -> dict[str, Any]:
+    output = spec.output_contract
+    return {
+        "name": spec.name,
+        "effect": spec.effect,
+        "required_role": spec.required_role,
+        "resource_field": spec.resource_field,
+        "bound_fields": list(spec.bound_fields),
+        "dispatchable": spec.resource_field is not None and output is not None,
+        "contract": spec.contract_view(),
+        "input_schema": spec.input_schema(),
+        "output_schema": spec.output_schema(),
+        "host_bounds": {"input": list(spec.input_contract.host_bounds()),
+                        "output": [] if output is None else list(output.host_bounds())},
+    }
 
 
 def _write_audit_log(path: str, reports: Sequence[StepReport], seal_keys: SealKeys | None) -> dict[str, Any]:

@@ -25,7 +25,6 @@ import tool_dispatcher  # noqa: E402
 from tool_dispatcher import BoundaryError, CatalogError, CliParser, error_specs  # noqa: E402
 
 import importer  # noqa: E402
-import schema_subset  # noqa: E402
 
 MAX_FILES: Final = 1_000  # listings read in one census
 MAX_FILE_BYTES: Final = importer.MAX_LINE_BYTES  # one saved listing: one JSON-RPC message
@@ -71,7 +70,7 @@ def narrowed_numbers(schema: Any) -> Any:
 
 def refusal(schema: Any) -> str | None:
     try:
-        schema_subset.compile_schema(schema)
+        tool_dispatcher.compile_schema(schema)
     except CatalogError as error:
         return error.code
     return None

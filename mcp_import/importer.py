@@ -42,11 +42,10 @@ for _path in (str(_HERE.parent), str(_HERE)):
         sys.path.insert(0, _path)
 
 import tool_dispatcher  # noqa: E402
-from tool_dispatcher import CatalogError, CliParser, JsonPolicy, emit_json, error_specs, is_identifier  # noqa: E402
+from tool_dispatcher import (  # noqa: E402
+    CatalogError, CliParser, JsonPolicy, SchemaRefusal, emit_json, error_specs, is_identifier,
+)
 
-import contracts  # noqa: E402
-import schema_subset  # noqa: E402
-from schema_subset import SchemaRefusal  # noqa: E402
 
 # ============================================================================================
 # 1. Limits and constants
@@ -330,7 +329,7 @@ def list_tools(channel: Channel, session: Session, *, max_pages: int = MAX_PAGES
         if type(page) is not list:
             raise ImportFailure("IMPORT_PROTOCOL")
         tools.extend(page)
-        if len(tools) > contracts.MAX_TOOLS:
+        if len(tools) > tool_dispatcher.MAX_TOOLS:
             raise ImportFailure("IMPORT_TOO_MANY_TOOLS")
         cursor = result.get("nextCursor")
         if cursor is None:
@@ -378,7 +377,7 @@ def draft(listing: Sequence[Any], session: Session, host: HostChoices) -> tuple[
     entries, refused, bounds = [], [], []
     for index, tool in enumerate(listing):
         name = tool.get("name") if type(tool) is dict else None
-        shown = name if type(name) is str and contracts.TOOL_NAME.fullmatch(name) else None
+        shown = name if type(name) is str and tool_dispatcher.TOOL_NAME.fullmatch(name) else None
         try:
             entry, host_bounds = _draft_tool(tool, index, session, host)
         except _Refused as refusal:
@@ -386,7 +385,7 @@ def draft(listing: Sequence[Any], session: Session, host: HostChoices) -> tuple[
             continue
         entries.append(entry)
         bounds.extend({"tool": shown, "at": at} for at in host_bounds)
-    document = {"format": contracts.CONTRACTS_FORMAT, "tools": entries}
+    document = {"format": tool_dispatcher.CONTRACTS_FORMAT, "tools": entries}
     report = {
         "format": REPORT_FORMAT,
         "server": {"name": session.server_name, "version": session.server_version, "era": session.era,
@@ -406,12 +405,12 @@ def _draft_tool(tool: Any, index: int, session: Session, host: HostChoices) -> t
     if type(tool) is not dict or type(tool.get("name")) is not str or "inputSchema" not in tool:
         raise _Refused("TOOL_MALFORMED", at)
     name = tool["name"]
-    if contracts.TOOL_NAME.fullmatch(name) is None:
+    if tool_dispatcher.TOOL_NAME.fullmatch(name) is None:
         raise _Refused("TOOL_NAME_INVALID", f"{at}.name")
     description = tool.get("description", "")
     if type(description) is not str:
         raise _Refused("TOOL_MALFORMED", f"{at}.description")
-    if len(description) > contracts.MAX_DESCRIPTION_LENGTH:
+    if len(description) > tool_dispatcher.MAX_DESCRIPTION_LENGTH:
         raise _Refused("TOOL_DESCRIPTION_TOO_LONG", f"{at}.description")
     annotations = tool.get("annotations", {})
     if type(annotations) is not dict:
@@ -461,12 +460,12 @@ def _draft_tool(tool: Any, index: int, session: Session, host: HostChoices) -> t
 
 def _placed(path: str, at: str) -> str:
     """A compiler path (schema.properties[1]...) moved inside the listing (tools[3].inputSchema...)."""
-    return at + path[len(schema_subset.SCHEMA_ROOT):]
+    return at + path[len(tool_dispatcher.SCHEMA_ROOT):]
 
 
-def _compile(schema: Any, at: str) -> schema_subset.CompiledSchema:
+def _compile(schema: Any, at: str) -> tool_dispatcher.CompiledSchema:
     try:
-        return schema_subset.compile_schema(schema)
+        return tool_dispatcher.compile_schema(schema)
     except SchemaRefusal as refusal:
         raise _Refused(refusal.code, _placed(refusal.at, at)) from None
 

@@ -18,7 +18,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-import contracts  # noqa: E402
 import fault_server  # noqa: E402
 import importer  # noqa: E402
 import tool_dispatcher  # noqa: E402
@@ -232,8 +231,8 @@ class TestListingUnits(unittest.TestCase):
                              FakeChannel({"tools": [], "nextCursor": cursor}, {"tools": []}), LEGACY)
 
     def test_tool_count_both_sides(self):
-        tools = [{"name": f"t{i}"} for i in range(contracts.MAX_TOOLS)]
-        self.assertEqual(len(importer.list_tools(FakeChannel({"tools": tools}), LEGACY)), contracts.MAX_TOOLS)
+        tools = [{"name": f"t{i}"} for i in range(tool_dispatcher.MAX_TOOLS)]
+        self.assertEqual(len(importer.list_tools(FakeChannel({"tools": tools}), LEGACY)), tool_dispatcher.MAX_TOOLS)
         self.refused("IMPORT_TOO_MANY_TOOLS", importer.list_tools,
                      FakeChannel({"tools": tools, "nextCursor": "x"}, {"tools": [{}]}), LEGACY)
 
@@ -262,7 +261,7 @@ class TestDraftUnits(unittest.TestCase):
         return importer.draft(list(tools), MODERN, importer.HostChoices())
 
     def test_description_limit_both_sides(self):
-        limit = contracts.MAX_DESCRIPTION_LENGTH
+        limit = tool_dispatcher.MAX_DESCRIPTION_LENGTH
         document, report = self.drafted({"name": "a", "description": "d" * limit, "inputSchema": {"type": "object"}},
                                         {"name": "b", "description": "d" * (limit + 1), "inputSchema": {"type": "object"}})
         self.assertEqual([tool["name"] for tool in document["tools"]], ["a"])
@@ -288,7 +287,7 @@ class TestDraftUnits(unittest.TestCase):
         tool = document["tools"][0]
         self.assertEqual((tool["producer"], tool["revisions"]["producer"], tool["provenance"]["server_name"]),
                          ("mcp-server", "unversioned", "my server"))
-        contracts.parse_contracts(importer.dump(document))
+        tool_dispatcher.parse_contracts(importer.dump(document))
 
     def test_duplicate_names(self):
         with self.assertRaises(importer.ImportFailure) as caught:
@@ -299,11 +298,11 @@ class TestDraftUnits(unittest.TestCase):
 class TestDrafting(Case):
     def test_draft_loads_as_a_contracts_file(self):
         document, _ = self.imported()
-        loaded = contracts.parse_contracts(importer.dump(document))
+        loaded = tool_dispatcher.parse_contracts(importer.dump(document))
         self.assertEqual(list(loaded.tools), ["get_order", "ping_tool"])
         get_order = loaded.tools["get_order"]
-        self.assertTrue(get_order.input_schema.admits({"order_ref": "ORDER-7"}))
-        self.assertFalse(get_order.input_schema.admits({"order_ref": "ORDER-7", "extra": 1}))
+        self.assertTrue(get_order.input_contract.admits({"order_ref": "ORDER-7"}))
+        self.assertFalse(get_order.input_contract.admits({"order_ref": "ORDER-7", "extra": 1}))
 
     def test_every_tool_is_a_write_unless_the_host_says(self):
         document, report = self.imported()
@@ -365,7 +364,7 @@ class TestCommandLine(unittest.TestCase):
             self.assertEqual(summary, {"passed": False, "format": "mcp-import-report-v1", "tool_count": 4,
                                        "drafted": 2, "refused": 2,
                                        "codes": {"SCHEMA_NUMBER": 1, "TOOL_NAME_INVALID": 1}})
-            loaded = contracts.load_contracts(out)
+            loaded = tool_dispatcher.load_contracts(out)
             self.assertEqual(loaded.tools["get_order"].effect, "read")
             with open(report, encoding="ascii") as handle:
                 self.assertEqual(json.load(handle)["drafted"], 2)
@@ -416,20 +415,20 @@ class TestInteropExpectedDrafts(unittest.TestCase):
     """The checked-in drafts of the official-SDK server (interop/run.sh compares them byte for byte)."""
 
     def load(self, era):
-        return contracts.load_contracts(HERE / "interop" / f"expected-draft-{era}.json")
+        return tool_dispatcher.load_contracts(HERE / "interop" / f"expected-draft-{era}.json")
 
     def test_both_eras_draft_the_same_tools(self):
         modern, legacy = self.load("modern"), self.load("legacy")
         self.assertEqual(list(modern.tools), ["get_order", "create_refund_draft", "list_orders", "set_address"])
         for name, tool in modern.tools.items():
             other = legacy.tools[name]
-            self.assertEqual((tool.input_schema.to_schema(), tool.provenance["protocol_version"],
+            self.assertEqual((tool.input_schema(), tool.provenance["protocol_version"],
                               other.provenance["protocol_version"]),
-                             (other.input_schema.to_schema(), "2026-07-28", "2025-11-25"))
+                             (other.input_schema(), "2026-07-28", "2025-11-25"))
 
     def test_the_sdk_servers_looseness_is_closed_in_the_draft(self):
         tools = self.load("modern").tools
-        get_order, listing = tools["get_order"].input_schema, tools["list_orders"].input_schema
+        get_order, listing = tools["get_order"].input_contract, tools["list_orders"].input_contract
         self.assertTrue(get_order.admits({"order_ref": "ORDER-7"}))
         self.assertFalse(get_order.admits({"order_ref": "ORDER-7\n"}))
         self.assertFalse(get_order.admits({"order_ref": "ORDER-7", "extra": True}))

@@ -57,9 +57,16 @@ if _REPOSITORY not in sys.path:
 import tool_dispatcher  # noqa: E402  (the trusted boundary this layer drives; never copied)
 from tool_dispatcher import (  # noqa: E402
     ERROR_CATALOG,
+    MAX_SAFE_INTEGER,
     PROVIDER_PROFILES,
     REGISTRY,
     Approval,
+    ArrayRule,
+    BooleanRule,
+    IntegerRule,
+    NullableRule,
+    ObjectRule,
+    StringRule,
     ENVELOPE_JSON,
     BoundaryError,
     CallContext,
@@ -792,35 +799,99 @@ GEMINI_STOPS: Final = MappingProxyType({
 # ============================================================================================
 # 8. Tool declarations
 # ============================================================================================
-# Generated from the dispatcher's registry, never written by hand, so the declared schema and
-# the enforced contract cannot drift apart (the tests check both directions value by value).
-# Strict OpenAI and Anthropic tools take no string length constraint: maxLength is left out
-# there, which loosens nothing as long as every pattern bounds its own length (tested).
+# Generated from the compiled contracts of the registry (ToolSpec.input_schema(), the schema the
+# compiled check admits exactly), never written by hand, so the declared schema and the enforced
+# contract cannot drift apart (the tests check both directions value by value, for every kind).
+#
+# Strict modes. OpenAI's strict function tools require every property in `required`; both
+# OpenAI's and Anthropic's strict modes leave out length, numeric and count keywords (Anthropic
+# rejects them; this layer uses the one subset both accept). A tool is declared strict only when
+# its strict form admits exactly what its contract admits: every property of every object
+# required, every string bounded by its enum or by its pattern's own length range
+# (tool_dispatcher.pattern_length_bounds), every integer bounded only by its enum or by the
+# portable domain, no array (the host bounds every array's length). Any other tool is declared
+# non-strict, with its whole schema: the provider may then send what the contract refuses, and
+# the boundary refuses it with INVALID_ARGUMENTS. An optional field is never rewritten as a
+# required nullable one: the model would send null where the contract wants the field absent.
 
-_STRICT_STRING_KEYWORDS: Final = frozenset({"type", "enum", "pattern"})
+_STRICT_DROPPED: Final = frozenset({"minLength", "maxLength", "minimum", "maximum", "multipleOf", "minItems",
+                                    "maxItems", "uniqueItems"})
 
 
-def _parameters(spec: ToolSpec, keywords: frozenset[str] | None) -> dict[str, Any]:
-    schema = spec.input_schema()
-    if keywords is not None:
-        schema["properties"] = {field: {key: value for key, value in rule.items() if key in keywords}
-                                for field, rule in schema["properties"].items()}
+def _exact_string(rule: Any, _rules: Sequence[Any]) -> bool:
+    if rule.choices is not None:
+        return all(rule.min_length <= len(choice) <= rule.max_length for choice in rule.choices)
+    if rule.pattern is None:
+        return False
+    low, high = tool_dispatcher.pattern_length_bounds(rule.pattern)
+    return high is not None and rule.min_length <= low and high <= rule.max_length
+
+
+def _exact_integer(rule: Any, _rules: Sequence[Any]) -> bool:
+    def admitted(value: int) -> bool:
+        return rule.minimum <= value <= rule.maximum and (rule.multiple_of is None or value % rule.multiple_of == 0)
+
+    if rule.choices is not None:
+        return all(admitted(choice) for choice in rule.choices)
+    return (rule.minimum, rule.maximum, rule.multiple_of) == (-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER, None)
+
+
+def _exact_object(rule: Any, _rules: Sequence[Any]) -> bool:
+    return rule.required == frozenset(name for name, _ in rule.properties)
+
+
+_STRICT_EXACT: Final[Mapping[type, Callable[[Any, Sequence[Any]], bool]]] = MappingProxyType({
+    StringRule: _exact_string,
+    IntegerRule: _exact_integer,
+    BooleanRule: lambda _rule, _rules: True,
+    ObjectRule: _exact_object,
+    ArrayRule: lambda _rule, _rules: False,
+    NullableRule: lambda _rule, _rules: True,
+})
+
+
+def strict_exact(spec: ToolSpec) -> bool:
+    """Whether the strict form of the tool's input contract admits exactly what the contract does."""
+    rules = spec.input_contract.rules
+    return all(_STRICT_EXACT[type(rule)](rule, rules) for rule in rules)
+
+
+def _strict_form(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema without _STRICT_DROPPED, at every schema level (never inside a properties table's
+    names); iterative, over a schema whose depth the compiler bounded."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        for keyword in _STRICT_DROPPED & node.keys():
+            del node[keyword]
+        stack.extend(node.get("properties", {}).values())
+        stack.extend(node.get("$defs", {}).values())
+        stack.extend(node.get("anyOf", ()))
+        if "items" in node:
+            stack.append(node["items"])
     return schema
 
 
+def _parameters(spec: ToolSpec, strict: bool) -> dict[str, Any]:
+    schema = spec.input_schema()  # a fresh value on every call
+    return _strict_form(schema) if strict else schema
+
+
 def _openai_tool(spec: ToolSpec) -> dict[str, Any]:
+    strict = strict_exact(spec)
     return {"type": "function", "name": spec.name, "description": spec.description,
-            "parameters": _parameters(spec, _STRICT_STRING_KEYWORDS), "strict": True}
+            "parameters": _parameters(spec, strict), "strict": strict}
 
 
 def _anthropic_tool(spec: ToolSpec) -> dict[str, Any]:
+    strict = strict_exact(spec)
     return {"name": spec.name, "description": spec.description,
-            "input_schema": _parameters(spec, _STRICT_STRING_KEYWORDS), "strict": True}
+            "input_schema": _parameters(spec, strict), "strict": strict}
 
 
 def _gemini_tool(spec: ToolSpec) -> dict[str, Any]:
     return {"type": "function", "name": spec.name, "description": spec.description,
-            "parameters": _parameters(spec, None)}
+            "parameters": _parameters(spec, False)}
 
 
 # ============================================================================================
@@ -1166,9 +1237,10 @@ def bind_call(turn: Turn, call: ParsedCall, host: Host) -> CallContext:
                        call.call_id, operation_id="op-" + digest[:24], idempotency_key="key-" + digest[24:48])
 
 
-def host_approval(host: Host, context: CallContext, call: ParsedCall) -> Approval | None:
+def host_approval(host: Host, context: CallContext, call: ParsedCall, *,
+                  registry: Mapping[str, ToolSpec] = REGISTRY) -> Approval | None:
     """The host's approval for a write whose exact arguments a person approved, else None."""
-    spec = REGISTRY.get(call.name)
+    spec = registry.get(call.name)
     if spec is None or spec.effect != "write" or host.approver is None:
         return None
     if (call.name, call.arguments) not in host.approved:
@@ -1178,16 +1250,19 @@ def host_approval(host: Host, context: CallContext, call: ParsedCall) -> Approva
                                              expires_at=host.now + APPROVAL_TTL_SECONDS)
 
 
-def run_turn(turn: Turn, dispatcher: Dispatcher, host: Host) -> TurnRun:
-    """Dispatch every call of a complete turn and build the provider's continuation payload."""
+def run_turn(turn: Turn, dispatcher: Dispatcher, host: Host, *,
+             registry: Mapping[str, ToolSpec] = REGISTRY) -> TurnRun:
+    """Dispatch every call of a complete turn and build the provider's continuation payload
+    (``registry``: the contract set the dispatcher was built with)."""
     protocol = protocol_for(turn.adapter_revision)
     try:
         contexts = tuple(bind_call(turn, call, host) for call in turn.calls)
         packages = [dispatcher.dispatch(call.proposal(), context, host.principal,
-                                        approval=host_approval(host, context, call), now=host.now)
+                                        approval=host_approval(host, context, call, registry=registry),
+                                        now=host.now)
                     for call, context in zip(turn.calls, contexts)]
-        ordered = verify_result_set(contexts, packages, principal=host.principal)
-        items = [protocol.adapt(package, context, principal=host.principal)
+        ordered = verify_result_set(contexts, packages, principal=host.principal, registry=registry)
+        items = [protocol.adapt(package, context, principal=host.principal, registry=registry)
                  for package, context in zip(ordered, contexts)]
     except BoundaryError as refusal:
         raise StreamError("STREAM_CONTINUATION_REFUSED", detail=refusal.code) from None

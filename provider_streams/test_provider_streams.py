@@ -1056,34 +1056,55 @@ class TestBounds(StreamTestCase):
 # 8. Tool declarations: generated from the registry, and no drift from the enforced contract
 # ============================================================================================
 
-# A reader of the JSON Schema subset the declarations use. Any other keyword fails the tests,
-# so a new keyword in the registry's schemas cannot be silently ignored here.
-SCHEMA_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties", "enum", "pattern", "maxLength"})
+# A reader of the JSON Schema subset the declarations use, written apart from the core's compiler
+# (JSON Schema's own meaning: ECMA-262 patterns, code-point lengths). Any other keyword fails the
+# tests, so a new keyword in a declaration cannot be silently ignored here. Values are taken from
+# the portable domain the boundary decodes: no floats, integers within +/-(2**53-1).
+SCHEMA_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties", "enum", "pattern", "maxLength",
+                             "minLength", "minimum", "maximum", "multipleOf", "items", "minItems", "maxItems",
+                             "uniqueItems", "anyOf", "$ref", "$defs", "description"})
 LENGTH_KEYWORDS = frozenset({"maxLength", "minLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                             "multipleOf", "maxItems", "minProperties", "maxProperties"})
+                             "multipleOf", "maxItems", "minItems", "uniqueItems", "minProperties", "maxProperties"})
+JSON_TYPES = {"string": (str,), "integer": (int,), "boolean": (bool,), "object": (dict,), "array": (list,),
+              "null": (type(None),)}
 
 
-def schema_admits(schema, value):
+def schema_admits(schema, value, root=None):
+    root = schema if root is None else root
     unknown = set(schema) - SCHEMA_KEYWORDS
     if unknown:
         raise ValueError(f"the test reader does not know {sorted(unknown)}")
-    if schema["type"] == "object":
-        if type(value) is not dict or not set(schema["required"]) <= value.keys():
+    if "$ref" in schema:
+        return schema_admits(root["$defs"][schema["$ref"][len("#/$defs/"):]], value, root)
+    if "anyOf" in schema:
+        return any(schema_admits(branch, value, root) for branch in schema["anyOf"])
+    kinds = schema["type"] if type(schema["type"]) is list else [schema["type"]]
+    if not any(type(value) in JSON_TYPES[kind] for kind in kinds):
+        return False
+    if "enum" in schema and not any(type(value) is type(choice) and value == choice for choice in schema["enum"]):
+        return False
+    if type(value) is dict:
+        if not set(schema.get("required", ())) <= value.keys():
             return False
         if schema.get("additionalProperties") is False and not value.keys() <= schema["properties"].keys():
             return False
-        return all(schema_admits(schema["properties"][key], item) for key, item in value.items())
-    if schema["type"] != "string":
-        raise ValueError("the test reader knows only objects and strings")
-    if type(value) is not str or len(value) > schema.get("maxLength", len(value)):
-        return False
-    if "enum" in schema and value not in schema["enum"]:
-        return False
-    if "pattern" in schema:
-        # ECMA-262 reads `$` as the very end; Python's `$` would also match before a final newline.
-        pattern = schema["pattern"]
-        python_pattern = pattern[:-1] + r"\Z" if pattern.endswith("$") else pattern
-        return re.search(python_pattern, value) is not None
+        return all(schema_admits(schema["properties"][key], item, root) for key, item in value.items())
+    if type(value) is list:
+        if not schema.get("minItems", 0) <= len(value) <= schema.get("maxItems", len(value)):
+            return False
+        if schema.get("uniqueItems") and len({json.dumps(item) for item in value}) != len(value):
+            return False
+        return all(schema_admits(schema["items"], item, root) for item in value)
+    if type(value) is int:
+        return (schema.get("minimum", value) <= value <= schema.get("maximum", value)
+                and value % schema.get("multipleOf", 1) == 0)
+    if type(value) is str:
+        if not schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value)):
+            return False
+        if "pattern" in schema:
+            # ECMA-262: `$` is the very end (Python's `$` also matches before a final newline), and
+            # \d is ASCII only.
+            return re.search(re.sub(r"(?<!\\)\$", r"\\Z", schema["pattern"]), value, re.ASCII) is not None
     return True
 
 
@@ -1097,14 +1118,138 @@ def contract_admits(spec, arguments):
     return True
 
 
-VALID_EXAMPLES = {"order_ref": ["ORDER-7", "ORDER-0", "ORDER-" + "9" * 12]}
-PROBES = {"order_ref": ["ORDER-" + "9" * 13, "ORDER-7\n", "\nORDER-7", " ORDER-7", "order-7", "ORDER-",
-                        "ORDER-\u0667", "ORDER-\uff17", "ORDER-7a", "ORDER--7", "XORDER-7"]}
-COMMON_PROBES = ["", "x", 7, None, True, [], {}, "damaged ", "Damaged", "DUPLICATE", "\u0000"]
+# Pattern examples: valid ones at both length ends, and near misses.
+PATTERN_EXAMPLES = {
+    "^ORDER-[0-9]{1,12}$": (["ORDER-7", "ORDER-0", "ORDER-" + "9" * 12],
+                           ["ORDER-" + "9" * 13, "ORDER-7\n", "\nORDER-7", " ORDER-7", "order-7", "ORDER-", "ORDER-\u0667",
+                            "ORDER-\uff17", "ORDER-7a", "ORDER--7", "XORDER-7"]),
+    "^[a-z]{1,8}$": (["a", "abcdefgh"], ["", "abcdefghi", "A", "a\n", "\u00e9"]),
+    "^[a-z]{2,12}$": (["ab", "abcdefghijkl"], ["a", "abcdefghijklm", "ab1"]),
+}
+COMMON_PROBES = ["", "x", 7, 0, -1, None, True, False, [], {}, "damaged ", "Damaged", "DUPLICATE", "\u0000"]
+MAX_SAFE = tool_dispatcher.MAX_SAFE_INTEGER
+
+
+def valid_value(compiled, index):
+    """One value the rule admits (the shortest that comes to mind)."""
+    rule = compiled.rules[index]
+    if isinstance(rule, tool_dispatcher.NullableRule):
+        return valid_value(compiled, rule.inner)
+    if isinstance(rule, tool_dispatcher.ObjectRule):
+        return {name: valid_value(compiled, child) for name, child in rule.properties}
+    if isinstance(rule, tool_dispatcher.ArrayRule):
+        return [valid_value(compiled, rule.items)] * rule.min_items
+    if isinstance(rule, tool_dispatcher.BooleanRule):
+        return sorted(rule.choices)[0] if rule.choices else True
+    if isinstance(rule, tool_dispatcher.IntegerRule):
+        return sorted(rule.choices)[0] if rule.choices else max(rule.minimum, 0) // (rule.multiple_of or 1) * (
+            rule.multiple_of or 1) or max(rule.minimum, 0)
+    if rule.choices:
+        return sorted(rule.choices)[0]
+    if rule.pattern is not None:
+        return PATTERN_EXAMPLES[rule.pattern][0][0]
+    return "x" * max(rule.min_length, 1)
+
+
+def probe_values(compiled, index):
+    """Values on both sides of every keyword of the rule, and values of every other type."""
+    rule = compiled.rules[index]
+    values = list(COMMON_PROBES)
+    if isinstance(rule, tool_dispatcher.NullableRule):
+        return probe_values(compiled, rule.inner) + [None]
+    if isinstance(rule, tool_dispatcher.ObjectRule):
+        base = valid_value(compiled, index)
+        return values + [base, {**base, "extra": 1}] + [{k: v for k, v in base.items() if k != name} for name in base]
+    if isinstance(rule, tool_dispatcher.ArrayRule):
+        item = valid_value(compiled, rule.items)
+        others = [value for value in probe_values(compiled, rule.items) if value != item or type(value) is not type(item)]
+        lengths = {0, 1, rule.min_items, max(rule.min_items - 1, 0), rule.max_items, rule.max_items + 1}
+        return values + [[item] * length for length in sorted(lengths)] + [[other] for other in others[:12]] + [
+            [item, other] for other in others[:12]]
+    if isinstance(rule, tool_dispatcher.BooleanRule):
+        return values + [1, "true"]
+    if isinstance(rule, tool_dispatcher.IntegerRule):
+        step = rule.multiple_of or 1
+        ends = [rule.minimum, rule.maximum, rule.minimum - 1, rule.maximum + 1, rule.minimum + step, 2, 3, 4, 5, 6]
+        return values + [value for value in ends if -MAX_SAFE <= value <= MAX_SAFE] + sorted(rule.choices or ()) + ["3"]
+    choices = sorted(rule.choices or ())
+    values += choices + [choice.upper() for choice in choices] + [choice + " " for choice in choices]
+    if rule.pattern is not None:
+        valid, near = PATTERN_EXAMPLES[rule.pattern]
+        values += valid + near
+    else:
+        values += ["x" * length for length in {max(rule.min_length - 1, 0), rule.min_length, rule.max_length,
+                                               rule.max_length + 1} if length <= 5000]
+    return values
+
+
+def candidates(spec):
+    """Argument objects: a full valid base, the required fields alone, each field left out or
+    replaced by each of its probes, and an extra field."""
+    compiled = spec.input_contract
+    root = compiled.rules[0]
+    base = valid_value(compiled, 0)
+    found = [base, {name: base[name] for name in base if name in root.required}, {**base, "extra": "x"}]
+    found += [{key: value for key, value in base.items() if key != name} for name in base]
+    for name, index in root.properties:
+        found += [{**base, name: value} for value in probe_values(compiled, index)]
+    return found
 
 
 def declared_parameters(provider, declaration):
     return declaration["parameters"] if provider != "anthropic" else declaration["input_schema"]
+
+
+def contract_document(*tools):
+    revisions = {part: "kinds.v1" for part in ("contract", "input", "output", "effect", "handler", "producer")}
+    provenance = {"source": "host", "server_name": None, "server_version": None, "protocol_version": None,
+                  "input_schema_sha256": None, "output_schema_sha256": None}
+    hints = {"read_only": None, "destructive": None, "idempotent": None, "open_world": None}
+    return {"format": "tool-contracts-v1", "tools": [
+        {"name": name, "description": f"The {name} tool.", "effect": "read", "required_role": "orders.read",
+         "resource_field": None, "input_schema": schema, "output_schema": None, "bound_fields": [],
+         "revisions": revisions, "producer": "kinds", "provenance": provenance, "hints": hints}
+        for name, schema in tools]}
+
+
+def closed(properties, required=None):
+    return {"type": "object", "properties": properties,
+            "required": list(properties) if required is None else required, "additionalProperties": False}
+
+
+# Every kind the contract language compiles, each on both sides of the strict decision.
+KINDS = tool_dispatcher.parse_contracts(json.dumps(contract_document(
+    ("kinds_strict", closed({"count": {"type": "integer", "enum": [1, 2, 3]}, "flag": {"type": "boolean"},
+                             "code": {"type": ["string", "null"], "pattern": "^[a-z]{1,8}$", "maxLength": 8},
+                             "mode": {"anyOf": [{"type": "string", "enum": ["a", "bb"]}, {"type": "null"}]},
+                             "wide": {"type": "integer"}})),
+    ("kinds_bounds", closed({"amount": {"type": "integer", "minimum": 1, "maximum": 20, "multipleOf": 2},
+                             "name": {"type": "string", "minLength": 2, "maxLength": 5},
+                             "tags": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
+                                      "maxItems": 3, "uniqueItems": True},
+                             "flag": {"type": "boolean"}, "note": {"type": ["string", "null"], "maxLength": 4}},
+                            ["amount", "name"])),
+    ("kinds_optional", closed({"code": {"type": "string", "pattern": "^[a-z]{1,8}$"},
+                               "flag": {"type": "boolean"}}, ["code"])),
+    ("kinds_nested", {**closed({"item": {"$ref": "#/$defs/Item"}, "more": {"$ref": "#/$defs/Item"},
+                                "names": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]{2,12}$"},
+                                          "minItems": 1, "maxItems": 2}}),
+                      "$defs": {"Item": closed({"kind": {"enum": ["x", "y"]}, "size": {"type": ["integer", "null"]}})}}),
+)).encode("utf-8"))
+STRICT = {"get_order": True, "create_refund_draft": True, "kinds_strict": True, "kinds_bounds": False,
+          "kinds_optional": False, "kinds_nested": False}
+ALL_SPECS = [*tool_dispatcher.REGISTRY.values(), *KINDS.values()]
+
+
+def schema_nodes(schema):
+    """Every subschema of a declared schema (never a properties table's names)."""
+    stack, found = [schema], []
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        stack += list(node.get("properties", {}).values()) + list(node.get("$defs", {}).values())
+        stack += list(node.get("anyOf", ())) + ([node["items"]] if "items" in node else [])
+    return found
 
 
 class TestDeclarations(unittest.TestCase):
@@ -1116,36 +1261,54 @@ class TestDeclarations(unittest.TestCase):
                                  [(spec.name, spec.description) for spec in tool_dispatcher.REGISTRY.values()])
                 for item in declarations:
                     self.assertRegex(item["name"], r"^[a-zA-Z0-9_-]{1,64}$")
+                self.assertEqual([item["name"] for item in ps.declare_tools(provider, registry=KINDS)], list(KINDS))
 
-    def test_openai_declarations_are_strict_function_tools(self):
-        for item in ps.declare_tools("openai"):
-            with self.subTest(tool=item["name"]):
-                self.assertEqual(set(item), {"type", "name", "description", "parameters", "strict"})
-                self.assertEqual((item["type"], item["strict"]), ("function", True))
-                schema = item["parameters"]
-                self.assertEqual((schema["type"], schema["additionalProperties"]), ("object", False))
-                self.assertEqual(schema["required"], list(schema["properties"]))
-                for rule in schema["properties"].values():
-                    self.assertFalse(set(rule) & LENGTH_KEYWORDS)
+    def test_strict_exactly_when_the_strict_form_loses_nothing(self):
+        self.assertEqual({spec.name: ps.strict_exact(spec) for spec in ALL_SPECS}, STRICT)
+        for provider in ("openai", "anthropic"):
+            for registry in (tool_dispatcher.REGISTRY, KINDS):
+                for item, spec in zip(ps.declare_tools(provider, registry=registry), registry.values()):
+                    with self.subTest(provider=provider, tool=spec.name):
+                        self.assertIs(item["strict"], STRICT[spec.name])
 
-    def test_anthropic_declarations_are_strict_with_no_length_constraints(self):
+    def test_openai_declarations_are_function_tools_strict_when_exact(self):
+        for registry in (tool_dispatcher.REGISTRY, KINDS):
+            for item, spec in zip(ps.declare_tools("openai", registry=registry), registry.values()):
+                with self.subTest(tool=item["name"]):
+                    self.assertEqual(set(item), {"type", "name", "description", "parameters", "strict"})
+                    self.assertEqual(item["type"], "function")
+                    schema = item["parameters"]
+                    if not item["strict"]:
+                        self.assertEqual(schema, spec.input_schema())
+                        continue
+                    for node in schema_nodes(schema):
+                        self.assertFalse(set(node) & LENGTH_KEYWORDS)
+                        if node.get("type") == "object":  # every property required: strict's own rule
+                            self.assertEqual((node["required"], node["additionalProperties"]),
+                                             (list(node["properties"]), False))
+
+    def test_anthropic_declarations_are_strict_when_exact_with_no_length_constraints(self):
         declarations = ps.declare_tools("anthropic")
         self.assertLessEqual(len(declarations), 20)
-        for item in declarations:
-            with self.subTest(tool=item["name"]):
-                self.assertEqual(set(item), {"name", "description", "input_schema", "strict"})
-                self.assertIs(item["strict"], True)
-                schema = item["input_schema"]
-                self.assertEqual((schema["type"], schema["additionalProperties"]), ("object", False))
-                for rule in schema["properties"].values():
-                    self.assertFalse(set(rule) & LENGTH_KEYWORDS)
+        for registry in (tool_dispatcher.REGISTRY, KINDS):
+            for item, spec in zip(ps.declare_tools("anthropic", registry=registry), registry.values()):
+                with self.subTest(tool=item["name"]):
+                    self.assertEqual(set(item), {"name", "description", "input_schema", "strict"})
+                    schema = item["input_schema"]
+                    self.assertEqual((schema["type"], schema["additionalProperties"]), ("object", False))
+                    if item["strict"]:
+                        for node in schema_nodes(schema):
+                            self.assertFalse(set(node) & LENGTH_KEYWORDS)
+                    else:
+                        self.assertEqual(schema, spec.input_schema())
 
     def test_gemini_declarations_are_function_declarations_with_the_full_schema(self):
-        for item, spec in zip(ps.declare_tools("gemini"), tool_dispatcher.REGISTRY.values()):
-            with self.subTest(tool=item["name"]):
-                self.assertEqual(set(item), {"type", "name", "description", "parameters"})
-                self.assertEqual(item["type"], "function")
-                self.assertEqual(item["parameters"], spec.input_schema())
+        for registry in (tool_dispatcher.REGISTRY, KINDS):
+            for item, spec in zip(ps.declare_tools("gemini", registry=registry), registry.values()):
+                with self.subTest(tool=item["name"]):
+                    self.assertEqual(set(item), {"type", "name", "description", "parameters"})
+                    self.assertEqual(item["type"], "function")
+                    self.assertEqual(item["parameters"], spec.input_schema())
 
     def test_declarations_are_fresh_copies(self):
         first = ps.declare_tools("openai")
@@ -1153,38 +1316,30 @@ class TestDeclarations(unittest.TestCase):
         self.assertTrue(ps.declare_tools("openai")[0]["parameters"]["properties"])
 
     def test_declared_schema_and_enforced_contract_agree_value_by_value(self):
-        checked = 0
+        checked = {True: 0, False: 0}
         for provider in PROVIDERS:
-            for declaration, spec in zip(ps.declare_tools(provider), tool_dispatcher.REGISTRY.values()):
-                schema = declared_parameters(provider, declaration)
-                base = {}
-                for field, rule in spec.input_fields.items():
-                    examples = VALID_EXAMPLES.get(field) or sorted(rule.choices)
-                    self.assertTrue(examples, f"no valid example for {field}: add one to VALID_EXAMPLES")
-                    base[field] = examples[0]
-                candidates = [base, {**base, "extra": "x"}] + [
-                    {key: value for key, value in base.items() if key != field} for field in base]
-                for field, rule in spec.input_fields.items():
-                    values = (VALID_EXAMPLES.get(field, []) + PROBES.get(field, []) + sorted(rule.choices)
-                              + [choice.upper() for choice in rule.choices] + COMMON_PROBES)
-                    candidates += [{**base, field: value} for value in values]
-                for arguments in candidates:
-                    with self.subTest(provider=provider, tool=spec.name, arguments=arguments):
-                        self.assertEqual(schema_admits(schema, arguments), contract_admits(spec, arguments))
-                        checked += 1
-        self.assertGreater(checked, 100)
+            for registry in (tool_dispatcher.REGISTRY, KINDS):
+                for declaration, spec in zip(ps.declare_tools(provider, registry=registry), registry.values()):
+                    schema = declared_parameters(provider, declaration)
+                    for arguments in candidates(spec):
+                        with self.subTest(provider=provider, tool=spec.name, arguments=arguments):
+                            expected = contract_admits(spec, arguments)
+                            self.assertEqual(schema_admits(schema, arguments), expected)
+                            checked[expected] += 1
+        self.assertGreater(checked[True], 100)  # both sides of every tool's contract were reached
+        self.assertGreater(checked[False], 1000)
 
-    def test_dropping_max_length_loosens_nothing(self):
-        # Strict declarations leave maxLength out; each pattern must bound the length by itself.
-        for spec in tool_dispatcher.REGISTRY.values():
-            for field, rule in spec.input_fields.items():
-                if rule.pattern is None:
-                    continue
-                with self.subTest(tool=spec.name, field=field):
-                    longest = max(VALID_EXAMPLES[field], key=len)
-                    self.assertEqual(len(longest), rule.max_length)
-                    self.assertTrue(rule.admits(longest))
-                    self.assertTrue(any(len(probe) == rule.max_length + 1 for probe in PROBES[field]))
+    def test_each_tool_declared_non_strict_has_its_reason(self):
+        # The strict form of kinds_bounds and kinds_nested admits a value their contracts refuse
+        # (a length, a bound, an item count left out); kinds_optional's loses nothing, but OpenAI's
+        # strict mode needs every property required, and absence is not null.
+        loosened = {spec.name: any(schema_admits(ps._strict_form(spec.input_schema()), arguments)
+                                   and not contract_admits(spec, arguments) for arguments in candidates(spec))
+                    for spec in KINDS.values()}
+        self.assertEqual(loosened, {"kinds_strict": False, "kinds_bounds": True, "kinds_optional": False,
+                                    "kinds_nested": True})
+        root = KINDS["kinds_optional"].input_contract.rules[0]
+        self.assertEqual((sorted(root.required), [name for name, _ in root.properties]), (["code"], ["code", "flag"]))
 
     def test_reader_refuses_keywords_it_does_not_know(self):
         with self.assertRaises(ValueError):
@@ -1206,6 +1361,35 @@ PARALLEL = [("call_1", "get_order", ORDER7), ("call_2", "create_refund_draft", R
 
 
 class TestHostBinding(unittest.TestCase):
+    def test_a_turn_of_an_imported_tool_verifies_against_its_own_contract_set(self):
+        order_ref = {"type": "string", "pattern": "^ORDER-[0-9]{1,12}$", "maxLength": 18}
+        document = contract_document(("order_lines", closed({"order_ref": order_ref,
+                                                             "limit": {"type": "integer", "minimum": 1, "maximum": 3}},
+                                                            ["order_ref"])))
+        document["tools"][0].update(resource_field="order_ref", bound_fields=["order_ref"],
+                                    output_schema=closed({"order_ref": order_ref, "count": {"type": "integer"}}))
+        contracts = tool_dispatcher.parse_contracts(json.dumps(document).encode("utf-8"))
+
+        def order_lines(call):
+            return tool_dispatcher.HandlerResult(
+                output={"order_ref": call.arguments["order_ref"], "count": call.arguments.get("limit", 1)},
+                producer_revision=call.spec.producer_revision, resource_revision=call.order.revision)
+
+        def dispatcher():
+            return tool_dispatcher.Dispatcher([tool_dispatcher.Order("tenant-a", "ORDER-7", "alice", "paid", 3)],
+                                              registry=contracts, handlers={"order_lines": order_lines})
+
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                turn = ps.parse_stream(provider, stream(provider, [("call_1", "order_lines",
+                                                                    '{"order_ref":"ORDER-7","limit":2}')]))
+                run = ps.run_turn(turn, dispatcher(), ps.DEMO_HOST, registry=contracts)
+                self.assertEqual(run.packages[0]["model_result"]["data"], {"order_ref": "ORDER-7", "count": 2})
+                with self.assertRaises(ps.StreamError) as caught:
+                    ps.run_turn(turn, dispatcher(), ps.DEMO_HOST)  # verified against the shipped set
+                self.assertEqual((caught.exception.code, caught.exception.detail),
+                                 ("STREAM_CONTINUATION_REFUSED", "PROVENANCE_MISMATCH"))
+
     def test_context_takes_the_parser_profile_and_ids_and_the_host_keys(self):
         for provider in PROVIDERS:
             with self.subTest(provider=provider):

@@ -18,6 +18,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+import census  # noqa: E402
 import fault_server  # noqa: E402
 import importer  # noqa: E402
 import tool_dispatcher  # noqa: E402
@@ -254,6 +255,17 @@ class TestListingUnits(unittest.TestCase):
         self.assertEqual(session, importer.Session("legacy", "2024-11-05", None, "v"))
         session = importer.handshake(FakeChannel({"supportedVersions": ["2026-07-28"], "_meta": []}), "auto")
         self.assertEqual(session, importer.Session("modern", "2026-07-28", None, None))
+
+
+class TestCatalogs(unittest.TestCase):
+    def test_the_catalogs_share_no_code_with_the_core(self):
+        # Every catalog the core exports (the contract language's too), not only ERROR_CATALOG.
+        core = {code for name in tool_dispatcher.__all__ if name.endswith("_CATALOG")
+                for code in getattr(tool_dispatcher, name)}
+        self.assertLessEqual({"INVALID_ARGUMENTS", "SCHEMA_TYPE", "VALUE_TYPE", "CONTRACTS_FIELDS"}, core)
+        for catalog in (importer.IMPORT_CATALOG, census.CensusError.CATALOG):
+            self.assertEqual(set(catalog) & core, set())
+        self.assertEqual(set(importer.IMPORT_CATALOG) & set(census.CensusError.CATALOG), set())
 
 
 class TestDraftUnits(unittest.TestCase):

@@ -114,7 +114,11 @@ class TestErrors(unittest.TestCase):
         self.assertEqual(set(tb.BenchError("SCENARIO_UNKNOWN").to_json()), {"code", "message", "retryable"})
 
     def test_the_catalog_shares_no_code_with_the_core(self):
-        self.assertEqual(set(tb.BENCH_CATALOG) & set(tb.tool_dispatcher.ERROR_CATALOG), set())
+        # Every catalog the core exports (the contract language's too), not only ERROR_CATALOG.
+        core = {code for name in tb.tool_dispatcher.__all__ if name.endswith("_CATALOG")
+                for code in getattr(tb.tool_dispatcher, name)}
+        self.assertLessEqual({"INVALID_ARGUMENTS", "SCHEMA_TYPE", "VALUE_TYPE", "CONTRACTS_FIELDS"}, core)
+        self.assertEqual(set(tb.BENCH_CATALOG) & core, set())
         self.assertEqual(set(tb.BENCH_CATALOG) & set(tb.SANDBOX_ANSWERS), set())
         with self.assertRaises(ValueError):
             tb.BenchError("CLI_USAGE")  # the core's: the CLI gets it from CliParser
@@ -235,7 +239,7 @@ class TestDecodeArguments(unittest.TestCase):
         findings = tb.validate_arguments(tb.TOOLS["reserve_inventory"].schema,
                                          tb.decode_arguments(canonical_text(plan_arguments("reserve_inventory"))
                                                              .replace('"quantity":2', '"quantity":2.0')))
-        self.assertEqual(findings, (tb.Finding("SCHEMA_TYPE", "/quantity"),))
+        self.assertEqual(findings, (tb.Finding("FIELD_TYPE", "/quantity"),))
 
     def test_every_core_json_code_maps_to_one_bench_code(self):
         core = {code for code, spec in tb.tool_dispatcher.ERROR_CATALOG.items() if spec.scope == "json"}
@@ -361,49 +365,49 @@ class TestValidateArguments(unittest.TestCase):
 
     def test_boolean_is_not_an_integer(self):
         self.assertEqual(self.findings("reserve_inventory", plan_arguments("reserve_inventory", quantity=True)),
-                         [("SCHEMA_TYPE", "/quantity")])
+                         [("FIELD_TYPE", "/quantity")])
 
     def test_no_string_number_coercion_either_way(self):
         self.assertEqual(self.findings("reserve_inventory", plan_arguments("reserve_inventory", quantity="2")),
-                         [("SCHEMA_TYPE", "/quantity")])
+                         [("FIELD_TYPE", "/quantity")])
         self.assertEqual(self.findings("confirm_order", plan_arguments("confirm_order", order_ref=30417)),
-                         [("SCHEMA_TYPE", "/order_ref")])
+                         [("FIELD_TYPE", "/order_ref")])
 
     def test_float_is_not_an_integer(self):
         self.assertEqual(self.findings("reserve_inventory", plan_arguments("reserve_inventory", quantity=2.0)),
-                         [("SCHEMA_TYPE", "/quantity")])
+                         [("FIELD_TYPE", "/quantity")])
 
     def test_enum_is_type_strict(self):
         self.assertEqual(self.findings("charge_payment", plan_arguments("charge_payment", currency="JPY")),
-                         [("SCHEMA_ENUM", "/currency")])
+                         [("FIELD_ENUM", "/currency")])
         schema = {"type": "integer", "enum": [1, 2]}
         self.assertEqual(tb.validate_arguments(schema, 1), ())
-        self.assertEqual(codes(tb.validate_arguments({"type": "boolean"}, 1)), ["SCHEMA_TYPE"])
-        self.assertEqual(codes(tb.validate_arguments({"type": "string", "enum": ["1"]}, "2")), ["SCHEMA_ENUM"])
+        self.assertEqual(codes(tb.validate_arguments({"type": "boolean"}, 1)), ["FIELD_TYPE"])
+        self.assertEqual(codes(tb.validate_arguments({"type": "string", "enum": ["1"]}, "2")), ["FIELD_ENUM"])
 
     def test_unknown_and_missing_keys_at_every_level(self):
         arguments = plan_arguments("charge_payment")
         arguments["payment_method"] = {"type": "card", "cvv": "123"}
         arguments["force"] = True
         self.assertEqual(self.findings("charge_payment", arguments),
-                         [("SCHEMA_UNKNOWN_KEY", "/force"), ("SCHEMA_UNKNOWN_KEY", "/payment_method/cvv"),
-                          ("SCHEMA_REQUIRED", "/payment_method/token")])
+                         [("FIELD_UNKNOWN_KEY", "/force"), ("FIELD_UNKNOWN_KEY", "/payment_method/cvv"),
+                          ("FIELD_REQUIRED", "/payment_method/token")])
 
     def test_nested_object_type_error_stops_descent(self):
         arguments = plan_arguments("create_order", customer=["C1042"])
-        self.assertEqual(self.findings("create_order", arguments), [("SCHEMA_TYPE", "/customer")])
+        self.assertEqual(self.findings("create_order", arguments), [("FIELD_TYPE", "/customer")])
 
     def test_integer_range_both_sides(self):
-        for quantity, expected in ((1, []), (10, []), (0, [("SCHEMA_RANGE", "/quantity")]),
-                                   (11, [("SCHEMA_RANGE", "/quantity")])):
+        for quantity, expected in ((1, []), (10, []), (0, [("FIELD_RANGE", "/quantity")]),
+                                   (11, [("FIELD_RANGE", "/quantity")])):
             with self.subTest(quantity=quantity):
                 self.assertEqual(self.findings("reserve_inventory",
                                                plan_arguments("reserve_inventory", quantity=quantity)), expected)
 
     def test_pattern_is_a_full_match(self):
-        for ref, expected in (("30417", []), ("3041", [("SCHEMA_PATTERN", "/order_ref")]),
-                              ("304171", [("SCHEMA_PATTERN", "/order_ref")]),
-                              ("30417\n", [("SCHEMA_PATTERN", "/order_ref")])):
+        for ref, expected in (("30417", []), ("3041", [("FIELD_PATTERN", "/order_ref")]),
+                              ("304171", [("FIELD_PATTERN", "/order_ref")]),
+                              ("30417\n", [("FIELD_PATTERN", "/order_ref")])):
             with self.subTest(ref=ref):
                 self.assertEqual(self.findings("confirm_order", plan_arguments("confirm_order", order_ref=ref)),
                                  expected)
@@ -411,14 +415,14 @@ class TestValidateArguments(unittest.TestCase):
     def test_string_length_both_sides(self):
         schema = {"type": "string", "minLength": 2, "maxLength": 3}
         self.assertEqual([codes(tb.validate_arguments(schema, text)) for text in ("a", "ab", "abc", "abcd")],
-                         [["SCHEMA_LENGTH"], [], [], ["SCHEMA_LENGTH"]])
+                         [["FIELD_LENGTH"], [], [], ["FIELD_LENGTH"]])
 
     def test_array_items_both_sides_and_item_paths(self):
         schema = {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2}
         self.assertEqual([codes(tb.validate_arguments(schema, value)) for value in ([], [1], [1, 2], [1, 2, 3])],
-                         [["SCHEMA_ITEMS"], [], [], ["SCHEMA_ITEMS"]])
+                         [["FIELD_ITEMS"], [], [], ["FIELD_ITEMS"]])
         self.assertEqual([(f.code, f.path) for f in tb.validate_arguments(schema, [1, "x"])],
-                         [("SCHEMA_TYPE", "/1")])
+                         [("FIELD_TYPE", "/1")])
 
     def test_paths_escape_slash_and_tilde(self):
         schema = tb.TOOLS["confirm_order"].schema
@@ -442,7 +446,7 @@ class TestCheckSchema(unittest.TestCase):
     def assertUnsupported(self, schema):
         with self.assertRaises(tb.BenchError) as caught:
             tb.check_schema(schema)
-        self.assertEqual(caught.exception.code, "SCHEMA_UNSUPPORTED")
+        self.assertEqual(caught.exception.code, "FIELD_UNSUPPORTED")
 
     def test_refuses_unsupported_shapes(self):
         closed = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
@@ -804,7 +808,7 @@ class TestPlanValidation(unittest.TestCase):
 
     def test_missing_key_and_reused_key(self):
         missing = tb.plan_calls((("confirm_order", ("idempotency_key",), tb._ABSENT),))
-        self.assertEqual(self.refusal(missing), [("SCHEMA_REQUIRED", "/idempotency_key", 3),
+        self.assertEqual(self.refusal(missing), [("FIELD_REQUIRED", "/idempotency_key", 3),
                                                  ("KEY_MISSING", "/idempotency_key", 3)])
         reused = tb.plan_calls((("confirm_order", ("idempotency_key",), "k-charge-30417"),))
         self.assertEqual(self.refusal(reused), [("KEY_REUSED", "/idempotency_key", 3)])
@@ -1299,18 +1303,18 @@ class TestScenarios(unittest.TestCase):
 
     def test_s01_missing_required(self):
         record = self.scenario("S01")
-        self.assertEqual(record["refusal"], [{"call": 2, "code": "SCHEMA_REQUIRED", "path": "/amount_cents"},
+        self.assertEqual(record["refusal"], [{"call": 2, "code": "FIELD_REQUIRED", "path": "/amount_cents"},
                                              {"call": 2, "code": "ARGUMENT_MISMATCH", "path": "/amount_cents"}])
 
     def test_s02_wrong_type(self):
         record = self.scenario("S02")
         self.assertEqual([(f["code"], f["path"]) for f in record["refusal"]],
-                         [("SCHEMA_TYPE", "/quantity"), ("ARGUMENT_MISMATCH", "/quantity")])
+                         [("FIELD_TYPE", "/quantity"), ("ARGUMENT_MISMATCH", "/quantity")])
 
     def test_s03_enum(self):
         # JPY is outside the enum, and it is not the order's EUR either: both are named.
         self.assertEqual(self.scenario("S03")["refusal"],
-                         [{"call": 2, "code": "SCHEMA_ENUM", "path": "/currency"},
+                         [{"call": 2, "code": "FIELD_ENUM", "path": "/currency"},
                           {"call": 2, "code": "CURRENCY_MISMATCH", "path": "/currency"}])
 
     def test_s04_missing_idempotency_key(self):
@@ -1641,12 +1645,12 @@ class TestScorer(unittest.TestCase):
         arguments = {**REFUND, "extra": {"deep": True}}
         result = self.score(provider("refund_payment", arguments), expectation=tb.SCORER_CASES[2].expectation)
         self.assertEqual(result["verdict"], "refused")
-        self.assertEqual(result["calls"][0]["findings"], [{"call": 0, "code": "SCHEMA_UNKNOWN_KEY", "path": "/extra"}])
+        self.assertEqual(result["calls"][0]["findings"], [{"call": 0, "code": "FIELD_UNKNOWN_KEY", "path": "/extra"}])
 
     def test_booleans_are_not_integers(self):
         result = self.score(provider("refund_payment", {**REFUND, "amount_cents": True}),
                             expectation=tb.SCORER_CASES[2].expectation)
-        self.assertEqual((result["verdict"], result["calls"][0]["findings"][0]["code"]), ("refused", "SCHEMA_TYPE"))
+        self.assertEqual((result["verdict"], result["calls"][0]["findings"][0]["code"]), ("refused", "FIELD_TYPE"))
 
     def test_fixed_arguments_compare_without_coercion(self):
         expectation = tb.Expectation("x", (tb.ExpectedCall("refund_payment", {"amount_cents": 4999,
@@ -1658,13 +1662,13 @@ class TestScorer(unittest.TestCase):
     def test_enum_out_of_range_is_refused(self):
         result = self.score(provider("refund_payment", {**REFUND, "reason": "changed_mind"}),
                             expectation=tb.SCORER_CASES[2].expectation)
-        self.assertEqual(result["calls"][0]["findings"], [{"call": 0, "code": "SCHEMA_ENUM", "path": "/reason"}])
+        self.assertEqual(result["calls"][0]["findings"], [{"call": 0, "code": "FIELD_ENUM", "path": "/reason"}])
 
     def test_side_effect_without_key_is_refused(self):
         arguments = dict(REFUND)
         del arguments["idempotency_key"]
         result = self.score(provider("refund_payment", arguments), expectation=tb.SCORER_CASES[2].expectation)
-        self.assertEqual([f["code"] for f in result["calls"][0]["findings"]], ["SCHEMA_REQUIRED", "KEY_MISSING"])
+        self.assertEqual([f["code"] for f in result["calls"][0]["findings"]], ["FIELD_REQUIRED", "KEY_MISSING"])
 
     def test_unknown_tool_is_refused(self):
         result = self.score(provider("launch_rocket", {}))
@@ -1811,10 +1815,10 @@ class TestScorerHostileInput(unittest.TestCase):
 
     def test_schema_level_hostility_is_refused_not_raised(self):
         good = provider("query_logistics", {"order_ref": "20481"})
-        cases = {"SCHEMA_TYPE": [{"order_ref": 20481}, {"order_ref": True}, {"order_ref": None},
+        cases = {"FIELD_TYPE": [{"order_ref": 20481}, {"order_ref": True}, {"order_ref": None},
                                  {"order_ref": ["20481"]}],
-                 "SCHEMA_UNKNOWN_KEY": [{"order_ref": "20481", "force": True}],
-                 "SCHEMA_REQUIRED": [{}]}
+                 "FIELD_UNKNOWN_KEY": [{"order_ref": "20481", "force": True}],
+                 "FIELD_REQUIRED": [{}]}
         for code, arguments in cases.items():
             for value in arguments:
                 with self.subTest(value=value):
@@ -1825,9 +1829,9 @@ class TestScorerHostileInput(unittest.TestCase):
     def test_invalid_configuration_is_reported(self):
         bad_tools = {"query_logistics": tb.ToolContract("query_logistics", False, {"type": "object"})}
         for tools, expectation, code in ((tb.TOOLS, "not an expectation", "EXPECTATION_INVALID"),
-                                         (bad_tools, self.EXPECT, "SCHEMA_UNSUPPORTED"),
-                                         ({"query_logistics": "schema"}, self.EXPECT, "SCHEMA_UNSUPPORTED"),
-                                         ([], self.EXPECT, "SCHEMA_UNSUPPORTED")):
+                                         (bad_tools, self.EXPECT, "FIELD_UNSUPPORTED"),
+                                         ({"query_logistics": "schema"}, self.EXPECT, "FIELD_UNSUPPORTED"),
+                                         ([], self.EXPECT, "FIELD_UNSUPPORTED")):
             with self.subTest(code=code):
                 result = tb.score_response({"tool_calls": []}, expectation, tools)
                 self.assertEqual((result["verdict"], result["error"]), ("invalid_input", code))
@@ -1859,19 +1863,19 @@ class TestSeedRegressions(unittest.TestCase):
     def test_sc3_refund_missing_reason_is_refused(self):
         record = self.case("SC3")
         self.assertEqual(record["score"]["calls"][0]["findings"],
-                         [{"call": 0, "code": "SCHEMA_REQUIRED", "path": "/reason"}])
+                         [{"call": 0, "code": "FIELD_REQUIRED", "path": "/reason"}])
         self.assertEqual((record["naive"]["side_effects"], record["guarded"]["side_effects"]), (1, 0))
 
     def test_sc4_number_for_string_is_refused(self):
         record = self.case("SC4")
         self.assertEqual([f["code"] for f in record["score"]["calls"][0]["findings"]],
-                         ["ARGUMENT_MISMATCH", "SCHEMA_TYPE"][1:])
+                         ["ARGUMENT_MISMATCH", "FIELD_TYPE"][1:])
         self.assertEqual(record["naive"]["outcome"], "aborted")
 
     def test_sc5_unknown_force_is_refused(self):
         record = self.case("SC5")
         self.assertEqual(record["score"]["calls"][0]["findings"],
-                         [{"call": 0, "code": "SCHEMA_UNKNOWN_KEY", "path": "/force"}])
+                         [{"call": 0, "code": "FIELD_UNKNOWN_KEY", "path": "/force"}])
         self.assertEqual(record["naive"]["side_effects"], 1)
 
     def test_sc6_invalid_json_scores_zero(self):
@@ -1943,7 +1947,7 @@ class TestPlanVetoes(unittest.TestCase):
         self.assertEqual((self.record("SC20")["score"]["verdict"], self.record("SC20")["guarded"]["lifecycle"]),
                          ("pass", tb.RECONCILED))
         self.assertEqual(self.record("SC19")["score"]["calls"][0]["findings"],
-                         [{"call": 0, "code": "SCHEMA_FORMAT", "path": "/window_start"}])
+                         [{"call": 0, "code": "FIELD_FORMAT", "path": "/window_start"}])
 
     def score(self, calls, expectation):
         return tb.score_response({"tool_calls": calls}, expectation)
@@ -2082,7 +2086,7 @@ class TestFormats(unittest.TestCase):
     def test_format_is_a_schema_finding(self):
         schema = tb.TOOLS["schedule_delivery"].schema
         self.assertEqual(tb.validate_arguments(schema, {**SCHEDULE, "window_start": "tomorrow"}),
-                         (tb.Finding("SCHEMA_FORMAT", "/window_start"),))
+                         (tb.Finding("FIELD_FORMAT", "/window_start"),))
         self.assertEqual(tb.validate_arguments(schema, SCHEDULE), ())
 
     def test_an_unsupported_format_is_refused_by_name(self):
@@ -2090,7 +2094,7 @@ class TestFormats(unittest.TestCase):
             with self.subTest(name=name):
                 with self.assertRaises(tb.BenchError) as caught:
                     tb.check_schema({"type": "string", "format": name})
-                self.assertEqual(caught.exception.code, "SCHEMA_FORMAT_UNSUPPORTED")
+                self.assertEqual(caught.exception.code, "FIELD_FORMAT_UNSUPPORTED")
         tb.check_schema({"type": "string", "format": "date-time"})
 
 

@@ -176,17 +176,17 @@ def _check_object(schema: Mapping, value: dict, path: str, out: list, stack: lis
     properties = schema["properties"]
     for name in schema["required"]:
         if name not in value:
-            out.append(Finding("SCHEMA_REQUIRED", _pointer(path, name)))
+            out.append(Finding("FIELD_REQUIRED", _pointer(path, name)))
     for name, item in value.items():
         if name in properties:
             stack.append((properties[name], item, _pointer(path, name)))
         else:
-            out.append(Finding("SCHEMA_UNKNOWN_KEY", _pointer(path, name)))
+            out.append(Finding("FIELD_UNKNOWN_KEY", _pointer(path, name)))
 
 
 def _check_array(schema: Mapping, value: list, path: str, out: list, stack: list) -> None:
     if not schema.get("minItems", 0) <= len(value) <= schema.get("maxItems", len(value)):
-        out.append(Finding("SCHEMA_ITEMS", path))
+        out.append(Finding("FIELD_ITEMS", path))
     for index, item in enumerate(value):
         stack.append((schema["items"], item, _pointer(path, index)))
 
@@ -215,22 +215,22 @@ def is_date_time(text: str) -> bool:
 
 
 # The string formats this validator checks exactly; any other format is refused by name when the
-# schema is checked (SCHEMA_FORMAT_UNSUPPORTED), never silently accepted as "annotation only".
+# schema is checked (FIELD_FORMAT_UNSUPPORTED), never silently accepted as "annotation only".
 FORMATS: Final = MappingProxyType({"date-time": is_date_time})
 
 
 def _check_string(schema: Mapping, value: str, path: str, out: list, _stack: list) -> None:
     if not schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value)):
-        out.append(Finding("SCHEMA_LENGTH", path))
+        out.append(Finding("FIELD_LENGTH", path))
     if "pattern" in schema and re.fullmatch(schema["pattern"], value) is None:
-        out.append(Finding("SCHEMA_PATTERN", path))
+        out.append(Finding("FIELD_PATTERN", path))
     if "format" in schema and not FORMATS[schema["format"]](value):
-        out.append(Finding("SCHEMA_FORMAT", path))
+        out.append(Finding("FIELD_FORMAT", path))
 
 
 def _check_integer(schema: Mapping, value: int, path: str, out: list, _stack: list) -> None:
     if not schema.get("minimum", value) <= value <= schema.get("maximum", value):
-        out.append(Finding("SCHEMA_RANGE", path))
+        out.append(Finding("FIELD_RANGE", path))
 
 
 _VALUE_CHECKS: Final = MappingProxyType({
@@ -250,10 +250,10 @@ def validate_arguments(schema: Mapping[str, Any], value: Any, *,
     while stack:
         node, item, path = stack.pop()
         if not _TYPE_TESTS[node["type"]](item):
-            out.append(Finding("SCHEMA_TYPE", path))
+            out.append(Finding("FIELD_TYPE", path))
             continue
         if "enum" in node and not _in_enum(item, node["enum"]):
-            out.append(Finding("SCHEMA_ENUM", path))
+            out.append(Finding("FIELD_ENUM", path))
         _VALUE_CHECKS[node["type"]](node, item, path, out, stack)
     return tuple(sorted(out, key=lambda found: (found.path, found.code))[:max_findings])
 
@@ -295,17 +295,17 @@ def check_schema(schema: Any) -> None:
     while stack:
         node, depth = stack.pop()
         if depth > MAX_NESTING or not isinstance(node, Mapping) or not isinstance(node.get("type"), str):
-            raise BenchError("SCHEMA_UNSUPPORTED")
+            raise BenchError("FIELD_UNSUPPORTED")
         kind = node["type"]
         if kind == "string" and "format" in node and node["format"] not in FORMATS:
-            raise BenchError("SCHEMA_FORMAT_UNSUPPORTED")
+            raise BenchError("FIELD_FORMAT_UNSUPPORTED")
         allowed = _SCHEMA_KEYWORDS.get(kind, frozenset())
         if (not set(node) <= allowed or not _MANDATORY.get(kind, frozenset()) <= set(node)
                 or not all(_KEYWORD_VALUES[name](value) for name, value in node.items())):
-            raise BenchError("SCHEMA_UNSUPPORTED")
+            raise BenchError("FIELD_UNSUPPORTED")
         if kind == "object":
             if not set(node["required"]) <= set(node["properties"]):
-                raise BenchError("SCHEMA_UNSUPPORTED")
+                raise BenchError("FIELD_UNSUPPORTED")
             stack.extend((child, depth + 1) for child in node["properties"].values())
         elif kind == "array":
             stack.append((node["items"], depth + 1))

@@ -26,20 +26,21 @@ BENCH_CATALOG: Final = MappingProxyType({
         ARGS_NOT_PORTABLE="an integer is outside the portable range or a string holds a lone surrogate",
         ARGS_NOT_OBJECT="arguments must be a JSON object",
     ),
-    # schema validation
+    # argument fields against the bench's own tool schemas (FIELD_*: disjoint from the core's
+    # SCHEMA_* codes, which refuse a schema itself, and from ARGUMENT_MISMATCH, a plan check)
     **tool_dispatcher.error_specs(
-        "schema", False,
-        SCHEMA_TYPE="a value has the wrong JSON type",
-        SCHEMA_REQUIRED="a required field is missing",
-        SCHEMA_UNKNOWN_KEY="a field is not in the contract",
-        SCHEMA_ENUM="a value is not one of the allowed values",
-        SCHEMA_RANGE="an integer is outside its range",
-        SCHEMA_LENGTH="a string is too short or too long",
-        SCHEMA_PATTERN="a string does not match its pattern",
-        SCHEMA_FORMAT="a string does not have its declared format",
-        SCHEMA_ITEMS="an array has too few or too many items",
-        SCHEMA_UNSUPPORTED="a schema uses a keyword or shape this validator does not support",
-        SCHEMA_FORMAT_UNSUPPORTED="a schema declares a string format this validator does not check",
+        "field", False,
+        FIELD_TYPE="a value has the wrong JSON type",
+        FIELD_REQUIRED="a required field is missing",
+        FIELD_UNKNOWN_KEY="a field is not in the contract",
+        FIELD_ENUM="a value is not one of the allowed values",
+        FIELD_RANGE="an integer is outside its range",
+        FIELD_LENGTH="a string is too short or too long",
+        FIELD_PATTERN="a string does not match its pattern",
+        FIELD_FORMAT="a string does not have its declared format",
+        FIELD_ITEMS="an array has too few or too many items",
+        FIELD_UNSUPPORTED="a schema uses a keyword or shape this validator does not support",
+        FIELD_FORMAT_UNSUPPORTED="a schema declares a string format this validator does not check",
     ),
     # response shape, as the scorer receives it
     **tool_dispatcher.error_specs(

@@ -242,7 +242,7 @@ def _failed_score(code: str, expected_calls: int) -> dict[str, Any]:
 
 def _check_configuration(expectation: Any, tools: Any) -> None:
     if not isinstance(tools, Mapping) or not all(isinstance(tool, ToolContract) for tool in tools.values()):
-        raise BenchError("SCHEMA_UNSUPPORTED")
+        raise BenchError("FIELD_UNSUPPORTED")
     check_expectation(expectation, tools)
     for tool in tools.values():
         check_schema(tool.schema)

@@ -450,7 +450,7 @@ class TestErrorsAndTheCodeCatalog(StrictJsonAssertions, unittest.TestCase):
         self.assertEqual(retryable, ["DEADLINE_EXCEEDED", "OPERATION_IN_PROGRESS", "OPERATION_NOT_EXECUTED",
                                      "RATE_LIMITED", "RECEIPT_UNAVAILABLE"])
         self.assertEqual({spec.scope for spec in td.ERROR_CATALOG.values()},
-                         {"tool", "verify", "host", "json", "fixture", "audit", "cli"})
+                         {"tool", "verify", "host", "json", "fixture", "schema", "value", "contracts", "audit", "cli"})
 
     def test_messages_are_fixed_text(self):
         for code, spec in td.ERROR_CATALOG.items():
@@ -461,6 +461,7 @@ class TestErrorsAndTheCodeCatalog(StrictJsonAssertions, unittest.TestCase):
         self.assertEqual(td.error_view("APPROVAL_EXPIRED"),
                          {"code": "APPROVAL_EXPIRED", "message": "The approval has expired.", "retryable": False})
         self.assertIs(BoundaryError("RATE_LIMITED").retryable, True)
+        self.assertEqual((BoundaryError("RATE_LIMITED").scope, BoundaryError("VALUE_TYPE").scope), ("tool", "value"))
 
     def test_error_json_names_the_place_and_never_the_input(self):
         document = shipped_document()
@@ -1514,21 +1515,32 @@ def contracts_document() -> dict:
         return json.load(handle)
 
 
+def refusing_contracts(code):
+    """get_order with both compiled contracts replaced by one that refuses every value with `code`."""
+    class Refusing:
+        def check(self, value):
+            raise BoundaryError(code)
+    spec = copy.copy(td.REGISTRY["get_order"])
+    object.__setattr__(spec, "input_contract", Refusing())
+    object.__setattr__(spec, "output_contract", Refusing())
+    return spec
+
+
 class ContractLanguageAssertions:
     """Exact-outcome helpers of the contract language's tests."""
 
     def refused(self, schema, code, at=None, **options):
-        with self.assertRaises(td.SchemaRefusal) as caught:
+        with self.assertRaises(BoundaryError) as caught:
             td.compile_schema(schema, **options)
-        self.assertEqual(caught.exception.code, code)
+        self.assertEqual((caught.exception.code, caught.exception.scope), (code, "schema"))
         if at is not None:
             self.assertEqual(caught.exception.at, at)
         return caught.exception
 
     def value_refused(self, compiled, value, code, at=None):
-        with self.assertRaises(td.ValueRefusal) as caught:
+        with self.assertRaises(BoundaryError) as caught:
             compiled.check(value)
-        self.assertEqual(caught.exception.code, code)
+        self.assertEqual((caught.exception.code, caught.exception.scope), (code, "value"))
         if at is not None:
             self.assertEqual(caught.exception.at, at)
         self.assertFalse(compiled.admits(value))
@@ -1537,11 +1549,11 @@ class ContractLanguageAssertions:
         compiled.check(value)
         self.assertTrue(compiled.admits(value))
 
-    def contracts_refused(self, document, code, at, error=td.ContractsError):
+    def contracts_refused(self, document, code, at, scope="contracts"):
         data = document if type(document) is bytes else encode(document)
-        with self.assertRaises(error) as caught:
+        with self.assertRaises(BoundaryError) as caught:
             td.parse_contracts(data)
-        self.assertEqual((caught.exception.code, caught.exception.at), (code, at))
+        self.assertEqual((caught.exception.code, caught.exception.at, caught.exception.scope), (code, at, scope))
         return caught.exception
 
     def mutated(self, change):
@@ -1558,7 +1570,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         schema = schema_object(description=text)
         size = len(td.canonical_json(schema))
         td.prescan(schema, max_bytes=size)
-        with self.assertRaises(td.SchemaRefusal) as caught:
+        with self.assertRaises(BoundaryError) as caught:
             td.prescan(schema, max_bytes=size - 1)
         self.assertEqual(caught.exception.code, "SCHEMA_TOO_LARGE")
 
@@ -1575,7 +1587,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
     def test_limits_nodes_both_sides(self):
         schema = schema_object(examples=[0] * 10)
         td.prescan(schema, max_nodes=14)  # root, 2 strings... counted: type, properties, examples + items
-        with self.assertRaises(td.SchemaRefusal) as caught:
+        with self.assertRaises(BoundaryError) as caught:
             td.prescan(schema, max_nodes=13)
         self.assertEqual(caught.exception.code, "SCHEMA_TOO_MANY_NODES")
 
@@ -1621,7 +1633,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         return td.compile_pattern(pattern)
 
     def pattern_refused(self, pattern, code):
-        with self.assertRaises(td.SchemaRefusal) as caught:
+        with self.assertRaises(BoundaryError) as caught:
             td.compile_pattern(pattern, "here")
         self.assertEqual((caught.exception.code, caught.exception.at), (code, "here"))
 
@@ -1677,7 +1689,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         for pattern in ("^a*a*$", "^[a-z]+[a-z0-9]*$", "^a{1,3}a$", "^a*b?a$", "^(?:ab)*a$", "^x(?:a*|b)a$",
                         "^(?:a|b)*$"):
             with self.subTest(pattern=pattern):
-                with self.assertRaises(td.SchemaRefusal) as caught:
+                with self.assertRaises(BoundaryError) as caught:
                     td.compile_pattern(pattern)
                 self.assertIn(caught.exception.code, ("SCHEMA_PATTERN_AMBIGUOUS", "SCHEMA_PATTERN_NESTED_QUANTIFIER"))
         self.pattern_refused("^a*a*$", "SCHEMA_PATTERN_AMBIGUOUS")
@@ -1702,7 +1714,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
     def test_pattern_redos_candidates_refused_quickly(self):
         start = time.perf_counter()
         for pattern in ("^(a+)+$", "^(a|aa)*$", "^(\\d+)*x$", "^a*a*a*a*a*b$", "^([a-z]+)*$", "^(a*)*$"):
-            with self.assertRaises(td.SchemaRefusal):
+            with self.assertRaises(BoundaryError):
                 td.compile_pattern(pattern)
         self.assertLess(time.perf_counter() - start, 0.5)
 
@@ -1722,7 +1734,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         for pattern, bounds in cases.items():
             with self.subTest(pattern=pattern):
                 self.assertEqual(td.pattern_length_bounds(pattern), bounds)
-        with self.assertRaises(td.SchemaRefusal) as caught:
+        with self.assertRaises(BoundaryError) as caught:
             td.pattern_length_bounds("^(a+)+$")
         self.assertEqual((caught.exception.code, caught.exception.at), ("SCHEMA_PATTERN_NESTED_QUANTIFIER", "schema"))
 
@@ -2172,7 +2184,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         return td.narrow(self.OVERLAY_SERVER, {path: host})
 
     def widens(self, path, host, code="OVERLAY_WIDENS"):
-        with self.assertRaises(td.SchemaRefusal) as caught:
+        with self.assertRaises(BoundaryError) as caught:
             self.narrowed(path, host)
         self.assertEqual((caught.exception.code, caught.exception.at), (code, "overlay[0]"))
 
@@ -2198,7 +2210,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             if path == ("when",):
                 continue
             with self.subTest(path=path):
-                with self.assertRaises(td.SchemaRefusal) as caught:
+                with self.assertRaises(BoundaryError) as caught:
                     self.narrowed(path, host)  # the other number fields and the format stay refused
                 self.assertIn(caught.exception.code, ("SCHEMA_NUMBER", "SCHEMA_FORMAT"))
 
@@ -2242,18 +2254,18 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         for host in ({"type": "integer", "minimum": 0, "maximum": 10}, {"type": "integer", "minimum": 1, "maximum": 11},
                      {"type": "string"}, {"type": ["integer", "null"], "minimum": 1, "maximum": 2}):
             with self.subTest(host=host):
-                with self.assertRaises(td.SchemaRefusal) as caught:
+                with self.assertRaises(BoundaryError) as caught:
                     td.narrow(server, {("n",): host})
                 self.assertEqual(caught.exception.code, "OVERLAY_WIDENS")
         stepped = schema_object({"n": {"type": "number", "multipleOf": 0.5}})
-        with self.assertRaises(td.SchemaRefusal) as caught:
+        with self.assertRaises(BoundaryError) as caught:
             td.narrow(stepped, {("n",): {"type": "integer", "minimum": 1, "maximum": 2}})
         self.assertEqual(caught.exception.code, "OVERLAY_WIDENS")
 
     def test_overlay_bad_paths_refused(self):
         for path in (("nope",), ("inner", "nope"), (), ("ref", "x"), "ref"):
             with self.subTest(path=path):
-                with self.assertRaises(td.SchemaRefusal) as caught:
+                with self.assertRaises(BoundaryError) as caught:
                     td.narrow(self.OVERLAY_SERVER, {path: {"type": "string"}})
                 self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_PATH", "overlay[0]"))
 
@@ -2277,13 +2289,13 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         return td.narrow(server, {path: host})
 
     def test_overlay_server_schema_must_be_an_object(self):
-        with self.assertRaises(td.SchemaRefusal) as caught:
+        with self.assertRaises(BoundaryError) as caught:
             td.narrow([], {("a",): {"type": "string"}})
         self.assertEqual((caught.exception.code, caught.exception.at), ("SCHEMA_ROOT", "schema"))
 
     def test_overlay_a_path_through_a_reference_loop(self):
         server = schema_object({"a": {"$ref": "#/$defs/A"}}, **{"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}}})
-        with self.assertRaises(td.SchemaRefusal) as caught:
+        with self.assertRaises(BoundaryError) as caught:
             td.narrow(server, {("a", "x"): {"type": "string"}})
         self.assertEqual((caught.exception.code, caught.exception.at), ("SCHEMA_REF_RECURSIVE", "overlay[0]"))
 
@@ -2291,12 +2303,12 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         server = schema_object({"a": {"$ref": "#/$defs/Missing"}, "b": {"$ref": 3}})
         for path in (("a", "x"), ("b", "x")):
             with self.subTest(path=path):
-                with self.assertRaises(td.SchemaRefusal) as caught:
+                with self.assertRaises(BoundaryError) as caught:
                     td.narrow(server, {path: {"type": "string"}})
                 self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_PATH", "overlay[0]"))
 
     def test_overlay_host_schema_must_compile(self):
-        with self.assertRaises(td.SchemaRefusal) as caught:
+        with self.assertRaises(BoundaryError) as caught:
             self.narrowed(("ref",), {"type": "string", "format": "email"})
         self.assertEqual(caught.exception.code, "SCHEMA_FORMAT")
 
@@ -2323,7 +2335,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
     def test_contracts_unreadable_paths(self):
         with tempfile.TemporaryDirectory() as folder:
             for path in (folder, os.path.join(folder, "missing.json")):
-                with self.assertRaises(td.ContractsError) as caught:
+                with self.assertRaises(BoundaryError) as caught:
                     td.load_contracts(path)
                 self.assertEqual(caught.exception.code, "CONTRACTS_UNREADABLE")
                 self.assertNotIn(folder, json.dumps(caught.exception.to_json()))
@@ -2360,7 +2372,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                                                                           bound_fields=[]))
 
         td.parse_contracts(encode(with_input(nested(15))))  # the schema's own 31 containers, + 3 outside
-        self.contracts_refused(with_input(nested(16)), "SCHEMA_TOO_DEEP", "tools[0].input_schema", td.SchemaRefusal)
+        self.contracts_refused(with_input(nested(16)), "SCHEMA_TOO_DEEP", "tools[0].input_schema", "schema")
         with self.assertRaises(td.BoundaryError) as caught:
             td.parse_contracts(encode(with_input(nested(17))))
         self.assertEqual(caught.exception.code, "JSON_TOO_DEEP")
@@ -2467,31 +2479,57 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
     def test_contracts_schema_refusals_are_placed_inside_the_file(self):
         def number(document):
             document["tools"][1]["input_schema"]["properties"]["reason"] = {"type": "number"}
-        self.contracts_refused(self.mutated(number), "SCHEMA_NUMBER", "tools[1].input_schema.properties[1]", td.SchemaRefusal)
+        self.contracts_refused(self.mutated(number), "SCHEMA_NUMBER", "tools[1].input_schema.properties[1]", "schema")
 
         def open_output(document):
             document["tools"][0]["output_schema"]["additionalProperties"] = True
-        self.contracts_refused(self.mutated(open_output), "SCHEMA_OPEN_OBJECT", "tools[0].output_schema", td.SchemaRefusal)
+        self.contracts_refused(self.mutated(open_output), "SCHEMA_OPEN_OBJECT", "tools[0].output_schema", "schema")
 
     def test_contracts_messages_hold_no_file_text(self):
         error = self.contracts_refused(self.mutated(lambda d: d["tools"][0].update(effect="SECRET")), "CONTRACTS_VALUE",
                                        "tools[0].effect")
         self.assertNotIn("SECRET", json.dumps(error.to_json()))
 
-    def test_contracts_the_four_core_catalogs_are_disjoint_one_error_type_each(self):
-        catalogs = ((td.SchemaRefusal, td.SCHEMA_CATALOG, "schema", 33), (td.ValueRefusal, td.VALUE_CATALOG, "value", 8),
-                    (td.ContractsError, td.CONTRACTS_CATALOG, "contracts", 7))
-        seen = set(td.ERROR_CATALOG)
-        for error_type, catalog, scope, count in catalogs:
+    def test_contracts_the_language_refuses_with_the_one_error_type_by_scope(self):
+        for scope, prefixes, count in (("schema", ("SCHEMA_", "OVERLAY_"), 33), ("value", ("VALUE_",), 8),
+                                       ("contracts", ("CONTRACTS_",), 7)):
             with self.subTest(scope=scope):
-                self.assertIs(error_type.CATALOG, catalog)
-                self.assertEqual((len(catalog), {spec.scope for spec in catalog.values()}), (count, {scope}))
-                self.assertEqual(set(catalog) & seen, set())
-                seen |= set(catalog)
-                with self.assertRaises(ValueError):
-                    error_type("INVALID_ARGUMENTS")  # a code of another catalog
-                self.assertTrue(all(spec.message.endswith(".") and "{" not in spec.message
-                                    for spec in catalog.values()))
+                codes = [code for code, spec in td.ERROR_CATALOG.items() if spec.scope == scope]
+                self.assertEqual(len(codes), count)
+                self.assertTrue(all(code.startswith(prefixes) and BoundaryError(code).scope == scope
+                                    for code in codes))
+
+    def test_contracts_a_refusal_of_another_scope_passes_through_as_it_is(self):
+        # Each handler answers only its own scope's refusals (re-placed, or OVERLAY_WIDENS, or False).
+        foreign = BoundaryError("CONTEXT_INVALID")
+        real = td.compile_schema
+
+        def failing_at(call):
+            calls = []
+
+            def compile_schema(*args, **kwargs):
+                calls.append(None)
+                if len(calls) == call:
+                    raise foreign
+                return real(*args, **kwargs)
+            return mock.patch.object(td, "compile_schema", compile_schema)
+
+        server = {"type": "object", "properties": {"amount": {"type": "number"}}, "additionalProperties": False}
+        entry = {"path": ["amount"], "schema": {"type": "integer"}}
+        overlay = {"format": td.OVERLAY_FORMAT, "tools": [{"name": "get_order", "input": [entry], "output": []}]}
+        for name, run, call in (("contracts", lambda: td.parse_contracts(encode(contracts_document())), 1),
+                                ("overlay", lambda: td.parse_overlay(encode(overlay)), 1),
+                                ("narrower", lambda: td.narrow(server, {("amount",): {"type": "integer"}}), 2)):
+            with self.subTest(handler=name), failing_at(call), self.assertRaises(BoundaryError) as caught:
+                run()
+            self.assertIs(caught.exception, foreign)
+
+        class Failing(td.CompiledSchema):
+            def check(self, value):
+                raise foreign
+        with self.assertRaises(BoundaryError) as caught:
+            Failing.__new__(Failing).admits({})
+        self.assertIs(caught.exception, foreign)
 
     # -- ShippedToolsAgreeWithTheCore (moved from mcp_import)
     SHIPPED_INPUTS = (
@@ -2543,7 +2581,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                     try:
                         compiled.check(value)
                         found.append(None)
-                    except td.ValueRefusal as refusal:
+                    except BoundaryError as refusal:
                         found.append((refusal.code, refusal.at))
                 self.assertEqual(found[0], found[1])
                 outcomes.append(found[0])
@@ -2571,7 +2609,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
 
     def test_overlay_narrows_a_number_to_an_integer_and_bounds_a_string(self):
         self.contracts_refused(self.server_contracts(), "SCHEMA_NUMBER", "tools[1].input_schema.properties[2]",
-                               td.SchemaRefusal)
+                               "schema")
         loaded = self.overlaid(self.overlay((["amount"], {"type": "integer", "minimum": 1, "maximum": 500}),
                                             (["note"], {"type": "string", "maxLength": 40})))
         contract = loaded["create_refund_draft"].input_contract
@@ -2595,10 +2633,10 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         )
         for overlay, code, at in cases:
             with self.subTest(code=code, at=at):
-                with self.assertRaises(td.SchemaRefusal) as caught:
+                with self.assertRaises(BoundaryError) as caught:
                     self.overlaid(overlay)
                 self.assertEqual((caught.exception.code, caught.exception.at), (code, at))
-        with self.assertRaises(td.SchemaRefusal) as caught:
+        with self.assertRaises(BoundaryError) as caught:
             self.overlaid(self.overlay((["reason"], {"enum": ["other", "stolen"]}), side="output"), contracts_document())
         self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_WIDENS", "overlay.tools[0].output[0]"))
         narrowed = self.overlaid(self.overlay((["amount"], {"type": "integer", "minimum": 0, "maximum": 500}),
@@ -2623,13 +2661,13 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         )
         for overlay, code, at in cases:
             with self.subTest(code=code, at=at):
-                with self.assertRaises(td.ContractsError) as caught:
+                with self.assertRaises(BoundaryError) as caught:
                     td.parse_overlay(encode(overlay))
                 self.assertEqual((caught.exception.code, caught.exception.at), (code, at))
         self.assertEqual(len(td.parse_overlay(encode(self.overlay(
             *[([f"p{i}"], {"type": "integer"}) for i in range(64)]))).tools), 1)  # both sides of the limit
         td.parse_overlay(encode(self.overlay((["a"] * 16, {"type": "integer"}))))
-        with self.assertRaises(td.ContractsError) as caught:
+        with self.assertRaises(BoundaryError) as caught:
             self.overlaid(self.overlay((["order_ref"], {"type": "string"}), name="absent_tool"), contracts_document())
         self.assertEqual((caught.exception.code, caught.exception.at), ("CONTRACTS_REFERENCE", "overlay.tools[0].name"))
 
@@ -2639,7 +2677,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             with open(path, "wb") as handle:
                 handle.write(encode(self.overlay((["amount"], {"type": "integer"}))))
             self.assertEqual(list(td.load_overlay(path).tools), ["create_refund_draft"])
-            with self.assertRaises(td.ContractsError) as caught:
+            with self.assertRaises(BoundaryError) as caught:
                 td.load_overlay(os.path.join(folder, "missing.json"))
             self.assertEqual(caught.exception.to_json(), {"code": "CONTRACTS_UNREADABLE",
                                                           "message": "The contracts file could not be read.",
@@ -2761,6 +2799,12 @@ class TestRegistryAndInputContracts(unittest.TestCase):
                     td.check_input(spec, arguments)
                 self.assertEqual(caught.exception.code, "INVALID_ARGUMENTS")
 
+    def test_check_input_answers_a_value_refusal_and_passes_any_other_through(self):
+        for code, answer in (("VALUE_RANGE", "INVALID_ARGUMENTS"), ("CONTEXT_INVALID", "CONTEXT_INVALID")):
+            with self.subTest(code=code), self.assertRaises(BoundaryError) as caught:
+                td.check_input(refusing_contracts(code), {"order_ref": "ORDER-7"})
+            self.assertEqual(caught.exception.code, answer)
+
     def test_input_fields_are_a_thin_view_of_the_compiled_contract(self):
         spec = td.REGISTRY["create_refund_draft"]
         self.assertEqual(list(spec.input_fields), ["order_ref", "reason"])
@@ -2793,7 +2837,7 @@ class TestRegistryAndInputContracts(unittest.TestCase):
                         handle.write(content)
                 cli = subprocess.run([sys.executable, "-B", os.path.join(folder, "tool_dispatcher.py"), "--fixture",
                                       FIXTURE_PATH], capture_output=True, text=True, timeout=60)
-                error = {"code": code, "message": {**td.ERROR_CATALOG, **td.CONTRACTS_CATALOG}[code].message,
+                error = {"code": code, "message": td.ERROR_CATALOG[code].message,
                          "retryable": False, **({"at": at} if at else {})}
                 self.assertEqual((cli.returncode, json.loads(cli.stdout), cli.stderr),
                                  (2, {"passed": False, "error": error}, ""))
@@ -3110,6 +3154,12 @@ def nested_list(depth):
 
 
 class TestOutputContracts(unittest.TestCase):
+
+    def test_output_fields_answer_a_value_refusal_and_pass_any_other_through(self):
+        for code, answer in (("VALUE_TYPE", "OUTPUT_CONTRACT_VIOLATION"), ("CONTEXT_INVALID", "CONTEXT_INVALID")):
+            with self.subTest(code=code), self.assertRaises(BoundaryError) as caught:
+                td.check_output_fields(refusing_contracts(code), {})
+            self.assertEqual(caught.exception.code, answer)
 
     def assertScanPasses(self, value, **limits):
         # The scan admits the value and its bound covers the value's canonical size.

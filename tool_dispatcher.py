@@ -86,7 +86,6 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "REFUSED_KEYWORDS", "TYPE_KEYWORDS", "SCALAR_KINDS", "DEFINITION_PREFIXES", "CONTRACTS_FORMAT",
     "MAX_CONTRACTS_BYTES", "MAX_CONTRACTS_DEPTH", "MAX_TOOLS", "MAX_DESCRIPTION_LENGTH", "TOOL_NAME",
     "EFFECTS", "SOURCES", "HINT_FIELDS", "OVERLAY_FORMAT", "MAX_OVERLAY_PATHS", "MAX_OVERLAY_PATH_LENGTH",
-    "SCHEMA_CATALOG", "VALUE_CATALOG", "CONTRACTS_CATALOG", "SchemaRefusal", "ValueRefusal", "ContractsError",
     "StringRule", "IntegerRule", "BooleanRule", "ObjectRule", "ArrayRule", "NullableRule", "Rule", "compile_pattern",
     "pattern_length_bounds", "prescan", "Bounds", "compile_schema", "CompiledSchema", "narrow", "ToolSpec",
     "ContractSet", "load_contracts", "parse_contracts", "ContractOverlay", "load_overlay", "parse_overlay",
@@ -213,8 +212,10 @@ PURPOSES: Final = frozenset({"dispatch", "query_status"})
 #   host    raised to the trusted host when it hands the boundary an invalid context
 #   json    raised by the strict decoder (the fixture loader and later layers share it)
 #   fixture raised by the fixture loader after decoding
-# The contract language (section 8) has three catalogs of its own, one per error type, each
-# disjoint from this one: SCHEMA_CATALOG, VALUE_CATALOG and CONTRACTS_CATALOG.
+#   schema  a schema (or a host overlay) the contract language will not compile (section 8)
+#   value   a value a compiled schema refuses; the dispatcher never shows one to a model: it
+#           answers INVALID_ARGUMENTS or OUTPUT_CONTRACT_VIOLATION instead
+#   contracts a contracts (or overlay) file refused after decoding; it stops the host first
 #   audit   the first fault an audit-log verification finds
 #   cli     printed by the command line
 
@@ -323,6 +324,63 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         FIXTURE_VERSION="The fixture format or contract version is not the one this module speaks.",
     ),
     **error_specs(
+        "schema", False,
+        SCHEMA_TOO_LARGE="The schema exceeds its byte limit.",
+        SCHEMA_TOO_DEEP="The schema exceeds its nesting limit.",
+        SCHEMA_TOO_MANY_NODES="The schema has too many values.",
+        SCHEMA_TOO_MANY_PROPERTIES="An object schema has too many properties.",
+        SCHEMA_ENUM_TOO_LARGE="An enum has too many choices.",
+        SCHEMA_PATTERN_TOO_LONG="A pattern exceeds its length limit.",
+        SCHEMA_NOT_PORTABLE="The schema holds a value outside the portable JSON domain.",
+        SCHEMA_MALFORMED="A schema keyword has a value of the wrong form.",
+        SCHEMA_TYPE="A schema has no single supported type.",
+        SCHEMA_NUMBER="A number schema is refused: no floats; a host may narrow it to a bounded integer.",
+        SCHEMA_NULL="null is accepted only as a nullable form of another type.",
+        SCHEMA_FORMAT="The format keyword is refused: its checks differ between validators.",
+        SCHEMA_COMBINATOR="Schema combinators are refused, except the nullable anyOf.",
+        SCHEMA_CONDITIONAL="Conditional schemas are refused.",
+        SCHEMA_OPEN_OBJECT="An object schema must be closed: additionalProperties absent or false.",
+        SCHEMA_TUPLE="Tuple and contains forms of arrays are refused.",
+        SCHEMA_ITEMS="An array schema must declare exactly one items schema.",
+        SCHEMA_KEYWORD="A schema keyword is unknown or does not apply to its type.",
+        SCHEMA_BOUNDS="A bound is not an integer in range, or the bounds admit nothing.",
+        SCHEMA_ENUM="An enum or const is empty, repeated, or of another type.",
+        SCHEMA_REQUIRED="A required name is repeated or names no declared property.",
+        SCHEMA_NAME="A property or definition name is empty or too long.",
+        SCHEMA_REF_REMOTE="Only local references into $defs or definitions are followed.",
+        SCHEMA_REF_UNKNOWN="A reference names no definition.",
+        SCHEMA_REF_RECURSIVE="A recursive reference is refused.",
+        SCHEMA_REF_SIBLING="A reference has constraining keywords beside it.",
+        SCHEMA_ROOT="The root schema must be an object schema.",
+        SCHEMA_PATTERN_UNANCHORED="A pattern must be anchored as a whole string: ^...$.",
+        SCHEMA_PATTERN_UNSUPPORTED="A pattern uses a construct outside the portable subset.",
+        SCHEMA_PATTERN_NESTED_QUANTIFIER="A pattern repeats a group that holds a quantifier or an alternation.",
+        SCHEMA_PATTERN_AMBIGUOUS="A pattern lets a repeated atom overlap what follows it.",
+        OVERLAY_WIDENS="The host overlay is not provably narrower than the server's schema.",
+        OVERLAY_PATH="The host overlay names no property of the server's schema.",
+    ),
+    **error_specs(
+        "value", False,
+        VALUE_TYPE="A value has the wrong type.",
+        VALUE_FIELDS="An object has an unknown or a missing field.",
+        VALUE_ENUM="A value is not one of the allowed choices.",
+        VALUE_LENGTH="A string's length is out of its bounds.",
+        VALUE_PATTERN="A string does not match its pattern.",
+        VALUE_RANGE="An integer is out of its bounds or not a multiple of its step.",
+        VALUE_ITEMS="An array has too few or too many items, or repeats one.",
+        VALUE_NOT_PORTABLE="A value is outside the portable JSON domain.",
+    ),
+    **error_specs(
+        "contracts", False,
+        CONTRACTS_UNREADABLE="The contracts file could not be read.",
+        CONTRACTS_VERSION="The contracts file is not in the format this module speaks.",
+        CONTRACTS_FIELDS="A contracts object has an unknown or a missing field.",
+        CONTRACTS_VALUE="A contracts value has the wrong type or form.",
+        CONTRACTS_LIMIT="A contracts collection or text exceeds its limit.",
+        CONTRACTS_DUPLICATE="Two tools of the contracts file have the same name.",
+        CONTRACTS_REFERENCE="A field list names no field of the tool's schemas.",
+    ),
+    **error_specs(
         "audit", False,
         AUDIT_LOG_UNREADABLE="The audit log could not be read.",
         AUDIT_MALFORMED="An audit log line is not a canonical entry of this format.",
@@ -368,6 +426,11 @@ class CatalogError(Exception):
     @property
     def retryable(self) -> bool:
         return self.CATALOG[self.code].retryable
+
+    @property
+    def scope(self) -> str:
+        """Where the code belongs (ErrorSpec.scope): what a handler tells refusals apart by."""
+        return self.CATALOG[self.code].scope
 
     def details(self) -> dict[str, Any]:
         """What a subclass adds to the JSON form (never text taken from the input)."""
@@ -1426,87 +1489,10 @@ _OVERLAY_ENTRY_FIELDS: Final = frozenset({"path", "schema"})
 _OVERLAY_SIDES: Final = (("input", "input_schema"), ("output", "output_schema"))
 
 # -- Errors --------------------------------------------------------------------------------------
-# Three catalogs beside ERROR_CATALOG, one error type each, all four disjoint: a refused schema,
-# a refused value and a refused contracts file are told apart by type and by code. The
-# dispatcher never shows these codes to a model: a refused value there is INVALID_ARGUMENTS (or
-# OUTPUT_CONTRACT_VIOLATION), a refused schema or file stops the host before anything runs.
-
-SCHEMA_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType(error_specs(
-    "schema", False,
-    SCHEMA_TOO_LARGE="The schema exceeds its byte limit.",
-    SCHEMA_TOO_DEEP="The schema exceeds its nesting limit.",
-    SCHEMA_TOO_MANY_NODES="The schema has too many values.",
-    SCHEMA_TOO_MANY_PROPERTIES="An object schema has too many properties.",
-    SCHEMA_ENUM_TOO_LARGE="An enum has too many choices.",
-    SCHEMA_PATTERN_TOO_LONG="A pattern exceeds its length limit.",
-    SCHEMA_NOT_PORTABLE="The schema holds a value outside the portable JSON domain.",
-    SCHEMA_MALFORMED="A schema keyword has a value of the wrong form.",
-    SCHEMA_TYPE="A schema has no single supported type.",
-    SCHEMA_NUMBER="A number schema is refused: no floats; a host may narrow it to a bounded integer.",
-    SCHEMA_NULL="null is accepted only as a nullable form of another type.",
-    SCHEMA_FORMAT="The format keyword is refused: its checks differ between validators.",
-    SCHEMA_COMBINATOR="Schema combinators are refused, except the nullable anyOf.",
-    SCHEMA_CONDITIONAL="Conditional schemas are refused.",
-    SCHEMA_OPEN_OBJECT="An object schema must be closed: additionalProperties absent or false.",
-    SCHEMA_TUPLE="Tuple and contains forms of arrays are refused.",
-    SCHEMA_ITEMS="An array schema must declare exactly one items schema.",
-    SCHEMA_KEYWORD="A schema keyword is unknown or does not apply to its type.",
-    SCHEMA_BOUNDS="A bound is not an integer in range, or the bounds admit nothing.",
-    SCHEMA_ENUM="An enum or const is empty, repeated, or of another type.",
-    SCHEMA_REQUIRED="A required name is repeated or names no declared property.",
-    SCHEMA_NAME="A property or definition name is empty or too long.",
-    SCHEMA_REF_REMOTE="Only local references into $defs or definitions are followed.",
-    SCHEMA_REF_UNKNOWN="A reference names no definition.",
-    SCHEMA_REF_RECURSIVE="A recursive reference is refused.",
-    SCHEMA_REF_SIBLING="A reference has constraining keywords beside it.",
-    SCHEMA_ROOT="The root schema must be an object schema.",
-    SCHEMA_PATTERN_UNANCHORED="A pattern must be anchored as a whole string: ^...$.",
-    SCHEMA_PATTERN_UNSUPPORTED="A pattern uses a construct outside the portable subset.",
-    SCHEMA_PATTERN_NESTED_QUANTIFIER="A pattern repeats a group that holds a quantifier or an alternation.",
-    SCHEMA_PATTERN_AMBIGUOUS="A pattern lets a repeated atom overlap what follows it.",
-    OVERLAY_WIDENS="The host overlay is not provably narrower than the server's schema.",
-    OVERLAY_PATH="The host overlay names no property of the server's schema.",
-))
-VALUE_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType(error_specs(
-    "value", False,
-    VALUE_TYPE="A value has the wrong type.",
-    VALUE_FIELDS="An object has an unknown or a missing field.",
-    VALUE_ENUM="A value is not one of the allowed choices.",
-    VALUE_LENGTH="A string's length is out of its bounds.",
-    VALUE_PATTERN="A string does not match its pattern.",
-    VALUE_RANGE="An integer is out of its bounds or not a multiple of its step.",
-    VALUE_ITEMS="An array has too few or too many items, or repeats one.",
-    VALUE_NOT_PORTABLE="A value is outside the portable JSON domain.",
-))
-CONTRACTS_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType(error_specs(
-    "contracts", False,
-    CONTRACTS_UNREADABLE="The contracts file could not be read.",
-    CONTRACTS_VERSION="The contracts file is not in the format this module speaks.",
-    CONTRACTS_FIELDS="A contracts object has an unknown or a missing field.",
-    CONTRACTS_VALUE="A contracts value has the wrong type or form.",
-    CONTRACTS_LIMIT="A contracts collection or text exceeds its limit.",
-    CONTRACTS_DUPLICATE="Two tools of the contracts file have the same name.",
-    CONTRACTS_REFERENCE="A field list names no field of the tool's schemas.",
-))
-
-
-class SchemaRefusal(CatalogError):
-    """A schema (or a host overlay) the compiler will not turn into a check; ``at`` says where."""
-
-    CATALOG = SCHEMA_CATALOG
-
-
-class ValueRefusal(CatalogError):
-    """A value the compiled check refuses; ``at`` names the place by schema indices only."""
-
-    CATALOG = VALUE_CATALOG
-
-
-class ContractsError(CatalogError):
-    """A contracts file refused after decoding; ``at`` names the place by field names and indices."""
-
-    CATALOG = CONTRACTS_CATALOG
-
+# The contract language raises BoundaryError with codes of ERROR_CATALOG's scopes schema, value
+# and contracts (section 2); a handler tells a refused schema, value or file apart by its scope.
+# The dispatcher never shows these codes to a model: a refused value there is INVALID_ARGUMENTS
+# (or OUTPUT_CONTRACT_VIOLATION), a refused schema or file stops the host before anything runs.
 
 # -- Rules -------------------------------------------------------------------------------------
 # A compiled schema is a flat tuple of frozen rules; a container names its children by index,
@@ -1606,7 +1592,7 @@ class _Item:
 
 
 class _PatternParser:
-    """One pass over an anchored pattern; raises SchemaRefusal with the pattern's `at`."""
+    """One pass over an anchored pattern; raises a schema-scope BoundaryError with the pattern's `at`."""
 
     def __init__(self, text: str, at: str) -> None:
         self.text = text
@@ -1614,8 +1600,8 @@ class _PatternParser:
         self.position = 0
         self.alternations = 0
 
-    def refuse(self, code: str = "SCHEMA_PATTERN_UNSUPPORTED") -> SchemaRefusal:
-        return SchemaRefusal(code, self.at)
+    def refuse(self, code: str = "SCHEMA_PATTERN_UNSUPPORTED") -> BoundaryError:
+        return BoundaryError(code, self.at)
 
     def peek(self) -> str:
         return self.text[self.position] if self.position < len(self.text) else ""
@@ -1783,9 +1769,9 @@ def _check_unambiguous(items: Sequence[_Item], after: frozenset[str], at: str) -
             for branch in item.branches:
                 _check_unambiguous(branch, follow, at)  # groups do not nest: one level only
             if item.variable and _first_of_group(item)[0] & follow:
-                raise SchemaRefusal("SCHEMA_PATTERN_AMBIGUOUS", at)
+                raise BoundaryError("SCHEMA_PATTERN_AMBIGUOUS", at)
         elif item.variable and item.chars & follow:
-            raise SchemaRefusal("SCHEMA_PATTERN_AMBIGUOUS", at)
+            raise BoundaryError("SCHEMA_PATTERN_AMBIGUOUS", at)
 
 
 def _emit_items(items: Sequence[_Item]) -> str:
@@ -1822,9 +1808,9 @@ def _emit_quantifier(low: int, high: int | None) -> str:
 def compile_pattern(text: Any, at: str = SCHEMA_ROOT) -> re.Pattern[str]:
     """The Python regex (for fullmatch, ASCII) of an anchored pattern in the portable subset."""
     if type(text) is not str:
-        raise SchemaRefusal("SCHEMA_MALFORMED", at)
+        raise BoundaryError("SCHEMA_MALFORMED", at)
     if len(text) > MAX_PATTERN_LENGTH:
-        raise SchemaRefusal("SCHEMA_PATTERN_TOO_LONG", at)
+        raise BoundaryError("SCHEMA_PATTERN_TOO_LONG", at)
     branches = _PatternParser(text, at).parse()
     for branch in branches:
         _check_unambiguous(branch, frozenset(), at)
@@ -1836,7 +1822,7 @@ def pattern_length_bounds(text: Any) -> tuple[int, int | None]:
     """The shortest and the longest text an accepted pattern matches (None: no longest).
 
     What lets a declaration leave a length bound out when the pattern already implies it (strict
-    provider modes take no maxLength). Raises SchemaRefusal as compile_pattern does.
+    provider modes take no maxLength). Refuses as compile_pattern does.
     """
     compile_pattern(text)
     low, high = None, 0
@@ -1874,10 +1860,10 @@ def prescan(schema: Any, *, max_bytes: int = MAX_SCHEMA_BYTES, max_depth: int = 
         kind = type(value)
         if kind is dict or kind is list:
             if depth > max_depth:
-                raise SchemaRefusal("SCHEMA_TOO_DEEP", SCHEMA_ROOT)
+                raise BoundaryError("SCHEMA_TOO_DEEP", SCHEMA_ROOT)
             nodes += len(value)  # counted before a single member is looked at
             if nodes > max_nodes:
-                raise SchemaRefusal("SCHEMA_TOO_MANY_NODES", SCHEMA_ROOT)
+                raise BoundaryError("SCHEMA_TOO_MANY_NODES", SCHEMA_ROOT)
             members = value.items() if kind is dict else enumerate(value)
             for key, child in members:
                 if kind is dict:
@@ -1886,15 +1872,15 @@ def prescan(schema: Any, *, max_bytes: int = MAX_SCHEMA_BYTES, max_depth: int = 
         elif kind is str:
             text += len(value)
         elif kind not in (int, float, bool, type(None)):  # floats may sit in annotations; bounds refuse them
-            raise SchemaRefusal("SCHEMA_NOT_PORTABLE", SCHEMA_ROOT)
+            raise BoundaryError("SCHEMA_NOT_PORTABLE", SCHEMA_ROOT)
         if text > max_bytes:
-            raise SchemaRefusal("SCHEMA_TOO_LARGE", SCHEMA_ROOT)
+            raise BoundaryError("SCHEMA_TOO_LARGE", SCHEMA_ROOT)
     try:
         size = len(canonical_json(schema))
     except ValueError:  # a lone surrogate (UnicodeEncodeError), or NaN from a caller without the strict decoder
-        raise SchemaRefusal("SCHEMA_NOT_PORTABLE", SCHEMA_ROOT) from None
+        raise BoundaryError("SCHEMA_NOT_PORTABLE", SCHEMA_ROOT) from None
     if size > max_bytes:
-        raise SchemaRefusal("SCHEMA_TOO_LARGE", SCHEMA_ROOT)
+        raise BoundaryError("SCHEMA_TOO_LARGE", SCHEMA_ROOT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1925,9 +1911,9 @@ class _Compiler:
                 continue
             table = self.root[keyword]
             if type(table) is not dict:
-                raise SchemaRefusal("SCHEMA_MALFORMED", f"{SCHEMA_ROOT}.{keyword}")
+                raise BoundaryError("SCHEMA_MALFORMED", f"{SCHEMA_ROOT}.{keyword}")
             if len(table) > MAX_DEFINITIONS:
-                raise SchemaRefusal("SCHEMA_TOO_MANY_PROPERTIES", f"{SCHEMA_ROOT}.{keyword}")
+                raise BoundaryError("SCHEMA_TOO_MANY_PROPERTIES", f"{SCHEMA_ROOT}.{keyword}")
             names = list(table)
             for index, name in enumerate(names):
                 _check_name(name, f"{SCHEMA_ROOT}.{keyword}[{index}]")
@@ -1955,7 +1941,7 @@ class _Compiler:
     def child(self, raw: Any, at: str, *, root: bool = False) -> int:
         """The slot of a subschema: a reference's definition (compiled once), or a new slot."""
         if type(raw) is not dict:
-            raise SchemaRefusal("SCHEMA_TYPE" if type(raw) is bool else "SCHEMA_MALFORMED", at)
+            raise BoundaryError("SCHEMA_TYPE" if type(raw) is bool else "SCHEMA_MALFORMED", at)
         seen: set[tuple[str, str]] = set()
         while "$ref" in raw:
             _check_keywords(raw, at, allowed=frozenset({"$ref"}), root=root, sibling_code="SCHEMA_REF_SIBLING")
@@ -1963,11 +1949,11 @@ class _Compiler:
             if key in self.definition_slots:
                 return self.definition_slots[key]
             if key in seen:
-                raise SchemaRefusal("SCHEMA_REF_RECURSIVE", at)
+                raise BoundaryError("SCHEMA_REF_RECURSIVE", at)
             seen.add(key)
             root = False
             if type(raw) is not dict:
-                raise SchemaRefusal("SCHEMA_TYPE" if type(raw) is bool else "SCHEMA_MALFORMED", at)
+                raise BoundaryError("SCHEMA_TYPE" if type(raw) is bool else "SCHEMA_MALFORMED", at)
         slot = self.slot(raw, at)
         for key in seen:
             self.definition_slots[key] = slot
@@ -1977,18 +1963,18 @@ class _Compiler:
 
     def resolve(self, ref: Any, at: str) -> tuple[tuple[str, str], Any, str]:
         if type(ref) is not str:
-            raise SchemaRefusal("SCHEMA_MALFORMED", at)
+            raise BoundaryError("SCHEMA_MALFORMED", at)
         for prefix, keyword in DEFINITION_PREFIXES.items():
             if ref.startswith(prefix):
                 name = ref[len(prefix):]
                 if any(char in name for char in "/~%") or keyword not in self.definitions:
-                    raise SchemaRefusal("SCHEMA_REF_UNKNOWN" if keyword not in self.definitions else
+                    raise BoundaryError("SCHEMA_REF_UNKNOWN" if keyword not in self.definitions else
                                         "SCHEMA_REF_REMOTE", at)
                 table, names = self.definitions[keyword]
                 if name not in table:
-                    raise SchemaRefusal("SCHEMA_REF_UNKNOWN", at)
+                    raise BoundaryError("SCHEMA_REF_UNKNOWN", at)
                 return (keyword, name), table[name], f"{SCHEMA_ROOT}.{keyword}[{names.index(name)}]"
-        raise SchemaRefusal("SCHEMA_REF_REMOTE", at)
+        raise BoundaryError("SCHEMA_REF_REMOTE", at)
 
     # -- one node -----------------------------------------------------------------------------
 
@@ -2010,7 +1996,7 @@ class _Compiler:
                 inner.pop("const", None)
                 inner["enum"] = [choice for choice in choices if choice is not None]
                 if not inner["enum"]:
-                    raise SchemaRefusal("SCHEMA_NULL", at)
+                    raise BoundaryError("SCHEMA_NULL", at)
             return NullableRule(self.slot(inner, at), description)
         return _TYPE_COMPILERS[kind](self, raw, at, description)
 
@@ -2019,7 +2005,7 @@ class _Compiler:
         declared = _count(raw, "maxLength", None, at)
         high, source = _host_bound(declared, self.bounds.max_length)
         if low > high:
-            raise SchemaRefusal("SCHEMA_BOUNDS", f"{at}.minLength")
+            raise BoundaryError("SCHEMA_BOUNDS", f"{at}.minLength")
         choices = _choices(raw, str, at)
         pattern = raw.get("pattern")
         regex = None if "pattern" not in raw else compile_pattern(pattern, f"{at}.pattern")
@@ -2031,13 +2017,13 @@ class _Compiler:
         high = min(_bound(raw, "maximum", MAX_SAFE_INTEGER, 0, at),
                    _bound(raw, "exclusiveMaximum", MAX_SAFE_INTEGER + 1, -1, at))
         if low > high:
-            raise SchemaRefusal("SCHEMA_BOUNDS", at)
+            raise BoundaryError("SCHEMA_BOUNDS", at)
         step = raw.get("multipleOf")
         if step is not None and (type(step) is not int or not 1 <= step <= MAX_SAFE_INTEGER):
-            raise SchemaRefusal("SCHEMA_BOUNDS", f"{at}.multipleOf")
+            raise BoundaryError("SCHEMA_BOUNDS", f"{at}.multipleOf")
         choices = _choices(raw, int, at)
         if choices is not None and any(not -MAX_SAFE_INTEGER <= choice <= MAX_SAFE_INTEGER for choice in choices):
-            raise SchemaRefusal("SCHEMA_ENUM", at)
+            raise BoundaryError("SCHEMA_ENUM", at)
         return IntegerRule(low, high, step, choices, description)
 
     def compile_boolean(self, raw: dict[str, Any], at: str, description: str | None) -> BooleanRule:
@@ -2045,12 +2031,12 @@ class _Compiler:
 
     def compile_object(self, raw: dict[str, Any], at: str, description: str | None) -> ObjectRule:
         if raw.get("additionalProperties", False) is not False:
-            raise SchemaRefusal("SCHEMA_OPEN_OBJECT", at)
+            raise BoundaryError("SCHEMA_OPEN_OBJECT", at)
         declared = raw.get("properties", {})
         if type(declared) is not dict:
-            raise SchemaRefusal("SCHEMA_MALFORMED", f"{at}.properties")
+            raise BoundaryError("SCHEMA_MALFORMED", f"{at}.properties")
         if len(declared) > MAX_PROPERTIES:
-            raise SchemaRefusal("SCHEMA_TOO_MANY_PROPERTIES", f"{at}.properties")
+            raise BoundaryError("SCHEMA_TOO_MANY_PROPERTIES", f"{at}.properties")
         properties = []
         for position, (name, child) in enumerate(declared.items()):
             child_at = f"{at}.properties[{position}]"
@@ -2059,22 +2045,22 @@ class _Compiler:
         required = raw.get("required", [])
         if (type(required) is not list or any(type(name) is not str or name not in declared for name in required)
                 or len(set(required)) != len(required)):
-            raise SchemaRefusal("SCHEMA_REQUIRED", f"{at}.required")
+            raise BoundaryError("SCHEMA_REQUIRED", f"{at}.required")
         return ObjectRule(tuple(properties), frozenset(required), description)
 
     def compile_array(self, raw: dict[str, Any], at: str, description: str | None) -> ArrayRule:
         items = raw.get("items")
         if type(items) is list:
-            raise SchemaRefusal("SCHEMA_TUPLE", f"{at}.items")
+            raise BoundaryError("SCHEMA_TUPLE", f"{at}.items")
         if type(items) is not dict:
-            raise SchemaRefusal("SCHEMA_ITEMS", at)
+            raise BoundaryError("SCHEMA_ITEMS", at)
         low = _count(raw, "minItems", 0, at)
         high, source = _host_bound(_count(raw, "maxItems", None, at), self.bounds.max_items)
         if low > high:
-            raise SchemaRefusal("SCHEMA_BOUNDS", f"{at}.minItems")
+            raise BoundaryError("SCHEMA_BOUNDS", f"{at}.minItems")
         unique = raw.get("uniqueItems", False)
         if type(unique) is not bool:
-            raise SchemaRefusal("SCHEMA_MALFORMED", f"{at}.uniqueItems")
+            raise BoundaryError("SCHEMA_MALFORMED", f"{at}.uniqueItems")
         return ArrayRule(self.child(items, f"{at}.items"), low, high, source, unique, description)
 
 
@@ -2095,7 +2081,7 @@ def _check_keywords(raw: dict[str, Any], at: str, *, allowed: frozenset[str], ro
         code = REFUSED_KEYWORDS.get(key)
         if code is None and key == "anyOf":
             code = "SCHEMA_COMBINATOR"
-        raise SchemaRefusal(code or (sibling_code if _constrains(key) else "SCHEMA_KEYWORD"), at)
+        raise BoundaryError(code or (sibling_code if _constrains(key) else "SCHEMA_KEYWORD"), at)
 
 
 def _constrains(key: str) -> bool:
@@ -2104,16 +2090,16 @@ def _constrains(key: str) -> bool:
 
 def _check_name(name: str, at: str) -> None:
     if not 1 <= len(name) <= MAX_NAME_LENGTH:
-        raise SchemaRefusal("SCHEMA_NAME", at)
+        raise BoundaryError("SCHEMA_NAME", at)
 
 
 def _nullable_branch(branches: Any, at: str) -> int:
     """The position of the non-null branch of anyOf [T, {"type": "null"}] (either order)."""
     if type(branches) is not list or len(branches) != 2:
-        raise SchemaRefusal("SCHEMA_COMBINATOR", at)
+        raise BoundaryError("SCHEMA_COMBINATOR", at)
     nulls = [index for index, branch in enumerate(branches) if _is_null_schema(branch)]
     if len(nulls) != 1:
-        raise SchemaRefusal("SCHEMA_COMBINATOR", at)
+        raise BoundaryError("SCHEMA_COMBINATOR", at)
     return 1 - nulls[0]
 
 
@@ -2127,25 +2113,25 @@ def _schema_type(raw: dict[str, Any], at: str) -> tuple[str, bool]:
     declared = raw.get("type")
     if declared is None:
         if "enum" not in raw and "const" not in raw:
-            raise SchemaRefusal("SCHEMA_TYPE", at)
+            raise BoundaryError("SCHEMA_TYPE", at)
         values = _raw_choices(raw, at)
         kinds = {SCALAR_KINDS.get(type(value), "") for value in values if value is not None}
         if len(kinds) != 1 or "" in kinds:
-            raise SchemaRefusal("SCHEMA_TYPE", at)
+            raise BoundaryError("SCHEMA_TYPE", at)
         return kinds.pop(), None in values
     names = [declared] if type(declared) is str else declared
     if type(names) is not list or not names or any(type(name) is not str for name in names):
-        raise SchemaRefusal("SCHEMA_TYPE", at)
+        raise BoundaryError("SCHEMA_TYPE", at)
     nullable = "null" in names
     others = [name for name in names if name != "null"]
     if len(others) != 1 or len(names) != len(set(names)):
         code = "SCHEMA_NULL" if nullable and not others else "SCHEMA_TYPE"
-        raise SchemaRefusal("SCHEMA_NUMBER" if "number" in others else code, at)
+        raise BoundaryError("SCHEMA_NUMBER" if "number" in others else code, at)
     kind = others[0]
     if kind == "number":
-        raise SchemaRefusal("SCHEMA_NUMBER", at)
+        raise BoundaryError("SCHEMA_NUMBER", at)
     if kind not in TYPE_KEYWORDS:
-        raise SchemaRefusal("SCHEMA_TYPE", at)
+        raise BoundaryError("SCHEMA_TYPE", at)
     return kind, nullable
 
 
@@ -2158,9 +2144,9 @@ def _raw_choices(raw: dict[str, Any], at: str) -> list[Any]:
 def _enum_list(raw: dict[str, Any], at: str) -> list[Any]:
     values = raw["enum"]
     if type(values) is not list or not values:
-        raise SchemaRefusal("SCHEMA_ENUM", f"{at}.enum")
+        raise BoundaryError("SCHEMA_ENUM", f"{at}.enum")
     if len(values) > MAX_ENUM:
-        raise SchemaRefusal("SCHEMA_ENUM_TOO_LARGE", f"{at}.enum")
+        raise BoundaryError("SCHEMA_ENUM_TOO_LARGE", f"{at}.enum")
     return values
 
 
@@ -2172,14 +2158,14 @@ def _choices(raw: dict[str, Any], kind: type, at: str) -> frozenset[Any] | None:
     const = [raw["const"]] if "const" in raw else None
     for values in (enum, const):
         if values is not None and any(type(value) is not kind for value in values):
-            raise SchemaRefusal("SCHEMA_ENUM", at)
+            raise BoundaryError("SCHEMA_ENUM", at)
     if enum is not None and len(set(enum)) != len(enum):
-        raise SchemaRefusal("SCHEMA_ENUM", f"{at}.enum")
+        raise BoundaryError("SCHEMA_ENUM", f"{at}.enum")
     chosen = frozenset(enum if enum is not None else const)  # type: ignore[arg-type]
     if const is not None:
         chosen &= frozenset(const)
     if not chosen:
-        raise SchemaRefusal("SCHEMA_ENUM", at)
+        raise BoundaryError("SCHEMA_ENUM", at)
     return chosen
 
 
@@ -2188,7 +2174,7 @@ def _count(raw: dict[str, Any], keyword: str, default: int | None, at: str) -> A
         return default
     value = raw[keyword]
     if type(value) is not int or not 0 <= value <= MAX_SAFE_INTEGER:
-        raise SchemaRefusal("SCHEMA_BOUNDS", f"{at}.{keyword}")
+        raise BoundaryError("SCHEMA_BOUNDS", f"{at}.{keyword}")
     return value
 
 
@@ -2204,7 +2190,7 @@ def _bound(raw: dict[str, Any], keyword: str, default: int, shift: int, at: str)
         return default
     value = raw[keyword]
     if type(value) is not int or not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-        raise SchemaRefusal("SCHEMA_BOUNDS", f"{at}.{keyword}")
+        raise BoundaryError("SCHEMA_BOUNDS", f"{at}.{keyword}")
     return value + shift
 
 
@@ -2233,7 +2219,7 @@ def _refuse_cycles(rules: Sequence[Rule]) -> None:
                 state[node] = 2
                 stack.pop()
             elif state[child] == 1:
-                raise SchemaRefusal("SCHEMA_REF_RECURSIVE", SCHEMA_ROOT)
+                raise BoundaryError("SCHEMA_REF_RECURSIVE", SCHEMA_ROOT)
             elif state[child] == 0:
                 state[child] = 1
                 stack.append((child, iter(_children(rules[child]))))
@@ -2247,18 +2233,18 @@ def _check_unique_items(rules: Sequence[Rule]) -> None:
             if type(items) is NullableRule:
                 items = rules[items.inner]
             if not isinstance(items, _SCALAR_RULES):
-                raise SchemaRefusal("SCHEMA_KEYWORD", SCHEMA_ROOT)
+                raise BoundaryError("SCHEMA_KEYWORD", SCHEMA_ROOT)
 
 
 def compile_schema(schema: Any, *, bounds: Bounds = Bounds(), require_object: bool = True) -> CompiledSchema:
-    """Compile an untrusted schema (a decoded JSON value) into an exact check, or raise SchemaRefusal."""
+    """Compile an untrusted schema (a decoded JSON value) into an exact check, or refuse it (scope schema)."""
     prescan(schema)
     if type(schema) is not dict:
-        raise SchemaRefusal("SCHEMA_ROOT" if require_object else "SCHEMA_MALFORMED", SCHEMA_ROOT)
+        raise BoundaryError("SCHEMA_ROOT" if require_object else "SCHEMA_MALFORMED", SCHEMA_ROOT)
     compiler = _Compiler(schema, bounds)
     rules = compiler.run()
     if require_object and type(rules[0]) is not ObjectRule:
-        raise SchemaRefusal("SCHEMA_ROOT", SCHEMA_ROOT)
+        raise BoundaryError("SCHEMA_ROOT", SCHEMA_ROOT)
     return CompiledSchema(rules, tuple(compiler.definition_order), canonical_sha256(schema),
                           tuple(compiler.paths))
 
@@ -2288,7 +2274,7 @@ class CompiledSchema:
         object.__setattr__(self, "_flat", flat)
 
     def check(self, value: Any) -> None:
-        """Raise ValueRefusal (code, at) unless the schema admits value exactly; iterative."""
+        """Refuse (a value-scope code, at) unless the schema admits value exactly; iterative."""
         flat = self._flat
         if flat is not None and type(value) is dict:
             # The same checks in the same order as the stack below: every key first, then the
@@ -2312,7 +2298,9 @@ class CompiledSchema:
     def admits(self, value: Any) -> bool:
         try:
             self.check(value)
-        except ValueRefusal:
+        except BoundaryError as refusal:
+            if refusal.scope != "value":
+                raise
             return False
         return True
 
@@ -2340,7 +2328,7 @@ class CompiledSchema:
         return schema
 
 
-def _refuse(code: str, at: Any) -> ValueRefusal:
+def _refuse(code: str, at: Any) -> BoundaryError:
     """The refusal, its ``at`` rendered only now: a checked value's place is a chain of
     (parent, keyword, index) tuples until then, since formatting a path per value costs more
     than the check itself."""
@@ -2348,7 +2336,7 @@ def _refuse(code: str, at: Any) -> ValueRefusal:
     while type(at) is tuple:
         at, keyword, position = at
         parts.append(f"{keyword}{position}]")
-    return ValueRefusal(code, at + "".join(reversed(parts)))
+    return BoundaryError(code, at + "".join(reversed(parts)))
 
 
 def _rule_string(rule: StringRule, value: Any, at: Any, _stack: list[Any]) -> None:
@@ -2518,7 +2506,7 @@ def narrow(server_schema: Any, overlay: Mapping[tuple[str, ...], Any], *,
     """
     prescan(server_schema)
     if type(server_schema) is not dict:
-        raise SchemaRefusal("SCHEMA_ROOT", SCHEMA_ROOT)
+        raise BoundaryError("SCHEMA_ROOT", SCHEMA_ROOT)
     patched = json_copy(server_schema)  # depth bounded by the prescan
     definitions = {keyword: patched[keyword] for keyword in DEFINITION_PREFIXES.values() if keyword in patched}
     for number, (path, host) in enumerate(overlay.items()):
@@ -2527,7 +2515,7 @@ def narrow(server_schema: Any, overlay: Mapping[tuple[str, ...], Any], *,
         server_node = parent[name]
         host_rules = compile_schema(host, bounds=bounds, require_object=False)
         if _has_ref(host):
-            raise SchemaRefusal("OVERLAY_WIDENS", at)
+            raise BoundaryError("OVERLAY_WIDENS", at)
         _prove_narrower(host_rules, {**_resolved(server_node, patched, at), **definitions}, bounds, at)
         parent[name] = json_copy(host)
     return compile_schema(patched, bounds=bounds)
@@ -2550,7 +2538,7 @@ def _resolved(node: Any, root: dict[str, Any], at: str) -> dict[str, Any]:
     """A node with a bare local $ref replaced by a copy of its definition (one chain, bounded)."""
     for _ in range(MAX_DEFINITIONS + 1):
         if type(node) is not dict:
-            raise SchemaRefusal("OVERLAY_PATH", at)
+            raise BoundaryError("OVERLAY_PATH", at)
         if "$ref" not in node:
             return node
         ref = node["$ref"]
@@ -2559,20 +2547,20 @@ def _resolved(node: Any, root: dict[str, Any], at: str) -> dict[str, Any]:
         table = root.get(keyword) if keyword else None
         name = ref[len("#/" + str(keyword) + "/"):] if keyword else ""
         if type(table) is not dict or name not in table:
-            raise SchemaRefusal("OVERLAY_PATH", at)
+            raise BoundaryError("OVERLAY_PATH", at)
         node = table[name]
-    raise SchemaRefusal("SCHEMA_REF_RECURSIVE", at)
+    raise BoundaryError("SCHEMA_REF_RECURSIVE", at)
 
 
 def _overlay_parent(root: dict[str, Any], path: tuple[str, ...], at: str) -> tuple[dict[str, Any], str]:
     """The properties table holding the path's last name; referenced objects on the way are inlined."""
     if type(path) is not tuple or not path or any(type(name) is not str for name in path):
-        raise SchemaRefusal("OVERLAY_PATH", at)
+        raise BoundaryError("OVERLAY_PATH", at)
     node = root
     for depth, name in enumerate(path):
         properties = node.get("properties") if type(node) is dict else None
         if type(properties) is not dict or name not in properties:
-            raise SchemaRefusal("OVERLAY_PATH", at)
+            raise BoundaryError("OVERLAY_PATH", at)
         if depth == len(path) - 1:
             return properties, name
         child = properties[name]
@@ -2580,18 +2568,20 @@ def _overlay_parent(root: dict[str, Any], path: tuple[str, ...], at: str) -> tup
             child = json_copy(_resolved(child, root, at))  # this use only: the definition stays
             properties[name] = child
         node = child
-    raise SchemaRefusal("OVERLAY_PATH", at)  # unreachable: the loop returns at the last name
+    raise BoundaryError("OVERLAY_PATH", at)  # unreachable: the loop returns at the last name
 
 
 def _prove_narrower(host: CompiledSchema, server_node: dict[str, Any], bounds: Bounds, at: str) -> None:
     try:
         server = compile_schema(server_node, bounds=bounds, require_object=False)
-    except SchemaRefusal as refusal:
+    except BoundaryError as refusal:
+        if refusal.scope != "schema":
+            raise
         if refusal.code != "SCHEMA_NUMBER" or not _narrows_number(host, server_node):
-            raise SchemaRefusal("OVERLAY_WIDENS", at) from None
+            raise BoundaryError("OVERLAY_WIDENS", at) from None
         return
     if not _is_subset(host, server):
-        raise SchemaRefusal("OVERLAY_WIDENS", at)
+        raise BoundaryError("OVERLAY_WIDENS", at)
 
 
 def _narrows_number(host: CompiledSchema, server_node: dict[str, Any]) -> bool:
@@ -2649,7 +2639,7 @@ def _choices_admitted(host_rule: Any, server: CompiledSchema, index: int) -> boo
     for choice in host_rule.choices:
         try:
             _RULE_CHECKS[type(rule)](rule, choice, VALUE_ROOT, [])
-        except ValueRefusal:
+        except BoundaryError:  # a rule's check refuses with value codes only; any refusal is "not admitted"
             return False
     return True
 
@@ -2825,7 +2815,7 @@ def load_contracts(path: str | os.PathLike[str], *, max_bytes: int = MAX_CONTRAC
     try:
         data = read_bounded(path, max_bytes=max_bytes)
     except BoundaryError:
-        raise ContractsError("CONTRACTS_UNREADABLE") from None
+        raise BoundaryError("CONTRACTS_UNREADABLE") from None
     return parse_contracts(data, max_bytes=max_bytes, overlay=overlay)
 
 
@@ -2835,22 +2825,22 @@ def parse_contracts(data: bytes, *, max_bytes: int = MAX_CONTRACTS_BYTES,
     root = _contract_fields(decode_strict_json(data, max_bytes=max_bytes, max_depth=MAX_CONTRACTS_DEPTH),
                             _ROOT_FIELDS, "contracts")
     if root["format"] != CONTRACTS_FORMAT or type(root["format"]) is not str:
-        raise ContractsError("CONTRACTS_VERSION", "format")
+        raise BoundaryError("CONTRACTS_VERSION", "format")
     raw_tools = root["tools"]
     if type(raw_tools) is not list:
-        raise ContractsError("CONTRACTS_VALUE", "tools")
+        raise BoundaryError("CONTRACTS_VALUE", "tools")
     if not 1 <= len(raw_tools) <= MAX_TOOLS:
-        raise ContractsError("CONTRACTS_LIMIT", "tools")
+        raise BoundaryError("CONTRACTS_LIMIT", "tools")
     narrowing = overlay.tools if overlay is not None else MappingProxyType({})
     tools: dict[str, ToolSpec] = {}
     for index, raw in enumerate(raw_tools):
         tool = _parse_tool(raw, f"tools[{index}]", narrowing)
         if tool.name in tools:
-            raise ContractsError("CONTRACTS_DUPLICATE", f"tools[{index}].name")
+            raise BoundaryError("CONTRACTS_DUPLICATE", f"tools[{index}].name")
         tools[tool.name] = tool
     for index, name in enumerate(narrowing):
         if name not in tools:  # an overlay for a tool the file does not declare narrows nothing: refused
-            raise ContractsError("CONTRACTS_REFERENCE", f"overlay.tools[{index}].name")
+            raise BoundaryError("CONTRACTS_REFERENCE", f"overlay.tools[{index}].name")
     return ContractSet(MappingProxyType(tools))
 
 
@@ -2861,7 +2851,7 @@ def _parse_tool(raw: Any, at: str, narrowing: Mapping[str, _ToolOverlay]) -> Too
     _require(type(body["name"]) is str and TOOL_NAME.fullmatch(body["name"]) is not None, f"{at}.name")
     _require(type(body["description"]) is str, f"{at}.description")
     if len(body["description"]) > MAX_DESCRIPTION_LENGTH:
-        raise ContractsError("CONTRACTS_LIMIT", f"{at}.description")
+        raise BoundaryError("CONTRACTS_LIMIT", f"{at}.description")
     _require(body["effect"] in EFFECTS and type(body["effect"]) is str, f"{at}.effect")
     _require(is_identifier(body["required_role"]), f"{at}.required_role")
     _require(is_identifier(body["producer"]), f"{at}.producer")
@@ -2870,7 +2860,7 @@ def _parse_tool(raw: Any, at: str, narrowing: Mapping[str, _ToolOverlay]) -> Too
     output_schema = (None if body["output_schema"] is None
                      else _compile_at(body["output_schema"], f"{at}.output_schema", host, "output"))
     if host is not None and body["output_schema"] is None and host.output:
-        raise SchemaRefusal("OVERLAY_PATH", f"overlay.tools[{host.index}].output[0]")
+        raise BoundaryError("OVERLAY_PATH", f"overlay.tools[{host.index}].output[0]")
     revisions = _contract_fields(body["revisions"], frozenset(_REVISION_FIELDS), f"{at}.revisions")
     for name in _REVISION_FIELDS:
         _require(is_identifier(revisions[name]), f"{at}.revisions.{name}")
@@ -2902,10 +2892,12 @@ def _compile_at(schema: Any, at: str, host: _ToolOverlay | None = None, side: st
         if not entries:
             return compile_schema(schema)
         return narrow(schema, MappingProxyType(dict(entries)))
-    except SchemaRefusal as refusal:  # the same code, its place moved inside the file it is about
+    except BoundaryError as refusal:  # the same code, its place moved inside the file it is about
+        if refusal.scope != "schema":
+            raise
         if refusal.at.startswith("overlay["):
-            raise SchemaRefusal(refusal.code, places[int(refusal.at[len("overlay["):-1])]) from None
-        raise SchemaRefusal(refusal.code, at + refusal.at[len(SCHEMA_ROOT):]) from None
+            raise BoundaryError(refusal.code, places[int(refusal.at[len("overlay["):-1])]) from None
+        raise BoundaryError(refusal.code, at + refusal.at[len(SCHEMA_ROOT):]) from None
 
 
 def _resource_field(value: Any, input_schema: CompiledSchema, at: str) -> str | None:
@@ -2916,7 +2908,7 @@ def _resource_field(value: Any, input_schema: CompiledSchema, at: str) -> str | 
     root = input_schema.rules[0]
     entry = root.index.get(value) if type(root) is ObjectRule else None
     if entry is None or value not in root.required or type(input_schema.rules[entry[1]]) is not StringRule:
-        raise ContractsError("CONTRACTS_REFERENCE", at)
+        raise BoundaryError("CONTRACTS_REFERENCE", at)
     return value
 
 
@@ -2928,7 +2920,7 @@ def _bound_fields(value: Any, input_schema: CompiledSchema, output_schema: Compi
     for name in value:
         if (output_schema is None or name not in output_schema.rules[0].required
                 or name not in input_schema.rules[0].required):
-            raise ContractsError("CONTRACTS_REFERENCE", at)
+            raise BoundaryError("CONTRACTS_REFERENCE", at)
     return tuple(value)
 
 
@@ -2953,15 +2945,15 @@ def _hints(raw: Any, at: str) -> Mapping[str, bool | None]:
 
 def _contract_fields(value: Any, fields: frozenset[str], at: str) -> dict[str, Any]:
     if type(value) is not dict:
-        raise ContractsError("CONTRACTS_VALUE", at)
+        raise BoundaryError("CONTRACTS_VALUE", at)
     if value.keys() != fields:
-        raise ContractsError("CONTRACTS_FIELDS", at)
+        raise BoundaryError("CONTRACTS_FIELDS", at)
     return value
 
 
 def _require(condition: bool, at: str) -> None:
     if not condition:
-        raise ContractsError("CONTRACTS_VALUE", at)
+        raise BoundaryError("CONTRACTS_VALUE", at)
 
 
 # -- The overlay file ---------------------------------------------------------------------------
@@ -2991,7 +2983,7 @@ def load_overlay(path: str | os.PathLike[str], *, max_bytes: int = MAX_CONTRACTS
     try:
         data = read_bounded(path, max_bytes=max_bytes)
     except BoundaryError:
-        raise ContractsError("CONTRACTS_UNREADABLE", "overlay") from None
+        raise BoundaryError("CONTRACTS_UNREADABLE", "overlay") from None
     return parse_overlay(data, max_bytes=max_bytes)
 
 
@@ -3001,21 +2993,21 @@ def parse_overlay(data: bytes, *, max_bytes: int = MAX_CONTRACTS_BYTES) -> Contr
     root = _contract_fields(decode_strict_json(data, max_bytes=max_bytes, max_depth=MAX_CONTRACTS_DEPTH),
                             _OVERLAY_ROOT_FIELDS, "overlay")
     if root["format"] != OVERLAY_FORMAT or type(root["format"]) is not str:
-        raise ContractsError("CONTRACTS_VERSION", "overlay.format")
+        raise BoundaryError("CONTRACTS_VERSION", "overlay.format")
     raw_tools = root["tools"]
     _require(type(raw_tools) is list, "overlay.tools")
     if not 1 <= len(raw_tools) <= MAX_TOOLS:
-        raise ContractsError("CONTRACTS_LIMIT", "overlay.tools")
+        raise BoundaryError("CONTRACTS_LIMIT", "overlay.tools")
     tools: dict[str, _ToolOverlay] = {}
     for index, raw in enumerate(raw_tools):
         at = f"overlay.tools[{index}]"
         body = _contract_fields(raw, _OVERLAY_TOOL_FIELDS, at)
         _require(type(body["name"]) is str and TOOL_NAME.fullmatch(body["name"]) is not None, f"{at}.name")
         if body["name"] in tools:
-            raise ContractsError("CONTRACTS_DUPLICATE", f"{at}.name")
+            raise BoundaryError("CONTRACTS_DUPLICATE", f"{at}.name")
         sides = {side: _overlay_entries(body[side], f"{at}.{side}") for side, _ in _OVERLAY_SIDES}
         if not sides["input"] and not sides["output"]:
-            raise ContractsError("CONTRACTS_LIMIT", at)  # an entry that narrows nothing is a mistake
+            raise BoundaryError("CONTRACTS_LIMIT", at)  # an entry that narrows nothing is a mistake
         tools[body["name"]] = _ToolOverlay(index, sides["input"], sides["output"])
     return ContractOverlay(MappingProxyType(tools))
 
@@ -3023,7 +3015,7 @@ def parse_overlay(data: bytes, *, max_bytes: int = MAX_CONTRACTS_BYTES) -> Contr
 def _overlay_entries(raw: Any, at: str) -> tuple[tuple[tuple[str, ...], Any], ...]:
     _require(type(raw) is list, at)
     if len(raw) > MAX_OVERLAY_PATHS:
-        raise ContractsError("CONTRACTS_LIMIT", at)
+        raise BoundaryError("CONTRACTS_LIMIT", at)
     entries: dict[tuple[str, ...], Any] = {}
     for number, item in enumerate(raw):
         place = f"{at}[{number}]"
@@ -3032,11 +3024,13 @@ def _overlay_entries(raw: Any, at: str) -> tuple[tuple[tuple[str, ...], Any], ..
         _require(type(path) is list and 1 <= len(path) <= MAX_OVERLAY_PATH_LENGTH
                  and all(type(name) is str and 1 <= len(name) <= MAX_NAME_LENGTH for name in path), f"{place}.path")
         if tuple(path) in entries:
-            raise ContractsError("CONTRACTS_DUPLICATE", f"{place}.path")
+            raise BoundaryError("CONTRACTS_DUPLICATE", f"{place}.path")
         try:
             compile_schema(body["schema"], require_object=False)
-        except SchemaRefusal as refusal:
-            raise SchemaRefusal(refusal.code, f"{place}.schema" + refusal.at[len(SCHEMA_ROOT):]) from None
+        except BoundaryError as refusal:
+            if refusal.scope != "schema":
+                raise
+            raise BoundaryError(refusal.code, f"{place}.schema" + refusal.at[len(SCHEMA_ROOT):]) from None
         entries[tuple(path)] = body["schema"]
     return tuple(entries.items())
 
@@ -3045,8 +3039,8 @@ def _overlay_entries(raw: Any, at: str) -> tuple[tuple[tuple[str, ...], Any], ..
 # 9. Registry and input contracts
 # ============================================================================================
 # The shipped tools are a contract set like any other, read from tool-contracts.json beside this
-# module when it is imported. A broken file stops an import with its ContractsError (or
-# SchemaRefusal, or the decoder's JSON_* code); run as the command line, the module imports and
+# module when it is imported. A broken file stops an import with its CONTRACTS_* code (or
+# a SCHEMA_* one, or the decoder's JSON_* code); run as the command line, the module imports and
 # main() answers the failure shape instead of a traceback.
 
 # Beside the module in a checkout; under the environment's prefix once installed (pip puts data
@@ -3077,7 +3071,9 @@ def check_input(spec: ToolSpec, arguments: Any) -> dict[str, Any]:
         raise BoundaryError("INVALID_ARGUMENTS")
     try:
         spec.input_contract.check(arguments)
-    except ValueRefusal:
+    except BoundaryError as refusal:
+        if refusal.scope != "value":
+            raise
         raise BoundaryError("INVALID_ARGUMENTS") from None
     return dict(arguments) if spec._flat_input else json_copy(arguments)
 
@@ -3656,7 +3652,9 @@ def check_output_fields(spec: ToolSpec, output: Any) -> None:
         raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
     try:
         contract.check(output)
-    except ValueRefusal:
+    except BoundaryError as refusal:
+        if refusal.scope != "value":
+            raise
         raise BoundaryError("OUTPUT_CONTRACT_VIOLATION") from None
 
 

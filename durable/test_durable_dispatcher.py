@@ -208,7 +208,7 @@ class TestConstantsAndErrors(unittest.TestCase):
         self.assertTrue(td.ERROR_CATALOG["OPERATION_IN_PROGRESS"].retryable)
 
     def test_catalog_shares_no_code_with_the_core(self) -> None:
-        # Every catalog the core exports (the contract language's too), not only ERROR_CATALOG.
+        # Every code of every catalog the core exports, the contract language's included.
         core = {code for name in td.__all__ if name.endswith("_CATALOG") for code in getattr(td, name)}
         self.assertLessEqual({"INVALID_ARGUMENTS", "SCHEMA_TYPE", "VALUE_TYPE", "CONTRACTS_FIELDS"}, core)
         self.assertEqual(set(dd.DURABLE_ERRORS) & core, set())

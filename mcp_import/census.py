@@ -71,7 +71,9 @@ def narrowed_numbers(schema: Any) -> Any:
 def refusal(schema: Any) -> str | None:
     try:
         tool_dispatcher.compile_schema(schema)
-    except CatalogError as error:
+    except BoundaryError as error:
+        if error.scope != "schema":
+            raise
         return error.code
     return None
 

@@ -43,7 +43,7 @@ for _path in (str(_HERE.parent), str(_HERE)):
 
 import tool_dispatcher  # noqa: E402
 from tool_dispatcher import (  # noqa: E402
-    CatalogError, CliParser, JsonPolicy, SchemaRefusal, emit_json, error_specs, is_identifier,
+    BoundaryError, CatalogError, CliParser, JsonPolicy, emit_json, error_specs, is_identifier,
 )
 
 
@@ -466,7 +466,9 @@ def _placed(path: str, at: str) -> str:
 def _compile(schema: Any, at: str) -> tool_dispatcher.CompiledSchema:
     try:
         return tool_dispatcher.compile_schema(schema)
-    except SchemaRefusal as refusal:
+    except BoundaryError as refusal:
+        if refusal.scope != "schema":
+            raise
         raise _Refused(refusal.code, _placed(refusal.at, at)) from None
 
 

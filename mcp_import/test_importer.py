@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 import unittest
+from unittest import mock
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -259,13 +260,22 @@ class TestListingUnits(unittest.TestCase):
 
 class TestCatalogs(unittest.TestCase):
     def test_the_catalogs_share_no_code_with_the_core(self):
-        # Every catalog the core exports (the contract language's too), not only ERROR_CATALOG.
+        # Every code of every catalog the core exports, the contract language's included.
         core = {code for name in tool_dispatcher.__all__ if name.endswith("_CATALOG")
                 for code in getattr(tool_dispatcher, name)}
         self.assertLessEqual({"INVALID_ARGUMENTS", "SCHEMA_TYPE", "VALUE_TYPE", "CONTRACTS_FIELDS"}, core)
         for catalog in (importer.IMPORT_CATALOG, census.CensusError.CATALOG):
             self.assertEqual(set(catalog) & core, set())
         self.assertEqual(set(importer.IMPORT_CATALOG) & set(census.CensusError.CATALOG), set())
+
+    def test_only_a_schema_scope_refusal_is_a_refused_schema(self):
+        foreign = tool_dispatcher.BoundaryError("CONTEXT_INVALID")
+        with mock.patch.object(tool_dispatcher, "compile_schema", side_effect=foreign):
+            for name, run in (("importer", lambda: importer._compile({}, "tools[0].inputSchema")),
+                              ("census", lambda: census.refusal({}))):
+                with self.subTest(module=name), self.assertRaises(tool_dispatcher.BoundaryError) as caught:
+                    run()
+                self.assertIs(caught.exception, foreign)
 
 
 class TestDraftUnits(unittest.TestCase):

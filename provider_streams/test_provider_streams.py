@@ -146,7 +146,7 @@ class TestErrors(unittest.TestCase):
         self.assertEqual(ps.StreamError("STREAM_NOT_OPEN").message, ps.STREAM_CATALOG["STREAM_NOT_OPEN"].message)
 
     def test_catalog_shares_no_code_with_the_core(self):
-        # Every catalog the core exports (the contract language's too), not only ERROR_CATALOG.
+        # Every code of every catalog the core exports, the contract language's included.
         core = {code for name in tool_dispatcher.__all__ if name.endswith("_CATALOG")
                 for code in getattr(tool_dispatcher, name)}
         self.assertLessEqual({"INVALID_ARGUMENTS", "SCHEMA_TYPE", "VALUE_TYPE", "CONTRACTS_FIELDS"}, core)

@@ -114,7 +114,7 @@ class TestErrors(unittest.TestCase):
         self.assertEqual(set(tb.BenchError("SCENARIO_UNKNOWN").to_json()), {"code", "message", "retryable"})
 
     def test_the_catalog_shares_no_code_with_the_core(self):
-        # Every catalog the core exports (the contract language's too), not only ERROR_CATALOG.
+        # Every code of every catalog the core exports, the contract language's included.
         core = {code for name in tb.tool_dispatcher.__all__ if name.endswith("_CATALOG")
                 for code in getattr(tb.tool_dispatcher, name)}
         self.assertLessEqual({"INVALID_ARGUMENTS", "SCHEMA_TYPE", "VALUE_TYPE", "CONTRACTS_FIELDS"}, core)

@@ -1070,7 +1070,8 @@ PACKAGE_STATES: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
 
 
 def verified_record(row: LedgerRow, seal_keys: td.SealKeys | None,
-                    receipt_of: Callable[[str], td.Receipt | None]) -> td.OperationRecord:
+                    receipt_of: Callable[[str], td.Receipt | None], *,
+                    registry: Mapping[str, td.ToolSpec] = td.REGISTRY) -> td.OperationRecord:
     """A settled row as the record a replay or a status query answers from, once its stored
     package verifies (with the store's seal keys, required when it has them) and states exactly
     the row's columns; STORE_TAMPERED otherwise. Nothing is written either way."""
@@ -1079,7 +1080,7 @@ def verified_record(row: LedgerRow, seal_keys: td.SealKeys | None,
     package = None if row.package is None else _decoded(row.package)
     if package is not None:
         try:
-            td.verify_package(package, seal_keys=seal_keys, require_seal=seal_keys is not None)
+            td.verify_package(package, seal_keys=seal_keys, require_seal=seal_keys is not None, registry=registry)
         except td.BoundaryError:
             raise DurableError("STORE_TAMPERED") from None
     stated = None if package is None else package["execution"]["operation_state"]
@@ -1094,16 +1095,17 @@ def verified_record(row: LedgerRow, seal_keys: td.SealKeys | None,
         return _unanswered(row, record, refs, data)
     audit = package["protected_audit"]
     context = audit["provider_context"]
-    states = (stated in PACKAGE_STATES[row.state], audit["principal"]["tenant"], audit["principal"]["subject_ref"],
-              (context["provider"], context["api_family"], context["adapter_revision"]), context["operation_id"],
+    states = [stated in PACKAGE_STATES[row.state], audit["principal"]["tenant"], audit["principal"]["subject_ref"],
+              [context["provider"], context["api_family"], context["adapter_revision"]], context["operation_id"],
               context["idempotency_key"], audit["tool_contract"], audit["arguments"], audit["approval"],
               audit["resource_revision"], audit["request_sha256"], audit["downstream"],
-              package["model_result"].get("data"))
-    columns = (True, row.tenant, td.principal_view(td.Principal(row.tenant, row.subject))["subject_ref"],
-               (row.provider, row.api_family, row.adapter_revision), row.operation_id, row.idempotency_key,
+              package["model_result"].get("data")]
+    columns = [True, row.tenant, td.principal_view(td.Principal(row.tenant, row.subject))["subject_ref"],
+               [row.provider, row.api_family, row.adapter_revision], row.operation_id, row.idempotency_key,
                dict(record.contract), dict(record.arguments), None if record.approval is None else dict(record.approval),
-               row.resource_revision, row.request_sha256, refs, data)
-    if states != columns or audit["tool_contract"]["tool"] != row.tool:
+               row.resource_revision, row.request_sha256, refs, data]
+    # Compared as JSON, not with ==: in Python 1 == True, and an edit from one to the other is an edit.
+    if td.canonical_json(states) != td.canonical_json(columns) or audit["tool_contract"]["tool"] != row.tool:
         raise DurableError("STORE_TAMPERED")
     return record
 
@@ -1508,7 +1510,7 @@ class LedgerOperations:
     def __init__(self, store: DurableStore, *, realm: str = DEFAULT_REALM, lease_ms: int = LEASE_MS,
                  retention_ms: int = RETENTION_MS, owner: str | None = None,
                  checkpoint: Checkpoint | None = None, defer_bindings: bool = False,
-                 seal_keys: td.SealKeys | None = None) -> None:
+                 seal_keys: td.SealKeys | None = None, registry: Mapping[str, td.ToolSpec] = td.REGISTRY) -> None:
         if not td.is_identifier(realm):
             raise DurableError("SETTING_INVALID")
         if type(lease_ms) is not int or not MIN_LEASE_MS <= lease_ms <= MAX_LEASE_MS:
@@ -1522,6 +1524,7 @@ class LedgerOperations:
         self._pending: tuple[tuple[str, str, str], tuple[Any, ...]] | None = None  # a binding not yet written
         self._open: Lease | None = None  # a claim whose transaction start() or release() commits
         self._seal_keys = seal_keys  # seal what is chained; require and check seals on what is read back
+        self._registry = registry  # the contract set the stored packages were made with
         self.ledger = Ledger(store, retention_ms=retention_ms, checkpoint=self._checkpoint, seal_keys=seal_keys)
         self.downstream = DurableDownstream(store, realm, checkpoint=self._checkpoint)
         self._calls = CallBindings(store, realm)
@@ -1644,7 +1647,7 @@ class LedgerOperations:
         # A settled row answers only once its stored package vouches for it; a refused answer
         # writes nothing, not even the call binding this dispatch deferred.
         try:
-            return verified_record(row, self._seal_keys, self.downstream.receipt)
+            return verified_record(row, self._seal_keys, self.downstream.receipt, registry=self._registry)
         except DurableError:
             self._pending = None
             raise
@@ -1722,7 +1725,8 @@ class DurableDispatcher(td.Dispatcher):
                  handlers: Mapping[str, td.Handler] | None = None,
                  registry: Mapping[str, td.ToolSpec] = td.REGISTRY, seal_keys: td.SealKeys | None = None) -> None:
         operations = LedgerOperations(store, realm=realm, lease_ms=lease_ms, retention_ms=retention_ms,
-                                      owner=owner, checkpoint=checkpoint, defer_bindings=True, seal_keys=seal_keys)
+                                      owner=owner, checkpoint=checkpoint, defer_bindings=True, seal_keys=seal_keys,
+                                      registry=registry)
         super().__init__(orders, approvers=approvers, handlers=handlers, registry=registry, operations=operations,
                          seal_keys=seal_keys)
         self.operations: LedgerOperations = operations
@@ -1951,16 +1955,17 @@ class ChainReport:
         return td.canonical_sha256(dict(self.heads))
 
 
-def verify_chain(store: Any, *, seal_keys: td.SealKeys | None = None) -> ChainReport:
+def verify_chain(store: Any, *, seal_keys: td.SealKeys | None = None,
+                 registry: Mapping[str, td.ToolSpec] = td.REGISTRY) -> ChainReport:
     """Verify every realm's chain and every operation row of a store; the first fault, if any.
 
     One read-only snapshot: writers may go on meanwhile, and none of their commits is half seen
     (a row whose entry came after the chain was read would look like a package in no entry)."""
     with store.transaction(store.snapshot):
-        return _verify_chain(store, seal_keys)
+        return _verify_chain(store, seal_keys, registry)
 
 
-def _verify_chain(store: Any, seal_keys: td.SealKeys | None) -> ChainReport:
+def _verify_chain(store: Any, seal_keys: td.SealKeys | None, registry: Mapping[str, td.ToolSpec]) -> ChainReport:
     heads: dict[str, str] = {}
     entries = rows = 0
     sealed = seal_keys is not None
@@ -1968,7 +1973,7 @@ def _verify_chain(store: Any, seal_keys: td.SealKeys | None) -> ChainReport:
         realm = _checked_text(realm)
         report, packages, fault = _verify_realm_chain(store, realm, seal_keys)
         if fault is None:
-            fault, checked = _verify_realm_rows(store, realm, packages, seal_keys)
+            fault, checked = _verify_realm_rows(store, realm, packages, seal_keys, registry)
             rows += checked
         if fault is not None:
             return ChainReport(MappingProxyType(heads), entries, rows, False, fault)
@@ -2006,8 +2011,8 @@ def _verify_realm_chain(store: Any, realm: str, seal_keys: td.SealKeys | None
     return report, packages, None
 
 
-def _verify_realm_rows(store: Any, realm: str, packages: Mapping[str, int],
-                       seal_keys: td.SealKeys | None) -> tuple[ChainFault | None, int]:
+def _verify_realm_rows(store: Any, realm: str, packages: Mapping[str, int], seal_keys: td.SealKeys | None,
+                       registry: Mapping[str, td.ToolSpec]) -> tuple[ChainFault | None, int]:
     receipts = DurableDownstream(store, realm).receipt
     checked = 0
     for values in store.query(SQL_REALM_ROWS, {"realm": realm}):
@@ -2017,7 +2022,7 @@ def _verify_realm_rows(store: Any, realm: str, packages: Mapping[str, int],
             if row.package is not None and index is None:
                 raise DurableError("STORE_TAMPERED")  # a package no chain entry holds
             if row.state in td.MODEL_STATE:
-                verified_record(row, seal_keys, receipts)
+                verified_record(row, seal_keys, receipts, registry=registry)
         except DurableError as error:
             return ChainFault(realm, index, error, row.request_ref), checked
         checked += 1

@@ -1005,9 +1005,9 @@ class TestSealedLedger(StoreCase):
     def dump(self) -> list[list[tuple[Any, ...]]]:
         return [sorted(rows(self.path, f"SELECT * FROM {table}"), key=repr) for table in LEDGER_TABLES]
 
-    def verify_chain(self, keys: td.SealKeys | None = SEAL_KEYS) -> dd.ChainReport:
+    def verify_chain(self, keys: td.SealKeys | None = SEAL_KEYS, **options: Any) -> dd.ChainReport:
         with dd.open_store(self.path, create=False) as store:
-            return dd.verify_chain(store, seal_keys=keys)
+            return dd.verify_chain(store, seal_keys=keys, **options)
 
     def assertTampered(self, dispatcher: dd.DurableDispatcher, *, query_too: bool = True) -> None:
         """The replay and the status query are refused with STORE_TAMPERED, and nothing changed."""
@@ -1064,6 +1064,66 @@ class TestSealedLedger(StoreCase):
                 report = self.verify_chain()
                 self.assertEqual((report.fault.realm, report.fault.index, report.fault.error.code),
                                  ("default", None if column == "package" else 0, "STORE_TAMPERED"))
+
+    def flag_dispatcher(self) -> dd.DurableDispatcher:
+        """A host's own write tool with an integer and a boolean, where Python's 1 == True."""
+        ref = {"type": "string", "pattern": "^ORDER-[0-9]{1,12}$", "maxLength": 18}
+        fields = {"order_ref": ref, "count": {"type": "integer", "minimum": 0, "maximum": 9}, "flag": {"type": "boolean"}}
+        schema = {"type": "object", "properties": fields, "required": list(fields), "additionalProperties": False}
+        contracts = td.parse_contracts(td.canonical_json({"format": "tool-contracts-v1", "tools": [{
+            "name": "set_flag", "description": "Set a flag on an order.", "effect": "write",
+            "required_role": "refunds.draft", "resource_field": "order_ref", "input_schema": schema,
+            "output_schema": schema, "bound_fields": ["order_ref", "count", "flag"], "producer": "flags",
+            "revisions": {part: f"set_flag.{part}.v1" for part in ("contract", "input", "output", "effect",
+                                                                    "handler", "producer")},
+            "provenance": {"source": "host", "server_name": None, "server_version": None, "protocol_version": None,
+                           "input_schema_sha256": None, "output_schema_sha256": None},
+            "hints": {"read_only": None, "destructive": None, "idempotent": None, "open_world": None}}]}))
+
+        def set_flag(call: td.HandlerCall) -> td.HandlerResult:
+            return td.HandlerResult(output=dict(call.arguments), producer_revision=call.spec.producer_revision,
+                                    resource_revision=call.order.revision,
+                                    receipt_ref=td.derived_ref("rc-", "flag", call.request_ref))
+
+        self.flag_contracts = contracts
+        return self.sealed(registry=contracts, handlers={"set_flag": set_flag})
+
+    def flag_write(self, dispatcher: dd.DurableDispatcher, tag: str) -> dict[str, Any]:
+        proposal = {"name": "set_flag", "arguments": {"order_ref": "ORDER-7", "count": 1, "flag": True}}
+        ctx = context(tag)
+        approval = td.approval_for_call(approver="approver-lee", principal=ALICE, context=ctx,
+                                        spec=self.flag_contracts["set_flag"], arguments=proposal["arguments"],
+                                        expires_at=NOW + 600)
+        return dispatcher.dispatch(proposal, ctx, ALICE, approval=approval, now=NOW, deadline=NOW + 30)
+
+    def test_a_json_kind_edit_that_python_calls_equal_is_refused(self) -> None:
+        # 1 == True and True == 1 in Python; in JSON they are two values, and the package says which.
+        for index, column in enumerate(("data", "arguments")):
+            with self.subTest(column=column):
+                self.new_store(f"kind-{index}")
+                dispatcher = self.flag_dispatcher()
+                first = self.flag_write(dispatcher, "a")
+                self.assertEqual(first["model_result"]["data"], {"order_ref": "ORDER-7", "count": 1, "flag": True})
+                self.assertAnswer(self.flag_write(dispatcher, "b"), "local_replay")  # untouched: its own set verifies it
+                self.tamper(f"UPDATE operations SET {column} = replace(replace(replace({column}, "
+                            "'\"count\":1', '\"count\":X'), '\"flag\":true', '\"flag\":1'), 'X', 'true')")
+                edited = rows(self.path, f"SELECT {column} FROM operations")[0][0]
+                self.assertIn('"count":true', edited)
+                self.assertIn('"flag":1', edited)
+                before = self.dump()
+                self.assertDurable("STORE_TAMPERED", lambda: self.flag_write(dispatcher, "replay"))
+                self.assertEqual(self.dump(), before)
+                self.assertEqual(self.verify_chain(registry=self.flag_contracts).fault.error.code, "STORE_TAMPERED")
+
+    def test_a_host_tool_set_replays_and_its_chain_verifies_with_that_set(self) -> None:
+        dispatcher = self.flag_dispatcher()
+        first = self.flag_write(dispatcher, "a")
+        replay = self.flag_write(dispatcher, "b")
+        self.assertAnswer(replay, "local_replay")
+        self.assertEqual(replay["model_result"]["data"], first["model_result"]["data"])
+        self.assertIsNone(self.verify_chain(registry=self.flag_contracts).fault)
+        # The shipped set does not know the tool: its packages are no evidence under that set.
+        self.assertEqual(self.verify_chain().fault.error.code, "STORE_TAMPERED")
 
     def new_store(self, name: str) -> None:
         """Each subtest on a store of its own (the PostgreSQL twin: a new schema)."""

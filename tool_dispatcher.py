@@ -99,7 +99,8 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "approval_view", "check_refundable",
     "check_deadline",
     # 12. Handlers and the mock downstream
-    "Receipt", "MockDownstream", "refund_draft_receipt", "derived_ref", "HandlerCall", "HandlerResult", "handle_get_order",
+    "Receipt", "MockDownstream", "refund_draft_receipt", "derived_ref", "HandlerCall", "HandlerResult",
+    "handle_get_order",
     "handle_create_refund_draft", "receipt_output", "Handler", "HANDLERS", "ResponseLost",
     "InjectedHandlerFailure", "FAULTS_BEFORE_HANDLER", "FAULTS_AFTER_HANDLER", "FAULTS_BEFORE_RECEIPT",
     "FAULTS_INSTEAD_OF_HANDLER", "FAULTS",
@@ -5122,7 +5123,7 @@ class AuditLog:
 @dataclass(frozen=True, slots=True)
 class AuditReport:
     entries: int  # packages in the log (the closing entry not counted)
-    head_sha256: str  # the closing entry's digest (an open chain: its last entry's): what a second implementation must reproduce
+    head_sha256: str  # the closing entry's digest (an open chain: its last entry's), for a second implementation
     sealed: bool  # every entry sealed and checked
 
 

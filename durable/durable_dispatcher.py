@@ -1088,7 +1088,8 @@ def verified_record(row: LedgerRow, seal_keys: td.SealKeys | None,
         # Reconciled by recovery, from a receipt, after a first answer of unknown (or none): the
         # receipt vouches for what that answer could not say.
         receipt = receipt_of(row.status_ref)
-        if receipt is None or receipt.receipt_ref != row.receipt_ref or td.canonical_json(td.receipt_output(receipt)) != td.canonical_json(data):
+        if (receipt is None or receipt.receipt_ref != row.receipt_ref
+                or td.canonical_json(td.receipt_output(receipt)) != td.canonical_json(data)):
             raise DurableError("STORE_TAMPERED")
         refs["receipt_ref"], data = None, None  # what the first answer said before the receipt was found
     if package is None:

@@ -1045,11 +1045,16 @@ def _table(**checks: _Check) -> _Table:
     return _Table(fields=frozenset(checks), checks=tuple(checks.items()))
 
 
-def _exact_fields(value: Any, fields: frozenset[str], at: str) -> dict[str, Any]:
+_FIXTURE_SHAPE_CODES: Final = ("FIXTURE_VALUE", "FIXTURE_FIELDS")  # not an object; other fields than these
+
+
+def _exact_fields(value: Any, fields: frozenset[str], at: str,
+                  codes: tuple[str, str] = _FIXTURE_SHAPE_CODES) -> dict[str, Any]:
+    """An object with exactly these fields; else codes[0] (not an object) or codes[1] (other fields)."""
     if type(value) is not dict:
-        raise BoundaryError("FIXTURE_VALUE", at)
+        raise BoundaryError(codes[0], at)
     if value.keys() != fields:
-        raise BoundaryError("FIXTURE_FIELDS", at)
+        raise BoundaryError(codes[1], at)
     return value
 
 
@@ -2945,11 +2950,7 @@ def _hints(raw: Any, at: str) -> Mapping[str, bool | None]:
 
 
 def _contract_fields(value: Any, fields: frozenset[str], at: str) -> dict[str, Any]:
-    if type(value) is not dict:
-        raise BoundaryError("CONTRACTS_VALUE", at)
-    if value.keys() != fields:
-        raise BoundaryError("CONTRACTS_FIELDS", at)
-    return value
+    return _exact_fields(value, fields, at, ("CONTRACTS_VALUE", "CONTRACTS_FIELDS"))
 
 
 def _require(condition: bool, at: str) -> None:

@@ -472,6 +472,18 @@ class TestErrorsAndTheCodeCatalog(StrictJsonAssertions, unittest.TestCase):
         self.assertEqual(BoundaryError("JSON_INVALID").to_json(),
                          {"code": "JSON_INVALID", "message": "The document is not valid JSON.", "retryable": False})
 
+    def test_the_readme_lists_every_code_under_its_scope(self):
+        # The README's catalog table: one row per scope, its first word the scope, every code in backquotes.
+        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
+            text = handle.read()
+        start = text.index("| tool (inside a `model_result`)")
+        rows = text[start:text.index("\n\n", start)].splitlines()
+        listed = {row.split("|")[1].split()[0]: set(re.findall(r"`([A-Z][A-Z0-9_]+)`", row.split("|")[2])) for row in rows}
+        scopes: dict[str, set[str]] = {}
+        for code, spec in td.ERROR_CATALOG.items():
+            scopes.setdefault(spec.scope, set()).add(code)
+        self.assertEqual(listed, scopes)
+
 
 # ============================================================================================
 # 3. Value types

@@ -3088,7 +3088,7 @@ def check_input(spec: ToolSpec, arguments: Any) -> dict[str, Any]:
 # order that does not exist all give the same NOT_FOUND: no existence oracle.
 
 
-def authorize(spec: ToolSpec, principal: Principal, arguments: Mapping[str, str],
+def authorize(spec: ToolSpec, principal: Principal, arguments: Mapping[str, Any],
               orders: Mapping[tuple[str, str], Order]) -> Order:
     if spec.required_role not in principal.roles:
         raise BoundaryError("PERMISSION_DENIED")
@@ -3194,7 +3194,7 @@ _APPROVAL_BINDING: Final[tuple[tuple[str, Callable[[Principal, CallContext, Tool
 
 
 def check_approval(approval: Any, *, principal: Principal, context: CallContext, spec: ToolSpec,
-                   arguments: Mapping[str, str], approvers: frozenset[str], now: int,
+                   arguments: Mapping[str, Any], approvers: frozenset[str], now: int,
                    consumed: Callable[[str], bool] = lambda _ref: False) -> str:
     """An approval must come from a listed approver, be unused, bind this exact call, and be
     live; answer its reference (approval_ref), which the write then consumes.
@@ -3360,7 +3360,7 @@ def derived_ref(prefix: str, kind: str, *parts: Any) -> str:
 class HandlerCall:
     spec: ToolSpec
     principal: Principal
-    arguments: Mapping[str, str]
+    arguments: Mapping[str, Any]
     order: Order
     downstream: MockDownstream
     request_ref: str | None
@@ -3629,8 +3629,8 @@ def scan_output(value: Any, *, max_depth: int = MAX_OUTPUT_DEPTH, max_nodes: int
     return bound
 
 
-def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, str], order: Order,
-                 *, max_bytes: int = MAX_OUTPUT_BYTES) -> dict[str, str]:
+def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, Any], order: Order,
+                 *, max_bytes: int = MAX_OUTPUT_BYTES) -> dict[str, Any]:
     """Admit a handler result as model data, or raise the OUTPUT_* code that refuses it."""
     if type(result) is not HandlerResult:
         raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
@@ -3887,7 +3887,7 @@ def _contract_templates(contract: tuple[tuple[str, str], ...]) -> tuple[Canonica
     )
 
 
-def spec_request_sha256(spec: ToolSpec, principal_text: str, arguments: Mapping[str, str]) -> str:
+def spec_request_sha256(spec: ToolSpec, principal_text: str, arguments: Mapping[str, Any]) -> str:
     """request_sha256 for a registered spec, given the principal view's canonical text."""
     return _contract_templates(spec._contract_items)[0].sha256(canonical_text(arguments), principal_text)
 
@@ -4000,7 +4000,7 @@ class AdmittedCall(NamedTuple):
     purpose: str
     principal_text: str  # the canonical text of principal_view(principal), for the request digest
     spec: ToolSpec | None = None
-    arguments: dict[str, str] | None = None
+    arguments: dict[str, Any] | None = None
     request_sha256: str | None = None
 
     @property

@@ -59,6 +59,14 @@ SQL_BARE_TABLE: Final = "CREATE TABLE writes (key TEXT PRIMARY KEY, payload TEXT
 SQL_BARE_INSERT: Final = "INSERT INTO writes (key, payload) VALUES (?, ?)"
 
 
+def _bare_commits(connection: Any, begin: str, insert: str, keys: range) -> None:
+    """The floor's unit of work: one row per transaction, committed (sqlite3 and psycopg alike)."""
+    for key in keys:
+        connection.execute(begin)
+        connection.execute(insert, (f"key-{key}", PAYLOAD))
+        connection.execute("COMMIT")
+
+
 def bare_rate(path: Path, writes: int, synchronous: str) -> float:
     """Commits per second of the floor: one row per BEGIN IMMEDIATE ... COMMIT."""
     with closing(sqlite3.connect(path, isolation_level=None)) as connection:
@@ -66,10 +74,7 @@ def bare_rate(path: Path, writes: int, synchronous: str) -> float:
         connection.execute(f"PRAGMA synchronous = {dd.SYNCHRONOUS_MODES[synchronous]}")
         connection.execute(SQL_BARE_TABLE)
         start = time.perf_counter()
-        for index in range(writes):
-            connection.execute("BEGIN IMMEDIATE")
-            connection.execute(SQL_BARE_INSERT, (f"key-{index}", PAYLOAD))
-            connection.execute("COMMIT")
+        _bare_commits(connection, "BEGIN IMMEDIATE", SQL_BARE_INSERT, range(writes))
         return writes / (time.perf_counter() - start)
 
 
@@ -140,10 +145,7 @@ def bare_rate_workers(path: Path, writes: int, synchronous: str, workers: int) -
         with closing(sqlite3.connect(path, isolation_level=None, timeout=dd.BUSY_TIMEOUT_MS / 1000)) as connection:
             connection.execute(f"PRAGMA synchronous = {dd.SYNCHRONOUS_MODES[synchronous]}")
             ready.wait()
-            for key in range(index, writes, workers):
-                connection.execute("BEGIN IMMEDIATE")
-                connection.execute(SQL_BARE_INSERT, (f"key-{key}", PAYLOAD))
-                connection.execute("COMMIT")
+            _bare_commits(connection, "BEGIN IMMEDIATE", SQL_BARE_INSERT, range(index, writes, workers))
 
     return writes / _in_threads(workers, work)
 
@@ -194,12 +196,8 @@ def pg_bare_rate(dsn: str, writes: int) -> float:
     try:
         with psycopg.connect(scoped, autocommit=True) as connection:
             connection.execute(SQL_BARE_TABLE)
-            insert = SQL_BARE_INSERT.replace("?", "%s")
             start = time.perf_counter()
-            for index in range(writes):
-                connection.execute("BEGIN")
-                connection.execute(insert, (f"key-{index}", PAYLOAD))
-                connection.execute("COMMIT")
+            _bare_commits(connection, "BEGIN", SQL_BARE_INSERT.replace("?", "%s"), range(writes))
             return writes / (time.perf_counter() - start)
     finally:
         _pg_drop(dsn, name)

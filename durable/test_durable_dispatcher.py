@@ -417,14 +417,17 @@ class TestStore(StoreCase):
         self.assertEqual(caught.exception.code, "STORE_FAILED")
         self.assertDurable("STORE_FAILED", lambda: store.query("SELECT * FROM no_such_table"))
 
-    def test_lock_held_past_busy_timeout_is_store_busy(self) -> None:
+    def test_lock_held_past_busy_timeout_is_store_busy_at_the_claim(self) -> None:
+        # Busy before the claim: retryable, no operation state to report, no row written.
         store = self.open_store(busy_timeout_ms=30)
         dispatcher = self.dispatcher(store)
         with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as holder:
             holder.execute("BEGIN IMMEDIATE")
             error = self.assertDurable("STORE_BUSY", lambda: write(dispatcher, "a"))
-            self.assertTrue(error.retryable)
             holder.execute("ROLLBACK")
+        self.assertTrue(error.retryable)
+        self.assertNotIn("operation_state", error.to_json())
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 0)
         self.assertAnswer(write(dispatcher, "a"), "fresh")
 
     def test_store_busy_after_the_effect_says_so_and_the_key_stays_safe(self) -> None:
@@ -450,16 +453,6 @@ class TestStore(StoreCase):
         self.assertAnswer(write(dispatcher, "a"), "OUTCOME_UNKNOWN")
         self.assertAnswer(query(dispatcher, "q", op_tag="a"), "receipt_reconciled")
         self.assertEqual(dispatcher.effect_count, 1)
-
-    def test_store_busy_at_the_claim_has_no_operation_state(self) -> None:
-        store = self.open_store(busy_timeout_ms=30)
-        dispatcher = self.dispatcher(store)
-        with contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as holder:
-            holder.execute("BEGIN IMMEDIATE")
-            error = self.assertDurable("STORE_BUSY", lambda: write(dispatcher, "a"))
-            holder.execute("ROLLBACK")
-        self.assertNotIn("operation_state", error.to_json())
-        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 0)
 
     def test_a_transaction_that_cannot_begin_runs_nothing(self) -> None:
         store = self.open_store(busy_timeout_ms=30)

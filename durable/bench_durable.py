@@ -5,7 +5,12 @@ For each synchronous mode it times, in the same run and the same directory:
 - durable writes: fresh create_refund_draft dispatches through DurableDispatcher, each one three
   commits (the call binding, claim and start together; the downstream's own commit; the
   completion with its outbox event), plus the boundary's own checks, digests and packaging.
-It prints one JSON object; the ratio is durable writes/s divided by bare commits/s. With
+It prints one JSON object; the ratio is durable writes/s divided by bare commits/s. Each
+single-worker loop is also split into the process's CPU time and the rest (the wait: fsync, and
+any time the process waited for a core), which shows where a write's time goes: the wait ratio
+compares the waits alone (three commits' worth of waiting is 1/3), and the CPU budget is what a
+durable write could spend on CPU at most for the ratio to reach TARGET_RATIO with the waits
+measured. With
 --pg DSN it also measures PostgreSQL the same way, against its own floor (a bare BEGIN / INSERT /
 COMMIT loop on the same server), in a schema it creates and drops.
 
@@ -35,7 +40,7 @@ import threading
 import time
 from contextlib import closing
 from pathlib import Path
-from typing import Any, Callable, Final, NoReturn, Sequence
+from typing import Any, Callable, Final, NamedTuple, NoReturn, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import durable_dispatcher as dd  # noqa: E402
@@ -47,6 +52,7 @@ DEFAULT_WRITES: Final = 300  # a few seconds per mode on an SSD with FULL
 MAX_WRITES: Final = 100_000  # the loops keep every call in memory; beyond this, run it twice
 COMMITS_PER_DURABLE_WRITE: Final = 3  # binding + claim + start, downstream, completion + event
 PAYLOAD: Final = "x" * 512  # about the size of one stored package row, for the floor's insert
+TARGET_RATIO: Final = 0.3  # durable writes / bare commits that issue 14 asks for in FULL
 MAX_WORKERS: Final = 16  # threads per loop; beyond a few, they measure lock hand-offs, not this layer
 
 NOW: Final = 1_800_000_000
@@ -67,15 +73,36 @@ def _bare_commits(connection: Any, begin: str, insert: str, keys: range) -> None
         connection.execute("COMMIT")
 
 
-def bare_rate(path: Path, writes: int, synchronous: str) -> float:
-    """Commits per second of the floor: one row per BEGIN IMMEDIATE ... COMMIT."""
+class Timing(NamedTuple):
+    """One loop's figures: ``count`` units of work in ``wall_s`` seconds, ``cpu_s`` of them on a CPU."""
+
+    count: int
+    wall_s: float
+    cpu_s: float
+
+    @property
+    def per_s(self) -> float:
+        return self.count / self.wall_s
+
+    @property
+    def wait_s(self) -> float:
+        """Wall time the process spent off a CPU: fsync, the disk, and any wait for a core."""
+        return max(self.wall_s - self.cpu_s, 0.0)
+
+
+def _timed(count: int, loop: Callable[[], None]) -> Timing:
+    wall, cpu = time.perf_counter(), time.process_time()
+    loop()
+    return Timing(count, time.perf_counter() - wall, time.process_time() - cpu)
+
+
+def bare_rate(path: Path, writes: int, synchronous: str) -> Timing:
+    """The floor: one row per BEGIN IMMEDIATE ... COMMIT."""
     with closing(sqlite3.connect(path, isolation_level=None)) as connection:
         connection.execute("PRAGMA journal_mode = WAL")
         connection.execute(f"PRAGMA synchronous = {dd.SYNCHRONOUS_MODES[synchronous]}")
         connection.execute(SQL_BARE_TABLE)
-        start = time.perf_counter()
-        _bare_commits(connection, "BEGIN IMMEDIATE", SQL_BARE_INSERT, range(writes))
-        return writes / (time.perf_counter() - start)
+        return _timed(writes, lambda: _bare_commits(connection, "BEGIN IMMEDIATE", SQL_BARE_INSERT, range(writes)))
 
 
 def _call(index: int) -> tuple[td.CallContext, td.Approval]:
@@ -87,21 +114,23 @@ def _call(index: int) -> tuple[td.CallContext, td.Approval]:
     return context, approval
 
 
-def durable_rate(path: Path, writes: int, synchronous: str) -> float:
-    """Fresh durable writes per second (each one a first execution of its own key)."""
+def durable_rate(path: Path, writes: int, synchronous: str) -> Timing:
+    """Fresh durable writes (each one a first execution of its own key)."""
     calls = [_call(index) for index in range(writes)]
     with dd.open_store(path, exclusive=True, synchronous=synchronous) as store:
         dispatcher = dd.DurableDispatcher([ORDER], store=store, realm="bench", approvers=[APPROVER])
-        start = time.perf_counter()
-        for context, approval in calls:
-            package = dispatcher.dispatch(PROPOSAL, context, PRINCIPAL, approval=approval, now=NOW,
-                                          deadline=NOW + 30)
-            if package["model_result"]["delivery"] != "fresh":
-                _fail("a benchmark write was not fresh")
-        elapsed = time.perf_counter() - start
+
+        def loop() -> None:
+            for context, approval in calls:
+                package = dispatcher.dispatch(PROPOSAL, context, PRINCIPAL, approval=approval, now=NOW,
+                                              deadline=NOW + 30)
+                if package["model_result"]["delivery"] != "fresh":
+                    _fail("a benchmark write was not fresh")
+
+        timing = _timed(writes, loop)
         if store.integrity() != "ok" or dispatcher.effect_count != writes:
             _fail("the benchmark database does not hold one effect per write")
-    return writes / elapsed
+    return timing
 
 
 def _in_threads(workers: int, work: Callable[[int, threading.Barrier], None]) -> float:
@@ -196,9 +225,8 @@ def pg_bare_rate(dsn: str, writes: int) -> float:
     try:
         with psycopg.connect(scoped, autocommit=True) as connection:
             connection.execute(SQL_BARE_TABLE)
-            start = time.perf_counter()
-            _bare_commits(connection, "BEGIN", SQL_BARE_INSERT.replace("?", "%s"), range(writes))
-            return writes / (time.perf_counter() - start)
+            return _timed(writes, lambda: _bare_commits(connection, "BEGIN", SQL_BARE_INSERT.replace("?", "%s"),
+                                                        range(writes))).per_s
     finally:
         _pg_drop(dsn, name)
 
@@ -206,7 +234,7 @@ def pg_bare_rate(dsn: str, writes: int) -> float:
 def pg_durable_rate(dsn: str, writes: int) -> float:
     name, scoped = _pg_schema(dsn)
     try:
-        return durable_rate(scoped, writes, "FULL")
+        return durable_rate(scoped, writes, "FULL").per_s
     finally:
         _pg_drop(dsn, name)
 
@@ -221,13 +249,27 @@ def _row(bare: float, durable: float) -> dict[str, float]:
             "ratio_to_bare": round(durable / bare, 4)}
 
 
+def _split_row(bare: Timing, durable: Timing) -> dict[str, float | None]:
+    """_row, and where the time went: CPU and waiting per unit, the waits' own ratio, and the CPU
+    a durable write could spend at most for TARGET_RATIO, given the waits measured."""
+    bare_wait, durable_wait = bare.wait_s / bare.count, durable.wait_s / durable.count
+    budget = bare.wall_s / bare.count / TARGET_RATIO - durable_wait
+    return {**_row(bare.per_s, durable.per_s),
+            "bare_cpu_ms_per_commit": round(bare.cpu_s / bare.count * 1000, 4),
+            "bare_wait_ms_per_commit": round(bare_wait * 1000, 4),
+            "durable_cpu_ms_per_write": round(durable.cpu_s / durable.count * 1000, 4),
+            "durable_wait_ms_per_write": round(durable_wait * 1000, 4),
+            "wait_ratio_to_bare": round(bare_wait / durable_wait, 4) if durable_wait > 0 else None,
+            "cpu_budget_ms_for_target": round(budget * 1000, 4)}
+
+
 def measure(directory: Path, writes: int, pg_dsn: str | None = None, workers: int = 1) -> dict[str, Any]:
     modes = {}
     for synchronous in ("FULL", "NORMAL"):
         bare = bare_rate(directory / f"bare-{synchronous}.sqlite3", writes, synchronous)
         durable = durable_rate(directory / f"durable-{synchronous}.sqlite3", writes, synchronous)
-        modes[synchronous] = _row(bare, durable)
-    report: dict[str, Any] = {"passed": True, "writes": writes,
+        modes[synchronous] = _split_row(bare, durable)
+    report: dict[str, Any] = {"passed": True, "writes": writes, "target_ratio": TARGET_RATIO,
                               "commits_per_durable_write": COMMITS_PER_DURABLE_WRITE, "modes": modes}
     if workers > 1:
         # The same two loops with N threads; the single-worker figures above keep their meaning.

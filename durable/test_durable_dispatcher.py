@@ -22,7 +22,7 @@ from unittest import mock
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable
+from typing import Any, Callable, Final
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -2403,6 +2403,11 @@ class TestCli(StoreCase):
 # --------------------------------------------------------------------------------------------
 
 
+SPLIT_ROW_FIELDS: Final = ("bare_commits_per_s", "durable_writes_per_s", "ratio_to_bare", "bare_cpu_ms_per_commit",
+                           "bare_wait_ms_per_commit", "durable_cpu_ms_per_write", "durable_wait_ms_per_write",
+                           "wait_ratio_to_bare", "cpu_budget_ms_for_target")
+
+
 class TestBenchmark(StoreCase):
     def test_quick_benchmark_runs_and_reports_both_modes(self) -> None:
         import bench_durable
@@ -2412,12 +2417,31 @@ class TestBenchmark(StoreCase):
         report = json.loads(out.getvalue())
         self.assertEqual((status, report["passed"], report["writes"], report["quick"]),
                          (0, True, bench_durable.QUICK_WRITES, True))
-        self.assertEqual(sorted(report["modes"]), ["FULL", "NORMAL"])
+        self.assertEqual((sorted(report["modes"]), report["target_ratio"]), (["FULL", "NORMAL"], 0.3))
         for mode in report["modes"].values():
+            self.assertEqual(sorted(mode), sorted(SPLIT_ROW_FIELDS))
             self.assertGreater(mode["durable_writes_per_s"], 0)
             self.assertAlmostEqual(mode["ratio_to_bare"], mode["durable_writes_per_s"] / mode["bare_commits_per_s"],
                                    places=2)
+            self.assertAlmostEqual(mode["cpu_budget_ms_for_target"],
+                                   1000 / mode["bare_commits_per_s"] / 0.3 - mode["durable_wait_ms_per_write"],
+                                   places=1)
         self.assertEqual(list(self.dir.iterdir()), [])
+
+    def test_each_loop_is_split_into_cpu_and_wait(self) -> None:
+        import bench_durable
+        # 100 bare commits in 0.1 s, 0.04 s of it on a CPU; 10 durable writes in 0.05 s, 0.02 s on a CPU.
+        row = bench_durable._split_row(bench_durable.Timing(100, 0.1, 0.04), bench_durable.Timing(10, 0.05, 0.02))
+        self.assertEqual(row, {
+            "bare_commits_per_s": 1000.0, "durable_writes_per_s": 200.0, "ratio_to_bare": 0.2,
+            "bare_cpu_ms_per_commit": 0.4, "bare_wait_ms_per_commit": 0.6,
+            "durable_cpu_ms_per_write": 2.0, "durable_wait_ms_per_write": 3.0,
+            "wait_ratio_to_bare": 0.2,
+            "cpu_budget_ms_for_target": 0.3333,  # 1 ms / 0.3 - 3 ms of waiting
+        })
+        # More CPU time than wall time (the clocks' grains differ) is no wait, not a negative one.
+        row = bench_durable._split_row(bench_durable.Timing(10, 0.01, 0.002), bench_durable.Timing(1, 0.001, 0.002))
+        self.assertEqual((row["durable_wait_ms_per_write"], row["wait_ratio_to_bare"]), (0.0, None))
 
     def test_workers_add_threaded_figures_beside_the_single_worker_ones(self) -> None:
         import bench_durable

@@ -1735,6 +1735,11 @@ class DurableDispatcher(td.Dispatcher):
     # -- read-only views for the trusted host ----------------------------------------------
 
     def ledger_row(self, principal: td.Principal, tool: str, idempotency_key: str) -> LedgerRow | None:
+        """The row of one operation, or None. The key is checked as a dispatch checks it, before any
+        read: PRINCIPAL_INVALID, or CONTEXT_INVALID for a tool name or key no dispatch could store."""
+        td.check_principal(principal)
+        if type(tool) is not str or td.TOOL_NAME.fullmatch(tool) is None or not td.is_identifier(idempotency_key):
+            raise td.BoundaryError("CONTEXT_INVALID")
         return self.operations.ledger.read(
             OperationKey(self.operations.realm, principal.tenant, principal.subject, tool, idempotency_key))
 

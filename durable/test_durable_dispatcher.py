@@ -181,6 +181,11 @@ class StoreCase(unittest.TestCase):
         self.assertEqual(caught.exception.code, code)
         return caught.exception
 
+    def assertBoundary(self, code: str, call: Callable[[], Any]) -> None:
+        with self.assertRaises(td.BoundaryError) as caught:
+            call()
+        self.assertEqual(caught.exception.code, code)
+
     def assertAnswer(self, package: dict[str, Any], answer: str) -> None:
         result = package["model_result"]
         self.assertEqual(result["error"]["code"] if "error" in result else result["delivery"], answer)
@@ -795,6 +800,30 @@ class TestIdempotency(StoreCase):
         self.assertEqual(replay["execution"], {"operation_state": "succeeded", "handler_invoked": False, "effects": 0})
         self.assertEqual(dispatcher.effect_count, 1)
         self.assertEqual(dispatcher.stored_package(ALICE, "create_refund_draft", KEY), canonical(first))
+
+    def test_the_host_views_check_the_key_before_reading(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a")
+
+        class Key(str):
+            pass
+
+        views = (dispatcher.ledger_row, dispatcher.operation_state, dispatcher.stored_package)
+        bad_keys = {"a dict": {"k": 1}, "an int": 5, "None": None, "a lone surrogate": "k\ud800",
+                    "65 characters": "k" * 65, "a str subclass": Key(KEY)}
+        for view in views:
+            for name, key in bad_keys.items():
+                with self.subTest(view=view.__name__, key=name):
+                    self.assertBoundary("CONTEXT_INVALID", lambda: view(ALICE, "create_refund_draft", key))
+            for tool in ("create refund", "", "t" * 65, Key("create_refund_draft")):
+                with self.subTest(view=view.__name__, tool=tool):
+                    self.assertBoundary("CONTEXT_INVALID", lambda: view(ALICE, tool, KEY))
+            with self.subTest(view=view.__name__, principal="a tuple"):
+                self.assertBoundary("PRINCIPAL_INVALID", lambda: view(("tenant-a", "alice", ("refunds.draft",)),
+                                                                      "create_refund_draft", KEY))
+        # The other side of each limit: a 64-character key and tool name are read (and hold no row).
+        self.assertEqual((dispatcher.operation_state(ALICE, "t" * 64, "k" * 64),
+                          dispatcher.operation_state(ALICE, "create_refund_draft", KEY)), ("none", "succeeded"))
 
     def test_sealed_packages_are_the_sealed_in_memory_ones_byte_for_byte(self) -> None:
         keys = td.parse_seal_keys({"format": "seal-keys-v1", "current": "k", "keys": [

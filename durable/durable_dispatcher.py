@@ -73,6 +73,7 @@ LEASE_MS: Final = 30_000  # far longer than one handler and its commits; a dead 
 MIN_LEASE_MS: Final = 1  # tests use short leases; zero would make every claim expired at birth
 MAX_LEASE_MS: Final = 3_600_000  # an hour: a longer lease is a key held hostage by a dead process
 RETENTION_MS: Final = 86_400_000  # completed records kept a day: longer than any client's retry horizon
+MAX_RETENTION_MS: Final = 3_153_600_000_000  # a century: any clock reading plus this still fits a 64-bit column
 MAX_STORED_JSON_BYTES: Final = td.MAX_FIXTURE_BYTES  # what is read back from disk is decoded under a bound
 MAX_ANSWER_ATTEMPTS: Final = 4  # re-reads of a row that moved while we answered, then "in progress"
 RELAY_BATCH: Final = 256  # outbox events one relay pass publishes
@@ -85,6 +86,18 @@ DEFAULT_CONSUMER: Final = "refund-notifier"
 EVENT_TYPE: Final = "operation.settled"
 SYNCHRONOUS_MODES: Final[Mapping[str, int]] = MappingProxyType({"FULL": 2, "NORMAL": 1})
 RECOVERY_FAULTS: Final = frozenset({"none", "downstream_unavailable"})
+STORE_BACKENDS: Final = frozenset({"sqlite", "postgresql"})  # DurableStore's, and postgres_store's
+
+# The host's numeric settings, each an int in its closed range, checked before anything is read
+# or written: a negative retention would prune what was just written, a limit of 0 would make
+# every pass a silent no-op, and a value out of a 64-bit column's range would fail mid-write.
+SETTING_RANGES: Final[Mapping[str, tuple[int, int]]] = MappingProxyType({
+    "lease_ms": (MIN_LEASE_MS, MAX_LEASE_MS),
+    "retention_ms": (1, MAX_RETENTION_MS),
+    "relay_limit": (1, RELAY_BATCH),
+    "consume_limit": (1, CONSUME_BATCH),
+    "recovery_limit": (1, MAX_RECOVERY_ROWS),
+})
 
 # Named points where a test (or an operator's chaos drill) can stop the process. The hook is a
 # trusted-host callable; production passes none.
@@ -273,6 +286,45 @@ class _Transaction(_RolledBack):
 
     def __enter__(self) -> Any:
         return self._store.begin(self._begin)
+
+
+# A host's settings, checked where they enter (SETTING_RANGES and the names).
+
+
+def _setting(name: str, value: Any) -> int:
+    """A numeric host setting in its SETTING_RANGES range, or SETTING_INVALID."""
+    least, most = SETTING_RANGES[name]
+    if type(value) is not int or not least <= value <= most:
+        raise DurableError("SETTING_INVALID")
+    return value
+
+
+def _named(value: Any, *, optional: bool = False) -> Any:
+    """A realm, consumer or owner name: an identifier (None too, where ``optional``), or SETTING_INVALID."""
+    if (value is None and optional) or td.is_identifier(value):
+        return value
+    raise DurableError("SETTING_INVALID")
+
+
+def _checked_store(store: Any) -> Any:
+    """A store of this layer (a DurableStore or a PostgresStore), or SETTING_INVALID."""
+    backend = getattr(type(store), "backend", None)
+    if type(backend) is not str or backend not in STORE_BACKENDS:
+        raise DurableError("SETTING_INVALID")
+    return store
+
+
+def _pass_settings(store: Any, realm: Any, limit_name: str, limit: Any) -> None:
+    """A relay, consumer or recovery pass's settings: its store, an optional realm, its limit."""
+    _checked_store(store)
+    _named(realm, optional=True)
+    _setting(limit_name, limit)
+
+
+def _seal_keys_setting(seal_keys: Any) -> td.SealKeys | None:
+    if seal_keys is not None and type(seal_keys) is not td.SealKeys:
+        raise td.BoundaryError("SEAL_KEYS_INVALID")  # the core's code, as its Dispatcher raises it
+    return seal_keys
 
 
 # ============================================================================================
@@ -1161,10 +1213,10 @@ class Ledger:
 
     def __init__(self, store: DurableStore, *, retention_ms: int = RETENTION_MS,
                  checkpoint: Checkpoint = _no_checkpoint, seal_keys: td.SealKeys | None = None) -> None:
-        self._store = store
-        self._retention_ms = retention_ms
+        self._store = _checked_store(store)
+        self._retention_ms = _setting("retention_ms", retention_ms)
         self._checkpoint = checkpoint
-        self._seal_keys = seal_keys
+        self._seal_keys = _seal_keys_setting(seal_keys)
 
     def now_ms(self) -> int:
         return self._store.now_ms()
@@ -1512,14 +1564,10 @@ class LedgerOperations:
                  retention_ms: int = RETENTION_MS, owner: str | None = None,
                  checkpoint: Checkpoint | None = None, defer_bindings: bool = False,
                  seal_keys: td.SealKeys | None = None, registry: Mapping[str, td.ToolSpec] = td.REGISTRY) -> None:
-        if not td.is_identifier(realm):
-            raise DurableError("SETTING_INVALID")
-        if type(lease_ms) is not int or not MIN_LEASE_MS <= lease_ms <= MAX_LEASE_MS:
-            raise DurableError("SETTING_INVALID")
-        self.store = store
-        self.realm = realm
-        self.lease_ms = lease_ms
-        self._owner = owner or new_owner()
+        self.store = _checked_store(store)
+        self.realm = _named(realm)
+        self.lease_ms = _setting("lease_ms", lease_ms)
+        self._owner = _named(owner, optional=True) or new_owner()
         self._checkpoint = checkpoint or _no_checkpoint
         self._defer_bindings = defer_bindings
         self._pending: tuple[tuple[str, str, str], tuple[Any, ...]] | None = None  # a binding not yet written
@@ -1768,6 +1816,7 @@ def relay(store: DurableStore, *, realm: str | None = None, checkpoint: Checkpoi
     Each event: pick it (locked, so a concurrent relay skips it) and publish it in the broker's
     commit, then mark it sent in a second one. A crash between the two publishes it again later.
     """
+    _pass_settings(store, realm, "relay_limit", limit)
     published, after = 0, 0
     while published < limit:
         with store.transaction() as tx:  # the broker's own commit
@@ -1787,6 +1836,8 @@ def relay(store: DurableStore, *, realm: str | None = None, checkpoint: Checkpoi
 def consume(store: DurableStore, *, realm: str | None = None, consumer: str = DEFAULT_CONSUMER,
             checkpoint: Checkpoint = _no_checkpoint, limit: int = CONSUME_BATCH) -> int:
     """Read the broker from this consumer's position; act once per event id. Returns actions taken."""
+    _pass_settings(store, realm, "consume_limit", limit)
+    _named(consumer)
     acted = 0
     for (message_realm,) in store.query(SQL_BROKER_REALMS, {"realm": realm}):
         for _message in range(limit):
@@ -1839,8 +1890,9 @@ def recover(store: DurableStore, *, realm: str | None = None, registry: Mapping[
             fault: str = "none", retention_ms: int = RETENTION_MS,
             limit: int = MAX_RECOVERY_ROWS) -> tuple[RecoveryOutcome, ...]:
     """Drive every unsettled row (claimed, in_progress, unknown, escalated) to a definite answer."""
-    if fault not in RECOVERY_FAULTS:
+    if type(fault) is not str or fault not in RECOVERY_FAULTS:
         raise DurableError("SETTING_INVALID")
+    _pass_settings(store, realm, "recovery_limit", limit)
     ledger = Ledger(store, retention_ms=retention_ms)
     rows = [LedgerRow.of(row) for row in store.query(SQL_UNSETTLED_ROWS, {"realm": realm, "limit": limit})]
     outcomes = []
@@ -1917,6 +1969,8 @@ class PruneReport:
 
 
 def prune(store: DurableStore, *, retention_ms: int = RETENTION_MS) -> PruneReport:
+    _checked_store(store)
+    _setting("retention_ms", retention_ms)
     now = store.now_ms()
     with store.transaction() as tx:
         tx.execute(SQL_KEEP_EPOCHS, {"now": now})
@@ -1967,6 +2021,8 @@ def verify_chain(store: Any, *, seal_keys: td.SealKeys | None = None,
 
     One read-only snapshot: writers may go on meanwhile, and none of their commits is half seen
     (a row whose entry came after the chain was read would look like a package in no entry)."""
+    _checked_store(store)
+    _seal_keys_setting(seal_keys)
     with store.transaction(store.snapshot):
         return _verify_chain(store, seal_keys, registry)
 

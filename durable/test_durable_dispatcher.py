@@ -333,6 +333,63 @@ class TestLifecycle(StoreCase):
 
 
 class TestStore(StoreCase):
+    def test_every_host_setting_is_checked_before_anything_is_read_or_written(self) -> None:
+        store = self.open_store()
+        write(self.dispatcher(store), "a")
+        before = dd.verify_chain(store)
+
+        class Name(str):
+            pass
+
+        bad_names = ({"r": 1}, 5, "r r", "r\ud800", "r" * 65, Name("default"))
+        refused: dict[str, tuple[Callable[[Any], Any], tuple[Any, ...]]] = {
+            "dispatcher store": (lambda v: dd.DurableDispatcher(ORDERS, store=v), (None, "x.sqlite3", object())),
+            "dispatcher realm": (lambda v: self.dispatcher(store, realm=v), bad_names + (None,)),
+            "dispatcher owner": (lambda v: self.dispatcher(store, owner=v), bad_names),
+            "dispatcher lease": (lambda v: self.dispatcher(store, lease_ms=v),
+                                 (0, dd.MAX_LEASE_MS + 1, "30000", 1.0, True)),
+            "dispatcher retention": (lambda v: self.dispatcher(store, retention_ms=v),
+                                     (0, -5, dd.MAX_RETENTION_MS + 1, "1000", True)),
+            "relay store": (lambda v: dd.relay(v), (None,)),
+            "relay realm": (lambda v: dd.relay(store, realm=v), bad_names),
+            "relay limit": (lambda v: dd.relay(store, limit=v), (0, -1, dd.RELAY_BATCH + 1, "5", 2.0, True)),
+            "consume realm": (lambda v: dd.consume(store, realm=v), bad_names),
+            "consume consumer": (lambda v: dd.consume(store, consumer=v), bad_names + (None,)),
+            "consume limit": (lambda v: dd.consume(store, limit=v), (0, dd.CONSUME_BATCH + 1, "5")),
+            "recover store": (lambda v: dd.recover(v), (None,)),
+            "recover realm": (lambda v: dd.recover(store, realm=v), bad_names),
+            "recover limit": (lambda v: dd.recover(store, limit=v), (0, dd.MAX_RECOVERY_ROWS + 1, "5")),
+            "recover fault": (lambda v: dd.recover(store, fault=v), ("bogus", {"f": 1}, ["none"])),
+            "recover retention": (lambda v: dd.recover(store, retention_ms=v), (0, "1000")),
+            "prune store": (lambda v: dd.prune(v), (None,)),
+            "prune retention": (lambda v: dd.prune(store, retention_ms=v),
+                                (0, -5, dd.MAX_RETENTION_MS + 1, 10 ** 30, "1000", True)),
+            "verify_chain store": (lambda v: dd.verify_chain(v), (None, "x.sqlite3")),
+        }
+        for setting, (call, values) in refused.items():
+            for value in values:
+                with self.subTest(setting=setting, value=value):
+                    self.assertDurable("SETTING_INVALID", lambda: call(value))
+        for call in (lambda: self.dispatcher(store, seal_keys="k"), lambda: dd.verify_chain(store, seal_keys={})):
+            with self.subTest(seal_keys=call):
+                with self.assertRaises(td.BoundaryError) as caught:
+                    call()
+                self.assertEqual(caught.exception.code, "SEAL_KEYS_INVALID")
+        # Nothing was written by any of them: the event is still unsent, the row still there.
+        self.assertEqual((dd.verify_chain(store), store.facts()["events"], store.facts()["operations"]),
+                         (before, {"written": 1, "sent": 0}, {"succeeded": 1}))
+        # The other side of every range: its ends are accepted.
+        for lease in (dd.MIN_LEASE_MS, dd.MAX_LEASE_MS):
+            self.assertEqual(self.dispatcher(store, lease_ms=lease, retention_ms=dd.MAX_RETENTION_MS).operations.lease_ms,
+                             lease)
+        self.assertEqual(self.dispatcher(store, realm="r" * 64, owner="o" * 64).operations.realm, "r" * 64)
+        self.assertEqual((dd.relay(store, realm="r" * 64, limit=dd.RELAY_BATCH), dd.relay(store, limit=1)), (0, 1))
+        self.assertEqual((dd.consume(store, consumer="c" * 64, limit=dd.CONSUME_BATCH), dd.consume(store, limit=1)),
+                         (1, 1))
+        self.assertEqual((dd.recover(store, limit=1), dd.recover(store, limit=dd.MAX_RECOVERY_ROWS)), ((), ()))
+        self.assertEqual((dd.prune(store, retention_ms=1), dd.prune(store, retention_ms=dd.MAX_RETENTION_MS)),
+                         (dd.PruneReport(0, 0, 0), dd.PruneReport(0, 0, 0)))
+
     def test_connection_settings(self) -> None:
         store = self.open_store(synchronous="FULL")
         self.assertIsNone(store._connection.isolation_level)

@@ -1019,10 +1019,6 @@ class Intent:
                    approval=None if record.approval is None else _text(dict(record.approval)), call=call,
                    arguments=str(_text(dict(record.arguments or {}))), resource_revision=record.resource_revision)
 
-    def matches(self, row: LedgerRow) -> bool:
-        # tool_dispatcher's repeat rule, the one every store applies.
-        return self.call is not None and td.same_intent(row.record(), self.call)
-
     def params(self) -> dict[str, str]:
         return {"request_sha256": self.request_sha256, "provider": self.profile.provider,
                 "api_family": self.profile.api_family, "adapter_revision": self.profile.adapter_revision,

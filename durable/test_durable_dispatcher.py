@@ -749,6 +749,7 @@ class TestStore(StoreCase):
         "data as a number": "UPDATE operations SET data = '7'",
         "created_at as text": "UPDATE operations SET created_at = 'yesterday'",
         "request ref as a blob": "UPDATE operations SET request_ref = X'00'",
+        "arguments as a blob": "UPDATE operations SET arguments = CAST('{}' AS BLOB)",  # JSON bytes, not text
     })
 
     COLUMN_KINDS = ("epoch as text", "lease expiry as text", "created_at as text", "request ref as a blob")
@@ -768,6 +769,16 @@ class TestStore(StoreCase):
                     self.assertDurable("STORE_INVALID", lambda: dispatcher.operation_state(
                         ALICE, "create_refund_draft", KEY))
 
+    def test_a_chain_head_that_vanishes_inside_the_settle_is_a_store_error(self) -> None:
+        dispatcher = self.dispatcher()
+        # Another writer's trigger removes the head row as soon as a settle creates it.
+        self.tamper("CREATE TRIGGER eat_head AFTER INSERT ON audit_heads "
+                    "BEGIN DELETE FROM audit_heads WHERE realm = NEW.realm; END")
+        error = self.assertDurable("STORE_INVALID", lambda: write(dispatcher, "a"))
+        self.assertEqual((error.operation_state, error.effect_possible), ("in_progress", True))
+        self.assertEqual((self.row(dispatcher).state, count(self.path, "SELECT COUNT(*) FROM audit_chain"),
+                          dispatcher.effect_count), ("in_progress", 0, 1))
+
     def test_wrong_kind_call_bindings_and_receipts_are_store_errors(self) -> None:
         dispatcher = self.dispatcher()
         write(dispatcher, "a", fault="timeout_after_commit")
@@ -775,6 +786,9 @@ class TestStore(StoreCase):
             with self.subTest(fingerprint=fingerprint):
                 self.tamper(f"UPDATE call_bindings SET fingerprint = '{fingerprint}'")
                 self.assertDurable("STORE_INVALID", lambda: write(dispatcher, "a"))
+        with self.subTest(fingerprint="a well-formed one as bytes"):  # JSON bytes, not text
+            self.tamper("""UPDATE call_bindings SET fingerprint = CAST('["dispatch", "x", "y", "z"]' AS BLOB)""")
+            self.assertDurable("STORE_INVALID", lambda: write(dispatcher, "a"))
         self.tamper("UPDATE downstream_receipts SET draft_id = X'41'")
         self.assertDurable("STORE_INVALID", lambda: query(dispatcher, "q", op_tag="a"))
         self.assertDurable("STORE_INVALID", lambda: dd.recover(self.open_store()))
@@ -1529,6 +1543,46 @@ class TestApprovalConsumption(StoreCase):
         self.assertEqual(caught.exception.code, "APPROVAL_CONSUMED")
         self.assertIsNone(ledger.read(second))  # the refused claim left no row: one transaction
         self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 1)
+
+    def test_no_receipt_is_believed_for_a_row_that_is_no_longer_unknown(self) -> None:
+        def fails_before_commit(call: td.HandlerCall) -> td.HandlerResult:
+            raise OSError("reset before the commit")
+
+        first = self.dispatcher(handlers={"create_refund_draft": fails_before_commit})
+        second = self.dispatcher(self.open_store())
+        self.assertAnswer(write(first, "a"), "HANDLER_FAILED")
+        record_key = (ALICE.tenant, ALICE.subject, "create_refund_draft", KEY)
+        record = first.operations.find(record_key)
+        # Another host's status query settles the row between this host's read and its walk.
+        self.assertAnswer(query(second, "q", op_tag="a"), "OPERATION_NOT_EXECUTED")
+        settled = self.row(first)
+        self.assertIs(first.operations.confirm_absent(record_key, record), False)
+        self.assertEqual(self.row(first), settled)  # no new fence, no move
+        # And a key that holds no row at all is never "absent with authority".
+        self.assertIs(first.operations.confirm_absent((ALICE.tenant, ALICE.subject, "create_refund_draft", "idem-none"),
+                                                      record), False)
+
+    def test_a_walk_fenced_off_by_another_walk_answers_unavailable(self) -> None:
+        def fails_before_commit(call: td.HandlerCall) -> td.HandlerResult:
+            raise OSError("reset before the commit")
+
+        first = self.dispatcher(handlers={"create_refund_draft": fails_before_commit})
+        second = self.dispatcher(self.open_store())
+        self.assertAnswer(write(first, "a"), "HANDLER_FAILED")
+        fence_unknown = first.operations.ledger.fence_unknown
+        answers: list[dict[str, Any]] = []
+
+        def raced(row: dd.LedgerRow) -> int | None:
+            epoch = fence_unknown(row)  # this walk's fence ...
+            answers.append(answer_of(lambda: query(second, "q2", op_tag="a")))  # ... overtaken by another's
+            return epoch
+
+        with mock.patch.object(first.operations.ledger, "fence_unknown", raced):
+            self.assertAnswer(query(first, "q1", op_tag="a"), "RECEIPT_UNAVAILABLE")
+        self.assertEqual(answers[0]["answer"], "OPERATION_NOT_EXECUTED")
+        row = self.row(first)
+        self.assertEqual((row.state, row.lease_epoch, first.effect_count), ("released", 3, 0))
+        self.assertEqual(count(self.path, "SELECT epoch FROM downstream_fences"), 3)
 
     def test_the_negative_receipt_walk_releases_the_key(self) -> None:
         def fails_before_commit(call: td.HandlerCall) -> td.HandlerResult:

@@ -750,6 +750,7 @@ class TestStore(StoreCase):
         "created_at as text": "UPDATE operations SET created_at = 'yesterday'",
         "request ref as a blob": "UPDATE operations SET request_ref = X'00'",
         "arguments as a blob": "UPDATE operations SET arguments = CAST('{}' AS BLOB)",  # JSON bytes, not text
+        "a hint outside its table": "UPDATE operations SET recovery_hint = 'reboot'",
     })
 
     COLUMN_KINDS = ("epoch as text", "lease expiry as text", "created_at as text", "request ref as a blob")

@@ -1133,8 +1133,12 @@ def split_sse(data: bytes | str, *, max_bytes: int = MAX_SSE_BYTES, max_event_by
         raise StreamError("STREAM_SSE_INVALID")
     if len(data) > max_bytes:
         raise StreamError("STREAM_SSE_TOO_LARGE")
+    # The piece after the last line break is not a line yet, and the SSE rules drop it whatever it
+    # holds: so it is never decoded, and a cut inside a multi-byte character is a cut like any other.
+    # (A line break is one ASCII byte, never part of a multi-byte character.)
+    finished = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
     try:
-        text = data.decode("utf-8").removeprefix("\ufeff")
+        text = data[:finished].decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         raise StreamError("STREAM_SSE_INVALID", detail="JSON_NOT_UTF8") from None
     pairs: list[tuple[str | None, Any]] = []
@@ -1142,7 +1146,6 @@ def split_sse(data: bytes | str, *, max_bytes: int = MAX_SSE_BYTES, max_event_by
     lines: list[str] = []
     size = 0
     done = False
-    # The piece after the last line break is not a line yet: an unfinished line is dropped too.
     for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")[:-1]:
         if not line:
             if lines:
@@ -1165,7 +1168,7 @@ def split_sse(data: bytes | str, *, max_bytes: int = MAX_SSE_BYTES, max_event_by
                 raise StreamError("STREAM_SSE_TOO_LARGE", event=len(pairs))
             lines.append(value)
         elif field == "event":
-            name = value
+            name = value or None  # an empty type is the default one, as if no event line came
     return pairs
 
 

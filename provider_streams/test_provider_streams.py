@@ -1653,6 +1653,42 @@ class TestSSE(StreamTestCase):
         self.assertEqual(ps.split_sse('data: {"a":1}\n\ndata: {"b":2}'), [(None, {"a": 1})])
         self.assertEqual(ps.split_sse('data: {"a":1}\r\n\r\n'), [(None, {"a": 1})])
 
+    def test_a_stream_cut_inside_a_character_is_a_cut_stream(self):
+        # The SSE rules drop the unfinished last line whatever it holds, so a cut that falls inside
+        # a multi-byte character is a cut like any other: STREAM_INCOMPLETE (retryable), not bad UTF-8.
+        events = self.anthropic_text_turn("d\u00e9j\u00e0 \u20ac \U0001f600")
+        data = "".join(f"data: {json.dumps(event, ensure_ascii=False)}\n\n" for event in events).encode("utf-8")
+        cuts = [at for at in range(len(data)) if data[at] & 0xC0 == 0x80]  # inside a character
+        self.assertEqual(len(cuts), 1 + 1 + 2 + 3)
+        for at in cuts:
+            with self.subTest(at=at):
+                with self.assertRaises(ps.StreamError) as caught:
+                    ps.parse_sse("anthropic", data[:at])
+                self.assertEqual((caught.exception.code, caught.exception.detail), ("STREAM_INCOMPLETE", None))
+        self.assertEqual(ps.split_sse(b'data: {"a":1}\n\ndata: "\xe2\x82'), [(None, {"a": 1})])
+        self.assertEqual(ps.split_sse(b'data: {"a":1}\r\xff'), [])
+        with self.assertRaises(ps.StreamError) as caught:  # bad UTF-8 on a finished line is still refused
+            ps.split_sse(b'data: "\xe2\x82"\n')
+        self.assertEqual((caught.exception.code, caught.exception.detail), ("STREAM_SSE_INVALID", "JSON_NOT_UTF8"))
+
+    @staticmethod
+    def anthropic_text_turn(text):
+        return [{"type": "message_start", "message": {"id": "msg_1", "content": []}},
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+                {"type": "content_block_stop", "index": 0},
+                {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}, {"type": "message_stop"}]
+
+    def test_an_empty_event_name_is_no_name(self):
+        # "event:" with no value leaves the type the default one, exactly as if no event line came.
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                plain = "".join(f"data: {json.dumps(event)}\n\n" for event in stream(provider))
+                for line in ("event:\n", "event: \n", "event: x\nevent:\n"):
+                    text = plain.replace("data: ", line + "data: ")
+                    self.assertEqual(ps.parse_sse(provider, text), ps.parse_sse(provider, plain))
+        self.assertEqual(ps.split_sse("event:\ndata: 1\n\nevent:  \ndata: 2\n\n"), [(None, 1), (" ", 2)])
+
     def test_event_name_must_match_the_data_type(self):
         events = stream("anthropic")
         text = ps.render_sse("anthropic", events).replace("event: message_stop", "event: ping")

@@ -653,7 +653,11 @@ def _openai_terminal(stop: str) -> Callable[[_State, dict[str, Any]], None]:
 
 def _openai_content(state: _State, event: Mapping[str, Any]) -> None:
     # Content and progress of items that are not calls: not read, but one that names a call's
-    # output index would be a second channel into that call, so it is refused.
+    # output index would be a second channel into that call, so it is refused. An event that
+    # repeats the response (queued, in_progress) must name this one: another id mid-stream is
+    # two streams spliced together.
+    if "response" in event and _object(event, "response").get("id") != state.response_id:
+        raise StreamError("STREAM_INCONSISTENT")
     index = event.get("output_index")
     if type(index) is int and 0 <= index < len(state.slots) and state.slots[index].kind == _CALL:
         raise StreamError("STREAM_INCONSISTENT")

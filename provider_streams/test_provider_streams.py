@@ -612,6 +612,20 @@ class TestOpenAIEvents(StreamTestCase):
         events = edited("openai", stream("openai"), "response.created", response="resp_1")
         self.assertRefused("openai", events, "STREAM_EVENT_MALFORMED", event=0)
 
+    def test_an_event_repeating_another_response_is_inconsistent(self):
+        # response.queued and response.in_progress repeat the response: one naming another response
+        # mid-stream is two streams spliced together, wherever it comes.
+        events = stream("openai")
+        for kind in ("response.queued", "response.in_progress"):
+            for at in (1, 3):
+                with self.subTest(kind=kind, at=at):
+                    for response, code in (({"id": "resp_other"}, "STREAM_INCONSISTENT"),
+                                           ({}, "STREAM_INCONSISTENT"), ("resp_synthetic", "STREAM_EVENT_MALFORMED")):
+                        bad = inserted("openai", events, at, {"type": kind, "response": response})
+                        self.assertRefused("openai", bad, code, event=at)
+                    same = inserted("openai", events, at, {"type": kind, "response": {"id": "resp_synthetic"}})
+                    self.assertEqual(len(ps.parse_stream("openai", same).calls), 1)
+
 
 class TestAnthropicEvents(StreamTestCase):
     def turn_events(self, blocks, reason="tool_use"):

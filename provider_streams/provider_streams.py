@@ -712,7 +712,13 @@ OPENAI_STOPS: Final = MappingProxyType({"completed": "any", "incomplete": "cut"}
 
 
 def _anthropic_message_start(state: _State, event: Mapping[str, Any]) -> None:
-    state.start(_object(event, "message").get("id"))
+    # Blocks arrive only through content_block events. The SDK starts its message from this
+    # content and indexes every later block after it, so a block here would be one this parser
+    # never saw (a call, or a shift of every index): refused, never skipped.
+    message = _object(event, "message")
+    if message.get("content", []) != []:
+        raise StreamError("STREAM_EVENT_MALFORMED")
+    state.start(message.get("id"))
 
 
 # Only text and tool_use blocks can be echoed; thinking, server tool and other blocks are refused.

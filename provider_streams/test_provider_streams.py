@@ -774,6 +774,19 @@ class TestAnthropicEvents(StreamTestCase):
         events[0] = {"type": "message_start", "message": "msg_1"}
         self.assertRefused("anthropic", events, "STREAM_EVENT_MALFORMED", event=0)
 
+    def test_message_start_with_content_is_malformed(self):
+        # The SDK starts its message from message_start's content and indexes every later block
+        # after it: a block there would be a call (or a shift of every index) this parser never saw.
+        block = {"type": "tool_use", "id": "toolu_0", "name": "get_order", "input": {"order_ref": "ORDER-8"}}
+        for content in ([block], [{"type": "text", "text": "x"}], None, {}):
+            with self.subTest(content=content):
+                events = self.turn_events([self.tool()])
+                events[0]["message"]["content"] = content
+                self.assertRefused("anthropic", events, "STREAM_EVENT_MALFORMED", event=0)
+        events = self.turn_events([self.tool()])
+        del events[0]["message"]["content"]
+        self.assertEqual(len(ps.parse_stream("anthropic", events).calls), 1)
+
 
 class TestGeminiEvents(StreamTestCase):
     def test_outputs_on_an_interaction_is_the_other_revision(self):

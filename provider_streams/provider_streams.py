@@ -779,6 +779,12 @@ def _gemini_created(state: _State, event: Mapping[str, Any]) -> None:
 _GEMINI_OPENING: Final = _Opening("index", "step", "function_call", "id", "arguments", (None, {}))
 
 
+def _gemini_status_update(state: _State, event: Mapping[str, Any]) -> None:
+    # Not read, but one naming another interaction mid-stream is two streams spliced together.
+    if event.get("interaction_id", state.response_id) != state.response_id:
+        raise StreamError("STREAM_INCONSISTENT")
+
+
 def _gemini_completed(state: _State, event: Mapping[str, Any]) -> None:
     interaction = _gemini_interaction(event)
     if interaction.get("id") != state.response_id:
@@ -788,7 +794,7 @@ def _gemini_completed(state: _State, event: Mapping[str, Any]) -> None:
 
 GEMINI_RULES: Final[Mapping[str, _Rule]] = MappingProxyType({
     "interaction.created": _Rule(_BEFORE, _gemini_created),
-    "interaction.status_update": _Rule(_OPEN, _ignore),
+    "interaction.status_update": _Rule(_OPEN, _gemini_status_update),
     "step.start": _Rule(_OPEN, functools.partial(_open, opening=_GEMINI_OPENING)),
     "step.delta": _Rule(_OPEN, functools.partial(_indexed_delta, fields=MappingProxyType({
         (_CALL, "arguments_delta"): "arguments"}))),

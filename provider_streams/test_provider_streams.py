@@ -907,6 +907,18 @@ class TestGeminiEvents(StreamTestCase):
         events = [{"event_type": "interaction.status_update", "status": "in_progress"}] + stream("gemini")
         self.assertRefused("gemini", events, "STREAM_OUT_OF_ORDER", event=0)
 
+    def test_status_update_for_another_interaction_is_inconsistent(self):
+        events = stream("gemini")
+        for at in (1, 3):
+            with self.subTest(at=at):
+                for other in ("v1_other", None, 7):
+                    bad = inserted("gemini", events, at, {"event_type": "interaction.status_update",
+                                                          "interaction_id": other, "status": "in_progress"})
+                    self.assertRefused("gemini", bad, "STREAM_INCONSISTENT", event=at)
+                for update in ({"interaction_id": "resp_synthetic"}, {}):
+                    same = inserted("gemini", events, at, {"event_type": "interaction.status_update", **update})
+                    self.assertEqual(len(ps.parse_stream("gemini", same).calls), 1)
+
 
 class TestUnknownEventRule(StreamTestCase):
     """Skipped while no call is open; refused while one is; nothing after the end."""

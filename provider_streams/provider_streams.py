@@ -785,11 +785,37 @@ def _gemini_status_update(state: _State, event: Mapping[str, Any]) -> None:
         raise StreamError("STREAM_INCONSISTENT")
 
 
+def _gemini_step_matches(step: Any, slot: _Slot, limits: Limits) -> bool:
+    """Whether a step the final interaction lists says what the stream said about its slot."""
+    if type(step) is not dict:
+        raise StreamError("STREAM_EVENT_MALFORMED")
+    if slot.kind != _CALL:
+        return step.get("type") == slot.item_type
+    if (step.get("type"), step.get("id"), step.get("name")) != ("function_call", slot.call_id, slot.name):
+        return False
+    if "arguments" not in step:
+        return True
+    # Compared as canonical JSON text, where 1, 1.0 and true differ (under == they are equal).
+    arguments = _decode_arguments(slot.data(), limits, empty_is_object=True)
+    return _json_text(step["arguments"]) == _json_text(arguments)
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
 def _gemini_completed(state: _State, event: Mapping[str, Any]) -> None:
     interaction = _gemini_interaction(event)
     if interaction.get("id") != state.response_id:
         raise StreamError("STREAM_INCONSISTENT")
     state.finish(interaction.get("status"))
+    # The final interaction need not list its steps; when it does, they must be the streamed ones,
+    # step by step, so that a call listed there and never streamed is not dropped.
+    if "steps" in interaction:
+        steps = interaction["steps"]
+        if type(steps) is not list or len(steps) != len(state.slots) or not all(
+                _gemini_step_matches(step, slot, state.limits) for step, slot in zip(steps, state.slots)):
+            raise StreamError("STREAM_INCONSISTENT")
 
 
 GEMINI_RULES: Final[Mapping[str, _Rule]] = MappingProxyType({

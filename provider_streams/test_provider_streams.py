@@ -847,6 +847,41 @@ class TestGeminiEvents(StreamTestCase):
         events[-1] = {**events[-1], "interaction": {**events[-1]["interaction"], "id": "other"}}
         self.assertRefused("gemini", events, "STREAM_INCONSISTENT", event=len(events) - 1)
 
+    def test_completed_steps_must_list_every_step_as_streamed(self):
+        # The final interaction need not list its steps; when it does, they must be exactly the
+        # streamed ones: a call listed there and never streamed would otherwise be dropped.
+        def with_steps(calls, steps, thought=False):
+            events = stream("gemini", calls)
+            if thought:
+                for event in events[1:-1]:
+                    event["index"] += 1
+                events[1:1] = [{"event_type": "step.start", "index": 0, "step": {"type": "thought"}},
+                               {"event_type": "step.stop", "index": 0}]
+            events[-1]["interaction"]["steps"] = steps
+            return events
+
+        call = {"type": "function_call", "id": "call_1", "name": "get_order", "arguments": {"order_ref": "ORDER-7"}}
+        other = {**call, "id": "call_2", "name": "create_refund_draft",
+                 "arguments": {"order_ref": "ORDER-7", "reason": "damaged"}}
+        one = [("call_1", "get_order", ORDER7)]
+        for events in (with_steps(one, [call]), with_steps(one, [{**call, "arguments": {"order_ref": "ORDER-7"}}]),
+                       with_steps(one, [{key: value for key, value in call.items() if key != "arguments"}]),
+                       with_steps(one, [{"type": "thought"}, call], thought=True), with_steps([], [])):
+            steps = events[-1]["interaction"]["steps"]
+            self.assertEqual(len(ps.parse_stream("gemini", events).calls),
+                             sum(step["type"] == "function_call" for step in steps))
+        numbered = [("call_1", "get_order", '{"n":1}')]
+        for events in (with_steps(one, [call, other]), with_steps(one, []), with_steps([], [call]),
+                       with_steps(one, [{**call, "arguments": {"order_ref": "ORDER-8"}}]),
+                       with_steps(one, [{**call, "id": "call_2"}]), with_steps(one, [{**call, "name": "get_orders"}]),
+                       with_steps(one, [{**call, "type": "thought"}]), with_steps(one, {"0": call}),
+                       with_steps(numbered, [{**call, "arguments": {"n": True}}]),
+                       with_steps(numbered, [{**call, "arguments": {"n": 1.0}}]),
+                       with_steps(one, [{"type": "google_search_call"}, call], thought=True)):
+            with self.subTest(steps=events[-1]["interaction"]["steps"]):
+                self.assertRefused("gemini", events, "STREAM_INCONSISTENT", event=len(events) - 1)
+        self.assertRefused("gemini", with_steps(one, ["call_1"]), "STREAM_EVENT_MALFORMED", event=len(stream("gemini")) - 1)
+
     def test_statuses_against_calls(self):
         cases = (("failed", True, "STREAM_PROVIDER_ERROR"), ("cancelled", False, "STREAM_PROVIDER_ERROR"),
                  ("incomplete", True, "STREAM_TRUNCATED"), ("completed", True, "STREAM_STOP_MISMATCH"),

@@ -1164,7 +1164,9 @@ def split_sse(data: bytes | str, *, max_bytes: int = MAX_SSE_BYTES, max_event_by
 
     Data lines of one event are joined by newlines; `id:`, `retry:`, comments and unknown fields
     are ignored; an event with no data line dispatches nothing; an event not ended by a blank
-    line when the text ends is dropped, as the spec says, so a cut-off stream loses it whole.
+    line when the text ends is dropped, as the spec says, so a cut-off stream loses it whole (the
+    unfinished last line is never decoded, even cut inside a character); `event:` with no value
+    is no name.
     Each event's data is the provider's envelope, decoded under ENVELOPE_JSON (floats, nulls,
     long counters), bounded in bytes and depth. An event whose data is exactly `done_frame`
     (Gemini's `[DONE]`) ends the text: it is not returned, and no event may follow it.

@@ -653,7 +653,11 @@ def _openai_terminal(stop: str) -> Callable[[_State, dict[str, Any]], None]:
 
 def _openai_content(state: _State, event: Mapping[str, Any]) -> None:
     # Content and progress of items that are not calls: not read, but one that names a call's
-    # output index would be a second channel into that call, so it is refused.
+    # output index would be a second channel into that call, so it is refused. An event that
+    # repeats the response (queued, in_progress) must name this one: another id mid-stream is
+    # two streams spliced together.
+    if "response" in event and _object(event, "response").get("id") != state.response_id:
+        raise StreamError("STREAM_INCONSISTENT")
     index = event.get("output_index")
     if type(index) is int and 0 <= index < len(state.slots) and state.slots[index].kind == _CALL:
         raise StreamError("STREAM_INCONSISTENT")
@@ -708,7 +712,13 @@ OPENAI_STOPS: Final = MappingProxyType({"completed": "any", "incomplete": "cut"}
 
 
 def _anthropic_message_start(state: _State, event: Mapping[str, Any]) -> None:
-    state.start(_object(event, "message").get("id"))
+    # Blocks arrive only through content_block events. The SDK starts its message from this
+    # content and indexes every later block after it, so a block here would be one this parser
+    # never saw (a call, or a shift of every index): refused, never skipped.
+    message = _object(event, "message")
+    if message.get("content", []) != []:
+        raise StreamError("STREAM_EVENT_MALFORMED")
+    state.start(message.get("id"))
 
 
 # Only text and tool_use blocks can be echoed; thinking, server tool and other blocks are refused.
@@ -769,16 +779,48 @@ def _gemini_created(state: _State, event: Mapping[str, Any]) -> None:
 _GEMINI_OPENING: Final = _Opening("index", "step", "function_call", "id", "arguments", (None, {}))
 
 
+def _gemini_status_update(state: _State, event: Mapping[str, Any]) -> None:
+    # Not read, but one naming another interaction mid-stream is two streams spliced together.
+    if event.get("interaction_id", state.response_id) != state.response_id:
+        raise StreamError("STREAM_INCONSISTENT")
+
+
+def _gemini_step_matches(step: Any, slot: _Slot, limits: Limits) -> bool:
+    """Whether a step the final interaction lists says what the stream said about its slot."""
+    if type(step) is not dict:
+        raise StreamError("STREAM_EVENT_MALFORMED")
+    if slot.kind != _CALL:
+        return step.get("type") == slot.item_type
+    if (step.get("type"), step.get("id"), step.get("name")) != ("function_call", slot.call_id, slot.name):
+        return False
+    if "arguments" not in step:
+        return True
+    # Compared as canonical JSON text, where 1, 1.0 and true differ (under == they are equal).
+    arguments = _decode_arguments(slot.data(), limits, empty_is_object=True)
+    return _json_text(step["arguments"]) == _json_text(arguments)
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
 def _gemini_completed(state: _State, event: Mapping[str, Any]) -> None:
     interaction = _gemini_interaction(event)
     if interaction.get("id") != state.response_id:
         raise StreamError("STREAM_INCONSISTENT")
     state.finish(interaction.get("status"))
+    # The final interaction need not list its steps; when it does, they must be the streamed ones,
+    # step by step, so that a call listed there and never streamed is not dropped.
+    if "steps" in interaction:
+        steps = interaction["steps"]
+        if type(steps) is not list or len(steps) != len(state.slots) or not all(
+                _gemini_step_matches(step, slot, state.limits) for step, slot in zip(steps, state.slots)):
+            raise StreamError("STREAM_INCONSISTENT")
 
 
 GEMINI_RULES: Final[Mapping[str, _Rule]] = MappingProxyType({
     "interaction.created": _Rule(_BEFORE, _gemini_created),
-    "interaction.status_update": _Rule(_OPEN, _ignore),
+    "interaction.status_update": _Rule(_OPEN, _gemini_status_update),
     "step.start": _Rule(_OPEN, functools.partial(_open, opening=_GEMINI_OPENING)),
     "step.delta": _Rule(_OPEN, functools.partial(_indexed_delta, fields=MappingProxyType({
         (_CALL, "arguments_delta"): "arguments"}))),
@@ -1122,7 +1164,9 @@ def split_sse(data: bytes | str, *, max_bytes: int = MAX_SSE_BYTES, max_event_by
 
     Data lines of one event are joined by newlines; `id:`, `retry:`, comments and unknown fields
     are ignored; an event with no data line dispatches nothing; an event not ended by a blank
-    line when the text ends is dropped, as the spec says, so a cut-off stream loses it whole.
+    line when the text ends is dropped, as the spec says, so a cut-off stream loses it whole (the
+    unfinished last line is never decoded, even cut inside a character); `event:` with no value
+    is no name.
     Each event's data is the provider's envelope, decoded under ENVELOPE_JSON (floats, nulls,
     long counters), bounded in bytes and depth. An event whose data is exactly `done_frame`
     (Gemini's `[DONE]`) ends the text: it is not returned, and no event may follow it.
@@ -1133,8 +1177,12 @@ def split_sse(data: bytes | str, *, max_bytes: int = MAX_SSE_BYTES, max_event_by
         raise StreamError("STREAM_SSE_INVALID")
     if len(data) > max_bytes:
         raise StreamError("STREAM_SSE_TOO_LARGE")
+    # The piece after the last line break is not a line yet, and the SSE rules drop it whatever it
+    # holds: so it is never decoded, and a cut inside a multi-byte character is a cut like any other.
+    # (A line break is one ASCII byte, never part of a multi-byte character.)
+    finished = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
     try:
-        text = data.decode("utf-8").removeprefix("\ufeff")
+        text = data[:finished].decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         raise StreamError("STREAM_SSE_INVALID", detail="JSON_NOT_UTF8") from None
     pairs: list[tuple[str | None, Any]] = []
@@ -1142,7 +1190,6 @@ def split_sse(data: bytes | str, *, max_bytes: int = MAX_SSE_BYTES, max_event_by
     lines: list[str] = []
     size = 0
     done = False
-    # The piece after the last line break is not a line yet: an unfinished line is dropped too.
     for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")[:-1]:
         if not line:
             if lines:
@@ -1165,7 +1212,7 @@ def split_sse(data: bytes | str, *, max_bytes: int = MAX_SSE_BYTES, max_event_by
                 raise StreamError("STREAM_SSE_TOO_LARGE", event=len(pairs))
             lines.append(value)
         elif field == "event":
-            name = value
+            name = value or None  # an empty type is the default one, as if no event line came
     return pairs
 
 

@@ -612,6 +612,20 @@ class TestOpenAIEvents(StreamTestCase):
         events = edited("openai", stream("openai"), "response.created", response="resp_1")
         self.assertRefused("openai", events, "STREAM_EVENT_MALFORMED", event=0)
 
+    def test_an_event_repeating_another_response_is_inconsistent(self):
+        # response.queued and response.in_progress repeat the response: one naming another response
+        # mid-stream is two streams spliced together, wherever it comes.
+        events = stream("openai")
+        for kind in ("response.queued", "response.in_progress"):
+            for at in (1, 3):
+                with self.subTest(kind=kind, at=at):
+                    for response, code in (({"id": "resp_other"}, "STREAM_INCONSISTENT"),
+                                           ({}, "STREAM_INCONSISTENT"), ("resp_synthetic", "STREAM_EVENT_MALFORMED")):
+                        bad = inserted("openai", events, at, {"type": kind, "response": response})
+                        self.assertRefused("openai", bad, code, event=at)
+                    same = inserted("openai", events, at, {"type": kind, "response": {"id": "resp_synthetic"}})
+                    self.assertEqual(len(ps.parse_stream("openai", same).calls), 1)
+
 
 class TestAnthropicEvents(StreamTestCase):
     def turn_events(self, blocks, reason="tool_use"):
@@ -760,6 +774,19 @@ class TestAnthropicEvents(StreamTestCase):
         events[0] = {"type": "message_start", "message": "msg_1"}
         self.assertRefused("anthropic", events, "STREAM_EVENT_MALFORMED", event=0)
 
+    def test_message_start_with_content_is_malformed(self):
+        # The SDK starts its message from message_start's content and indexes every later block
+        # after it: a block there would be a call (or a shift of every index) this parser never saw.
+        block = {"type": "tool_use", "id": "toolu_0", "name": "get_order", "input": {"order_ref": "ORDER-8"}}
+        for content in ([block], [{"type": "text", "text": "x"}], None, {}):
+            with self.subTest(content=content):
+                events = self.turn_events([self.tool()])
+                events[0]["message"]["content"] = content
+                self.assertRefused("anthropic", events, "STREAM_EVENT_MALFORMED", event=0)
+        events = self.turn_events([self.tool()])
+        del events[0]["message"]["content"]
+        self.assertEqual(len(ps.parse_stream("anthropic", events).calls), 1)
+
 
 class TestGeminiEvents(StreamTestCase):
     def test_outputs_on_an_interaction_is_the_other_revision(self):
@@ -820,6 +847,41 @@ class TestGeminiEvents(StreamTestCase):
         events[-1] = {**events[-1], "interaction": {**events[-1]["interaction"], "id": "other"}}
         self.assertRefused("gemini", events, "STREAM_INCONSISTENT", event=len(events) - 1)
 
+    def test_completed_steps_must_list_every_step_as_streamed(self):
+        # The final interaction need not list its steps; when it does, they must be exactly the
+        # streamed ones: a call listed there and never streamed would otherwise be dropped.
+        def with_steps(calls, steps, thought=False):
+            events = stream("gemini", calls)
+            if thought:
+                for event in events[1:-1]:
+                    event["index"] += 1
+                events[1:1] = [{"event_type": "step.start", "index": 0, "step": {"type": "thought"}},
+                               {"event_type": "step.stop", "index": 0}]
+            events[-1]["interaction"]["steps"] = steps
+            return events
+
+        call = {"type": "function_call", "id": "call_1", "name": "get_order", "arguments": {"order_ref": "ORDER-7"}}
+        other = {**call, "id": "call_2", "name": "create_refund_draft",
+                 "arguments": {"order_ref": "ORDER-7", "reason": "damaged"}}
+        one = [("call_1", "get_order", ORDER7)]
+        for events in (with_steps(one, [call]), with_steps(one, [{**call, "arguments": {"order_ref": "ORDER-7"}}]),
+                       with_steps(one, [{key: value for key, value in call.items() if key != "arguments"}]),
+                       with_steps(one, [{"type": "thought"}, call], thought=True), with_steps([], [])):
+            steps = events[-1]["interaction"]["steps"]
+            self.assertEqual(len(ps.parse_stream("gemini", events).calls),
+                             sum(step["type"] == "function_call" for step in steps))
+        numbered = [("call_1", "get_order", '{"n":1}')]
+        for events in (with_steps(one, [call, other]), with_steps(one, []), with_steps([], [call]),
+                       with_steps(one, [{**call, "arguments": {"order_ref": "ORDER-8"}}]),
+                       with_steps(one, [{**call, "id": "call_2"}]), with_steps(one, [{**call, "name": "get_orders"}]),
+                       with_steps(one, [{**call, "type": "thought"}]), with_steps(one, {"0": call}),
+                       with_steps(numbered, [{**call, "arguments": {"n": True}}]),
+                       with_steps(numbered, [{**call, "arguments": {"n": 1.0}}]),
+                       with_steps(one, [{"type": "google_search_call"}, call], thought=True)):
+            with self.subTest(steps=events[-1]["interaction"]["steps"]):
+                self.assertRefused("gemini", events, "STREAM_INCONSISTENT", event=len(events) - 1)
+        self.assertRefused("gemini", with_steps(one, ["call_1"]), "STREAM_EVENT_MALFORMED", event=len(stream("gemini")) - 1)
+
     def test_statuses_against_calls(self):
         cases = (("failed", True, "STREAM_PROVIDER_ERROR"), ("cancelled", False, "STREAM_PROVIDER_ERROR"),
                  ("incomplete", True, "STREAM_TRUNCATED"), ("completed", True, "STREAM_STOP_MISMATCH"),
@@ -879,6 +941,18 @@ class TestGeminiEvents(StreamTestCase):
     def test_status_update_before_created_is_out_of_order(self):
         events = [{"event_type": "interaction.status_update", "status": "in_progress"}] + stream("gemini")
         self.assertRefused("gemini", events, "STREAM_OUT_OF_ORDER", event=0)
+
+    def test_status_update_for_another_interaction_is_inconsistent(self):
+        events = stream("gemini")
+        for at in (1, 3):
+            with self.subTest(at=at):
+                for other in ("v1_other", None, 7):
+                    bad = inserted("gemini", events, at, {"event_type": "interaction.status_update",
+                                                          "interaction_id": other, "status": "in_progress"})
+                    self.assertRefused("gemini", bad, "STREAM_INCONSISTENT", event=at)
+                for update in ({"interaction_id": "resp_synthetic"}, {}):
+                    same = inserted("gemini", events, at, {"event_type": "interaction.status_update", **update})
+                    self.assertEqual(len(ps.parse_stream("gemini", same).calls), 1)
 
 
 class TestUnknownEventRule(StreamTestCase):
@@ -1652,6 +1726,42 @@ class TestSSE(StreamTestCase):
         self.assertEqual(ps.split_sse('data: {"a":1}\n\ndata: {"b":2}\n'), [(None, {"a": 1})])
         self.assertEqual(ps.split_sse('data: {"a":1}\n\ndata: {"b":2}'), [(None, {"a": 1})])
         self.assertEqual(ps.split_sse('data: {"a":1}\r\n\r\n'), [(None, {"a": 1})])
+
+    def test_a_stream_cut_inside_a_character_is_a_cut_stream(self):
+        # The SSE rules drop the unfinished last line whatever it holds, so a cut that falls inside
+        # a multi-byte character is a cut like any other: STREAM_INCOMPLETE (retryable), not bad UTF-8.
+        events = self.anthropic_text_turn("d\u00e9j\u00e0 \u20ac \U0001f600")
+        data = "".join(f"data: {json.dumps(event, ensure_ascii=False)}\n\n" for event in events).encode("utf-8")
+        cuts = [at for at in range(len(data)) if data[at] & 0xC0 == 0x80]  # inside a character
+        self.assertEqual(len(cuts), 1 + 1 + 2 + 3)
+        for at in cuts:
+            with self.subTest(at=at):
+                with self.assertRaises(ps.StreamError) as caught:
+                    ps.parse_sse("anthropic", data[:at])
+                self.assertEqual((caught.exception.code, caught.exception.detail), ("STREAM_INCOMPLETE", None))
+        self.assertEqual(ps.split_sse(b'data: {"a":1}\n\ndata: "\xe2\x82'), [(None, {"a": 1})])
+        self.assertEqual(ps.split_sse(b'data: {"a":1}\r\xff'), [])
+        with self.assertRaises(ps.StreamError) as caught:  # bad UTF-8 on a finished line is still refused
+            ps.split_sse(b'data: "\xe2\x82"\n')
+        self.assertEqual((caught.exception.code, caught.exception.detail), ("STREAM_SSE_INVALID", "JSON_NOT_UTF8"))
+
+    @staticmethod
+    def anthropic_text_turn(text):
+        return [{"type": "message_start", "message": {"id": "msg_1", "content": []}},
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+                {"type": "content_block_stop", "index": 0},
+                {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}, {"type": "message_stop"}]
+
+    def test_an_empty_event_name_is_no_name(self):
+        # "event:" with no value leaves the type the default one, exactly as if no event line came.
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                plain = "".join(f"data: {json.dumps(event)}\n\n" for event in stream(provider))
+                for line in ("event:\n", "event: \n", "event: x\nevent:\n"):
+                    text = plain.replace("data: ", line + "data: ")
+                    self.assertEqual(ps.parse_sse(provider, text), ps.parse_sse(provider, plain))
+        self.assertEqual(ps.split_sse("event:\ndata: 1\n\nevent:  \ndata: 2\n\n"), [(None, 1), (" ", 2)])
 
     def test_event_name_must_match_the_data_type(self):
         events = stream("anthropic")

@@ -69,6 +69,18 @@ OTHER_EVIDENCE = {"execution": {"operation_state": "succeeded", "handler_invoked
 _AUTO = object()
 
 
+class Agreeable(str):
+    """A host's str that claims to equal anything, and hashes like its own text."""
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = str.__hash__
+
+
 # -- helpers: a world, alice, contexts per provider, approvals bound to a context -------------
 
 
@@ -4057,6 +4069,53 @@ class TestTheDispatcher(unittest.TestCase):
         self.assertEqual(package["protected_audit"]["request_sha256"],
                          "a30d883f2c7956d2c5a77066bd0576a0df2e44e1f64121c1926848728eb67426")
         self.assertEqual(dispatcher.effect_count, 1)
+
+    def test_an_approver_allowlist_must_be_a_collection_of_identifiers(self):
+        # A single string is no allowlist: frozenset("approver-lee") would trust approver "a".
+        for approvers in ("approver-lee", ["approver-lee", None], ["approver lee"], {"approver-lee": 1},
+                          [Agreeable("approver-lee")], 7):
+            with self.subTest(approvers=approvers), self.assertRaises(BoundaryError) as caught:
+                Dispatcher(world_orders(), approvers=approvers)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("CONTEXT_INVALID", "approvers"))
+        for approvers in (["approver-lee"], ("approver-lee",), {"approver-lee"}, frozenset({"approver-lee"}), ()):
+            with self.subTest(approvers=approvers):
+                Dispatcher(world_orders(), approvers=approvers)
+
+    def test_every_order_of_the_world_is_checked_when_the_dispatcher_is_built(self):
+        good = Order("tenant-a", "ORDER-7", "alice", "paid", 3)
+        bad = {
+            "not an order": ("tenant-a", "ORDER-7"),
+            "agreeable status": dataclasses.replace(good, status=Agreeable("refunded")),
+            "agreeable owner": dataclasses.replace(good, owner=Agreeable("mallory")),
+            "agreeable tenant": dataclasses.replace(good, tenant=Agreeable("tenant-a")),
+            "unknown status": dataclasses.replace(good, status="shipped"),
+            "order ref": dataclasses.replace(good, order_ref="ORDER-7\n"),
+            "revision true": dataclasses.replace(good, revision=True),
+            "revision zero": dataclasses.replace(good, revision=0),
+            "revision over": dataclasses.replace(good, revision=td.MAX_REVISION + 1),
+            "revision huge": dataclasses.replace(good, revision=10 ** 5000),
+            "revision nan": dataclasses.replace(good, revision=float("nan")),
+        }
+        for name, order in bad.items():
+            with self.subTest(case=name), self.assertRaises(BoundaryError) as caught:
+                Dispatcher([world_orders()[1], order])
+            self.assertEqual((caught.exception.code, caught.exception.at), ("CONTEXT_INVALID", "orders[1]"))
+        for orders in ([good, good], "ORDER-7", None):
+            with self.subTest(orders=orders), self.assertRaises(BoundaryError) as caught:
+                Dispatcher(orders)
+            self.assertEqual(caught.exception.code, "CONTEXT_INVALID")
+        edge = Dispatcher([dataclasses.replace(good, revision=td.MAX_REVISION)], approvers=APPROVERS)
+        self.assertEqual(read(edge)["protected_audit"]["resource_revision"], td.MAX_REVISION)
+
+    def test_set_order_status_refuses_a_revision_past_its_limit_and_unhashable_names(self):
+        dispatcher = Dispatcher([Order("tenant-a", "ORDER-7", "alice", "paid", td.MAX_REVISION - 1)])
+        dispatcher.set_order_status("tenant-a", "ORDER-7", "paid")
+        self.assertEqual(read(dispatcher)["protected_audit"]["resource_revision"], td.MAX_REVISION)
+        for tenant, ref in (("tenant-a", "ORDER-7"), (["tenant-a"], "ORDER-7"), ("tenant-a", {})):
+            with self.subTest(tenant=tenant, ref=ref), self.assertRaises(BoundaryError) as caught:
+                dispatcher.set_order_status(tenant, ref, "paid")
+            self.assertEqual(caught.exception.code, "CONTEXT_INVALID")
+        self.assertEqual(read(dispatcher)["protected_audit"]["resource_revision"], td.MAX_REVISION)
 
     def test_set_order_status_moves_the_revision_and_refuses_bad_input(self):
         dispatcher = make_dispatcher()

@@ -4247,6 +4247,33 @@ class MemoryOperations:
         """Nothing is deferred in memory."""
 
 
+# What a host hands a Dispatcher as its world, by exact container type: a single string is never
+# read as an allowlist of its characters, nor a mapping as the list of its keys.
+_ORDER_COLLECTIONS: Final = (list, tuple)
+_APPROVER_COLLECTIONS: Final = (list, tuple, set, frozenset)
+
+
+def _world_orders(orders: Any) -> dict[tuple[str, str], Order]:
+    """The host's orders by (tenant, order_ref), each held to the fixture's order table (section 6):
+    a status that claims to equal "paid", or a revision no package may carry, is refused here."""
+    if type(orders) not in _ORDER_COLLECTIONS:
+        raise BoundaryError("CONTEXT_INVALID", "orders")
+    by_key: dict[tuple[str, str], Order] = {}
+    for index, order in enumerate(orders):
+        if type(order) is not Order or not all(check(getattr(order, name)) for name, check in _ORDER.checks):
+            raise BoundaryError("CONTEXT_INVALID", f"orders[{index}]")
+        by_key[(order.tenant, order.order_ref)] = order
+    if len(by_key) != len(orders):  # a repeated order: which one is the business state?
+        raise BoundaryError("CONTEXT_INVALID", "orders")
+    return by_key
+
+
+def _approver_allowlist(approvers: Any) -> frozenset[str]:
+    if type(approvers) not in _APPROVER_COLLECTIONS or not all(is_identifier(name) for name in approvers):
+        raise BoundaryError("CONTEXT_INVALID", "approvers")
+    return frozenset(approvers)
+
+
 class Dispatcher:
     """The trusted boundary over one world and one operation store.
 
@@ -4262,8 +4289,8 @@ class Dispatcher:
                  handlers: Mapping[str, Handler] | None = None,
                  registry: Mapping[str, ToolSpec] = REGISTRY,
                  operations: OperationStore | None = None, seal_keys: SealKeys | None = None) -> None:
-        self._orders: dict[tuple[str, str], Order] = {(order.tenant, order.order_ref): order for order in orders}
-        self._approvers = frozenset(approvers)
+        self._orders = _world_orders(orders)
+        self._approvers = _approver_allowlist(approvers)
         self._registry = registry
         self._handlers: Mapping[str, Handler] = MappingProxyType({**HANDLERS, **(handlers or {})})
         # Every tool the registry names must be runnable, or the host hears it now, not at a call.
@@ -4293,9 +4320,9 @@ class Dispatcher:
 
     def set_order_status(self, tenant: str, order_ref: str, status: str) -> None:
         """A trusted change of business state; the order's resource revision moves on."""
-        order = self._orders.get((tenant, order_ref))
-        if order is None or not _member(status, ORDER_STATUSES):
-            raise BoundaryError("CONTEXT_INVALID")
+        order = self._orders.get((tenant, order_ref)) if type(tenant) is str and type(order_ref) is str else None
+        if order is None or not _member(status, ORDER_STATUSES) or order.revision >= MAX_REVISION:
+            raise BoundaryError("CONTEXT_INVALID")  # an order's revision stays inside what a package may say
         self._orders[(tenant, order_ref)] = replace(order, status=status, revision=order.revision + 1)
 
     def operation_state(self, principal: Principal, tool: str, idempotency_key: str) -> str:

@@ -3023,6 +3023,23 @@ class TestOperationLifecycleApprovalBusinessStateDeadline(unittest.TestCase):
                 self.assertEqual(code_of(write(dispatcher, approval=approval)), "APPROVAL_MISMATCH")
                 self.assertEqual(dispatcher.effect_count, 0)
 
+    def test_an_approval_field_no_canonical_encoding_holds_is_a_mismatch_not_a_traceback(self):
+        # Its reference (a digest of every field) is taken before the fields are compared: a
+        # value that JSON cannot encode, or UTF-8 cannot carry, was a ValueError, TypeError,
+        # RecursionError or UnicodeEncodeError out of dispatch.
+        cycle = []
+        cycle.append(cycle)
+        reason = refund_proposal()["arguments"]
+        hostile = {"NaN": float("nan"), "object": object(), "huge integer": 10 ** 5000, "cycle": cycle,
+                   "lone surrogate": "tenant-\ud800", "agreeable": Agreeable("tenant-a")}
+        for name, value in hostile.items():
+            for field, approval in (("tenant", approval_for(write_context(), tenant=value)),
+                                    ("arguments", approval_for(write_context(), arguments={**reason, "reason": value}))):
+                with self.subTest(value=name, field=field):
+                    dispatcher = make_dispatcher()
+                    self.assertEqual(code_of(write(dispatcher, approval=approval)), "APPROVAL_MISMATCH")
+                    self.assertEqual(dispatcher.effect_count, 0)
+
     def test_approval_of_another_type_is_a_mismatch(self):
         dispatcher = make_dispatcher()
         forged = dataclasses.asdict(approval_for(write_context()))

@@ -3211,14 +3211,17 @@ def check_approval(approval: Any, *, principal: Principal, context: CallContext,
         raise BoundaryError("APPROVER_NOT_TRUSTED")
     if not (type(approval.expires_at) is int and MIN_TIME <= approval.expires_at <= MAX_TIME):
         raise BoundaryError("APPROVAL_EXPIRED")  # outside the clock's domain: no instant it is live at
-    if not _is_json_exact(approval.arguments):
+    # Every field its reference digests must have a canonical encoding first: a NaN, a cycle or
+    # a lone surrogate is a mismatch, not an encoder's exception.
+    if not (_is_json_exact(approval.arguments)
+            and all(type(getattr(approval, name)) is str and is_portable_text(getattr(approval, name))
+                    for name, _ in _APPROVAL_BINDING)):
         raise BoundaryError("APPROVAL_MISMATCH")
     reference = approval_ref(approval)
     if consumed(reference):
         raise BoundaryError("APPROVAL_CONSUMED")
     for name, wanted in _APPROVAL_BINDING:
-        value = getattr(approval, name)
-        if type(value) is not str or value != wanted(principal, context, spec):
+        if getattr(approval, name) != wanted(principal, context, spec):
             raise BoundaryError("APPROVAL_MISMATCH")
     if type(approval.arguments) is not dict or not _same_value(approval.arguments, arguments):
         raise BoundaryError("APPROVAL_MISMATCH")  # JSON equality: an approved 1 is no true
@@ -3229,7 +3232,8 @@ def check_approval(approval: Any, *, principal: Principal, context: CallContext,
 
 def _is_json_exact(value: Any) -> bool:
     """A tree of exactly dict (str keys), list, str, int, bool and None, no deeper than the
-    output limit: the only values an approval's arguments may hold, compared without surprises."""
+    output limit, in the portable domain (safe integers, text UTF-8 can carry): the only values
+    an approval's arguments may hold, compared and digested without surprises."""
     stack = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -3238,12 +3242,13 @@ def _is_json_exact(value: Any) -> bool:
             return False
         if kind is dict:
             for key, child in item.items():
-                if type(key) is not str:
+                if type(key) is not str or not is_portable_text(key):
                     return False
                 stack.append((child, depth + 1))
         elif kind is list:
             stack.extend((child, depth + 1) for child in item)
-        elif kind not in _SCALARS:
+        elif (kind not in _SCALARS or (kind is str and not is_portable_text(item))
+              or (kind is int and not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER)):
             return False
     return True
 

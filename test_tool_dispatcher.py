@@ -3178,8 +3178,8 @@ class TestHandlersAndTheMockDownstream(unittest.TestCase):
 # ============================================================================================
 
 
-def handler_result(output, *, producer="orders-producer-v3", revision=3) -> td.HandlerResult:
-    return td.HandlerResult(output=output, producer_revision=producer, resource_revision=revision)
+def handler_result(output, *, producer="orders-producer-v3", revision=3, receipt=None) -> td.HandlerResult:
+    return td.HandlerResult(output=output, producer_revision=producer, resource_revision=revision, receipt_ref=receipt)
 
 
 ORDER_7 = Order("tenant-a", "ORDER-7", "alice", "paid", 3)
@@ -3233,7 +3233,7 @@ class TestOutputContracts(unittest.TestCase):
         self.assertOutputRefused("OUTPUT_CONTRACT_VIOLATION", handler_result(output, producer="refunds-producer-v2"),
                                  spec=REFUND, arguments={"order_ref": "ORDER-7", "reason": "duplicate"})
         del output["status"]
-        data = td.check_output(REFUND, handler_result(output, producer="refunds-producer-v2"),
+        data = td.check_output(REFUND, handler_result(output, producer="refunds-producer-v2", receipt="rc-1"),
                                {"order_ref": "ORDER-7", "reason": "duplicate"}, ORDER_7)
         self.assertEqual(data, output)
 
@@ -3404,6 +3404,33 @@ class TestOutputContracts(unittest.TestCase):
         with self.assertRaises(BoundaryError) as caught:
             td.check_output(GET_ORDER, {"order_ref": "ORDER-7", "status": "paid"}, {"order_ref": "ORDER-7"}, ORDER_7)
         self.assertEqual(caught.exception.code, "OUTPUT_CONTRACT_VIOLATION")
+
+    def test_a_write_result_is_bound_to_its_receipt_and_revisions_by_exact_type(self):
+        # The receipt reference goes into the package's downstream evidence: one that is not an
+        # identifier made a package its own verifier refuses, and one with no canonical encoding
+        # (10**5000, NaN) escaped dispatch after the effect, leaving the key in_progress forever.
+        class AgreeableInt(int):
+            def __ne__(self, other):
+                return False
+
+        def returning(**changes):
+            return lambda call: dataclasses.replace(td.handle_create_refund_draft(call), **changes)
+
+        hostile = {"no receipt": {"receipt_ref": None}, "huge receipt": {"receipt_ref": 10 ** 5000},
+                   "NaN receipt": {"receipt_ref": float("nan")}, "agreeable receipt": {"receipt_ref": Agreeable("rc-1")},
+                   "spaced receipt": {"receipt_ref": "rc 1"}, "listed receipt": {"receipt_ref": ["rc-1"]},
+                   "agreeable producer": {"producer_revision": Agreeable("other")},
+                   "agreeable revision": {"resource_revision": AgreeableInt(9)}}
+        for name, changes in hostile.items():
+            with self.subTest(case=name):
+                dispatcher = make_dispatcher(handlers={"create_refund_draft": returning(**changes)})
+                package = write(dispatcher)
+                self.assertEqual((package["model_result"]["status"], code_of(package)),
+                                 ("unknown", "OUTPUT_BINDING_MISMATCH"))
+                td.verify_package(package)
+                self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "unknown")
+        dispatcher = make_dispatcher(handlers={"create_refund_draft": returning()})
+        self.assertEqual(write(dispatcher)["model_result"]["status"], "ok")
 
     # -- the secret scan: key words, value shapes, the pass-list, linear time, the seam --------
 

@@ -3647,7 +3647,11 @@ def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, Any], orde
     for field in spec.bound_fields:  # required on both sides (the contract loader checks it)
         if not _same_value(output[field], arguments[field]):
             raise BoundaryError("OUTPUT_BINDING_MISMATCH")
-    if result.producer_revision != spec.producer_revision or result.resource_revision != order.revision:
+    # Exact types first: a revision that claims to equal anything binds nothing. A write's receipt
+    # reference becomes the package's downstream evidence, so it must be an identifier too.
+    if (type(result.producer_revision) is not str or result.producer_revision != spec.producer_revision
+            or type(result.resource_revision) is not int or result.resource_revision != order.revision
+            or (spec.effect == "write" and not is_identifier(result.receipt_ref))):
         raise BoundaryError("OUTPUT_BINDING_MISMATCH")
     return dict(output) if spec._flat_output else json_copy(output)
 

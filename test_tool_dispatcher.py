@@ -97,6 +97,13 @@ def make_dispatcher(**options) -> Dispatcher:
     return Dispatcher(world_orders(), approvers=APPROVERS, **options)
 
 
+def redeployed(dispatcher, **refund_changes) -> Dispatcher:
+    """A dispatcher over the same store whose refund tool changed (a registry is read once, when built)."""
+    registry = {**td.REGISTRY, "create_refund_draft": dataclasses.replace(td.REGISTRY["create_refund_draft"],
+                                                                          **refund_changes)}
+    return make_dispatcher(registry=registry, operations=dispatcher.operations)
+
+
 def context(provider="openai", *, response="resp_1", call="call_1", operation="op-1", key=None) -> CallContext:
     return CallContext(*PROFILES[provider], response_id=response, call_id=call, operation_id=operation,
                        idempotency_key=key)
@@ -4072,6 +4079,43 @@ class TestTheDispatcher(unittest.TestCase):
                                               approval=approval, now=NOW)
                 self.assertEqual(package["model_result"].get("error", {}).get("code"), code)
 
+    def test_a_registry_maps_each_tool_name_to_that_tool_and_is_read_once(self):
+        get_order, refund = td.REGISTRY["get_order"], td.REGISTRY["create_refund_draft"]
+
+        class OtherValues(dict):  # its values() hide the tool that get() answers
+            def values(self):
+                return [get_order]
+
+        bad = {
+            "another tool's name": ({"get_order": refund, "create_refund_draft": refund}, "registry[0]"),
+            "not a tool": ({"get_order": "get_order"}, "registry[0]"),
+            "agreeable name": ({Agreeable("get_order"): get_order}, "registry[0]"),
+            "agreeable effect": ({"get_order": dataclasses.replace(get_order, effect=Agreeable("read"))}, "registry[0]"),
+            "unencodable revision": ({"get_order": dataclasses.replace(get_order, contract_revision=10 ** 5000)},
+                                     "registry[0]"),
+            "a list": ([get_order], "registry"),
+        }
+        for name, (registry, at) in bad.items():
+            with self.subTest(case=name), self.assertRaises(BoundaryError) as caught:
+                Dispatcher(world_orders(), registry=registry)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("REGISTRY_INVALID", at))
+        # What get() would answer at a call is what is checked now: the hidden tool is seen.
+        hiding = OtherValues(get_order=get_order, hidden=dataclasses.replace(get_order, name="hidden",
+                                                                             resource_field=None))
+        with self.assertRaises(BoundaryError) as caught:
+            Dispatcher(world_orders(), registry=hiding)
+        self.assertEqual((caught.exception.code, caught.exception.at), ("TOOL_NOT_DISPATCHABLE", "registry[1]"))
+        registry = dict(td.REGISTRY)
+        dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=registry)
+        registry["get_order"] = refund  # a change after the dispatcher was built changes nothing
+        registry["later"] = dataclasses.replace(get_order, name="later")
+        self.assertEqual(read(dispatcher)["model_result"]["status"], "ok")
+        package = dispatcher.dispatch({"name": "later", "arguments": {"order_ref": "ORDER-7"}}, context(call="c2"),
+                                      ALICE, now=NOW)
+        self.assertEqual(code_of(package), "UNKNOWN_TOOL")
+        self.assertEqual(read(Dispatcher(world_orders(), registry=MappingProxyType(dict(td.REGISTRY))),
+                              context(call="c3"))["model_result"]["status"], "ok")
+
     def test_every_registry_tool_must_be_runnable_when_the_dispatcher_is_built(self):
         contracts = imported_contracts()
         cases = (
@@ -4220,11 +4264,9 @@ class TestTheDispatcher(unittest.TestCase):
                 self.assertEqual(dispatcher.effect_count, 1)
 
     def test_same_key_after_contract_change_conflicts(self):
-        registry = dict(td.REGISTRY)
-        dispatcher = make_dispatcher(registry=registry)
-        write(dispatcher)
-        spec = registry["create_refund_draft"]
-        registry["create_refund_draft"] = dataclasses.replace(spec, handler_revision="create_refund_draft.handler.v2")
+        first = make_dispatcher()
+        write(first)
+        dispatcher = redeployed(first, handler_revision="create_refund_draft.handler.v2")
         package = write(dispatcher, write_context(response="resp_2", call="call_2"), approval=None)
         self.assertEqual(code_of(package), "IDEMPOTENCY_CONFLICT")
         self.assertEqual(dispatcher.effect_count, 1)
@@ -4457,22 +4499,18 @@ class TestTheDispatcher(unittest.TestCase):
         self.assertEqual(dispatcher.effect_count, 1)
 
     def test_query_with_changed_contract_revision_is_a_status_conflict(self):
-        registry = dict(td.REGISTRY)
-        dispatcher = make_dispatcher(registry=registry)
-        unknown_write(dispatcher)
-        spec = registry["create_refund_draft"]
-        registry["create_refund_draft"] = dataclasses.replace(spec, contract_revision="create_refund_draft.contract.v3")
+        first = make_dispatcher()
+        unknown_write(first)
+        dispatcher = redeployed(first, contract_revision="create_refund_draft.contract.v3")
         package = query(dispatcher)
         self.assertEqual(code_of(package), "STATUS_CONFLICT")
         self.assertEqual(dispatcher.effect_count, 1)
         self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "unknown")
 
     def test_query_with_changed_output_revision_is_a_status_conflict(self):
-        registry = dict(td.REGISTRY)
-        dispatcher = make_dispatcher(registry=registry)
-        unknown_write(dispatcher)
-        registry["create_refund_draft"] = dataclasses.replace(registry["create_refund_draft"],
-                                                              output_revision="create_refund_draft.output.v3")
+        first = make_dispatcher()
+        unknown_write(first)
+        dispatcher = redeployed(first, output_revision="create_refund_draft.output.v3")
         self.assertEqual(code_of(query(dispatcher)), "STATUS_CONFLICT")
         self.assertEqual(dispatcher.effect_count, 1)
 
@@ -4982,6 +5020,17 @@ class TestPackageVerification(unittest.TestCase):
         with self.assertRaises(BoundaryError) as caught:
             td.verify_package(package, **options)
         self.assertEqual(caught.exception.code, code)
+
+    def test_a_registry_that_is_no_mapping_of_tools_is_the_hosts_error(self):
+        for registry in ([td.REGISTRY["get_order"]], {"get_order": "get_order"}, None):
+            with self.subTest(registry=registry):
+                self.assertRefused("REGISTRY_INVALID", self.read_package, registry=registry)
+                with self.assertRaises(BoundaryError) as caught:
+                    td.to_openai_responses(self.read_package, context(), registry=registry)
+                self.assertEqual(caught.exception.code, "REGISTRY_INVALID")
+        self.assertRefused("PROVENANCE_MISMATCH", self.read_package,
+                           registry={"get_order": td.REGISTRY["create_refund_draft"]})
+        td.verify_package(self.read_package, registry=MappingProxyType(dict(td.REGISTRY)))
 
     def test_resealed_combinations_the_dispatcher_never_builds_are_refused(self):
         write_error = {"code": "HANDLER_FAILED", "message": td.ERROR_CATALOG["HANDLER_FAILED"].message,

@@ -297,6 +297,7 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         SEAL_KEYS_INVALID="The seal keys are malformed.",
         SEAL_KEYS_UNREADABLE="The seal keys could not be read.",
         TOOL_HANDLER_MISSING="A tool of the registry has no handler.",
+        REGISTRY_INVALID="The registry is not a mapping of tool names to the tools of those names.",
         TOOL_NOT_DISPATCHABLE="A tool of the registry names no resource field or declares no output schema.",
     ),
     **error_specs(
@@ -4262,6 +4263,27 @@ _ORDER_COLLECTIONS: Final = (list, tuple)
 _APPROVER_COLLECTIONS: Final = (list, tuple, set, frozenset)
 
 
+def _registry_snapshot(registry: Any) -> Mapping[str, ToolSpec]:
+    """The host's registry, read once: a mapping whose views disagree, or that the host changes
+    later, cannot move what was checked. Each tool sits under its own exact name, and every
+    field a package digests or the pipeline branches on is a plain identifier or choice."""
+    if not isinstance(registry, Mapping):
+        raise BoundaryError("REGISTRY_INVALID", "registry")
+    tools: dict[str, ToolSpec] = {}
+    for index, (name, spec) in enumerate(registry.items()):
+        if not _is_registered_tool(name, spec):
+            raise BoundaryError("REGISTRY_INVALID", f"registry[{index}]")
+        tools[name] = spec
+    return MappingProxyType(tools)
+
+
+def _is_registered_tool(name: Any, spec: Any) -> bool:
+    return (type(spec) is ToolSpec and type(name) is str and TOOL_NAME.fullmatch(name) is not None
+            and type(spec.name) is str and spec.name == name and _member(spec.effect, EFFECTS)
+            and is_identifier(spec.required_role) and type(spec.input_contract) is CompiledSchema
+            and all(is_identifier(value) for key, value in spec._contract_items if key not in ("tool", "effect")))
+
+
 def _world_orders(orders: Any) -> dict[tuple[str, str], Order]:
     """The host's orders by (tenant, order_ref), each held to the fixture's order table (section 6):
     a status that claims to equal "paid", or a revision no package may carry, is refused here."""
@@ -4300,10 +4322,10 @@ class Dispatcher:
                  operations: OperationStore | None = None, seal_keys: SealKeys | None = None) -> None:
         self._orders = _world_orders(orders)
         self._approvers = _approver_allowlist(approvers)
-        self._registry = registry
+        self._registry = _registry_snapshot(registry)
         self._handlers: Mapping[str, Handler] = MappingProxyType({**HANDLERS, **(handlers or {})})
         # Every tool the registry names must be runnable, or the host hears it now, not at a call.
-        for index, spec in enumerate(registry.values()):
+        for index, spec in enumerate(self._registry.values()):
             if spec.resource_field is None or spec.output_contract is None:
                 raise BoundaryError("TOOL_NOT_DISPATCHABLE", f"registry[{index}]")
             if not callable(self._handlers.get(spec.name)):
@@ -4854,7 +4876,11 @@ def _check_provenance(result: dict[str, Any], audit: dict[str, Any], status: str
         _require_in_package(audit["arguments"] is None and audit["approval"] is None)
         return None
     _shape(contract, _TOOL_CONTRACT_FIELDS)
+    if not isinstance(registry, Mapping):
+        raise BoundaryError("REGISTRY_INVALID", "registry")
     spec = registry.get(contract["tool"]) if type(contract["tool"]) is str else None
+    if spec is not None and type(spec) is not ToolSpec:
+        raise BoundaryError("REGISTRY_INVALID", "registry")  # the host's registry, not the package, is at fault
     # Plain strings only: then equal means the same canonical bytes, and the spec's own digest
     # templates may stand for the package's contract.
     _require_in_package(spec is not None and all(type(value) is str for value in contract.values())

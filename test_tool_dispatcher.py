@@ -3836,6 +3836,48 @@ class TestDigestsAndSeals(unittest.TestCase):
             td.verify_package(package, seal_keys=only_b)
         self.assertEqual(caught.exception.code, "SEAL_KEY_UNKNOWN")
 
+    def test_seal_keys_a_host_builds_itself_are_held_to_the_file_rules_at_every_seam(self):
+        # SealKeys is a public value: one built by hand (not by parse_seal_keys) was a KeyError,
+        # TypeError or AttributeError at the first seal, or sealed under a key id no package may carry.
+        bad = {
+            "current not held": td.SealKeys("k-a", {"k-b": KEY_B}),
+            "text secret": td.SealKeys("k-a", {"k-a": KEY_A.hex()}),
+            "short secret": td.SealKeys("k-a", {"k-a": KEY_A[:td.MIN_SEAL_KEY_BYTES - 1]}),
+            "long secret": td.SealKeys("k-a", {"k-a": bytes(td.MAX_SEAL_KEY_BYTES + 1)}),
+            "agreeable current": td.SealKeys(Agreeable("k-a"), {"k-a": KEY_A}),
+            "spaced id": td.SealKeys("k a", {"k a": KEY_A}),
+            "no secrets": td.SealKeys("k-a", None),
+            "too many": td.SealKeys("k0", {f"k{n}": KEY_A for n in range(td.MAX_SEAL_KEYS + 1)}),
+            "a mapping": {"k-a": KEY_A},
+        }
+        package = read(make_dispatcher(seal_keys=seal_keys()))
+        log = io.BytesIO()
+        td.AuditLog(log, seal_keys=seal_keys()).append(package)
+        seams = {
+            "dispatcher": lambda keys: make_dispatcher(seal_keys=keys),
+            "verify_package": lambda keys: td.verify_package(package, seal_keys=keys),
+            "adapter": lambda keys: td.to_openai_responses(package, package_context(package), seal_keys=keys),
+            "audit log": lambda keys: td.AuditLog(io.BytesIO(), seal_keys=keys),
+            "audit entry": lambda keys: td.audit_entry_line(package, index=0, previous_sha256=td.GENESIS_SHA256,
+                                                            seal_keys=keys),
+            "verify_audit_log": lambda keys: td.verify_audit_log(log.getvalue(), seal_keys=keys, closed=False),
+        }
+        for name, keys in bad.items():
+            for seam, call in seams.items():
+                with self.subTest(keys=name, seam=seam), self.assertRaises(BoundaryError) as caught:
+                    call(keys)
+                self.assertEqual(caught.exception.code, "SEAL_KEYS_INVALID")
+        self.assertEqual(len(KEY_A), td.MIN_SEAL_KEY_BYTES)
+        edges = td.SealKeys("k-a", {"k-a": KEY_A, **{f"k{n}": bytes(td.MAX_SEAL_KEY_BYTES)
+                                                     for n in range(td.MAX_SEAL_KEYS - 1)}})
+        for seam, call in seams.items():
+            with self.subTest(keys="at every limit", seam=seam):
+                call(edges)
+        secrets = {"k-a": KEY_A}
+        dispatcher = make_dispatcher(seal_keys=td.SealKeys("k-a", secrets))
+        secrets["k-a"] = KEY_B  # a change after the dispatcher was built changes nothing
+        td.verify_package(read(dispatcher), seal_keys=seal_keys(), require_seal=True)
+
     def test_edit_and_reseal_without_the_key_is_refused(self):
         keys = seal_keys()
         dispatcher = make_dispatcher(seal_keys=keys)

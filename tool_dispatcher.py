@@ -3984,6 +3984,22 @@ def parse_seal_keys(document: Any) -> SealKeys:
 
 
 _HEX: Final = re.compile(r"(?:[0-9a-f]{2})+")
+_SECRETS_MAPPINGS: Final = (dict, MappingProxyType)
+
+
+def _checked_seal_keys(keys: Any) -> SealKeys | None:
+    """None, or the host's keys held to the rules of a seal-keys file, as a read-only copy: a
+    SealKeys built by hand, or whose secrets change later, seals and checks nothing else."""
+    if keys is None:
+        return None
+    if type(keys) is not SealKeys or type(keys.secrets) not in _SECRETS_MAPPINGS:
+        raise BoundaryError("SEAL_KEYS_INVALID")
+    secrets = dict(keys.secrets)
+    if not (1 <= len(secrets) <= MAX_SEAL_KEYS and _member(keys.current, frozenset(secrets)) and all(
+            is_identifier(key_id) and type(secret) is bytes and MIN_SEAL_KEY_BYTES <= len(secret) <= MAX_SEAL_KEY_BYTES
+            for key_id, secret in secrets.items())):
+        raise BoundaryError("SEAL_KEYS_INVALID")
+    return SealKeys(keys.current, MappingProxyType(secrets))
 
 
 def seal_keys_from_environment(environ: Mapping[str, str] = os.environ) -> SealKeys | None:
@@ -4331,9 +4347,7 @@ class Dispatcher:
             if not callable(self._handlers.get(spec.name)):
                 raise BoundaryError("TOOL_HANDLER_MISSING", f"registry[{index}]")
         self.operations: OperationStore = operations if operations is not None else MemoryOperations()
-        if seal_keys is not None and type(seal_keys) is not SealKeys:
-            raise BoundaryError("SEAL_KEYS_INVALID")
-        self._seal_keys = seal_keys  # None: every package says plainly that it is unsealed
+        self._seal_keys = _checked_seal_keys(seal_keys)  # None: every package says plainly that it is unsealed
 
     @classmethod
     def from_world(cls, world: World, **options: Any) -> Dispatcher:
@@ -4805,6 +4819,7 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
     ``require_seal`` an unsealed package is refused (SEAL_REQUIRED), and so is any package when no
     keys were given to check it with. Never a silent pass.
     """
+    seal_keys = _checked_seal_keys(seal_keys)  # the host's own value first: its fault is not the package's
     body = _shape(package, _PACKAGE_FIELDS)
     _require_in_package(_is_exactly(body["format"], PACKAGE_FORMAT))
     _check_execution(body["execution"])
@@ -5145,7 +5160,7 @@ def audit_entry_from_text(package_text: str, *, index: int, previous_sha256: str
     (canonical_text(package), which it stores too): the package is encoded once, not twice."""
     texts = (canonical_text(index), package_text, canonical_text(previous_sha256))
     digest = _ENTRY_BODY.sha256(*texts)
-    seal = canonical_text(seal_view(seal_keys, "audit-entry", digest))
+    seal = canonical_text(seal_view(_checked_seal_keys(seal_keys), "audit-entry", digest))
     return _ENTRY_LINE.text(f'"{digest}"', *texts, seal).encode("utf-8"), digest
 
 
@@ -5161,7 +5176,7 @@ class AuditLog:
                 (index == 0) != (head == GENESIS_SHA256)):
             raise BoundaryError("AUDIT_MALFORMED")  # a chain starts at the genesis digest, and only there
         self._stream = stream
-        self._seal_keys = seal_keys
+        self._seal_keys = _checked_seal_keys(seal_keys)
         self.index = index
         self.head = head  # the digest of the last entry written
 
@@ -5211,6 +5226,7 @@ def verify_audit_log(data: bytes, *, seal_keys: SealKeys | None = None, require_
     still being written (a ledger's): it has no closing entry, may not hold one, may be empty, and
     its head is its last entry's digest.
     """
+    seal_keys = _checked_seal_keys(seal_keys)
     if type(data) is not bytes or len(data) > MAX_AUDIT_LOG_BYTES:
         raise BoundaryError("AUDIT_LOG_UNREADABLE")
     lines = data.split(b"\n")

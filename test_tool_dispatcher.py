@@ -4920,6 +4920,70 @@ class TestTheDispatcher(unittest.TestCase):
             write(dispatcher, write_context(response="resp_x", call="call_x", key="idem-x"))
         self.assertEqual((caught.exception.code, Finishing.finished), ("OPERATION_IN_PROGRESS", 3))
 
+    def test_a_store_that_answers_anything_but_this_calls_settled_record_is_damaged(self):
+        # What a custom store answers is held to what this call's own record must be before a
+        # package is built from it: an AttributeError, KeyError, TypeError or ValueError before,
+        # and a record settled under another key was replayed as this key's answer.
+        first = make_dispatcher()
+        write(first)
+        settled = first.operations.find(("tenant-a", "alice", "create_refund_draft", "idem-1"))
+        other = make_dispatcher()
+        unknown_write(other)
+        unknown = other.operations.find(("tenant-a", "alice", "create_refund_draft", "idem-1"))
+
+        class Answering(td.MemoryOperations):
+            def __init__(self, answer):
+                super().__init__()
+                self.answered = answer
+
+            def answer(self, call):
+                return self.answered
+
+            def find(self, key):
+                return self.answered
+
+        class Claiming(td.MemoryOperations):
+            def __init__(self, answer):
+                super().__init__()
+                self.answered = answer
+
+            def claim(self, call, record, approval_ref):
+                return self.answered
+
+        damaged = {
+            "a dict": {"state": "succeeded"}, "a state name": "succeeded",
+            "an unknown state": dataclasses.replace(settled, state="bogus"),
+            "a leased state": dataclasses.replace(settled, state="claimed"),
+            "no refs": dataclasses.replace(settled, refs=None),
+            "another request's refs": dataclasses.replace(settled, refs={**settled.refs, "request_ref": "rq-other"}),
+            "unencodable data": dataclasses.replace(settled, data={**settled.data, "reason": 10 ** 5000}),
+            "data the contract refuses": dataclasses.replace(settled, data={**settled.data, "extra": "x"}),
+            "a revision no package carries": dataclasses.replace(settled, resource_revision=True),
+            "an approval of another shape": dataclasses.replace(settled, approval={"approver": None}),
+        }
+        def raised(call):
+            with self.assertRaises(BoundaryError) as caught:
+                call()
+            return caught.exception.code
+
+        for name, record in damaged.items():
+            for store in (Answering(record), Claiming(record)):
+                with self.subTest(case=name, store=type(store).__name__):
+                    self.assertEqual(raised(lambda: write(make_dispatcher(operations=store))), "LIFECYCLE_VIOLATION")
+            with self.subTest(case=name, store="find"):
+                self.assertEqual(raised(lambda: query(make_dispatcher(operations=Answering(record)))),
+                                 "LIFECYCLE_VIOLATION")
+        for store in (Answering(settled), Claiming(settled)):  # another key's record, of the same intent
+            with self.subTest(case="another key", store=type(store).__name__):
+                self.assertEqual(raised(lambda: write(make_dispatcher(operations=store), write_context(key="idem-2"))),
+                                 "LIFECYCLE_VIOLATION")
+        self.assertEqual(raised(lambda: query(make_dispatcher(operations=Answering(unknown)), query_context(key="idem-2"))),
+                         "LIFECYCLE_VIOLATION")
+        for store in (Answering(settled), Claiming(settled)):  # this key's own record answers
+            with self.subTest(case="its own", store=type(store).__name__):
+                self.assertEqual(write(make_dispatcher(operations=store))["model_result"]["delivery"], "local_replay")
+        self.assertEqual(code_of(query(make_dispatcher(operations=Answering(unknown)))), "RECEIPT_UNAVAILABLE")
+
     def test_sixteen_threads_on_one_key_make_exactly_one_effect(self):
         import threading
         dispatcher = make_dispatcher()

@@ -3984,7 +3984,7 @@ def parse_seal_keys(document: Any) -> SealKeys:
 
 
 _HEX: Final = re.compile(r"(?:[0-9a-f]{2})+")
-_SECRETS_MAPPINGS: Final = (dict, MappingProxyType)
+_PLAIN_MAPPINGS: Final = (dict, MappingProxyType)  # what a host or a store may hand over as a mapping
 
 
 def _checked_seal_keys(keys: Any) -> SealKeys | None:
@@ -3992,7 +3992,7 @@ def _checked_seal_keys(keys: Any) -> SealKeys | None:
     SealKeys built by hand, or whose secrets change later, seals and checks nothing else."""
     if keys is None:
         return None
-    if type(keys) is not SealKeys or type(keys.secrets) not in _SECRETS_MAPPINGS:
+    if type(keys) is not SealKeys or type(keys.secrets) not in _PLAIN_MAPPINGS:
         raise BoundaryError("SEAL_KEYS_INVALID")
     secrets = dict(keys.secrets)
     if not (1 <= len(secrets) <= MAX_SEAL_KEYS and _member(keys.current, frozenset(secrets)) and all(
@@ -4072,6 +4072,32 @@ def downstream_refs(call: AdmittedCall) -> dict[str, str | None]:
     request_ref = derived_ref("rq-", "request", principal.tenant, principal.subject,
                               call.spec.name if call.spec else "", call.context.idempotency_key, call.request_sha256)
     return {"request_ref": request_ref, "receipt_ref": None, "status_ref": derived_ref("st-", "status", request_ref)}
+
+
+def _settled(call: AdmittedCall, record: Any) -> OperationRecord:
+    """What a store answered for this call, held to what a settled record must be before a
+    package is built from it: an OperationRecord in a settled state, whose evidence and data a
+    package can carry. Anything else is a damaged store's answer: LIFECYCLE_VIOLATION, to the host."""
+    if not (type(record) is OperationRecord and _member(record.state, frozenset(MODEL_STATE))
+            and type(record.refs) in _PLAIN_MAPPINGS and record.refs.keys() == _NO_REFS.keys()):
+        raise BoundaryError("LIFECYCLE_VIOLATION")
+    refs, approval = record.refs, record.approval
+    if not (all(refs[name] is None or is_identifier(refs[name]) for name in _NO_REFS)
+            and (approval is None or (type(approval) in _PLAIN_MAPPINGS and _nested(_APPROVAL_VIEW)(dict(approval))))
+            and (record.resource_revision is None or _integer_in(1, MAX_REVISION)(record.resource_revision))
+            and (REPEAT_ANSWER[MODEL_STATE[record.state]][1] is not None
+                 or call.spec.output_contract.admits(record.data))):
+        raise BoundaryError("LIFECYCLE_VIOLATION")
+    return record
+
+
+def _check_own_key(call: AdmittedCall, record: OperationRecord) -> None:
+    """Once a record's intent is this call's: its downstream references derive from this very
+    key and intent, so a store's record of another key is never replayed as this key's answer."""
+    wanted = downstream_refs(call)
+    if not (_is_exactly(record.refs["request_ref"], wanted["request_ref"])
+            and _is_exactly(record.refs["status_ref"], wanted["status_ref"])):
+        raise BoundaryError("LIFECYCLE_VIOLATION")
 
 
 class Claim(NamedTuple):
@@ -4440,10 +4466,11 @@ class Dispatcher:
         record = None if call.spec.effect != "write" else self.operations.find(call.record_key)
         if record is None:
             raise BoundaryError("NOT_FOUND")
-        record = replace(record, state=MODEL_STATE[record.state])
+        record = replace(_settled(call, record), state=MODEL_STATE[record.state])
         if (record.request_sha256 != call.request_sha256 or record.contract != call.spec._contract
                 or record.operation_id != call.context.operation_id):
             raise BoundaryError("STATUS_CONFLICT")
+        _check_own_key(call, record)
         return record
 
     def _checked_receipt(self, call: AdmittedCall, record: OperationRecord, fault: str) -> Receipt | None:
@@ -4527,7 +4554,7 @@ class Dispatcher:
         operations = self.operations
         record = operations.answer(call)
         if record is not None:
-            return self._repeat(call, record)
+            return self._repeat(call, _settled(call, record))
         reference = check_approval(approval, principal=call.principal, context=call.context, spec=call.spec,
                                    arguments=call.arguments, approvers=self._approvers, now=now,
                                    consumed=operations.approval_used)
@@ -4537,7 +4564,7 @@ class Dispatcher:
         granted = approval_view(approval)
         claim = operations.claim(call, self._new_record(call, refs, granted, order.revision), reference)
         if type(claim) is not Claim:  # another caller claimed the key between answer() and claim()
-            return self._repeat(call, claim)
+            return self._repeat(call, _settled(call, claim))
         refusal = FAULTS_BEFORE_HANDLER.get(fault)
         if refusal is not None:
             # A retryable refusal before anything reached the downstream frees the key again.
@@ -4590,6 +4617,7 @@ class Dispatcher:
         # contract revisions, may see the recorded answer. Nothing runs again.
         if not same_intent(record, call):
             raise BoundaryError("IDEMPOTENCY_CONFLICT")
+        _check_own_key(call, record)
         return self._recorded_answer(call, record)
 
     def _recorded_answer(self, call: AdmittedCall, record: OperationRecord) -> dict[str, Any]:

@@ -4068,6 +4068,42 @@ class TestTheDispatcher(unittest.TestCase):
                 self.assertEqual(replay["model_result"]["delivery"], "local_replay")
                 td.verify_package(replay, registry=contracts)
 
+    def test_nested_arguments_are_never_shared_with_a_handler_or_a_returned_package(self):
+        # The request digest is taken when the arguments are admitted: a handler that appended to
+        # a nested argument changed the audited arguments after it (REQUEST_DIGEST_MISMATCH on
+        # the dispatcher's own package), and a host that edited a returned package edited the
+        # stored record's arguments.
+        document = imported_document()
+        tags = {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 4}
+        for tool in document["tools"]:
+            tool["input_schema"]["properties"]["tags"] = tags
+
+        def appending(handler):
+            def run(call):
+                call.arguments["tags"].append("evil")
+                return handler(call)
+            return run
+
+        contracts = td.parse_contracts(encode(document))
+        dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts,
+                                handlers={name: appending(handler) for name, handler in IMPORTED_HANDLERS.items()})
+        ctx = write_context()
+        arguments = {"order_ref": "ORDER-7", "quantity": 1, "tags": ["a"]}
+        approval = td.approval_for_call(approver="approver-lee", principal=ALICE, context=ctx,
+                                        spec=contracts["adjust_order"], arguments=arguments, expires_at=EXPIRES)
+        packages = (dispatcher.dispatch({"name": "order_lines", "arguments": {"order_ref": "ORDER-7", "tags": ["a"]}},
+                                        context(), ALICE, now=NOW),
+                    dispatcher.dispatch({"name": "adjust_order", "arguments": arguments}, ctx, ALICE,
+                                        approval=approval, now=NOW))
+        for package in packages:
+            with self.subTest(tool=package["model_result"]["source"]["tool"]):
+                self.assertEqual(package["model_result"]["status"], "ok")
+                self.assertEqual(package["protected_audit"]["arguments"]["tags"], ["a"])
+                td.verify_package(package, registry=contracts)
+        packages[1]["protected_audit"]["arguments"]["tags"].append("edited")
+        record = dispatcher.operations.find(("tenant-a", "alice", "adjust_order", "idem-1"))
+        self.assertEqual(record.arguments["tags"], ["a"])
+
     def test_an_imported_contract_refuses_inexact_arguments(self):
         contracts = imported_contracts()
         dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts, handlers=IMPORTED_HANDLERS)

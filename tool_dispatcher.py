@@ -4598,8 +4598,8 @@ class Dispatcher:
         handler = FAULTS_INSTEAD_OF_HANDLER.get(fault) or self._handlers[call.spec.name]
         try:
             # Positional: a frozen dataclass takes keywords measurably slower.
-            result = handler(HandlerCall(call.spec, call.principal, dict(call.arguments), order, downstream,
-                                         refs["request_ref"], refs["status_ref"]))
+            result = handler(HandlerCall(call.spec, call.principal, _own_copy(call.spec, call.arguments), order,
+                                         downstream, refs["request_ref"], refs["status_ref"]))
             inject = FAULTS_AFTER_HANDLER.get(fault)
             if inject is not None:
                 result = inject(result)
@@ -4677,7 +4677,7 @@ class Dispatcher:
             "principal": principal,
             "provider_context": provider_context,
             "tool_contract": contract,
-            "arguments": None if call.arguments is None else dict(call.arguments),
+            "arguments": None if call.arguments is None else _own_copy(spec, call.arguments),
             "downstream": downstream,
             "approval": granted,
             "redactions": redacted,
@@ -4693,6 +4693,12 @@ class Dispatcher:
             "execution": execution,
             "seal": seal_view(self._seal_keys, "package", binding_digest),
         }
+
+
+def _own_copy(spec: ToolSpec | None, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Admitted arguments as a handler or a package gets them: never sharing a nested value with
+    the call, whose request digest was taken at admission, nor with the record a store keeps."""
+    return dict(arguments) if spec is None or spec._flat_input else json_copy(dict(arguments))
 
 
 class _AdmittedRefusal(BoundaryError):

@@ -3047,6 +3047,16 @@ class TestOperationLifecycleApprovalBusinessStateDeadline(unittest.TestCase):
                     self.assertEqual(code_of(write(dispatcher, approval=approval)), "APPROVAL_MISMATCH")
                     self.assertEqual(dispatcher.effect_count, 0)
 
+    def test_approval_for_call_refuses_arguments_no_approval_can_hold(self):
+        # A cycle was a RecursionError out of its copy; a NaN an approval no call could match.
+        cycle = {}
+        cycle["order_ref"] = cycle
+        for arguments in (cycle, iter([]), {"order_ref": float("nan")}):
+            with self.subTest(arguments=type(arguments).__name__), self.assertRaises(BoundaryError) as caught:
+                td.approval_for_call(approver="approver-lee", principal=ALICE, context=write_context(),
+                                     spec=td.REGISTRY["create_refund_draft"], arguments=arguments, expires_at=EXPIRES)
+            self.assertEqual(caught.exception.code, "APPROVAL_MISMATCH")
+
     def test_approval_of_another_type_is_a_mismatch(self):
         dispatcher = make_dispatcher()
         forged = dataclasses.asdict(approval_for(write_context()))
@@ -4272,6 +4282,17 @@ class TestTheDispatcher(unittest.TestCase):
             self.assertEqual(caught.exception.code, "CONTEXT_INVALID")
         edge = Dispatcher([dataclasses.replace(good, revision=td.MAX_REVISION)], approvers=APPROVERS)
         self.assertEqual(read(edge)["protected_audit"]["resource_revision"], td.MAX_REVISION)
+
+    def test_operation_state_refuses_what_no_principal_tool_or_key_can_be(self):
+        # An unhashable tool or key was a TypeError out of the store's dict.
+        dispatcher = make_dispatcher()
+        for principal, tool, key, code in ((ALICE, ["create_refund_draft"], "idem-1", "CONTEXT_INVALID"),
+                                           (ALICE, "create_refund_draft", {}, "CONTEXT_INVALID"),
+                                           (None, "create_refund_draft", "idem-1", "PRINCIPAL_INVALID")):
+            with self.subTest(tool=tool, key=key), self.assertRaises(BoundaryError) as caught:
+                dispatcher.operation_state(principal, tool, key)
+            self.assertEqual(caught.exception.code, code)
+        self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "none")
 
     def test_set_order_status_refuses_a_revision_past_its_limit_and_unhashable_names(self):
         dispatcher = Dispatcher([Order("tenant-a", "ORDER-7", "alice", "paid", td.MAX_REVISION - 1)])
@@ -5613,6 +5634,13 @@ class TestResultSets(unittest.TestCase):
     def test_invalid_call_context_is_a_host_error(self):
         self.assertSetRefused("CONTEXT_INVALID", [dataclasses.replace(self.calls[0], call_id="")], self.packages[:1])
 
+    def test_a_turn_or_its_results_that_are_no_list_are_refused_not_a_traceback(self):
+        # len() of a generator was a TypeError out of the verifier.
+        self.assertSetRefused("CONTEXT_INVALID", iter(self.calls), self.packages)
+        self.assertSetRefused("CONTEXT_INVALID", {ctx: None for ctx in self.calls}, self.packages)
+        self.assertSetRefused("PACKAGE_MALFORMED", self.calls, iter(self.packages))
+        self.assertEqual(len(td.verify_result_set(tuple(self.calls), tuple(self.packages))), 3)
+
     def test_result_set_limit_on_both_sides(self):
         calls = [context(call=f"c{index}") for index in range(td.MAX_RESULT_SET)]
         packages = [read(self.dispatcher, ctx) for ctx in calls]
@@ -5691,6 +5719,16 @@ class TestProviderAdapters(unittest.TestCase):
                 for value in protected_values(package):
                     with self.subTest(provider=provider, kind=kind, value=value):
                         self.assertNotIn(value, payload)
+
+    def test_an_adapter_revision_is_compared_by_exact_type(self):
+        # A str that claims to equal the context's revision chose another profile's adapter:
+        # an Anthropic tool_result block for an OpenAI call.
+        ctx, package = self.packages["openai"]["read"]
+        for revision in (Agreeable("anthropic-messages-v1"), ["openai-responses-v1"], None):
+            with self.subTest(revision=revision), self.assertRaises(BoundaryError) as caught:
+                td.adapt(package, ctx, revision)
+            self.assertEqual(caught.exception.code, "PROVIDER_MISMATCH")
+        self.assertEqual(td.adapt(package, ctx, "openai-responses-v1")["type"], "function_call_output")
 
     def test_adapter_table_is_closed_over_the_registered_profiles(self):
         self.assertEqual(set(td.ADAPTERS), set(td.PROVIDER_PROFILES))

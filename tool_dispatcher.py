@@ -563,6 +563,9 @@ class Order:
     revision: int = 1
 
 
+_PLAIN_MAPPINGS: Final = (dict, MappingProxyType)  # what a host or a store may hand over as a mapping
+
+
 # ============================================================================================
 # 4. Canonical JSON
 # ============================================================================================
@@ -3264,6 +3267,8 @@ def approval_for_call(*, approver: str, principal: Principal, context: CallConte
                       arguments: Mapping[str, Any], expires_at: int) -> Approval:
     """The approval a trusted approver gives for exactly this call (what a host's approval flow
     builds once a person said yes to these arguments)."""
+    if type(arguments) not in _PLAIN_MAPPINGS or not _is_json_exact(dict(arguments)):
+        raise BoundaryError("APPROVAL_MISMATCH")  # no call's admitted arguments: no approval can bind them
     return Approval(approver=approver, tenant=principal.tenant, subject=principal.subject,
                     provider=context.provider, api_family=context.api_family,
                     adapter_revision=context.adapter_revision, response_id=context.response_id,
@@ -3984,7 +3989,6 @@ def parse_seal_keys(document: Any) -> SealKeys:
 
 
 _HEX: Final = re.compile(r"(?:[0-9a-f]{2})+")
-_PLAIN_MAPPINGS: Final = (dict, MappingProxyType)  # what a host or a store may hand over as a mapping
 
 
 def _checked_seal_keys(keys: Any) -> SealKeys | None:
@@ -4397,6 +4401,9 @@ class Dispatcher:
         self._orders[(tenant, order_ref)] = replace(order, status=status, revision=order.revision + 1)
 
     def operation_state(self, principal: Principal, tool: str, idempotency_key: str) -> str:
+        check_principal(principal)
+        if type(tool) is not str or not is_identifier(idempotency_key):
+            raise BoundaryError("CONTEXT_INVALID")  # a key no call could have: never an unhashable one
         try:
             record = self.operations.find((principal.tenant, principal.subject, tool, idempotency_key))
         except BoundaryError as error:
@@ -5031,11 +5038,18 @@ def _check_expected_context(provider_context: dict[str, Any], context: CallConte
 # in. Matching goes through a dictionary by call id, so a turn of n results costs O(n).
 
 
+_TURN_SEQUENCES: Final = (list, tuple)  # sized, and read once: never a generator len() cannot count
+
+
 def verify_result_set(calls: Sequence[CallContext], packages: Sequence[Any], *,
                       principal: Principal | None = None,
                       registry: Mapping[str, ToolSpec] = REGISTRY) -> list[dict[str, Any]]:
     """Verify every package against the turn's calls (and the contract set they were made with);
     return the packages in call order."""
+    if type(calls) not in _TURN_SEQUENCES:
+        raise BoundaryError("CONTEXT_INVALID")  # the host's list of the turn's calls
+    if type(packages) not in _TURN_SEQUENCES:
+        raise BoundaryError("PACKAGE_MALFORMED")
     if len(calls) > MAX_RESULT_SET or len(packages) > MAX_RESULT_SET:
         raise BoundaryError("RESULT_SET_TOO_LARGE")
     by_call: dict[str, CallContext] = {}
@@ -5127,7 +5141,7 @@ def adapt(package: Any, context: CallContext, adapter_revision: str, *,
     contract set it was made with, the host's approver allowlist and seal keys, as
     verify_package takes them)."""
     check_context(context)
-    if context.adapter_revision != adapter_revision:
+    if not _is_exactly(adapter_revision, context.adapter_revision):  # never an agreeable str's adapter
         raise BoundaryError("PROVIDER_MISMATCH")
     verify_package(package, context=context, principal=principal, registry=registry, approvers=approvers,
                    seal_keys=seal_keys, require_seal=require_seal)

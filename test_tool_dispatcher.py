@@ -5887,6 +5887,23 @@ class TestTheAuditLog(unittest.TestCase):
         self.assertEqual((unsealed.entries, unsealed.sealed, unsealed.head_sha256), (30, False, KNOWN_UNSEALED_HEAD))
         self.assertEqual(self.sealed, fixture_log(self.KEYS))  # deterministic, byte for byte
 
+    def test_a_package_no_canonical_line_can_hold_is_refused_and_writes_nothing(self):
+        # A cycle was a RecursionError, NaN or 10**5000 a ValueError, a lone surrogate a
+        # UnicodeEncodeError out of append(); and the chain's index and head must not move.
+        cycle = {}
+        cycle["package"] = cycle
+        stream = io.BytesIO()
+        log = td.AuditLog(stream)
+        for name, package in {"cycle": cycle, "NaN": {"a": float("nan")}, "huge integer": {"a": 10 ** 5000},
+                              "object": {"a": object()}, "lone surrogate": {"a": "\ud800"}, "a list": [1]}.items():
+            with self.subTest(package=name), self.assertRaises(BoundaryError) as caught:
+                log.append(package)
+            self.assertEqual(caught.exception.code, "AUDIT_MALFORMED")
+        self.assertEqual((stream.getvalue(), log.index, log.head), (b"", 0, td.GENESIS_SHA256))
+        log.append(read(make_dispatcher()))
+        log.close()
+        self.assertEqual(td.verify_audit_log(stream.getvalue()).entries, 1)
+
     def test_every_tamper_is_named_at_its_entry(self):
         lines = self.sealed.split(b"\n")[:-1]
         edited = list(lines)

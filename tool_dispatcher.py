@@ -5198,14 +5198,21 @@ def audit_entry_line(package: Mapping[str, Any], *, index: int, previous_sha256:
                      seal_keys: SealKeys | None = None) -> tuple[bytes, str]:
     """One package's entry at ``index`` after ``previous_sha256``: its canonical line (without the
     newline) and its digest. A store that keeps its chain in rows (durable/) appends these."""
-    return audit_entry_from_text(canonical_text(package), index=index, previous_sha256=previous_sha256,
-                                 seal_keys=seal_keys)
+    if type(package) is not dict:
+        raise BoundaryError("AUDIT_MALFORMED")
+    try:
+        text = canonical_text(package)
+    except (TypeError, ValueError, RecursionError):  # no canonical text: an object, NaN, 10**5000, a cycle
+        raise BoundaryError("AUDIT_MALFORMED") from None
+    return audit_entry_from_text(text, index=index, previous_sha256=previous_sha256, seal_keys=seal_keys)
 
 
 def audit_entry_from_text(package_text: str, *, index: int, previous_sha256: str,
                           seal_keys: SealKeys | None = None) -> tuple[bytes, str]:
     """audit_entry_line, for a caller that already holds the package's canonical text
     (canonical_text(package), which it stores too): the package is encoded once, not twice."""
+    if not is_portable_text(package_text):  # a lone surrogate: no UTF-8 line can carry it
+        raise BoundaryError("AUDIT_MALFORMED")
     texts = (canonical_text(index), package_text, canonical_text(previous_sha256))
     digest = _ENTRY_BODY.sha256(*texts)
     seal = canonical_text(seal_view(_checked_seal_keys(seal_keys), "audit-entry", digest))

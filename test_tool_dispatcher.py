@@ -4204,6 +4204,17 @@ class TestTheDispatcher(unittest.TestCase):
         self.assertEqual(read(Dispatcher(world_orders(), registry=MappingProxyType(dict(td.REGISTRY))),
                               context(call="c3"))["model_result"]["status"], "ok")
 
+    def test_handlers_must_be_a_mapping_of_plain_tool_names(self):
+        # A list or a string was a TypeError from the merge with the shipped handlers.
+        for handlers in (["get_order"], "get_order", {1: td.handle_get_order},
+                         {Agreeable("get_order"): td.handle_get_order}):
+            with self.subTest(handlers=handlers), self.assertRaises(BoundaryError) as caught:
+                Dispatcher(world_orders(), handlers=handlers)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("TOOL_HANDLER_MISSING", "handlers"))
+        for handlers in ({"get_order": td.handle_get_order}, MappingProxyType({}), None):
+            with self.subTest(handlers=handlers):
+                self.assertEqual(read(Dispatcher(world_orders(), handlers=handlers))["model_result"]["status"], "ok")
+
     def test_every_registry_tool_must_be_runnable_when_the_dispatcher_is_built(self):
         contracts = imported_contracts()
         cases = (

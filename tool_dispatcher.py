@@ -4369,6 +4369,8 @@ class Dispatcher:
         self._orders = _world_orders(orders)
         self._approvers = _approver_allowlist(approvers)
         self._registry = _registry_snapshot(registry)
+        if handlers is not None and not (isinstance(handlers, Mapping) and plain_keys(handlers)):
+            raise BoundaryError("TOOL_HANDLER_MISSING", "handlers")  # no tool name can find a handler there
         self._handlers: Mapping[str, Handler] = MappingProxyType({**HANDLERS, **(handlers or {})})
         # Every tool the registry names must be runnable, or the host hears it now, not at a call.
         for index, spec in enumerate(self._registry.values()):

@@ -2236,6 +2236,26 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         ("when",): {"type": "string", "maxLength": 10},
     }
 
+    def test_a_host_schema_with_keys_that_are_not_plain_strings_is_not_portable(self):
+        # compile_schema takes Python values too: an int key was a TypeError out of the prescan,
+        # and a str subclass key was read as its text, unlike the same subclass as a value.
+        for key in (1, None, Agreeable("type")):
+            with self.subTest(key=key):
+                self.refused({"type": "object", "properties": {key: {"type": "string"}}}, "SCHEMA_NOT_PORTABLE",
+                             "schema")
+                self.refused({key: "string"}, "SCHEMA_NOT_PORTABLE", "schema", require_object=False)
+        self.assertEqual(td.compile_schema({"type": "string"}, require_object=False).to_schema()["type"], "string")
+
+    def test_an_overlay_that_is_no_mapping_names_no_property(self):
+        # A list was an AttributeError out of narrow().
+        server = {"type": "object", "properties": {"a": {"type": "string"}}}
+        for overlay in ([(("a",), {"type": "string"})], "a", None):
+            with self.subTest(overlay=overlay), self.assertRaises(BoundaryError) as caught:
+                td.narrow(server, overlay)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_PATH", "overlay"))
+        self.assertEqual(td.narrow(server, MappingProxyType({("a",): {"type": "string", "maxLength": 4}}))
+                         .to_schema()["properties"]["a"]["maxLength"], 4)
+
     def test_overlay_narrowings_accepted_one_by_one(self):
         for path, host in self.OVERLAY_NARROWINGS.items():
             if path == ("when",):

@@ -1877,6 +1877,8 @@ def prescan(schema: Any, *, max_bytes: int = MAX_SCHEMA_BYTES, max_depth: int = 
             members = value.items() if kind is dict else enumerate(value)
             for key, child in members:
                 if kind is dict:
+                    if type(key) is not str:  # a host's Python value: an int key, or a str that claims other text
+                        raise BoundaryError("SCHEMA_NOT_PORTABLE", SCHEMA_ROOT)
                     text += len(key)
                 stack.append((child, depth + 1))
         elif kind is str:
@@ -2517,6 +2519,8 @@ def narrow(server_schema: Any, overlay: Mapping[tuple[str, ...], Any], *,
     prescan(server_schema)
     if type(server_schema) is not dict:
         raise BoundaryError("SCHEMA_ROOT", SCHEMA_ROOT)
+    if not isinstance(overlay, Mapping):
+        raise BoundaryError("OVERLAY_PATH", "overlay")  # no path at all
     patched = json_copy(server_schema)  # depth bounded by the prescan
     definitions = {keyword: patched[keyword] for keyword in DEFINITION_PREFIXES.values() if keyword in patched}
     for number, (path, host) in enumerate(overlay.items()):

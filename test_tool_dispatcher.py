@@ -5072,27 +5072,6 @@ class TestTheDispatcher(unittest.TestCase):
                 self.assertEqual(write(make_dispatcher(operations=store))["model_result"]["delivery"], "local_replay")
         self.assertEqual(code_of(query(make_dispatcher(operations=Answering(unknown)))), "RECEIPT_UNAVAILABLE")
 
-    def test_an_interrupt_in_a_write_handler_propagates_and_leaves_the_key_unknown_not_in_progress(self):
-        # Only Exception is contained: KeyboardInterrupt and SystemExit reach the host. Before,
-        # the key stayed in_progress in memory for ever (every later call OPERATION_IN_PROGRESS,
-        # no status query could reach it); now the record says unknown first, as a lost answer does.
-        for interrupt in (KeyboardInterrupt, SystemExit):
-            def interrupted(call, interrupt=interrupt):
-                td.handle_create_refund_draft(call)
-                raise interrupt()
-
-            with self.subTest(interrupt=interrupt.__name__):
-                dispatcher = make_dispatcher(handlers={"create_refund_draft": interrupted})
-                with self.assertRaises(interrupt):
-                    write(dispatcher)
-                self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "unknown")
-                self.assertEqual(code_of(write(dispatcher, write_context(call="call_2"))), "OUTCOME_UNKNOWN")
-                reconciled = query(dispatcher)
-                self.assertEqual(reconciled["model_result"]["delivery"], "receipt_reconciled")
-                self.assertEqual(dispatcher.effect_count, 1)
-        with self.assertRaises(KeyboardInterrupt):
-            read(make_dispatcher(handlers={"get_order": mock.Mock(side_effect=KeyboardInterrupt)}))
-
     def test_sixteen_threads_on_one_key_make_exactly_one_effect(self):
         import threading
         dispatcher = make_dispatcher()

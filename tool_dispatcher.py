@@ -4585,29 +4585,21 @@ class Dispatcher:
             raise BoundaryError(refusal)
         claim = operations.start(claim)
         downstream = operations.downstream_for(claim)
-        try:
-            data, code, receipt_ref = self._execute(call, order, refs, fault, downstream)
-        except BaseException:  # KeyboardInterrupt, SystemExit: the host hears them, the key is not left in progress
-            self._outcome_lost(call, claim, "HANDLER_FAILED", order, refs, granted, downstream)
-            raise
+        data, code, receipt_ref = self._execute(call, order, refs, fault, downstream)
         if code is not None:
-            return self._outcome_lost(call, claim, code, order, refs, granted, downstream)
+            # The effect may have been committed: record `unknown`, keep the status reference in
+            # the audit only, and block blind replay until a status query reconciles it.
+            package = self._package(call, project_model_result(call.spec, "write_unknown", code=code),
+                                    state="unknown", handler_invoked=True, effects=downstream.created, refs=refs,
+                                    redactions=withheld(code), approval=granted, revision=order.revision)
+            operations.settle(claim, "outcome_lost", advance(claim.record, "outcome_lost"), package)
+            return package
         refs["receipt_ref"] = receipt_ref  # the downstream's receipt: evidence of this fresh effect
         record = advance(claim.record, "committed", refs=MappingProxyType(refs), data=data)
         package = self._package(call, project_model_result(call.spec, "written", data=json_copy(data)),
                                 state=record.state, handler_invoked=True, effects=downstream.created, refs=refs,
                                 approval=granted, revision=order.revision)
         operations.settle(claim, "committed", record, package)
-        return package
-
-    def _outcome_lost(self, call: AdmittedCall, claim: Claim, code: str, order: Order, refs: dict[str, str | None],
-                      granted: Mapping[str, Any], downstream: Any) -> dict[str, Any]:
-        # The effect may have been committed: record `unknown`, keep the status reference in the
-        # audit only, and block blind replay until a status query reconciles it.
-        package = self._package(call, project_model_result(call.spec, "write_unknown", code=code),
-                                state="unknown", handler_invoked=True, effects=downstream.created, refs=refs,
-                                redactions=withheld(code), approval=granted, revision=order.revision)
-        self.operations.settle(claim, "outcome_lost", advance(claim.record, "outcome_lost"), package)
         return package
 
     def _execute(self, call: AdmittedCall, order: Order, refs: Mapping[str, str | None], fault: str,

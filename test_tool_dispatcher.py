@@ -5072,6 +5072,25 @@ class TestTheDispatcher(unittest.TestCase):
                 self.assertEqual(write(make_dispatcher(operations=store))["model_result"]["delivery"], "local_replay")
         self.assertEqual(code_of(query(make_dispatcher(operations=Answering(unknown)))), "RECEIPT_UNAVAILABLE")
 
+    def test_an_interrupt_in_a_handler_propagates_like_a_crash(self):
+        # Only Exception is contained. KeyboardInterrupt and SystemExit reach the host and settle
+        # nothing, as a crash would (durable/ recovers such a row when its lease expires; the
+        # in-memory store has no lease, so its key stays in progress).
+        for interrupt in (KeyboardInterrupt, SystemExit):
+            def interrupted(call, interrupt=interrupt):
+                td.handle_create_refund_draft(call)
+                raise interrupt()
+
+            with self.subTest(interrupt=interrupt.__name__):
+                dispatcher = make_dispatcher(handlers={"create_refund_draft": interrupted,
+                                                       "get_order": mock.Mock(side_effect=interrupt)})
+                with self.assertRaises(interrupt):
+                    write(dispatcher)
+                with self.assertRaises(interrupt):
+                    read(dispatcher)
+                self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "in_progress")
+                self.assertEqual(dispatcher.effect_count, 1)
+
     def test_sixteen_threads_on_one_key_make_exactly_one_effect(self):
         import threading
         dispatcher = make_dispatcher()

@@ -4619,6 +4619,8 @@ class Dispatcher:
         except ResponseLost:
             return None, "OUTCOME_UNKNOWN", None
         except Exception:  # the handler is foreign code: whatever it raises is contained here
+            # (not a BaseException: KeyboardInterrupt and SystemExit stand for a crash, settle
+            # nothing and reach the host; the in-memory store, with no lease, keeps the key in progress)
             return None, "HANDLER_FAILED", None
         try:
             return check_output(call.spec, result, call.arguments, order), None, result.receipt_ref

@@ -4700,6 +4700,33 @@ class TestTheDispatcher(unittest.TestCase):
                 self.assertEqual(dispatcher.effect_count, 1)
                 self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "unknown")
 
+    def test_a_receipt_whose_reference_or_data_no_package_can_carry_is_a_status_conflict(self):
+        # The receipt's reference becomes the package's evidence and its output the model's data:
+        # 10**5000 was a ValueError out of the query, "rc 1" or an agreeable str reconciled the
+        # record into a package the verifier refuses, and data the output contract refuses made
+        # a refusal no package may carry (PACKAGE_INCONSISTENT).
+        class ForgingDownstream(td.MockDownstream):
+            def __init__(self, **forged):
+                super().__init__()
+                self.forged = forged
+
+            def receipt(self, status_ref):
+                receipt = super().receipt(status_ref)
+                return None if receipt is None else dataclasses.replace(receipt, **self.forged)
+
+        for field, value in (("receipt_ref", 10 ** 5000), ("receipt_ref", "rc 1"), ("receipt_ref", None),
+                             ("receipt_ref", Agreeable("rc-1")), ("draft_id", "DRAFT-x"), ("draft_id", 10 ** 5000)):
+            with self.subTest(field=field, value=type(value).__name__):
+                dispatcher = make_dispatcher(operations=td.MemoryOperations(ForgingDownstream(**{field: value})))
+                unknown_write(dispatcher)
+                package = query(dispatcher)
+                self.assertEqual(code_of(package), "STATUS_CONFLICT")
+                td.verify_package(package)
+                self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "unknown")
+        dispatcher = make_dispatcher(operations=td.MemoryOperations(ForgingDownstream()))
+        unknown_write(dispatcher)
+        self.assertEqual(query(dispatcher)["model_result"]["delivery"], "receipt_reconciled")
+
     def test_status_query_call_identity_cannot_start_a_dispatch(self):
         dispatcher = make_dispatcher()
         unknown_write(dispatcher)

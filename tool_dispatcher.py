@@ -4058,10 +4058,13 @@ def same_intent(record: OperationRecord, call: AdmittedCall) -> bool:
 def receipt_binds(record: OperationRecord, receipt: Receipt, spec: ToolSpec) -> bool:
     """A receipt is this record's: its request and status references, the tool's effect and
     producer revisions, and on every bound field the recorded request's own arguments (a receipt
-    for another order or another reason reconciles nothing). Every store checks it before a
-    receipt settles anything. Exact types first: a downstream's object that claims to equal
-    anything matches nothing."""
-    if type(receipt) is not Receipt or type(record.arguments) not in (dict, MappingProxyType):
+    for another order or another reason reconciles nothing); its own reference is an identifier
+    and its output passes the tool's output contract, as the package that carries them must.
+    Every store checks it before a receipt settles anything. Exact types first: a downstream's
+    object that claims to equal anything matches nothing."""
+    if (type(receipt) is not Receipt or type(record.arguments) not in _PLAIN_MAPPINGS
+            or not is_identifier(receipt.receipt_ref) or spec.output_contract is None
+            or not spec.output_contract.admits(receipt_output(receipt))):
         return False
     refs = record.refs
     wanted = (refs["request_ref"], refs["status_ref"], spec.effect_revision, spec.producer_revision)

@@ -5075,6 +5075,12 @@ class TestTheDispatcher(unittest.TestCase):
             "data the contract refuses": dataclasses.replace(settled, data={**settled.data, "extra": "x"}),
             "a revision no package carries": dataclasses.replace(settled, resource_revision=True),
             "an approval of another shape": dataclasses.replace(settled, approval={"approver": None}),
+            "an agreeable profile": dataclasses.replace(settled, profile=mock.Mock(__eq__=lambda *_: True)),
+            "a profile of agreeable text": dataclasses.replace(settled, profile=td.ProviderProfile(
+                Agreeable("Google"), "Responses", "openai-responses-v1")),
+            "an agreeable contract": dataclasses.replace(settled, contract={
+                **settled.contract, "contract_revision": Agreeable("create_refund_draft.contract.v1")}),
+            "an agreeable digest": dataclasses.replace(settled, request_sha256=Agreeable("0" * 64)),
         }
         def raised(call):
             with self.assertRaises(BoundaryError) as caught:

@@ -4092,6 +4092,13 @@ def _settled(call: AdmittedCall, record: Any) -> OperationRecord:
     if not (type(record) is OperationRecord and _member(record.state, frozenset(MODEL_STATE))
             and type(record.refs) in _PLAIN_MAPPINGS and record.refs.keys() == _NO_REFS.keys()):
         raise BoundaryError("LIFECYCLE_VIOLATION")
+    # What the repeat rule compares, by exact type: an agreeable profile or contract matches nothing.
+    profile, contract = record.profile, record.contract
+    if not (type(profile) is ProviderProfile
+            and registered_profile(profile.provider, profile.api_family, profile.adapter_revision) is not None
+            and _is_digest(record.request_sha256) and is_identifier(record.operation_id)
+            and type(contract) in _PLAIN_MAPPINGS and all(type(value) is str for value in contract.values())):
+        raise BoundaryError("LIFECYCLE_VIOLATION")
     refs, approval = record.refs, record.approval
     if not (all(refs[name] is None or is_identifier(refs[name]) for name in _NO_REFS)
             and (approval is None or (type(approval) in _PLAIN_MAPPINGS and _nested(_APPROVAL_VIEW)(dict(approval))))

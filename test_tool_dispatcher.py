@@ -3076,6 +3076,16 @@ class TestOperationLifecycleApprovalBusinessStateDeadline(unittest.TestCase):
                 td.approval_for_call(approver="approver-lee", principal=ALICE, context=write_context(),
                                      spec=td.REGISTRY["create_refund_draft"], arguments=arguments, expires_at=EXPIRES)
             self.assertEqual(caught.exception.code, "APPROVAL_MISMATCH")
+        # The host's own values are checked as a dispatch checks them (each was an AttributeError).
+        refund = td.REGISTRY["create_refund_draft"]
+        for name, changes, code in (("principal", {"principal": ("tenant-a", "alice")}, "PRINCIPAL_INVALID"),
+                                    ("context", {"context": write_context().view("dispatch")}, "CONTEXT_INVALID"),
+                                    ("spec", {"spec": "create_refund_draft"}, "REGISTRY_INVALID")):
+            options = {"principal": ALICE, "context": write_context(), "spec": refund, **changes}
+            with self.subTest(host_value=name), self.assertRaises(BoundaryError) as caught:
+                td.approval_for_call(approver="approver-lee", arguments=refund_proposal()["arguments"],
+                                     expires_at=EXPIRES, **options)
+            self.assertEqual(caught.exception.code, code)
 
     def test_approval_of_another_type_is_a_mismatch(self):
         dispatcher = make_dispatcher()
@@ -4324,6 +4334,14 @@ class TestTheDispatcher(unittest.TestCase):
                 dispatcher.operation_state(principal, tool, key)
             self.assertEqual(caught.exception.code, code)
         self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "none")
+
+    def test_from_world_takes_a_world(self):
+        for world in (None, world_orders(), {"orders": world_orders(), "approvers": APPROVERS}):
+            with self.subTest(world=type(world).__name__), self.assertRaises(BoundaryError) as caught:
+                Dispatcher.from_world(world)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("CONTEXT_INVALID", "world"))
+        world = td.World(orders=world_orders(), approvers=APPROVERS)
+        self.assertEqual(read(Dispatcher.from_world(world))["model_result"]["status"], "ok")
 
     def test_set_order_status_refuses_a_revision_past_its_limit_and_unhashable_names(self):
         dispatcher = Dispatcher([Order("tenant-a", "ORDER-7", "alice", "paid", td.MAX_REVISION - 1)])

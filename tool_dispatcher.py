@@ -3271,6 +3271,10 @@ def approval_for_call(*, approver: str, principal: Principal, context: CallConte
                       arguments: Mapping[str, Any], expires_at: int) -> Approval:
     """The approval a trusted approver gives for exactly this call (what a host's approval flow
     builds once a person said yes to these arguments)."""
+    check_principal(principal)
+    check_context(context)
+    if type(spec) is not ToolSpec:
+        raise BoundaryError("REGISTRY_INVALID")
     if type(arguments) not in _PLAIN_MAPPINGS or not _is_json_exact(dict(arguments)):
         raise BoundaryError("APPROVAL_MISMATCH")  # no call's admitted arguments: no approval can bind them
     return Approval(approver=approver, tenant=principal.tenant, subject=principal.subject,
@@ -4397,6 +4401,8 @@ class Dispatcher:
 
     @classmethod
     def from_world(cls, world: World, **options: Any) -> Dispatcher:
+        if type(world) is not World:
+            raise BoundaryError("CONTEXT_INVALID", "world")
         return cls(world.orders, approvers=world.approvers, **options)
 
     # -- trusted host events and read-only views ---------------------------------------------

@@ -5116,7 +5116,8 @@ class TestTheDispatcher(unittest.TestCase):
             with self.subTest(case="another key", store=type(store).__name__):
                 self.assertEqual(raised(lambda: write(make_dispatcher(operations=store), write_context(key="idem-2"))),
                                  "LIFECYCLE_VIOLATION")
-        self.assertEqual(raised(lambda: query(make_dispatcher(operations=Answering(unknown)), query_context(key="idem-2"))),
+        another_key = query_context(key="idem-2")
+        self.assertEqual(raised(lambda: query(make_dispatcher(operations=Answering(unknown)), another_key)),
                          "LIFECYCLE_VIOLATION")
         for store in (Answering(settled), Claiming(settled)):  # this key's own record answers
             with self.subTest(case="its own", store=type(store).__name__):

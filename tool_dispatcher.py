@@ -4089,11 +4089,14 @@ def downstream_refs(call: AdmittedCall) -> dict[str, str | None]:
     return {"request_ref": request_ref, "receipt_ref": None, "status_ref": derived_ref("st-", "status", request_ref)}
 
 
+_SETTLED_STATES: Final = frozenset(MODEL_STATE)  # the states a store may answer a write or a query from
+
+
 def _settled(call: AdmittedCall, record: Any) -> OperationRecord:
     """What a store answered for this call, held to what a settled record must be before a
     package is built from it: an OperationRecord in a settled state, whose evidence and data a
     package can carry. Anything else is a damaged store's answer: LIFECYCLE_VIOLATION, to the host."""
-    if not (type(record) is OperationRecord and _member(record.state, frozenset(MODEL_STATE))
+    if not (type(record) is OperationRecord and _member(record.state, _SETTLED_STATES)
             and type(record.refs) in _PLAIN_MAPPINGS and record.refs.keys() == _NO_REFS.keys()):
         raise BoundaryError("LIFECYCLE_VIOLATION")
     # What the repeat rule compares, by exact type: an agreeable profile or contract matches nothing.

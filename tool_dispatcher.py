@@ -4141,7 +4141,9 @@ class OperationStore(Protocol):
 
     Every method raises a CatalogError (never another exception type) when it cannot answer:
     BoundaryError IDEMPOTENCY_CONFLICT or OPERATION_IN_PROGRESS from answer/claim/find, and the
-    store's own codes (a lost lease, a busy or damaged database) from anything.
+    store's own codes (a lost lease, a busy or damaged database) from anything. What answer, claim
+    and find return is checked before it is trusted: anything but a settled OperationRecord of
+    this very key, whose evidence a package can carry, is LIFECYCLE_VIOLATION to the host.
     """
 
     downstream: Any  # the downstream reads and status queries see: receipt(status_ref), effect_count

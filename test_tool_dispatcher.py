@@ -69,6 +69,18 @@ OTHER_EVIDENCE = {"execution": {"operation_state": "succeeded", "handler_invoked
 _AUTO = object()
 
 
+class Agreeable(str):
+    """A host's str that claims to equal anything, and hashes like its own text."""
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = str.__hash__
+
+
 # -- helpers: a world, alice, contexts per provider, approvals bound to a context -------------
 
 
@@ -83,6 +95,13 @@ def world_orders() -> tuple[Order, ...]:
 
 def make_dispatcher(**options) -> Dispatcher:
     return Dispatcher(world_orders(), approvers=APPROVERS, **options)
+
+
+def redeployed(dispatcher, **refund_changes) -> Dispatcher:
+    """A dispatcher over the same store whose refund tool changed (a registry is read once, when built)."""
+    registry = {**td.REGISTRY, "create_refund_draft": dataclasses.replace(td.REGISTRY["create_refund_draft"],
+                                                                          **refund_changes)}
+    return make_dispatcher(registry=registry, operations=dispatcher.operations)
 
 
 def context(provider="openai", *, response="resp_1", call="call_1", operation="op-1", key=None) -> CallContext:
@@ -2217,6 +2236,26 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         ("when",): {"type": "string", "maxLength": 10},
     }
 
+    def test_a_host_schema_with_keys_that_are_not_plain_strings_is_not_portable(self):
+        # compile_schema takes Python values too: an int key was a TypeError out of the prescan,
+        # and a str subclass key was read as its text, unlike the same subclass as a value.
+        for key in (1, None, Agreeable("type")):
+            with self.subTest(key=key):
+                self.refused({"type": "object", "properties": {key: {"type": "string"}}}, "SCHEMA_NOT_PORTABLE",
+                             "schema")
+                self.refused({key: "string"}, "SCHEMA_NOT_PORTABLE", "schema", require_object=False)
+        self.assertEqual(td.compile_schema({"type": "string"}, require_object=False).to_schema()["type"], "string")
+
+    def test_an_overlay_that_is_no_mapping_names_no_property(self):
+        # A list was an AttributeError out of narrow().
+        server = {"type": "object", "properties": {"a": {"type": "string"}}}
+        for overlay in ([(("a",), {"type": "string"})], "a", None):
+            with self.subTest(overlay=overlay), self.assertRaises(BoundaryError) as caught:
+                td.narrow(server, overlay)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_PATH", "overlay"))
+        self.assertEqual(td.narrow(server, MappingProxyType({("a",): {"type": "string", "maxLength": 4}}))
+                         .to_schema()["properties"]["a"]["maxLength"], 4)
+
     def test_overlay_narrowings_accepted_one_by_one(self):
         for path, host in self.OVERLAY_NARROWINGS.items():
             if path == ("when",):
@@ -3011,6 +3050,43 @@ class TestOperationLifecycleApprovalBusinessStateDeadline(unittest.TestCase):
                 self.assertEqual(code_of(write(dispatcher, approval=approval)), "APPROVAL_MISMATCH")
                 self.assertEqual(dispatcher.effect_count, 0)
 
+    def test_an_approval_field_no_canonical_encoding_holds_is_a_mismatch_not_a_traceback(self):
+        # Its reference (a digest of every field) is taken before the fields are compared: a
+        # value that JSON cannot encode, or UTF-8 cannot carry, was a ValueError, TypeError,
+        # RecursionError or UnicodeEncodeError out of dispatch.
+        cycle = []
+        cycle.append(cycle)
+        reason = refund_proposal()["arguments"]
+        hostile = {"NaN": float("nan"), "object": object(), "huge integer": 10 ** 5000, "cycle": cycle,
+                   "lone surrogate": "tenant-\ud800", "agreeable": Agreeable("tenant-a")}
+        for name, value in hostile.items():
+            for field, approval in (("tenant", approval_for(write_context(), tenant=value)),
+                                    ("arguments", approval_for(write_context(), arguments={**reason, "reason": value}))):
+                with self.subTest(value=name, field=field):
+                    dispatcher = make_dispatcher()
+                    self.assertEqual(code_of(write(dispatcher, approval=approval)), "APPROVAL_MISMATCH")
+                    self.assertEqual(dispatcher.effect_count, 0)
+
+    def test_approval_for_call_refuses_arguments_no_approval_can_hold(self):
+        # A cycle was a RecursionError out of its copy; a NaN an approval no call could match.
+        cycle = {}
+        cycle["order_ref"] = cycle
+        for arguments in (cycle, iter([]), {"order_ref": float("nan")}):
+            with self.subTest(arguments=type(arguments).__name__), self.assertRaises(BoundaryError) as caught:
+                td.approval_for_call(approver="approver-lee", principal=ALICE, context=write_context(),
+                                     spec=td.REGISTRY["create_refund_draft"], arguments=arguments, expires_at=EXPIRES)
+            self.assertEqual(caught.exception.code, "APPROVAL_MISMATCH")
+        # The host's own values are checked as a dispatch checks them (each was an AttributeError).
+        refund = td.REGISTRY["create_refund_draft"]
+        for name, changes, code in (("principal", {"principal": ("tenant-a", "alice")}, "PRINCIPAL_INVALID"),
+                                    ("context", {"context": write_context().view("dispatch")}, "CONTEXT_INVALID"),
+                                    ("spec", {"spec": "create_refund_draft"}, "REGISTRY_INVALID")):
+            options = {"principal": ALICE, "context": write_context(), "spec": refund, **changes}
+            with self.subTest(host_value=name), self.assertRaises(BoundaryError) as caught:
+                td.approval_for_call(approver="approver-lee", arguments=refund_proposal()["arguments"],
+                                     expires_at=EXPIRES, **options)
+            self.assertEqual(caught.exception.code, code)
+
     def test_approval_of_another_type_is_a_mismatch(self):
         dispatcher = make_dispatcher()
         forged = dataclasses.asdict(approval_for(write_context()))
@@ -3149,8 +3225,8 @@ class TestHandlersAndTheMockDownstream(unittest.TestCase):
 # ============================================================================================
 
 
-def handler_result(output, *, producer="orders-producer-v3", revision=3) -> td.HandlerResult:
-    return td.HandlerResult(output=output, producer_revision=producer, resource_revision=revision)
+def handler_result(output, *, producer="orders-producer-v3", revision=3, receipt=None) -> td.HandlerResult:
+    return td.HandlerResult(output=output, producer_revision=producer, resource_revision=revision, receipt_ref=receipt)
 
 
 ORDER_7 = Order("tenant-a", "ORDER-7", "alice", "paid", 3)
@@ -3204,7 +3280,7 @@ class TestOutputContracts(unittest.TestCase):
         self.assertOutputRefused("OUTPUT_CONTRACT_VIOLATION", handler_result(output, producer="refunds-producer-v2"),
                                  spec=REFUND, arguments={"order_ref": "ORDER-7", "reason": "duplicate"})
         del output["status"]
-        data = td.check_output(REFUND, handler_result(output, producer="refunds-producer-v2"),
+        data = td.check_output(REFUND, handler_result(output, producer="refunds-producer-v2", receipt="rc-1"),
                                {"order_ref": "ORDER-7", "reason": "duplicate"}, ORDER_7)
         self.assertEqual(data, output)
 
@@ -3375,6 +3451,33 @@ class TestOutputContracts(unittest.TestCase):
         with self.assertRaises(BoundaryError) as caught:
             td.check_output(GET_ORDER, {"order_ref": "ORDER-7", "status": "paid"}, {"order_ref": "ORDER-7"}, ORDER_7)
         self.assertEqual(caught.exception.code, "OUTPUT_CONTRACT_VIOLATION")
+
+    def test_a_write_result_is_bound_to_its_receipt_and_revisions_by_exact_type(self):
+        # The receipt reference goes into the package's downstream evidence: one that is not an
+        # identifier made a package its own verifier refuses, and one with no canonical encoding
+        # (10**5000, NaN) escaped dispatch after the effect, leaving the key in_progress forever.
+        class AgreeableInt(int):
+            def __ne__(self, other):
+                return False
+
+        def returning(**changes):
+            return lambda call: dataclasses.replace(td.handle_create_refund_draft(call), **changes)
+
+        hostile = {"no receipt": {"receipt_ref": None}, "huge receipt": {"receipt_ref": 10 ** 5000},
+                   "NaN receipt": {"receipt_ref": float("nan")}, "agreeable receipt": {"receipt_ref": Agreeable("rc-1")},
+                   "spaced receipt": {"receipt_ref": "rc 1"}, "listed receipt": {"receipt_ref": ["rc-1"]},
+                   "agreeable producer": {"producer_revision": Agreeable("other")},
+                   "agreeable revision": {"resource_revision": AgreeableInt(9)}}
+        for name, changes in hostile.items():
+            with self.subTest(case=name):
+                dispatcher = make_dispatcher(handlers={"create_refund_draft": returning(**changes)})
+                package = write(dispatcher)
+                self.assertEqual((package["model_result"]["status"], code_of(package)),
+                                 ("unknown", "OUTPUT_BINDING_MISMATCH"))
+                td.verify_package(package)
+                self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "unknown")
+        dispatcher = make_dispatcher(handlers={"create_refund_draft": returning()})
+        self.assertEqual(write(dispatcher)["model_result"]["status"], "ok")
 
     # -- the secret scan: key words, value shapes, the pass-list, linear time, the seam --------
 
@@ -3773,6 +3876,48 @@ class TestDigestsAndSeals(unittest.TestCase):
             td.verify_package(package, seal_keys=only_b)
         self.assertEqual(caught.exception.code, "SEAL_KEY_UNKNOWN")
 
+    def test_seal_keys_a_host_builds_itself_are_held_to_the_file_rules_at_every_seam(self):
+        # SealKeys is a public value: one built by hand (not by parse_seal_keys) was a KeyError,
+        # TypeError or AttributeError at the first seal, or sealed under a key id no package may carry.
+        bad = {
+            "current not held": td.SealKeys("k-a", {"k-b": KEY_B}),
+            "text secret": td.SealKeys("k-a", {"k-a": KEY_A.hex()}),
+            "short secret": td.SealKeys("k-a", {"k-a": KEY_A[:td.MIN_SEAL_KEY_BYTES - 1]}),
+            "long secret": td.SealKeys("k-a", {"k-a": bytes(td.MAX_SEAL_KEY_BYTES + 1)}),
+            "agreeable current": td.SealKeys(Agreeable("k-a"), {"k-a": KEY_A}),
+            "spaced id": td.SealKeys("k a", {"k a": KEY_A}),
+            "no secrets": td.SealKeys("k-a", None),
+            "too many": td.SealKeys("k0", {f"k{n}": KEY_A for n in range(td.MAX_SEAL_KEYS + 1)}),
+            "a mapping": {"k-a": KEY_A},
+        }
+        package = read(make_dispatcher(seal_keys=seal_keys()))
+        log = io.BytesIO()
+        td.AuditLog(log, seal_keys=seal_keys()).append(package)
+        seams = {
+            "dispatcher": lambda keys: make_dispatcher(seal_keys=keys),
+            "verify_package": lambda keys: td.verify_package(package, seal_keys=keys),
+            "adapter": lambda keys: td.to_openai_responses(package, package_context(package), seal_keys=keys),
+            "audit log": lambda keys: td.AuditLog(io.BytesIO(), seal_keys=keys),
+            "audit entry": lambda keys: td.audit_entry_line(package, index=0, previous_sha256=td.GENESIS_SHA256,
+                                                            seal_keys=keys),
+            "verify_audit_log": lambda keys: td.verify_audit_log(log.getvalue(), seal_keys=keys, closed=False),
+        }
+        for name, keys in bad.items():
+            for seam, call in seams.items():
+                with self.subTest(keys=name, seam=seam), self.assertRaises(BoundaryError) as caught:
+                    call(keys)
+                self.assertEqual(caught.exception.code, "SEAL_KEYS_INVALID")
+        self.assertEqual(len(KEY_A), td.MIN_SEAL_KEY_BYTES)
+        edges = td.SealKeys("k-a", {"k-a": KEY_A, **{f"k{n}": bytes(td.MAX_SEAL_KEY_BYTES)
+                                                     for n in range(td.MAX_SEAL_KEYS - 1)}})
+        for seam, call in seams.items():
+            with self.subTest(keys="at every limit", seam=seam):
+                call(edges)
+        secrets = {"k-a": KEY_A}
+        dispatcher = make_dispatcher(seal_keys=td.SealKeys("k-a", secrets))
+        secrets["k-a"] = KEY_B  # a change after the dispatcher was built changes nothing
+        td.verify_package(read(dispatcher), seal_keys=seal_keys(), require_seal=True)
+
     def test_edit_and_reseal_without_the_key_is_refused(self):
         keys = seal_keys()
         dispatcher = make_dispatcher(seal_keys=keys)
@@ -3963,6 +4108,42 @@ class TestTheDispatcher(unittest.TestCase):
                 self.assertEqual(replay["model_result"]["delivery"], "local_replay")
                 td.verify_package(replay, registry=contracts)
 
+    def test_nested_arguments_are_never_shared_with_a_handler_or_a_returned_package(self):
+        # The request digest is taken when the arguments are admitted: a handler that appended to
+        # a nested argument changed the audited arguments after it (REQUEST_DIGEST_MISMATCH on
+        # the dispatcher's own package), and a host that edited a returned package edited the
+        # stored record's arguments.
+        document = imported_document()
+        tags = {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 4}
+        for tool in document["tools"]:
+            tool["input_schema"]["properties"]["tags"] = tags
+
+        def appending(handler):
+            def run(call):
+                call.arguments["tags"].append("evil")
+                return handler(call)
+            return run
+
+        contracts = td.parse_contracts(encode(document))
+        dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts,
+                                handlers={name: appending(handler) for name, handler in IMPORTED_HANDLERS.items()})
+        ctx = write_context()
+        arguments = {"order_ref": "ORDER-7", "quantity": 1, "tags": ["a"]}
+        approval = td.approval_for_call(approver="approver-lee", principal=ALICE, context=ctx,
+                                        spec=contracts["adjust_order"], arguments=arguments, expires_at=EXPIRES)
+        packages = (dispatcher.dispatch({"name": "order_lines", "arguments": {"order_ref": "ORDER-7", "tags": ["a"]}},
+                                        context(), ALICE, now=NOW),
+                    dispatcher.dispatch({"name": "adjust_order", "arguments": arguments}, ctx, ALICE,
+                                        approval=approval, now=NOW))
+        for package in packages:
+            with self.subTest(tool=package["model_result"]["source"]["tool"]):
+                self.assertEqual(package["model_result"]["status"], "ok")
+                self.assertEqual(package["protected_audit"]["arguments"]["tags"], ["a"])
+                td.verify_package(package, registry=contracts)
+        packages[1]["protected_audit"]["arguments"]["tags"].append("edited")
+        record = dispatcher.operations.find(("tenant-a", "alice", "adjust_order", "idem-1"))
+        self.assertEqual(record.arguments["tags"], ["a"])
+
     def test_an_imported_contract_refuses_inexact_arguments(self):
         contracts = imported_contracts()
         dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts, handlers=IMPORTED_HANDLERS)
@@ -4016,6 +4197,54 @@ class TestTheDispatcher(unittest.TestCase):
                                               approval=approval, now=NOW)
                 self.assertEqual(package["model_result"].get("error", {}).get("code"), code)
 
+    def test_a_registry_maps_each_tool_name_to_that_tool_and_is_read_once(self):
+        get_order, refund = td.REGISTRY["get_order"], td.REGISTRY["create_refund_draft"]
+
+        class OtherValues(dict):  # its values() hide the tool that get() answers
+            def values(self):
+                return [get_order]
+
+        bad = {
+            "another tool's name": ({"get_order": refund, "create_refund_draft": refund}, "registry[0]"),
+            "not a tool": ({"get_order": "get_order"}, "registry[0]"),
+            "agreeable name": ({Agreeable("get_order"): get_order}, "registry[0]"),
+            "agreeable effect": ({"get_order": dataclasses.replace(get_order, effect=Agreeable("read"))}, "registry[0]"),
+            "unencodable revision": ({"get_order": dataclasses.replace(get_order, contract_revision=10 ** 5000)},
+                                     "registry[0]"),
+            "a list": ([get_order], "registry"),
+        }
+        for name, (registry, at) in bad.items():
+            with self.subTest(case=name), self.assertRaises(BoundaryError) as caught:
+                Dispatcher(world_orders(), registry=registry)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("REGISTRY_INVALID", at))
+        # What get() would answer at a call is what is checked now: the hidden tool is seen.
+        hiding = OtherValues(get_order=get_order, hidden=dataclasses.replace(get_order, name="hidden",
+                                                                             resource_field=None))
+        with self.assertRaises(BoundaryError) as caught:
+            Dispatcher(world_orders(), registry=hiding)
+        self.assertEqual((caught.exception.code, caught.exception.at), ("TOOL_NOT_DISPATCHABLE", "registry[1]"))
+        registry = dict(td.REGISTRY)
+        dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=registry)
+        registry["get_order"] = refund  # a change after the dispatcher was built changes nothing
+        registry["later"] = dataclasses.replace(get_order, name="later")
+        self.assertEqual(read(dispatcher)["model_result"]["status"], "ok")
+        package = dispatcher.dispatch({"name": "later", "arguments": {"order_ref": "ORDER-7"}}, context(call="c2"),
+                                      ALICE, now=NOW)
+        self.assertEqual(code_of(package), "UNKNOWN_TOOL")
+        self.assertEqual(read(Dispatcher(world_orders(), registry=MappingProxyType(dict(td.REGISTRY))),
+                              context(call="c3"))["model_result"]["status"], "ok")
+
+    def test_handlers_must_be_a_mapping_of_plain_tool_names(self):
+        # A list or a string was a TypeError from the merge with the shipped handlers.
+        for handlers in (["get_order"], "get_order", {1: td.handle_get_order},
+                         {Agreeable("get_order"): td.handle_get_order}):
+            with self.subTest(handlers=handlers), self.assertRaises(BoundaryError) as caught:
+                Dispatcher(world_orders(), handlers=handlers)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("TOOL_HANDLER_MISSING", "handlers"))
+        for handlers in ({"get_order": td.handle_get_order}, MappingProxyType({}), None):
+            with self.subTest(handlers=handlers):
+                self.assertEqual(read(Dispatcher(world_orders(), handlers=handlers))["model_result"]["status"], "ok")
+
     def test_every_registry_tool_must_be_runnable_when_the_dispatcher_is_built(self):
         contracts = imported_contracts()
         cases = (
@@ -4057,6 +4286,72 @@ class TestTheDispatcher(unittest.TestCase):
         self.assertEqual(package["protected_audit"]["request_sha256"],
                          "a30d883f2c7956d2c5a77066bd0576a0df2e44e1f64121c1926848728eb67426")
         self.assertEqual(dispatcher.effect_count, 1)
+
+    def test_an_approver_allowlist_must_be_a_collection_of_identifiers(self):
+        # A single string is no allowlist: frozenset("approver-lee") would trust approver "a".
+        for approvers in ("approver-lee", ["approver-lee", None], ["approver lee"], {"approver-lee": 1},
+                          [Agreeable("approver-lee")], 7):
+            with self.subTest(approvers=approvers), self.assertRaises(BoundaryError) as caught:
+                Dispatcher(world_orders(), approvers=approvers)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("CONTEXT_INVALID", "approvers"))
+        for approvers in (["approver-lee"], ("approver-lee",), {"approver-lee"}, frozenset({"approver-lee"}), ()):
+            with self.subTest(approvers=approvers):
+                Dispatcher(world_orders(), approvers=approvers)
+
+    def test_every_order_of_the_world_is_checked_when_the_dispatcher_is_built(self):
+        good = Order("tenant-a", "ORDER-7", "alice", "paid", 3)
+        bad = {
+            "not an order": ("tenant-a", "ORDER-7"),
+            "agreeable status": dataclasses.replace(good, status=Agreeable("refunded")),
+            "agreeable owner": dataclasses.replace(good, owner=Agreeable("mallory")),
+            "agreeable tenant": dataclasses.replace(good, tenant=Agreeable("tenant-a")),
+            "unknown status": dataclasses.replace(good, status="shipped"),
+            "order ref": dataclasses.replace(good, order_ref="ORDER-7\n"),
+            "revision true": dataclasses.replace(good, revision=True),
+            "revision zero": dataclasses.replace(good, revision=0),
+            "revision over": dataclasses.replace(good, revision=td.MAX_REVISION + 1),
+            "revision huge": dataclasses.replace(good, revision=10 ** 5000),
+            "revision nan": dataclasses.replace(good, revision=float("nan")),
+        }
+        for name, order in bad.items():
+            with self.subTest(case=name), self.assertRaises(BoundaryError) as caught:
+                Dispatcher([world_orders()[1], order])
+            self.assertEqual((caught.exception.code, caught.exception.at), ("CONTEXT_INVALID", "orders[1]"))
+        for orders in ([good, good], "ORDER-7", None):
+            with self.subTest(orders=orders), self.assertRaises(BoundaryError) as caught:
+                Dispatcher(orders)
+            self.assertEqual(caught.exception.code, "CONTEXT_INVALID")
+        edge = Dispatcher([dataclasses.replace(good, revision=td.MAX_REVISION)], approvers=APPROVERS)
+        self.assertEqual(read(edge)["protected_audit"]["resource_revision"], td.MAX_REVISION)
+
+    def test_operation_state_refuses_what_no_principal_tool_or_key_can_be(self):
+        # An unhashable tool or key was a TypeError out of the store's dict.
+        dispatcher = make_dispatcher()
+        for principal, tool, key, code in ((ALICE, ["create_refund_draft"], "idem-1", "CONTEXT_INVALID"),
+                                           (ALICE, "create_refund_draft", {}, "CONTEXT_INVALID"),
+                                           (None, "create_refund_draft", "idem-1", "PRINCIPAL_INVALID")):
+            with self.subTest(tool=tool, key=key), self.assertRaises(BoundaryError) as caught:
+                dispatcher.operation_state(principal, tool, key)
+            self.assertEqual(caught.exception.code, code)
+        self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "none")
+
+    def test_from_world_takes_a_world(self):
+        for world in (None, world_orders(), {"orders": world_orders(), "approvers": APPROVERS}):
+            with self.subTest(world=type(world).__name__), self.assertRaises(BoundaryError) as caught:
+                Dispatcher.from_world(world)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("CONTEXT_INVALID", "world"))
+        world = td.World(orders=world_orders(), approvers=APPROVERS)
+        self.assertEqual(read(Dispatcher.from_world(world))["model_result"]["status"], "ok")
+
+    def test_set_order_status_refuses_a_revision_past_its_limit_and_unhashable_names(self):
+        dispatcher = Dispatcher([Order("tenant-a", "ORDER-7", "alice", "paid", td.MAX_REVISION - 1)])
+        dispatcher.set_order_status("tenant-a", "ORDER-7", "paid")
+        self.assertEqual(read(dispatcher)["protected_audit"]["resource_revision"], td.MAX_REVISION)
+        for tenant, ref in (("tenant-a", "ORDER-7"), (["tenant-a"], "ORDER-7"), ("tenant-a", {})):
+            with self.subTest(tenant=tenant, ref=ref), self.assertRaises(BoundaryError) as caught:
+                dispatcher.set_order_status(tenant, ref, "paid")
+            self.assertEqual(caught.exception.code, "CONTEXT_INVALID")
+        self.assertEqual(read(dispatcher)["protected_audit"]["resource_revision"], td.MAX_REVISION)
 
     def test_set_order_status_moves_the_revision_and_refuses_bad_input(self):
         dispatcher = make_dispatcher()
@@ -4117,11 +4412,9 @@ class TestTheDispatcher(unittest.TestCase):
                 self.assertEqual(dispatcher.effect_count, 1)
 
     def test_same_key_after_contract_change_conflicts(self):
-        registry = dict(td.REGISTRY)
-        dispatcher = make_dispatcher(registry=registry)
-        write(dispatcher)
-        spec = registry["create_refund_draft"]
-        registry["create_refund_draft"] = dataclasses.replace(spec, handler_revision="create_refund_draft.handler.v2")
+        first = make_dispatcher()
+        write(first)
+        dispatcher = redeployed(first, handler_revision="create_refund_draft.handler.v2")
         package = write(dispatcher, write_context(response="resp_2", call="call_2"), approval=None)
         self.assertEqual(code_of(package), "IDEMPOTENCY_CONFLICT")
         self.assertEqual(dispatcher.effect_count, 1)
@@ -4354,22 +4647,18 @@ class TestTheDispatcher(unittest.TestCase):
         self.assertEqual(dispatcher.effect_count, 1)
 
     def test_query_with_changed_contract_revision_is_a_status_conflict(self):
-        registry = dict(td.REGISTRY)
-        dispatcher = make_dispatcher(registry=registry)
-        unknown_write(dispatcher)
-        spec = registry["create_refund_draft"]
-        registry["create_refund_draft"] = dataclasses.replace(spec, contract_revision="create_refund_draft.contract.v3")
+        first = make_dispatcher()
+        unknown_write(first)
+        dispatcher = redeployed(first, contract_revision="create_refund_draft.contract.v3")
         package = query(dispatcher)
         self.assertEqual(code_of(package), "STATUS_CONFLICT")
         self.assertEqual(dispatcher.effect_count, 1)
         self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "unknown")
 
     def test_query_with_changed_output_revision_is_a_status_conflict(self):
-        registry = dict(td.REGISTRY)
-        dispatcher = make_dispatcher(registry=registry)
-        unknown_write(dispatcher)
-        registry["create_refund_draft"] = dataclasses.replace(registry["create_refund_draft"],
-                                                              output_revision="create_refund_draft.output.v3")
+        first = make_dispatcher()
+        unknown_write(first)
+        dispatcher = redeployed(first, output_revision="create_refund_draft.output.v3")
         self.assertEqual(code_of(query(dispatcher)), "STATUS_CONFLICT")
         self.assertEqual(dispatcher.effect_count, 1)
 
@@ -4428,6 +4717,33 @@ class TestTheDispatcher(unittest.TestCase):
                 self.assertEqual(code_of(query(dispatcher)), "STATUS_CONFLICT")
                 self.assertEqual(dispatcher.effect_count, 1)
                 self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "unknown")
+
+    def test_a_receipt_whose_reference_or_data_no_package_can_carry_is_a_status_conflict(self):
+        # The receipt's reference becomes the package's evidence and its output the model's data:
+        # 10**5000 was a ValueError out of the query, "rc 1" or an agreeable str reconciled the
+        # record into a package the verifier refuses, and data the output contract refuses made
+        # a refusal no package may carry (PACKAGE_INCONSISTENT).
+        class ForgingDownstream(td.MockDownstream):
+            def __init__(self, **forged):
+                super().__init__()
+                self.forged = forged
+
+            def receipt(self, status_ref):
+                receipt = super().receipt(status_ref)
+                return None if receipt is None else dataclasses.replace(receipt, **self.forged)
+
+        for field, value in (("receipt_ref", 10 ** 5000), ("receipt_ref", "rc 1"), ("receipt_ref", None),
+                             ("receipt_ref", Agreeable("rc-1")), ("draft_id", "DRAFT-x"), ("draft_id", 10 ** 5000)):
+            with self.subTest(field=field, value=type(value).__name__):
+                dispatcher = make_dispatcher(operations=td.MemoryOperations(ForgingDownstream(**{field: value})))
+                unknown_write(dispatcher)
+                package = query(dispatcher)
+                self.assertEqual(code_of(package), "STATUS_CONFLICT")
+                td.verify_package(package)
+                self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "unknown")
+        dispatcher = make_dispatcher(operations=td.MemoryOperations(ForgingDownstream()))
+        unknown_write(dispatcher)
+        self.assertEqual(query(dispatcher)["model_result"]["delivery"], "receipt_reconciled")
 
     def test_status_query_call_identity_cannot_start_a_dispatch(self):
         dispatcher = make_dispatcher()
@@ -4737,6 +5053,96 @@ class TestTheDispatcher(unittest.TestCase):
             write(dispatcher, write_context(response="resp_x", call="call_x", key="idem-x"))
         self.assertEqual((caught.exception.code, Finishing.finished), ("OPERATION_IN_PROGRESS", 3))
 
+    def test_a_store_that_answers_anything_but_this_calls_settled_record_is_damaged(self):
+        # What a custom store answers is held to what this call's own record must be before a
+        # package is built from it: an AttributeError, KeyError, TypeError or ValueError before,
+        # and a record settled under another key was replayed as this key's answer.
+        first = make_dispatcher()
+        write(first)
+        settled = first.operations.find(("tenant-a", "alice", "create_refund_draft", "idem-1"))
+        other = make_dispatcher()
+        unknown_write(other)
+        unknown = other.operations.find(("tenant-a", "alice", "create_refund_draft", "idem-1"))
+
+        class Answering(td.MemoryOperations):
+            def __init__(self, answer):
+                super().__init__()
+                self.answered = answer
+
+            def answer(self, call):
+                return self.answered
+
+            def find(self, key):
+                return self.answered
+
+        class Claiming(td.MemoryOperations):
+            def __init__(self, answer):
+                super().__init__()
+                self.answered = answer
+
+            def claim(self, call, record, approval_ref):
+                return self.answered
+
+        damaged = {
+            "a dict": {"state": "succeeded"}, "a state name": "succeeded",
+            "an unknown state": dataclasses.replace(settled, state="bogus"),
+            "a leased state": dataclasses.replace(settled, state="claimed"),
+            "no refs": dataclasses.replace(settled, refs=None),
+            "another request's refs": dataclasses.replace(settled, refs={**settled.refs, "request_ref": "rq-other"}),
+            "unencodable data": dataclasses.replace(settled, data={**settled.data, "reason": 10 ** 5000}),
+            "data the contract refuses": dataclasses.replace(settled, data={**settled.data, "extra": "x"}),
+            "a revision no package carries": dataclasses.replace(settled, resource_revision=True),
+            "an approval of another shape": dataclasses.replace(settled, approval={"approver": None}),
+            "an agreeable profile": dataclasses.replace(settled, profile=mock.Mock(__eq__=lambda *_: True)),
+            "a profile of agreeable text": dataclasses.replace(settled, profile=td.ProviderProfile(
+                Agreeable("Google"), "Responses", "openai-responses-v1")),
+            "an agreeable contract": dataclasses.replace(settled, contract={
+                **settled.contract, "contract_revision": Agreeable("create_refund_draft.contract.v1")}),
+            "an agreeable digest": dataclasses.replace(settled, request_sha256=Agreeable("0" * 64)),
+        }
+        def raised(call):
+            with self.assertRaises(BoundaryError) as caught:
+                call()
+            return caught.exception.code
+
+        for name, record in damaged.items():
+            for store in (Answering(record), Claiming(record)):
+                with self.subTest(case=name, store=type(store).__name__):
+                    self.assertEqual(raised(lambda: write(make_dispatcher(operations=store))), "LIFECYCLE_VIOLATION")
+            with self.subTest(case=name, store="find"):
+                self.assertEqual(raised(lambda: query(make_dispatcher(operations=Answering(record)))),
+                                 "LIFECYCLE_VIOLATION")
+        for store in (Answering(settled), Claiming(settled)):  # another key's record, of the same intent
+            with self.subTest(case="another key", store=type(store).__name__):
+                self.assertEqual(raised(lambda: write(make_dispatcher(operations=store), write_context(key="idem-2"))),
+                                 "LIFECYCLE_VIOLATION")
+        another_key = query_context(key="idem-2")
+        self.assertEqual(raised(lambda: query(make_dispatcher(operations=Answering(unknown)), another_key)),
+                         "LIFECYCLE_VIOLATION")
+        for store in (Answering(settled), Claiming(settled)):  # this key's own record answers
+            with self.subTest(case="its own", store=type(store).__name__):
+                self.assertEqual(write(make_dispatcher(operations=store))["model_result"]["delivery"], "local_replay")
+        self.assertEqual(code_of(query(make_dispatcher(operations=Answering(unknown)))), "RECEIPT_UNAVAILABLE")
+
+    def test_an_interrupt_in_a_handler_propagates_like_a_crash(self):
+        # Only Exception is contained. KeyboardInterrupt and SystemExit reach the host and settle
+        # nothing, as a crash would (durable/ recovers such a row when its lease expires; the
+        # in-memory store has no lease, so its key stays in progress).
+        for interrupt in (KeyboardInterrupt, SystemExit):
+            def interrupted(call, interrupt=interrupt):
+                td.handle_create_refund_draft(call)
+                raise interrupt()
+
+            with self.subTest(interrupt=interrupt.__name__):
+                dispatcher = make_dispatcher(handlers={"create_refund_draft": interrupted,
+                                                       "get_order": mock.Mock(side_effect=interrupt)})
+                with self.assertRaises(interrupt):
+                    write(dispatcher)
+                with self.assertRaises(interrupt):
+                    read(dispatcher)
+                self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "in_progress")
+                self.assertEqual(dispatcher.effect_count, 1)
+
     def test_sixteen_threads_on_one_key_make_exactly_one_effect(self):
         import threading
         dispatcher = make_dispatcher()
@@ -4879,6 +5285,17 @@ class TestPackageVerification(unittest.TestCase):
         with self.assertRaises(BoundaryError) as caught:
             td.verify_package(package, **options)
         self.assertEqual(caught.exception.code, code)
+
+    def test_a_registry_that_is_no_mapping_of_tools_is_the_hosts_error(self):
+        for registry in ([td.REGISTRY["get_order"]], {"get_order": "get_order"}, None):
+            with self.subTest(registry=registry):
+                self.assertRefused("REGISTRY_INVALID", self.read_package, registry=registry)
+                with self.assertRaises(BoundaryError) as caught:
+                    td.to_openai_responses(self.read_package, context(), registry=registry)
+                self.assertEqual(caught.exception.code, "REGISTRY_INVALID")
+        self.assertRefused("PROVENANCE_MISMATCH", self.read_package,
+                           registry={"get_order": td.REGISTRY["create_refund_draft"]})
+        td.verify_package(self.read_package, registry=MappingProxyType(dict(td.REGISTRY)))
 
     def test_resealed_combinations_the_dispatcher_never_builds_are_refused(self):
         write_error = {"code": "HANDLER_FAILED", "message": td.ERROR_CATALOG["HANDLER_FAILED"].message,
@@ -5319,6 +5736,13 @@ class TestResultSets(unittest.TestCase):
     def test_invalid_call_context_is_a_host_error(self):
         self.assertSetRefused("CONTEXT_INVALID", [dataclasses.replace(self.calls[0], call_id="")], self.packages[:1])
 
+    def test_a_turn_or_its_results_that_are_no_list_are_refused_not_a_traceback(self):
+        # len() of a generator was a TypeError out of the verifier.
+        self.assertSetRefused("CONTEXT_INVALID", iter(self.calls), self.packages)
+        self.assertSetRefused("CONTEXT_INVALID", {ctx: None for ctx in self.calls}, self.packages)
+        self.assertSetRefused("PACKAGE_MALFORMED", self.calls, iter(self.packages))
+        self.assertEqual(len(td.verify_result_set(tuple(self.calls), tuple(self.packages))), 3)
+
     def test_result_set_limit_on_both_sides(self):
         calls = [context(call=f"c{index}") for index in range(td.MAX_RESULT_SET)]
         packages = [read(self.dispatcher, ctx) for ctx in calls]
@@ -5397,6 +5821,16 @@ class TestProviderAdapters(unittest.TestCase):
                 for value in protected_values(package):
                     with self.subTest(provider=provider, kind=kind, value=value):
                         self.assertNotIn(value, payload)
+
+    def test_an_adapter_revision_is_compared_by_exact_type(self):
+        # A str that claims to equal the context's revision chose another profile's adapter:
+        # an Anthropic tool_result block for an OpenAI call.
+        ctx, package = self.packages["openai"]["read"]
+        for revision in (Agreeable("anthropic-messages-v1"), ["openai-responses-v1"], None):
+            with self.subTest(revision=revision), self.assertRaises(BoundaryError) as caught:
+                td.adapt(package, ctx, revision)
+            self.assertEqual(caught.exception.code, "PROVIDER_MISMATCH")
+        self.assertEqual(td.adapt(package, ctx, "openai-responses-v1")["type"], "function_call_output")
 
     def test_adapter_table_is_closed_over_the_registered_profiles(self):
         self.assertEqual(set(td.ADAPTERS), set(td.PROVIDER_PROFILES))
@@ -5554,6 +5988,23 @@ class TestTheAuditLog(unittest.TestCase):
         unsealed = td.verify_audit_log(self.unsealed)
         self.assertEqual((unsealed.entries, unsealed.sealed, unsealed.head_sha256), (30, False, KNOWN_UNSEALED_HEAD))
         self.assertEqual(self.sealed, fixture_log(self.KEYS))  # deterministic, byte for byte
+
+    def test_a_package_no_canonical_line_can_hold_is_refused_and_writes_nothing(self):
+        # A cycle was a RecursionError, NaN or 10**5000 a ValueError, a lone surrogate a
+        # UnicodeEncodeError out of append(); and the chain's index and head must not move.
+        cycle = {}
+        cycle["package"] = cycle
+        stream = io.BytesIO()
+        log = td.AuditLog(stream)
+        for name, package in {"cycle": cycle, "NaN": {"a": float("nan")}, "huge integer": {"a": 10 ** 5000},
+                              "object": {"a": object()}, "lone surrogate": {"a": "\ud800"}, "a list": [1]}.items():
+            with self.subTest(package=name), self.assertRaises(BoundaryError) as caught:
+                log.append(package)
+            self.assertEqual(caught.exception.code, "AUDIT_MALFORMED")
+        self.assertEqual((stream.getvalue(), log.index, log.head), (b"", 0, td.GENESIS_SHA256))
+        log.append(read(make_dispatcher()))
+        log.close()
+        self.assertEqual(td.verify_audit_log(stream.getvalue()).entries, 1)
 
     def test_every_tamper_is_named_at_its_entry(self):
         lines = self.sealed.split(b"\n")[:-1]

@@ -297,6 +297,7 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         SEAL_KEYS_INVALID="The seal keys are malformed.",
         SEAL_KEYS_UNREADABLE="The seal keys could not be read.",
         TOOL_HANDLER_MISSING="A tool of the registry has no handler.",
+        REGISTRY_INVALID="The registry is not a mapping of tool names to the tools of those names.",
         TOOL_NOT_DISPATCHABLE="A tool of the registry names no resource field or declares no output schema.",
     ),
     **error_specs(
@@ -560,6 +561,9 @@ class Order:
     owner: str
     status: str
     revision: int = 1
+
+
+_PLAIN_MAPPINGS: Final = (dict, MappingProxyType)  # what a host or a store may hand over as a mapping
 
 
 # ============================================================================================
@@ -1873,6 +1877,8 @@ def prescan(schema: Any, *, max_bytes: int = MAX_SCHEMA_BYTES, max_depth: int = 
             members = value.items() if kind is dict else enumerate(value)
             for key, child in members:
                 if kind is dict:
+                    if type(key) is not str:  # a host's Python value: an int key, or a str that claims other text
+                        raise BoundaryError("SCHEMA_NOT_PORTABLE", SCHEMA_ROOT)
                     text += len(key)
                 stack.append((child, depth + 1))
         elif kind is str:
@@ -2513,6 +2519,8 @@ def narrow(server_schema: Any, overlay: Mapping[tuple[str, ...], Any], *,
     prescan(server_schema)
     if type(server_schema) is not dict:
         raise BoundaryError("SCHEMA_ROOT", SCHEMA_ROOT)
+    if not isinstance(overlay, Mapping):
+        raise BoundaryError("OVERLAY_PATH", "overlay")  # no path at all
     patched = json_copy(server_schema)  # depth bounded by the prescan
     definitions = {keyword: patched[keyword] for keyword in DEFINITION_PREFIXES.values() if keyword in patched}
     for number, (path, host) in enumerate(overlay.items()):
@@ -3211,14 +3219,17 @@ def check_approval(approval: Any, *, principal: Principal, context: CallContext,
         raise BoundaryError("APPROVER_NOT_TRUSTED")
     if not (type(approval.expires_at) is int and MIN_TIME <= approval.expires_at <= MAX_TIME):
         raise BoundaryError("APPROVAL_EXPIRED")  # outside the clock's domain: no instant it is live at
-    if not _is_json_exact(approval.arguments):
+    # Every field its reference digests must have a canonical encoding first: a NaN, a cycle or
+    # a lone surrogate is a mismatch, not an encoder's exception.
+    if not (_is_json_exact(approval.arguments)
+            and all(type(getattr(approval, name)) is str and is_portable_text(getattr(approval, name))
+                    for name, _ in _APPROVAL_BINDING)):
         raise BoundaryError("APPROVAL_MISMATCH")
     reference = approval_ref(approval)
     if consumed(reference):
         raise BoundaryError("APPROVAL_CONSUMED")
     for name, wanted in _APPROVAL_BINDING:
-        value = getattr(approval, name)
-        if type(value) is not str or value != wanted(principal, context, spec):
+        if getattr(approval, name) != wanted(principal, context, spec):
             raise BoundaryError("APPROVAL_MISMATCH")
     if type(approval.arguments) is not dict or not _same_value(approval.arguments, arguments):
         raise BoundaryError("APPROVAL_MISMATCH")  # JSON equality: an approved 1 is no true
@@ -3229,7 +3240,8 @@ def check_approval(approval: Any, *, principal: Principal, context: CallContext,
 
 def _is_json_exact(value: Any) -> bool:
     """A tree of exactly dict (str keys), list, str, int, bool and None, no deeper than the
-    output limit: the only values an approval's arguments may hold, compared without surprises."""
+    output limit, in the portable domain (safe integers, text UTF-8 can carry): the only values
+    an approval's arguments may hold, compared and digested without surprises."""
     stack = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -3238,12 +3250,13 @@ def _is_json_exact(value: Any) -> bool:
             return False
         if kind is dict:
             for key, child in item.items():
-                if type(key) is not str:
+                if type(key) is not str or not is_portable_text(key):
                     return False
                 stack.append((child, depth + 1))
         elif kind is list:
             stack.extend((child, depth + 1) for child in item)
-        elif kind not in _SCALARS:
+        elif (kind not in _SCALARS or (kind is str and not is_portable_text(item))
+              or (kind is int and not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER)):
             return False
     return True
 
@@ -3258,6 +3271,12 @@ def approval_for_call(*, approver: str, principal: Principal, context: CallConte
                       arguments: Mapping[str, Any], expires_at: int) -> Approval:
     """The approval a trusted approver gives for exactly this call (what a host's approval flow
     builds once a person said yes to these arguments)."""
+    check_principal(principal)
+    check_context(context)
+    if type(spec) is not ToolSpec:
+        raise BoundaryError("REGISTRY_INVALID")
+    if type(arguments) not in _PLAIN_MAPPINGS or not _is_json_exact(dict(arguments)):
+        raise BoundaryError("APPROVAL_MISMATCH")  # no call's admitted arguments: no approval can bind them
     return Approval(approver=approver, tenant=principal.tenant, subject=principal.subject,
                     provider=context.provider, api_family=context.api_family,
                     adapter_revision=context.adapter_revision, response_id=context.response_id,
@@ -3642,7 +3661,11 @@ def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, Any], orde
     for field in spec.bound_fields:  # required on both sides (the contract loader checks it)
         if not _same_value(output[field], arguments[field]):
             raise BoundaryError("OUTPUT_BINDING_MISMATCH")
-    if result.producer_revision != spec.producer_revision or result.resource_revision != order.revision:
+    # Exact types first: a revision that claims to equal anything binds nothing. A write's receipt
+    # reference becomes the package's downstream evidence, so it must be an identifier too.
+    if (type(result.producer_revision) is not str or result.producer_revision != spec.producer_revision
+            or type(result.resource_revision) is not int or result.resource_revision != order.revision
+            or (spec.effect == "write" and not is_identifier(result.receipt_ref))):
         raise BoundaryError("OUTPUT_BINDING_MISMATCH")
     return dict(output) if spec._flat_output else json_copy(output)
 
@@ -3976,6 +3999,21 @@ def parse_seal_keys(document: Any) -> SealKeys:
 _HEX: Final = re.compile(r"(?:[0-9a-f]{2})+")
 
 
+def _checked_seal_keys(keys: Any) -> SealKeys | None:
+    """None, or the host's keys held to the rules of a seal-keys file, as a read-only copy: a
+    SealKeys built by hand, or whose secrets change later, seals and checks nothing else."""
+    if keys is None:
+        return None
+    if type(keys) is not SealKeys or type(keys.secrets) not in _PLAIN_MAPPINGS:
+        raise BoundaryError("SEAL_KEYS_INVALID")
+    secrets = dict(keys.secrets)
+    if not (1 <= len(secrets) <= MAX_SEAL_KEYS and _member(keys.current, frozenset(secrets)) and all(
+            is_identifier(key_id) and type(secret) is bytes and MIN_SEAL_KEY_BYTES <= len(secret) <= MAX_SEAL_KEY_BYTES
+            for key_id, secret in secrets.items())):
+        raise BoundaryError("SEAL_KEYS_INVALID")
+    return SealKeys(keys.current, MappingProxyType(secrets))
+
+
 def seal_keys_from_environment(environ: Mapping[str, str] = os.environ) -> SealKeys | None:
     """The keys in the file SEAL_KEYS_ENVIRONMENT names, or None when it names none."""
     path = environ.get(SEAL_KEYS_ENVIRONMENT)
@@ -4024,10 +4062,13 @@ def same_intent(record: OperationRecord, call: AdmittedCall) -> bool:
 def receipt_binds(record: OperationRecord, receipt: Receipt, spec: ToolSpec) -> bool:
     """A receipt is this record's: its request and status references, the tool's effect and
     producer revisions, and on every bound field the recorded request's own arguments (a receipt
-    for another order or another reason reconciles nothing). Every store checks it before a
-    receipt settles anything. Exact types first: a downstream's object that claims to equal
-    anything matches nothing."""
-    if type(receipt) is not Receipt or type(record.arguments) not in (dict, MappingProxyType):
+    for another order or another reason reconciles nothing); its own reference is an identifier
+    and its output passes the tool's output contract, as the package that carries them must.
+    Every store checks it before a receipt settles anything. Exact types first: a downstream's
+    object that claims to equal anything matches nothing."""
+    if (type(receipt) is not Receipt or type(record.arguments) not in _PLAIN_MAPPINGS
+            or not is_identifier(receipt.receipt_ref) or spec.output_contract is None
+            or not spec.output_contract.admits(receipt_output(receipt))):
         return False
     refs = record.refs
     wanted = (refs["request_ref"], refs["status_ref"], spec.effect_revision, spec.producer_revision)
@@ -4048,6 +4089,42 @@ def downstream_refs(call: AdmittedCall) -> dict[str, str | None]:
     return {"request_ref": request_ref, "receipt_ref": None, "status_ref": derived_ref("st-", "status", request_ref)}
 
 
+_SETTLED_STATES: Final = frozenset(MODEL_STATE)  # the states a store may answer a write or a query from
+
+
+def _settled(call: AdmittedCall, record: Any) -> OperationRecord:
+    """What a store answered for this call, held to what a settled record must be before a
+    package is built from it: an OperationRecord in a settled state, whose evidence and data a
+    package can carry. Anything else is a damaged store's answer: LIFECYCLE_VIOLATION, to the host."""
+    if not (type(record) is OperationRecord and _member(record.state, _SETTLED_STATES)
+            and type(record.refs) in _PLAIN_MAPPINGS and record.refs.keys() == _NO_REFS.keys()):
+        raise BoundaryError("LIFECYCLE_VIOLATION")
+    # What the repeat rule compares, by exact type: an agreeable profile or contract matches nothing.
+    profile, contract = record.profile, record.contract
+    if not (type(profile) is ProviderProfile
+            and registered_profile(profile.provider, profile.api_family, profile.adapter_revision) is not None
+            and _is_digest(record.request_sha256) and is_identifier(record.operation_id)
+            and type(contract) in _PLAIN_MAPPINGS and all(type(value) is str for value in contract.values())):
+        raise BoundaryError("LIFECYCLE_VIOLATION")
+    refs, approval = record.refs, record.approval
+    if not (all(refs[name] is None or is_identifier(refs[name]) for name in _NO_REFS)
+            and (approval is None or (type(approval) in _PLAIN_MAPPINGS and _nested(_APPROVAL_VIEW)(dict(approval))))
+            and (record.resource_revision is None or _integer_in(1, MAX_REVISION)(record.resource_revision))
+            and (REPEAT_ANSWER[MODEL_STATE[record.state]][1] is not None
+                 or call.spec.output_contract.admits(record.data))):
+        raise BoundaryError("LIFECYCLE_VIOLATION")
+    return record
+
+
+def _check_own_key(call: AdmittedCall, record: OperationRecord) -> None:
+    """Once a record's intent is this call's: its downstream references derive from this very
+    key and intent, so a store's record of another key is never replayed as this key's answer."""
+    wanted = downstream_refs(call)
+    if not (_is_exactly(record.refs["request_ref"], wanted["request_ref"])
+            and _is_exactly(record.refs["status_ref"], wanted["status_ref"])):
+        raise BoundaryError("LIFECYCLE_VIOLATION")
+
+
 class Claim(NamedTuple):
     """A caller's hold on a key: the record as claimed, and what the store needs to fence its
     later moves (the durable stores keep a lease epoch there; the in-memory store needs none)."""
@@ -4064,7 +4141,9 @@ class OperationStore(Protocol):
 
     Every method raises a CatalogError (never another exception type) when it cannot answer:
     BoundaryError IDEMPOTENCY_CONFLICT or OPERATION_IN_PROGRESS from answer/claim/find, and the
-    store's own codes (a lost lease, a busy or damaged database) from anything.
+    store's own codes (a lost lease, a busy or damaged database) from anything. What answer, claim
+    and find return is checked before it is trusted: anything but a settled OperationRecord of
+    this very key, whose evidence a package can carry, is LIFECYCLE_VIOLATION to the host.
     """
 
     downstream: Any  # the downstream reads and status queries see: receipt(status_ref), effect_count
@@ -4247,6 +4326,54 @@ class MemoryOperations:
         """Nothing is deferred in memory."""
 
 
+# What a host hands a Dispatcher as its world, by exact container type: a single string is never
+# read as an allowlist of its characters, nor a mapping as the list of its keys.
+_ORDER_COLLECTIONS: Final = (list, tuple)
+_APPROVER_COLLECTIONS: Final = (list, tuple, set, frozenset)
+
+
+def _registry_snapshot(registry: Any) -> Mapping[str, ToolSpec]:
+    """The host's registry, read once: a mapping whose views disagree, or that the host changes
+    later, cannot move what was checked. Each tool sits under its own exact name, and every
+    field a package digests or the pipeline branches on is a plain identifier or choice."""
+    if not isinstance(registry, Mapping):
+        raise BoundaryError("REGISTRY_INVALID", "registry")
+    tools: dict[str, ToolSpec] = {}
+    for index, (name, spec) in enumerate(registry.items()):
+        if not _is_registered_tool(name, spec):
+            raise BoundaryError("REGISTRY_INVALID", f"registry[{index}]")
+        tools[name] = spec
+    return MappingProxyType(tools)
+
+
+def _is_registered_tool(name: Any, spec: Any) -> bool:
+    return (type(spec) is ToolSpec and type(name) is str and TOOL_NAME.fullmatch(name) is not None
+            and type(spec.name) is str and spec.name == name and _member(spec.effect, EFFECTS)
+            and is_identifier(spec.required_role) and type(spec.input_contract) is CompiledSchema
+            and all(is_identifier(value) for key, value in spec._contract_items if key not in ("tool", "effect")))
+
+
+def _world_orders(orders: Any) -> dict[tuple[str, str], Order]:
+    """The host's orders by (tenant, order_ref), each held to the fixture's order table (section 6):
+    a status that claims to equal "paid", or a revision no package may carry, is refused here."""
+    if type(orders) not in _ORDER_COLLECTIONS:
+        raise BoundaryError("CONTEXT_INVALID", "orders")
+    by_key: dict[tuple[str, str], Order] = {}
+    for index, order in enumerate(orders):
+        if type(order) is not Order or not all(check(getattr(order, name)) for name, check in _ORDER.checks):
+            raise BoundaryError("CONTEXT_INVALID", f"orders[{index}]")
+        by_key[(order.tenant, order.order_ref)] = order
+    if len(by_key) != len(orders):  # a repeated order: which one is the business state?
+        raise BoundaryError("CONTEXT_INVALID", "orders")
+    return by_key
+
+
+def _approver_allowlist(approvers: Any) -> frozenset[str]:
+    if type(approvers) not in _APPROVER_COLLECTIONS or not all(is_identifier(name) for name in approvers):
+        raise BoundaryError("CONTEXT_INVALID", "approvers")
+    return frozenset(approvers)
+
+
 class Dispatcher:
     """The trusted boundary over one world and one operation store.
 
@@ -4262,23 +4389,25 @@ class Dispatcher:
                  handlers: Mapping[str, Handler] | None = None,
                  registry: Mapping[str, ToolSpec] = REGISTRY,
                  operations: OperationStore | None = None, seal_keys: SealKeys | None = None) -> None:
-        self._orders: dict[tuple[str, str], Order] = {(order.tenant, order.order_ref): order for order in orders}
-        self._approvers = frozenset(approvers)
-        self._registry = registry
+        self._orders = _world_orders(orders)
+        self._approvers = _approver_allowlist(approvers)
+        self._registry = _registry_snapshot(registry)
+        if handlers is not None and not (isinstance(handlers, Mapping) and plain_keys(handlers)):
+            raise BoundaryError("TOOL_HANDLER_MISSING", "handlers")  # no tool name can find a handler there
         self._handlers: Mapping[str, Handler] = MappingProxyType({**HANDLERS, **(handlers or {})})
         # Every tool the registry names must be runnable, or the host hears it now, not at a call.
-        for index, spec in enumerate(registry.values()):
+        for index, spec in enumerate(self._registry.values()):
             if spec.resource_field is None or spec.output_contract is None:
                 raise BoundaryError("TOOL_NOT_DISPATCHABLE", f"registry[{index}]")
             if not callable(self._handlers.get(spec.name)):
                 raise BoundaryError("TOOL_HANDLER_MISSING", f"registry[{index}]")
         self.operations: OperationStore = operations if operations is not None else MemoryOperations()
-        if seal_keys is not None and type(seal_keys) is not SealKeys:
-            raise BoundaryError("SEAL_KEYS_INVALID")
-        self._seal_keys = seal_keys  # None: every package says plainly that it is unsealed
+        self._seal_keys = _checked_seal_keys(seal_keys)  # None: every package says plainly that it is unsealed
 
     @classmethod
     def from_world(cls, world: World, **options: Any) -> Dispatcher:
+        if type(world) is not World:
+            raise BoundaryError("CONTEXT_INVALID", "world")
         return cls(world.orders, approvers=world.approvers, **options)
 
     # -- trusted host events and read-only views ---------------------------------------------
@@ -4293,12 +4422,15 @@ class Dispatcher:
 
     def set_order_status(self, tenant: str, order_ref: str, status: str) -> None:
         """A trusted change of business state; the order's resource revision moves on."""
-        order = self._orders.get((tenant, order_ref))
-        if order is None or not _member(status, ORDER_STATUSES):
-            raise BoundaryError("CONTEXT_INVALID")
+        order = self._orders.get((tenant, order_ref)) if type(tenant) is str and type(order_ref) is str else None
+        if order is None or not _member(status, ORDER_STATUSES) or order.revision >= MAX_REVISION:
+            raise BoundaryError("CONTEXT_INVALID")  # an order's revision stays inside what a package may say
         self._orders[(tenant, order_ref)] = replace(order, status=status, revision=order.revision + 1)
 
     def operation_state(self, principal: Principal, tool: str, idempotency_key: str) -> str:
+        check_principal(principal)
+        if type(tool) is not str or not is_identifier(idempotency_key):
+            raise BoundaryError("CONTEXT_INVALID")  # a key no call could have: never an unhashable one
         try:
             record = self.operations.find((principal.tenant, principal.subject, tool, idempotency_key))
         except BoundaryError as error:
@@ -4368,10 +4500,11 @@ class Dispatcher:
         record = None if call.spec.effect != "write" else self.operations.find(call.record_key)
         if record is None:
             raise BoundaryError("NOT_FOUND")
-        record = replace(record, state=MODEL_STATE[record.state])
+        record = replace(_settled(call, record), state=MODEL_STATE[record.state])
         if (record.request_sha256 != call.request_sha256 or record.contract != call.spec._contract
                 or record.operation_id != call.context.operation_id):
             raise BoundaryError("STATUS_CONFLICT")
+        _check_own_key(call, record)
         return record
 
     def _checked_receipt(self, call: AdmittedCall, record: OperationRecord, fault: str) -> Receipt | None:
@@ -4455,7 +4588,7 @@ class Dispatcher:
         operations = self.operations
         record = operations.answer(call)
         if record is not None:
-            return self._repeat(call, record)
+            return self._repeat(call, _settled(call, record))
         reference = check_approval(approval, principal=call.principal, context=call.context, spec=call.spec,
                                    arguments=call.arguments, approvers=self._approvers, now=now,
                                    consumed=operations.approval_used)
@@ -4465,7 +4598,7 @@ class Dispatcher:
         granted = approval_view(approval)
         claim = operations.claim(call, self._new_record(call, refs, granted, order.revision), reference)
         if type(claim) is not Claim:  # another caller claimed the key between answer() and claim()
-            return self._repeat(call, claim)
+            return self._repeat(call, _settled(call, claim))
         refusal = FAULTS_BEFORE_HANDLER.get(fault)
         if refusal is not None:
             # A retryable refusal before anything reached the downstream frees the key again.
@@ -4499,14 +4632,16 @@ class Dispatcher:
         handler = FAULTS_INSTEAD_OF_HANDLER.get(fault) or self._handlers[call.spec.name]
         try:
             # Positional: a frozen dataclass takes keywords measurably slower.
-            result = handler(HandlerCall(call.spec, call.principal, dict(call.arguments), order, downstream,
-                                         refs["request_ref"], refs["status_ref"]))
+            result = handler(HandlerCall(call.spec, call.principal, _own_copy(call.spec, call.arguments), order,
+                                         downstream, refs["request_ref"], refs["status_ref"]))
             inject = FAULTS_AFTER_HANDLER.get(fault)
             if inject is not None:
                 result = inject(result)
         except ResponseLost:
             return None, "OUTCOME_UNKNOWN", None
         except Exception:  # the handler is foreign code: whatever it raises is contained here
+            # (not a BaseException: KeyboardInterrupt and SystemExit stand for a crash, settle
+            # nothing and reach the host; the in-memory store, with no lease, keeps the key in progress)
             return None, "HANDLER_FAILED", None
         try:
             return check_output(call.spec, result, call.arguments, order), None, result.receipt_ref
@@ -4518,6 +4653,7 @@ class Dispatcher:
         # contract revisions, may see the recorded answer. Nothing runs again.
         if not same_intent(record, call):
             raise BoundaryError("IDEMPOTENCY_CONFLICT")
+        _check_own_key(call, record)
         return self._recorded_answer(call, record)
 
     def _recorded_answer(self, call: AdmittedCall, record: OperationRecord) -> dict[str, Any]:
@@ -4577,7 +4713,7 @@ class Dispatcher:
             "principal": principal,
             "provider_context": provider_context,
             "tool_contract": contract,
-            "arguments": None if call.arguments is None else dict(call.arguments),
+            "arguments": None if call.arguments is None else _own_copy(spec, call.arguments),
             "downstream": downstream,
             "approval": granted,
             "redactions": redacted,
@@ -4593,6 +4729,12 @@ class Dispatcher:
             "execution": execution,
             "seal": seal_view(self._seal_keys, "package", binding_digest),
         }
+
+
+def _own_copy(spec: ToolSpec | None, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Admitted arguments as a handler or a package gets them: never sharing a nested value with
+    the call, whose request digest was taken at admission, nor with the record a store keeps."""
+    return dict(arguments) if spec is None or spec._flat_input else json_copy(dict(arguments))
 
 
 class _AdmittedRefusal(BoundaryError):
@@ -4747,6 +4889,7 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
     ``require_seal`` an unsealed package is refused (SEAL_REQUIRED), and so is any package when no
     keys were given to check it with. Never a silent pass.
     """
+    seal_keys = _checked_seal_keys(seal_keys)  # the host's own value first: its fault is not the package's
     body = _shape(package, _PACKAGE_FIELDS)
     _require_in_package(_is_exactly(body["format"], PACKAGE_FORMAT))
     _check_execution(body["execution"])
@@ -4818,7 +4961,11 @@ def _check_provenance(result: dict[str, Any], audit: dict[str, Any], status: str
         _require_in_package(audit["arguments"] is None and audit["approval"] is None)
         return None
     _shape(contract, _TOOL_CONTRACT_FIELDS)
+    if not isinstance(registry, Mapping):
+        raise BoundaryError("REGISTRY_INVALID", "registry")
     spec = registry.get(contract["tool"]) if type(contract["tool"]) is str else None
+    if spec is not None and type(spec) is not ToolSpec:
+        raise BoundaryError("REGISTRY_INVALID", "registry")  # the host's registry, not the package, is at fault
     # Plain strings only: then equal means the same canonical bytes, and the spec's own digest
     # templates may stand for the package's contract.
     _require_in_package(spec is not None and all(type(value) is str for value in contract.values())
@@ -4920,11 +5067,18 @@ def _check_expected_context(provider_context: dict[str, Any], context: CallConte
 # in. Matching goes through a dictionary by call id, so a turn of n results costs O(n).
 
 
+_TURN_SEQUENCES: Final = (list, tuple)  # sized, and read once: never a generator len() cannot count
+
+
 def verify_result_set(calls: Sequence[CallContext], packages: Sequence[Any], *,
                       principal: Principal | None = None,
                       registry: Mapping[str, ToolSpec] = REGISTRY) -> list[dict[str, Any]]:
     """Verify every package against the turn's calls (and the contract set they were made with);
     return the packages in call order."""
+    if type(calls) not in _TURN_SEQUENCES:
+        raise BoundaryError("CONTEXT_INVALID")  # the host's list of the turn's calls
+    if type(packages) not in _TURN_SEQUENCES:
+        raise BoundaryError("PACKAGE_MALFORMED")
     if len(calls) > MAX_RESULT_SET or len(packages) > MAX_RESULT_SET:
         raise BoundaryError("RESULT_SET_TOO_LARGE")
     by_call: dict[str, CallContext] = {}
@@ -5016,7 +5170,7 @@ def adapt(package: Any, context: CallContext, adapter_revision: str, *,
     contract set it was made with, the host's approver allowlist and seal keys, as
     verify_package takes them)."""
     check_context(context)
-    if context.adapter_revision != adapter_revision:
+    if not _is_exactly(adapter_revision, context.adapter_revision):  # never an agreeable str's adapter
         raise BoundaryError("PROVIDER_MISMATCH")
     verify_package(package, context=context, principal=principal, registry=registry, approvers=approvers,
                    seal_keys=seal_keys, require_seal=require_seal)
@@ -5073,17 +5227,24 @@ def audit_entry_line(package: Mapping[str, Any], *, index: int, previous_sha256:
                      seal_keys: SealKeys | None = None) -> tuple[bytes, str]:
     """One package's entry at ``index`` after ``previous_sha256``: its canonical line (without the
     newline) and its digest. A store that keeps its chain in rows (durable/) appends these."""
-    return audit_entry_from_text(canonical_text(package), index=index, previous_sha256=previous_sha256,
-                                 seal_keys=seal_keys)
+    if type(package) is not dict:
+        raise BoundaryError("AUDIT_MALFORMED")
+    try:
+        text = canonical_text(package)
+    except (TypeError, ValueError, RecursionError):  # no canonical text: an object, NaN, 10**5000, a cycle
+        raise BoundaryError("AUDIT_MALFORMED") from None
+    return audit_entry_from_text(text, index=index, previous_sha256=previous_sha256, seal_keys=seal_keys)
 
 
 def audit_entry_from_text(package_text: str, *, index: int, previous_sha256: str,
                           seal_keys: SealKeys | None = None) -> tuple[bytes, str]:
     """audit_entry_line, for a caller that already holds the package's canonical text
     (canonical_text(package), which it stores too): the package is encoded once, not twice."""
+    if not is_portable_text(package_text):  # a lone surrogate: no UTF-8 line can carry it
+        raise BoundaryError("AUDIT_MALFORMED")
     texts = (canonical_text(index), package_text, canonical_text(previous_sha256))
     digest = _ENTRY_BODY.sha256(*texts)
-    seal = canonical_text(seal_view(seal_keys, "audit-entry", digest))
+    seal = canonical_text(seal_view(_checked_seal_keys(seal_keys), "audit-entry", digest))
     return _ENTRY_LINE.text(f'"{digest}"', *texts, seal).encode("utf-8"), digest
 
 
@@ -5099,7 +5260,7 @@ class AuditLog:
                 (index == 0) != (head == GENESIS_SHA256)):
             raise BoundaryError("AUDIT_MALFORMED")  # a chain starts at the genesis digest, and only there
         self._stream = stream
-        self._seal_keys = seal_keys
+        self._seal_keys = _checked_seal_keys(seal_keys)
         self.index = index
         self.head = head  # the digest of the last entry written
 
@@ -5149,6 +5310,7 @@ def verify_audit_log(data: bytes, *, seal_keys: SealKeys | None = None, require_
     still being written (a ledger's): it has no closing entry, may not hold one, may be empty, and
     its head is its last entry's digest.
     """
+    seal_keys = _checked_seal_keys(seal_keys)
     if type(data) is not bytes or len(data) > MAX_AUDIT_LOG_BYTES:
         raise BoundaryError("AUDIT_LOG_UNREADABLE")
     lines = data.split(b"\n")

@@ -6144,6 +6144,19 @@ class TestCli(unittest.TestCase):
         with mock.patch.object(td, "emit_json", side_effect=BrokenPipeError):
             self.assertEqual(td.run_cli(failing_then_closed), 2)
 
+    def test_an_interrupt_is_exit_130_in_the_failure_shape_and_no_traceback(self):
+        def interrupted():
+            raise KeyboardInterrupt  # what Ctrl-C (SIGINT) raises in the middle of a run
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()) as err:
+            status = td.run_cli(interrupted)
+        self.assertEqual((status, json.loads(out.getvalue()), err.getvalue()),
+                         (130, {"passed": False, "error": {
+                             "code": "CLI_INTERRUPTED", "message": "The command was interrupted before it finished.",
+                             "retryable": False}}, ""))
+        self.assertEqual(td.EXIT_INTERRUPTED, 130)
+
 
 
 

@@ -131,7 +131,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "EXPECTATION_FIELDS", "StepReport", "run_step", "fresh_dispatcher", "DispatcherFactory", "run_case",
     "run_fixture", "render_report",
     # 22. CLI
-    "CliParser", "emit_json", "cli_failure", "run_cli", "main",
+    "CliParser", "emit_json", "cli_failure", "EXIT_INTERRUPTED", "run_cli", "main",
 ]
 
 # ============================================================================================
@@ -397,6 +397,7 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         "cli", False,
         CLI_USAGE="The command line is not valid; see --help.",
         CLI_UNKNOWN_CASE="No case in the fixture has that id.",
+        CLI_INTERRUPTED="The command was interrupted before it finished.",
         INTERNAL_ERROR="The dispatcher failed unexpectedly.",
     ),
 })
@@ -5394,7 +5395,9 @@ def render_report(reports: Sequence[StepReport], *, payloads: bool = False) -> s
 
 # Every command line of the project answers a failure the same way, through these two: one JSON
 # object {"passed": false, "error": {...}} on stdout, exit 2, and INTERNAL_ERROR for anything
-# unforeseen, never a traceback.
+# unforeseen, never a traceback. Ctrl-C is the one other exit: CLI_INTERRUPTED in the same shape.
+
+EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT: the status a shell gives a command stopped by Ctrl-C
 
 
 class CliParser(argparse.ArgumentParser):
@@ -5422,6 +5425,10 @@ def run_cli(command: Callable[[], int]) -> int:
             return command()
         except CatalogError as error:
             return cli_failure(error)
+        except KeyboardInterrupt:
+            # Whatever the run had written stays written (a store recovers it); no traceback.
+            cli_failure(BoundaryError("CLI_INTERRUPTED"))
+            return EXIT_INTERRUPTED
         except BrokenPipeError:
             raise
         except Exception:  # the last line of defence: a bug must still not print a traceback

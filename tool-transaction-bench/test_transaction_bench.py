@@ -2482,6 +2482,25 @@ class TestScorePlans(unittest.TestCase):
         self.assertEqual(self.failure_code(["score", "--plans", str(HERE / "no-such-file.jsonl")]), "PLANS_UNREADABLE")
         self.assertEqual(self.failure_code(["score", "--plans", str(HERE)]), "PLANS_UNREADABLE")
 
+    @unittest.skipUnless(os.path.exists(os.devnull) and os.name == "posix", "needs POSIX devices")
+    def test_a_device_is_refused_before_a_byte_is_read(self):
+        # /dev/null would score as an empty file and /dev/zero would be read up to a line limit.
+        for device in ("/dev/null", "/dev/zero"):
+            with self.subTest(device=device):
+                self.assertEqual(self.failure_code(["score", "--plans", device]), "PLANS_UNREADABLE")
+
+    @unittest.skipUnless(hasattr(os, "mkfifo"), "needs named pipes")
+    def test_a_fifo_with_no_writer_is_refused_not_waited_on(self):
+        # Opening a FIFO for reading blocks until a writer comes: a child process, so a regression
+        # is a timeout here rather than a suite that never ends.
+        with tempfile.TemporaryDirectory() as scratch:
+            fifo = os.path.join(scratch, "plans.jsonl")
+            os.mkfifo(fifo)
+            child = subprocess.run([sys.executable, "-B", str(HERE / "transaction_bench.py"), "score", "--plans", fifo],
+                                   capture_output=True, timeout=20, cwd=scratch)
+        self.assertEqual((child.returncode, json.loads(child.stdout)["error"]["code"], child.stderr),
+                         (2, "PLANS_UNREADABLE", b""))
+
     def failure_code(self, argv):
         status, out, _ = capture(argv)
         self.assertEqual(status, 2)

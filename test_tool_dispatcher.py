@@ -6144,6 +6144,31 @@ class TestCli(unittest.TestCase):
         with mock.patch.object(td, "emit_json", side_effect=BrokenPipeError):
             self.assertEqual(td.run_cli(failing_then_closed), 2)
 
+    def test_an_empty_seal_key_path_is_refused_not_read_as_no_flag(self):
+        # `--seal-key "$KEYS"` with KEYS unset asks for keys: it must not run unsealed (nor fall back
+        # to the environment's file), and a verification must not stop requiring seals.
+        with tempfile.TemporaryDirectory() as folder:
+            keys_path = os.path.join(folder, "keys.json")
+            with open(keys_path, "w", encoding="utf-8") as handle:
+                json.dump({"format": "seal-keys-v1", "current": "k-a",
+                           "keys": [{"key_id": "k-a", "secret_hex": bytes(range(32)).hex()}]}, handle)
+            log_path = os.path.join(folder, "audit.jsonl")
+            for argv in (("--fixture", FIXTURE_PATH, "--seal-key", ""), ("--fixture", FIXTURE_PATH, "--seal-key="),
+                         ("--fixture", FIXTURE_PATH, "--audit-log", log_path, "--seal-key", "")):
+                for environment in ({}, {td.SEAL_KEYS_ENVIRONMENT: keys_path}):
+                    with self.subTest(argv=argv, environment=bool(environment)), \
+                            mock.patch.dict(os.environ, environment):
+                        status, out = run_main(*argv)
+                        self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "SEAL_KEYS_UNREADABLE"))
+            self.assertFalse(os.path.exists(log_path))
+            status, out = run_main("--fixture", FIXTURE_PATH, "--case", "own-order-read", "--audit-log", log_path,
+                                   "--seal-key", keys_path)
+            self.assertEqual(status, 0)
+            status, out = run_main("--verify-audit", log_path, "--seal-key", "")
+            self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "SEAL_KEYS_UNREADABLE"))
+            status, out = run_main("--check-contracts", CONTRACTS_PATH, "--seal-key", "")
+            self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "CLI_USAGE"))
+
     def test_an_interrupt_is_exit_130_in_the_failure_shape_and_no_traceback(self):
         def interrupted():
             raise KeyboardInterrupt  # what Ctrl-C (SIGINT) raises in the middle of a run

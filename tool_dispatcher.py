@@ -5460,12 +5460,14 @@ def _cli_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                                                            f"entries, or require and check their seals "
                                                            f"(default: the file ${SEAL_KEYS_ENVIRONMENT} names)")
     arguments = parser.parse_args(argv)
-    if arguments.verify_audit is not None and (arguments.case or arguments.report or arguments.audit_log):
+    # "Given" is "not None" throughout: an empty value ("--seal-key $UNSET") is given, and refused
+    # where it is read, never taken for an absent flag (which would run unsealed).
+    given = {name for name in ("case", "audit_log", "seal_key") if getattr(arguments, name) is not None}
+    if arguments.verify_audit is not None and (arguments.report or given & {"case", "audit_log"}):
         raise BoundaryError("CLI_USAGE")
     if arguments.overlay is not None and arguments.check_contracts is None:
         raise BoundaryError("CLI_USAGE")  # an overlay narrows a contracts file: alone it checks nothing
-    if arguments.check_contracts is not None and (arguments.case or arguments.report or arguments.audit_log
-                                                  or arguments.seal_key):
+    if arguments.check_contracts is not None and (arguments.report or given):
         raise BoundaryError("CLI_USAGE")
     return arguments
 
@@ -5481,7 +5483,7 @@ def _cli_run(argv: Sequence[str] | None) -> int:
     arguments = _cli_arguments(argv)
     if arguments.check_contracts is not None:
         return _check_contracts_command(arguments.check_contracts, arguments.overlay)
-    seal_keys = load_seal_keys(arguments.seal_key) if arguments.seal_key else seal_keys_from_environment()
+    seal_keys = seal_keys_from_environment() if arguments.seal_key is None else load_seal_keys(arguments.seal_key)
     if arguments.verify_audit is not None:
         return _verify_audit_command(arguments.verify_audit, seal_keys)
     fixture = load_fixture(arguments.fixture)

@@ -720,7 +720,8 @@ MAX_SAMPLE_MS: Final = 1_000.0  # a second a sample: 31 rounds of every line alr
 
 
 def _arguments(argv: list[str] | None) -> Any:
-    parser = td.CliParser(prog="bench_dispatcher", description="Benchmark the tool_dispatcher boundary against its floor.")
+    parser = td.CliParser(prog="bench_dispatcher",
+                          description="Benchmark the tool_dispatcher boundary against its floor.")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--quick", action="store_true", help="tiny repeat counts: proves it runs, for CI")
     parser.add_argument("--rounds", type=int, default=None,

@@ -2275,6 +2275,20 @@ class TestCli(StoreCase):
         status, body, _ = self.main("recover", "--db", str(self.path))
         self.assertEqual((status, body["recovered"], body["relayed"], body["consumed"]), (0, {}, 0, 0))
 
+    def test_an_empty_seal_key_path_is_refused_not_read_as_no_flag(self) -> None:
+        # `--seal-key "$KEYS"` with KEYS unset asks for keys: the run must not go unsealed (nor fall
+        # back to the environment's file), and verify-chain must not stop requiring seals.
+        keys = self.dir / "keys.json"
+        keys.write_text(json.dumps({"format": "seal-keys-v1", "current": "k-a",
+                                    "keys": [{"key_id": "k-a", "secret_hex": bytes(range(32)).hex()}]}))
+        for environment in ({}, {td.SEAL_KEYS_ENVIRONMENT: str(keys)}):
+            with self.subTest(environment=bool(environment)), mock.patch.dict(os.environ, environment):
+                self.assertRejected("SEAL_KEYS_UNREADABLE", "run", "--fixture", str(FIXTURE), "--db", str(self.path),
+                                    "--seal-key", "")
+                self.assertFalse(self.path.exists())
+        self.main("run", "--fixture", str(FIXTURE), "--db", str(self.path), "--seal-key", str(keys))
+        self.assertRejected("SEAL_KEYS_UNREADABLE", "verify-chain", "--db", str(self.path), "--seal-key", "")
+
     def test_recover_exits_1_when_an_operator_is_needed(self) -> None:
         write(self.dispatcher(), "a", fault="timeout_after_commit")
         self.tamper("UPDATE downstream_receipts SET producer_revision = 'x'")

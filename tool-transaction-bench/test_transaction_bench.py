@@ -2357,6 +2357,22 @@ class TestCli(unittest.TestCase):
                     self.assertEqual((status, json.loads(out)["error"]["code"]), (2, code))
                     self.assertNotIn(scratch, out)
 
+    def test_an_empty_results_value_is_refused_not_read_as_the_current_directory(self):
+        # `--results "$OUT"` with OUT unset: Path("") is ".", and the run wrote its files wherever
+        # the shell stood. Refused before anything runs.
+        with tempfile.TemporaryDirectory() as scratch, mock.patch.object(txcli, "run_all", side_effect=AssertionError), \
+                mock.patch.object(txcli, "check_results", side_effect=AssertionError):
+            before = os.getcwd()
+            os.chdir(scratch)
+            try:
+                for argv in (["--results", ""], ["--results="], ["--check", "--results", ""]):
+                    with self.subTest(argv=argv):
+                        status, out, err = capture(argv)
+                        self.assertEqual((status, json.loads(out)["error"]["code"], err), (2, "CLI_USAGE", ""))
+                self.assertEqual(os.listdir(scratch), [])
+            finally:
+                os.chdir(before)
+
     def test_a_forced_internal_bug_is_internal_error(self):
         def broken(*_args, **_kwargs):
             raise KeyError("/home/someone/secret")

@@ -6144,6 +6144,17 @@ class TestCli(unittest.TestCase):
         with mock.patch.object(td, "emit_json", side_effect=BrokenPipeError):
             self.assertEqual(td.run_cli(failing_then_closed), 2)
 
+    def test_a_flag_is_its_whole_name_never_a_prefix(self):
+        # argparse takes "--fix" for "--fixture" and "--seal" for "--seal-key": a flag added later
+        # would change what an old command line means. Every CLI of the project parses with CliParser.
+        for argv in (("--fix", FIXTURE_PATH), ("--fixture", FIXTURE_PATH, "--rep"),
+                     ("--fixture", FIXTURE_PATH, "--case", "own-order-read", "--seal", FIXTURE_PATH)):
+            with self.subTest(argv=argv):
+                status, out = run_main(*argv)
+                self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "CLI_USAGE"))
+        status, out = run_main(f"--fixture={FIXTURE_PATH}", "--case=own-order-read")
+        self.assertEqual((status, json.loads(out)["step_count"]), (0, 1))
+
     def test_an_empty_seal_key_path_is_refused_not_read_as_no_flag(self):
         # `--seal-key "$KEYS"` with KEYS unset asks for keys: it must not run unsealed (nor fall back
         # to the environment's file), and a verification must not stop requiring seals.

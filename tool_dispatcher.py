@@ -5401,7 +5401,11 @@ EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT: the status a shell gives a comman
 
 
 class CliParser(argparse.ArgumentParser):
-    """argparse, except that a bad command line is CLI_USAGE (argparse would print and exit)."""
+    """argparse, except that a bad command line is CLI_USAGE (argparse would print and exit) and a
+    flag is its whole name: "--fix" is no "--fixture", so adding a flag never changes an old command."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def error(self, message: str) -> NoReturn:
         raise BoundaryError("CLI_USAGE")

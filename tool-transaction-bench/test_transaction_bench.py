@@ -15,6 +15,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 from fractions import Fraction
 from pathlib import Path
@@ -2246,6 +2248,46 @@ class TestBenchResults(unittest.TestCase):
                              ["raw_results.jsonl: missing or unreadable",
                               f"summary.json: length differs from a fresh run ({len(bench().summary_bytes()) + 1} "
                               f"bytes, fresh {len(bench().summary_bytes())})"])
+
+    @unittest.skipUnless(hasattr(os, "mkfifo"), "needs named pipes")
+    def test_check_reads_regular_files_only_and_never_waits_on_a_fifo(self):
+        # A FIFO in place of a results file held --check at its open (or, with a writer, read
+        # whatever came); a device would be read without end. Each is "missing or unreadable".
+        with tempfile.TemporaryDirectory() as scratch:
+            tb.write_results(bench(), Path(scratch))
+            raw, summary = Path(scratch) / tb.RAW_FILE, Path(scratch) / tb.SUMMARY_FILE
+            os.remove(raw)
+            os.mkfifo(raw)
+            os.remove(summary)
+            os.symlink(os.devnull, summary)
+            stop = time.monotonic() + 5
+
+            def writer() -> None:  # a writer that never blocks: the old reader's open found one
+                while time.monotonic() < stop:
+                    try:
+                        handle = os.open(raw, os.O_WRONLY | os.O_NONBLOCK)
+                    except OSError:
+                        time.sleep(0.01)
+                        continue
+                    with contextlib.suppress(OSError):
+                        os.write(handle, b"x")
+                    os.close(handle)
+                    return
+
+            thread = threading.Thread(target=writer, daemon=True)
+            thread.start()
+            problems = tb.check_results(Path(scratch), bench())
+            thread.join()
+        self.assertEqual(problems, ["raw_results.jsonl: missing or unreadable", "summary.json: missing or unreadable"])
+
+    def test_check_reads_a_results_file_up_to_its_limit(self):
+        from txbench import bench as txbench_bench  # patched where it is looked up
+        with tempfile.TemporaryDirectory() as scratch:
+            tb.write_results(bench(), Path(scratch))
+            size = len(bench().raw)  # the larger file: at the limit it is read, a byte over it is not
+            for limit, problems in ((size, []), (size - 1, ["raw_results.jsonl: missing or unreadable"])):
+                with self.subTest(limit=limit), mock.patch.object(txbench_bench, "MAX_RESULTS_FILE_BYTES", limit):
+                    self.assertEqual(tb.check_results(Path(scratch), bench()), problems)
 
     def test_check_needs_a_directory(self):
         with tempfile.TemporaryDirectory() as scratch:

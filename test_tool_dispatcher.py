@@ -6595,6 +6595,55 @@ class TestCli(unittest.TestCase):
         with mock.patch.object(td, "emit_json", side_effect=BrokenPipeError):
             self.assertEqual(td.run_cli(failing_then_closed), 2)
 
+    def test_a_flag_is_its_whole_name_never_a_prefix(self):
+        # argparse takes "--fix" for "--fixture" and "--seal" for "--seal-key": a flag added later
+        # would change what an old command line means. Every CLI of the project parses with CliParser.
+        for argv in (("--fix", FIXTURE_PATH), ("--fixture", FIXTURE_PATH, "--rep"),
+                     ("--fixture", FIXTURE_PATH, "--case", "own-order-read", "--seal", FIXTURE_PATH)):
+            with self.subTest(argv=argv):
+                status, out = run_main(*argv)
+                self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "CLI_USAGE"))
+        status, out = run_main(f"--fixture={FIXTURE_PATH}", "--case=own-order-read")
+        self.assertEqual((status, json.loads(out)["step_count"]), (0, 1))
+
+    def test_an_empty_seal_key_path_is_refused_not_read_as_no_flag(self):
+        # `--seal-key "$KEYS"` with KEYS unset asks for keys: it must not run unsealed (nor fall back
+        # to the environment's file), and a verification must not stop requiring seals.
+        with tempfile.TemporaryDirectory() as folder:
+            keys_path = os.path.join(folder, "keys.json")
+            with open(keys_path, "w", encoding="utf-8") as handle:
+                json.dump({"format": "seal-keys-v1", "current": "k-a",
+                           "keys": [{"key_id": "k-a", "secret_hex": bytes(range(32)).hex()}]}, handle)
+            log_path = os.path.join(folder, "audit.jsonl")
+            for argv in (("--fixture", FIXTURE_PATH, "--seal-key", ""), ("--fixture", FIXTURE_PATH, "--seal-key="),
+                         ("--fixture", FIXTURE_PATH, "--audit-log", log_path, "--seal-key", "")):
+                for environment in ({}, {td.SEAL_KEYS_ENVIRONMENT: keys_path}):
+                    with self.subTest(argv=argv, environment=bool(environment)), \
+                            mock.patch.dict(os.environ, environment):
+                        status, out = run_main(*argv)
+                        self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "SEAL_KEYS_UNREADABLE"))
+            self.assertFalse(os.path.exists(log_path))
+            status, out = run_main("--fixture", FIXTURE_PATH, "--case", "own-order-read", "--audit-log", log_path,
+                                   "--seal-key", keys_path)
+            self.assertEqual(status, 0)
+            status, out = run_main("--verify-audit", log_path, "--seal-key", "")
+            self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "SEAL_KEYS_UNREADABLE"))
+            status, out = run_main("--check-contracts", CONTRACTS_PATH, "--seal-key", "")
+            self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "CLI_USAGE"))
+
+    def test_an_interrupt_is_exit_130_in_the_failure_shape_and_no_traceback(self):
+        def interrupted():
+            raise KeyboardInterrupt  # what Ctrl-C (SIGINT) raises in the middle of a run
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()) as err:
+            status = td.run_cli(interrupted)
+        self.assertEqual((status, json.loads(out.getvalue()), err.getvalue()),
+                         (130, {"passed": False, "error": {
+                             "code": "CLI_INTERRUPTED", "message": "The command was interrupted before it finished.",
+                             "retryable": False}}, ""))
+        self.assertEqual(td.EXIT_INTERRUPTED, 130)
+
 
 
 

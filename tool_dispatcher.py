@@ -131,7 +131,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "EXPECTATION_FIELDS", "StepReport", "run_step", "fresh_dispatcher", "DispatcherFactory", "run_case",
     "run_fixture", "render_report",
     # 22. CLI
-    "CliParser", "emit_json", "cli_failure", "run_cli", "main",
+    "CliParser", "emit_json", "cli_failure", "EXIT_INTERRUPTED", "run_cli", "main",
 ]
 
 # ============================================================================================
@@ -398,6 +398,7 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         "cli", False,
         CLI_USAGE="The command line is not valid; see --help.",
         CLI_UNKNOWN_CASE="No case in the fixture has that id.",
+        CLI_INTERRUPTED="The command was interrupted before it finished.",
         INTERNAL_ERROR="The dispatcher failed unexpectedly.",
     ),
 })
@@ -5556,11 +5557,17 @@ def render_report(reports: Sequence[StepReport], *, payloads: bool = False) -> s
 
 # Every command line of the project answers a failure the same way, through these two: one JSON
 # object {"passed": false, "error": {...}} on stdout, exit 2, and INTERNAL_ERROR for anything
-# unforeseen, never a traceback.
+# unforeseen, never a traceback. Ctrl-C is the one other exit: CLI_INTERRUPTED in the same shape.
+
+EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT: the status a shell gives a command stopped by Ctrl-C
 
 
 class CliParser(argparse.ArgumentParser):
-    """argparse, except that a bad command line is CLI_USAGE (argparse would print and exit)."""
+    """argparse, except that a bad command line is CLI_USAGE (argparse would print and exit) and a
+    flag is its whole name: "--fix" is no "--fixture", so adding a flag never changes an old command."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def error(self, message: str) -> NoReturn:
         raise BoundaryError("CLI_USAGE")
@@ -5584,6 +5591,10 @@ def run_cli(command: Callable[[], int]) -> int:
             return command()
         except CatalogError as error:
             return cli_failure(error)
+        except KeyboardInterrupt:
+            # Whatever the run had written stays written (a store recovers it); no traceback.
+            cli_failure(BoundaryError("CLI_INTERRUPTED"))
+            return EXIT_INTERRUPTED
         except BrokenPipeError:
             raise
         except Exception:  # the last line of defence: a bug must still not print a traceback
@@ -5615,12 +5626,14 @@ def _cli_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                                                            f"entries, or require and check their seals "
                                                            f"(default: the file ${SEAL_KEYS_ENVIRONMENT} names)")
     arguments = parser.parse_args(argv)
-    if arguments.verify_audit is not None and (arguments.case or arguments.report or arguments.audit_log):
+    # "Given" is "not None" throughout: an empty value ("--seal-key $UNSET") is given, and refused
+    # where it is read, never taken for an absent flag (which would run unsealed).
+    given = {name for name in ("case", "audit_log", "seal_key") if getattr(arguments, name) is not None}
+    if arguments.verify_audit is not None and (arguments.report or given & {"case", "audit_log"}):
         raise BoundaryError("CLI_USAGE")
     if arguments.overlay is not None and arguments.check_contracts is None:
         raise BoundaryError("CLI_USAGE")  # an overlay narrows a contracts file: alone it checks nothing
-    if arguments.check_contracts is not None and (arguments.case or arguments.report or arguments.audit_log
-                                                  or arguments.seal_key):
+    if arguments.check_contracts is not None and (arguments.report or given):
         raise BoundaryError("CLI_USAGE")
     return arguments
 
@@ -5636,7 +5649,7 @@ def _cli_run(argv: Sequence[str] | None) -> int:
     arguments = _cli_arguments(argv)
     if arguments.check_contracts is not None:
         return _check_contracts_command(arguments.check_contracts, arguments.overlay)
-    seal_keys = load_seal_keys(arguments.seal_key) if arguments.seal_key else seal_keys_from_environment()
+    seal_keys = seal_keys_from_environment() if arguments.seal_key is None else load_seal_keys(arguments.seal_key)
     if arguments.verify_audit is not None:
         return _verify_audit_command(arguments.verify_audit, seal_keys)
     fixture = load_fixture(arguments.fixture)

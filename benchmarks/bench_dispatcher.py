@@ -20,7 +20,6 @@ Standard library only.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import gc
@@ -28,6 +27,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import math
 import os
 import platform
 import statistics
@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Final
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -714,21 +714,45 @@ def render_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Benchmark the tool_dispatcher boundary against its floor.")
+MAX_ROUNDS: Final = 1_000  # a measurement keeps at most 1,000 samples (max_samples): more rounds add nothing
+MIN_SAMPLE_MS: Final = 0.1  # below it a sample holds a few calls and the timer's own cost shows
+MAX_SAMPLE_MS: Final = 1_000.0  # a second a sample: 31 rounds of every line already take an hour
+
+
+def _arguments(argv: list[str] | None) -> Any:
+    parser = td.CliParser(prog="bench_dispatcher",
+                          description="Benchmark the tool_dispatcher boundary against its floor.")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--quick", action="store_true", help="tiny repeat counts: proves it runs, for CI")
-    parser.add_argument("--rounds", type=int, default=None, help="rounds after the warm-up (default 31, quick 2)")
-    parser.add_argument("--sample-ms", type=float, default=None, help="length of one sample (default 2, quick 1)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help=f"rounds after the warm-up, 1 to {MAX_ROUNDS:,} (default 31, quick 2)")
+    parser.add_argument("--sample-ms", type=float, default=None,
+                        help=f"length of one sample, {MIN_SAMPLE_MS:g} to {MAX_SAMPLE_MS:g} ms (default 2, quick 1)")
     arguments = parser.parse_args(argv)
-    rounds = arguments.rounds or (2 if arguments.quick else 31)
+    if arguments.rounds is not None and not 1 <= arguments.rounds <= MAX_ROUNDS:
+        raise td.BoundaryError("CLI_USAGE")
+    if arguments.sample_ms is not None and not (math.isfinite(arguments.sample_ms)
+                                                and MIN_SAMPLE_MS <= arguments.sample_ms <= MAX_SAMPLE_MS):
+        raise td.BoundaryError("CLI_USAGE")
+    return arguments
+
+
+def _run(argv: list[str] | None) -> int:
+    arguments = _arguments(argv)
+    rounds = arguments.rounds if arguments.rounds is not None else (2 if arguments.quick else 31)
     # Short samples, many rounds: the two sides of a ratio are timed milliseconds apart, so a
     # neighbour's burst of load hits both or neither.
-    batch_ns = int((arguments.sample_ms or (1 if arguments.quick else 2)) * 1_000_000)
-    measurements, facts, unavailable = collect(rounds, batch_ns, quick=arguments.quick)
+    sample_ms = arguments.sample_ms if arguments.sample_ms is not None else (1 if arguments.quick else 2)
+    measurements, facts, unavailable = collect(rounds, int(sample_ms * 1_000_000), quick=arguments.quick)
     result = report(measurements, facts, unavailable, rounds=rounds, quick=arguments.quick)
     sys.stdout.write((json.dumps(result, indent=2) if arguments.json else render_table(result)) + "\n")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A bad command line is CLI_USAGE and Ctrl-C is CLI_INTERRUPTED, in the project's failure shape
+    (run_cli); a self-check that fails (the floor stops rebuilding the package) exits 1 with its reason."""
+    return td.run_cli(lambda: _run(argv))
 
 
 if __name__ == "__main__":

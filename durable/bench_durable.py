@@ -30,7 +30,7 @@ Pass --dir to measure on the disk you care about.
 """
 from __future__ import annotations
 
-import argparse
+import importlib.util
 import json
 import secrets
 import sqlite3
@@ -287,7 +287,14 @@ def measure(directory: Path, writes: int, pg_dsn: str | None = None, workers: in
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench_durable", description=__doc__.splitlines()[0])
+    """A bad command line is CLI_USAGE, a --dir it cannot use STORE_UNREADABLE, --pg without the
+    driver STORE_DRIVER_MISSING and Ctrl-C CLI_INTERRUPTED, in the project's failure shape (run_cli);
+    a self-check that fails (a write that was not fresh) exits 1 with {"passed": false, "error": reason}."""
+    return td.run_cli(lambda: _run(argv))
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    parser = td.CliParser(prog="bench_durable", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_WRITES} writes per loop: proves it runs")
     parser.add_argument("--writes", type=int, default=DEFAULT_WRITES, help="writes per loop")
     parser.add_argument("--dir", help="directory for the databases (default: a new temporary directory)")
@@ -297,11 +304,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="also run both SQLite loops with this many threads (2 or more)")
     arguments = parser.parse_args(argv)
     writes = QUICK_WRITES if arguments.quick else arguments.writes
-    if not 1 <= writes <= MAX_WRITES:
-        parser.error(f"--writes must be between 1 and {MAX_WRITES}")
-    if not 1 <= arguments.workers <= MAX_WORKERS:
-        parser.error(f"--workers must be between 1 and {MAX_WORKERS}")
-    with tempfile.TemporaryDirectory(dir=arguments.dir) as directory:
+    if not 1 <= writes <= MAX_WRITES or not 1 <= arguments.workers <= MAX_WORKERS:
+        raise td.BoundaryError("CLI_USAGE")
+    if arguments.pg is not None and importlib.util.find_spec("psycopg") is None:
+        raise dd.DurableError("STORE_DRIVER_MISSING")  # before the SQLite loops, not minutes after them
+    try:
+        scratch = tempfile.TemporaryDirectory(dir=arguments.dir)
+    except (OSError, ValueError):
+        raise dd.DurableError("STORE_UNREADABLE") from None
+    with scratch as directory:
         report = measure(Path(directory), writes, arguments.pg, arguments.workers)
     report["quick"] = arguments.quick
     sys.stdout.write(json.dumps(report, indent=2) + "\n")

@@ -2141,7 +2141,8 @@ def _durable_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _seal_keys(arguments: argparse.Namespace) -> td.SealKeys | None:
-    return td.load_seal_keys(arguments.seal_key) if arguments.seal_key else td.seal_keys_from_environment()
+    # An empty path ("--seal-key $UNSET") is a path, refused where it is read: never "no flag", unsealed.
+    return td.seal_keys_from_environment() if arguments.seal_key is None else td.load_seal_keys(arguments.seal_key)
 
 
 def _run_command(arguments: argparse.Namespace) -> int:

@@ -2416,6 +2416,20 @@ class TestCli(StoreCase):
         status, body, _ = self.main("recover", "--db", str(self.path))
         self.assertEqual((status, body["recovered"], body["relayed"], body["consumed"]), (0, {}, 0, 0))
 
+    def test_an_empty_seal_key_path_is_refused_not_read_as_no_flag(self) -> None:
+        # `--seal-key "$KEYS"` with KEYS unset asks for keys: the run must not go unsealed (nor fall
+        # back to the environment's file), and verify-chain must not stop requiring seals.
+        keys = self.dir / "keys.json"
+        keys.write_text(json.dumps({"format": "seal-keys-v1", "current": "k-a",
+                                    "keys": [{"key_id": "k-a", "secret_hex": bytes(range(32)).hex()}]}))
+        for environment in ({}, {td.SEAL_KEYS_ENVIRONMENT: str(keys)}):
+            with self.subTest(environment=bool(environment)), mock.patch.dict(os.environ, environment):
+                self.assertRejected("SEAL_KEYS_UNREADABLE", "run", "--fixture", str(FIXTURE), "--db", str(self.path),
+                                    "--seal-key", "")
+                self.assertFalse(self.path.exists())
+        self.main("run", "--fixture", str(FIXTURE), "--db", str(self.path), "--seal-key", str(keys))
+        self.assertRejected("SEAL_KEYS_UNREADABLE", "verify-chain", "--db", str(self.path), "--seal-key", "")
+
     def test_recover_exits_1_when_an_operator_is_needed(self) -> None:
         write(self.dispatcher(), "a", fault="timeout_after_commit")
         self.tamper("UPDATE downstream_receipts SET producer_revision = 'x'")
@@ -2609,13 +2623,46 @@ class TestBenchmark(StoreCase):
                 report = json.loads(out.getvalue())
                 self.assertEqual((status, report.get("workers", {}).get("count")), (0, threaded))
 
+    def bench_failure(self, *argv: str) -> tuple[int, Any, str]:
+        import bench_durable
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = bench_durable.main(list(argv))
+        return status, json.loads(out.getvalue())["error"]["code"], err.getvalue()
+
     def test_workers_outside_their_range_are_refused(self) -> None:
         import bench_durable
-        for workers in (0, bench_durable.MAX_WORKERS + 1):
+        for workers in ("0", str(bench_durable.MAX_WORKERS + 1), "x"):
             with self.subTest(workers=workers):
-                with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit) as caught:
-                    bench_durable.main(["--quick", "--workers", str(workers), "--dir", str(self.dir)])
-                self.assertEqual(caught.exception.code, 2)
+                self.assertEqual(self.bench_failure("--quick", "--workers", workers, "--dir", str(self.dir)),
+                                 (2, "CLI_USAGE", ""))
+
+    def test_writes_outside_their_range_and_bad_command_lines_are_usage_errors(self) -> None:
+        import bench_durable
+        for argv in (("--writes", "0"), ("--writes", str(bench_durable.MAX_WRITES + 1)),
+                     ("--writes", "x"), ("--writes",), ("--bogus",), ("extra",)):
+            with self.subTest(argv=argv):
+                self.assertEqual(self.bench_failure(*argv, "--dir", str(self.dir)), (2, "CLI_USAGE", ""))
+
+    def test_a_directory_it_cannot_use_is_refused_without_a_traceback(self) -> None:
+        blocker = self.dir / "a-file"
+        blocker.write_bytes(b"x")
+        for where in (self.dir / "absent", blocker):
+            with self.subTest(where=where.name):
+                self.assertEqual(self.bench_failure("--quick", "--dir", str(where)), (2, "STORE_UNREADABLE", ""))
+
+    def test_pg_without_the_driver_is_refused_before_any_measurement(self) -> None:
+        import bench_durable
+        with mock.patch.object(bench_durable, "measure", side_effect=AssertionError("measured")), \
+                mock.patch.dict(sys.modules, {"psycopg": None}):  # None: the import fails
+            self.assertEqual(self.bench_failure("--quick", "--pg", "postgresql://bench@localhost/none",
+                                                "--dir", str(self.dir)), (2, "STORE_DRIVER_MISSING", ""))
+
+    def test_ctrl_c_is_exit_130_in_the_failure_shape(self) -> None:
+        import bench_durable
+        with mock.patch.object(bench_durable, "measure", side_effect=KeyboardInterrupt):
+            self.assertEqual(self.bench_failure("--quick", "--dir", str(self.dir)), (130, "CLI_INTERRUPTED", ""))
+        self.assertEqual(list(self.dir.iterdir()), [])
 
     def test_a_worker_that_fails_fails_the_benchmark(self) -> None:
         import bench_durable

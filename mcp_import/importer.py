@@ -526,7 +526,18 @@ def _arguments(argv: Sequence[str] | None) -> Any:
         parser.error("unbalanced quotes")
     if not arguments.command:
         parser.error("empty command")
+    if _same_file(arguments.out, arguments.report):
+        parser.error("one file")  # the report would be written over the draft
     return arguments
+
+
+def _same_file(first: str, second: str) -> bool:
+    """Whether two output paths name one file (through a link or a "." too); a path the system
+    refuses names none here, and its write is IMPORT_UNWRITABLE."""
+    try:
+        return os.path.realpath(first) == os.path.realpath(second)
+    except (OSError, ValueError):
+        return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,6 +5,8 @@ Run from the repository root (any of -O, -W error, both):
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -420,6 +422,24 @@ class TestCommandLine(unittest.TestCase):
             with self.subTest(arguments=arguments):
                 status, summary, stderr = self.run_cli(*arguments)
                 self.assertEqual((status, summary["error"]["code"], stderr), (2, "CLI_USAGE", b""))
+
+    def test_the_draft_and_the_report_cannot_be_one_file(self):
+        # The report was written over the draft: exit 1, a summary, and the draft gone.
+        with tempfile.TemporaryDirectory() as folder:
+            out = os.path.join(folder, "d.json")
+            os.symlink(out, os.path.join(folder, "link.json"))
+            for report in (out, os.path.join(folder, ".", "d.json"), os.path.join(folder, "link.json")):
+                with self.subTest(report=os.path.relpath(report, folder)):
+                    status, summary, stderr = self.run_cli("--server-command", self.server("none"), "--out", out,
+                                                           "--report", report)
+                    self.assertEqual((status, summary["error"]["code"], stderr), (2, "CLI_USAGE", b""))
+                    self.assertFalse(os.path.exists(out))
+        # A path no system call takes (only main()'s own argv can hold a NUL) names no file: the
+        # write refuses it, as before, rather than the comparison failing unforeseen.
+        with mock.patch.object(importer, "import_server", return_value=({}, {})), \
+                contextlib.redirect_stdout(io.StringIO()) as out:
+            self.assertEqual(importer.main(["--server-command", "x", "--out", "a\x00b", "--report", "a\x00b"]), 2)
+        self.assertEqual(json.loads(out.getvalue())["error"]["code"], "IMPORT_UNWRITABLE")
 
     def test_unwritable_output(self):
         with tempfile.TemporaryDirectory() as folder:

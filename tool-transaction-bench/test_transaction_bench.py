@@ -15,6 +15,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 from fractions import Fraction
 from pathlib import Path
@@ -2247,6 +2249,46 @@ class TestBenchResults(unittest.TestCase):
                               f"summary.json: length differs from a fresh run ({len(bench().summary_bytes()) + 1} "
                               f"bytes, fresh {len(bench().summary_bytes())})"])
 
+    @unittest.skipUnless(hasattr(os, "mkfifo"), "needs named pipes")
+    def test_check_reads_regular_files_only_and_never_waits_on_a_fifo(self):
+        # A FIFO in place of a results file held --check at its open (or, with a writer, read
+        # whatever came); a device would be read without end. Each is "missing or unreadable".
+        with tempfile.TemporaryDirectory() as scratch:
+            tb.write_results(bench(), Path(scratch))
+            raw, summary = Path(scratch) / tb.RAW_FILE, Path(scratch) / tb.SUMMARY_FILE
+            os.remove(raw)
+            os.mkfifo(raw)
+            os.remove(summary)
+            os.symlink(os.devnull, summary)
+            stop = time.monotonic() + 5
+
+            def writer() -> None:  # a writer that never blocks: the old reader's open found one
+                while time.monotonic() < stop:
+                    try:
+                        handle = os.open(raw, os.O_WRONLY | os.O_NONBLOCK)
+                    except OSError:
+                        time.sleep(0.01)
+                        continue
+                    with contextlib.suppress(OSError):
+                        os.write(handle, b"x")
+                    os.close(handle)
+                    return
+
+            thread = threading.Thread(target=writer, daemon=True)
+            thread.start()
+            problems = tb.check_results(Path(scratch), bench())
+            thread.join()
+        self.assertEqual(problems, ["raw_results.jsonl: missing or unreadable", "summary.json: missing or unreadable"])
+
+    def test_check_reads_a_results_file_up_to_its_limit(self):
+        from txbench import bench as txbench_bench  # patched where it is looked up
+        with tempfile.TemporaryDirectory() as scratch:
+            tb.write_results(bench(), Path(scratch))
+            size = len(bench().raw)  # the larger file: at the limit it is read, a byte over it is not
+            for limit, problems in ((size, []), (size - 1, ["raw_results.jsonl: missing or unreadable"])):
+                with self.subTest(limit=limit), mock.patch.object(txbench_bench, "MAX_RESULTS_FILE_BYTES", limit):
+                    self.assertEqual(tb.check_results(Path(scratch), bench()), problems)
+
     def test_check_needs_a_directory(self):
         with tempfile.TemporaryDirectory() as scratch:
             with self.assertRaises(tb.BenchError) as caught:
@@ -2356,6 +2398,22 @@ class TestCli(unittest.TestCase):
                     status, out, _ = capture(argv)
                     self.assertEqual((status, json.loads(out)["error"]["code"]), (2, code))
                     self.assertNotIn(scratch, out)
+
+    def test_an_empty_results_value_is_refused_not_read_as_the_current_directory(self):
+        # `--results "$OUT"` with OUT unset: Path("") is ".", and the run wrote its files wherever
+        # the shell stood. Refused before anything runs.
+        with tempfile.TemporaryDirectory() as scratch, mock.patch.object(txcli, "run_all", side_effect=AssertionError), \
+                mock.patch.object(txcli, "check_results", side_effect=AssertionError):
+            before = os.getcwd()
+            os.chdir(scratch)
+            try:
+                for argv in (["--results", ""], ["--results="], ["--check", "--results", ""]):
+                    with self.subTest(argv=argv):
+                        status, out, err = capture(argv)
+                        self.assertEqual((status, json.loads(out)["error"]["code"], err), (2, "CLI_USAGE", ""))
+                self.assertEqual(os.listdir(scratch), [])
+            finally:
+                os.chdir(before)
 
     def test_a_forced_internal_bug_is_internal_error(self):
         def broken(*_args, **_kwargs):
@@ -2481,6 +2539,25 @@ class TestScorePlans(unittest.TestCase):
     def test_an_unreadable_file(self):
         self.assertEqual(self.failure_code(["score", "--plans", str(HERE / "no-such-file.jsonl")]), "PLANS_UNREADABLE")
         self.assertEqual(self.failure_code(["score", "--plans", str(HERE)]), "PLANS_UNREADABLE")
+
+    @unittest.skipUnless(os.path.exists(os.devnull) and os.name == "posix", "needs POSIX devices")
+    def test_a_device_is_refused_before_a_byte_is_read(self):
+        # /dev/null would score as an empty file and /dev/zero would be read up to a line limit.
+        for device in ("/dev/null", "/dev/zero"):
+            with self.subTest(device=device):
+                self.assertEqual(self.failure_code(["score", "--plans", device]), "PLANS_UNREADABLE")
+
+    @unittest.skipUnless(hasattr(os, "mkfifo"), "needs named pipes")
+    def test_a_fifo_with_no_writer_is_refused_not_waited_on(self):
+        # Opening a FIFO for reading blocks until a writer comes: a child process, so a regression
+        # is a timeout here rather than a suite that never ends.
+        with tempfile.TemporaryDirectory() as scratch:
+            fifo = os.path.join(scratch, "plans.jsonl")
+            os.mkfifo(fifo)
+            child = subprocess.run([sys.executable, "-B", str(HERE / "transaction_bench.py"), "score", "--plans", fifo],
+                                   capture_output=True, timeout=20, cwd=scratch)
+        self.assertEqual((child.returncode, json.loads(child.stdout)["error"]["code"], child.stderr),
+                         (2, "PLANS_UNREADABLE", b""))
 
     def failure_code(self, argv):
         status, out, _ = capture(argv)

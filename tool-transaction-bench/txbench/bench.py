@@ -11,8 +11,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import tool_dispatcher
+
 from .limits import (
-    BENCH_FORMAT, LIVENESS_FLOOR, PLAN_TOOLS, RAW_FILE, SEED, SUMMARY_FILE, canonical_json, canonical_sha256
+    BENCH_FORMAT, LIVENESS_FLOOR, MAX_RESULTS_FILE_BYTES, PLAN_TOOLS, RAW_FILE, SEED, SUMMARY_FILE, canonical_json,
+    canonical_sha256
 )
 from .errors import BenchError
 from .sandbox import SWEPT_KINDS
@@ -143,11 +146,13 @@ def write_results(outcome: BenchOutcome, directory: Path) -> None:
 
 
 def _read(path: Path) -> bytes | None:
+    """A committed file's bytes, or None: missing, not a regular file (a FIFO is never waited on,
+    a device never read), or longer than any results file."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except (OSError, ValueError):
+        data = tool_dispatcher.read_bounded(path, max_bytes=MAX_RESULTS_FILE_BYTES)
+    except tool_dispatcher.BoundaryError:
         return None
+    return None if len(data) > MAX_RESULTS_FILE_BYTES else data
 
 
 def _first_difference(name: str, fresh: bytes, committed: bytes | None) -> str | None:

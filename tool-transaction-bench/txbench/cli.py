@@ -212,6 +212,8 @@ def _main(argv: list[str] | None) -> int:
         return _run_score(options)
     if options.command == "sweep":
         return _run_user_sweep(options)
+    if options.results == "":
+        raise tool_dispatcher.BoundaryError("CLI_USAGE")  # Path("") is ".": an unset "$OUT" names no directory
     directory = RESULTS_DIR if options.results is None else Path(options.results)
     if options.scenario is not None:
         return _run_one(options.scenario)

@@ -45,6 +45,7 @@ BUSINESS_TABLES: Final = ("charges", "inventory", "orders", "reservations")
 RESULTS_DIR: Final = Path(__file__).resolve().parent.parent / "results"
 RAW_FILE: Final = "raw_results.jsonl"
 SUMMARY_FILE: Final = "summary.json"
+MAX_RESULTS_FILE_BYTES: Final = 64 * 1024 * 1024  # the raw results are under 4 MiB; --check reads no more
 
 # The four-step plan every completeness, timeout, idempotency, saga and delivery scenario uses.
 PLAN_TOOLS: Final = ("create_order", "reserve_inventory", "charge_payment", "confirm_order")

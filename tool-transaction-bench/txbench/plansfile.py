@@ -1,6 +1,8 @@
 """Scoring a user's JSONL plans file: bounded reading, one line per plan, aggregates with pass^k."""
 from __future__ import annotations
 
+import os
+import stat
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -70,7 +72,7 @@ def read_plans(path: Any) -> list[PlanRecord]:
     """Every plan of a JSONL file, bounded per line and per file; the first bad line stops it."""
     records, seen = [], set()
     try:
-        with open(path, "rb") as handle:
+        with _open_regular(path) as handle:
             for number in range(1, MAX_PLAN_LINES + 2):
                 data = handle.readline(MAX_PLAN_LINE_BYTES + 2)  # the line, then room for CR LF
                 if not data:
@@ -87,9 +89,23 @@ def read_plans(path: Any) -> list[PlanRecord]:
                     raise BenchError("PLANS_LINE", f"line {number}", detail="scenario and trial repeat a line")
                 seen.add((record.scenario, record.trial))
                 records.append(record)
-    except (OSError, ValueError):
+    except (OSError, ValueError, TypeError):
         raise BenchError("PLANS_UNREADABLE") from None
     return records
+
+
+def _open_regular(path: Any) -> Any:
+    """A regular file opened for reading, as the core's read_bounded does it: O_NONBLOCK so that a
+    FIFO with no writer cannot hold the open, then fstat refuses anything that is not a regular
+    file (a directory, a device such as /dev/zero, a pipe) before a byte is read."""
+    handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            raise BenchError("PLANS_UNREADABLE")
+        return os.fdopen(handle, "rb")
+    except BaseException:
+        os.close(handle)
+        raise
 
 
 def _recovery_table(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -79,6 +79,7 @@ from tool_dispatcher import (  # noqa: E402
     ProviderProfile,
     ToolSpec,
     canonical_sha256,
+    canonical_text,
     decode_strict_json,
     emit_json,
     error_specs,
@@ -1284,13 +1285,24 @@ def bind_call(turn: Turn, call: ParsedCall, host: Host) -> CallContext:
                        call.call_id, operation_id="op-" + digest[:24], idempotency_key="key-" + digest[24:48])
 
 
+def _approved_text(arguments: Any) -> str | None:
+    """The canonical JSON of arguments a person approved; None (approving nothing) for a host value
+    JSON cannot carry exactly."""
+    try:
+        return canonical_text(dict(arguments))
+    except (TypeError, ValueError, tool_dispatcher.BoundaryError):
+        return None
+
+
 def host_approval(host: Host, context: CallContext, call: ParsedCall, *,
                   registry: Mapping[str, ToolSpec] = REGISTRY) -> Approval | None:
     """The host's approval for a write whose exact arguments a person approved, else None."""
     spec = registry.get(call.name)
     if spec is None or spec.effect != "write" or host.approver is None:
         return None
-    if (call.name, call.arguments) not in host.approved:
+    # JSON equality, never Python's: an approved 1 does not approve a proposed true (1 == True).
+    proposed = canonical_text(call.arguments)  # portable by construction: decoded by the strict decoder
+    if not any(name == call.name and _approved_text(arguments) == proposed for name, arguments in host.approved):
         return None
     return tool_dispatcher.approval_for_call(approver=host.approver, principal=host.principal, context=context,
                                              spec=spec, arguments=call.arguments,

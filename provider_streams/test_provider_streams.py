@@ -6,6 +6,7 @@ Run from the repository root (any of -O, -W error, both):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -1508,6 +1509,24 @@ class TestHostBinding(unittest.TestCase):
         self.assertEqual((approval.approver, approval.call_id, approval.arguments, approval.expires_at),
                          ("approver-lee", "call_2", {"order_ref": "ORDER-7", "reason": "damaged"},
                           ps.DEMO_NOW + ps.APPROVAL_TTL_SECONDS))
+
+    def test_approved_arguments_are_compared_as_json_values(self):
+        # A write tool with a boolean field: a person approved flag 1, the model proposes flag true.
+        spec = dataclasses.replace(KINDS["kinds_optional"], effect="write")
+        call = ps.ParsedCall(0, "call_1", "kinds_optional", {"code": "ab", "flag": True})
+        turn = ps.parse_stream("openai", stream("openai", PARALLEL))
+        context = ps.bind_call(turn, turn.calls[0], ps.DEMO_HOST)
+        cases = (
+            (({"code": "ab", "flag": 1},), False),  # 1 == True in Python, not in JSON
+            (({"code": "ab", "flag": 1.0},), False),
+            (({"flag": True, "code": "ab"},), True),  # the same JSON object, its keys in another order
+            ((float("nan"), {"code": "ab", "flag": True}), True),  # an entry JSON cannot carry approves nothing
+        )
+        for approved, granted in cases:
+            with self.subTest(approved=approved):
+                host = dataclasses.replace(ps.DEMO_HOST, approved=tuple(("kinds_optional", a) for a in approved))
+                approval = ps.host_approval(host, context, call, registry={"kinds_optional": spec})
+                self.assertEqual(approval is not None, granted)
 
     def test_no_approval_without_an_approver(self):
         host = ps.Host(ps.DEMO_PRINCIPAL, ps.DEMO_NOW, "s", approver=None, approved=ps.DEMO_HOST.approved)

@@ -5053,6 +5053,26 @@ class TestTheDispatcher(unittest.TestCase):
             write(dispatcher, write_context(response="resp_x", call="call_x", key="idem-x"))
         self.assertEqual((caught.exception.code, Finishing.finished), ("OPERATION_IN_PROGRESS", 3))
 
+    def test_a_store_without_the_store_methods_is_refused_when_the_dispatcher_is_built(self):
+        class Partial:  # every method but one, as a host's half-written store would be
+            pass
+
+        for name in td.OPERATION_STORE_METHODS:
+            setattr(Partial, name, lambda self, *args: None)
+        complete = Partial()
+        self.assertIs(td.Dispatcher(operations=complete).operations, complete)
+        for missing in td.OPERATION_STORE_METHODS:
+            with self.subTest(missing=missing):
+                store = Partial()
+                setattr(store, missing, "not callable")
+                with self.assertRaises(td.BoundaryError) as caught:
+                    td.Dispatcher(operations=store)
+                self.assertEqual((caught.exception.code, caught.exception.at), ("CONTEXT_INVALID", "operations"))
+        for store in (object(), "memory", {}):
+            with self.subTest(store=store), self.assertRaises(td.BoundaryError) as caught:
+                td.Dispatcher(operations=store)
+            self.assertEqual(caught.exception.code, "CONTEXT_INVALID")
+
     def test_a_store_that_answers_anything_but_this_calls_settled_record_is_damaged(self):
         # What a custom store answers is held to what this call's own record must be before a
         # package is built from it: an AttributeError, KeyError, TypeError or ValueError before,

@@ -116,7 +116,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "load_seal_keys", "parse_seal_keys", "seal_keys_from_environment",
     # 16. The dispatcher
     "AdmittedCall", "RecordKey", "same_intent", "receipt_binds", "downstream_refs", "Claim",
-    "OperationStore", "CountingDownstream", "MemoryOperations", "Dispatcher", "withheld",
+    "OperationStore", "OPERATION_STORE_METHODS", "CountingDownstream", "MemoryOperations", "Dispatcher", "withheld",
     # 17. Package verification
     "REDACTIONS", "verify_package",
     # 18. Result sets
@@ -4126,6 +4126,12 @@ def _check_own_key(call: AdmittedCall, record: OperationRecord) -> None:
         raise BoundaryError("LIFECYCLE_VIOLATION")
 
 
+# The OperationStore's methods, checked on a host's store when a Dispatcher is built: a store
+# that lacks one would fail at the first call that needs it, perhaps after an effect.
+OPERATION_STORE_METHODS: Final = ("answer", "approval_used", "claim", "release", "start", "downstream_for",
+                                  "settle", "find", "reconcile", "confirm_absent", "bind_call", "finish")
+
+
 class Claim(NamedTuple):
     """A caller's hold on a key: the record as claimed, and what the store needs to fence its
     later moves (the durable stores keep a lease epoch there; the in-memory store needs none)."""
@@ -4402,6 +4408,9 @@ class Dispatcher:
                 raise BoundaryError("TOOL_NOT_DISPATCHABLE", f"registry[{index}]")
             if not callable(self._handlers.get(spec.name)):
                 raise BoundaryError("TOOL_HANDLER_MISSING", f"registry[{index}]")
+        if operations is not None and not all(callable(getattr(operations, name, None))
+                                              for name in OPERATION_STORE_METHODS):
+            raise BoundaryError("CONTEXT_INVALID", "operations")
         self.operations: OperationStore = operations if operations is not None else MemoryOperations()
         # What a store answers is checked before a package is built from it (_settled, the own-key
         # check), except from this module's own in-memory store: it holds only the frozen records

@@ -3203,6 +3203,33 @@ class TestHandlersAndTheMockDownstream(unittest.TestCase):
         downstream.commit_refund_draft(**dict(fields, status_ref="st-2"))
         self.assertEqual((downstream.effect_count, downstream.effects_for("rq-1")), (2, 2))
 
+    def test_a_claim_commits_only_its_own_request_so_never_two_effects(self):
+        def twice(call):  # its own effect, then another request's under the same claim
+            result = td.handle_create_refund_draft(call)
+            call.downstream.commit_refund_draft(**dict(request_ref="rq-other", status_ref="st-other",
+                                                       order_ref="ORDER-7", reason="other",
+                                                       effect_revision=call.spec.effect_revision,
+                                                       producer_revision=call.spec.producer_revision))
+            return result
+
+        def elsewhere(call):  # only another request's effect
+            return td.handle_create_refund_draft(dataclasses.replace(call, status_ref="st-other"))
+
+        for handler, effects in ((twice, 1), (elsewhere, 0)):
+            with self.subTest(handler=handler.__name__):
+                dispatcher = make_dispatcher(handlers={"create_refund_draft": handler})
+                package = write(dispatcher)
+                self.assertEqual((package["model_result"]["error"]["code"], package["execution"],
+                                  dispatcher.operations.downstream.effect_count),
+                                 ("HANDLER_FAILED", {"operation_state": "unknown", "handler_invoked": True,
+                                                     "effects": effects}, effects))
+                td.verify_package(package)  # the package says what happened, and verifies
+        # The claim's own request, committed twice, is still one effect.
+        dispatcher = make_dispatcher(handlers={"create_refund_draft": lambda call: (
+            td.handle_create_refund_draft(call), td.handle_create_refund_draft(call))[1]})
+        self.assertEqual((write(dispatcher)["model_result"]["delivery"], dispatcher.operations.downstream.effect_count),
+                         ("fresh", 1))
+
     def test_the_invalid_output_fault_smuggles_a_status_field(self):
         result = td.HandlerResult(output={"draft_id": "DRAFT-0123456789abcdef", "order_ref": "ORDER-7",
                                           "reason": "other"}, producer_revision="p", resource_revision=1)

@@ -4204,10 +4204,15 @@ class OperationStore(Protocol):
 
 
 class CountingDownstream:
-    """One claim's view of a MockDownstream: the same ledger, counting the effects it created."""
+    """One claim's view of a MockDownstream: the same ledger, counting the effects it created, and
+    committing only the claim's own request (its derived references). The mock is idempotent per
+    status reference, so a claim makes at most one effect: a second one, under other references,
+    is refused before it is made (a package could not report it; the handler's failure is
+    contained as HANDLER_FAILED, with nothing created)."""
 
-    def __init__(self, downstream: MockDownstream) -> None:
+    def __init__(self, downstream: MockDownstream, request_ref: str, status_ref: str) -> None:
         self._downstream = downstream
+        self._own = (request_ref, status_ref)
         self.created = 0
 
     @property
@@ -4218,6 +4223,9 @@ class CountingDownstream:
         return self._downstream.receipt(status_ref)
 
     def commit_refund_draft(self, **request: str) -> Receipt:
+        refs = (request.get("request_ref"), request.get("status_ref"))
+        if not all(type(ref) is str for ref in refs) or refs != self._own:
+            raise BoundaryError("OUTPUT_BINDING_MISMATCH")  # another request's effect, under this claim
         before = self._downstream.effect_count
         receipt = self._downstream.commit_refund_draft(**request)
         self.created += self._downstream.effect_count - before
@@ -4284,7 +4292,8 @@ class MemoryOperations:
         return claim._replace(record=started)
 
     def downstream_for(self, claim: Claim) -> CountingDownstream:
-        return CountingDownstream(self.downstream)
+        refs = claim.record.refs
+        return CountingDownstream(self.downstream, refs["request_ref"], refs["status_ref"])
 
     def settle(self, claim: Claim, event: str, record: OperationRecord, package: dict[str, Any]) -> None:
         if transition(claim.record.state, event) != record.state:

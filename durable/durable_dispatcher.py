@@ -1476,8 +1476,8 @@ class DurableDownstream:
         row = self._store.query_one(SQL_READ_RECEIPT, {"realm": self._realm, "status_ref": status_ref})
         return _receipt(row)
 
-    def fenced(self, epoch: int) -> FencedDownstream:
-        return FencedDownstream(self, epoch)
+    def fenced(self, epoch: int, request_ref: str, status_ref: str) -> FencedDownstream:
+        return FencedDownstream(self, epoch, request_ref, status_ref)
 
     def commit(self, *, epoch: int, request_ref: str, status_ref: str, order_ref: str, reason: str,
                effect_revision: str, producer_revision: str) -> tuple[td.Receipt, bool]:
@@ -1510,11 +1510,14 @@ class DurableDownstream:
 
 
 class FencedDownstream:
-    """What a handler sees for one lease: the downstream, with this lease's epoch on every commit."""
+    """What a handler sees for one lease: the downstream, with this lease's epoch on every commit,
+    committing only the lease's own request (its derived references), as the core's
+    CountingDownstream does: a lease makes at most one effect, the one its package reports."""
 
-    def __init__(self, downstream: DurableDownstream, epoch: int) -> None:
+    def __init__(self, downstream: DurableDownstream, epoch: int, request_ref: str, status_ref: str) -> None:
         self._downstream = downstream
         self._epoch = epoch
+        self._own = (request_ref, status_ref)
         self.created = 0  # effects this lease created: the package's execution.effects
 
     @property
@@ -1526,6 +1529,8 @@ class FencedDownstream:
 
     def commit_refund_draft(self, *, request_ref: str, status_ref: str, order_ref: str, reason: str,
                             effect_revision: str, producer_revision: str) -> td.Receipt:
+        if not (type(request_ref) is str and type(status_ref) is str and (request_ref, status_ref) == self._own):
+            raise td.BoundaryError("OUTPUT_BINDING_MISMATCH")  # another request's effect, under this lease
         receipt, created = self._downstream.commit(
             epoch=self._epoch, request_ref=request_ref, status_ref=status_ref, order_ref=order_ref,
             reason=reason, effect_revision=effect_revision, producer_revision=producer_revision)
@@ -1651,7 +1656,8 @@ class LedgerOperations:
         return lease
 
     def downstream_for(self, claim: td.Claim) -> FencedDownstream:
-        return self.downstream.fenced(claim.token.epoch)
+        refs = claim.record.refs
+        return self.downstream.fenced(claim.token.epoch, str(refs["request_ref"]), str(refs["status_ref"]))
 
     def settle(self, claim: td.Claim, event: str, record: td.OperationRecord, package: dict[str, Any]) -> None:
         with _during("settle"):

@@ -1802,11 +1802,37 @@ class TestDownstream(StoreCase):
 
     def test_fenced_view_counts_what_it_created(self) -> None:
         downstream = self.downstream()
-        view = downstream.fenced(1)
+        view = downstream.fenced(1, "rq-1", "st-1")
         view.commit_refund_draft(**self.FIELDS)
         view.commit_refund_draft(**self.FIELDS)
         self.assertEqual((view.created, view.effect_count), (1, 1))
         self.assertEqual(view.receipt("st-1").request_ref, "rq-1")
+
+    def test_fenced_view_commits_only_its_own_request(self) -> None:
+        downstream = self.downstream()
+        view = downstream.fenced(1, "rq-1", "st-1")
+
+        class Ref(str):
+            pass
+
+        for changed in ({"request_ref": "rq-2"}, {"status_ref": "st-2"}, {"status_ref": Ref("st-1")}):
+            with self.subTest(changed=changed), self.assertRaises(td.BoundaryError) as caught:
+                view.commit_refund_draft(**{**self.FIELDS, **changed})
+            self.assertEqual(caught.exception.code, "OUTPUT_BINDING_MISMATCH")
+        self.assertEqual((view.created, view.effect_count), (0, 0))
+
+    def test_a_handler_cannot_make_a_second_effect_under_its_lease(self) -> None:
+        def twice(call: td.HandlerCall) -> td.HandlerResult:
+            result = td.handle_create_refund_draft(call)
+            td.handle_create_refund_draft(replace(call, request_ref="rq-other", status_ref="st-other"))
+            return result
+
+        dispatcher = self.dispatcher(handlers={"create_refund_draft": twice})
+        package = write(dispatcher, "a")
+        self.assertAnswer(package, "HANDLER_FAILED")
+        self.assertEqual((package["execution"], dispatcher.effect_count, self.row(dispatcher).state),
+                         ({"operation_state": "unknown", "handler_invoked": True, "effects": 1}, 1, "unknown"))
+        self.assertAnswer(query(dispatcher, "q", op_tag="a"), "receipt_reconciled")
 
 
 class TestErrorsInsideTheHandler(StoreCase):

@@ -3203,6 +3203,21 @@ class TestHandlersAndTheMockDownstream(unittest.TestCase):
         downstream.commit_refund_draft(**dict(fields, status_ref="st-2"))
         self.assertEqual((downstream.effect_count, downstream.effects_for("rq-1")), (2, 2))
 
+    def test_a_read_handler_sees_receipts_and_counts_but_cannot_commit(self):
+        seen = []
+
+        def reads_then_commits(call):
+            seen.append((call.downstream.effect_count, call.downstream.receipt("st-none")))
+            call.downstream.commit_refund_draft(request_ref="rq-r", status_ref="st-r", order_ref="ORDER-7",
+                                                reason="other", effect_revision="e", producer_revision="p")
+            return td.HANDLERS["get_order"](call)
+
+        dispatcher = make_dispatcher(handlers={"get_order": reads_then_commits})
+        package = dispatcher.dispatch(read_proposal(), context(), ALICE, now=NOW)
+        self.assertEqual((package["model_result"]["error"]["code"], package["execution"]["effects"], seen,
+                          dispatcher.operations.downstream.effect_count), ("HANDLER_FAILED", 0, [(0, None)], 0))
+        td.verify_package(package)
+
     def test_a_claim_commits_only_its_own_request_so_never_two_effects(self):
         def twice(call):  # its own effect, then another request's under the same claim
             result = td.handle_create_refund_draft(call)

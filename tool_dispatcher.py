@@ -4232,6 +4232,24 @@ class CountingDownstream:
         return receipt
 
 
+class _ReadOnlyDownstream:
+    """What a read handler sees of a store's downstream: what the OperationStore's ``downstream``
+    promises reads (its receipts and its effect count), and no way to commit: a read cannot make
+    an effect that its package, which reports none, would hide."""
+
+    __slots__ = ("_downstream",)
+
+    def __init__(self, downstream: Any) -> None:
+        self._downstream = downstream
+
+    @property
+    def effect_count(self) -> int:
+        return self._downstream.effect_count
+
+    def receipt(self, status_ref: str | None) -> Receipt | None:
+        return self._downstream.receipt(status_ref)
+
+
 class MemoryOperations:
     """The in-memory OperationStore: records and call identities in dicts, a MockDownstream.
 
@@ -4601,7 +4619,8 @@ class Dispatcher:
               fault: str) -> dict[str, Any]:
         check_deadline(now, deadline)
         _raise_fault_before(fault)
-        data, code, _receipt = self._execute(call, order, _NO_REFS, fault, self.operations.downstream)
+        data, code, _receipt = self._execute(call, order, _NO_REFS, fault,
+                                             _ReadOnlyDownstream(self.operations.downstream))
         if code is not None:
             # A read has no effect to be unsure about: a failure is a plain failure, and a lost
             # answer a retryable one.

@@ -5115,6 +5115,31 @@ class TestTheDispatcher(unittest.TestCase):
                 td.Dispatcher(operations=store)
             self.assertEqual(caught.exception.code, "CONTEXT_INVALID")
 
+    def test_a_store_view_that_counts_outside_one_effect_is_damaged(self):
+        class Miscounting(td.MemoryOperations):
+            def __init__(self, created):
+                super().__init__()
+                self.count = created
+
+            def downstream_for(self, claim):
+                inner, count = super().downstream_for(claim), self.count
+
+                class View:  # commits through the real view, and says it created `count`
+                    created = count
+                    commit_refund_draft = staticmethod(inner.commit_refund_draft)
+                return View()
+
+        for created in (2, -1, "1", True, None):
+            with self.subTest(created=created):
+                dispatcher = make_dispatcher(operations=Miscounting(created))
+                with self.assertRaises(BoundaryError) as caught:
+                    write(dispatcher)
+                self.assertEqual(caught.exception.code, "LIFECYCLE_VIOLATION")
+        for created in (0, 1):  # the other side: a count a package can carry
+            with self.subTest(created=created):
+                package = write(make_dispatcher(operations=Miscounting(created)))
+                self.assertEqual(package["execution"]["effects"], created)
+
     def test_a_store_that_answers_anything_but_this_calls_settled_record_is_damaged(self):
         # What a custom store answers is held to what this call's own record must be before a
         # package is built from it: an AttributeError, KeyError, TypeError or ValueError before,

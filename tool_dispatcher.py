@@ -4656,6 +4656,9 @@ class Dispatcher:
         claim = operations.start(claim)
         downstream = operations.downstream_for(claim)
         data, code, receipt_ref = self._execute(call, order, refs, fault, downstream)
+        if type(downstream.created) is not int or not 0 <= downstream.created <= 1:
+            # A host store's view that counts otherwise: no package can say it, and nothing is settled.
+            raise BoundaryError("LIFECYCLE_VIOLATION")
         if code is not None:
             # The effect may have been committed: record `unknown`, keep the status reference in
             # the audit only, and block blind replay until a status query reconciles it.

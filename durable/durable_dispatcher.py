@@ -2120,6 +2120,10 @@ def run_fixture(fixture: td.Fixture, store: DurableStore, *, case_id: str | None
 # never a traceback, never the path.
 
 
+SYNCHRONOUS_HELP: Final = ("SQLite's fsync mode: FULL (the default: a commit survives a power loss) or NORMAL "
+                            "(a commit survives a crash of the process; the last ones may roll back on power loss)")
+
+
 def _durable_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = td.CliParser(prog="durable_dispatcher", description="The durable layer: run the fixture, recover a database.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -2129,12 +2133,12 @@ def _durable_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     target.add_argument("--db", help="path of the SQLite file to create (must not exist)")
     target.add_argument("--store", help="a SQLite path or a postgresql:// DSN (its database must hold no schema)")
     run.add_argument("--case", help="run only the case with this id")
-    run.add_argument("--synchronous", choices=sorted(SYNCHRONOUS_MODES), default="FULL")
+    run.add_argument("--synchronous", choices=sorted(SYNCHRONOUS_MODES), default="FULL", help=SYNCHRONOUS_HELP)
     rec = commands.add_parser("recover", help="recover leases, unknown operations and the outbox of a database")
     target = rec.add_mutually_exclusive_group(required=True)
     target.add_argument("--db", help="path of an existing database of this layer")
     target.add_argument("--store", help="a SQLite path or a postgresql:// DSN of an existing store")
-    rec.add_argument("--synchronous", choices=sorted(SYNCHRONOUS_MODES), default="FULL")
+    rec.add_argument("--synchronous", choices=sorted(SYNCHRONOUS_MODES), default="FULL", help=SYNCHRONOUS_HELP)
     chain = commands.add_parser("verify-chain", help="verify every realm's audit chain and every stored package")
     target = chain.add_mutually_exclusive_group(required=True)
     target.add_argument("--db", help="path of an existing database of this layer")

@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any, Callable, Final, Mapping
 
 MODERN: Final = "2026-07-28"
 LEGACY: Final = "2025-11-25"
 SECRET: Final = "SECRET-/home/server/.token"  # text a refusal must never echo
+LINGER: Final = 30  # seconds a server that stops reading waits before it leaves (the import must not wait it out)
 
 GOOD_TOOLS: Final = (
     {"name": "get_order", "description": "Read one order.",
@@ -196,6 +198,21 @@ def _float_bound(server: Server, request_id: Any) -> bool:
     return True
 
 
+def _deaf(server: Server, request_id: Any) -> bool:
+    # 250 pings whose answers (about 290 bytes each) exceed a pipe's buffer, then never a read
+    # again: an import that writes its answers where the server does not read would wait for ever.
+    for index in range(250):
+        server.write(json.dumps({"jsonrpc": "2.0", "id": f"{index}-" + "p" * 196, "method": "ping"}))
+    server.answer(request_id, {"supportedVersions": [MODERN], "capabilities": {"tools": {}}})
+    time.sleep(LINGER)
+    return False
+
+
+def _long_ping_id(server: Server, request_id: Any) -> bool:
+    server.write(json.dumps({"jsonrpc": "2.0", "id": "i" * 900_000, "method": "ping"}))
+    return _deaf(server, request_id)
+
+
 # (fault, method) -> what the server does instead of its normal answer
 SPECIAL: Final[Mapping[tuple[str, Any], Callable[[Server, Any], bool]]] = {
     ("garbage", "server/discover"): _garbage,
@@ -211,6 +228,8 @@ SPECIAL: Final[Mapping[tuple[str, Any], Callable[[Server, Any], bool]]] = {
     ("chatty", "server/discover"): _chatty,
     ("flood", "server/discover"): _flood,
     ("float_bound", "tools/list"): _float_bound,
+    ("deaf", "server/discover"): _deaf,
+    ("long_ping_id", "server/discover"): _long_ping_id,
 }
 FAULTS: Final = frozenset({"none", "clean", "legacy_only", "changing", "cursor_loop", "duplicate_tool", "hostile"}
                           | {fault for fault, _ in SPECIAL})

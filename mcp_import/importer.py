@@ -56,6 +56,7 @@ MAX_MESSAGES: Final = 256  # lines read in one import, notifications included
 MAX_TOTAL_BYTES: Final = 16_777_216  # everything the server may write in one import
 MAX_PAGES: Final = 32  # pages of one tools/list reading
 MAX_CURSOR_LENGTH: Final = 1_024  # an opaque cursor is echoed back to the server: bounded
+MAX_REQUEST_ID_LENGTH: Final = 256  # a server request's string id is echoed in our answer: bounded
 # Containers deep in one message: far above a schema's own limit, so that a too-deep schema is
 # refused by name, for its one tool, by the compiler; far below what the interpreter can decode.
 MAX_MESSAGE_DEPTH: Final = 128
@@ -141,6 +142,12 @@ class Channel:
         # cannot be polled on Windows); it ends at EOF, when the child exits or is killed.
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
+        # A thread writes too: a server that stops reading its input fills the pipe, and a write
+        # then waits for ever, past any deadline. Only this thread touches the server's input; an
+        # empty message (stop) closes it.
+        self.outbox: queue.Queue[bytes] = queue.Queue()
+        self.writer = threading.Thread(target=self._write, daemon=True)
+        self.writer.start()
 
     def _read(self) -> None:
         stream = self.process.stdout
@@ -155,16 +162,23 @@ class Channel:
         finally:
             self.chunks.put(b"")
 
-    def send(self, message: Mapping[str, Any]) -> None:
-        data = json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+    def _write(self) -> None:
+        stdin = self.process.stdin
         try:
-            stdin = self.process.stdin
-            if stdin is None:
-                raise ImportFailure("IMPORT_CLOSED")
-            stdin.write(data)
-            stdin.flush()
-        except OSError:
-            raise ImportFailure("IMPORT_CLOSED") from None
+            while stdin is not None:
+                data = self.outbox.get()
+                if not data:
+                    break
+                stdin.write(data)
+                stdin.flush()
+        except (OSError, ValueError):
+            pass  # the server closed its input: it reads nothing more, and its output says the rest
+        finally:
+            _close_input(self.process)
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        """Queue one message for the writer; never waits on the server (the reads hold the deadline)."""
+        self.outbox.put(json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n")
 
     def request(self, method: str, params: Mapping[str, Any]) -> Any:
         """Send one request; answer its result, or raise IMPORT_SERVER_ERROR on an error answer."""
@@ -177,6 +191,8 @@ class Channel:
             if "id" not in message and "method" in message:
                 continue  # a notification (log, list_changed): read past it, counted
             if "method" in message:
+                if not _is_request_id(message["id"]):
+                    raise ImportFailure("IMPORT_PROTOCOL")
                 self.send({"jsonrpc": "2.0", "id": message["id"],
                            "error": {"code": -32601, "message": "Method not found"}})
                 continue  # a request from the server (ping, roots): answered, not served
@@ -230,6 +246,19 @@ class Channel:
         return chunk
 
 
+def _is_request_id(value: Any) -> bool:
+    """A JSON-RPC id a server may give its request: an integer (never a bool) or a bounded string."""
+    return type(value) is int or (type(value) is str and len(value) <= MAX_REQUEST_ID_LENGTH)
+
+
+def _close_input(process: subprocess.Popen[bytes]) -> None:
+    try:
+        if process.stdin is not None:
+            process.stdin.close()
+    except (OSError, ValueError):
+        pass  # a broken pipe on the last flush: the server left first
+
+
 def spawn(command: Sequence[str]) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -240,17 +269,17 @@ def spawn(command: Sequence[str]) -> subprocess.Popen[bytes]:
 
 def stop(process: subprocess.Popen[bytes], channel: Channel | None) -> None:
     """Close the server's input, give it EXIT_GRACE to leave, then kill it; reap it either way."""
-    try:
-        if process.stdin is not None:
-            process.stdin.close()
-    except OSError:
-        pass
+    if channel is None:
+        _close_input(process)
+    else:
+        channel.outbox.put(b"")  # after what is queued; a writer stuck on a full pipe meets the kill
     try:
         process.wait(timeout=EXIT_GRACE)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
     if channel is not None:
+        channel.writer.join(timeout=EXIT_GRACE)
         channel.reader.join(timeout=EXIT_GRACE)
     if process.stdout is not None:
         process.stdout.close()

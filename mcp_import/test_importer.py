@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 from unittest import mock
@@ -44,6 +45,21 @@ class Case(unittest.TestCase):
         self.assertEqual(caught.exception.code, code)
         self.assertNotIn("SECRET", json.dumps(caught.exception.to_json()))
         return caught.exception
+
+    def fails_in_time(self, fault, code, seconds, **options):
+        """The import's failure within `seconds`, run in a thread so that a hang fails the test."""
+        outcome = []
+
+        def run():
+            try:
+                self.imported(fault, **options)
+            except tool_dispatcher.CatalogError as error:
+                outcome.append(error.code)
+
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        worker.join(seconds)
+        self.assertEqual((outcome, worker.is_alive()), ([code], False))
 
 
 class TestHandshakeAndListing(Case):
@@ -104,6 +120,15 @@ class TestHandshakeAndListing(Case):
         self.fails("silent", "IMPORT_TIMEOUT", timeout=1)
         self.assertLess(time.monotonic() - start, 1 + importer.EXIT_GRACE + 1)
 
+    def test_a_server_that_stops_reading_meets_the_deadline(self):
+        # 250 pings whose answers exceed a pipe's buffer, then the server never reads again: the
+        # import waited in its write for ever, past any deadline.
+        self.fails_in_time("deaf", "IMPORT_TIMEOUT", 1 + importer.EXIT_GRACE + 2, timeout=1)
+
+    def test_a_server_request_with_a_huge_id_is_refused(self):
+        # Its answer echoed 900,000 characters into a server that does not read: a hang.
+        self.fails_in_time("long_ping_id", "IMPORT_PROTOCOL", 1 + importer.EXIT_GRACE + 2, timeout=1)
+
     def test_closed_server_and_missing_command(self):
         self.fails("closes", "IMPORT_CLOSED")
         with self.assertRaises(importer.ImportFailure) as caught:
@@ -120,8 +145,8 @@ class TestHandshakeAndListing(Case):
 class TestChannelLimits(unittest.TestCase):
     """The channel's limits, both sides, on a scripted child (a Python one-liner printing lines)."""
 
-    def channel(self, lines, deadline=10, **limits):
-        script = "import sys\nfor line in %r: sys.stdout.write(line)\nsys.stdout.flush()\n" % (lines,)
+    def channel(self, lines, deadline=10, script=None, **limits):
+        script = script or "import sys\nfor line in %r: sys.stdout.write(line)\nsys.stdout.flush()\n" % (lines,)
         process = subprocess.Popen([sys.executable, "-B", "-c", script], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         channel = importer.Channel(process, time.monotonic() + deadline, **limits)
@@ -155,6 +180,22 @@ class TestChannelLimits(unittest.TestCase):
                 self.assertEqual(caught.exception.code, "IMPORT_PROTOCOL")
         self.assertEqual(self.channel(['{"jsonrpc": "2.0", "id": 1, "result": {"a": 1}}\n']).request("x", {}),
                          {"a": 1})
+
+    def test_server_request_ids(self):
+        # A request from the server is answered with its id echoed: a JSON-RPC id (an integer or a
+        # bounded string), or the message is no protocol at all.
+        longest = "i" * importer.MAX_REQUEST_ID_LENGTH
+        answer = '{"jsonrpc": "2.0", "id": 1, "result": {"a": 1}}\n'
+        for request_id in (longest, "", 7, -3, 10 ** 38):
+            with self.subTest(request_id=request_id):
+                ping = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "ping"}) + "\n"
+                self.assertEqual(self.channel([ping, answer]).request("x", {}), {"a": 1})
+        for request_id in (longest + "i", 1.5, None, True, {}, []):
+            with self.subTest(request_id=request_id):
+                ping = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "ping"}) + "\n"
+                with self.assertRaises(importer.ImportFailure) as caught:
+                    self.channel([ping, answer]).request("x", {})
+                self.assertEqual(caught.exception.code, "IMPORT_PROTOCOL")
 
     def test_message_count_both_sides(self):
         channel = self.channel(["1\n", "\n", "2\n"], max_messages=3)

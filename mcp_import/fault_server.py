@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 import time
 from typing import Any, Callable, Final, Mapping
@@ -213,6 +215,14 @@ def _long_ping_id(server: Server, request_id: Any) -> bool:
     return _deaf(server, request_id)
 
 
+def _endless(_server: Server, _request_id: Any) -> bool:
+    # Output without end and without a newline; the end of input and SIGTERM change nothing.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    chunk = b"x" * 65_536
+    while True:
+        os.write(sys.stdout.fileno(), chunk)
+
+
 # (fault, method) -> what the server does instead of its normal answer
 SPECIAL: Final[Mapping[tuple[str, Any], Callable[[Server, Any], bool]]] = {
     ("garbage", "server/discover"): _garbage,
@@ -230,6 +240,7 @@ SPECIAL: Final[Mapping[tuple[str, Any], Callable[[Server, Any], bool]]] = {
     ("float_bound", "tools/list"): _float_bound,
     ("deaf", "server/discover"): _deaf,
     ("long_ping_id", "server/discover"): _long_ping_id,
+    ("endless", "server/discover"): _endless,
 }
 FAULTS: Final = frozenset({"none", "clean", "legacy_only", "changing", "cursor_loop", "duplicate_tool", "hostile"}
                           | {fault for fault, _ in SPECIAL})

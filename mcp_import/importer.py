@@ -64,6 +64,9 @@ DEFAULT_TIMEOUT: Final = 20  # seconds for the whole import, process start inclu
 MAX_TIMEOUT: Final = 600
 EXIT_GRACE: Final = 2.0  # seconds the server gets to exit after its stdin closes, before it is killed
 READ_CHUNK: Final = 65_536
+# Chunks read before the import asks for them: past this, the reader waits and so does a server
+# that floods its output (16 x 64 KiB), instead of the import's memory filling at pipe speed.
+MAX_READ_AHEAD: Final = 16
 
 MODERN_VERSION: Final = "2026-07-28"
 LEGACY_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first: our offer
@@ -137,7 +140,8 @@ class Channel:
         self.total = 0
         self.messages = 0
         self.next_id = 0
-        self.chunks: queue.Queue[bytes] = queue.Queue()
+        self.chunks: queue.Queue[bytes] = queue.Queue(maxsize=MAX_READ_AHEAD)
+        self.closing = threading.Event()  # stop(): what the server still writes is read and dropped
         # A thread reads, so that a silent server meets the deadline on every platform (pipes
         # cannot be polled on Windows); it ends at EOF, when the child exits or is killed.
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -156,11 +160,13 @@ class Channel:
                 chunk = os.read(stream.fileno(), READ_CHUNK)
                 if not chunk:
                     break
-                self.chunks.put(chunk)
+                if not self.closing.is_set():
+                    self.chunks.put(chunk)  # waits while MAX_READ_AHEAD chunks are unread
         except (OSError, ValueError):
             pass
         finally:
-            self.chunks.put(b"")
+            if not self.closing.is_set():
+                self.chunks.put(b"")
 
     def _write(self) -> None:
         stdin = self.process.stdin
@@ -259,6 +265,14 @@ def _close_input(process: subprocess.Popen[bytes]) -> None:
         pass  # a broken pipe on the last flush: the server left first
 
 
+def _drain(chunks: queue.Queue[bytes]) -> None:
+    try:
+        while True:
+            chunks.get_nowait()
+    except queue.Empty:
+        pass
+
+
 def spawn(command: Sequence[str]) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -273,6 +287,8 @@ def stop(process: subprocess.Popen[bytes], channel: Channel | None) -> None:
         _close_input(process)
     else:
         channel.outbox.put(b"")  # after what is queued; a writer stuck on a full pipe meets the kill
+        channel.closing.set()
+        _drain(channel.chunks)  # a reader waiting on a full read-ahead goes on, and drops the rest
     try:
         process.wait(timeout=EXIT_GRACE)
     except subprocess.TimeoutExpired:

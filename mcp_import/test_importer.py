@@ -129,6 +129,19 @@ class TestHandshakeAndListing(Case):
         # Its answer echoed 900,000 characters into a server that does not read: a hang.
         self.fails_in_time("long_ping_id", "IMPORT_PROTOCOL", 1 + importer.EXIT_GRACE + 2, timeout=1)
 
+    def test_endless_output_that_ignores_the_shutdown(self):
+        processes, real_spawn = [], importer.spawn
+
+        def spawn(command):
+            processes.append(real_spawn(command))
+            return processes[-1]
+
+        start = time.monotonic()
+        with mock.patch.object(importer, "spawn", spawn):
+            self.fails("endless", "IMPORT_LINE_TOO_LONG", timeout=5)
+        self.assertLess(time.monotonic() - start, importer.EXIT_GRACE + 3)
+        self.assertEqual(processes[0].returncode, -9)  # killed and reaped: no zombie
+
     def test_closed_server_and_missing_command(self):
         self.fails("closes", "IMPORT_CLOSED")
         with self.assertRaises(importer.ImportFailure) as caught:
@@ -196,6 +209,17 @@ class TestChannelLimits(unittest.TestCase):
                 with self.assertRaises(importer.ImportFailure) as caught:
                     self.channel([ping, answer]).request("x", {})
                 self.assertEqual(caught.exception.code, "IMPORT_PROTOCOL")
+
+    def test_read_ahead_is_bounded(self):
+        # A server that floods its output waits on the pipe: the reader holds at most
+        # MAX_READ_AHEAD chunks the import has not asked for (it held 1.3 GB in a 2 s grace).
+        flood = "import os\nwhile True: os.write(1, b'x' * 65536)\n"
+        channel = self.channel([], script=flood, max_line=100)
+        with self.assertRaises(importer.ImportFailure) as caught:
+            channel.receive()
+        self.assertEqual(caught.exception.code, "IMPORT_LINE_TOO_LONG")
+        time.sleep(0.3)
+        self.assertLessEqual(channel.chunks.qsize(), importer.MAX_READ_AHEAD)
 
     def test_message_count_both_sides(self):
         channel = self.channel(["1\n", "\n", "2\n"], max_messages=3)

@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from typing import Any, Callable, Final, Mapping
@@ -223,6 +224,25 @@ def _endless(_server: Server, _request_id: Any) -> bool:
         os.write(sys.stdout.fileno(), chunk)
 
 
+def _linger() -> subprocess.Popen[bytes]:
+    # A child that inherits the server's output and outlives it: the pipe stays open when the server leaves.
+    return subprocess.Popen([sys.executable, "-B", "-c", f"import time; time.sleep({LINGER})"])
+
+
+def _orphan(server: Server, request_id: Any) -> bool:
+    # The child's pid as the server's version: a test can look for it after the import.
+    server.era = "modern"
+    server.answer(request_id, {"supportedVersions": [MODERN], "capabilities": {"tools": {}},
+                               "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "fault-server",
+                                                                                 "version": str(_linger().pid)}}})
+    return True
+
+
+def _orphan_exits(_server: Server, _request_id: Any) -> bool:
+    _linger()
+    return False
+
+
 # (fault, method) -> what the server does instead of its normal answer
 SPECIAL: Final[Mapping[tuple[str, Any], Callable[[Server, Any], bool]]] = {
     ("garbage", "server/discover"): _garbage,
@@ -241,6 +261,8 @@ SPECIAL: Final[Mapping[tuple[str, Any], Callable[[Server, Any], bool]]] = {
     ("deaf", "server/discover"): _deaf,
     ("long_ping_id", "server/discover"): _long_ping_id,
     ("endless", "server/discover"): _endless,
+    ("orphan", "server/discover"): _orphan,
+    ("orphan_exits", "server/discover"): _orphan_exits,
 }
 FAULTS: Final = frozenset({"none", "clean", "legacy_only", "changing", "cursor_loop", "duplicate_tool", "hostile"}
                           | {fault for fault, _ in SPECIAL})

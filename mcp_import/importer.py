@@ -26,6 +26,7 @@ import json
 import os
 import queue
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -63,6 +64,9 @@ MAX_MESSAGE_DEPTH: Final = 128
 DEFAULT_TIMEOUT: Final = 20  # seconds for the whole import, process start included
 MAX_TIMEOUT: Final = 600
 EXIT_GRACE: Final = 2.0  # seconds the server gets to exit after its stdin closes, before it is killed
+# Seconds between looks at whether the server still runs, while its output is silent: a child of
+# its may hold the pipe open after it left, and no end of output would ever come.
+EXIT_POLL: Final = 0.05
 READ_CHUNK: Final = 65_536
 # Chunks read before the import asks for them: past this, the reader waits and so does a server
 # that floods its output (16 x 64 KiB), instead of the import's memory filling at pipe speed.
@@ -236,13 +240,16 @@ class Channel:
             self.buffer += self._chunk()
 
     def _chunk(self) -> bytes:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            raise ImportFailure("IMPORT_TIMEOUT")
-        try:
-            chunk = self.chunks.get(timeout=remaining)
-        except queue.Empty:
-            raise ImportFailure("IMPORT_TIMEOUT") from None
+        while True:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise ImportFailure("IMPORT_TIMEOUT")
+            try:
+                chunk = self.chunks.get(timeout=min(remaining, EXIT_POLL))
+                break
+            except queue.Empty:
+                if self.process.poll() is not None:
+                    _kill_group(self.process)  # what it wrote is still read, then the end of output
         if not chunk:
             self.chunks.put(b"")  # stay closed for any later read
             raise ImportFailure("IMPORT_CLOSED")
@@ -273,10 +280,22 @@ def _drain(chunks: queue.Queue[bytes]) -> None:
         pass
 
 
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """Kill what is left of the server's process group: the server is the process started, and
+    once it has left, a child of its that holds the pipes open speaks for no one (POSIX only).
+    The group outlives the server while it has members, so its id names no other process then."""
+    if hasattr(os, "killpg"):
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except OSError:
+            pass  # no member left
+
+
 def spawn(command: Sequence[str]) -> subprocess.Popen[bytes]:
+    # A group of its own (POSIX), so that stop() ends the server's children with it.
     try:
         return subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL)
+                                stderr=subprocess.DEVNULL, start_new_session=True)
     except (OSError, ValueError):
         raise ImportFailure("IMPORT_SPAWN") from None
 
@@ -294,6 +313,7 @@ def stop(process: subprocess.Popen[bytes], channel: Channel | None) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+    _kill_group(process)
     if channel is not None:
         channel.writer.join(timeout=EXIT_GRACE)
         channel.reader.join(timeout=EXIT_GRACE)

@@ -142,6 +142,27 @@ class TestHandshakeAndListing(Case):
         self.assertLess(time.monotonic() - start, importer.EXIT_GRACE + 3)
         self.assertEqual(processes[0].returncode, -9)  # killed and reaped: no zombie
 
+    def test_a_server_that_leaves_a_child_holding_its_output(self):
+        # The server exits at its first request and its child keeps the pipe open: the import
+        # waited for the whole deadline (IMPORT_TIMEOUT) and left the child running.
+        self.fails_in_time("orphan_exits", "IMPORT_CLOSED", 4, timeout=15)
+
+    def test_a_servers_children_end_with_the_import(self):
+        # A child that inherits the server's output lingers 30 s: it held the import 2 s past the
+        # server's exit (the reader's grace) and kept running after it.
+        start = time.monotonic()
+        _, report = self.imported("orphan", protocol="modern")
+        self.assertLess(time.monotonic() - start, importer.EXIT_GRACE)
+        child = int(report["server"]["version"])
+        for _ in range(40):  # its new parent reaps it a moment after the kill
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            self.fail("the server's child outlived the import")
+
     def test_closed_server_and_missing_command(self):
         self.fails("closes", "IMPORT_CLOSED")
         with self.assertRaises(importer.ImportFailure) as caught:

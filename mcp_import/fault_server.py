@@ -243,6 +243,12 @@ def _orphan_exits(_server: Server, _request_id: Any) -> bool:
     return False
 
 
+def _malformed_error(server: Server, request_id: Any) -> bool:
+    # An error whose code is a string: no JSON-RPC error, and no reason to try the other era.
+    server.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": "-32601", "message": SECRET}}))
+    return True
+
+
 # (fault, method) -> what the server does instead of its normal answer
 SPECIAL: Final[Mapping[tuple[str, Any], Callable[[Server, Any], bool]]] = {
     ("garbage", "server/discover"): _garbage,
@@ -263,6 +269,7 @@ SPECIAL: Final[Mapping[tuple[str, Any], Callable[[Server, Any], bool]]] = {
     ("endless", "server/discover"): _endless,
     ("orphan", "server/discover"): _orphan,
     ("orphan_exits", "server/discover"): _orphan_exits,
+    ("malformed_error", "server/discover"): _malformed_error,
 }
 FAULTS: Final = frozenset({"none", "clean", "legacy_only", "changing", "cursor_loop", "duplicate_tool", "hostile"}
                           | {fault for fault, _ in SPECIAL})

@@ -209,7 +209,7 @@ class Channel:
             if type(message.get("id")) is not int or message["id"] != self.next_id:
                 raise ImportFailure("IMPORT_PROTOCOL")
             if message.keys() == {"jsonrpc", "id", "error"}:
-                raise ImportFailure("IMPORT_SERVER_ERROR")
+                raise ImportFailure("IMPORT_SERVER_ERROR" if _is_error_object(message["error"]) else "IMPORT_PROTOCOL")
             if message.keys() != {"jsonrpc", "id", "result"} or type(message["result"]) is not dict:
                 raise ImportFailure("IMPORT_PROTOCOL")
             return message["result"]
@@ -262,6 +262,11 @@ class Channel:
 def _is_request_id(value: Any) -> bool:
     """A JSON-RPC id a server may give its request: an integer (never a bool) or a bounded string."""
     return type(value) is int or (type(value) is str and len(value) <= MAX_REQUEST_ID_LENGTH)
+
+
+def _is_error_object(value: Any) -> bool:
+    """A JSON-RPC error: an integer code (never a bool) and a message; its text is never read."""
+    return type(value) is dict and type(value.get("code")) is int and type(value.get("message")) is str
 
 
 def _close_input(process: subprocess.Popen[bytes]) -> None:

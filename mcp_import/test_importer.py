@@ -105,6 +105,11 @@ class TestHandshakeAndListing(Case):
     def test_message_flood_refused(self):
         self.fails("flood", "IMPORT_TOO_MANY_MESSAGES")
 
+    def test_a_malformed_error_is_no_reason_to_fall_back(self):
+        # server/discover answered with an error whose code is a string: --protocol auto took it
+        # for "unknown method" and imported the tools over the legacy handshake.
+        self.fails("malformed_error", "IMPORT_PROTOCOL")
+
     def test_server_error_text_is_never_echoed(self):
         self.fails("tools_error", "IMPORT_SERVER_ERROR")
 
@@ -241,6 +246,23 @@ class TestChannelLimits(unittest.TestCase):
         self.assertEqual(caught.exception.code, "IMPORT_LINE_TOO_LONG")
         time.sleep(0.3)
         self.assertLessEqual(channel.chunks.qsize(), importer.MAX_READ_AHEAD)
+
+    def test_error_answers(self):
+        # A JSON-RPC error object: an integer code, a message, perhaps data; anything else is no
+        # error answer at all (and never a reason for --protocol auto to try the other era).
+        for error in ({"code": -32601, "message": "m"}, {"code": 7, "message": "m" * 100_000, "data": [1, {}]}):
+            with self.subTest(error=error):
+                line = json.dumps({"jsonrpc": "2.0", "id": 1, "error": error}) + "\n"
+                with self.assertRaises(importer.ImportFailure) as caught:
+                    self.channel([line]).request("x", {})
+                self.assertEqual(caught.exception.code, "IMPORT_SERVER_ERROR")
+        for error in ("boom", None, [], {}, {"code": "-32601", "message": "m"}, {"code": 1.5, "message": "m"},
+                      {"code": True, "message": "m"}, {"message": "m"}, {"code": 1}, {"code": 1, "message": 3}):
+            with self.subTest(error=error):
+                line = json.dumps({"jsonrpc": "2.0", "id": 1, "error": error}) + "\n"
+                with self.assertRaises(importer.ImportFailure) as caught:
+                    self.channel([line]).request("x", {})
+                self.assertEqual(caught.exception.code, "IMPORT_PROTOCOL")
 
     def test_message_count_both_sides(self):
         channel = self.channel(["1\n", "\n", "2\n"], max_messages=3)

@@ -249,6 +249,14 @@ def _malformed_error(server: Server, request_id: Any) -> bool:
     return True
 
 
+def _no_tools_capability(server: Server, request_id: Any) -> bool:
+    # Declares no tools, then lists them when asked.
+    server.era = "legacy"
+    server.answer(request_id, {"protocolVersion": LEGACY, "capabilities": {"logging": {}},
+                               "serverInfo": {"name": "fault-server", "version": "0.1"}})
+    return True
+
+
 # (fault, method) -> what the server does instead of its normal answer
 SPECIAL: Final[Mapping[tuple[str, Any], Callable[[Server, Any], bool]]] = {
     ("garbage", "server/discover"): _garbage,
@@ -270,6 +278,7 @@ SPECIAL: Final[Mapping[tuple[str, Any], Callable[[Server, Any], bool]]] = {
     ("orphan", "server/discover"): _orphan,
     ("orphan_exits", "server/discover"): _orphan_exits,
     ("malformed_error", "server/discover"): _malformed_error,
+    ("no_tools_capability", "initialize"): _no_tools_capability,
 }
 FAULTS: Final = frozenset({"none", "clean", "legacy_only", "changing", "cursor_loop", "duplicate_tool", "hostile"}
                           | {fault for fault, _ in SPECIAL})

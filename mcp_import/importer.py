@@ -108,6 +108,7 @@ IMPORT_CATALOG: Final = MappingProxyType({
         IMPORT_SERVER_ERROR="The server answered a request with an error.",
         IMPORT_PAGINATION="The server's pagination repeats a cursor or exceeds the page limit.",
         IMPORT_LISTING_CHANGED="The server's tool listing changed between two readings.",
+        IMPORT_NO_TOOLS="The server does not declare the tools capability.",
         IMPORT_DUPLICATE_TOOL="The server lists two tools with the same name.",
         IMPORT_TOO_MANY_TOOLS="The server lists more tools than a contracts file holds.",
         IMPORT_UNWRITABLE="The draft or the report could not be written.",
@@ -375,6 +376,11 @@ def _initialize(channel: Channel) -> Session:
         raise ImportFailure("IMPORT_PROTOCOL")
     if version not in LEGACY_VERSIONS:
         raise ImportFailure("IMPORT_PROTOCOL_VERSION")
+    capabilities = result.get("capabilities")
+    if type(capabilities) is not dict:
+        raise ImportFailure("IMPORT_PROTOCOL")  # a required member of the answer
+    if type(capabilities.get("tools")) is not dict:
+        raise ImportFailure("IMPORT_NO_TOOLS")  # a server with tools must declare them: it offered none
     channel.notify("notifications/initialized")
     return Session("legacy", version, *_server_info(result.get("serverInfo")))
 

@@ -110,6 +110,10 @@ class TestHandshakeAndListing(Case):
         # for "unknown method" and imported the tools over the legacy handshake.
         self.fails("malformed_error", "IMPORT_PROTOCOL")
 
+    def test_a_server_without_the_tools_capability(self):
+        # initialize declared no tools, and tools/list answered all the same: imported.
+        self.fails("no_tools_capability", "IMPORT_NO_TOOLS", protocol="legacy")
+
     def test_server_error_text_is_never_echoed(self):
         self.fails("tools_error", "IMPORT_SERVER_ERROR")
 
@@ -361,7 +365,13 @@ class TestListingUnits(unittest.TestCase):
     def test_handshake_answers(self):
         self.refused("IMPORT_PROTOCOL", importer.handshake, FakeChannel({"supportedVersions": "2026-07-28"}), "modern")
         self.refused("IMPORT_PROTOCOL", importer.handshake, FakeChannel({"protocolVersion": 3}), "legacy")
-        session = importer.handshake(FakeChannel({"protocolVersion": "2024-11-05",
+        for capabilities, code in ((None, "IMPORT_PROTOCOL"), ([], "IMPORT_PROTOCOL"), ({}, "IMPORT_NO_TOOLS"),
+                                   ({"tools": True}, "IMPORT_NO_TOOLS"), ({"tools": None}, "IMPORT_NO_TOOLS")):
+            with self.subTest(capabilities=capabilities):
+                answer = {"protocolVersion": "2025-11-25", "capabilities": capabilities}
+                self.refused(code, importer.handshake, FakeChannel({k: v for k, v in answer.items() if v is not None}),
+                             "legacy")
+        session = importer.handshake(FakeChannel({"protocolVersion": "2024-11-05", "capabilities": {"tools": {}},
                                                   "serverInfo": {"name": "n" * 161, "version": "v"}}), "legacy")
         self.assertEqual(session, importer.Session("legacy", "2024-11-05", None, "v"))
         session = importer.handshake(FakeChannel({"supportedVersions": ["2026-07-28"], "_meta": []}), "auto")

@@ -79,6 +79,10 @@ CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
 SERVER_INFO_KEY: Final = "io.modelcontextprotocol/serverInfo"
 CLIENT_INFO: Final = MappingProxyType({"name": "tool-dispatcher-mcp-import", "version": "1"})
 REPORT_FORMAT: Final = "mcp-import-report-v1"
+# Requests from the server answered with an empty result: a ping must be answered at once (MCP).
+# Any other (sampling, roots, elicitation) needs a capability the import never declares: refused.
+EMPTY_RESULT_REQUESTS: Final = frozenset({"ping"})
+METHOD_NOT_FOUND: Final = MappingProxyType({"code": -32601, "message": "Method not found"})
 DEFAULT_ROLE: Final = "mcp.tools"
 HINTS: Final = MappingProxyType({  # the server's annotation -> the draft's hint field
     "readOnlyHint": "read_only", "destructiveHint": "destructive", "idempotentHint": "idempotent",
@@ -204,8 +208,7 @@ class Channel:
             if "method" in message:
                 if not _is_request_id(message["id"]):
                     raise ImportFailure("IMPORT_PROTOCOL")
-                self.send({"jsonrpc": "2.0", "id": message["id"],
-                           "error": {"code": -32601, "message": "Method not found"}})
+                self.send(_answer_request(message))
                 continue  # a request from the server (ping, roots): answered, not served
             if type(message.get("id")) is not int or message["id"] != self.next_id:
                 raise ImportFailure("IMPORT_PROTOCOL")
@@ -263,6 +266,13 @@ class Channel:
 def _is_request_id(value: Any) -> bool:
     """A JSON-RPC id a server may give its request: an integer (never a bool) or a bounded string."""
     return type(value) is int or (type(value) is str and len(value) <= MAX_REQUEST_ID_LENGTH)
+
+
+def _answer_request(message: Mapping[str, Any]) -> dict[str, Any]:
+    method = message["method"]
+    if type(method) is str and method in EMPTY_RESULT_REQUESTS:
+        return {"jsonrpc": "2.0", "id": message["id"], "result": {}}
+    return {"jsonrpc": "2.0", "id": message["id"], "error": dict(METHOD_NOT_FOUND)}
 
 
 def _is_error_object(value: Any) -> bool:

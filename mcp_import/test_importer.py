@@ -251,6 +251,19 @@ class TestChannelLimits(unittest.TestCase):
         time.sleep(0.3)
         self.assertLessEqual(channel.chunks.qsize(), importer.MAX_READ_AHEAD)
 
+    def test_requests_from_the_server_are_answered(self):
+        # MCP: a ping's receiver must answer it at once with an empty result (it was answered
+        # "method not found"); sampling, roots and elicitation need capabilities never declared.
+        script = ("import json, sys\n"
+                  "for request_id, method in ((7, 'ping'), ('s', 'roots/list'), (8, {})):\n"
+                  "    print(json.dumps({'jsonrpc': '2.0', 'id': request_id, 'method': method}), flush=True)\n"
+                  "answers = [json.loads(sys.stdin.readline()) for _ in range(4)][1:]\n"
+                  "print(json.dumps({'jsonrpc': '2.0', 'id': 1, 'result': {'answers': answers}}), flush=True)\n")
+        refusal = {"code": -32601, "message": "Method not found"}
+        self.assertEqual(self.channel([], script=script).request("x", {}), {"answers": [
+            {"jsonrpc": "2.0", "id": 7, "result": {}}, {"jsonrpc": "2.0", "id": "s", "error": refusal},
+            {"jsonrpc": "2.0", "id": 8, "error": refusal}]})
+
     def test_error_answers(self):
         # A JSON-RPC error object: an integer code, a message, perhaps data; anything else is no
         # error answer at all (and never a reason for --protocol auto to try the other era).

@@ -580,10 +580,6 @@ class TestCommandLine(unittest.TestCase):
             self.assertNotIn(folder, json.dumps(summary))
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class TestInteropExpectedDrafts(unittest.TestCase):
     """The checked-in drafts of the official-SDK server (interop/run.sh compares them byte for byte)."""
 
@@ -616,3 +612,7 @@ class TestInteropExpectedDrafts(unittest.TestCase):
             report = json.load(handle)
         self.assertEqual([(item["tool"], item["code"]) for item in report["refused"]],
                          [("partial_refund", "SCHEMA_NUMBER"), ("schedule_callback", "SCHEMA_FORMAT")])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -224,6 +224,27 @@ class TestChannelLimits(unittest.TestCase):
         self.assertEqual(self.channel(['{"jsonrpc": "2.0", "id": 1, "result": {"a": 1}}\n']).request("x", {}),
                          {"a": 1})
 
+    def test_framing_faults_each_end_in_one_code(self):
+        answer = '{"jsonrpc": "2.0", "id": 1, "result": {"n": %s}}'
+        for line, code in (("\ufeff" + answer % 1, "JSON_INVALID"), ("[" + answer % 1 + "]", "IMPORT_PROTOCOL"),
+                           (answer.replace('"id": 1', '"id": "1"') % 1, "IMPORT_PROTOCOL"),
+                           (answer % "NaN", "JSON_NON_FINITE"), (answer % "1e400", "JSON_NON_FINITE"),
+                           (answer % ("9" * 40), "JSON_NOT_PORTABLE"), (answer % '"\\udc00"', "JSON_NOT_PORTABLE")):
+            with self.subTest(line=line[:60]):
+                with self.assertRaises(tool_dispatcher.CatalogError) as caught:
+                    self.channel([line + "\n"]).request("x", {})
+                self.assertEqual(caught.exception.code, code)
+        script = "import os\nos.write(1, b'%s\\xff}\\n')\n" % (answer % 1)[:-1]
+        with self.assertRaises(tool_dispatcher.CatalogError) as caught:
+            self.channel([], script=script).request("x", {})
+        self.assertEqual(caught.exception.code, "JSON_NOT_UTF8")
+
+    def test_a_message_split_at_every_byte_or_sharing_a_read(self):
+        lines = '{"jsonrpc": "2.0", "method": "notifications/progress"}\r\n\n{"jsonrpc": "2.0", "id": 1, "result": {}}\n'
+        bytewise = "import os, time\nfor byte in %r.encode():\n    os.write(1, bytes([byte]))\n    time.sleep(0.0005)\n" % lines
+        for channel in (self.channel([lines]), self.channel([], script=bytewise)):
+            self.assertEqual(channel.request("x", {}), {})
+
     def test_server_request_ids(self):
         # A request from the server is answered with its id echoed: a JSON-RPC id (an integer or a
         # bounded string), or the message is no protocol at all.

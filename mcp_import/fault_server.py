@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from typing import Any, Callable, Final, Mapping
 
 MODERN: Final = "2026-07-28"
 LEGACY: Final = "2025-11-25"
 SECRET: Final = "SECRET-/home/server/.token"  # text a refusal must never echo
+LINGER: Final = 30  # seconds a server that stops reading waits before it leaves (the import must not wait it out)
 
 GOOD_TOOLS: Final = (
     {"name": "get_order", "description": "Read one order.",
@@ -196,6 +201,62 @@ def _float_bound(server: Server, request_id: Any) -> bool:
     return True
 
 
+def _deaf(server: Server, request_id: Any) -> bool:
+    # 250 pings whose answers (about 290 bytes each) exceed a pipe's buffer, then never a read
+    # again: an import that writes its answers where the server does not read would wait for ever.
+    for index in range(250):
+        server.write(json.dumps({"jsonrpc": "2.0", "id": f"{index}-" + "p" * 196, "method": "ping"}))
+    server.answer(request_id, {"supportedVersions": [MODERN], "capabilities": {"tools": {}}})
+    time.sleep(LINGER)
+    return False
+
+
+def _long_ping_id(server: Server, request_id: Any) -> bool:
+    server.write(json.dumps({"jsonrpc": "2.0", "id": "i" * 900_000, "method": "ping"}))
+    return _deaf(server, request_id)
+
+
+def _endless(_server: Server, _request_id: Any) -> bool:
+    # Output without end and without a newline; the end of input and SIGTERM change nothing.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    chunk = b"x" * 65_536
+    while True:
+        os.write(sys.stdout.fileno(), chunk)
+
+
+def _linger() -> subprocess.Popen[bytes]:
+    # A child that inherits the server's output and outlives it: the pipe stays open when the server leaves.
+    return subprocess.Popen([sys.executable, "-B", "-c", f"import time; time.sleep({LINGER})"])
+
+
+def _orphan(server: Server, request_id: Any) -> bool:
+    # The child's pid as the server's version: a test can look for it after the import.
+    server.era = "modern"
+    server.answer(request_id, {"supportedVersions": [MODERN], "capabilities": {"tools": {}},
+                               "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "fault-server",
+                                                                                 "version": str(_linger().pid)}}})
+    return True
+
+
+def _orphan_exits(_server: Server, _request_id: Any) -> bool:
+    _linger()
+    return False
+
+
+def _malformed_error(server: Server, request_id: Any) -> bool:
+    # An error whose code is a string: no JSON-RPC error, and no reason to try the other era.
+    server.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": "-32601", "message": SECRET}}))
+    return True
+
+
+def _no_tools_capability(server: Server, request_id: Any) -> bool:
+    # Declares no tools, then lists them when asked.
+    server.era = "legacy"
+    server.answer(request_id, {"protocolVersion": LEGACY, "capabilities": {"logging": {}},
+                               "serverInfo": {"name": "fault-server", "version": "0.1"}})
+    return True
+
+
 # (fault, method) -> what the server does instead of its normal answer
 SPECIAL: Final[Mapping[tuple[str, Any], Callable[[Server, Any], bool]]] = {
     ("garbage", "server/discover"): _garbage,
@@ -211,6 +272,13 @@ SPECIAL: Final[Mapping[tuple[str, Any], Callable[[Server, Any], bool]]] = {
     ("chatty", "server/discover"): _chatty,
     ("flood", "server/discover"): _flood,
     ("float_bound", "tools/list"): _float_bound,
+    ("deaf", "server/discover"): _deaf,
+    ("long_ping_id", "server/discover"): _long_ping_id,
+    ("endless", "server/discover"): _endless,
+    ("orphan", "server/discover"): _orphan,
+    ("orphan_exits", "server/discover"): _orphan_exits,
+    ("malformed_error", "server/discover"): _malformed_error,
+    ("no_tools_capability", "initialize"): _no_tools_capability,
 }
 FAULTS: Final = frozenset({"none", "clean", "legacy_only", "changing", "cursor_loop", "duplicate_tool", "hostile"}
                           | {fault for fault, _ in SPECIAL})

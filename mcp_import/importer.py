@@ -26,6 +26,7 @@ import json
 import os
 import queue
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -56,13 +57,20 @@ MAX_MESSAGES: Final = 256  # lines read in one import, notifications included
 MAX_TOTAL_BYTES: Final = 16_777_216  # everything the server may write in one import
 MAX_PAGES: Final = 32  # pages of one tools/list reading
 MAX_CURSOR_LENGTH: Final = 1_024  # an opaque cursor is echoed back to the server: bounded
+MAX_REQUEST_ID_LENGTH: Final = 256  # a server request's string id is echoed in our answer: bounded
 # Containers deep in one message: far above a schema's own limit, so that a too-deep schema is
 # refused by name, for its one tool, by the compiler; far below what the interpreter can decode.
 MAX_MESSAGE_DEPTH: Final = 128
 DEFAULT_TIMEOUT: Final = 20  # seconds for the whole import, process start included
 MAX_TIMEOUT: Final = 600
 EXIT_GRACE: Final = 2.0  # seconds the server gets to exit after its stdin closes, before it is killed
+# Seconds between looks at whether the server still runs, while its output is silent: a child of
+# its may hold the pipe open after it left, and no end of output would ever come.
+EXIT_POLL: Final = 0.05
 READ_CHUNK: Final = 65_536
+# Chunks read before the import asks for them: past this, the reader waits and so does a server
+# that floods its output (16 x 64 KiB), instead of the import's memory filling at pipe speed.
+MAX_READ_AHEAD: Final = 16
 
 MODERN_VERSION: Final = "2026-07-28"
 LEGACY_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first: our offer
@@ -71,6 +79,10 @@ CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
 SERVER_INFO_KEY: Final = "io.modelcontextprotocol/serverInfo"
 CLIENT_INFO: Final = MappingProxyType({"name": "tool-dispatcher-mcp-import", "version": "1"})
 REPORT_FORMAT: Final = "mcp-import-report-v1"
+# Requests from the server answered with an empty result: a ping must be answered at once (MCP).
+# Any other (sampling, roots, elicitation) needs a capability the import never declares: refused.
+EMPTY_RESULT_REQUESTS: Final = frozenset({"ping"})
+METHOD_NOT_FOUND: Final = MappingProxyType({"code": -32601, "message": "Method not found"})
 DEFAULT_ROLE: Final = "mcp.tools"
 HINTS: Final = MappingProxyType({  # the server's annotation -> the draft's hint field
     "readOnlyHint": "read_only", "destructiveHint": "destructive", "idempotentHint": "idempotent",
@@ -100,6 +112,7 @@ IMPORT_CATALOG: Final = MappingProxyType({
         IMPORT_SERVER_ERROR="The server answered a request with an error.",
         IMPORT_PAGINATION="The server's pagination repeats a cursor or exceeds the page limit.",
         IMPORT_LISTING_CHANGED="The server's tool listing changed between two readings.",
+        IMPORT_NO_TOOLS="The server does not declare the tools capability.",
         IMPORT_DUPLICATE_TOOL="The server lists two tools with the same name.",
         IMPORT_TOO_MANY_TOOLS="The server lists more tools than a contracts file holds.",
         IMPORT_UNWRITABLE="The draft or the report could not be written.",
@@ -136,11 +149,18 @@ class Channel:
         self.total = 0
         self.messages = 0
         self.next_id = 0
-        self.chunks: queue.Queue[bytes] = queue.Queue()
+        self.chunks: queue.Queue[bytes] = queue.Queue(maxsize=MAX_READ_AHEAD)
+        self.closing = threading.Event()  # stop(): what the server still writes is read and dropped
         # A thread reads, so that a silent server meets the deadline on every platform (pipes
         # cannot be polled on Windows); it ends at EOF, when the child exits or is killed.
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
+        # A thread writes too: a server that stops reading its input fills the pipe, and a write
+        # then waits for ever, past any deadline. Only this thread touches the server's input; an
+        # empty message (stop) closes it.
+        self.outbox: queue.Queue[bytes] = queue.Queue()
+        self.writer = threading.Thread(target=self._write, daemon=True)
+        self.writer.start()
 
     def _read(self) -> None:
         stream = self.process.stdout
@@ -149,22 +169,31 @@ class Channel:
                 chunk = os.read(stream.fileno(), READ_CHUNK)
                 if not chunk:
                     break
-                self.chunks.put(chunk)
+                if not self.closing.is_set():
+                    self.chunks.put(chunk)  # waits while MAX_READ_AHEAD chunks are unread
         except (OSError, ValueError):
             pass
         finally:
-            self.chunks.put(b"")
+            if not self.closing.is_set():
+                self.chunks.put(b"")
+
+    def _write(self) -> None:
+        stdin = self.process.stdin
+        try:
+            while stdin is not None:
+                data = self.outbox.get()
+                if not data:
+                    break
+                stdin.write(data)
+                stdin.flush()
+        except (OSError, ValueError):
+            pass  # the server closed its input: it reads nothing more, and its output says the rest
+        finally:
+            _close_input(self.process)
 
     def send(self, message: Mapping[str, Any]) -> None:
-        data = json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
-        try:
-            stdin = self.process.stdin
-            if stdin is None:
-                raise ImportFailure("IMPORT_CLOSED")
-            stdin.write(data)
-            stdin.flush()
-        except OSError:
-            raise ImportFailure("IMPORT_CLOSED") from None
+        """Queue one message for the writer; never waits on the server (the reads hold the deadline)."""
+        self.outbox.put(json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n")
 
     def request(self, method: str, params: Mapping[str, Any]) -> Any:
         """Send one request; answer its result, or raise IMPORT_SERVER_ERROR on an error answer."""
@@ -177,13 +206,14 @@ class Channel:
             if "id" not in message and "method" in message:
                 continue  # a notification (log, list_changed): read past it, counted
             if "method" in message:
-                self.send({"jsonrpc": "2.0", "id": message["id"],
-                           "error": {"code": -32601, "message": "Method not found"}})
+                if not _is_request_id(message["id"]):
+                    raise ImportFailure("IMPORT_PROTOCOL")
+                self.send(_answer_request(message))
                 continue  # a request from the server (ping, roots): answered, not served
             if type(message.get("id")) is not int or message["id"] != self.next_id:
                 raise ImportFailure("IMPORT_PROTOCOL")
             if message.keys() == {"jsonrpc", "id", "error"}:
-                raise ImportFailure("IMPORT_SERVER_ERROR")
+                raise ImportFailure("IMPORT_SERVER_ERROR" if _is_error_object(message["error"]) else "IMPORT_PROTOCOL")
             if message.keys() != {"jsonrpc", "id", "result"} or type(message["result"]) is not dict:
                 raise ImportFailure("IMPORT_PROTOCOL")
             return message["result"]
@@ -214,13 +244,16 @@ class Channel:
             self.buffer += self._chunk()
 
     def _chunk(self) -> bytes:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            raise ImportFailure("IMPORT_TIMEOUT")
-        try:
-            chunk = self.chunks.get(timeout=remaining)
-        except queue.Empty:
-            raise ImportFailure("IMPORT_TIMEOUT") from None
+        while True:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise ImportFailure("IMPORT_TIMEOUT")
+            try:
+                chunk = self.chunks.get(timeout=min(remaining, EXIT_POLL))
+                break
+            except queue.Empty:
+                if self.process.poll() is not None:
+                    _kill_group(self.process)  # what it wrote is still read, then the end of output
         if not chunk:
             self.chunks.put(b"")  # stay closed for any later read
             raise ImportFailure("IMPORT_CLOSED")
@@ -230,27 +263,75 @@ class Channel:
         return chunk
 
 
+def _is_request_id(value: Any) -> bool:
+    """A JSON-RPC id a server may give its request: an integer (never a bool) or a bounded string."""
+    return type(value) is int or (type(value) is str and len(value) <= MAX_REQUEST_ID_LENGTH)
+
+
+def _answer_request(message: Mapping[str, Any]) -> dict[str, Any]:
+    method = message["method"]
+    if type(method) is str and method in EMPTY_RESULT_REQUESTS:
+        return {"jsonrpc": "2.0", "id": message["id"], "result": {}}
+    return {"jsonrpc": "2.0", "id": message["id"], "error": dict(METHOD_NOT_FOUND)}
+
+
+def _is_error_object(value: Any) -> bool:
+    """A JSON-RPC error: an integer code (never a bool) and a message; its text is never read."""
+    return type(value) is dict and type(value.get("code")) is int and type(value.get("message")) is str
+
+
+def _close_input(process: subprocess.Popen[bytes]) -> None:
+    try:
+        if process.stdin is not None:
+            process.stdin.close()
+    except (OSError, ValueError):
+        pass  # a broken pipe on the last flush: the server left first
+
+
+def _drain(chunks: queue.Queue[bytes]) -> None:
+    try:
+        while True:
+            chunks.get_nowait()
+    except queue.Empty:
+        pass
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """Kill what is left of the server's process group: the server is the process started, and
+    once it has left, a child of its that holds the pipes open speaks for no one (POSIX only).
+    The group outlives the server while it has members, so its id names no other process then."""
+    if hasattr(os, "killpg"):
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except OSError:
+            pass  # no member left
+
+
 def spawn(command: Sequence[str]) -> subprocess.Popen[bytes]:
+    # A group of its own (POSIX), so that stop() ends the server's children with it.
     try:
         return subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL)
+                                stderr=subprocess.DEVNULL, start_new_session=True)
     except (OSError, ValueError):
         raise ImportFailure("IMPORT_SPAWN") from None
 
 
 def stop(process: subprocess.Popen[bytes], channel: Channel | None) -> None:
     """Close the server's input, give it EXIT_GRACE to leave, then kill it; reap it either way."""
-    try:
-        if process.stdin is not None:
-            process.stdin.close()
-    except OSError:
-        pass
+    if channel is None:
+        _close_input(process)
+    else:
+        channel.outbox.put(b"")  # after what is queued; a writer stuck on a full pipe meets the kill
+        channel.closing.set()
+        _drain(channel.chunks)  # a reader waiting on a full read-ahead goes on, and drops the rest
     try:
         process.wait(timeout=EXIT_GRACE)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+    _kill_group(process)
     if channel is not None:
+        channel.writer.join(timeout=EXIT_GRACE)
         channel.reader.join(timeout=EXIT_GRACE)
     if process.stdout is not None:
         process.stdout.close()
@@ -305,6 +386,11 @@ def _initialize(channel: Channel) -> Session:
         raise ImportFailure("IMPORT_PROTOCOL")
     if version not in LEGACY_VERSIONS:
         raise ImportFailure("IMPORT_PROTOCOL_VERSION")
+    capabilities = result.get("capabilities")
+    if type(capabilities) is not dict:
+        raise ImportFailure("IMPORT_PROTOCOL")  # a required member of the answer
+    if type(capabilities.get("tools")) is not dict:
+        raise ImportFailure("IMPORT_NO_TOOLS")  # a server with tools must declare them: it offered none
     channel.notify("notifications/initialized")
     return Session("legacy", version, *_server_info(result.get("serverInfo")))
 

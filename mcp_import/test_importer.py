@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 from unittest import mock
@@ -44,6 +45,21 @@ class Case(unittest.TestCase):
         self.assertEqual(caught.exception.code, code)
         self.assertNotIn("SECRET", json.dumps(caught.exception.to_json()))
         return caught.exception
+
+    def fails_in_time(self, fault, code, seconds, **options):
+        """The import's failure within `seconds`, run in a thread so that a hang fails the test."""
+        outcome = []
+
+        def run():
+            try:
+                self.imported(fault, **options)
+            except tool_dispatcher.CatalogError as error:
+                outcome.append(error.code)
+
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        worker.join(seconds)
+        self.assertEqual((outcome, worker.is_alive()), ([code], False))
 
 
 class TestHandshakeAndListing(Case):
@@ -89,6 +105,15 @@ class TestHandshakeAndListing(Case):
     def test_message_flood_refused(self):
         self.fails("flood", "IMPORT_TOO_MANY_MESSAGES")
 
+    def test_a_malformed_error_is_no_reason_to_fall_back(self):
+        # server/discover answered with an error whose code is a string: --protocol auto took it
+        # for "unknown method" and imported the tools over the legacy handshake.
+        self.fails("malformed_error", "IMPORT_PROTOCOL")
+
+    def test_a_server_without_the_tools_capability(self):
+        # initialize declared no tools, and tools/list answered all the same: imported.
+        self.fails("no_tools_capability", "IMPORT_NO_TOOLS", protocol="legacy")
+
     def test_server_error_text_is_never_echoed(self):
         self.fails("tools_error", "IMPORT_SERVER_ERROR")
 
@@ -103,6 +128,49 @@ class TestHandshakeAndListing(Case):
         start = time.monotonic()
         self.fails("silent", "IMPORT_TIMEOUT", timeout=1)
         self.assertLess(time.monotonic() - start, 1 + importer.EXIT_GRACE + 1)
+
+    def test_a_server_that_stops_reading_meets_the_deadline(self):
+        # 250 pings whose answers exceed a pipe's buffer, then the server never reads again: the
+        # import waited in its write for ever, past any deadline.
+        self.fails_in_time("deaf", "IMPORT_TIMEOUT", 1 + importer.EXIT_GRACE + 2, timeout=1)
+
+    def test_a_server_request_with_a_huge_id_is_refused(self):
+        # Its answer echoed 900,000 characters into a server that does not read: a hang.
+        self.fails_in_time("long_ping_id", "IMPORT_PROTOCOL", 1 + importer.EXIT_GRACE + 2, timeout=1)
+
+    def test_endless_output_that_ignores_the_shutdown(self):
+        processes, real_spawn = [], importer.spawn
+
+        def spawn(command):
+            processes.append(real_spawn(command))
+            return processes[-1]
+
+        start = time.monotonic()
+        with mock.patch.object(importer, "spawn", spawn):
+            self.fails("endless", "IMPORT_LINE_TOO_LONG", timeout=5)
+        self.assertLess(time.monotonic() - start, importer.EXIT_GRACE + 3)
+        self.assertEqual(processes[0].returncode, -9)  # killed and reaped: no zombie
+
+    def test_a_server_that_leaves_a_child_holding_its_output(self):
+        # The server exits at its first request and its child keeps the pipe open: the import
+        # waited for the whole deadline (IMPORT_TIMEOUT) and left the child running.
+        self.fails_in_time("orphan_exits", "IMPORT_CLOSED", 4, timeout=15)
+
+    def test_a_servers_children_end_with_the_import(self):
+        # A child that inherits the server's output lingers 30 s: it held the import 2 s past the
+        # server's exit (the reader's grace) and kept running after it.
+        start = time.monotonic()
+        _, report = self.imported("orphan", protocol="modern")
+        self.assertLess(time.monotonic() - start, importer.EXIT_GRACE)
+        child = int(report["server"]["version"])
+        for _ in range(40):  # its new parent reaps it a moment after the kill
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            self.fail("the server's child outlived the import")
 
     def test_closed_server_and_missing_command(self):
         self.fails("closes", "IMPORT_CLOSED")
@@ -120,8 +188,8 @@ class TestHandshakeAndListing(Case):
 class TestChannelLimits(unittest.TestCase):
     """The channel's limits, both sides, on a scripted child (a Python one-liner printing lines)."""
 
-    def channel(self, lines, deadline=10, **limits):
-        script = "import sys\nfor line in %r: sys.stdout.write(line)\nsys.stdout.flush()\n" % (lines,)
+    def channel(self, lines, deadline=10, script=None, **limits):
+        script = script or "import sys\nfor line in %r: sys.stdout.write(line)\nsys.stdout.flush()\n" % (lines,)
         process = subprocess.Popen([sys.executable, "-B", "-c", script], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         channel = importer.Channel(process, time.monotonic() + deadline, **limits)
@@ -155,6 +223,84 @@ class TestChannelLimits(unittest.TestCase):
                 self.assertEqual(caught.exception.code, "IMPORT_PROTOCOL")
         self.assertEqual(self.channel(['{"jsonrpc": "2.0", "id": 1, "result": {"a": 1}}\n']).request("x", {}),
                          {"a": 1})
+
+    def test_framing_faults_each_end_in_one_code(self):
+        answer = '{"jsonrpc": "2.0", "id": 1, "result": {"n": %s}}'
+        for line, code in (("\ufeff" + answer % 1, "JSON_INVALID"), ("[" + answer % 1 + "]", "IMPORT_PROTOCOL"),
+                           (answer.replace('"id": 1', '"id": "1"') % 1, "IMPORT_PROTOCOL"),
+                           (answer % "NaN", "JSON_NON_FINITE"), (answer % "1e400", "JSON_NON_FINITE"),
+                           (answer % ("9" * 40), "JSON_NOT_PORTABLE"), (answer % '"\\udc00"', "JSON_NOT_PORTABLE")):
+            with self.subTest(line=line[:60]):
+                with self.assertRaises(tool_dispatcher.CatalogError) as caught:
+                    self.channel([line + "\n"]).request("x", {})
+                self.assertEqual(caught.exception.code, code)
+        script = "import os\nos.write(1, b'%s\\xff}\\n')\n" % (answer % 1)[:-1]
+        with self.assertRaises(tool_dispatcher.CatalogError) as caught:
+            self.channel([], script=script).request("x", {})
+        self.assertEqual(caught.exception.code, "JSON_NOT_UTF8")
+
+    def test_a_message_split_at_every_byte_or_sharing_a_read(self):
+        lines = '{"jsonrpc": "2.0", "method": "notifications/progress"}\r\n\n{"jsonrpc": "2.0", "id": 1, "result": {}}\n'
+        bytewise = "import os, time\nfor byte in %r.encode():\n    os.write(1, bytes([byte]))\n    time.sleep(0.0005)\n" % lines
+        for channel in (self.channel([lines]), self.channel([], script=bytewise)):
+            self.assertEqual(channel.request("x", {}), {})
+
+    def test_server_request_ids(self):
+        # A request from the server is answered with its id echoed: a JSON-RPC id (an integer or a
+        # bounded string), or the message is no protocol at all.
+        longest = "i" * importer.MAX_REQUEST_ID_LENGTH
+        answer = '{"jsonrpc": "2.0", "id": 1, "result": {"a": 1}}\n'
+        for request_id in (longest, "", 7, -3, 10 ** 38):
+            with self.subTest(request_id=request_id):
+                ping = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "ping"}) + "\n"
+                self.assertEqual(self.channel([ping, answer]).request("x", {}), {"a": 1})
+        for request_id in (longest + "i", 1.5, None, True, {}, []):
+            with self.subTest(request_id=request_id):
+                ping = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "ping"}) + "\n"
+                with self.assertRaises(importer.ImportFailure) as caught:
+                    self.channel([ping, answer]).request("x", {})
+                self.assertEqual(caught.exception.code, "IMPORT_PROTOCOL")
+
+    def test_read_ahead_is_bounded(self):
+        # A server that floods its output waits on the pipe: the reader holds at most
+        # MAX_READ_AHEAD chunks the import has not asked for (it held 1.3 GB in a 2 s grace).
+        flood = "import os\nwhile True: os.write(1, b'x' * 65536)\n"
+        channel = self.channel([], script=flood, max_line=100)
+        with self.assertRaises(importer.ImportFailure) as caught:
+            channel.receive()
+        self.assertEqual(caught.exception.code, "IMPORT_LINE_TOO_LONG")
+        time.sleep(0.3)
+        self.assertLessEqual(channel.chunks.qsize(), importer.MAX_READ_AHEAD)
+
+    def test_requests_from_the_server_are_answered(self):
+        # MCP: a ping's receiver must answer it at once with an empty result (it was answered
+        # "method not found"); sampling, roots and elicitation need capabilities never declared.
+        script = ("import json, sys\n"
+                  "for request_id, method in ((7, 'ping'), ('s', 'roots/list'), (8, {})):\n"
+                  "    print(json.dumps({'jsonrpc': '2.0', 'id': request_id, 'method': method}), flush=True)\n"
+                  "answers = [json.loads(sys.stdin.readline()) for _ in range(4)][1:]\n"
+                  "print(json.dumps({'jsonrpc': '2.0', 'id': 1, 'result': {'answers': answers}}), flush=True)\n")
+        refusal = {"code": -32601, "message": "Method not found"}
+        self.assertEqual(self.channel([], script=script).request("x", {}), {"answers": [
+            {"jsonrpc": "2.0", "id": 7, "result": {}}, {"jsonrpc": "2.0", "id": "s", "error": refusal},
+            {"jsonrpc": "2.0", "id": 8, "error": refusal}]})
+
+    def test_error_answers(self):
+        # A JSON-RPC error object: an integer code, a message, perhaps data; anything else is no
+        # error answer at all (and never a reason for --protocol auto to try the other era).
+        for error in ({"code": -32601, "message": "m"}, {"code": 7, "message": "m" * 100_000, "data": [1, {}]}):
+            with self.subTest(error=error):
+                line = json.dumps({"jsonrpc": "2.0", "id": 1, "error": error}) + "\n"
+                with self.assertRaises(importer.ImportFailure) as caught:
+                    self.channel([line]).request("x", {})
+                self.assertEqual(caught.exception.code, "IMPORT_SERVER_ERROR")
+        for error in ("boom", None, [], {}, {"code": "-32601", "message": "m"}, {"code": 1.5, "message": "m"},
+                      {"code": True, "message": "m"}, {"message": "m"}, {"code": 1}, {"code": 1, "message": 3}):
+            with self.subTest(error=error):
+                line = json.dumps({"jsonrpc": "2.0", "id": 1, "error": error}) + "\n"
+                with self.assertRaises(importer.ImportFailure) as caught:
+                    self.channel([line]).request("x", {})
+                self.assertEqual(caught.exception.code, "IMPORT_PROTOCOL")
 
     def test_message_count_both_sides(self):
         channel = self.channel(["1\n", "\n", "2\n"], max_messages=3)
@@ -253,7 +399,13 @@ class TestListingUnits(unittest.TestCase):
     def test_handshake_answers(self):
         self.refused("IMPORT_PROTOCOL", importer.handshake, FakeChannel({"supportedVersions": "2026-07-28"}), "modern")
         self.refused("IMPORT_PROTOCOL", importer.handshake, FakeChannel({"protocolVersion": 3}), "legacy")
-        session = importer.handshake(FakeChannel({"protocolVersion": "2024-11-05",
+        for capabilities, code in ((None, "IMPORT_PROTOCOL"), ([], "IMPORT_PROTOCOL"), ({}, "IMPORT_NO_TOOLS"),
+                                   ({"tools": True}, "IMPORT_NO_TOOLS"), ({"tools": None}, "IMPORT_NO_TOOLS")):
+            with self.subTest(capabilities=capabilities):
+                answer = {"protocolVersion": "2025-11-25", "capabilities": capabilities}
+                self.refused(code, importer.handshake, FakeChannel({k: v for k, v in answer.items() if v is not None}),
+                             "legacy")
+        session = importer.handshake(FakeChannel({"protocolVersion": "2024-11-05", "capabilities": {"tools": {}},
                                                   "serverInfo": {"name": "n" * 161, "version": "v"}}), "legacy")
         self.assertEqual(session, importer.Session("legacy", "2024-11-05", None, "v"))
         session = importer.handshake(FakeChannel({"supportedVersions": ["2026-07-28"], "_meta": []}), "auto")
@@ -449,10 +601,6 @@ class TestCommandLine(unittest.TestCase):
             self.assertNotIn(folder, json.dumps(summary))
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class TestInteropExpectedDrafts(unittest.TestCase):
     """The checked-in drafts of the official-SDK server (interop/run.sh compares them byte for byte)."""
 
@@ -485,3 +633,7 @@ class TestInteropExpectedDrafts(unittest.TestCase):
             report = json.load(handle)
         self.assertEqual([(item["tool"], item["code"]) for item in report["refused"]],
                          [("partial_refund", "SCHEMA_NUMBER"), ("schedule_callback", "SCHEMA_FORMAT")])
+
+
+if __name__ == "__main__":
+    unittest.main()

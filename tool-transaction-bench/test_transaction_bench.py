@@ -2486,6 +2486,17 @@ class TestScorePlans(unittest.TestCase):
         self.assertEqual(rows[2]["fault_recovery"]["guarded"]["verdict"], "n/a")  # a vetoed plan never completes
         self.assertNotIn("fault_recovery", rows[7])  # an unreadable shape has no calls to run
 
+    def test_the_sweep_runs_calls_whose_id_or_name_is_no_string(self):
+        # The sweep read each call dict as it came: a list id or a dict name reached the guard's
+        # checks and the whole command answered INTERNAL_ERROR (unhashable). Each is now the
+        # scorer's CALL_SHAPE, a placeholder no tool has, refused by the guard like any other.
+        query = provider("query_logistics", {"order_ref": "20481"})
+        for item in ({**query, "id": [1]}, {**query, "name": {"x": 1}}, {**query, "id": 7}):
+            with self.subTest(item=str(item)[:40]):
+                row = tb.score_plan(tb.PlanRecord(1, "track_order", 0, {"tool_calls": [item]}, False), sweep=True)
+                self.assertEqual((row["verdict"], row["fault_recovery"]["guarded"]["verdict"],
+                                  row["fault_recovery"]["guarded"]["completable"]), ("unparseable", "n/a", 0))
+
     def write(self, text: bytes) -> str:
         handle = tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False)
         self.addCleanup(os.remove, handle.name)

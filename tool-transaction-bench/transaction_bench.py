@@ -98,8 +98,8 @@ from txbench.bench import (  # noqa: E402,F401
 )
 from txbench.plansfile import (  # noqa: E402,F401
     MAX_PLAN_LINES, MAX_PLAN_LINE_BYTES, MAX_TRIAL, PLAN_FIELDS, PlanRecord, SCORING_SCENARIOS, SMALL_SWEEP,
-    _fraction_text, _is_call_dict, _plan_record, _recovery_table, _scenario_aggregate, aggregate_plans,
-    pass_hat_k, read_plans, score_plan
+    UNREADABLE_CALL, _fraction_text, _plan_record, _recovery_table, _scenario_aggregate, _sweep_call,
+    aggregate_plans, pass_hat_k, read_plans, score_plan
 )
 from txbench.cli import (  # noqa: E402,F401
     _main, _parser, _render_depths, _render_invariants, _render_scenarios, _render_scorer, _row, _run_check,

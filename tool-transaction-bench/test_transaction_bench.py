@@ -1979,6 +1979,21 @@ class TestPlanVetoes(unittest.TestCase):
         self.assertIn(("CALLS_EXCLUSIVE", "/refund_payment+cancel_order", 2), [(f.code, f.path, f.call)
                                                                                 for f in findings])
 
+    def test_an_order_for_other_goods_is_a_veto_and_the_guard_refuses_it(self):
+        # The request fixes the line (2 x SKU-RED, what the reservation holds); create_order's
+        # line was not among the fixed values, so an order for 1 x SKU-BLUE scored 1.000 "pass",
+        # the guard ran it and RECONCILED an order whose line contradicts its own reservation.
+        calls = tb.plan_calls((("create_order", ("line", "sku"), "SKU-BLUE"),
+                               ("create_order", ("line", "quantity"), 1)))
+        result = self.score([item.to_json() for item in calls], tb.PLACE_ORDER)
+        self.assertEqual((result["verdict"], result["total"]["value"], result["vetoes"]),
+                         ("veto", "0.000", ["WRONG_TARGET:create_order/line/sku@0",
+                                            "WRONG_AMOUNT:create_order/line/quantity@0"]))
+        self.assertEqual(result["calls"][0]["pair_score"], "2/3")
+        record = run("guarded", calls)
+        self.assertEqual((record["lifecycle"], record["refusal"], record["side_effects"]),
+                         (tb.REFUSED, [{"call": 0, "code": "ARGUMENT_MISMATCH", "path": "/line"}], 0))
+
     def test_key_reuse_with_the_same_intent_is_no_key_veto(self):
         refund = provider("refund_payment", REFUND)
         result = self.score([refund, {**refund, "id": "c2"}], tb.SCORER_CASES[2].expectation)

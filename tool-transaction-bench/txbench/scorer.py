@@ -293,10 +293,18 @@ def _effect_vetoes(names: list[Any], checks: list[CallCheck], expectation: Expec
             if any(call.name == name for call in expectation.calls):
                 out.append(f"DUPLICATE_EFFECT:{name}@{index}")  # one more effect than asked for
             continue
-        fixed = expectation.calls[column].arguments
-        arguments = checks[index].arguments
-        out += [f"{EFFECT_FIELDS[field_name]}:{name}/{field_name}@{index}" for field_name in EFFECT_FIELDS
-                if field_name in fixed and not same_json(arguments[field_name], fixed[field_name])]
+        out += [f"{code}:{name}{path}@{index}"
+                for code, path in _effect_mismatches(expectation.calls[column].arguments, checks[index].arguments)]
+    return out
+
+
+def _effect_mismatches(fixed: Mapping[str, Any], arguments: Mapping[str, Any], path: str = "") -> list[tuple[str, str]]:
+    # An effect field at any depth the request fixed (create_order's line holds its SKU and quantity).
+    out = [(EFFECT_FIELDS[name], f"{path}/{name}") for name in EFFECT_FIELDS
+           if name in fixed and not same_json(arguments.get(name), fixed[name])]
+    for name, value in sorted(fixed.items()):
+        if isinstance(value, Mapping) and isinstance(arguments.get(name), dict):
+            out += _effect_mismatches(value, arguments[name], f"{path}/{name}")
     return out
 
 

@@ -1198,6 +1198,24 @@ class TestInvariants(unittest.TestCase):
                 record = bare_record(orders=orders, reservations=reservations, manual=manual)
                 self.assertEqual(self.check("no_orphan_reservation", record), expected)
 
+    def test_no_orphan_charge(self):
+        cases = [
+            ({"1": {"status": "confirmed"}}, {"C1": charge("1", "a")}, None, []),
+            ({"1": {"status": "cancelled"}}, {"C1": charge("1", "a")}, None,
+             [{"captured": 1, "order_ref": "1", "order_status": "cancelled"}]),
+            ({"1": {"status": "created"}}, {"C1": charge("1", "a")}, None,
+             [{"captured": 1, "order_ref": "1", "order_status": "created"}]),
+            ({}, {"C1": charge("1", "a")}, None, [{"captured": 1, "order_ref": "1", "order_status": None}]),
+            ({"1": {"status": "cancelled"}}, {"C1": charge("1", "a", "refunded")}, None, []),
+            ({"1": {"status": "cancelled"}}, {"C1": charge("1", "a")}, {"orders": ["1"]}, []),
+            ({"1": {"status": "cancelled"}}, {"C1": charge("1", "a")}, {"orders": ["2"]},
+             [{"captured": 1, "order_ref": "1", "order_status": "cancelled"}]),
+        ]
+        for orders, charges, manual, expected in cases:
+            with self.subTest(orders=orders, charges=charges, manual=manual):
+                record = bare_record(orders=orders, charges=charges, manual=manual)
+                self.assertEqual(self.check("no_orphan_charge", record), expected)
+
     def test_consumed_exactly_once(self):
         outbox = {"E1": {}, "E2": {}, "E3": {}}
         self.assertEqual(self.check("consumed_exactly_once", bare_record(outbox=outbox,
@@ -1225,8 +1243,8 @@ class TestInvariants(unittest.TestCase):
 
     def test_check_invariants_runs_each_by_name(self):
         self.assertEqual(tb.check_invariants(bare_record()), {name: [] for name in tb.INVARIANTS})
-        self.assertEqual(list(tb.INVARIANTS), ["single_charge", "no_orphan_reservation", "consumed_exactly_once",
-                                               "key_ledger", "unknown_resolved"])
+        self.assertEqual(list(tb.INVARIANTS), ["single_charge", "no_orphan_reservation", "no_orphan_charge",
+                                               "consumed_exactly_once", "key_ledger", "unknown_resolved"])
 
 
 # ================================================================================================
@@ -1469,6 +1487,7 @@ class TestSweep(unittest.TestCase):
         self.assertEqual(bench().summary["sweep"]["invariants"], {
             "single_charge": {"guarded": 0, "naive": 152},
             "no_orphan_reservation": {"guarded": 0, "naive": 470},
+            "no_orphan_charge": {"guarded": 0, "naive": 167},
             "consumed_exactly_once": {"guarded": 0, "naive": 1108},
             "key_ledger": {"guarded": 0, "naive": 0},
             "unknown_resolved": {"guarded": 0, "naive": 1211},
@@ -1859,7 +1878,8 @@ class TestSeedRegressions(unittest.TestCase):
         # The model's proposal is the same; only the orchestration decides whether it lands.
         self.assertEqual(record["naive"]["diff_paths"], ["consumed/EV-0001", "deliveries/EV-0001", "orders/20481",
                                                          "outbox/EV-0001"])
-        self.assertEqual(record["naive"]["violations"], tb._violations(no_orphan_reservation=1))
+        # The cancelled order keeps its reservation and the customer's money.
+        self.assertEqual(record["naive"]["violations"], tb._violations(no_orphan_reservation=1, no_orphan_charge=1))
         self.assertEqual((record["guarded"]["lifecycle"], record["guarded"]["side_effects"]), (tb.REFUSED, 0))
 
     def test_sc3_refund_missing_reason_is_refused(self):
@@ -2347,8 +2367,8 @@ class TestCli(unittest.TestCase):
             with open(Path(scratch) / tb.RAW_FILE, "rb") as handle:
                 self.assertEqual(handle.read(), bench().raw)
         for text in ("S10 response lost after commit: one charge", "C1 double charge: SHOWN",
-                     "single_charge", "no_orphan_reservation", "consumed_exactly_once", "key_ledger",
-                     "unknown_resolved", "parse", "schema", "call_set", "dependency", "total", "verdict",
+                     "single_charge", "no_orphan_reservation", "no_orphan_charge", "consumed_exactly_once",
+                     "key_ledger", "unknown_resolved", "parse", "schema", "call_set", "dependency", "total", "verdict",
                      "vetoes:\n  SC2   FORBIDDEN_CALL:cancel_order@1\n", "PASSED"):
             self.assertIn(text, out)
         body, _, timing = out.rpartition("time: ")
@@ -2618,6 +2638,31 @@ class TestUserOrchestrator(unittest.TestCase):
             return "completed"  # no relay, no recovery: what it says is not what the state shows
         verdict = self.sweep(careless)
         self.assertEqual((verdict["verdict"], verdict["unsafe"] > 0), ("fail", True))
+
+    def test_a_saga_that_never_refunds_is_unsafe(self):
+        # It cancels and releases but keeps the money: no invariant looked at a captured charge on
+        # an order that is not confirmed, so this orchestrator passed the whole sweep (unsafe 0).
+        from examples.simple_orchestrator import step
+
+        def keeps_the_money(calls, port):
+            done = []
+            for item in calls:
+                arguments = port.decode(item.arguments)
+                if step(port, item.name, arguments) != "ok":
+                    for undo in filter(None, (port.compensation(*pair) for pair in reversed(done))):
+                        if undo[0] != "refund_payment":
+                            step(port, *undo)
+                    port.relay()
+                    return "compensated"
+                done.append((item.name, arguments))
+            port.relay()
+            return "completed"
+        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(keeps_the_money),
+                                faults=(tb.Fault("permanent_failure", "confirm_order"),))
+        self.assertEqual(record["invariants"]["no_orphan_charge"],
+                         [{"captured": 1, "order_ref": "30417", "order_status": "cancelled"}])
+        verdict = self.sweep(keeps_the_money)  # one single fault needs a refund: confirm_order refused for good
+        self.assertEqual((verdict["verdict"], verdict["unsafe"]), ("fail", 1))
 
     def test_a_crash_or_an_odd_answer_is_recorded_not_raised(self):
         def crash(calls, port):

@@ -70,8 +70,8 @@ from txbench.orchestrators import (  # noqa: E402,F401
 )
 from txbench.records import (  # noqa: E402,F401
     CALL_MS, INVARIANTS, Invariant, METRICS, NAIVE_BREAKS, STATUS_MS, TIMEOUT_MS, _business,
-    _consumed_exactly_once, _key_ledger, _ledger, _new, _no_orphan_reservation, _single_charge, _trace_count,
-    _unknown_resolved, check_invariants, execute_run, judge, run_cost, seal, state_diff, state_hash
+    _consumed_exactly_once, _key_ledger, _ledger, _new, _no_orphan_charge, _no_orphan_reservation, _single_charge,
+    _trace_count, _unknown_resolved, check_invariants, execute_run, judge, run_cost, seal, state_diff, state_hash
 )
 from txbench.scenarios import (  # noqa: E402,F401
     CONTROLS, Control, DIMENSIONS, EXPECTED_COMPENSATED_STATE, EXPECTED_COMPLETED_STATE, PLACE_ORDER,

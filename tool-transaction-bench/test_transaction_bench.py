@@ -2673,6 +2673,24 @@ class TestUserOrchestrator(unittest.TestCase):
             record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(lambda c, p: said))
             self.assertEqual(record["outcome"], "invalid_outcome")
 
+    def test_what_no_record_can_hold_is_refused_at_the_port(self):
+        # A name, key or argument the run record cannot hold as JSON (an object, NaN, a lone
+        # surrogate) went into the sandbox's trace, and sealing the record raised out of the bench:
+        # the whole sweep answered INTERNAL_ERROR for one odd call. The port now answers it.
+        answers = []
+
+        def odd(calls, port):
+            answers.extend([port.call(object(), {}), port.call("\ud800", {}),
+                            port.call("create_order", {"idempotency_key": "\ud800"}),
+                            port.call("create_order", {"order_ref": float("nan")}),
+                            port.call("create_order", {"order_ref": {1, 2}}),
+                            port.query_status("charge_payment", float("nan")),
+                            port.query_status("charge_payment", "\udc00"), port.query_status(["x"], "k")])
+            return "failed"
+        record = tb.seal(tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(odd)))
+        self.assertEqual([(answer.ok, answer.code) for answer in answers], [(False, "BAD_REQUEST")] * 8)
+        self.assertEqual((record["outcome"], record["trace"], record["ledger"]), ("failed", [], {}))
+
     def test_manual_with_an_undecodable_call_names_the_orders_it_can_read(self):
         calls = tb.plan_calls()[:1] + (call("confirm_order", "{not json", "c9"),)
         record = tb.execute_run("user", calls, tb.PLACE_ORDER, registry=self.registry(lambda c, p: "manual"))

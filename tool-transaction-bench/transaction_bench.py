@@ -65,7 +65,7 @@ from txbench.plans import (  # noqa: E402,F401
 from txbench.orchestrators import (  # noqa: E402,F401
     COMPENSATIONS, Journal, ORCHESTRATORS, Orchestrator, RunResult, ToolPort, USER_OUTCOMES,
     _cancel_arguments, _compensate, _decoded_or_empty, _execute_plan, _manual_case, _naive_step,
-    _refund_arguments, _release_arguments, _resolve_by_status, _undo_key, _with_fresh_key,
+    _recordable, _refund_arguments, _release_arguments, _resolve_by_status, _undo_key, _with_fresh_key,
     call_with_recovery, load_orchestrator, reconcile, run_guarded, run_naive, user_orchestrator
 )
 from txbench.records import (  # noqa: E402,F401

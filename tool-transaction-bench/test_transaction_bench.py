@@ -1830,6 +1830,26 @@ class TestScorerHostileInput(unittest.TestCase):
                     self.assertEqual(result["calls"][0]["findings"], [{"call": 0, "code": code, "path": ""}])
                     self.assertEqual((result["verdict"], result["total"]["value"]), ("unparseable", "0.000"))
 
+    def test_object_arguments_json_cannot_write_are_codes_not_exceptions(self):
+        # A host's Python objects as Anthropic `input` or bare-list `arguments`: json.dumps raised
+        # out of score_response (TypeError, ValueError, RecursionError) for each of these.
+        deep, cycle = {}, {}
+        node = deep
+        for _ in range(3000):
+            node["a"] = node = {}
+        cycle["self"] = cycle
+        cases = {"ARGS_NOT_JSON": [{"order_ref": {1, 2}}, {("order_ref",): "20481"}, deep, cycle],
+                 "ARGS_NONFINITE": [{"order_ref": float("nan")}, {"order_ref": float("inf")}]}
+        for code, values in cases.items():
+            for number, value in enumerate(values):
+                for response in ([{"name": "query_logistics", "arguments": value}],
+                                 {"role": "assistant", "content": [{"type": "tool_use", "id": "t1",
+                                                                    "name": "query_logistics", "input": value}]}):
+                    with self.subTest(code=code, value=number, shape=type(response).__name__):
+                        result = tb.score_response(response, self.EXPECT)
+                        self.assertEqual((result["verdict"], result["calls"][0]["findings"]),
+                                         ("unparseable", [{"call": 0, "code": code, "path": ""}]))
+
     def test_x_x64_ids_and_names_are_accepted(self):
         good = provider("query_logistics", {"order_ref": "20481"}, "x" * 64)
         self.assertEqual(tb.score_response({"tool_calls": [good]}, self.EXPECT)["verdict"], "pass")

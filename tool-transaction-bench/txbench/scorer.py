@@ -59,13 +59,22 @@ def scorer_config() -> dict[str, Any]:
     }
 
 
+# The text an object json cannot write stands for (a set, a key that is no string, a cycle, a
+# nesting deeper than the interpreter's stack): not JSON, so the decoder says ARGS_NOT_JSON.
+UNWRITABLE_ARGUMENTS: Final = ""
+
+
 def _object_text(value: Any) -> Any:
     # Shapes that carry arguments as an object (Anthropic `input`, Gemini `args`, a bare list) are
     # turned into text, so every call goes through the same strict decoder; ASCII escapes keep a
-    # lone surrogate visible to it. Anything but an object stays as it is and is refused there.
-    if isinstance(value, dict):
-        return json.dumps(value, ensure_ascii=True, allow_nan=False)
-    return value
+    # lone surrogate visible to it, and NaN or Infinity written out is refused by it (ARGS_NONFINITE).
+    # Anything but an object stays as it is and is refused there.
+    if not isinstance(value, dict):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=True, allow_nan=True)
+    except (TypeError, ValueError, RecursionError):
+        return UNWRITABLE_ARGUMENTS
 
 
 def _items(value: Any) -> list[Any]:

@@ -862,6 +862,8 @@ class TestPlanValidation(unittest.TestCase):
             "not an expected call": tb.Expectation("x", ("confirm_order",)),
             "arguments not a mapping": tb.Expectation("x", (tb.ExpectedCall("confirm_order", ["x"]),)),
             "too many calls": tb.Expectation("x", (tb.ExpectedCall("confirm_order", {}),) * 9),
+            # A value no call of that tool can carry: no plan could ever meet it.
+            "field outside the tool": tb.Expectation("x", (tb.ExpectedCall("confirm_order", {"amount_cents": 5}),)),
             "not an expectation": {"calls": []},
         }
         for reason, expectation in bad.items():

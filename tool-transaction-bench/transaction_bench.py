@@ -59,8 +59,8 @@ from txbench.plans import (  # noqa: E402,F401
     BUSINESS_CHECKS, CONTEXT_FIELDS, CallCheck, Expectation, ExpectedCall, IRREVERSIBLE_TOOLS, ToolCall,
     _argument_findings, _call_id_findings, _call_set_findings, _confirmation_findings, _context_well_formed,
     _currency_findings, _customer_findings, decoded_arguments, _exclusive_findings, _has_cycle, _key_findings,
-    _order_currency, _order_findings, _orders_context, _positional_matches, same_json, _version_findings,
-    business_findings, check_expectation, validate_plan, vet_call
+    _order_currency, _order_findings, _orders_context, _positional_matches, _properties, same_json,
+    _version_findings, business_findings, check_expectation, validate_plan, vet_call
 )
 from txbench.orchestrators import (  # noqa: E402,F401
     COMPENSATIONS, Journal, ORCHESTRATORS, Orchestrator, RunResult, ToolPort, USER_OUTCOMES,
@@ -85,8 +85,8 @@ from txbench.sweep import (  # noqa: E402,F401
 )
 from txbench.scorer import (  # noqa: E402,F401
     EFFECT_FIELDS, RESPONSE_SHAPES, SCORER_CASES, ScorerCase, UNWRITABLE_ARGUMENTS, VERDICTS, GOODWILL, _QUERY,
-    READ_ONLY, REFUND_DAMAGED, _REFUND_ARGS, SCHEDULE_DELIVERY, _SCHEDULE_ARGS, _SEEDED_CONTEXT, _SHARED_KEY, _UNPARSED_CODES,
-    _anthropic_calls, _bare_list_calls, _bench_calls, _call_vetoes, _chat_calls, _check_configuration,
+    READ_ONLY, REFUND_DAMAGED, _REFUND_ARGS, SCHEDULE_DELIVERY, _SCHEDULE_ARGS, _SEEDED_CONTEXT, _SHARED_KEY,
+    _UNPARSED_CODES, _anthropic_calls, _bare_list_calls, _bench_calls, _call_vetoes, _chat_calls, _check_configuration,
     _edges, _effect_mismatches, _effect_vetoes, _factor, _failed_score, _gemini_calls, _is_object_with, _items,
     _key_vetoes, _object_text, _order_vetoes, _outcome_digest, _pair_score, _plan_response, _provider_call, _ratio,
     _response_calls, _responses_calls, _scored_calls, _tool_call, _verdict, calls_from_response,

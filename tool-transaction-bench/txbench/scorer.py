@@ -252,9 +252,9 @@ def _failed_score(code: str, expected_calls: int) -> dict[str, Any]:
 def _check_configuration(expectation: Any, tools: Any) -> None:
     if not isinstance(tools, Mapping) or not all(isinstance(tool, ToolContract) for tool in tools.values()):
         raise BenchError("FIELD_UNSUPPORTED")
-    check_expectation(expectation, tools)
     for tool in tools.values():
         check_schema(tool.schema)
+    check_expectation(expectation, tools)  # against checked contracts: its fixed fields must be theirs
 
 
 def _edges(expectation: Expectation, pairs: tuple[tuple[int, int], ...]) -> list[dict[str, Any]]:

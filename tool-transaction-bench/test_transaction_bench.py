@@ -2588,6 +2588,18 @@ class TestScorePlans(unittest.TestCase):
                 self.assertEqual((error["code"], error["at"]), (code, at))
                 self.assertNotIn("secret", json.dumps(error))
 
+    def test_each_bad_field_is_named_by_its_own_detail(self):
+        # A scenario that is no string was refused with the detail meant for the trial.
+        for text, detail in ((b'{"scenario":5,"trial":0,"error":"x"}\n', "scenario must be a string"),
+                             (b'{"scenario":null,"trial":0,"error":"x"}\n', "scenario must be a string"),
+                             (b'{"scenario":"track_order","trial":1.0,"error":"x"}\n',
+                              "trial must be an integer 0..1000"),
+                             (b'{"scenario":"track_order","trial":1001,"error":"x"}\n',
+                              "trial must be an integer 0..1000")):
+            with self.subTest(text=text):
+                error = self.refusal(text)
+                self.assertEqual((error["code"], error["at"], error["detail"]), ("PLANS_LINE", "line 1", detail))
+
     def test_line_limit_both_sides(self):
         pad = tb.MAX_PLAN_LINE_BYTES - len(b'{"scenario":"track_order","trial":0,"error":""}')
         fits = b'{"scenario":"track_order","trial":0,"error":"' + b"x" * pad + b'"}\n'

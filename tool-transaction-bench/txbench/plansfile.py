@@ -60,8 +60,10 @@ def _plan_record(number: int, data: bytes) -> PlanRecord | None:
     if not isinstance(value, dict) or frozenset(value) not in PLAN_FIELDS:
         raise BenchError("PLANS_LINE", f"line {number}", detail="fields must be scenario, trial, response or error")
     trial = value["trial"]
-    if type(trial) is not int or not 0 <= trial <= MAX_TRIAL or not isinstance(value["scenario"], str):
+    if type(trial) is not int or not 0 <= trial <= MAX_TRIAL:
         raise BenchError("PLANS_LINE", f"line {number}", detail="trial must be an integer 0..1000")
+    if not isinstance(value["scenario"], str):
+        raise BenchError("PLANS_LINE", f"line {number}", detail="scenario must be a string")
     if value["scenario"] not in SCORING_SCENARIOS:
         raise BenchError("PLANS_SCENARIO_UNKNOWN", f"line {number}",
                          detail="known: " + ", ".join(sorted(SCORING_SCENARIOS)))

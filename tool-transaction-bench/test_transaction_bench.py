@@ -2036,6 +2036,22 @@ class TestPlanVetoes(unittest.TestCase):
         self.assertEqual((record["lifecycle"], record["refusal"], record["side_effects"]),
                          (tb.REFUSED, [{"call": 0, "code": "ARGUMENT_MISMATCH", "path": "/line"}], 0))
 
+    def test_an_unreadable_call_is_unparseable_not_a_customer_veto(self):
+        # A call no shape reads has no name; the allowed-tools check read that None as a tool the
+        # customer may not use, and the verdict was "veto" instead of "unparseable".
+        plan = [item.to_json() for item in tb.plan_calls()]
+        for bad in (None, {"id": "c9", "name": 5, "arguments": "{}"}):
+            with self.subTest(bad=bad):
+                result = self.score([bad] + plan, tb.PLACE_ORDER)
+                self.assertEqual((result["verdict"], result["vetoes"]), ("unparseable", []))
+
+    def test_a_name_no_tool_has_is_never_echoed_in_a_veto(self):
+        # The model's own text went into the veto as its tool: a lone surrogate made the output
+        # line JSON that a portable reader refuses, and '@' or ':' made the veto ambiguous.
+        result = self.score([provider("\ud800", "{}"), provider("cancel_order@9:x", "{}", "c2")], tb.PLACE_ORDER)
+        self.assertEqual((result["verdict"], result["vetoes"]),
+                         ("veto", ["CUSTOMER_NOT_PERMITTED:?@0", "CUSTOMER_NOT_PERMITTED:?@1"]))
+
     def test_key_reuse_with_the_same_intent_is_no_key_veto(self):
         refund = provider("refund_payment", REFUND)
         result = self.score([refund, {**refund, "id": "c2"}], tb.SCORER_CASES[2].expectation)

@@ -342,14 +342,19 @@ def _key_vetoes(names: list[Any], args: list[dict]) -> list[str]:
     return out
 
 
+# How a veto names a tool no contract has: the name is the model's text and is never echoed.
+UNKNOWN_TOOL_SHOWN: Final = "?"
+
+
 def plan_vetoes(ids: list[Any], names: list[Any], checks: list[CallCheck], expectation: Expectation,
-                pairs: tuple[tuple[int, int], ...]) -> list[str]:
+                pairs: tuple[tuple[int, int], ...], tools: Mapping[str, ToolContract] = TOOLS) -> list[str]:
     """Every reason the plan would cause a wrong effect, each named: any one zeroes the score."""
     args = decoded_arguments(checks)
     out = _call_vetoes(names, expectation) + _effect_vetoes(names, checks, expectation, pairs)
     out += _order_vetoes(names, expectation, pairs) + _key_vetoes(names, args)
-    out += [f"{found.code}:{names[found.call]}@{found.call}"
-            for found in business_findings(ids, names, checks, expectation)]
+    # A call no shape reads (name None) is unparseable already: no business check judges it.
+    out += [f"{found.code}:{names[found.call] if names[found.call] in tools else UNKNOWN_TOOL_SHOWN}@{found.call}"
+            for found in business_findings(ids, names, checks, expectation) if names[found.call] is not None]
     return out
 
 
@@ -380,7 +385,7 @@ def score_response(response: Any, expectation: Expectation,
                for name, check in zip(names, checks)]
     matched, pairs = optimal_matching(weights)
     edges = _edges(expectation, pairs)
-    vetoes = plan_vetoes(ids, names, checks, expectation, pairs)
+    vetoes = plan_vetoes(ids, names, checks, expectation, pairs, tools)
     count = len(checks)
     sub_scores = {
         "call_set": _ratio(matched, max(len(expectation.calls), count)),

@@ -1715,8 +1715,8 @@ class TestScorer(unittest.TestCase):
     def test_total_is_call_set_times_dependency(self):
         expectation = tb.Expectation("x", (tb.ExpectedCall("query_logistics", {"order_ref": "20481"}),
                                            tb.ExpectedCall("refund_payment", {"order_ref": "20481", "reason": "damaged"}),
-                                           tb.ExpectedCall("confirm_order", {})),
-                                     edges=((0, 1), (1, 2)))
+                                           tb.ExpectedCall("query_logistics", {"order_ref": "20482"})),
+                                     edges=((0, 1), (1, 2)))  # the last call a read: a missing effect is a veto
         query = provider("query_logistics", {"order_ref": "20481"})
         refund = provider("refund_payment", {**REFUND, "reason": "other"}, "c2")
         result = self.score(refund, query, expectation=expectation)
@@ -2035,6 +2035,24 @@ class TestPlanVetoes(unittest.TestCase):
         record = run("guarded", calls)
         self.assertEqual((record["lifecycle"], record["refusal"], record["side_effects"]),
                          (tb.REFUSED, [{"call": 0, "code": "ARGUMENT_MISMATCH", "path": "/line"}], 0))
+
+    def test_a_half_saga_is_a_veto_not_partial_credit(self):
+        # Effects proposed while an expected effect is missing: what commits stays, and the state the
+        # request needs is never reached. Create, reserve and charge without confirm_order scored
+        # 0.450 "incomplete", and run as proposed it leaves the customer charged for an order that
+        # is never confirmed, its stock held: both orphan invariants, with no fault at all.
+        plan = [item.to_json() for item in tb.plan_calls()]
+        result = self.score(plan[:3], tb.PLACE_ORDER)
+        self.assertEqual((result["verdict"], result["total"]["value"], result["vetoes"]),
+                         ("veto", "0.000", ["EFFECT_MISSING:confirm_order@-"]))
+        record = tb.execute_run("naive", tb.plan_calls()[:3], tb.PLACE_ORDER)
+        self.assertEqual(tb.METRICS["violations"](record), tb._violations(no_orphan_reservation=1, no_orphan_charge=1))
+        self.assertEqual(self.score([plan[0], plan[2], plan[3]], tb.PLACE_ORDER)["vetoes"],
+                         ["EFFECT_MISSING:reserve_inventory@-"])
+        # Without any effect nothing commits: a plan of reads only stays incomplete.
+        reads = self.score([provider("query_logistics", {"order_ref": "30417"})], tb.PLACE_ORDER)
+        self.assertEqual((reads["verdict"], reads["vetoes"]), ("incomplete", []))
+        self.assertIn("EFFECT_MISSING", tb.scorer_config()["vetoes"]["plan"])
 
     def test_an_unreadable_call_is_unparseable_not_a_customer_veto(self):
         # A call no shape reads has no name; the allowed-tools check read that None as a tool the

@@ -88,10 +88,10 @@ from txbench.scorer import (  # noqa: E402,F401
     GOODWILL, _QUERY, READ_ONLY, REFUND_DAMAGED, _REFUND_ARGS, SCHEDULE_DELIVERY, _SCHEDULE_ARGS, _SEEDED_CONTEXT,
     _SHARED_KEY, _UNPARSED_CODES, _anthropic_calls, _bare_list_calls, _bench_calls, _call_vetoes, _chat_calls,
     _check_configuration, _edges, _effect_mismatches, _effect_vetoes, _factor, _failed_score, _gemini_calls,
-    _is_object_with, _items, _key_vetoes, _object_text, _order_vetoes, _outcome_digest, _pair_score, _plan_response,
-    _provider_call, _ratio, _response_calls, _responses_calls, _scored_calls, _tool_call, _verdict,
-    calls_from_response, optimal_matching, plan_vetoes, read_response, run_scorer_case, score_response,
-    scorer_config
+    _is_object_with, _items, _key_vetoes, _missing_effect_vetoes, _object_text, _order_vetoes, _outcome_digest,
+    _pair_score, _plan_response, _provider_call, _ratio, _response_calls, _responses_calls, _scored_calls,
+    _tool_call, _verdict, calls_from_response, optimal_matching, plan_vetoes, read_response, run_scorer_case,
+    score_response, scorer_config
 )
 from txbench.bench import (  # noqa: E402,F401
     BenchOutcome, _dimension_counts, _failures, _first_difference, _read, _scenario_rows, _scorer_summary,

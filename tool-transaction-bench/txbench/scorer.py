@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -54,8 +55,8 @@ def scorer_config() -> dict[str, Any]:
                                        "CURRENCY_MISMATCH", "CUSTOMER_MISMATCH", "CUSTOMER_NOT_PERMITTED",
                                        "VERSION_STALE"}),
                    "effect_fields": dict(EFFECT_FIELDS), "high_value_cents": HIGH_VALUE_CENTS,
-                   "plan": ["DEPENDENCY_ORDER", "DUPLICATE_EFFECT", "FORBIDDEN_CALL", "KEY_REUSED",
-                            "UNEXPECTED_EFFECT"]},
+                   "plan": ["DEPENDENCY_ORDER", "DUPLICATE_EFFECT", "EFFECT_MISSING", "FORBIDDEN_CALL",
+                            "KEY_REUSED", "UNEXPECTED_EFFECT"]},
     }
 
 
@@ -317,6 +318,17 @@ def _effect_mismatches(fixed: Mapping[str, Any], arguments: Mapping[str, Any], p
     return out
 
 
+def _missing_effect_vetoes(names: list[Any], expectation: Expectation) -> list[str]:
+    # A half saga: effects proposed while an expected effect is missing. What commits stays and the
+    # state the request needs is never reached (a charge for an order nobody confirms). A plan of
+    # reads only commits nothing and stays incomplete. A missing call has no index: '@-'.
+    if not any(name in SIDE_EFFECT_TOOLS for name in names):
+        return []
+    wanted = Counter(call.name for call in expectation.calls if call.name in SIDE_EFFECT_TOOLS)
+    proposed = Counter(names)
+    return [f"EFFECT_MISSING:{name}@-" for name in wanted for _ in range(wanted[name] - proposed[name])]
+
+
 def _order_vetoes(names: list[Any], expectation: Expectation, pairs: tuple[tuple[int, int], ...]) -> list[str]:
     # An effect committed before the call it depends on (a charge before the stock is reserved).
     row_of = {column: row for row, column in pairs}
@@ -351,6 +363,7 @@ def plan_vetoes(ids: list[Any], names: list[Any], checks: list[CallCheck], expec
     """Every reason the plan would cause a wrong effect, each named: any one zeroes the score."""
     args = decoded_arguments(checks)
     out = _call_vetoes(names, expectation) + _effect_vetoes(names, checks, expectation, pairs)
+    out += _missing_effect_vetoes(names, expectation)
     out += _order_vetoes(names, expectation, pairs) + _key_vetoes(names, args)
     # A call no shape reads (name None) is unparseable already: no business check judges it.
     out += [f"{found.code}:{names[found.call] if names[found.call] in tools else UNKNOWN_TOOL_SHOWN}@{found.call}"

@@ -2759,6 +2759,17 @@ class TestUserOrchestrator(unittest.TestCase):
         self.assertEqual([(answer.ok, answer.code) for answer in answers], [(False, "BAD_REQUEST")] * 8)
         self.assertEqual((record["outcome"], record["trace"], record["ledger"]), ("failed", [], {}))
 
+    def test_a_sys_exit_is_a_crash_not_the_end_of_the_sweep(self):
+        # sys.exit(0) inside a user's orchestrator ended `sweep` with status 0 and no output: the
+        # exit status said "passed" for an orchestrator that never ran a step.
+        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(exit_zero))
+        self.assertEqual((record["outcome"], record["side_effects"]), ("crashed", 0))
+        small = lambda **options: ORIGINAL_RUN_SWEEP(**{**options, "plan": SMALL_SWEEP})  # noqa: E731
+        with mock.patch.object(txcli, "run_sweep", small):
+            status, out, _ = capture(["sweep", "--orchestrator", "test_transaction_bench:exit_zero"])
+        self.assertEqual(status, 1)
+        self.assertIn("sweep verdict user: FAIL (unsafe runs 0, liveness 0/53 = 0.000", out)
+
     def test_manual_with_an_undecodable_call_names_the_orders_it_can_read(self):
         calls = tb.plan_calls()[:1] + (call("confirm_order", "{not json", "c9"),)
         record = tb.execute_run("user", calls, tb.PLACE_ORDER, registry=self.registry(lambda c, p: "manual"))
@@ -2827,6 +2838,11 @@ ORIGINAL_RUN_SWEEP = tb.run_sweep
 def refuse_all(calls, port):
     """An orchestrator that is perfectly safe and useless: the sweep must fail it."""
     return "refused"
+
+
+def exit_zero(calls, port):
+    """An orchestrator that leaves through sys.exit(0): a crash of its own, never the bench's exit."""
+    sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -341,7 +341,9 @@ def user_orchestrator(orchestrate: Callable[[tuple[ToolCall, ...], ToolPort], An
         port = ToolPort(box, expectation)
         try:
             said = orchestrate(tuple(calls), port)
-        except Exception:  # noqa: BLE001  a user's bug is a finding of the run, not a crash of the bench
+        except (Exception, SystemExit):  # noqa: BLE001  a user's bug is a finding of the run, not a crash of the bench
+            # sys.exit() inside it too: it ended the whole command with status 0 and no verdict.
+            # A KeyboardInterrupt still reaches the command (CLI_INTERRUPTED); os._exit cannot be caught.
             said = "crashed"
         outcome = said if isinstance(said, str) and said in USER_OUTCOMES | {"crashed"} else "invalid_outcome"
         box.drain()

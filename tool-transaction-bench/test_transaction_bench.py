@@ -2131,6 +2131,17 @@ class TestBusinessChecks(unittest.TestCase):
         self.assertEqual(self.findings((stale,), expectation), [("VERSION_STALE", "/order_version", 0)])
         self.assertEqual(self.findings((call("schedule_delivery", SCHEDULE),), expectation), [])
 
+    def test_a_version_that_is_no_integer_is_not_the_current_one(self):
+        # Compared with Python's ==: true passed for version 1 and 1.0 for version 1 (no
+        # VERSION_STALE), while "1" was stale; booleans are not integers anywhere else here.
+        expectation = tb.Expectation("x", (tb.ExpectedCall("schedule_delivery", {}),), context={
+            "orders": {"20481": {"currency": "EUR", "version": 1}}})
+        for value in (True, 1.0, "1"):
+            with self.subTest(value=value):
+                odd = call("schedule_delivery", {**SCHEDULE, "order_version": value})
+                self.assertEqual(self.findings((odd,), expectation)[-1:], [("VERSION_STALE", "/order_version", 0)])
+        self.assertEqual(self.findings((call("schedule_delivery", {**SCHEDULE, "order_version": 1}),), expectation), [])
+
     def test_the_sandbox_enforces_the_version_too(self):
         box = sandbox()
         tb.seed_confirmed_order(box)

@@ -272,7 +272,9 @@ def _version_findings(_ids: list[Any], names: list[Any], args: list[dict], expec
     for index, arguments in enumerate(args):
         reference = arguments.get("order_ref")
         known = orders.get(reference) if isinstance(reference, str) else None
-        if "order_version" in arguments and known is not None and arguments["order_version"] != known["version"]:
+        # Exact, as every fixed value: true and 1.0 are not version 1 (Python's == says they are).
+        if "order_version" in arguments and known is not None and not same_json(arguments["order_version"],
+                                                                                 known["version"]):
             found.append(Finding("VERSION_STALE", "/order_version", index))
     return found
 

@@ -84,6 +84,14 @@ def with_order(box: tb.Sandbox, *tools: str) -> tb.Sandbox:
     return box
 
 
+def nested(depth: int) -> dict:
+    """An object `depth` containers deep, counting itself: {"a": {"a": ... {}}}."""
+    value: dict = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
 def canonical_text(value) -> str:
     return tb.canonical_json(value).decode("utf-8")
 
@@ -1834,13 +1842,15 @@ class TestScorerHostileInput(unittest.TestCase):
 
     def test_object_arguments_json_cannot_write_are_codes_not_exceptions(self):
         # A host's Python objects as Anthropic `input` or bare-list `arguments`: json.dumps raised
-        # out of score_response (TypeError, ValueError, RecursionError) for each of these.
+        # out of score_response (TypeError, ValueError, RecursionError) for each of these. Depth is
+        # scanned first: 3,000 levels were RecursionError on 3.11 and ARGS_TOO_LARGE on 3.13.
         deep, cycle = {}, {}
         node = deep
         for _ in range(3000):
             node["a"] = node = {}
         cycle["self"] = cycle
-        cases = {"ARGS_NOT_JSON": [{"order_ref": {1, 2}}, {("order_ref",): "20481"}, deep, cycle],
+        cases = {"ARGS_NOT_JSON": [{"order_ref": {1, 2}}, {("order_ref",): "20481"}],
+                 "ARGS_TOO_DEEP": [deep, cycle, nested(tb.MAX_NESTING + 1)],
                  "ARGS_NONFINITE": [{"order_ref": float("nan")}, {"order_ref": float("inf")}]}
         for code, values in cases.items():
             for number, value in enumerate(values):
@@ -1851,6 +1861,10 @@ class TestScorerHostileInput(unittest.TestCase):
                         result = tb.score_response(response, self.EXPECT)
                         self.assertEqual((result["verdict"], result["calls"][0]["findings"]),
                                          ("unparseable", [{"call": 0, "code": code, "path": ""}]))
+
+    def test_object_arguments_at_the_nesting_limit_are_decoded(self):
+        result = tb.score_response([{"name": "query_logistics", "arguments": nested(tb.MAX_NESTING)}], self.EXPECT)
+        self.assertEqual((result["verdict"], result["calls"][0]["parsed"]), ("refused", True))
 
     def test_x_x64_ids_and_names_are_accepted(self):
         good = provider("query_logistics", {"order_ref": "20481"}, "x" * 64)

@@ -60,9 +60,26 @@ def scorer_config() -> dict[str, Any]:
     }
 
 
-# The text an object json cannot write stands for (a set, a key that is no string, a cycle, a
-# nesting deeper than the interpreter's stack): not JSON, so the decoder says ARGS_NOT_JSON.
+# The text an object json cannot write stands for (a set, a key that is no string): not JSON, so
+# the decoder says ARGS_NOT_JSON.
 UNWRITABLE_ARGUMENTS: Final = ""
+# The text an object nested deeper than the arguments' limit stands for (a cycle is endless): the
+# decoder's scan says ARGS_TOO_DEEP. Checked before json.dumps, whose own recursion limit differs
+# between Python versions (3.11 raised RecursionError at ~1,000 levels where 3.13 wrote the text).
+TOO_DEEP_ARGUMENTS: Final = "[" * (MAX_NESTING + 1)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, (list, tuple)) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _object_text(value: Any) -> Any:
@@ -72,6 +89,8 @@ def _object_text(value: Any) -> Any:
     # Anything but an object stays as it is and is refused there.
     if not isinstance(value, dict):
         return value
+    if _deeper_than(value, MAX_NESTING):
+        return TOO_DEEP_ARGUMENTS
     try:
         return json.dumps(value, ensure_ascii=True, allow_nan=True)
     except (TypeError, ValueError, RecursionError):

@@ -84,6 +84,14 @@ def with_order(box: tb.Sandbox, *tools: str) -> tb.Sandbox:
     return box
 
 
+def nested(depth: int) -> dict:
+    """An object `depth` containers deep, counting itself: {"a": {"a": ... {}}}."""
+    value: dict = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
 def canonical_text(value) -> str:
     return tb.canonical_json(value).decode("utf-8")
 
@@ -862,6 +870,8 @@ class TestPlanValidation(unittest.TestCase):
             "not an expected call": tb.Expectation("x", ("confirm_order",)),
             "arguments not a mapping": tb.Expectation("x", (tb.ExpectedCall("confirm_order", ["x"]),)),
             "too many calls": tb.Expectation("x", (tb.ExpectedCall("confirm_order", {}),) * 9),
+            # A value no call of that tool can carry: no plan could ever meet it.
+            "field outside the tool": tb.Expectation("x", (tb.ExpectedCall("confirm_order", {"amount_cents": 5}),)),
             "not an expectation": {"calls": []},
         }
         for reason, expectation in bad.items():
@@ -1198,6 +1208,24 @@ class TestInvariants(unittest.TestCase):
                 record = bare_record(orders=orders, reservations=reservations, manual=manual)
                 self.assertEqual(self.check("no_orphan_reservation", record), expected)
 
+    def test_no_orphan_charge(self):
+        cases = [
+            ({"1": {"status": "confirmed"}}, {"C1": charge("1", "a")}, None, []),
+            ({"1": {"status": "cancelled"}}, {"C1": charge("1", "a")}, None,
+             [{"captured": 1, "order_ref": "1", "order_status": "cancelled"}]),
+            ({"1": {"status": "created"}}, {"C1": charge("1", "a")}, None,
+             [{"captured": 1, "order_ref": "1", "order_status": "created"}]),
+            ({}, {"C1": charge("1", "a")}, None, [{"captured": 1, "order_ref": "1", "order_status": None}]),
+            ({"1": {"status": "cancelled"}}, {"C1": charge("1", "a", "refunded")}, None, []),
+            ({"1": {"status": "cancelled"}}, {"C1": charge("1", "a")}, {"orders": ["1"]}, []),
+            ({"1": {"status": "cancelled"}}, {"C1": charge("1", "a")}, {"orders": ["2"]},
+             [{"captured": 1, "order_ref": "1", "order_status": "cancelled"}]),
+        ]
+        for orders, charges, manual, expected in cases:
+            with self.subTest(orders=orders, charges=charges, manual=manual):
+                record = bare_record(orders=orders, charges=charges, manual=manual)
+                self.assertEqual(self.check("no_orphan_charge", record), expected)
+
     def test_consumed_exactly_once(self):
         outbox = {"E1": {}, "E2": {}, "E3": {}}
         self.assertEqual(self.check("consumed_exactly_once", bare_record(outbox=outbox,
@@ -1225,8 +1253,8 @@ class TestInvariants(unittest.TestCase):
 
     def test_check_invariants_runs_each_by_name(self):
         self.assertEqual(tb.check_invariants(bare_record()), {name: [] for name in tb.INVARIANTS})
-        self.assertEqual(list(tb.INVARIANTS), ["single_charge", "no_orphan_reservation", "consumed_exactly_once",
-                                               "key_ledger", "unknown_resolved"])
+        self.assertEqual(list(tb.INVARIANTS), ["single_charge", "no_orphan_reservation", "no_orphan_charge",
+                                               "consumed_exactly_once", "key_ledger", "unknown_resolved"])
 
 
 # ================================================================================================
@@ -1469,6 +1497,7 @@ class TestSweep(unittest.TestCase):
         self.assertEqual(bench().summary["sweep"]["invariants"], {
             "single_charge": {"guarded": 0, "naive": 152},
             "no_orphan_reservation": {"guarded": 0, "naive": 470},
+            "no_orphan_charge": {"guarded": 0, "naive": 167},
             "consumed_exactly_once": {"guarded": 0, "naive": 1108},
             "key_ledger": {"guarded": 0, "naive": 0},
             "unknown_resolved": {"guarded": 0, "naive": 1211},
@@ -1694,8 +1723,8 @@ class TestScorer(unittest.TestCase):
     def test_total_is_call_set_times_dependency(self):
         expectation = tb.Expectation("x", (tb.ExpectedCall("query_logistics", {"order_ref": "20481"}),
                                            tb.ExpectedCall("refund_payment", {"order_ref": "20481", "reason": "damaged"}),
-                                           tb.ExpectedCall("confirm_order", {})),
-                                     edges=((0, 1), (1, 2)))
+                                           tb.ExpectedCall("query_logistics", {"order_ref": "20482"})),
+                                     edges=((0, 1), (1, 2)))  # the last call a read: a missing effect is a veto
         query = provider("query_logistics", {"order_ref": "20481"})
         refund = provider("refund_payment", {**REFUND, "reason": "other"}, "c2")
         result = self.score(refund, query, expectation=expectation)
@@ -1811,6 +1840,32 @@ class TestScorerHostileInput(unittest.TestCase):
                     self.assertEqual(result["calls"][0]["findings"], [{"call": 0, "code": code, "path": ""}])
                     self.assertEqual((result["verdict"], result["total"]["value"]), ("unparseable", "0.000"))
 
+    def test_object_arguments_json_cannot_write_are_codes_not_exceptions(self):
+        # A host's Python objects as Anthropic `input` or bare-list `arguments`: json.dumps raised
+        # out of score_response (TypeError, ValueError, RecursionError) for each of these. Depth is
+        # scanned first: 3,000 levels were RecursionError on 3.11 and ARGS_TOO_LARGE on 3.13.
+        deep, cycle = {}, {}
+        node = deep
+        for _ in range(3000):
+            node["a"] = node = {}
+        cycle["self"] = cycle
+        cases = {"ARGS_NOT_JSON": [{"order_ref": {1, 2}}, {("order_ref",): "20481"}],
+                 "ARGS_TOO_DEEP": [deep, cycle, nested(tb.MAX_NESTING + 1)],
+                 "ARGS_NONFINITE": [{"order_ref": float("nan")}, {"order_ref": float("inf")}]}
+        for code, values in cases.items():
+            for number, value in enumerate(values):
+                for response in ([{"name": "query_logistics", "arguments": value}],
+                                 {"role": "assistant", "content": [{"type": "tool_use", "id": "t1",
+                                                                    "name": "query_logistics", "input": value}]}):
+                    with self.subTest(code=code, value=number, shape=type(response).__name__):
+                        result = tb.score_response(response, self.EXPECT)
+                        self.assertEqual((result["verdict"], result["calls"][0]["findings"]),
+                                         ("unparseable", [{"call": 0, "code": code, "path": ""}]))
+
+    def test_object_arguments_at_the_nesting_limit_are_decoded(self):
+        result = tb.score_response([{"name": "query_logistics", "arguments": nested(tb.MAX_NESTING)}], self.EXPECT)
+        self.assertEqual((result["verdict"], result["calls"][0]["parsed"]), ("refused", True))
+
     def test_x_x64_ids_and_names_are_accepted(self):
         good = provider("query_logistics", {"order_ref": "20481"}, "x" * 64)
         self.assertEqual(tb.score_response({"tool_calls": [good]}, self.EXPECT)["verdict"], "pass")
@@ -1859,7 +1914,8 @@ class TestSeedRegressions(unittest.TestCase):
         # The model's proposal is the same; only the orchestration decides whether it lands.
         self.assertEqual(record["naive"]["diff_paths"], ["consumed/EV-0001", "deliveries/EV-0001", "orders/20481",
                                                          "outbox/EV-0001"])
-        self.assertEqual(record["naive"]["violations"], tb._violations(no_orphan_reservation=1))
+        # The cancelled order keeps its reservation and the customer's money.
+        self.assertEqual(record["naive"]["violations"], tb._violations(no_orphan_reservation=1, no_orphan_charge=1))
         self.assertEqual((record["guarded"]["lifecycle"], record["guarded"]["side_effects"]), (tb.REFUSED, 0))
 
     def test_sc3_refund_missing_reason_is_refused(self):
@@ -1979,6 +2035,55 @@ class TestPlanVetoes(unittest.TestCase):
         self.assertIn(("CALLS_EXCLUSIVE", "/refund_payment+cancel_order", 2), [(f.code, f.path, f.call)
                                                                                 for f in findings])
 
+    def test_an_order_for_other_goods_is_a_veto_and_the_guard_refuses_it(self):
+        # The request fixes the line (2 x SKU-RED, what the reservation holds); create_order's
+        # line was not among the fixed values, so an order for 1 x SKU-BLUE scored 1.000 "pass",
+        # the guard ran it and RECONCILED an order whose line contradicts its own reservation.
+        calls = tb.plan_calls((("create_order", ("line", "sku"), "SKU-BLUE"),
+                               ("create_order", ("line", "quantity"), 1)))
+        result = self.score([item.to_json() for item in calls], tb.PLACE_ORDER)
+        self.assertEqual((result["verdict"], result["total"]["value"], result["vetoes"]),
+                         ("veto", "0.000", ["WRONG_TARGET:create_order/line/sku@0",
+                                            "WRONG_AMOUNT:create_order/line/quantity@0"]))
+        self.assertEqual(result["calls"][0]["pair_score"], "2/3")
+        record = run("guarded", calls)
+        self.assertEqual((record["lifecycle"], record["refusal"], record["side_effects"]),
+                         (tb.REFUSED, [{"call": 0, "code": "ARGUMENT_MISMATCH", "path": "/line"}], 0))
+
+    def test_a_half_saga_is_a_veto_not_partial_credit(self):
+        # Effects proposed while an expected effect is missing: what commits stays, and the state the
+        # request needs is never reached. Create, reserve and charge without confirm_order scored
+        # 0.450 "incomplete", and run as proposed it leaves the customer charged for an order that
+        # is never confirmed, its stock held: both orphan invariants, with no fault at all.
+        plan = [item.to_json() for item in tb.plan_calls()]
+        result = self.score(plan[:3], tb.PLACE_ORDER)
+        self.assertEqual((result["verdict"], result["total"]["value"], result["vetoes"]),
+                         ("veto", "0.000", ["EFFECT_MISSING:confirm_order@-"]))
+        record = tb.execute_run("naive", tb.plan_calls()[:3], tb.PLACE_ORDER)
+        self.assertEqual(tb.METRICS["violations"](record), tb._violations(no_orphan_reservation=1, no_orphan_charge=1))
+        self.assertEqual(self.score([plan[0], plan[2], plan[3]], tb.PLACE_ORDER)["vetoes"],
+                         ["EFFECT_MISSING:reserve_inventory@-"])
+        # Without any effect nothing commits: a plan of reads only stays incomplete.
+        reads = self.score([provider("query_logistics", {"order_ref": "30417"})], tb.PLACE_ORDER)
+        self.assertEqual((reads["verdict"], reads["vetoes"]), ("incomplete", []))
+        self.assertIn("EFFECT_MISSING", tb.scorer_config()["vetoes"]["plan"])
+
+    def test_an_unreadable_call_is_unparseable_not_a_customer_veto(self):
+        # A call no shape reads has no name; the allowed-tools check read that None as a tool the
+        # customer may not use, and the verdict was "veto" instead of "unparseable".
+        plan = [item.to_json() for item in tb.plan_calls()]
+        for bad in (None, {"id": "c9", "name": 5, "arguments": "{}"}):
+            with self.subTest(bad=bad):
+                result = self.score([bad] + plan, tb.PLACE_ORDER)
+                self.assertEqual((result["verdict"], result["vetoes"]), ("unparseable", []))
+
+    def test_a_name_no_tool_has_is_never_echoed_in_a_veto(self):
+        # The model's own text went into the veto as its tool: a lone surrogate made the output
+        # line JSON that a portable reader refuses, and '@' or ':' made the veto ambiguous.
+        result = self.score([provider("\ud800", "{}"), provider("cancel_order@9:x", "{}", "c2")], tb.PLACE_ORDER)
+        self.assertEqual((result["verdict"], result["vetoes"]),
+                         ("veto", ["CUSTOMER_NOT_PERMITTED:?@0", "CUSTOMER_NOT_PERMITTED:?@1"]))
+
     def test_key_reuse_with_the_same_intent_is_no_key_veto(self):
         refund = provider("refund_payment", REFUND)
         result = self.score([refund, {**refund, "id": "c2"}], tb.SCORER_CASES[2].expectation)
@@ -2039,6 +2144,17 @@ class TestBusinessChecks(unittest.TestCase):
         stale = call("schedule_delivery", {**SCHEDULE, "order_version": 3})
         self.assertEqual(self.findings((stale,), expectation), [("VERSION_STALE", "/order_version", 0)])
         self.assertEqual(self.findings((call("schedule_delivery", SCHEDULE),), expectation), [])
+
+    def test_a_version_that_is_no_integer_is_not_the_current_one(self):
+        # Compared with Python's ==: true passed for version 1 and 1.0 for version 1 (no
+        # VERSION_STALE), while "1" was stale; booleans are not integers anywhere else here.
+        expectation = tb.Expectation("x", (tb.ExpectedCall("schedule_delivery", {}),), context={
+            "orders": {"20481": {"currency": "EUR", "version": 1}}})
+        for value in (True, 1.0, "1"):
+            with self.subTest(value=value):
+                odd = call("schedule_delivery", {**SCHEDULE, "order_version": value})
+                self.assertEqual(self.findings((odd,), expectation)[-1:], [("VERSION_STALE", "/order_version", 0)])
+        self.assertEqual(self.findings((call("schedule_delivery", {**SCHEDULE, "order_version": 1}),), expectation), [])
 
     def test_the_sandbox_enforces_the_version_too(self):
         box = sandbox()
@@ -2332,8 +2448,8 @@ class TestCli(unittest.TestCase):
             with open(Path(scratch) / tb.RAW_FILE, "rb") as handle:
                 self.assertEqual(handle.read(), bench().raw)
         for text in ("S10 response lost after commit: one charge", "C1 double charge: SHOWN",
-                     "single_charge", "no_orphan_reservation", "consumed_exactly_once", "key_ledger",
-                     "unknown_resolved", "parse", "schema", "call_set", "dependency", "total", "verdict",
+                     "single_charge", "no_orphan_reservation", "no_orphan_charge", "consumed_exactly_once",
+                     "key_ledger", "unknown_resolved", "parse", "schema", "call_set", "dependency", "total", "verdict",
                      "vetoes:\n  SC2   FORBIDDEN_CALL:cancel_order@1\n", "PASSED"):
             self.assertIn(text, out)
         body, _, timing = out.rpartition("time: ")
@@ -2486,6 +2602,17 @@ class TestScorePlans(unittest.TestCase):
         self.assertEqual(rows[2]["fault_recovery"]["guarded"]["verdict"], "n/a")  # a vetoed plan never completes
         self.assertNotIn("fault_recovery", rows[7])  # an unreadable shape has no calls to run
 
+    def test_the_sweep_runs_calls_whose_id_or_name_is_no_string(self):
+        # The sweep read each call dict as it came: a list id or a dict name reached the guard's
+        # checks and the whole command answered INTERNAL_ERROR (unhashable). Each is now the
+        # scorer's CALL_SHAPE, a placeholder no tool has, refused by the guard like any other.
+        query = provider("query_logistics", {"order_ref": "20481"})
+        for item in ({**query, "id": [1]}, {**query, "name": {"x": 1}}, {**query, "id": 7}):
+            with self.subTest(item=str(item)[:40]):
+                row = tb.score_plan(tb.PlanRecord(1, "track_order", 0, {"tool_calls": [item]}, False), sweep=True)
+                self.assertEqual((row["verdict"], row["fault_recovery"]["guarded"]["verdict"],
+                                  row["fault_recovery"]["guarded"]["completable"]), ("unparseable", "n/a", 0))
+
     def write(self, text: bytes) -> str:
         handle = tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False)
         self.addCleanup(os.remove, handle.name)
@@ -2519,6 +2646,18 @@ class TestScorePlans(unittest.TestCase):
                 error = self.refusal(text)
                 self.assertEqual((error["code"], error["at"]), (code, at))
                 self.assertNotIn("secret", json.dumps(error))
+
+    def test_each_bad_field_is_named_by_its_own_detail(self):
+        # A scenario that is no string was refused with the detail meant for the trial.
+        for text, detail in ((b'{"scenario":5,"trial":0,"error":"x"}\n', "scenario must be a string"),
+                             (b'{"scenario":null,"trial":0,"error":"x"}\n', "scenario must be a string"),
+                             (b'{"scenario":"track_order","trial":1.0,"error":"x"}\n',
+                              "trial must be an integer 0..1000"),
+                             (b'{"scenario":"track_order","trial":1001,"error":"x"}\n',
+                              "trial must be an integer 0..1000")):
+            with self.subTest(text=text):
+                error = self.refusal(text)
+                self.assertEqual((error["code"], error["at"], error["detail"]), ("PLANS_LINE", "line 1", detail))
 
     def test_line_limit_both_sides(self):
         pad = tb.MAX_PLAN_LINE_BYTES - len(b'{"scenario":"track_order","trial":0,"error":""}')
@@ -2593,6 +2732,31 @@ class TestUserOrchestrator(unittest.TestCase):
         verdict = self.sweep(careless)
         self.assertEqual((verdict["verdict"], verdict["unsafe"] > 0), ("fail", True))
 
+    def test_a_saga_that_never_refunds_is_unsafe(self):
+        # It cancels and releases but keeps the money: no invariant looked at a captured charge on
+        # an order that is not confirmed, so this orchestrator passed the whole sweep (unsafe 0).
+        from examples.simple_orchestrator import step
+
+        def keeps_the_money(calls, port):
+            done = []
+            for item in calls:
+                arguments = port.decode(item.arguments)
+                if step(port, item.name, arguments) != "ok":
+                    for undo in filter(None, (port.compensation(*pair) for pair in reversed(done))):
+                        if undo[0] != "refund_payment":
+                            step(port, *undo)
+                    port.relay()
+                    return "compensated"
+                done.append((item.name, arguments))
+            port.relay()
+            return "completed"
+        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(keeps_the_money),
+                                faults=(tb.Fault("permanent_failure", "confirm_order"),))
+        self.assertEqual(record["invariants"]["no_orphan_charge"],
+                         [{"captured": 1, "order_ref": "30417", "order_status": "cancelled"}])
+        verdict = self.sweep(keeps_the_money)  # one single fault needs a refund: confirm_order refused for good
+        self.assertEqual((verdict["verdict"], verdict["unsafe"]), ("fail", 1))
+
     def test_a_crash_or_an_odd_answer_is_recorded_not_raised(self):
         def crash(calls, port):
             raise RuntimeError("boom")
@@ -2601,6 +2765,35 @@ class TestUserOrchestrator(unittest.TestCase):
         for said in (42, "bogus", None):
             record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(lambda c, p: said))
             self.assertEqual(record["outcome"], "invalid_outcome")
+
+    def test_what_no_record_can_hold_is_refused_at_the_port(self):
+        # A name, key or argument the run record cannot hold as JSON (an object, NaN, a lone
+        # surrogate) went into the sandbox's trace, and sealing the record raised out of the bench:
+        # the whole sweep answered INTERNAL_ERROR for one odd call. The port now answers it.
+        answers = []
+
+        def odd(calls, port):
+            answers.extend([port.call(object(), {}), port.call("\ud800", {}),
+                            port.call("create_order", {"idempotency_key": "\ud800"}),
+                            port.call("create_order", {"order_ref": float("nan")}),
+                            port.call("create_order", {"order_ref": {1, 2}}),
+                            port.query_status("charge_payment", float("nan")),
+                            port.query_status("charge_payment", "\udc00"), port.query_status(["x"], "k")])
+            return "failed"
+        record = tb.seal(tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(odd)))
+        self.assertEqual([(answer.ok, answer.code) for answer in answers], [(False, "BAD_REQUEST")] * 8)
+        self.assertEqual((record["outcome"], record["trace"], record["ledger"]), ("failed", [], {}))
+
+    def test_a_sys_exit_is_a_crash_not_the_end_of_the_sweep(self):
+        # sys.exit(0) inside a user's orchestrator ended `sweep` with status 0 and no output: the
+        # exit status said "passed" for an orchestrator that never ran a step.
+        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(exit_zero))
+        self.assertEqual((record["outcome"], record["side_effects"]), ("crashed", 0))
+        small = lambda **options: ORIGINAL_RUN_SWEEP(**{**options, "plan": SMALL_SWEEP})  # noqa: E731
+        with mock.patch.object(txcli, "run_sweep", small):
+            status, out, _ = capture(["sweep", "--orchestrator", "test_transaction_bench:exit_zero"])
+        self.assertEqual(status, 1)
+        self.assertIn("sweep verdict user: FAIL (unsafe runs 0, liveness 0/53 = 0.000", out)
 
     def test_manual_with_an_undecodable_call_names_the_orders_it_can_read(self):
         calls = tb.plan_calls()[:1] + (call("confirm_order", "{not json", "c9"),)
@@ -2670,6 +2863,11 @@ ORIGINAL_RUN_SWEEP = tb.run_sweep
 def refuse_all(calls, port):
     """An orchestrator that is perfectly safe and useless: the sweep must fail it."""
     return "refused"
+
+
+def exit_zero(calls, port):
+    """An orchestrator that leaves through sys.exit(0): a crash of its own, never the bench's exit."""
+    sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -59,19 +59,19 @@ from txbench.plans import (  # noqa: E402,F401
     BUSINESS_CHECKS, CONTEXT_FIELDS, CallCheck, Expectation, ExpectedCall, IRREVERSIBLE_TOOLS, ToolCall,
     _argument_findings, _call_id_findings, _call_set_findings, _confirmation_findings, _context_well_formed,
     _currency_findings, _customer_findings, decoded_arguments, _exclusive_findings, _has_cycle, _key_findings,
-    _order_currency, _order_findings, _orders_context, _positional_matches, same_json, _version_findings,
-    business_findings, check_expectation, validate_plan, vet_call
+    _order_currency, _order_findings, _orders_context, _positional_matches, _properties, same_json,
+    _version_findings, business_findings, check_expectation, validate_plan, vet_call
 )
 from txbench.orchestrators import (  # noqa: E402,F401
     COMPENSATIONS, Journal, ORCHESTRATORS, Orchestrator, RunResult, ToolPort, USER_OUTCOMES,
     _cancel_arguments, _compensate, _decoded_or_empty, _execute_plan, _manual_case, _naive_step,
-    _refund_arguments, _release_arguments, _resolve_by_status, _undo_key, _with_fresh_key,
+    _recordable, _refund_arguments, _release_arguments, _resolve_by_status, _undo_key, _with_fresh_key,
     call_with_recovery, load_orchestrator, reconcile, run_guarded, run_naive, user_orchestrator
 )
 from txbench.records import (  # noqa: E402,F401
     CALL_MS, INVARIANTS, Invariant, METRICS, NAIVE_BREAKS, STATUS_MS, TIMEOUT_MS, _business,
-    _consumed_exactly_once, _key_ledger, _ledger, _new, _no_orphan_reservation, _single_charge, _trace_count,
-    _unknown_resolved, check_invariants, execute_run, judge, run_cost, seal, state_diff, state_hash
+    _consumed_exactly_once, _key_ledger, _ledger, _new, _no_orphan_charge, _no_orphan_reservation, _single_charge,
+    _trace_count, _unknown_resolved, check_invariants, execute_run, judge, run_cost, seal, state_diff, state_hash
 )
 from txbench.scenarios import (  # noqa: E402,F401
     CONTROLS, Control, DIMENSIONS, EXPECTED_COMPENSATED_STATE, EXPECTED_COMPLETED_STATE, PLACE_ORDER,
@@ -84,13 +84,14 @@ from txbench.sweep import (  # noqa: E402,F401
     efficiency_table, run_sweep, sweep_atoms, sweep_fault_sets, sweep_table, sweep_tools, sweep_verdicts
 )
 from txbench.scorer import (  # noqa: E402,F401
-    EFFECT_FIELDS, RESPONSE_SHAPES, SCORER_CASES, ScorerCase, VERDICTS, GOODWILL, _QUERY, READ_ONLY,
-    REFUND_DAMAGED, _REFUND_ARGS, SCHEDULE_DELIVERY, _SCHEDULE_ARGS, _SEEDED_CONTEXT, _SHARED_KEY, _UNPARSED_CODES,
-    _anthropic_calls, _bare_list_calls, _bench_calls, _call_vetoes, _chat_calls, _check_configuration,
-    _edges, _effect_vetoes, _factor, _failed_score, _gemini_calls, _is_object_with, _items, _key_vetoes,
-    _object_text, _order_vetoes, _outcome_digest, _pair_score, _plan_response, _provider_call, _ratio,
-    _response_calls, _responses_calls, _scored_calls, _tool_call, _verdict, calls_from_response,
-    optimal_matching, plan_vetoes, read_response, run_scorer_case, score_response, scorer_config
+    EFFECT_FIELDS, RESPONSE_SHAPES, SCORER_CASES, ScorerCase, UNKNOWN_TOOL_SHOWN, UNWRITABLE_ARGUMENTS, VERDICTS,
+    GOODWILL, _QUERY, READ_ONLY, REFUND_DAMAGED, _REFUND_ARGS, SCHEDULE_DELIVERY, _SCHEDULE_ARGS, _SEEDED_CONTEXT,
+    _SHARED_KEY, _UNPARSED_CODES, _anthropic_calls, _bare_list_calls, _bench_calls, _call_vetoes, _chat_calls,
+    _check_configuration, _edges, _effect_mismatches, _effect_vetoes, _factor, _failed_score, _gemini_calls,
+    _is_object_with, _items, _key_vetoes, _missing_effect_vetoes, _object_text, _order_vetoes, _outcome_digest,
+    _pair_score, _plan_response, _provider_call, _ratio, _response_calls, _responses_calls, _scored_calls,
+    _tool_call, _verdict, calls_from_response, optimal_matching, plan_vetoes, read_response, run_scorer_case,
+    score_response, scorer_config
 )
 from txbench.bench import (  # noqa: E402,F401
     BenchOutcome, _dimension_counts, _failures, _first_difference, _read, _scenario_rows, _scorer_summary,
@@ -98,8 +99,8 @@ from txbench.bench import (  # noqa: E402,F401
 )
 from txbench.plansfile import (  # noqa: E402,F401
     MAX_PLAN_LINES, MAX_PLAN_LINE_BYTES, MAX_TRIAL, PLAN_FIELDS, PlanRecord, SCORING_SCENARIOS, SMALL_SWEEP,
-    _fraction_text, _is_call_dict, _plan_record, _recovery_table, _scenario_aggregate, aggregate_plans,
-    pass_hat_k, read_plans, score_plan
+    UNREADABLE_CALL, _fraction_text, _plan_record, _recovery_table, _scenario_aggregate, _sweep_call,
+    aggregate_plans, pass_hat_k, read_plans, score_plan
 )
 from txbench.cli import (  # noqa: E402,F401
     _main, _parser, _render_depths, _render_invariants, _render_scenarios, _render_scorer, _row, _run_check,

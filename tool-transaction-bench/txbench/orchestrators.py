@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Final
 
-from .limits import GUARDED_MAX_ATTEMPTS, NAIVE_MAX_ATTEMPTS, canonical_sha256
+from .limits import GUARDED_MAX_ATTEMPTS, NAIVE_MAX_ATTEMPTS, canonical_json, canonical_sha256
 from .errors import BenchError, Lifecycle, MANUAL, PERMANENT, UNKNOWN, classify
 from .contracts import Finding, decode_arguments, tool_schemas
 from .sandbox import Response, Sandbox, key_of
@@ -272,7 +272,8 @@ class ToolPort:
     every order of the plan). The bench never trusts that word: it judges the state left behind.
     Helpers, optional: `decode(text)` (the bench's strict decoder), `findings(calls)` (the bench's
     own plan validation, as codes), `compensation(name, arguments)` (the saga's undo step), and
-    `schemas` (every tool's JSON Schema). The consumer deduplicates, as infrastructure would.
+    `schemas` (every tool's JSON Schema). The consumer deduplicates, as infrastructure would. A
+    name, key or arguments that are not plain JSON never reach a tool: the port answers BAD_REQUEST.
     """
 
     def __init__(self, box: Sandbox, expectation: Expectation) -> None:
@@ -282,6 +283,8 @@ class ToolPort:
         self.schemas = tool_schemas()
 
     def call(self, name: str, arguments: Any) -> Response:
+        if not (isinstance(name, str) and _recordable([name, arguments])):
+            return Response(False, "BAD_REQUEST")  # never reaches the sandbox: the record could not hold it
         arguments = copy.deepcopy(arguments)  # the orchestrator keeps no handle on sandbox state
         key = key_of(arguments)
         response = self._box.call(name, arguments)
@@ -293,6 +296,8 @@ class ToolPort:
         return Response(response.ok, response.code, copy.deepcopy(response.data))
 
     def query_status(self, name: str, key: str) -> Response:
+        if not (isinstance(name, str) and isinstance(key, str) and _recordable([name, key])):
+            return Response(False, "BAD_REQUEST")
         response = self._box.query_status(name, key)
         if response.ok:
             self.journal.resolve(name, key, f"status_query:{response.data['state']}")
@@ -316,6 +321,16 @@ class ToolPort:
         return undo, build(arguments)
 
 
+def _recordable(value: Any) -> bool:
+    # What a port call puts in the run's trace, ledger and digests must be plain JSON: an object, a
+    # set, NaN or a lone surrogate would make the record unsealable and stop the whole sweep.
+    try:
+        canonical_json(value)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
+
+
 USER_OUTCOMES: Final = frozenset({"completed", "compensated", "failed", "refused", "manual"})
 
 
@@ -326,7 +341,9 @@ def user_orchestrator(orchestrate: Callable[[tuple[ToolCall, ...], ToolPort], An
         port = ToolPort(box, expectation)
         try:
             said = orchestrate(tuple(calls), port)
-        except Exception:  # noqa: BLE001  a user's bug is a finding of the run, not a crash of the bench
+        except (Exception, SystemExit):  # noqa: BLE001  a user's bug is a finding of the run, not a crash of the bench
+            # sys.exit() inside it too: it ended the whole command with status 0 and no verdict.
+            # A KeyboardInterrupt still reaches the command (CLI_INTERRUPTED); os._exit cannot be caught.
             said = "crashed"
         outcome = said if isinstance(said, str) and said in USER_OUTCOMES | {"crashed"} else "invalid_outcome"
         box.drain()

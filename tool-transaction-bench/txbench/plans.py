@@ -79,8 +79,8 @@ def check_expectation(expectation: Any, tools: Mapping[str, ToolContract] = TOOL
     calls, count = expectation.calls, len(expectation.calls)
     well_formed = (
         count <= MAX_EXPECTED_CALLS
-        and all(isinstance(call, ExpectedCall) and call.name in tools
-                and isinstance(call.arguments, Mapping) for call in calls)
+        and all(isinstance(call, ExpectedCall) and call.name in tools and isinstance(call.arguments, Mapping)
+                and set(call.arguments) <= _properties(tools[call.name]) for call in calls)
         and all(isinstance(edge, tuple) and len(edge) == 2
                 and all(type(end) is int and 0 <= end < count for end in edge)
                 and edge[0] != edge[1] for edge in expectation.edges)
@@ -96,6 +96,13 @@ def check_expectation(expectation: Any, tools: Mapping[str, ToolContract] = TOOL
         canonical_json([thaw(call.arguments) for call in calls])
     except (TypeError, ValueError):
         raise BenchError("EXPECTATION_INVALID") from None  # fixed values must be plain JSON
+
+
+def _properties(tool: Any) -> set[Any]:
+    # The top-level fields a tool's contract has; a malformed contract has none (check_schema says why).
+    schema = getattr(tool, "schema", None)
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    return set(properties) if isinstance(properties, Mapping) else set()
 
 
 def _context_well_formed(context: Any, tools: Mapping[str, ToolContract]) -> bool:
@@ -265,7 +272,9 @@ def _version_findings(_ids: list[Any], names: list[Any], args: list[dict], expec
     for index, arguments in enumerate(args):
         reference = arguments.get("order_ref")
         known = orders.get(reference) if isinstance(reference, str) else None
-        if "order_version" in arguments and known is not None and arguments["order_version"] != known["version"]:
+        # Exact, as every fixed value: true and 1.0 are not version 1 (Python's == says they are).
+        if "order_version" in arguments and known is not None and not same_json(arguments["order_version"],
+                                                                                 known["version"]):
             found.append(Finding("VERSION_STALE", "/order_version", index))
     return found
 

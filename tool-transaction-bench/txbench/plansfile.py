@@ -19,7 +19,9 @@ from .plans import ToolCall
 from .orchestrators import ORCHESTRATORS, Orchestrator
 from .scenarios import PLACE_ORDER
 from .sweep import SweepPlan, ratio_text, efficiency_table, run_sweep, sweep_verdicts
-from .scorer import GOODWILL, READ_ONLY, REFUND_DAMAGED, SCHEDULE_DELIVERY, read_response, score_response
+from .scorer import (
+    GOODWILL, READ_ONLY, REFUND_DAMAGED, SCHEDULE_DELIVERY, _tool_call, read_response, score_response
+)
 
 
 # ================================================================================================
@@ -58,8 +60,10 @@ def _plan_record(number: int, data: bytes) -> PlanRecord | None:
     if not isinstance(value, dict) or frozenset(value) not in PLAN_FIELDS:
         raise BenchError("PLANS_LINE", f"line {number}", detail="fields must be scenario, trial, response or error")
     trial = value["trial"]
-    if type(trial) is not int or not 0 <= trial <= MAX_TRIAL or not isinstance(value["scenario"], str):
+    if type(trial) is not int or not 0 <= trial <= MAX_TRIAL:
         raise BenchError("PLANS_LINE", f"line {number}", detail="trial must be an integer 0..1000")
+    if not isinstance(value["scenario"], str):
+        raise BenchError("PLANS_LINE", f"line {number}", detail="scenario must be a string")
     if value["scenario"] not in SCORING_SCENARIOS:
         raise BenchError("PLANS_SCENARIO_UNKNOWN", f"line {number}",
                          detail="known: " + ", ".join(sorted(SCORING_SCENARIOS)))
@@ -127,16 +131,25 @@ def score_plan(record: PlanRecord, *, sweep: bool = False,
                 "sub_scores": {name: ratio["value"] for name, ratio in result["sub_scores"].items()},
                 "verdict": result["verdict"], "vetoes": result["vetoes"]})
     if sweep and result["shape"] is not None:
-        calls = tuple(ToolCall(item["id"], item["name"], item["arguments"]) if _is_call_dict(item)
-                      else ToolCall("call", "unreadable", None) for item in read_response(record.response)[1])
+        calls = tuple(_sweep_call(item) for item in read_response(record.response)[1])
         lines = run_sweep(calls=calls, expectation=expectation, plan=SMALL_SWEEP, orchestrators=tuple(registry),
                           initial=seed_confirmed_order, registry=registry)
         out["fault_recovery"] = _recovery_table(lines)
     return out
 
 
-def _is_call_dict(item: Any) -> bool:
-    return isinstance(item, dict) and set(item) == {"id", "name", "arguments"}
+# What the sweep runs for a call the scorer refuses as CALL_SHAPE: no tool has its name, so the
+# guard refuses the plan (TOOL_UNKNOWN) and the naive side stops there.
+UNREADABLE_CALL: Final = ToolCall("call", "unreadable", None)
+
+
+def _sweep_call(item: Any) -> ToolCall:
+    # The scorer's own reading (string id and name, each 1..64 characters): an id or a name of
+    # another type would reach the guard's checks unhashable.
+    try:
+        return _tool_call(item)
+    except BenchError:
+        return UNREADABLE_CALL
 
 
 def pass_hat_k(trials: int, passed: int, k: int) -> Fraction:

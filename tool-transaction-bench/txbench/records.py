@@ -39,6 +39,20 @@ def _no_orphan_reservation(record: Mapping) -> list[dict]:
     return found
 
 
+def _no_orphan_charge(record: Mapping) -> list[dict]:
+    # Money kept for an order that is not confirmed: a saga that cancels and releases but never
+    # refunds. A MANUAL escalation that names the order excuses it, as it does a reservation.
+    after = record["state_after"]
+    excused = set((record["manual"] or {}).get("orders", ()))
+    captured = Counter(row["order_ref"] for row in after["charges"].values() if row["status"] == "captured")
+    found = []
+    for reference, count in sorted(captured.items()):
+        status = after["orders"].get(reference, {}).get("status")
+        if reference not in excused and status != "confirmed":
+            found.append({"captured": count, "order_ref": reference, "order_status": status})
+    return found
+
+
 def _consumed_exactly_once(record: Mapping) -> list[dict]:
     after = record["state_after"]
     return [{"event": ident, "consumed": after["consumed"].get(ident, 0)}
@@ -66,6 +80,7 @@ INVARIANTS: Final = MappingProxyType({
     "single_charge": Invariant("at most one charge per order and per key", _single_charge),
     "no_orphan_reservation": Invariant(
         "every held reservation belongs to a confirmed order, one per order", _no_orphan_reservation),
+    "no_orphan_charge": Invariant("every captured charge belongs to a confirmed order", _no_orphan_charge),
     "consumed_exactly_once": Invariant(
         "every committed state change is consumed exactly once", _consumed_exactly_once),
     "key_ledger": Invariant("acknowledged <= effects <= attempted for each key", _key_ledger),
@@ -73,8 +88,8 @@ INVARIANTS: Final = MappingProxyType({
 })
 # The sweep's naive side must break these, or the harness cannot see what it claims to see.
 # key_ledger is not among them: naive retries draw a fresh key, so no key ever carries two replies.
-NAIVE_BREAKS: Final = frozenset({"single_charge", "no_orphan_reservation", "consumed_exactly_once",
-                                  "unknown_resolved"})
+NAIVE_BREAKS: Final = frozenset({"single_charge", "no_orphan_reservation", "no_orphan_charge",
+                                  "consumed_exactly_once", "unknown_resolved"})
 
 
 def check_invariants(record: Mapping) -> dict[str, list[dict]]:

@@ -30,7 +30,8 @@ PLAN_ARGUMENTS: Final = freeze({
 
 PLACE_ORDER: Final = Expectation(
     name="place_order",
-    calls=(ExpectedCall("create_order", freeze({"amount_cents": 4999, "order_ref": PLAN_ORDER})),
+    calls=(ExpectedCall("create_order", freeze({"amount_cents": 4999, "line": {"quantity": 2, "sku": "SKU-RED"},
+                                                 "order_ref": PLAN_ORDER})),
            ExpectedCall("reserve_inventory", freeze({"order_ref": PLAN_ORDER, "quantity": 2,
                                                       "sku": "SKU-RED"})),
            ExpectedCall("charge_payment", freeze({"amount_cents": 4999, "order_ref": PLAN_ORDER})),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -54,18 +55,46 @@ def scorer_config() -> dict[str, Any]:
                                        "CURRENCY_MISMATCH", "CUSTOMER_MISMATCH", "CUSTOMER_NOT_PERMITTED",
                                        "VERSION_STALE"}),
                    "effect_fields": dict(EFFECT_FIELDS), "high_value_cents": HIGH_VALUE_CENTS,
-                   "plan": ["DEPENDENCY_ORDER", "DUPLICATE_EFFECT", "FORBIDDEN_CALL", "KEY_REUSED",
-                            "UNEXPECTED_EFFECT"]},
+                   "plan": ["DEPENDENCY_ORDER", "DUPLICATE_EFFECT", "EFFECT_MISSING", "FORBIDDEN_CALL",
+                            "KEY_REUSED", "UNEXPECTED_EFFECT"]},
     }
+
+
+# The text an object json cannot write stands for (a set, a key that is no string): not JSON, so
+# the decoder says ARGS_NOT_JSON.
+UNWRITABLE_ARGUMENTS: Final = ""
+# The text an object nested deeper than the arguments' limit stands for (a cycle is endless): the
+# decoder's scan says ARGS_TOO_DEEP. Checked before json.dumps, whose own recursion limit differs
+# between Python versions (3.11 raised RecursionError at ~1,000 levels where 3.13 wrote the text).
+TOO_DEEP_ARGUMENTS: Final = "[" * (MAX_NESTING + 1)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, (list, tuple)) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _object_text(value: Any) -> Any:
     # Shapes that carry arguments as an object (Anthropic `input`, Gemini `args`, a bare list) are
     # turned into text, so every call goes through the same strict decoder; ASCII escapes keep a
-    # lone surrogate visible to it. Anything but an object stays as it is and is refused there.
-    if isinstance(value, dict):
-        return json.dumps(value, ensure_ascii=True, allow_nan=False)
-    return value
+    # lone surrogate visible to it, and NaN or Infinity written out is refused by it (ARGS_NONFINITE).
+    # Anything but an object stays as it is and is refused there.
+    if not isinstance(value, dict):
+        return value
+    if _deeper_than(value, MAX_NESTING):
+        return TOO_DEEP_ARGUMENTS
+    try:
+        return json.dumps(value, ensure_ascii=True, allow_nan=True)
+    except (TypeError, ValueError, RecursionError):
+        return UNWRITABLE_ARGUMENTS
 
 
 def _items(value: Any) -> list[Any]:
@@ -243,9 +272,9 @@ def _failed_score(code: str, expected_calls: int) -> dict[str, Any]:
 def _check_configuration(expectation: Any, tools: Any) -> None:
     if not isinstance(tools, Mapping) or not all(isinstance(tool, ToolContract) for tool in tools.values()):
         raise BenchError("FIELD_UNSUPPORTED")
-    check_expectation(expectation, tools)
     for tool in tools.values():
         check_schema(tool.schema)
+    check_expectation(expectation, tools)  # against checked contracts: its fixed fields must be theirs
 
 
 def _edges(expectation: Expectation, pairs: tuple[tuple[int, int], ...]) -> list[dict[str, Any]]:
@@ -293,11 +322,30 @@ def _effect_vetoes(names: list[Any], checks: list[CallCheck], expectation: Expec
             if any(call.name == name for call in expectation.calls):
                 out.append(f"DUPLICATE_EFFECT:{name}@{index}")  # one more effect than asked for
             continue
-        fixed = expectation.calls[column].arguments
-        arguments = checks[index].arguments
-        out += [f"{EFFECT_FIELDS[field_name]}:{name}/{field_name}@{index}" for field_name in EFFECT_FIELDS
-                if field_name in fixed and not same_json(arguments[field_name], fixed[field_name])]
+        out += [f"{code}:{name}{path}@{index}"
+                for code, path in _effect_mismatches(expectation.calls[column].arguments, checks[index].arguments)]
     return out
+
+
+def _effect_mismatches(fixed: Mapping[str, Any], arguments: Mapping[str, Any], path: str = "") -> list[tuple[str, str]]:
+    # An effect field at any depth the request fixed (create_order's line holds its SKU and quantity).
+    out = [(EFFECT_FIELDS[name], f"{path}/{name}") for name in EFFECT_FIELDS
+           if name in fixed and not same_json(arguments.get(name), fixed[name])]
+    for name, value in sorted(fixed.items()):
+        if isinstance(value, Mapping) and isinstance(arguments.get(name), dict):
+            out += _effect_mismatches(value, arguments[name], f"{path}/{name}")
+    return out
+
+
+def _missing_effect_vetoes(names: list[Any], expectation: Expectation) -> list[str]:
+    # A half saga: effects proposed while an expected effect is missing. What commits stays and the
+    # state the request needs is never reached (a charge for an order nobody confirms). A plan of
+    # reads only commits nothing and stays incomplete. A missing call has no index: '@-'.
+    if not any(name in SIDE_EFFECT_TOOLS for name in names):
+        return []
+    wanted = Counter(call.name for call in expectation.calls if call.name in SIDE_EFFECT_TOOLS)
+    proposed = Counter(names)
+    return [f"EFFECT_MISSING:{name}@-" for name in wanted for _ in range(wanted[name] - proposed[name])]
 
 
 def _order_vetoes(names: list[Any], expectation: Expectation, pairs: tuple[tuple[int, int], ...]) -> list[str]:
@@ -325,14 +373,20 @@ def _key_vetoes(names: list[Any], args: list[dict]) -> list[str]:
     return out
 
 
+# How a veto names a tool no contract has: the name is the model's text and is never echoed.
+UNKNOWN_TOOL_SHOWN: Final = "?"
+
+
 def plan_vetoes(ids: list[Any], names: list[Any], checks: list[CallCheck], expectation: Expectation,
-                pairs: tuple[tuple[int, int], ...]) -> list[str]:
+                pairs: tuple[tuple[int, int], ...], tools: Mapping[str, ToolContract] = TOOLS) -> list[str]:
     """Every reason the plan would cause a wrong effect, each named: any one zeroes the score."""
     args = decoded_arguments(checks)
     out = _call_vetoes(names, expectation) + _effect_vetoes(names, checks, expectation, pairs)
+    out += _missing_effect_vetoes(names, expectation)
     out += _order_vetoes(names, expectation, pairs) + _key_vetoes(names, args)
-    out += [f"{found.code}:{names[found.call]}@{found.call}"
-            for found in business_findings(ids, names, checks, expectation)]
+    # A call no shape reads (name None) is unparseable already: no business check judges it.
+    out += [f"{found.code}:{names[found.call] if names[found.call] in tools else UNKNOWN_TOOL_SHOWN}@{found.call}"
+            for found in business_findings(ids, names, checks, expectation) if names[found.call] is not None]
     return out
 
 
@@ -363,7 +417,7 @@ def score_response(response: Any, expectation: Expectation,
                for name, check in zip(names, checks)]
     matched, pairs = optimal_matching(weights)
     edges = _edges(expectation, pairs)
-    vetoes = plan_vetoes(ids, names, checks, expectation, pairs)
+    vetoes = plan_vetoes(ids, names, checks, expectation, pairs, tools)
     count = len(checks)
     sub_scores = {
         "call_set": _ratio(matched, max(len(expectation.calls), count)),

@@ -29,6 +29,9 @@ import tool_dispatcher  # noqa: E402
 
 SERVER = str(HERE / "fault_server.py")
 CLI = str(HERE / "mcp_import.py")
+# The exit grace in the tests whose server never leaves on its own, so they wait for it: what they
+# prove (the kill, the deadline, the bound) holds for any grace, and the suite runs in CI 12 times.
+SHORT_GRACE = 0.25
 
 
 def command(fault="none"):
@@ -129,15 +132,18 @@ class TestHandshakeAndListing(Case):
         self.fails("silent", "IMPORT_TIMEOUT", timeout=1)
         self.assertLess(time.monotonic() - start, 1 + importer.EXIT_GRACE + 1)
 
+    @mock.patch.object(importer, "EXIT_GRACE", SHORT_GRACE)
     def test_a_server_that_stops_reading_meets_the_deadline(self):
         # 250 pings whose answers exceed a pipe's buffer, then the server never reads again: the
         # import waited in its write for ever, past any deadline.
         self.fails_in_time("deaf", "IMPORT_TIMEOUT", 1 + importer.EXIT_GRACE + 2, timeout=1)
 
+    @mock.patch.object(importer, "EXIT_GRACE", SHORT_GRACE)
     def test_a_server_request_with_a_huge_id_is_refused(self):
         # Its answer echoed 900,000 characters into a server that does not read: a hang.
         self.fails_in_time("long_ping_id", "IMPORT_PROTOCOL", 1 + importer.EXIT_GRACE + 2, timeout=1)
 
+    @mock.patch.object(importer, "EXIT_GRACE", SHORT_GRACE)
     def test_endless_output_that_ignores_the_shutdown(self):
         processes, real_spawn = [], importer.spawn
 
@@ -261,6 +267,7 @@ class TestChannelLimits(unittest.TestCase):
                     self.channel([ping, answer]).request("x", {})
                 self.assertEqual(caught.exception.code, "IMPORT_PROTOCOL")
 
+    @mock.patch.object(importer, "EXIT_GRACE", SHORT_GRACE)
     def test_read_ahead_is_bounded(self):
         # A server that floods its output waits on the pipe: the reader holds at most
         # MAX_READ_AHEAD chunks the import has not asked for (it held 1.3 GB in a 2 s grace).
@@ -271,6 +278,7 @@ class TestChannelLimits(unittest.TestCase):
         self.assertEqual(caught.exception.code, "IMPORT_LINE_TOO_LONG")
         time.sleep(0.3)
         self.assertLessEqual(channel.chunks.qsize(), importer.MAX_READ_AHEAD)
+        importer.stop(channel.process, channel)  # under the short grace: the flood never leaves on its own
 
     def test_requests_from_the_server_are_answered(self):
         # MCP: a ping's receiver must answer it at once with an empty result (it was answered
@@ -565,14 +573,22 @@ class TestCommandLine(unittest.TestCase):
                     self.assertNotIn(folder, json.dumps(summary))
                     self.assertNotIn("SECRET", json.dumps(summary))
 
+    def run_main(self, *arguments):
+        """main() in this process: the script's own path is run_cli's (one subprocess test keeps it)."""
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = importer.main(list(arguments))
+        return status, json.loads(out.getvalue()), err.getvalue().encode("utf-8")
+
     def test_usage_errors(self):
-        for arguments in ((), ("--server-command", "x", "--out", "a"), ("--out", "a", "--report", "b"), ("--server-command", "'", "--out", "a",
-                                                                        "--report", "b"),
+        self.assertEqual(self.run_cli()[0::2], (2, b""))  # the script itself, once
+        for arguments in ((), ("--server-command", "x", "--out", "a"), ("--out", "a", "--report", "b"),
+                          ("--server-command", "'", "--out", "a", "--report", "b"),
                           ("--server-command", "", "--out", "a", "--report", "b"),
                           ("--server-command", "x", "--out", "a", "--report", "b", "--timeout", "0"),
                           ("--server-command", "x", "--out", "a", "--report", "b", "--role", "bad role")):
             with self.subTest(arguments=arguments):
-                status, summary, stderr = self.run_cli(*arguments)
+                status, summary, stderr = self.run_main(*arguments)
                 self.assertEqual((status, summary["error"]["code"], stderr), (2, "CLI_USAGE", b""))
 
     def test_the_draft_and_the_report_cannot_be_one_file(self):

@@ -4102,6 +4102,18 @@ def raising_before_commit(call):
     raise OSError("connection reset")
 
 
+class ForgingDownstream(td.MockDownstream):
+    """A downstream whose receipts carry the forged fields given: a receipt for another request."""
+
+    def __init__(self, **forged):
+        super().__init__()
+        self.forged = forged
+
+    def receipt(self, status_ref):
+        receipt = super().receipt(status_ref)
+        return None if receipt is None else dataclasses.replace(receipt, **self.forged)
+
+
 class TestTheDispatcher(unittest.TestCase):
 
     def imported_turn(self, provider="openai", **changes):
@@ -4741,15 +4753,6 @@ class TestTheDispatcher(unittest.TestCase):
         self.assertEqual(dispatcher.effect_count, 1)
 
     def test_receipt_that_does_not_match_the_record_is_a_status_conflict(self):
-        class ForgingDownstream(td.MockDownstream):
-            def __init__(self, **forged):
-                super().__init__()
-                self.forged = forged
-
-            def receipt(self, status_ref):
-                receipt = super().receipt(status_ref)
-                return None if receipt is None else dataclasses.replace(receipt, **self.forged)
-
         for field, value in (("request_ref", "rq-forged"), ("status_ref", "st-forged"),
                              ("effect_revision", "effect.other.v1"), ("producer_revision", "refunds-producer-v1"),
                              ("order_ref", "ORDER-8"), ("reason", "other")):  # a receipt for another request
@@ -4765,15 +4768,6 @@ class TestTheDispatcher(unittest.TestCase):
         # 10**5000 was a ValueError out of the query, "rc 1" or an agreeable str reconciled the
         # record into a package the verifier refuses, and data the output contract refuses made
         # a refusal no package may carry (PACKAGE_INCONSISTENT).
-        class ForgingDownstream(td.MockDownstream):
-            def __init__(self, **forged):
-                super().__init__()
-                self.forged = forged
-
-            def receipt(self, status_ref):
-                receipt = super().receipt(status_ref)
-                return None if receipt is None else dataclasses.replace(receipt, **self.forged)
-
         for field, value in (("receipt_ref", 10 ** 5000), ("receipt_ref", "rc 1"), ("receipt_ref", None),
                              ("receipt_ref", Agreeable("rc-1")), ("draft_id", "DRAFT-x"), ("draft_id", 10 ** 5000)):
             with self.subTest(field=field, value=type(value).__name__):

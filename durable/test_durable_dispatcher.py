@@ -1545,13 +1545,18 @@ class TestApprovalConsumption(StoreCase):
         self.assertIsNone(ledger.read(second))  # the refused claim left no row: one transaction
         self.assertEqual(count(self.path, "SELECT COUNT(*) FROM operations"), 1)
 
-    def test_no_receipt_is_believed_for_a_row_that_is_no_longer_unknown(self) -> None:
+    def unknown_before_its_commit(self) -> tuple[dd.DurableDispatcher, dd.DurableDispatcher]:
+        """A write left unknown by a handler that failed before its downstream commit (no receipt),
+        and a second host's dispatcher on the same database."""
         def fails_before_commit(call: td.HandlerCall) -> td.HandlerResult:
             raise OSError("reset before the commit")
 
         first = self.dispatcher(handlers={"create_refund_draft": fails_before_commit})
-        second = self.dispatcher(self.open_store())
         self.assertAnswer(write(first, "a"), "HANDLER_FAILED")
+        return first, self.dispatcher(self.open_store())
+
+    def test_no_receipt_is_believed_for_a_row_that_is_no_longer_unknown(self) -> None:
+        first, second = self.unknown_before_its_commit()
         record_key = (ALICE.tenant, ALICE.subject, "create_refund_draft", KEY)
         record = first.operations.find(record_key)
         # Another host's status query settles the row between this host's read and its walk.
@@ -1564,12 +1569,7 @@ class TestApprovalConsumption(StoreCase):
                                                       record), False)
 
     def test_a_walk_fenced_off_by_another_walk_answers_unavailable(self) -> None:
-        def fails_before_commit(call: td.HandlerCall) -> td.HandlerResult:
-            raise OSError("reset before the commit")
-
-        first = self.dispatcher(handlers={"create_refund_draft": fails_before_commit})
-        second = self.dispatcher(self.open_store())
-        self.assertAnswer(write(first, "a"), "HANDLER_FAILED")
+        first, second = self.unknown_before_its_commit()
         fence_unknown = first.operations.ledger.fence_unknown
         answers: list[dict[str, Any]] = []
 

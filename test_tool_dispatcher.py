@@ -4966,22 +4966,13 @@ class TestTheDispatcher(unittest.TestCase):
         self.assertEqual(dispatcher.effect_count, 0)
 
     def test_lying_keys_and_host_values_get_a_catalog_code_never_another_exception(self):
-        class Liar(str):
-            def __eq__(self, other):
-                return True
-
-            def __ne__(self, other):
-                return False
-
-            __hash__ = str.__hash__
-
         dispatcher = make_dispatcher()
         refused = {
-            "proposal key": ({Liar("name"): "get_order", "arguments": {"order_ref": "ORDER-7"}}, "INVALID_PROPOSAL"),
-            "argument key": ({"name": "get_order", "arguments": {Liar("order_ref"): "ORDER-7"}},
+            "proposal key": ({Agreeable("name"): "get_order", "arguments": {"order_ref": "ORDER-7"}}, "INVALID_PROPOSAL"),
+            "argument key": ({"name": "get_order", "arguments": {Agreeable("order_ref"): "ORDER-7"}},
                              "INVALID_ARGUMENTS"),
             "extra argument that claims to be a field": (
-                {"name": "create_refund_draft", "arguments": {"order_ref": "ORDER-7", Liar("reason"): "duplicate"}},
+                {"name": "create_refund_draft", "arguments": {"order_ref": "ORDER-7", Agreeable("reason"): "duplicate"}},
                 "INVALID_ARGUMENTS"),
         }
         for name, (proposal, code) in refused.items():
@@ -4992,13 +4983,13 @@ class TestTheDispatcher(unittest.TestCase):
                 td.verify_package(package)
         for field in ("provider", "api_family", "adapter_revision"):
             with self.subTest(context_field=field):
-                ctx = dataclasses.replace(context(), **{field: Liar("x")})
+                ctx = dataclasses.replace(context(), **{field: Agreeable("x")})
                 with self.assertRaises(BoundaryError) as caught:
                     read(make_dispatcher(), ctx)
                 self.assertEqual(caught.exception.code, "PROVIDER_PROFILE_UNKNOWN")
         package = read(make_dispatcher())
         lying = copy.deepcopy(package)
-        lying["model_result"] = {Liar("status") if key == "status" else key: value
+        lying["model_result"] = {Agreeable("status") if key == "status" else key: value
                                  for key, value in lying["model_result"].items()}
         with self.assertRaises(BoundaryError) as caught:
             td.verify_package(lying)
@@ -5051,23 +5042,14 @@ class TestTheDispatcher(unittest.TestCase):
                     self.assertEqual((code_of(package), dispatcher.effect_count), (code, 0))
 
     def test_lying_approval_fields_match_nothing_and_raise_nothing(self):
-        class Liar(str):
-            def __eq__(self, other):
-                return True
-
-            def __ne__(self, other):
-                return False
-
-            __hash__ = str.__hash__
-
         for field in ("tenant", "subject", "provider", "api_family", "adapter_revision", "response_id", "call_id",
                       "operation_id", "idempotency_key", "contract_revision"):
             with self.subTest(field=field):
                 dispatcher = make_dispatcher()
-                package = write(dispatcher, approval=approval_for(write_context(), **{field: Liar("anything")}))
+                package = write(dispatcher, approval=approval_for(write_context(), **{field: Agreeable("anything")}))
                 self.assertEqual((code_of(package), dispatcher.effect_count), ("APPROVAL_MISMATCH", 0))
         dispatcher = make_dispatcher()
-        lying_arguments = {Liar("order_ref"): "ORDER-7", "reason": "duplicate"}
+        lying_arguments = {Agreeable("order_ref"): "ORDER-7", "reason": "duplicate"}
         package = write(dispatcher, approval=approval_for(write_context(), arguments=lying_arguments))
         self.assertEqual((code_of(package), dispatcher.effect_count), ("APPROVAL_MISMATCH", 0))
 
@@ -5472,15 +5454,6 @@ class TestPackageVerification(unittest.TestCase):
                 self.assertRefused(code, forged(package, path, Liar()))
 
     def test_any_value_replaced_by_a_hostile_one_is_refused_with_a_code(self):
-        class LyingStr(str):
-            def __eq__(self, other):
-                return True
-
-            def __ne__(self, other):
-                return False
-
-            __hash__ = str.__hash__
-
         def paths(value, prefix=()):
             if type(value) is dict:
                 items = value.items()
@@ -5492,7 +5465,7 @@ class TestPackageVerification(unittest.TestCase):
                 yield prefix + (key,), child
                 yield from paths(child, prefix + (key,))
 
-        hostile = (LyingStr("x"), "\ud800", float("nan"), [], {}, 2**64, object())
+        hostile = (Agreeable("x"), "\ud800", float("nan"), [], {}, 2**64, object())
         packages = (self.read_package, self.error_package, self.write_package, self.unknown_package,
                     self.reconciled_package)
         checked = 0

@@ -1,4 +1,4 @@
-"""mcp import: list an MCP server's tools over stdio and write a contract draft and a report.
+"""The MCP bridge's import: list an MCP server's tools over stdio and write a contract draft and a report.
 
 The server is untrusted. It is started as a child process (its stderr discarded, never echoed);
 every line it writes is bounded (line length, message count, total bytes, one deadline for the
@@ -592,7 +592,7 @@ def write_file(path: str, data: bytes) -> None:
 
 
 def _arguments(argv: Sequence[str] | None) -> Any:
-    parser = CliParser(prog="mcp_import", description="Import an MCP server's tools as a tool-contracts-v1 draft.")
+    parser = CliParser(prog="mcp_bridge.py import", description="Import an MCP server's tools as a tool-contracts-v1 draft.")
     parser.add_argument("--server-command", required=True,
                         help="the command that starts the server on stdio, one string split like a POSIX shell")
     parser.add_argument("--out", required=True, help="where to write the tool-contracts-v1 draft")

@@ -1,6 +1,6 @@
 """A small MCP server over stdio, standard library only, that misbehaves on demand.
 
-    python -B mcp_import/fault_server.py --fault NAME
+    python -B mcp_bridge/fault_server.py --fault NAME
 
 It speaks both eras (``server/discover`` with per-request ``_meta``, and the ``initialize``
 handshake) and serves a two-page tool listing; each fault in FAULTS changes one thing, so that a

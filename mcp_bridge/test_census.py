@@ -1,7 +1,7 @@
 """Tests of the schema census (a report, not a gate).
 
 Run from the repository root (any of -O, -W error, both):
-    python -B -m unittest discover -s mcp_import -p 'test_*.py'
+    python -B -m unittest discover -s mcp_bridge -p 'test_*.py'
 """
 from __future__ import annotations
 

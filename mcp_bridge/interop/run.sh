@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Interop of mcp import with the official MCP Python SDK (ci-extras: runs once, never skipped under CI=true).
+# Interop of the MCP bridge's import with the official MCP Python SDK (ci-extras: runs once, never skipped under CI=true).
 #
 # Makes a virtual environment OUTSIDE the checkout (under ${TMPDIR:-/tmp}), installs the pinned SDK
 # from PyPI (requirements.txt), serves sdk_server.py with it over stdio, imports that server with
-# mcp_import.py (standard library only) in both protocol eras, and compares each draft and report
-# with the checked-in expected files byte for byte. Nothing writes __pycache__ into the checkout.
+# `mcp_bridge.py import` (standard library only) in both protocol eras, and compares each draft and
+# report with the checked-in expected files byte for byte. Nothing writes __pycache__ into the checkout.
 #
-#   bash mcp_import/interop/run.sh             compare (exit 0 on a match)
-#   UPDATE=1 bash mcp_import/interop/run.sh    rewrite the expected files after a reviewed change
+#   bash mcp_bridge/interop/run.sh             compare (exit 0 on a match)
+#   UPDATE=1 bash mcp_bridge/interop/run.sh    rewrite the expected files after a reviewed change
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 export PYTHONDONTWRITEBYTECODE=1
-here=mcp_import/interop
+here=mcp_bridge/interop
 work=$(mktemp -d "${TMPDIR:-/tmp}/mcp-interop.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -31,7 +31,7 @@ echo "NOTE: $("$work/venv/bin/python" -c 'import importlib.metadata as m; print(
 
 status=0
 for era in modern legacy; do
-  python -B -W error mcp_import/mcp_import.py \
+  python -B -W error mcp_bridge/mcp_bridge.py import \
     --server-command "\"$work/venv/bin/python\" -B $here/sdk_server.py" --protocol "$era" \
     --read-only get_order --role orders.tools \
     --out "$work/draft-$era.json" --report "$work/report-$era.json" >"$work/summary-$era.json"

@@ -3,8 +3,8 @@
 Its tools are declared the way SDK users declare them, through Python types (pydantic emits the
 JSON Schemas), so the import meets what real SDK servers publish: nullable `anyOf` forms,
 `$defs` and `$ref`, `title` annotations, no `additionalProperties: false`, one `number`, one
-`format`. The run.sh script imports it with mcp_import.py and compares the draft byte for byte
-with expected-draft.json. The handlers are never called by the import; they return fixed data.
+`format`. The run.sh script imports it with `mcp_bridge.py import` and compares each draft byte for
+byte with its expected-draft-*.json. The handlers are never called by the import; they return fixed data.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The MCP import layer. The code lives in the modules beside this file (importer.py, ...); the
+"""The MCP bridge layer. The code lives in the modules beside this file (importer.py, ...); the
 contract language it compiles schemas with is the core's (tool_dispatcher, section 8).
 
 This file only makes the folder a package, so that `python -m unittest discover` run from the

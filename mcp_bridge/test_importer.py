@@ -1,11 +1,12 @@
-"""Tests of the mcp import, driven against the standard-library fault server.
+"""Tests of the MCP bridge's import, driven against the standard-library fault server.
 
 Run from the repository root (any of -O, -W error, both):
-    python -B -m unittest discover -s mcp_import -p 'test_*.py'
+    python -B -m unittest discover -s mcp_bridge -p 'test_*.py'
 """
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -28,7 +29,7 @@ import importer  # noqa: E402
 import tool_dispatcher  # noqa: E402
 
 SERVER = str(HERE / "fault_server.py")
-CLI = str(HERE / "mcp_import.py")
+CLI = str(HERE / "mcp_bridge.py")
 # The exit grace in the tests whose server never leaves on its own, so they wait for it: what they
 # prove (the kill, the deadline, the bound) holds for any grace, and the suite runs in CI 12 times.
 SHORT_GRACE = 0.25
@@ -545,7 +546,8 @@ class TestDrafting(Case):
 
 class TestCommandLine(unittest.TestCase):
     def run_cli(self, *arguments):
-        done = subprocess.run([sys.executable, "-B", "-W", "error", CLI, *arguments], capture_output=True, timeout=60)
+        done = subprocess.run([sys.executable, "-B", "-W", "error", CLI, "import", *arguments], capture_output=True,
+                              timeout=60)
         return done.returncode, json.loads(done.stdout), done.stderr
 
     def server(self, fault):
@@ -602,6 +604,20 @@ class TestCommandLine(unittest.TestCase):
             with self.subTest(arguments=arguments):
                 status, summary, stderr = self.run_main(*arguments)
                 self.assertEqual((status, summary["error"]["code"], stderr), (2, "CLI_USAGE", b""))
+
+    def test_the_entry_point_reads_a_verb_first(self):
+        # Loaded from its file in this process (a module named like its folder would be the package).
+        spec = importlib.util.spec_from_file_location("mcp_bridge_entry", CLI)
+        entry = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(entry)
+        self.assertEqual(sorted(entry.VERBS), ["import"])
+        for arguments in ((), ("export",), ("Import",), ("--server-command", "x", "--out", "a", "--report", "b")):
+            with self.subTest(arguments=arguments), contextlib.redirect_stdout(io.StringIO()) as out:
+                self.assertEqual(entry.main(list(arguments)), 2)
+            self.assertEqual(json.loads(out.getvalue())["error"]["code"], "CLI_USAGE")
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            self.assertEqual(entry.main(["--help"]), 0)
+        self.assertIn("  import ", out.getvalue())
 
     def test_the_draft_and_the_report_cannot_be_one_file(self):
         # The report was written over the draft: exit 1, a summary, and the draft gone.

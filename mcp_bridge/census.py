@@ -1,6 +1,6 @@
 """A census of tool schemas: how many compile into exact checks, and why the others do not.
 
-    python -B mcp_import/census.py FOLDER
+    python -B mcp_bridge/census.py FOLDER
 
 Reads every ``*.json`` file directly inside FOLDER (a saved ``tools/list`` answer: the JSON-RPC
 response, its ``result``, or a bare list of tools), compiles each tool's input and output schema

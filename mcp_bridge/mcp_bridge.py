@@ -1,0 +1,42 @@
+"""The MCP bridge's command line, one verb per job; the code lives in the modules beside this file.
+
+    python -B mcp_bridge/mcp_bridge.py import --server-command "python server.py" --out DRAFT.json --report REPORT.json
+
+Verbs: ``import`` (importer.py: a server's tools as a contract draft and a report). A missing or
+unknown verb is CLI_USAGE in the one failure shape (exit 2), like any other bad command line.
+
+This file is only the entry point: a module named like its folder would be shadowed by the
+package when the tests are discovered from the repository root.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import MappingProxyType
+from typing import Callable, Final, Mapping, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import importer  # noqa: E402  (it puts the repository root on sys.path for tool_dispatcher)
+import tool_dispatcher  # noqa: E402
+
+VERBS: Final[Mapping[str, Callable[[Sequence[str]], int]]] = MappingProxyType({"import": importer.main})
+USAGE: Final = ("usage: mcp_bridge.py VERB [OPTIONS]\n\n"
+                "verbs:\n"
+                "  import    list an MCP server's tools and write a tool-contracts-v1 draft and a report\n\n"
+                "'mcp_bridge.py VERB --help' describes a verb's options.\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] in (["-h"], ["--help"]):
+        sys.stdout.write(USAGE)
+        return 0
+    verb = VERBS.get(arguments[0]) if arguments else None
+    if verb is None:
+        return tool_dispatcher.cli_failure(tool_dispatcher.BoundaryError("CLI_USAGE"))
+    return verb(arguments[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

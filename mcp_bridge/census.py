@@ -24,10 +24,10 @@ for _path in (str(_HERE.parent), str(_HERE)):
 import tool_dispatcher  # noqa: E402
 from tool_dispatcher import BoundaryError, CatalogError, CliParser, error_specs  # noqa: E402
 
-import importer  # noqa: E402
+import client  # noqa: E402
 
 MAX_FILES: Final = 1_000  # listings read in one census
-MAX_FILE_BYTES: Final = importer.MAX_LINE_BYTES  # one saved listing: one JSON-RPC message
+MAX_FILE_BYTES: Final = client.MAX_LINE_BYTES  # one saved listing: one JSON-RPC message
 CENSUS_FORMAT: Final = "mcp-schema-census-v1"
 
 
@@ -91,7 +91,7 @@ def census(folder: str) -> dict[str, Any]:
         try:
             document = tool_dispatcher.decode_strict_json(
                 tool_dispatcher.read_bounded(os.path.join(folder, name), max_bytes=MAX_FILE_BYTES),
-                max_bytes=MAX_FILE_BYTES, max_depth=importer.MAX_MESSAGE_DEPTH, policy=importer.LISTING_JSON)
+                max_bytes=MAX_FILE_BYTES, max_depth=client.MAX_MESSAGE_DEPTH, policy=client.MESSAGE_JSON)
         except BoundaryError as error:
             file_codes[error.code] += 1
             continue

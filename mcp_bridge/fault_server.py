@@ -4,8 +4,10 @@
 
 It speaks both eras (``server/discover`` with per-request ``_meta``, and the ``initialize``
 handshake) and serves a two-page tool listing; each fault in FAULTS changes one thing, so that a
-test can drive the import into exactly one refusal. It is a test peer, not an MCP implementation:
-it answers only what the import asks (discover, initialize, tools/list).
+test can drive the import or the client into exactly one refusal. It is a test peer, not an MCP
+implementation: it answers what the import and the client ask (discover, initialize, tools/list),
+and answers any tools/call with an echo of what it received (the tool's name, its arguments, the
+request's _meta, the request ids the client cancelled so far), in structuredContent and as text.
 """
 from __future__ import annotations
 
@@ -22,6 +24,10 @@ MODERN: Final = "2026-07-28"
 LEGACY: Final = "2025-11-25"
 SECRET: Final = "SECRET-/home/server/.token"  # text a refusal must never echo
 LINGER: Final = 30  # seconds a server that stops reading waits before it leaves (the import must not wait it out)
+SLOW: Final = 0.5  # seconds slow_call takes over its first call: longer than the tests' short deadlines
+STDERR_FLOOD: Final = 20_000  # bytes loud_stderr writes to its stderr before TAIL_END
+TAIL_END: Final = "TAIL-END"
+CRASH_MESSAGE: Final = "fault-server: cannot start: the setting NOTES_TOKEN is missing"
 
 GOOD_TOOLS: Final = (
     {"name": "get_order", "description": "Read one order.",
@@ -74,6 +80,8 @@ class Server:
     def __init__(self, fault: str) -> None:
         self.fault = fault
         self.listings = 0
+        self.calls = 0
+        self.cancelled: list[Any] = []
         self.era: str | None = None
 
     def write(self, text: str) -> None:
@@ -91,6 +99,8 @@ class Server:
         """Answer one message; False ends the server."""
         method = message.get("method")
         request_id = message.get("id")
+        if method == "notifications/cancelled":
+            self.cancelled.append((message.get("params") or {}).get("requestId"))
         if "id" not in message or method is None:
             return True  # notifications/initialized, or the client's answer to our ping
         special = SPECIAL.get((self.fault, method))
@@ -112,7 +122,22 @@ class Server:
             return True
         if method == "tools/list":
             return self.list_tools(request_id, message.get("params") or {})
+        if method == "tools/call":
+            return self.call_tool(request_id, message.get("params") or {})
         self.error(request_id, -32601)
+        return True
+
+    def call_tool(self, request_id: Any, params: dict[str, Any]) -> bool:
+        if self.era == "modern" and "io.modelcontextprotocol/protocolVersion" not in params.get("_meta", {}):
+            self.error(request_id, -32602)
+            return True
+        self.calls += 1
+        fault = CALL_FAULTS.get(self.fault)
+        if fault is not None and fault(self, request_id):
+            return True
+        seen = {"tool": params.get("name"), "arguments": params.get("arguments"), "meta": params.get("_meta"),
+                "cancelled": self.cancelled}
+        self.answer(request_id, {"content": [{"type": "text", "text": json.dumps(seen)}], "structuredContent": seen})
         return True
 
     def list_tools(self, request_id: Any, params: dict[str, Any]) -> bool:
@@ -226,7 +251,7 @@ def _endless(_server: Server, _request_id: Any) -> bool:
 
 def _linger() -> subprocess.Popen[bytes]:
     # A child that inherits the server's output and outlives it: the pipe stays open when the server leaves.
-    return subprocess.Popen([sys.executable, "-B", "-c", f"import time; time.sleep({LINGER})"])
+    return subprocess.Popen([sys.executable, "-B", "-S", "-c", f"import time; time.sleep({LINGER})"])
 
 
 def _orphan(server: Server, request_id: Any) -> bool:
@@ -257,6 +282,36 @@ def _no_tools_capability(server: Server, request_id: Any) -> bool:
     return True
 
 
+def _crash(_server: Server, _request_id: Any) -> bool:
+    raise RuntimeError("fault-server crashed at its first request")  # a traceback on stderr, exit 1
+
+
+def _slow_call(server: Server, _request_id: Any) -> bool:
+    if server.calls == 1:
+        time.sleep(SLOW)
+    return False  # then the echo
+
+
+def _lost_call(server: Server, _request_id: Any) -> bool:
+    return server.calls == 1  # the first call is never answered
+
+
+def _call_error(server: Server, request_id: Any) -> bool:
+    server.write(json.dumps({"jsonrpc": "2.0", "id": request_id,
+                             "error": {"code": -32000, "message": SECRET + "x" * 5000, "data": SECRET}}))
+    return True
+
+
+def _call_is_error(server: Server, request_id: Any) -> bool:
+    server.answer(request_id, {"content": [{"type": "text", "text": SECRET}], "isError": True})
+    return True
+
+
+# fault -> what the server does at a tools/call before its echo (True: it answered, or never will)
+CALL_FAULTS: Final[Mapping[str, Callable[[Server, Any], bool]]] = {
+    "slow_call": _slow_call, "lost_call": _lost_call, "call_error": _call_error, "call_is_error": _call_is_error,
+}
+
 # (fault, method) -> what the server does instead of its normal answer
 SPECIAL: Final[Mapping[tuple[str, Any], Callable[[Server, Any], bool]]] = {
     ("garbage", "server/discover"): _garbage,
@@ -279,21 +334,36 @@ SPECIAL: Final[Mapping[tuple[str, Any], Callable[[Server, Any], bool]]] = {
     ("orphan_exits", "server/discover"): _orphan_exits,
     ("malformed_error", "server/discover"): _malformed_error,
     ("no_tools_capability", "initialize"): _no_tools_capability,
+    ("crash_at_handshake", "server/discover"): _crash,
+    ("crash_at_handshake", "initialize"): _crash,
 }
+# Faults that act before the first request or after the last: at start and at the end of input.
+AT_START: Final = frozenset({"crash_at_start", "loud_stderr", "stubborn"})
 FAULTS: Final = frozenset({"none", "clean", "legacy_only", "changing", "cursor_loop", "duplicate_tool", "hostile"}
-                          | {fault for fault, _ in SPECIAL})
+                          | {fault for fault, _ in SPECIAL} | set(CALL_FAULTS) | AT_START)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="A misbehaving MCP test server on stdio.")
     parser.add_argument("--fault", choices=sorted(FAULTS), default="none")
     server = Server(parser.parse_args().fault)
-    sys.stderr.write(SECRET + "\n")  # the import discards the server's stderr
+    sys.stderr.write(SECRET + "\n")  # the import never echoes the server's stderr
+    sys.stderr.flush()
+    if server.fault == "crash_at_start":
+        sys.stderr.write(CRASH_MESSAGE + "\n")
+        return 3
+    if server.fault == "loud_stderr":
+        sys.stderr.write("e" * STDERR_FLOOD + TAIL_END + "\n")
+        sys.stderr.flush()
+    if server.fault == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # and the end of its input changes nothing either
     for line in sys.stdin:
         if not line.strip():
             continue
         if not server.handle(json.loads(line)):
             return 0
+    if server.fault == "stubborn":
+        time.sleep(LINGER)
     return 0
 
 

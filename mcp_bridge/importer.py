@@ -1,13 +1,14 @@
 """The MCP bridge's import: list an MCP server's tools over stdio and write a contract draft and a report.
 
-The server is untrusted. It is started as a child process (its stderr discarded, never echoed);
-every line it writes is bounded (line length, message count, total bytes, one deadline for the
-whole import) and decoded by the core's strict decoder; the listing is read twice, page by page,
-and must not change between the two readings. Each tool's schemas go through the exact subset
-compiler: a tool whose schemas compile becomes a ``tool-contracts-v1`` entry (its schemas in
-normalized form, the server's own digests in its provenance), a tool that does not is listed in
-the report with its code. Nothing in the draft is trusted: every tool is a ``write`` unless the
-host names it read-only, and the server's annotations are kept as hints only.
+The server is untrusted. It is started and spoken to through the bridge's client (client.py: its
+stderr kept as a bounded tail, never echoed; every line bounded and decoded by the core's strict
+decoder); the import adds its own bounds (message count and total bytes for the whole import, one
+deadline for all of it), and reads the listing twice, page by page: it must not change between the
+two readings. Each tool's schemas go through the exact subset compiler: a tool whose schemas
+compile becomes a ``tool-contracts-v1`` entry (its schemas in normalized form, the server's own
+digests in its provenance), a tool that does not is listed in the report with its code. Nothing in
+the draft is trusted: every tool is a ``write`` unless the host names it read-only, and the
+server's annotations are kept as hints only.
 
 Both protocol eras: 2026-07-28 (``server/discover``, then per-request ``_meta``) and the
 ``initialize`` handshake of earlier revisions; ``--protocol auto`` tries the first and falls back.
@@ -16,26 +17,21 @@ Exit status: 0 every tool drafted; 1 the draft and the report were written but s
 refused; 2 the import failed (``{"passed": false, "error": {...}}`` on stdout, nothing written).
 
 Sections, in the order data flows:
-    1. Limits and constants    4. Handshake and listing
-    2. Errors                  5. Drafting
-    3. The bounded channel     6. CLI
+    1. Limits and constants    3. Listing               5. CLI
+    2. Errors                  4. Drafting
 """
 from __future__ import annotations
 
 import json
 import os
-import queue
 import shlex
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, Mapping, Sequence
+from typing import Any, Final, Sequence
 
 _HERE: Final = Path(__file__).resolve().parent
 for _path in (str(_HERE.parent), str(_HERE)):
@@ -44,56 +40,36 @@ for _path in (str(_HERE.parent), str(_HERE)):
 
 import tool_dispatcher  # noqa: E402
 from tool_dispatcher import (  # noqa: E402
-    BoundaryError, CatalogError, CliParser, JsonPolicy, emit_json, error_specs, is_identifier,
+    BoundaryError, CatalogError, CliParser, emit_json, error_specs, is_identifier,
 )
+
+import client  # noqa: E402
+from client import ClientError, Limits, McpClient, Session  # noqa: E402
 
 
 # ============================================================================================
 # 1. Limits and constants
 # ============================================================================================
 
-MAX_LINE_BYTES: Final = 1_048_576  # one JSON-RPC message: a page of tools at the schema limit each
+MAX_LINE_BYTES: Final = client.MAX_LINE_BYTES  # one JSON-RPC message (the census reads saved ones at this bound)
 MAX_MESSAGES: Final = 256  # lines read in one import, notifications included
 MAX_TOTAL_BYTES: Final = 16_777_216  # everything the server may write in one import
-MAX_PAGES: Final = 32  # pages of one tools/list reading
-MAX_CURSOR_LENGTH: Final = 1_024  # an opaque cursor is echoed back to the server: bounded
-MAX_REQUEST_ID_LENGTH: Final = 256  # a server request's string id is echoed in our answer: bounded
-# Containers deep in one message: far above a schema's own limit, so that a too-deep schema is
-# refused by name, for its one tool, by the compiler; far below what the interpreter can decode.
-MAX_MESSAGE_DEPTH: Final = 128
 DEFAULT_TIMEOUT: Final = 20  # seconds for the whole import, process start included
 MAX_TIMEOUT: Final = 600
-EXIT_GRACE: Final = 2.0  # seconds the server gets to exit after its stdin closes, before it is killed
-# Seconds between looks at whether the server still runs, while its output is silent: a child of
-# its may hold the pipe open after it left, and no end of output would ever come.
-EXIT_POLL: Final = 0.05
-READ_CHUNK: Final = 65_536
-# Chunks read before the import asks for them: past this, the reader waits and so does a server
-# that floods its output (16 x 64 KiB), instead of the import's memory filling at pipe speed.
-MAX_READ_AHEAD: Final = 16
+# The client's graces, read when an import starts (so that a test can shorten them here).
+EXIT_GRACE: Final = client.EXIT_GRACE
+TERM_GRACE: Final = client.TERM_GRACE
+# The import's bounds are the whole import's, not one request's: a server that spreads a flood
+# over the pages meets the same limit as one that sends it before its first answer.
+IMPORT_LIMITS: Final = Limits(line_bytes=MAX_LINE_BYTES, request_messages=MAX_MESSAGES, request_bytes=MAX_TOTAL_BYTES,
+                              total_messages=MAX_MESSAGES, total_bytes=MAX_TOTAL_BYTES)
 
-MODERN_VERSION: Final = "2026-07-28"
-LEGACY_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first: our offer
-PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
-CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
-SERVER_INFO_KEY: Final = "io.modelcontextprotocol/serverInfo"
-CLIENT_INFO: Final = MappingProxyType({"name": "tool-dispatcher-mcp-import", "version": "1"})
 REPORT_FORMAT: Final = "mcp-import-report-v1"
-# Requests from the server answered with an empty result: a ping must be answered at once (MCP).
-# Any other (sampling, roots, elicitation) needs a capability the import never declares: refused.
-EMPTY_RESULT_REQUESTS: Final = frozenset({"ping"})
-METHOD_NOT_FOUND: Final = MappingProxyType({"code": -32601, "message": "Method not found"})
 DEFAULT_ROLE: Final = "mcp.tools"
 HINTS: Final = MappingProxyType({  # the server's annotation -> the draft's hint field
     "readOnlyHint": "read_only", "destructiveHint": "destructive", "idempotentHint": "idempotent",
     "openWorldHint": "open_world",
 })
-
-# Schemas may hold floats (a `number` bound, a default of 0.5): the listing keeps them, so that
-# the compiler refuses that one tool by name instead of the decoder refusing the whole listing.
-# Integers stay bounded in digits, text stays portable, duplicate keys refuse the whole message.
-LISTING_JSON: Final = JsonPolicy("mcp-listing", tool_dispatcher.finite_float, tool_dispatcher.short_int,
-                                 portable_text=True)
 
 # ============================================================================================
 # 2. Errors
@@ -104,6 +80,7 @@ IMPORT_CATALOG: Final = MappingProxyType({
         "import", False,
         IMPORT_SPAWN="The server command could not be started.",
         IMPORT_CLOSED="The server closed its output before answering.",
+        IMPORT_SERVER_EXITED="The server exited with a failure status before answering.",
         IMPORT_LINE_TOO_LONG="A line from the server exceeds the line limit.",
         IMPORT_TOO_MANY_MESSAGES="The server sent more messages than the import reads.",
         IMPORT_TOO_MUCH_DATA="The server sent more bytes than the import reads.",
@@ -123,6 +100,19 @@ IMPORT_CATALOG: Final = MappingProxyType({
     **error_specs("import", True, IMPORT_TIMEOUT="The server did not answer in time."),
 })
 
+# The client's failure -> the import's code. A message that is not strict JSON keeps the core
+# decoder's own JSON_* error; a code the import cannot meet (BUSY, BROKEN, REQUEST_INVALID) stays
+# the client's, so that a bug would still answer in the one failure shape.
+IMPORT_CODES: Final = MappingProxyType({
+    "CLIENT_SPAWN": "IMPORT_SPAWN", "CLIENT_CLOSED": "IMPORT_CLOSED", "CLIENT_SERVER_EXITED": "IMPORT_SERVER_EXITED",
+    "CLIENT_LINE_TOO_LONG": "IMPORT_LINE_TOO_LONG", "CLIENT_TOO_MANY_MESSAGES": "IMPORT_TOO_MANY_MESSAGES",
+    "CLIENT_TOO_MUCH_DATA": "IMPORT_TOO_MUCH_DATA", "CLIENT_PROTOCOL": "IMPORT_PROTOCOL",
+    "CLIENT_PROTOCOL_VERSION": "IMPORT_PROTOCOL_VERSION", "CLIENT_NO_TOOLS": "IMPORT_NO_TOOLS",
+    "CLIENT_SERVER_ERROR": "IMPORT_SERVER_ERROR", "CLIENT_PAGINATION": "IMPORT_PAGINATION",
+    "CLIENT_TOO_MANY_TOOLS": "IMPORT_TOO_MANY_TOOLS", "CLIENT_TIMEOUT": "IMPORT_TIMEOUT",
+    "CLIENT_DEADLINE_PASSED": "IMPORT_TIMEOUT",
+})
+
 
 class ImportFailure(CatalogError):
     """The import as a whole failed; nothing is written."""
@@ -130,313 +120,30 @@ class ImportFailure(CatalogError):
     CATALOG = IMPORT_CATALOG
 
 
-# ============================================================================================
-# 3. The bounded channel
-# ============================================================================================
-
-
-class Channel:
-    """Newline-delimited JSON-RPC over a child's pipes, every read bounded and under one deadline."""
-
-    def __init__(self, process: subprocess.Popen[bytes], deadline: float, *, max_line: int = MAX_LINE_BYTES,
-                 max_messages: int = MAX_MESSAGES, max_total: int = MAX_TOTAL_BYTES) -> None:
-        self.process = process
-        self.deadline = deadline
-        self.max_line = max_line
-        self.max_messages = max_messages
-        self.max_total = max_total
-        self.buffer = b""
-        self.total = 0
-        self.messages = 0
-        self.next_id = 0
-        self.chunks: queue.Queue[bytes] = queue.Queue(maxsize=MAX_READ_AHEAD)
-        self.closing = threading.Event()  # stop(): what the server still writes is read and dropped
-        # A thread reads, so that a silent server meets the deadline on every platform (pipes
-        # cannot be polled on Windows); it ends at EOF, when the child exits or is killed.
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        # A thread writes too: a server that stops reading its input fills the pipe, and a write
-        # then waits for ever, past any deadline. Only this thread touches the server's input; an
-        # empty message (stop) closes it.
-        self.outbox: queue.Queue[bytes] = queue.Queue()
-        self.writer = threading.Thread(target=self._write, daemon=True)
-        self.writer.start()
-
-    def _read(self) -> None:
-        stream = self.process.stdout
-        try:
-            while stream is not None:
-                chunk = os.read(stream.fileno(), READ_CHUNK)
-                if not chunk:
-                    break
-                if not self.closing.is_set():
-                    self.chunks.put(chunk)  # waits while MAX_READ_AHEAD chunks are unread
-        except (OSError, ValueError):
-            pass
-        finally:
-            if not self.closing.is_set():
-                self.chunks.put(b"")
-
-    def _write(self) -> None:
-        stdin = self.process.stdin
-        try:
-            while stdin is not None:
-                data = self.outbox.get()
-                if not data:
-                    break
-                stdin.write(data)
-                stdin.flush()
-        except (OSError, ValueError):
-            pass  # the server closed its input: it reads nothing more, and its output says the rest
-        finally:
-            _close_input(self.process)
-
-    def send(self, message: Mapping[str, Any]) -> None:
-        """Queue one message for the writer; never waits on the server (the reads hold the deadline)."""
-        self.outbox.put(json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n")
-
-    def request(self, method: str, params: Mapping[str, Any]) -> Any:
-        """Send one request; answer its result, or raise IMPORT_SERVER_ERROR on an error answer."""
-        self.next_id += 1
-        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
-        while True:
-            message = self.receive()
-            if type(message) is not dict or message.get("jsonrpc") != "2.0":
-                raise ImportFailure("IMPORT_PROTOCOL")
-            if "id" not in message and "method" in message:
-                continue  # a notification (log, list_changed): read past it, counted
-            if "method" in message:
-                if not _is_request_id(message["id"]):
-                    raise ImportFailure("IMPORT_PROTOCOL")
-                self.send(_answer_request(message))
-                continue  # a request from the server (ping, roots): answered, not served
-            if type(message.get("id")) is not int or message["id"] != self.next_id:
-                raise ImportFailure("IMPORT_PROTOCOL")
-            if message.keys() == {"jsonrpc", "id", "error"}:
-                raise ImportFailure("IMPORT_SERVER_ERROR" if _is_error_object(message["error"]) else "IMPORT_PROTOCOL")
-            if message.keys() != {"jsonrpc", "id", "result"} or type(message["result"]) is not dict:
-                raise ImportFailure("IMPORT_PROTOCOL")
-            return message["result"]
-
-    def notify(self, method: str) -> None:
-        self.send({"jsonrpc": "2.0", "method": method})
-
-    def receive(self) -> Any:
-        return tool_dispatcher.decode_strict_json(self.line(), max_bytes=self.max_line, max_depth=MAX_MESSAGE_DEPTH,
-                                                  policy=LISTING_JSON)
-
-    def line(self) -> bytes:
-        while True:
-            end = self.buffer.find(b"\n")
-            if end >= 0:
-                line, self.buffer = self.buffer[:end], self.buffer[end + 1:]
-                self.messages += 1
-                if self.messages > self.max_messages:
-                    raise ImportFailure("IMPORT_TOO_MANY_MESSAGES")
-                if len(line) > self.max_line:
-                    raise ImportFailure("IMPORT_LINE_TOO_LONG")
-                line = line[:-1] if line.endswith(b"\r") else line
-                if line.strip():
-                    return line
-                continue
-            if len(self.buffer) > self.max_line:
-                raise ImportFailure("IMPORT_LINE_TOO_LONG")  # before the rest of the line arrives
-            self.buffer += self._chunk()
-
-    def _chunk(self) -> bytes:
-        while True:
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                raise ImportFailure("IMPORT_TIMEOUT")
-            try:
-                chunk = self.chunks.get(timeout=min(remaining, EXIT_POLL))
-                break
-            except queue.Empty:
-                if self.process.poll() is not None:
-                    _kill_group(self.process)  # what it wrote is still read, then the end of output
-        if not chunk:
-            self.chunks.put(b"")  # stay closed for any later read
-            raise ImportFailure("IMPORT_CLOSED")
-        self.total += len(chunk)
-        if self.total > self.max_total:
-            raise ImportFailure("IMPORT_TOO_MUCH_DATA")
-        return chunk
-
-
-def _is_request_id(value: Any) -> bool:
-    """A JSON-RPC id a server may give its request: an integer (never a bool) or a bounded string."""
-    return type(value) is int or (type(value) is str and len(value) <= MAX_REQUEST_ID_LENGTH)
-
-
-def _answer_request(message: Mapping[str, Any]) -> dict[str, Any]:
-    method = message["method"]
-    if type(method) is str and method in EMPTY_RESULT_REQUESTS:
-        return {"jsonrpc": "2.0", "id": message["id"], "result": {}}
-    return {"jsonrpc": "2.0", "id": message["id"], "error": dict(METHOD_NOT_FOUND)}
-
-
-def _is_error_object(value: Any) -> bool:
-    """A JSON-RPC error: an integer code (never a bool) and a message; its text is never read."""
-    return type(value) is dict and type(value.get("code")) is int and type(value.get("message")) is str
-
-
-def _close_input(process: subprocess.Popen[bytes]) -> None:
-    try:
-        if process.stdin is not None:
-            process.stdin.close()
-    except (OSError, ValueError):
-        pass  # a broken pipe on the last flush: the server left first
-
-
-def _drain(chunks: queue.Queue[bytes]) -> None:
-    try:
-        while True:
-            chunks.get_nowait()
-    except queue.Empty:
-        pass
-
-
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    """Kill what is left of the server's process group: the server is the process started, and
-    once it has left, a child of its that holds the pipes open speaks for no one (POSIX only).
-    The group outlives the server while it has members, so its id names no other process then."""
-    if hasattr(os, "killpg"):
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except OSError:
-            pass  # no member left
-
-
-def spawn(command: Sequence[str]) -> subprocess.Popen[bytes]:
-    # A group of its own (POSIX), so that stop() ends the server's children with it.
-    try:
-        return subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
-    except (OSError, ValueError):
-        raise ImportFailure("IMPORT_SPAWN") from None
-
-
-def stop(process: subprocess.Popen[bytes], channel: Channel | None) -> None:
-    """Close the server's input, give it EXIT_GRACE to leave, then kill it; reap it either way."""
-    if channel is None:
-        _close_input(process)
-    else:
-        channel.outbox.put(b"")  # after what is queued; a writer stuck on a full pipe meets the kill
-        channel.closing.set()
-        _drain(channel.chunks)  # a reader waiting on a full read-ahead goes on, and drops the rest
-    try:
-        process.wait(timeout=EXIT_GRACE)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    _kill_group(process)
-    if channel is not None:
-        channel.writer.join(timeout=EXIT_GRACE)
-        channel.reader.join(timeout=EXIT_GRACE)
-    if process.stdout is not None:
-        process.stdout.close()
+def import_failure(error: ClientError) -> CatalogError:
+    """The import's own error for a client's failure (a new value: the client's is not re-raised)."""
+    if error.code == "CLIENT_JSON" and error.json_error is not None:
+        return error.json_error
+    code = IMPORT_CODES.get(error.code)
+    return error if code is None else ImportFailure(code)
 
 
 # ============================================================================================
-# 4. Handshake and listing
+# 3. Listing
 # ============================================================================================
 
 
-@dataclass(frozen=True, slots=True)
-class Session:
-    era: str  # "modern" or "legacy"
-    protocol_version: str
-    server_name: str | None
-    server_version: str | None
-
-    def params(self, **fields: Any) -> dict[str, Any]:
-        """A request's params: 2026-07-28 carries the version and capabilities in every request."""
-        if self.era == "modern":
-            fields["_meta"] = {PROTOCOL_VERSION_KEY: self.protocol_version, CAPABILITIES_KEY: {}}
-        return fields
-
-
-def handshake(channel: Channel, protocol: str) -> Session:
-    if protocol in ("auto", "modern"):
-        try:
-            return _discover(channel)
-        except ImportFailure as failure:
-            if protocol == "modern" or failure.code != "IMPORT_SERVER_ERROR":
-                raise
-    return _initialize(channel)
-
-
-def _discover(channel: Channel) -> Session:
-    result = channel.request("server/discover", {"_meta": {PROTOCOL_VERSION_KEY: MODERN_VERSION, CAPABILITIES_KEY: {}}})
-    versions = result.get("supportedVersions")
-    if type(versions) is not list:
-        raise ImportFailure("IMPORT_PROTOCOL")
-    if MODERN_VERSION not in versions:
-        raise ImportFailure("IMPORT_PROTOCOL_VERSION")
-    meta = result.get("_meta")
-    info = meta.get(SERVER_INFO_KEY) if type(meta) is dict else None
-    return Session("modern", MODERN_VERSION, *_server_info(info))
-
-
-def _initialize(channel: Channel) -> Session:
-    result = channel.request("initialize", {"protocolVersion": LEGACY_VERSIONS[0], "capabilities": {},
-                                            "clientInfo": dict(CLIENT_INFO)})
-    version = result.get("protocolVersion")
-    if type(version) is not str:
-        raise ImportFailure("IMPORT_PROTOCOL")
-    if version not in LEGACY_VERSIONS:
-        raise ImportFailure("IMPORT_PROTOCOL_VERSION")
-    capabilities = result.get("capabilities")
-    if type(capabilities) is not dict:
-        raise ImportFailure("IMPORT_PROTOCOL")  # a required member of the answer
-    if type(capabilities.get("tools")) is not dict:
-        raise ImportFailure("IMPORT_NO_TOOLS")  # a server with tools must declare them: it offered none
-    channel.notify("notifications/initialized")
-    return Session("legacy", version, *_server_info(result.get("serverInfo")))
-
-
-def _server_info(info: Any) -> tuple[str | None, str | None]:
-    """The server's own name and version, when they are short text; untrusted, only recorded."""
-    if type(info) is not dict:
-        return None, None
-    return tuple(  # type: ignore[return-value]
-        value if type(value) is str and 0 < len(value) <= tool_dispatcher.MAX_TEXT_LENGTH else None
-        for value in (info.get("name"), info.get("version")))
-
-
-def list_tools(channel: Channel, session: Session, *, max_pages: int = MAX_PAGES) -> list[Any]:
-    """Every page of tools/list, following nextCursor; a repeated cursor is a loop, refused."""
-    tools: list[Any] = []
-    seen: set[str] = set()
-    cursor: str | None = None
-    for _ in range(max_pages):
-        result = channel.request("tools/list", session.params() if cursor is None else session.params(cursor=cursor))
-        page = result.get("tools")
-        if type(page) is not list:
-            raise ImportFailure("IMPORT_PROTOCOL")
-        tools.extend(page)
-        if len(tools) > tool_dispatcher.MAX_TOOLS:
-            raise ImportFailure("IMPORT_TOO_MANY_TOOLS")
-        cursor = result.get("nextCursor")
-        if cursor is None:
-            return tools
-        if type(cursor) is not str or not cursor or len(cursor) > MAX_CURSOR_LENGTH or cursor in seen:
-            raise ImportFailure("IMPORT_PAGINATION")
-        seen.add(cursor)
-    raise ImportFailure("IMPORT_PAGINATION")
-
-
-def stable_listing(channel: Channel, session: Session) -> list[Any]:
+def stable_listing(server: Any, *, deadline: float) -> list[Any]:
     """The listing read twice; any difference (a tool added, a schema swapped) refuses the import."""
-    first = list_tools(channel, session)
-    second = list_tools(channel, session)
+    first = server.list_tools(deadline=deadline)
+    second = server.list_tools(deadline=deadline)
     if tool_dispatcher.canonical_json(first) != tool_dispatcher.canonical_json(second):
         raise ImportFailure("IMPORT_LISTING_CHANGED")
     return first
 
 
 # ============================================================================================
-# 5. Drafting
+# 4. Drafting
 # ============================================================================================
 
 
@@ -562,19 +269,18 @@ def import_server(command: Sequence[str], *, protocol: str = "auto", timeout: fl
                   host: HostChoices = HostChoices()) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run the server, read its listing, stop it; the draft and the report, or ImportFailure."""
     deadline = time.monotonic() + timeout
-    process = spawn(command)
-    channel = None
     try:
-        channel = Channel(process, deadline)
-        session = handshake(channel, protocol)
-        listing = stable_listing(channel, session)
-    finally:
-        stop(process, channel)
+        with McpClient.start(command, protocol=protocol, timeout=timeout, limits=IMPORT_LIMITS,
+                             exit_grace=EXIT_GRACE, term_grace=TERM_GRACE) as server:
+            listing = stable_listing(server, deadline=deadline)
+            session = server.session
+    except ClientError as error:
+        raise import_failure(error) from None
     return draft(listing, session, host)
 
 
 # ============================================================================================
-# 6. CLI
+# 5. CLI
 # ============================================================================================
 
 

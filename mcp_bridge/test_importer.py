@@ -24,6 +24,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import census  # noqa: E402
+import client  # noqa: E402
 import fault_server  # noqa: E402
 import importer  # noqa: E402
 import tool_dispatcher  # noqa: E402
@@ -49,8 +50,10 @@ def process_ended(pid):
         return False  # no /proc (not Linux): only its disappearance counts
 
 
+# The test peers run with -S: they need the standard library only, and a site directory's .pth
+# files cost most of an interpreter's start on these machines (the suite starts about a hundred).
 def command(fault="none"):
-    return [sys.executable, "-B", SERVER, "--fault", fault]
+    return [sys.executable, "-B", "-S", SERVER, "--fault", fault]
 
 
 class Case(unittest.TestCase):
@@ -159,15 +162,16 @@ class TestHandshakeAndListing(Case):
         self.fails_in_time("long_ping_id", "IMPORT_PROTOCOL", 1 + importer.EXIT_GRACE + 2, timeout=1)
 
     @mock.patch.object(importer, "EXIT_GRACE", SHORT_GRACE)
+    @mock.patch.object(importer, "TERM_GRACE", SHORT_GRACE)
     def test_endless_output_that_ignores_the_shutdown(self):
-        processes, real_spawn = [], importer.spawn
+        processes, real_spawn = [], client.spawn
 
         def spawn(command):
             processes.append(real_spawn(command))
             return processes[-1]
 
         start = time.monotonic()
-        with mock.patch.object(importer, "spawn", spawn):
+        with mock.patch.object(client, "spawn", spawn):
             self.fails("endless", "IMPORT_LINE_TOO_LONG", timeout=5)
         self.assertLess(time.monotonic() - start, importer.EXIT_GRACE + 3)
         self.assertEqual(processes[0].returncode, -9)  # killed and reaped: no zombie
@@ -191,6 +195,14 @@ class TestHandshakeAndListing(Case):
         else:
             self.fail("the server's child outlived the import")
 
+    def test_a_server_that_crashes_at_start_exited(self):
+        # It wrote why on its stderr and exited 3 before reading (or with a traceback, at its
+        # first request): the output's end was reported as IMPORT_CLOSED, as if it had hung up.
+        for fault in ("crash_at_start", "crash_at_handshake"):
+            with self.subTest(fault=fault):
+                error = self.fails(fault, "IMPORT_SERVER_EXITED")
+                self.assertEqual(error.to_json(), importer.ImportFailure("IMPORT_SERVER_EXITED").to_json())
+
     def test_closed_server_and_missing_command(self):
         self.fails("closes", "IMPORT_CLOSED")
         with self.assertRaises(importer.ImportFailure) as caught:
@@ -204,233 +216,38 @@ class TestHandshakeAndListing(Case):
                                                 "at": "tools[0].inputSchema.properties[0].minimum"})
 
 
-class TestChannelLimits(unittest.TestCase):
-    """The channel's limits, both sides, on a scripted child (a Python one-liner printing lines)."""
+class FakeServer:
+    """Answers each list_tools with the next scripted listing."""
 
-    def channel(self, lines, deadline=10, script=None, **limits):
-        script = script or "import sys\nfor line in %r: sys.stdout.write(line)\nsys.stdout.flush()\n" % (lines,)
-        process = subprocess.Popen([sys.executable, "-B", "-c", script], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        channel = importer.Channel(process, time.monotonic() + deadline, **limits)
-        self.addCleanup(importer.stop, process, channel)
-        return channel
+    def __init__(self, *listings):
+        self.listings = list(listings)
 
-    def test_line_length_both_sides(self):
-        self.assertEqual(self.channel(['"abcd"\n'], max_line=6).receive(), "abcd")
-        with self.assertRaises(importer.ImportFailure) as caught:
-            self.channel(['"abcde"\n'], max_line=6).receive()
-        self.assertEqual(caught.exception.code, "IMPORT_LINE_TOO_LONG")
-
-    def test_a_long_line_is_refused_before_its_end_arrives(self):
-        with self.assertRaises(importer.ImportFailure) as caught:
-            self.channel(['"abcdefgh'], max_line=6).receive()  # no newline, then the end of output
-        self.assertEqual(caught.exception.code, "IMPORT_LINE_TOO_LONG")
-
-    def test_a_passed_deadline_stops_reading_even_with_data_waiting(self):
-        channel = self.channel(["1\n"], deadline=-1)
-        with self.assertRaises(importer.ImportFailure) as caught:
-            channel.receive()
-        self.assertEqual(caught.exception.code, "IMPORT_TIMEOUT")
-
-    def test_answers_that_are_not_json_rpc_results(self):
-        for line in ("3", '{"jsonrpc": "1.0", "id": 1, "result": {}}', '{"jsonrpc": "2.0", "id": 1, "result": []}',
-                     '{"jsonrpc": "2.0", "id": 1, "result": {}, "extra": 1}', '{"jsonrpc": "2.0", "id": true}',
-                     '{"jsonrpc": "2.0", "id": 2, "result": {}}', '{"jsonrpc": "2.0", "params": {}}'):
-            with self.subTest(line=line):
-                with self.assertRaises(importer.ImportFailure) as caught:
-                    self.channel([line + "\n"]).request("x", {})
-                self.assertEqual(caught.exception.code, "IMPORT_PROTOCOL")
-        self.assertEqual(self.channel(['{"jsonrpc": "2.0", "id": 1, "result": {"a": 1}}\n']).request("x", {}),
-                         {"a": 1})
-
-    def test_framing_faults_each_end_in_one_code(self):
-        answer = '{"jsonrpc": "2.0", "id": 1, "result": {"n": %s}}'
-        for line, code in (("\ufeff" + answer % 1, "JSON_INVALID"), ("[" + answer % 1 + "]", "IMPORT_PROTOCOL"),
-                           (answer.replace('"id": 1', '"id": "1"') % 1, "IMPORT_PROTOCOL"),
-                           (answer % "NaN", "JSON_NON_FINITE"), (answer % "1e400", "JSON_NON_FINITE"),
-                           (answer % ("9" * 40), "JSON_NOT_PORTABLE"), (answer % '"\\udc00"', "JSON_NOT_PORTABLE")):
-            with self.subTest(line=line[:60]):
-                with self.assertRaises(tool_dispatcher.CatalogError) as caught:
-                    self.channel([line + "\n"]).request("x", {})
-                self.assertEqual(caught.exception.code, code)
-        script = "import os\nos.write(1, b'%s\\xff}\\n')\n" % (answer % 1)[:-1]
-        with self.assertRaises(tool_dispatcher.CatalogError) as caught:
-            self.channel([], script=script).request("x", {})
-        self.assertEqual(caught.exception.code, "JSON_NOT_UTF8")
-
-    def test_a_message_split_at_every_byte_or_sharing_a_read(self):
-        lines = '{"jsonrpc": "2.0", "method": "notifications/progress"}\r\n\n{"jsonrpc": "2.0", "id": 1, "result": {}}\n'
-        bytewise = "import os, time\nfor byte in %r.encode():\n    os.write(1, bytes([byte]))\n    time.sleep(0.0005)\n" % lines
-        for channel in (self.channel([lines]), self.channel([], script=bytewise)):
-            self.assertEqual(channel.request("x", {}), {})
-
-    def test_server_request_ids(self):
-        # A request from the server is answered with its id echoed: a JSON-RPC id (an integer or a
-        # bounded string), or the message is no protocol at all.
-        longest = "i" * importer.MAX_REQUEST_ID_LENGTH
-        answer = '{"jsonrpc": "2.0", "id": 1, "result": {"a": 1}}\n'
-        for request_id in (longest, "", 7, -3, 10 ** 38):
-            with self.subTest(request_id=request_id):
-                ping = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "ping"}) + "\n"
-                self.assertEqual(self.channel([ping, answer]).request("x", {}), {"a": 1})
-        for request_id in (longest + "i", 1.5, None, True, {}, []):
-            with self.subTest(request_id=request_id):
-                ping = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "ping"}) + "\n"
-                with self.assertRaises(importer.ImportFailure) as caught:
-                    self.channel([ping, answer]).request("x", {})
-                self.assertEqual(caught.exception.code, "IMPORT_PROTOCOL")
-
-    @mock.patch.object(importer, "EXIT_GRACE", SHORT_GRACE)
-    def test_read_ahead_is_bounded(self):
-        # A server that floods its output waits on the pipe: the reader holds at most
-        # MAX_READ_AHEAD chunks the import has not asked for (it held 1.3 GB in a 2 s grace).
-        flood = "import os\nwhile True: os.write(1, b'x' * 65536)\n"
-        channel = self.channel([], script=flood, max_line=100)
-        with self.assertRaises(importer.ImportFailure) as caught:
-            channel.receive()
-        self.assertEqual(caught.exception.code, "IMPORT_LINE_TOO_LONG")
-        time.sleep(0.3)
-        self.assertLessEqual(channel.chunks.qsize(), importer.MAX_READ_AHEAD)
-        importer.stop(channel.process, channel)  # under the short grace: the flood never leaves on its own
-
-    def test_requests_from_the_server_are_answered(self):
-        # MCP: a ping's receiver must answer it at once with an empty result (it was answered
-        # "method not found"); sampling, roots and elicitation need capabilities never declared.
-        script = ("import json, sys\n"
-                  "for request_id, method in ((7, 'ping'), ('s', 'roots/list'), (8, {})):\n"
-                  "    print(json.dumps({'jsonrpc': '2.0', 'id': request_id, 'method': method}), flush=True)\n"
-                  "answers = [json.loads(sys.stdin.readline()) for _ in range(4)][1:]\n"
-                  "print(json.dumps({'jsonrpc': '2.0', 'id': 1, 'result': {'answers': answers}}), flush=True)\n")
-        refusal = {"code": -32601, "message": "Method not found"}
-        self.assertEqual(self.channel([], script=script).request("x", {}), {"answers": [
-            {"jsonrpc": "2.0", "id": 7, "result": {}}, {"jsonrpc": "2.0", "id": "s", "error": refusal},
-            {"jsonrpc": "2.0", "id": 8, "error": refusal}]})
-
-    def test_error_answers(self):
-        # A JSON-RPC error object: an integer code, a message, perhaps data; anything else is no
-        # error answer at all (and never a reason for --protocol auto to try the other era).
-        for error in ({"code": -32601, "message": "m"}, {"code": 7, "message": "m" * 100_000, "data": [1, {}]}):
-            with self.subTest(error=error):
-                line = json.dumps({"jsonrpc": "2.0", "id": 1, "error": error}) + "\n"
-                with self.assertRaises(importer.ImportFailure) as caught:
-                    self.channel([line]).request("x", {})
-                self.assertEqual(caught.exception.code, "IMPORT_SERVER_ERROR")
-        for error in ("boom", None, [], {}, {"code": "-32601", "message": "m"}, {"code": 1.5, "message": "m"},
-                      {"code": True, "message": "m"}, {"message": "m"}, {"code": 1}, {"code": 1, "message": 3}):
-            with self.subTest(error=error):
-                line = json.dumps({"jsonrpc": "2.0", "id": 1, "error": error}) + "\n"
-                with self.assertRaises(importer.ImportFailure) as caught:
-                    self.channel([line]).request("x", {})
-                self.assertEqual(caught.exception.code, "IMPORT_PROTOCOL")
-
-    def test_message_count_both_sides(self):
-        channel = self.channel(["1\n", "\n", "2\n"], max_messages=3)
-        self.assertEqual((channel.receive(), channel.receive()), (1, 2))
-        channel = self.channel(["1\n", "\n", "2\n"], max_messages=2)
-        channel.receive()
-        with self.assertRaises(importer.ImportFailure) as caught:
-            channel.receive()
-        self.assertEqual(caught.exception.code, "IMPORT_TOO_MANY_MESSAGES")
-
-    def test_total_bytes_both_sides(self):
-        self.assertEqual(self.channel(["1\r\n"], max_total=3).receive(), 1)
-        with self.assertRaises(importer.ImportFailure) as caught:
-            self.channel(["12\r\n"], max_total=3).receive()
-        self.assertEqual(caught.exception.code, "IMPORT_TOO_MUCH_DATA")
-
-    def test_depth_both_sides(self):
-        self.assertEqual(self.channel(["[" * 128 + "]" * 128 + "\n"]).receive(), json.loads("[" * 128 + "]" * 128))
-        with self.assertRaises(tool_dispatcher.BoundaryError) as caught:
-            self.channel(["[" * 129 + "]" * 129 + "\n"]).receive()
-        self.assertEqual(caught.exception.code, "JSON_TOO_DEEP")
-
-    def test_end_of_output(self):
-        channel = self.channel(["1"])
-        for _ in range(2):  # stays closed
-            with self.assertRaises(importer.ImportFailure) as caught:
-                channel.receive()
-            self.assertEqual(caught.exception.code, "IMPORT_CLOSED")
+    def list_tools(self, *, deadline):
+        return self.listings.pop(0)
 
 
-class FakeChannel:
-    """Answers each request with the next scripted result; records what was asked."""
-
-    def __init__(self, *results):
-        self.results = list(results)
-        self.asked = []
-
-    def request(self, method, params):
-        self.asked.append((method, params))
-        return self.results.pop(0)
-
-    def notify(self, method):
-        self.asked.append((method, None))
-
-
-MODERN = importer.Session("modern", "2026-07-28", "s", "1")
-LEGACY = importer.Session("legacy", "2025-11-25", None, None)
-
-
-class TestListingUnits(unittest.TestCase):
-    def refused(self, code, call, *arguments, **options):
-        with self.assertRaises(importer.ImportFailure) as caught:
-            call(*arguments, **options)
-        self.assertEqual(caught.exception.code, code)
-
-    def test_requests_carry_meta_only_in_the_modern_era(self):
-        channel = FakeChannel({"tools": [], "nextCursor": "c"}, {"tools": []})
-        importer.list_tools(channel, MODERN)
-        self.assertEqual(channel.asked, [
-            ("tools/list", {"_meta": {importer.PROTOCOL_VERSION_KEY: "2026-07-28", importer.CAPABILITIES_KEY: {}}}),
-            ("tools/list", {"cursor": "c", "_meta": {importer.PROTOCOL_VERSION_KEY: "2026-07-28",
-                                                     importer.CAPABILITIES_KEY: {}}})])
-        channel = FakeChannel({"tools": []})
-        importer.list_tools(channel, LEGACY)
-        self.assertEqual(channel.asked, [("tools/list", {})])
-
-    def test_page_limit_both_sides(self):
-        pages = [{"tools": [], "nextCursor": "a"}, {"tools": [], "nextCursor": "b"}, {"tools": []}]
-        self.assertEqual(importer.list_tools(FakeChannel(*pages), LEGACY, max_pages=3), [])
-        self.refused("IMPORT_PAGINATION", importer.list_tools, FakeChannel(*pages), LEGACY, max_pages=2)
-
-    def test_cursor_rules(self):
-        longest = "c" * importer.MAX_CURSOR_LENGTH
-        importer.list_tools(FakeChannel({"tools": [], "nextCursor": longest}, {"tools": []}), LEGACY)
-        for cursor in (longest + "c", "", 3):
-            with self.subTest(cursor=cursor):
-                self.refused("IMPORT_PAGINATION", importer.list_tools,
-                             FakeChannel({"tools": [], "nextCursor": cursor}, {"tools": []}), LEGACY)
-
-    def test_tool_count_both_sides(self):
-        tools = [{"name": f"t{i}"} for i in range(tool_dispatcher.MAX_TOOLS)]
-        self.assertEqual(len(importer.list_tools(FakeChannel({"tools": tools}), LEGACY)), tool_dispatcher.MAX_TOOLS)
-        self.refused("IMPORT_TOO_MANY_TOOLS", importer.list_tools,
-                     FakeChannel({"tools": tools, "nextCursor": "x"}, {"tools": [{}]}), LEGACY)
-
-    def test_page_shape(self):
-        self.refused("IMPORT_PROTOCOL", importer.list_tools, FakeChannel({"tools": {}}), LEGACY)
-        self.refused("IMPORT_PROTOCOL", importer.list_tools, FakeChannel({}), LEGACY)
-
+class TestListing(unittest.TestCase):
     def test_stable_listing(self):
-        same = {"tools": [{"name": "a"}]}
-        self.assertEqual(importer.stable_listing(FakeChannel(same, same), LEGACY), [{"name": "a"}])
-        self.refused("IMPORT_LISTING_CHANGED", importer.stable_listing,
-                     FakeChannel(same, {"tools": [{"name": "a", "description": "now"}]}), LEGACY)
+        same = [{"name": "a"}]
+        self.assertEqual(importer.stable_listing(FakeServer(same, same), deadline=0), [{"name": "a"}])
+        with self.assertRaises(importer.ImportFailure) as caught:
+            importer.stable_listing(FakeServer(same, [{"name": "a", "description": "now"}]), deadline=0)
+        self.assertEqual(caught.exception.code, "IMPORT_LISTING_CHANGED")
 
-    def test_handshake_answers(self):
-        self.refused("IMPORT_PROTOCOL", importer.handshake, FakeChannel({"supportedVersions": "2026-07-28"}), "modern")
-        self.refused("IMPORT_PROTOCOL", importer.handshake, FakeChannel({"protocolVersion": 3}), "legacy")
-        for capabilities, code in ((None, "IMPORT_PROTOCOL"), ([], "IMPORT_PROTOCOL"), ({}, "IMPORT_NO_TOOLS"),
-                                   ({"tools": True}, "IMPORT_NO_TOOLS"), ({"tools": None}, "IMPORT_NO_TOOLS")):
-            with self.subTest(capabilities=capabilities):
-                answer = {"protocolVersion": "2025-11-25", "capabilities": capabilities}
-                self.refused(code, importer.handshake, FakeChannel({k: v for k, v in answer.items() if v is not None}),
-                             "legacy")
-        session = importer.handshake(FakeChannel({"protocolVersion": "2024-11-05", "capabilities": {"tools": {}},
-                                                  "serverInfo": {"name": "n" * 161, "version": "v"}}), "legacy")
-        self.assertEqual(session, importer.Session("legacy", "2024-11-05", None, "v"))
-        session = importer.handshake(FakeChannel({"supportedVersions": ["2026-07-28"], "_meta": []}), "auto")
-        self.assertEqual(session, importer.Session("modern", "2026-07-28", None, None))
+    def test_the_clients_failures_keep_the_imports_codes(self):
+        # The channel, the handshake and the listing moved into the client (test_client.py pins
+        # their CLIENT_* codes); the import answers each with the code it always had.
+        self.assertEqual(set(importer.IMPORT_CODES) | {"CLIENT_JSON", "CLIENT_BUSY", "CLIENT_BROKEN",
+                                                       "CLIENT_REQUEST_INVALID"}, set(client.CLIENT_CATALOG))
+        for client_code, import_code in importer.IMPORT_CODES.items():
+            with self.subTest(code=client_code):
+                failure = importer.import_failure(client.ClientError(client_code, rpc_code=3, exit_status=1))
+                self.assertEqual((type(failure), failure.to_json()), (importer.ImportFailure,
+                                                                      importer.ImportFailure(import_code).to_json()))
+        decoder = tool_dispatcher.BoundaryError("JSON_DUPLICATE_KEY")
+        self.assertIs(importer.import_failure(client.ClientError("CLIENT_JSON", json_error=decoder)), decoder)
+        busy = client.ClientError("CLIENT_BUSY")
+        self.assertIs(importer.import_failure(busy), busy)
 
 
 class TestCatalogs(unittest.TestCase):
@@ -439,9 +256,11 @@ class TestCatalogs(unittest.TestCase):
         core = {code for name in tool_dispatcher.__all__ if name.endswith("_CATALOG")
                 for code in getattr(tool_dispatcher, name)}
         self.assertLessEqual({"INVALID_ARGUMENTS", "SCHEMA_TYPE", "VALUE_TYPE", "CONTRACTS_FIELDS"}, core)
-        for catalog in (importer.IMPORT_CATALOG, census.CensusError.CATALOG):
+        catalogs = (importer.IMPORT_CATALOG, census.CensusError.CATALOG, client.CLIENT_CATALOG)
+        for index, catalog in enumerate(catalogs):
             self.assertEqual(set(catalog) & core, set())
-        self.assertEqual(set(importer.IMPORT_CATALOG) & set(census.CensusError.CATALOG), set())
+            for other in catalogs[index + 1:]:
+                self.assertEqual(set(catalog) & set(other), set())
 
     def test_only_a_schema_scope_refusal_is_a_refused_schema(self):
         foreign = tool_dispatcher.BoundaryError("CONTEXT_INVALID")
@@ -451,6 +270,9 @@ class TestCatalogs(unittest.TestCase):
                 with self.subTest(module=name), self.assertRaises(tool_dispatcher.BoundaryError) as caught:
                     run()
                 self.assertIs(caught.exception, foreign)
+
+
+MODERN = client.Session("modern", "2026-07-28", "s", "1")
 
 
 class TestDraftUnits(unittest.TestCase):
@@ -551,7 +373,7 @@ class TestCommandLine(unittest.TestCase):
         return done.returncode, json.loads(done.stdout), done.stderr
 
     def server(self, fault):
-        return " ".join([f'"{sys.executable}"', "-B", f'"{SERVER}"', "--fault", fault])
+        return " ".join([f'"{sys.executable}"', "-B", "-S", f'"{SERVER}"', "--fault", fault])
 
     def test_exit_one_writes_draft_and_report(self):
         with tempfile.TemporaryDirectory() as folder:

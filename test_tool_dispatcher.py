@@ -266,7 +266,7 @@ class StrictJsonAssertions:
         self.assertEqual(caught.exception.code, code)
 
 
-# -- an imported tool behind the boundary: a contract set of its own, its host handlers ------
+# -- an imported tool behind the boundary: a contract set of its own, its host hooks ---------
 
 
 def imported_document() -> dict:
@@ -306,21 +306,39 @@ def imported_contracts() -> td.ContractSet:
     return td.parse_contracts(encode(imported_document()))
 
 
-def adjust_order(call: td.HandlerCall) -> td.HandlerResult:
+def order_resource(order: Order) -> td.Resource:
+    """An order as a resolve hook answers it."""
+    return td.Resource(kind="order", ref=order.order_ref, tenant=order.tenant, owner=order.owner,
+                       revision=order.revision, state=order.status)
+
+
+WORLD_RESOURCES = MappingProxyType({(order.tenant, order.order_ref): order_resource(order) for order in world_orders()})
+
+
+def resolve_order(principal: Principal, arguments: dict) -> td.Resource | None:
+    """The imported tools' resolve hook: the order the call names, in the caller's tenant."""
+    return WORLD_RESOURCES.get((principal.tenant, arguments["order_ref"]))
+
+
+def adjust_order(call: td.ExecuteCall) -> td.Execution:
     arguments = call.arguments
-    return td.HandlerResult(output={"order_ref": arguments["order_ref"], "quantity": arguments["quantity"],
-                                    "gift": arguments.get("gift", False), "note": arguments.get("note")},
-                            producer_revision=call.spec.producer_revision, resource_revision=call.order.revision,
-                            receipt_ref=td.derived_ref("rc-", "adjust", call.request_ref))
+    return td.Execution({"order_ref": arguments["order_ref"], "quantity": arguments["quantity"],
+                         "gift": arguments.get("gift", False), "note": arguments.get("note")},
+                        "committed", td.derived_ref("rc-", "adjust", call.request_ref))
 
 
-def order_lines(call: td.HandlerCall) -> td.HandlerResult:
+def order_lines(call: td.ExecuteCall) -> td.Execution:
     lines = [7, 8, 9][:call.arguments.get("limit", 3)]
-    return td.HandlerResult(output={"order_ref": call.arguments["order_ref"], "lines": lines},
-                            producer_revision=call.spec.producer_revision, resource_revision=call.order.revision)
+    return td.Execution({"order_ref": call.arguments["order_ref"], "lines": lines}, "none")
 
 
-IMPORTED_HANDLERS = {"adjust_order": adjust_order, "order_lines": order_lines}
+def imported_hooks(**executes) -> dict[str, td.ToolHooks]:
+    """The imported tools' host hooks; an execute hook given by name replaces that tool's."""
+    executes = {"adjust_order": adjust_order, "order_lines": order_lines, **executes}
+    return {name: td.ToolHooks(execute=execute, resolve=resolve_order) for name, execute in executes.items()}
+
+
+IMPORTED_HOOKS = MappingProxyType(imported_hooks())
 
 
 # ============================================================================================
@@ -2907,11 +2925,133 @@ class TestRegistryAndInputContracts(unittest.TestCase):
 
 
 # ============================================================================================
-# 10. Authorization
+# 10. Host hooks and authorization
 # ============================================================================================
 
 
-class TestAuthorization(unittest.TestCase):
+# -- a host's own tools behind the boundary by hooks alone: notebooks, not orders -------------
+
+NOTER = Principal("tenant-a", "alice", ("notes.read", "notes.write"))
+
+
+def notes_document() -> dict:
+    """A notebook write (its resource: a notebook) and a read that names no resource."""
+    provenance = {"source": "host", "server_name": None, "server_version": None, "protocol_version": None,
+                  "input_schema_sha256": None, "output_schema_sha256": None}
+    hints = {"read_only": None, "destructive": None, "idempotent": None, "open_world": None}
+    notebook = {"type": "string", "pattern": "^NB-[0-9]{1,6}$", "maxLength": 9}
+    text = {"type": "string", "maxLength": 40}
+
+    def tool(name, effect, role, resource_field, input_schema, output_schema, bound):
+        return {"name": name, "description": f"The host's {name}.", "effect": effect, "required_role": role,
+                "resource_field": resource_field, "input_schema": input_schema, "output_schema": output_schema,
+                "bound_fields": bound, "producer": "notes-service", "provenance": provenance, "hints": hints,
+                "revisions": {part: f"{name}.{part}.v1" for part in ("contract", "input", "output", "effect",
+                                                                      "handler", "producer")}}
+
+    return {"format": "tool-contracts-v1", "tools": [
+        tool("append_note", "write", "notes.write", "notebook",
+             schema_object({"notebook": notebook, "text": text}, ["notebook", "text"]),
+             schema_object({"notebook": notebook, "text": text,
+                            "line": {"type": "integer", "minimum": 1, "maximum": 1000}}, ["notebook", "text", "line"]),
+             ["notebook", "text"]),
+        tool("list_notes", "read", "notes.read", None,
+             schema_object({"limit": {"type": "integer", "minimum": 1, "maximum": 5}}, []),
+             schema_object({"notes": {"type": "array", "items": text, "maxItems": 5}}, ["notes"]),
+             []),
+    ]}
+
+
+def notes_contracts() -> td.ContractSet:
+    return td.parse_contracts(encode(notes_document()))
+
+
+NOTES = notes_contracts()
+
+
+def notebooks() -> tuple[td.Resource, ...]:
+    def notebook(tenant, ref, owner, state="open", revision=4):
+        return td.Resource(kind="notebook", ref=ref, tenant=tenant, owner=owner, revision=revision, state=state)
+
+    return (notebook("tenant-a", "NB-1", "alice"), notebook("tenant-a", "NB-2", "bob"),
+            notebook("tenant-b", "NB-3", "alice"), notebook("tenant-a", "NB-5", "alice", state="closed", revision=9))
+
+
+class NotesHost:
+    """The notes tools' host: its hooks record each call they get, and answer as the test sets.
+
+    effect     what append_note's execute reports ("committed", "not_committed", "unknown"),
+               or "lost": it raises ResponseLost
+    receipt    the receipt reference a committed append reports
+    status     the status hook (a function of the StatusQuery), or None: the tool has none
+    """
+
+    def __init__(self, effect="committed", *, receipt="rc-note-1", status=None, precondition=None,
+                 refusals=frozenset()):
+        self.notebooks = {(resource.tenant, resource.ref): resource for resource in notebooks()}
+        self.effect, self.receipt, self.answer = effect, receipt, status
+        self.precondition, self.refusals = precondition, refusals
+        self.executed: list[td.ExecuteCall] = []
+        self.resolved: list[tuple[Principal, dict]] = []
+        self.queried: list[td.StatusQuery] = []
+
+    def resolve(self, principal, arguments):
+        self.resolved.append((principal, arguments))
+        return self.notebooks.get((principal.tenant, arguments["notebook"]))
+
+    def append(self, call):
+        self.executed.append(call)
+        if self.effect == "lost":
+            raise td.ResponseLost
+        output = {"notebook": call.arguments["notebook"], "text": call.arguments["text"], "line": 1}
+        return td.Execution(output, self.effect, self.receipt if self.effect == "committed" else None)
+
+    def list_notes(self, call):
+        self.executed.append(call)
+        return td.Execution({"notes": ["first", "second"][:call.arguments.get("limit", 2)]}, "none")
+
+    def status(self, query):
+        self.queried.append(query)
+        return self.answer(query)
+
+    def hooks(self) -> dict[str, td.ToolHooks]:
+        return {"append_note": td.ToolHooks(execute=self.append, resolve=self.resolve,
+                                            precondition=self.precondition, refusals=self.refusals,
+                                            status=None if self.answer is None else self.status),
+                "list_notes": td.ToolHooks(execute=self.list_notes)}
+
+    def dispatcher(self, **options) -> Dispatcher:
+        return Dispatcher(approvers=APPROVERS, registry=NOTES, hooks=self.hooks(), **options)
+
+
+def note_proposal(notebook="NB-1", text="hello") -> dict:
+    return {"name": "append_note", "arguments": {"notebook": notebook, "text": text}}
+
+
+def note_approval(ctx, proposal=None, principal=NOTER, *, expires_at=EXPIRES) -> Approval:
+    return td.approval_for_call(approver="approver-lee", principal=principal, context=ctx, spec=NOTES["append_note"],
+                                arguments=(proposal or note_proposal())["arguments"], expires_at=expires_at)
+
+
+def note_write(dispatcher, ctx=None, *, proposal=None, principal=NOTER, approval=_AUTO, now=NOW, **options) -> dict:
+    ctx = ctx or write_context()
+    proposal = proposal or note_proposal()
+    if approval is _AUTO:
+        approval = note_approval(ctx, proposal, principal)
+    return dispatcher.dispatch(proposal, ctx, principal, approval=approval, now=now, **options)
+
+
+def note_query(dispatcher, ctx=None, *, proposal=None, principal=NOTER, now=NOW + 60, **options) -> dict:
+    return dispatcher.query_operation_status(proposal or note_proposal(), ctx or query_context(), principal,
+                                             now=now, **options)
+
+
+def note_read(dispatcher, ctx=None, *, arguments=None, principal=NOTER, now=NOW, **options) -> dict:
+    return dispatcher.dispatch({"name": "list_notes", "arguments": arguments or {}}, ctx or context(), principal,
+                               now=now, **options)
+
+
+class TestHostHooksAndAuthorization(unittest.TestCase):
 
     def test_own_order_is_fresh_untrusted_data(self):
         dispatcher = make_dispatcher()
@@ -2957,17 +3097,269 @@ class TestAuthorization(unittest.TestCase):
         self.assertEqual(code_of(package), "NOT_FOUND")
         self.assertEqual(dispatcher.effect_count, 0)
 
-    def test_authorize_returns_the_callers_order(self):
-        orders = {(order.tenant, order.order_ref): order for order in world_orders()}
+    def test_authorize_returns_the_resource_its_resolve_hook_names(self):
         spec = td.REGISTRY["get_order"]
-        self.assertEqual(td.authorize(spec, ALICE, {"order_ref": "ORDER-11"}, orders),
-                         Order("tenant-a", "ORDER-11", "alice", "pending", 2))
+        self.assertEqual(td.authorize(spec, ALICE, {"order_ref": "ORDER-11"}, resolve_order),
+                         order_resource(Order("tenant-a", "ORDER-11", "alice", "pending", 2)))
         for principal, ref, code in ((BOB, "ORDER-7", "NOT_FOUND"), (ALICE, "ORDER-9", "NOT_FOUND"),
                                      (Principal("tenant-a", "alice", ("refunds.draft",)), "ORDER-7", "PERMISSION_DENIED")):
             with self.subTest(subject=principal.subject, ref=ref):
                 with self.assertRaises(BoundaryError) as caught:
-                    td.authorize(spec, principal, {"order_ref": ref}, orders)
+                    td.authorize(spec, principal, {"order_ref": ref}, resolve_order)
                 self.assertEqual(caught.exception.code, code)
+
+    # -- the hooks' contract: what each may answer, and what the boundary decides itself --------
+
+    def test_the_hook_tables_are_closed(self):
+        self.assertEqual(dict(td.EFFECT_REPORTS), {"read": {"none", "not_committed"},
+                                                   "write": {"committed", "not_committed", "unknown"}})
+        self.assertEqual(td.STATUS_FINDINGS, {"receipt", "absent", "conflict", "unavailable"})
+        self.assertEqual(td.PRECONDITION_CODES, {"PRECONDITION_FAILED", "ORDER_NOT_REFUNDABLE"})
+        for code in td.PRECONDITION_CODES | {"TOOL_FAILED", "RECONCILIATION_REQUIRED"}:
+            with self.subTest(code=code):
+                self.assertEqual((td.ERROR_CATALOG[code].scope, td.ERROR_CATALOG[code].retryable), ("tool", False))
+        for code in ("HOOK_INVALID", "HOOK_FAILED"):
+            with self.subTest(code=code):
+                self.assertEqual((td.ERROR_CATALOG[code].scope, td.ERROR_CATALOG[code].retryable), ("host", False))
+        self.assertEqual(td.MAX_RESOURCE_REF_LENGTH, 1024)
+
+    def test_the_role_comes_before_any_hook_and_a_tool_without_a_resource_resolves_nothing(self):
+        arguments = {"notebook": "NB-1", "text": "x"}
+        reader = Principal("tenant-a", "alice", ("notes.read",))
+        for spec, principal in ((NOTES["append_note"], reader), (NOTES["list_notes"], Principal("tenant-a", "alice", ()))):
+            resolve = mock.Mock(return_value=notebooks()[0])
+            with self.subTest(tool=spec.name), self.assertRaises(BoundaryError) as caught:
+                td.authorize(spec, principal, arguments, resolve)
+            self.assertEqual(caught.exception.code, "PERMISSION_DENIED")
+            resolve.assert_not_called()
+        resolve = mock.Mock(return_value=notebooks()[0])
+        self.assertIsNone(td.authorize(NOTES["list_notes"], NOTER, {}, resolve))
+        self.assertIsNone(td.authorize(NOTES["list_notes"], NOTER, {}, None))
+        resolve.assert_not_called()
+
+    def test_the_boundary_not_the_hook_keeps_each_caller_to_its_tenant_and_subject(self):
+        # A resolve hook that answers whatever notebook it finds, in any tenant (a host's bug):
+        # another tenant's or another subject's resource is still NOT_FOUND, as a miss is.
+        found = {resource.ref: resource for resource in notebooks()}
+
+        def anywhere(principal, arguments):
+            return found.get(arguments["notebook"])
+
+        spec = NOTES["append_note"]
+        self.assertEqual(td.authorize(spec, NOTER, {"notebook": "NB-1", "text": "x"}, anywhere), found["NB-1"])
+        for ref in ("NB-2", "NB-3", "NB-404"):  # another subject's, another tenant's, none
+            with self.subTest(ref=ref), self.assertRaises(BoundaryError) as caught:
+                td.authorize(spec, NOTER, {"notebook": ref, "text": "x"}, anywhere)
+            self.assertEqual(caught.exception.code, "NOT_FOUND")
+
+    def test_a_resolve_hook_that_is_missing_or_raises_is_the_hosts_error(self):
+        spec, arguments = NOTES["append_note"], {"notebook": "NB-1", "text": "x"}
+        with self.assertRaises(BoundaryError) as caught:
+            td.authorize(spec, NOTER, arguments, None)
+        self.assertEqual(caught.exception.code, "HOOK_INVALID")
+        for error in (OSError("directory down"), BoundaryError("NOT_FOUND"), KeyError("notebook")):
+            def failing(principal, given, error=error):
+                raise error
+
+            with self.subTest(error=type(error).__name__), self.assertRaises(BoundaryError) as caught:
+                td.authorize(spec, NOTER, arguments, failing)
+            self.assertEqual(caught.exception.code, "HOOK_FAILED")
+            self.assertIs(caught.exception.__cause__, error)  # the host hears its own error behind the code
+
+    def test_a_resolve_answer_outside_the_resource_contract_is_hook_invalid(self):
+        good = notebooks()[0]
+        spec, arguments = NOTES["append_note"], {"notebook": "NB-1", "text": "x"}
+
+        class Subclassed(td.Resource):
+            __slots__ = ()
+
+        bad = {
+            "a dict": dataclasses.asdict(good), "an order": Order("tenant-a", "NB-1", "alice", "paid", 4),
+            "a subclass": Subclassed(**dataclasses.asdict(good)), "a string": "NB-1",
+            "an empty ref": dataclasses.replace(good, ref=""),
+            "a ref one over its limit": dataclasses.replace(good, ref="N" * (td.MAX_RESOURCE_REF_LENGTH + 1)),
+            "a ref that is no text": dataclasses.replace(good, ref=1),
+            "an agreeable ref": dataclasses.replace(good, ref=Agreeable("NB-1")),
+            "a kind that is no identifier": dataclasses.replace(good, kind="note book"),
+            "an agreeable tenant": dataclasses.replace(good, tenant=Agreeable("tenant-a")),
+            "an empty tenant": dataclasses.replace(good, tenant=""),
+            "no owner": dataclasses.replace(good, owner=None),
+            "a state that is no identifier": dataclasses.replace(good, state="open\n"),
+            "revision 0": dataclasses.replace(good, revision=0),
+            "a revision one over its limit": dataclasses.replace(good, revision=td.MAX_REVISION + 1),
+            "a boolean revision": dataclasses.replace(good, revision=True),
+            "a revision as text": dataclasses.replace(good, revision="4"),
+        }
+        for name, answer in bad.items():
+            with self.subTest(answer=name), self.assertRaises(BoundaryError) as caught:
+                td.authorize(spec, NOTER, arguments, lambda principal, given, answer=answer: answer)
+            self.assertEqual(caught.exception.code, "HOOK_INVALID")
+        for changes in ({"ref": "N"}, {"ref": "N" * td.MAX_RESOURCE_REF_LENGTH}, {"revision": 1},
+                        {"revision": td.MAX_REVISION}, {"ref": "any text: a path /notes/é"}):
+            resource = dataclasses.replace(good, **changes)
+            with self.subTest(changes=str(changes)[:40]):
+                self.assertIs(td.authorize(spec, NOTER, arguments, lambda principal, given: resource), resource)
+
+    def test_a_resolve_hook_gets_its_own_copy_of_the_arguments(self):
+        arguments = {"notebook": "NB-1", "text": "x"}
+        seen = []
+
+        def meddling(principal, given):
+            seen.append((principal, given, given is arguments))
+            given["notebook"] = "NB-2"
+            return notebooks()[0]
+
+        td.authorize(NOTES["append_note"], NOTER, arguments, meddling)
+        self.assertEqual(seen, [(NOTER, {"notebook": "NB-2", "text": "x"}, False)])
+        self.assertEqual(arguments, {"notebook": "NB-1", "text": "x"})
+
+    def test_check_precondition_answers_nothing_or_a_refusal_the_tool_declared(self):
+        resource, arguments = notebooks()[0], {"notebook": "NB-1", "text": "x"}
+
+        def hooks(answer, refusals=frozenset({"PRECONDITION_FAILED"})):
+            return td.ToolHooks(execute=order_lines, precondition=lambda resource, given: answer, refusals=refusals)
+
+        self.assertIsNone(td.check_precondition(td.ToolHooks(execute=order_lines), resource, arguments))
+        self.assertIsNone(td.check_precondition(hooks(None), resource, arguments))
+        for code in sorted(td.PRECONDITION_CODES):
+            with self.subTest(declared=code), self.assertRaises(BoundaryError) as caught:
+                td.check_precondition(hooks(code, frozenset({code})), resource, arguments)
+            self.assertEqual(caught.exception.code, code)
+        outside = {"undeclared": "ORDER_NOT_REFUNDABLE", "no precondition code": "NOT_FOUND", "unknown text": "closed",
+                   "agreeable": Agreeable("PRECONDITION_FAILED"), "listed": ["PRECONDITION_FAILED"], "false": False}
+        for name, answer in outside.items():
+            with self.subTest(answer=name), self.assertRaises(BoundaryError) as caught:
+                td.check_precondition(hooks(answer), resource, arguments)
+            self.assertEqual(caught.exception.code, "HOOK_INVALID")
+        error = LookupError("the notebook service is down")
+
+        def raising(resource, given):
+            raise error
+
+        with self.assertRaises(BoundaryError) as caught:
+            td.check_precondition(td.ToolHooks(execute=order_lines, precondition=raising), resource, arguments)
+        self.assertEqual(caught.exception.code, "HOOK_FAILED")
+        self.assertIs(caught.exception.__cause__, error)
+
+    def test_a_precondition_reads_the_resource_and_its_own_copy_of_the_arguments(self):
+        resource, arguments = notebooks()[0], {"notebook": "NB-1", "text": "x"}
+        seen = []
+
+        def meddling(given_resource, given):
+            seen.append((given_resource, dict(given), given is arguments))
+            given["text"] = "changed"
+
+        td.check_precondition(td.ToolHooks(execute=order_lines, precondition=meddling), resource, arguments)
+        self.assertEqual(seen, [(resource, {"notebook": "NB-1", "text": "x"}, False)])
+        self.assertEqual(arguments, {"notebook": "NB-1", "text": "x"})
+
+    # -- the hooks through dispatch ---------------------------------------------------------------
+
+    def test_a_miss_another_tenants_and_another_owners_notebook_answer_one_not_found(self):
+        found = {resource.ref: resource for resource in notebooks()}
+        host = NotesHost()
+        host.resolve = lambda principal, arguments: found.get(arguments["notebook"])  # any tenant's
+        dispatcher = host.dispatcher()
+        results = []
+        for index, ref in enumerate(("NB-2", "NB-3", "NB-404")):
+            with self.subTest(ref=ref):
+                package = note_write(dispatcher, write_context(call=f"call_{index}", key=f"idem-{index}"),
+                                     proposal=note_proposal(ref))
+                self.assertEqual(package["execution"], {"operation_state": "none", "handler_invoked": False,
+                                                        "effects": 0})
+                td.verify_package(package, registry=NOTES)
+                results.append(package["model_result"])
+        self.assertEqual(results, [error_result("NOT_FOUND", tool="append_note")] * 3)
+        self.assertEqual(host.executed, [])
+        own = note_write(dispatcher, write_context(call="call_own", key="idem-own"))
+        self.assertEqual((own["model_result"]["delivery"], len(host.executed)), ("fresh", 1))
+
+    def test_a_resolve_hook_that_fails_or_answers_wrong_is_raised_from_dispatch_before_any_effect(self):
+        def raising(principal, arguments):
+            raise TimeoutError("directory timed out")
+
+        over = dataclasses.replace(notebooks()[0], ref="N" * (td.MAX_RESOURCE_REF_LENGTH + 1))
+        for name, resolve, code in (("raises", raising, "HOOK_FAILED"),
+                                    ("answers a dict", lambda principal, arguments: {"ref": "NB-1"}, "HOOK_INVALID"),
+                                    ("a ref one over", lambda principal, arguments: over, "HOOK_INVALID")):
+            host = NotesHost()
+            host.resolve = resolve
+            dispatcher = host.dispatcher()
+            with self.subTest(resolve=name), self.assertRaises(BoundaryError) as caught:
+                note_write(dispatcher)
+            self.assertEqual(caught.exception.code, code)
+            self.assertEqual((host.executed, dispatcher.operation_state(NOTER, "append_note", "idem-1")), ([], "none"))
+        at_limit = dataclasses.replace(notebooks()[0], ref="N" * td.MAX_RESOURCE_REF_LENGTH)
+        host = NotesHost()
+        host.resolve = lambda principal, arguments: at_limit
+        package = note_write(host.dispatcher())
+        self.assertEqual((package["model_result"]["delivery"], package["protected_audit"]["resource_revision"]),
+                         ("fresh", 4))
+        self.assertIs(host.executed[0].resource, at_limit)
+        self.assertNotIn("N" * 64, json.dumps(package))  # a resource's name is never in a package
+
+    def test_a_declared_refusal_is_read_at_execution_time_and_runs_nothing(self):
+        def open_only(resource, arguments):
+            return None if resource.state == "open" else "PRECONDITION_FAILED"
+
+        host = NotesHost(precondition=open_only, refusals=frozenset({"PRECONDITION_FAILED"}))
+        dispatcher = host.dispatcher()
+        ctx = write_context()
+        approval = note_approval(ctx)  # given while the notebook was open
+        key = ("tenant-a", "NB-1")
+        host.notebooks[key] = dataclasses.replace(host.notebooks[key], state="closed", revision=5)
+        package = note_write(dispatcher, ctx, approval=approval)
+        self.assertEqual(package["model_result"], error_result("PRECONDITION_FAILED", tool="append_note"))
+        self.assertEqual(package["execution"], {"operation_state": "none", "handler_invoked": False, "effects": 0})
+        td.verify_package(package, context=ctx, principal=NOTER, registry=NOTES)
+        self.assertEqual((host.executed, dispatcher.operation_state(NOTER, "append_note", "idem-1")), ([], "none"))
+        # Reopened: the same approval, unspent by a refusal before the claim, now runs once.
+        host.notebooks[key] = dataclasses.replace(host.notebooks[key], state="open", revision=6)
+        package = note_write(dispatcher, ctx, approval=approval)
+        self.assertEqual((package["model_result"]["delivery"], package["protected_audit"]["resource_revision"],
+                          len(host.executed)), ("fresh", 6, 1))
+        closed = note_write(dispatcher, write_context(call="call_5", key="idem-5"), proposal=note_proposal("NB-5"))
+        self.assertEqual(code_of(closed), "PRECONDITION_FAILED")
+        self.assertEqual(len(host.executed), 1)
+
+    def test_a_precondition_outside_its_contract_is_raised_from_dispatch_and_spends_nothing(self):
+        def raising(resource, arguments):
+            raise RuntimeError("rules engine down")
+
+        cases = (("an undeclared refusal", lambda resource, arguments: "ORDER_NOT_REFUNDABLE", "HOOK_INVALID"),
+                 ("a code no precondition may answer", lambda resource, arguments: "NOT_FOUND", "HOOK_INVALID"),
+                 ("raises", raising, "HOOK_FAILED"))
+        for name, precondition, code in cases:
+            host = NotesHost(precondition=precondition, refusals=frozenset({"PRECONDITION_FAILED"}))
+            dispatcher = host.dispatcher()
+            ctx = write_context()
+            approval = note_approval(ctx)
+            with self.subTest(precondition=name):
+                with self.assertRaises(BoundaryError) as caught:
+                    note_write(dispatcher, ctx, approval=approval)
+                self.assertEqual(caught.exception.code, code)
+                self.assertEqual((host.executed, dispatcher.operation_state(NOTER, "append_note", "idem-1")),
+                                 ([], "none"))
+                # Nothing was spent: once the host fixes its hook, the same approval runs, once.
+                fixed = NotesHost()
+                package = note_write(fixed.dispatcher(operations=dispatcher.operations), ctx, approval=approval)
+                self.assertEqual((package["model_result"]["delivery"], len(fixed.executed)), ("fresh", 1))
+
+    def test_a_read_has_its_precondition_too_with_no_resource_to_read(self):
+        seen = []
+
+        def paused(resource, arguments):
+            seen.append((resource, arguments))
+            return "PRECONDITION_FAILED"
+
+        host = NotesHost()
+        hooks = {**host.hooks(), "list_notes": td.ToolHooks(execute=host.list_notes, precondition=paused,
+                                                            refusals=frozenset({"PRECONDITION_FAILED"}))}
+        dispatcher = Dispatcher(registry=NOTES, hooks=hooks)
+        package = note_read(dispatcher, arguments={"limit": 1})
+        self.assertEqual(package["model_result"], error_result("PRECONDITION_FAILED", tool="list_notes"))
+        self.assertEqual((seen, host.executed), ([(None, {"limit": 1})], []))
+        td.verify_package(package, registry=NOTES)
 
 
 # ============================================================================================
@@ -3101,27 +3493,6 @@ class TestOperationLifecycleApprovalBusinessStateDeadline(unittest.TestCase):
         self.assertEqual(code_of(write(dispatcher, approval=mismatched_and_expired)), "APPROVAL_MISMATCH")
         self.assertEqual(dispatcher.effect_count, 0)
 
-    def test_order_leaving_paid_after_approval_is_not_refundable(self):
-        for status in ("refunded", "pending"):
-            with self.subTest(status=status):
-                dispatcher = make_dispatcher()
-                approval = approval_for(write_context())  # given while the order was paid
-                dispatcher.set_order_status("tenant-a", "ORDER-7", status)
-                package = write(dispatcher, approval=approval)
-                self.assertEqual(package["model_result"],
-                                 error_result("ORDER_NOT_REFUNDABLE", tool="create_refund_draft"))
-                self.assertEqual(dispatcher.effect_count, 0)
-                self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "none")
-
-    def test_business_state_is_read_at_execution_time(self):
-        dispatcher = make_dispatcher()
-        dispatcher.set_order_status("tenant-a", "ORDER-7", "refunded")
-        self.assertEqual(code_of(write(dispatcher)), "ORDER_NOT_REFUNDABLE")
-        dispatcher.set_order_status("tenant-a", "ORDER-7", "paid")
-        self.assertEqual(write(dispatcher)["model_result"]["status"], "ok")
-        self.assertEqual(dispatcher.effect_count, 1)
-        self.assertEqual(read(dispatcher)["model_result"]["data"], {"order_ref": "ORDER-7", "status": "paid"})
-
     def test_pending_order_without_approval_asks_for_approval_first(self):
         dispatcher = make_dispatcher()
         self.assertEqual(code_of(write(dispatcher, proposal=refund_proposal("ORDER-11"), approval=None)),
@@ -3146,6 +3517,7 @@ class TestOperationLifecycleApprovalBusinessStateDeadline(unittest.TestCase):
             ("claimed", "start"): "in_progress",
             ("in_progress", "committed"): "succeeded",
             ("in_progress", "outcome_lost"): "unknown",
+            ("in_progress", "failed"): "released",
             ("in_progress", "take_over"): "unknown",
             ("unknown", "receipt_confirmed"): "reconciled",
             ("unknown", "receipt_absent"): "released",
@@ -3184,11 +3556,11 @@ class TestOperationLifecycleApprovalBusinessStateDeadline(unittest.TestCase):
 
 
 # ============================================================================================
-# 12. Handlers and the mock downstream
+# 12. The demo host: orders, refunds and their hooks; injected faults
 # ============================================================================================
 
 
-class TestHandlersAndTheMockDownstream(unittest.TestCase):
+class TestTheDemoHostOrdersRefundsAndTheirHooksInjectedFaults(unittest.TestCase):
 
     def test_mock_downstream_keeps_one_effect_per_status_ref(self):
         downstream = td.MockDownstream()
@@ -3245,14 +3617,37 @@ class TestHandlersAndTheMockDownstream(unittest.TestCase):
         self.assertEqual((write(dispatcher)["model_result"]["delivery"], dispatcher.operations.downstream.effect_count),
                          ("fresh", 1))
 
+    def test_order_leaving_paid_after_approval_is_not_refundable(self):
+        for status in ("refunded", "pending"):
+            with self.subTest(status=status):
+                dispatcher = make_dispatcher()
+                approval = approval_for(write_context())  # given while the order was paid
+                dispatcher.set_order_status("tenant-a", "ORDER-7", status)
+                package = write(dispatcher, approval=approval)
+                self.assertEqual(package["model_result"],
+                                 error_result("ORDER_NOT_REFUNDABLE", tool="create_refund_draft"))
+                self.assertEqual(dispatcher.effect_count, 0)
+                self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "none")
+
+    def test_business_state_is_read_at_execution_time(self):
+        dispatcher = make_dispatcher()
+        dispatcher.set_order_status("tenant-a", "ORDER-7", "refunded")
+        self.assertEqual(code_of(write(dispatcher)), "ORDER_NOT_REFUNDABLE")
+        dispatcher.set_order_status("tenant-a", "ORDER-7", "paid")
+        self.assertEqual(write(dispatcher)["model_result"]["status"], "ok")
+        self.assertEqual(dispatcher.effect_count, 1)
+        self.assertEqual(read(dispatcher)["model_result"]["data"], {"order_ref": "ORDER-7", "status": "paid"})
+
     def test_the_invalid_output_fault_smuggles_a_status_field(self):
-        result = td.HandlerResult(output={"draft_id": "DRAFT-0123456789abcdef", "order_ref": "ORDER-7",
-                                          "reason": "other"}, producer_revision="p", resource_revision=1)
+        result = td.Execution({"draft_id": "DRAFT-0123456789abcdef", "order_ref": "ORDER-7", "reason": "other"},
+                              "committed", "rc-1")
         corrupted = td.FAULTS_AFTER_HANDLER["invalid_output"](result)
         self.assertEqual(corrupted, dataclasses.replace(result, output={**result.output, "status": "submitted"}))
         self.assertEqual(set(td.FAULTS_AFTER_HANDLER), {"timeout_after_commit", "handler_raises", "invalid_output"})
         self.assertEqual(dict(td.FAULTS_BEFORE_HANDLER), {"timeout_before_execution": "DEADLINE_EXCEEDED",
                                                           "rate_limited": "RATE_LIMITED"})
+        with self.assertRaises(td.ResponseLost):
+            td.FAULTS_AFTER_HANDLER["timeout_after_commit"](result)
 
     def test_derived_refs_are_deterministic_and_domain_separated(self):
         ref = td.derived_ref("rq-", "request", "a", None)
@@ -3261,6 +3656,78 @@ class TestHandlersAndTheMockDownstream(unittest.TestCase):
         self.assertNotEqual(td.derived_ref("rq-", "status", "a", None)[3:], ref[3:])
         self.assertEqual(td.derived_ref("rq-", "request", "a", None), ref)
 
+    # -- the desk: orders as resources, "paid" as the refund's precondition, receipts as status --
+
+    def test_check_refundable_accepts_a_paid_order_only(self):
+        self.assertIsNone(td.check_refundable(Order("tenant-a", "ORDER-7", "alice", "paid", 3)))
+        for status in ("pending", "refunded"):
+            with self.subTest(status=status), self.assertRaises(BoundaryError) as caught:
+                td.check_refundable(Order("tenant-a", "ORDER-7", "alice", status, 3))
+            self.assertEqual(caught.exception.code, "ORDER_NOT_REFUNDABLE")
+
+    def test_the_desk_hooks_each_registry_tool_it_has_a_handler_for(self):
+        hooks = td.OrderDesk(world_orders()).hooks(td.REGISTRY)
+        self.assertEqual(list(hooks), ["get_order", "create_refund_draft"])
+        read_hooks, write_hooks = hooks["get_order"], hooks["create_refund_draft"]
+        self.assertEqual((read_hooks.precondition, read_hooks.status, read_hooks.refusals), (None, None, frozenset()))
+        self.assertTrue(callable(write_hooks.precondition) and callable(write_hooks.status))
+        self.assertEqual(write_hooks.refusals, {"ORDER_NOT_REFUNDABLE"})
+        for name, tool_hooks in hooks.items():
+            with self.subTest(tool=name):
+                self.assertEqual(tool_hooks.resolve(ALICE, {"order_ref": "ORDER-11"}),
+                                 order_resource(Order("tenant-a", "ORDER-11", "alice", "pending", 2)))
+                self.assertIsNone(tool_hooks.resolve(ALICE, {"order_ref": "ORDER-9"}))  # tenant-b's
+                # The desk answers another subject's order: the boundary, not the hook, refuses it.
+                self.assertEqual(tool_hooks.resolve(ALICE, {"order_ref": "ORDER-8"}).owner, "bob")
+        paid, pending = (order_resource(order) for order in world_orders()[:3:2])
+        self.assertEqual((write_hooks.precondition(paid, {}), write_hooks.precondition(pending, {})),
+                         (None, "ORDER_NOT_REFUNDABLE"))
+        # No handler, no hooks: the imported tools are the host's to hook; a handler that is not
+        # callable hooks nothing.
+        self.assertEqual(td.OrderDesk(world_orders()).hooks(imported_contracts()), {})
+        self.assertEqual(list(td.OrderDesk(handlers={"get_order": None}).hooks(td.REGISTRY)), ["create_refund_draft"])
+        with self.assertRaises(BoundaryError) as caught:
+            td.OrderDesk(handlers=["get_order"])
+        self.assertEqual((caught.exception.code, caught.exception.at), ("TOOL_HANDLER_MISSING", "handlers"))
+
+    def test_the_desks_status_hook_reads_the_refund_services_receipt(self):
+        status = td.OrderDesk(world_orders()).hooks(td.REGISTRY)["create_refund_draft"].status
+        downstream = td.MockDownstream()
+        arguments = refund_proposal()["arguments"]
+        query = td.StatusQuery("create_refund_draft", arguments, "rq-1", "st-1", "idem-1", downstream)
+        self.assertEqual(status(query), td.StatusAnswer("absent"))
+        receipt = downstream.commit_refund_draft(request_ref="rq-1", status_ref="st-1", order_ref="ORDER-7",
+                                                 reason="duplicate", effect_revision=REFUND.effect_revision,
+                                                 producer_revision=REFUND.producer_revision)
+        self.assertEqual(status(query), td.StatusAnswer("receipt", receipt.receipt_ref, td.receipt_output(receipt)))
+        for name, changed in (("another request", {"request_ref": "rq-2"}),
+                              ("another reason", {"arguments": {**arguments, "reason": "other"}})):
+            with self.subTest(receipt_for=name):
+                self.assertEqual(status(dataclasses.replace(query, **changed)), td.StatusAnswer("conflict"))
+
+    def test_a_demo_write_is_committed_only_when_the_store_saw_its_one_effect(self):
+        # A handler's result alone says nothing of an effect: a write whose handler answered a
+        # well-formed result without committing through the store's view is unknown, and the
+        # refund service's missing receipt then settles it as not executed.
+        def never_commits(call):
+            draft = "DRAFT-" + td.derived_ref("", "draft", call.request_ref)[:16]
+            return td.HandlerResult(output={"draft_id": draft, **call.arguments},
+                                    producer_revision=call.spec.producer_revision,
+                                    resource_revision=call.order.revision, receipt_ref="rc-claimed")
+
+        dispatcher = make_dispatcher(handlers={"create_refund_draft": never_commits})
+        package = write(dispatcher)
+        self.assertEqual(package["model_result"], error_result(
+            "OUTCOME_UNKNOWN", tool="create_refund_draft", status="unknown", outcome="unknown"))
+        self.assertEqual(package["execution"], {"operation_state": "unknown", "handler_invoked": True, "effects": 0})
+        td.verify_package(package)
+        self.assertEqual(code_of(query(dispatcher)), "OPERATION_NOT_EXECUTED")
+        self.assertEqual((dispatcher.effect_count, dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1")),
+                         (0, "none"))
+        committed = counted_write(self)  # the shipped handler commits its one effect
+        self.assertEqual(committed["execution"], {"operation_state": "succeeded", "handler_invoked": True,
+                                                  "effects": 1})
+
 
 # ============================================================================================
 # 13. Output contracts
@@ -3268,10 +3735,16 @@ class TestHandlersAndTheMockDownstream(unittest.TestCase):
 
 
 def handler_result(output, *, producer="orders-producer-v3", revision=3, receipt=None) -> td.HandlerResult:
+    """What a demo handler answers (the desk turns it into an Execution)."""
     return td.HandlerResult(output=output, producer_revision=producer, resource_revision=revision, receipt_ref=receipt)
 
 
-ORDER_7 = Order("tenant-a", "ORDER-7", "alice", "paid", 3)
+def execution(output, effect="none", receipt=None, *, producer="orders-producer-v3", revision=3) -> td.Execution:
+    """What an execute hook answers, its revisions spelled out (None: the contract's, the resolved one's)."""
+    return td.Execution(output, effect, receipt, producer, revision)
+
+
+ORDER_7_REVISION = 3  # ORDER-7's resource revision in the test world
 GET_ORDER = td.REGISTRY["get_order"]
 REFUND = td.REGISTRY["create_refund_draft"]
 
@@ -3283,7 +3756,115 @@ def nested_list(depth):
     return value
 
 
-class TestOutputContracts(unittest.TestCase):
+# -- text output and the host's output limits -------------------------------------------------
+
+
+def text_tool_contracts() -> td.ContractSet:
+    """list_notes without an output schema: a tool of the text output class."""
+    document = notes_document()
+    document["tools"] = [dict(tool, output_schema=None) for tool in document["tools"] if tool["name"] == "list_notes"]
+    return td.parse_contracts(encode(document))
+
+
+TEXT_NOTES = text_tool_contracts()
+
+
+class TextOutputAndOutputLimits:
+    """Section 13's tests of text output and the host's output limits (TestOutputContracts runs them)."""
+
+    def dispatch_text(self, answer, **limits):
+        hooks = td.ToolHooks(execute=lambda call: td.Execution(answer, "none"), **limits)
+        dispatcher = Dispatcher(registry=TEXT_NOTES, hooks={"list_notes": hooks})
+        return note_read(dispatcher)
+
+    def code(self, package):
+        result = package["model_result"]
+        return result["error"]["code"] if "error" in result else result["delivery"]
+
+    def test_a_tool_without_an_output_schema_answers_text_shown_as_data(self):
+        package = self.dispatch_text("first line\nsecond line")
+        self.assertEqual(package["model_result"]["data"], {"text": "first line\nsecond line"})
+        self.assertEqual(package["model_result"]["trust"], "untrusted_data")
+        self.assertIsNone(td.verify_package(package, registry=TEXT_NOTES))
+        self.assertIs(td.output_contract(TEXT_NOTES["list_notes"]), td.TEXT_OUTPUT)
+
+    def test_text_output_is_only_text_clean_and_without_secrets(self):
+        for answer, code in (({"text": "x"}, "OUTPUT_CONTRACT_VIOLATION"), (["x"], "OUTPUT_CONTRACT_VIOLATION"),
+                             ("lone \ud800", "OUTPUT_CONTRACT_VIOLATION"), ("Bearer abc", "OUTPUT_SENSITIVE_FIELD"),
+                             (None, "OUTPUT_CONTRACT_VIOLATION")):
+            with self.subTest(answer=answer):
+                self.assertEqual(self.code(self.dispatch_text(answer)), code)
+
+    def test_text_output_at_its_limit_passes_and_one_over_is_too_large(self):
+        for limit in (td.MAX_OUTPUT_BYTES, 5_000 + 11, td.MAX_OUTPUT_BYTES_CEILING):
+            size = limit - len(td.canonical_json({"text": ""}))  # the data's canonical bytes are the limit
+            with self.subTest(limit=limit):
+                options = {} if limit == td.MAX_OUTPUT_BYTES else {"max_output_bytes": limit}
+                self.assertEqual(self.code(self.dispatch_text("a" * size, **options)), "fresh")
+                self.assertEqual(self.code(self.dispatch_text("a" * (size + 1), **options)), "OUTPUT_TOO_LARGE")
+
+    def test_a_hosts_node_limit_admits_a_wide_output_the_default_refuses(self):
+        document = notes_document()
+        document["tools"] = [tool for tool in document["tools"] if tool["name"] == "list_notes"]
+        item = schema_object({"n": {"type": "integer", "minimum": 0, "maximum": 9}}, ["n"])
+        document["tools"][0]["output_schema"] = schema_object(
+            {"notes": {"type": "array", "items": item, "maxItems": 200}}, ["notes"])
+        registry = td.parse_contracts(encode(document))
+        # The output object and its list count as values too: n items of one field are 2n + 2 values.
+        for count, limits, answer in ((127, {}, "fresh"), (128, {}, "OUTPUT_TOO_LARGE"),
+                                      (149, {"max_output_nodes": 301}, "fresh"),
+                                      (150, {"max_output_nodes": 301}, "OUTPUT_TOO_LARGE")):
+            with self.subTest(count=count, limits=limits):
+                hooks = td.ToolHooks(execute=lambda call, count=count: td.Execution({"notes": [{"n": 1}] * count},
+                                                                                     "none"), **limits)
+                package = note_read(Dispatcher(registry=registry, hooks={"list_notes": hooks}),
+                                    arguments={})
+                self.assertEqual(self.code(package), answer)
+
+    def test_output_limits_stay_within_their_ceilings(self):
+        for limits in ({"max_output_bytes": 0}, {"max_output_bytes": td.MAX_OUTPUT_BYTES_CEILING + 1},
+                       {"max_output_nodes": 0}, {"max_output_nodes": td.MAX_OUTPUT_NODES_CEILING + 1},
+                       {"max_output_bytes": True}, {"max_output_nodes": 2.0}):
+            with self.subTest(limits=limits), self.assertRaises(BoundaryError) as caught:
+                Dispatcher(registry=TEXT_NOTES, hooks={"list_notes": td.ToolHooks(execute=print, **limits)})
+            self.assertEqual((caught.exception.code, caught.exception.at), ("HOOK_INVALID", "hooks[0]"))
+        for limits in ({"max_output_bytes": td.MAX_OUTPUT_BYTES_CEILING}, {"max_output_nodes": 1}):
+            with self.subTest(limits=limits):
+                Dispatcher(registry=TEXT_NOTES, hooks={"list_notes": td.ToolHooks(execute=print, **limits)})
+
+    def test_a_text_tools_status_receipt_may_be_its_text(self):
+        document = notes_document()
+        document["tools"] = [dict(tool, output_schema=None, bound_fields=[]) for tool in document["tools"]
+                             if tool["name"] == "append_note"]
+        registry = td.parse_contracts(encode(document))
+        host = NotesHost("lost", status=lambda query: td.StatusAnswer("receipt", "rc-1", "appended"))
+        hooks = {"append_note": td.ToolHooks(execute=host.append, resolve=host.resolve, status=host.status)}
+        dispatcher = Dispatcher(approvers=APPROVERS, registry=registry, hooks=hooks)
+        ctx = write_context()
+        approval = td.approval_for_call(approver="approver-lee", principal=NOTER, context=ctx,
+                                        spec=registry["append_note"], arguments=note_proposal()["arguments"],
+                                        expires_at=EXPIRES)
+        self.assertEqual(self.code(dispatcher.dispatch(note_proposal(), ctx, NOTER, approval=approval, now=NOW)),
+                         "OUTCOME_UNKNOWN")
+        reconciled = note_query(dispatcher)
+        self.assertEqual((self.code(reconciled), reconciled["model_result"]["data"]),
+                         ("receipt_reconciled", {"text": "appended"}))
+
+    def test_an_effect_no_report_can_name_is_refused_not_raised(self):
+        # An unhashable effect must not reach a set lookup: the exact-type check comes first.
+        for effect in (["committed"], {"committed": 1}, None):
+            with self.subTest(effect=effect):
+                host = NotesHost()
+                host.append = lambda call, effect=effect: td.Execution({"notebook": "NB-1", "text": "hello",
+                                                                         "line": 1}, effect)
+                dispatcher = host.dispatcher()
+                package = note_write(dispatcher)
+                self.assertEqual(self.code(package), "OUTPUT_BINDING_MISMATCH")
+                self.assertEqual(dispatcher.operation_state(NOTER, "append_note", package["protected_audit"][
+                    "provider_context"]["idempotency_key"]), "unknown")
+
+
+class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
 
     def test_output_fields_answer_a_value_refusal_and_pass_any_other_through(self):
         for code, answer in (("VALUE_TYPE", "OUTPUT_CONTRACT_VIOLATION"), ("CONTEXT_INVALID", "CONTEXT_INVALID")):
@@ -3298,14 +3879,14 @@ class TestOutputContracts(unittest.TestCase):
 
     def assertOutputRefused(self, code, output, spec=GET_ORDER, arguments=None, **options):
         arguments = arguments or {"order_ref": "ORDER-7"}
-        result = output if type(output) is td.HandlerResult else handler_result(output)
+        result = output if type(output) is td.Execution else execution(output)
         with self.assertRaises(BoundaryError) as caught:
-            td.check_output(spec, result, arguments, ORDER_7, **options)
+            td.check_output(spec, result, arguments, options.pop("revision", ORDER_7_REVISION), **options)
         self.assertEqual(caught.exception.code, code)
 
     def test_exact_output_is_admitted_as_a_fresh_copy(self):
         output = {"order_ref": "ORDER-7", "status": "paid"}
-        data = td.check_output(GET_ORDER, handler_result(output), {"order_ref": "ORDER-7"}, ORDER_7)
+        data = td.check_output(GET_ORDER, execution(output), {"order_ref": "ORDER-7"}, ORDER_7_REVISION)
         self.assertEqual(data, output)
         self.assertIsNot(data, output)
 
@@ -3319,11 +3900,12 @@ class TestOutputContracts(unittest.TestCase):
     def test_extra_status_in_a_refund_output_is_refused(self):
         output = {"draft_id": "DRAFT-0123456789abcdef", "order_ref": "ORDER-7", "reason": "duplicate",
                   "status": "submitted"}
-        self.assertOutputRefused("OUTPUT_CONTRACT_VIOLATION", handler_result(output, producer="refunds-producer-v2"),
+        self.assertOutputRefused("OUTPUT_CONTRACT_VIOLATION",
+                                 execution(output, "committed", "rc-1", producer="refunds-producer-v2"),
                                  spec=REFUND, arguments={"order_ref": "ORDER-7", "reason": "duplicate"})
         del output["status"]
-        data = td.check_output(REFUND, handler_result(output, producer="refunds-producer-v2", receipt="rc-1"),
-                               {"order_ref": "ORDER-7", "reason": "duplicate"}, ORDER_7)
+        data = td.check_output(REFUND, execution(output, "committed", "rc-1", producer="refunds-producer-v2"),
+                               {"order_ref": "ORDER-7", "reason": "duplicate"}, ORDER_7_REVISION)
         self.assertEqual(data, output)
 
     def test_draft_id_must_match_its_pattern(self):
@@ -3331,17 +3913,18 @@ class TestOutputContracts(unittest.TestCase):
             with self.subTest(draft_id=draft_id):
                 output = {"draft_id": draft_id, "order_ref": "ORDER-7", "reason": "duplicate"}
                 self.assertOutputRefused("OUTPUT_CONTRACT_VIOLATION",
-                                         handler_result(output, producer="refunds-producer-v2"),
+                                         execution(output, "committed", "rc-1", producer="refunds-producer-v2"),
                                          spec=REFUND, arguments={"order_ref": "ORDER-7", "reason": "duplicate"})
 
     def test_output_is_bound_to_the_input_producer_and_resource_revision(self):
         self.assertOutputRefused("OUTPUT_BINDING_MISMATCH", {"order_ref": "ORDER-8", "status": "paid"})
         self.assertOutputRefused("OUTPUT_BINDING_MISMATCH",
-                                 handler_result({"order_ref": "ORDER-7", "status": "paid"}, producer="orders-producer-v2"))
+                                 execution({"order_ref": "ORDER-7", "status": "paid"}, producer="orders-producer-v2"))
         self.assertOutputRefused("OUTPUT_BINDING_MISMATCH",
-                                 handler_result({"order_ref": "ORDER-7", "status": "paid"}, revision=2))
+                                 execution({"order_ref": "ORDER-7", "status": "paid"}, revision=2))
         output = {"draft_id": "DRAFT-0123456789abcdef", "order_ref": "ORDER-7", "reason": "other"}
-        self.assertOutputRefused("OUTPUT_BINDING_MISMATCH", handler_result(output, producer="refunds-producer-v2"),
+        self.assertOutputRefused("OUTPUT_BINDING_MISMATCH",
+                                 execution(output, "committed", "rc-1", producer="refunds-producer-v2"),
                                  spec=REFUND, arguments={"order_ref": "ORDER-7", "reason": "duplicate"})
 
     def test_nested_bearer_authorization_is_a_sensitive_field(self):
@@ -3405,7 +3988,8 @@ class TestOutputContracts(unittest.TestCase):
         output = {"order_ref": "ORDER-7", "status": "paid"}
         size = len(td.canonical_json(output))
         self.assertEqual(size, 39)
-        data = td.check_output(GET_ORDER, handler_result(output), {"order_ref": "ORDER-7"}, ORDER_7, max_bytes=size)
+        data = td.check_output(GET_ORDER, execution(output), {"order_ref": "ORDER-7"}, ORDER_7_REVISION,
+                               max_bytes=size)
         self.assertEqual(data, output)
         self.assertOutputRefused("OUTPUT_TOO_LARGE", output, max_bytes=size - 1)
 
@@ -3488,11 +4072,59 @@ class TestOutputContracts(unittest.TestCase):
         self.assertEqual(package["model_result"], error_result("OUTPUT_TOO_DEEP", tool="get_order", outcome="failed"))
         self.assertEqual(package["protected_audit"]["redactions"], ["handler_output"])
 
-    def test_something_other_than_a_handler_result_is_refused(self):
-        self.assertOutputRefused("OUTPUT_CONTRACT_VIOLATION", {"order_ref": "ORDER-7", "status": "paid"}.items())
-        with self.assertRaises(BoundaryError) as caught:
-            td.check_output(GET_ORDER, {"order_ref": "ORDER-7", "status": "paid"}, {"order_ref": "ORDER-7"}, ORDER_7)
-        self.assertEqual(caught.exception.code, "OUTPUT_CONTRACT_VIOLATION")
+    def test_something_other_than_an_execution_is_refused(self):
+        output = {"order_ref": "ORDER-7", "status": "paid"}
+        self.assertOutputRefused("OUTPUT_CONTRACT_VIOLATION", output.items())
+        # A demo handler's HandlerResult is not an execute hook's answer: only the desk converts it.
+        for result in (output, handler_result(output), dataclasses.asdict(execution(output))):
+            with self.subTest(result=type(result).__name__), self.assertRaises(BoundaryError) as caught:
+                td.check_output(GET_ORDER, result, {"order_ref": "ORDER-7"}, ORDER_7_REVISION)
+            self.assertEqual(caught.exception.code, "OUTPUT_CONTRACT_VIOLATION")
+
+    def test_an_execution_reports_an_effect_its_tools_effect_allows(self):
+        read_output = {"order_ref": "ORDER-7", "status": "paid"}
+        refund_output = {"draft_id": "DRAFT-0123456789abcdef", "order_ref": "ORDER-7", "reason": "duplicate"}
+        refund_arguments = {"order_ref": "ORDER-7", "reason": "duplicate"}
+        self.assertEqual(td.check_output(GET_ORDER, td.Execution(read_output, "none"), {"order_ref": "ORDER-7"}, 3),
+                         read_output)
+        self.assertEqual(td.check_output(REFUND, td.Execution(refund_output, "committed"), refund_arguments, 3),
+                         refund_output)
+        for effect in ("committed", "unknown", "", None, Agreeable("none"), ["none"]):
+            with self.subTest(tool="get_order", effect=effect):
+                self.assertOutputRefused("OUTPUT_BINDING_MISMATCH", td.Execution(read_output, effect))
+        for effect in ("none", "COMMITTED", None, Agreeable("committed"), ["committed"]):
+            with self.subTest(tool="create_refund_draft", effect=effect):
+                self.assertOutputRefused("OUTPUT_BINDING_MISMATCH", td.Execution(refund_output, effect), spec=REFUND,
+                                         arguments=refund_arguments)
+
+    def test_a_receipt_reference_is_an_identifier_or_none_and_a_read_carries_none(self):
+        output = {"draft_id": "DRAFT-0123456789abcdef", "order_ref": "ORDER-7", "reason": "duplicate"}
+        arguments = {"order_ref": "ORDER-7", "reason": "duplicate"}
+        for receipt in (None, "rc-1", "r" * td.MAX_IDENTIFIER_LENGTH):  # None: the downstream issued none
+            with self.subTest(receipt=receipt):
+                self.assertEqual(td.check_output(REFUND, td.Execution(output, "committed", receipt), arguments, 3),
+                                 output)
+        for receipt in ("", "rc 1", "r" * (td.MAX_IDENTIFIER_LENGTH + 1), 7, Agreeable("rc-1"), ["rc-1"]):
+            with self.subTest(receipt=receipt):
+                self.assertOutputRefused("OUTPUT_BINDING_MISMATCH", td.Execution(output, "committed", receipt),
+                                         spec=REFUND, arguments=arguments)
+        self.assertOutputRefused("OUTPUT_BINDING_MISMATCH",
+                                 td.Execution({"order_ref": "ORDER-7", "status": "paid"}, "none", "rc-1"))
+
+    def test_unset_revisions_are_the_contracts_and_the_resolved_resources(self):
+        output = {"order_ref": "ORDER-7", "status": "paid"}
+        for result, revision in ((td.Execution(output, "none"), 3), (execution(output), 3),
+                                 (td.Execution(output, "none", producer_revision="orders-producer-v3"), 3),
+                                 (td.Execution(output, "none"), None)):  # None: a tool with no resource
+            with self.subTest(result=result, revision=revision):
+                self.assertEqual(td.check_output(GET_ORDER, result, {"order_ref": "ORDER-7"}, revision), output)
+        refused = ((td.Execution(output, "none", resource_revision=3), None),  # a revision for no resource
+                   (td.Execution(output, "none", resource_revision=4), 3), (execution(output, revision=True), 1),
+                   (td.Execution(output, "none", producer_revision=Agreeable("x")), 3),
+                   (td.Execution(output, "none", producer_revision=""), 3))
+        for result, revision in refused:
+            with self.subTest(result=result, revision=revision):
+                self.assertOutputRefused("OUTPUT_BINDING_MISMATCH", result, revision=revision)
 
     def test_a_write_result_is_bound_to_its_receipt_and_revisions_by_exact_type(self):
         # The receipt reference goes into the package's downstream evidence: one that is not an
@@ -3966,7 +4598,7 @@ class TestDigestsAndSeals(unittest.TestCase):
         write_package = write(dispatcher)
         forgeries = {
             "data changed": resealed(read(dispatcher), (("model_result", "data", "status"), "refunded")),
-            "effects flipped to 0": resealed(write_package, (("execution", "effects"), 0)),
+            "receipt dropped": resealed(write_package, (("protected_audit", "downstream", "receipt_ref"), None)),
             "approver swapped": resealed(write_package, (("protected_audit", "approval", "approver"), "approver-ng")),
             "receipt replaced": resealed(write_package, (("protected_audit", "downstream", "receipt_ref"), "rc-x")),
             "revision moved": resealed(write_package, (("protected_audit", "resource_revision"), 9)),
@@ -4119,7 +4751,7 @@ class TestTheDispatcher(unittest.TestCase):
     def imported_turn(self, provider="openai", **changes):
         """A write and a read of the imported tools in one provider turn, and the packages."""
         contracts = imported_contracts()
-        dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts, handlers=IMPORTED_HANDLERS)
+        dispatcher = Dispatcher(approvers=APPROVERS, registry=contracts, hooks=IMPORTED_HOOKS)
         write_ctx = write_context(provider)
         read_ctx = context(provider, response="resp_w", call="call_r")
         arguments = {"order_ref": "ORDER-7", "quantity": 3, "gift": True, **changes}
@@ -4162,8 +4794,8 @@ class TestTheDispatcher(unittest.TestCase):
                 self.assertEqual(replay["model_result"]["delivery"], "local_replay")
                 td.verify_package(replay, registry=contracts)
 
-    def test_nested_arguments_are_never_shared_with_a_handler_or_a_returned_package(self):
-        # The request digest is taken when the arguments are admitted: a handler that appended to
+    def test_nested_arguments_are_never_shared_with_a_hook_or_a_returned_package(self):
+        # The request digest is taken when the arguments are admitted: a hook that appended to
         # a nested argument changed the audited arguments after it (REQUEST_DIGEST_MISMATCH on
         # the dispatcher's own package), and a host that edited a returned package edited the
         # stored record's arguments.
@@ -4172,15 +4804,16 @@ class TestTheDispatcher(unittest.TestCase):
         for tool in document["tools"]:
             tool["input_schema"]["properties"]["tags"] = tags
 
-        def appending(handler):
+        def appending(execute):
             def run(call):
                 call.arguments["tags"].append("evil")
-                return handler(call)
+                return execute(call)
             return run
 
         contracts = td.parse_contracts(encode(document))
-        dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts,
-                                handlers={name: appending(handler) for name, handler in IMPORTED_HANDLERS.items()})
+        dispatcher = Dispatcher(approvers=APPROVERS, registry=contracts,
+                                hooks=imported_hooks(adjust_order=appending(adjust_order),
+                                                     order_lines=appending(order_lines)))
         ctx = write_context()
         arguments = {"order_ref": "ORDER-7", "quantity": 1, "tags": ["a"]}
         approval = td.approval_for_call(approver="approver-lee", principal=ALICE, context=ctx,
@@ -4200,7 +4833,7 @@ class TestTheDispatcher(unittest.TestCase):
 
     def test_an_imported_contract_refuses_inexact_arguments(self):
         contracts = imported_contracts()
-        dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts, handlers=IMPORTED_HANDLERS)
+        dispatcher = Dispatcher(approvers=APPROVERS, registry=contracts, hooks=IMPORTED_HOOKS)
         refused = [{"quantity": True}, {"quantity": "3"}, {"quantity": 3.0}, {"quantity": 11}, {"quantity": 0},
                    {"gift": 1}, {"note": 7}, {"note": "n" * 41}, {"extra": None}, {"order_ref": "ORDER-7\n"}]
         for index, change in enumerate(refused):
@@ -4217,7 +4850,7 @@ class TestTheDispatcher(unittest.TestCase):
 
     def test_an_approval_binds_json_values_not_python_equality(self):
         contracts = imported_contracts()
-        dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts, handlers=IMPORTED_HANDLERS)
+        dispatcher = Dispatcher(approvers=APPROVERS, registry=contracts, hooks=IMPORTED_HOOKS)
         ctx = write_context()
         arguments = {"order_ref": "ORDER-7", "quantity": 1, "gift": True}
         approval = td.approval_for_call(approver="approver-lee", principal=ALICE, context=ctx,
@@ -4234,15 +4867,15 @@ class TestTheDispatcher(unittest.TestCase):
         contracts = imported_contracts()
 
         def echo_as(value):
-            def handler(call):
+            def execute(call):
                 result = adjust_order(call)
                 return dataclasses.replace(result, output={**result.output, "quantity": value})
-            return handler
+            return execute
 
         for value, code in ((2, "OUTPUT_BINDING_MISMATCH"), (True, "OUTPUT_CONTRACT_VIOLATION"), (1, None)):
             with self.subTest(value=value):
-                dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=contracts,
-                                        handlers={**IMPORTED_HANDLERS, "adjust_order": echo_as(value)})
+                dispatcher = Dispatcher(approvers=APPROVERS, registry=contracts,
+                                        hooks=imported_hooks(adjust_order=echo_as(value)))
                 ctx = write_context()
                 arguments = {"order_ref": "ORDER-7", "quantity": 1}
                 approval = td.approval_for_call(approver="approver-lee", principal=ALICE, context=ctx,
@@ -4271,12 +4904,12 @@ class TestTheDispatcher(unittest.TestCase):
             with self.subTest(case=name), self.assertRaises(BoundaryError) as caught:
                 Dispatcher(world_orders(), registry=registry)
             self.assertEqual((caught.exception.code, caught.exception.at), ("REGISTRY_INVALID", at))
-        # What get() would answer at a call is what is checked now: the hidden tool is seen.
-        hiding = OtherValues(get_order=get_order, hidden=dataclasses.replace(get_order, name="hidden",
-                                                                             resource_field=None))
+        # What get() would answer at a call is what is checked now: the hidden tool is seen (and
+        # nothing hooks it).
+        hiding = OtherValues(get_order=get_order, hidden=dataclasses.replace(get_order, name="hidden"))
         with self.assertRaises(BoundaryError) as caught:
             Dispatcher(world_orders(), registry=hiding)
-        self.assertEqual((caught.exception.code, caught.exception.at), ("TOOL_NOT_DISPATCHABLE", "registry[1]"))
+        self.assertEqual((caught.exception.code, caught.exception.at), ("TOOL_HANDLER_MISSING", "registry[1]"))
         registry = dict(td.REGISTRY)
         dispatcher = Dispatcher(world_orders(), approvers=APPROVERS, registry=registry)
         registry["get_order"] = refund  # a change after the dispatcher was built changes nothing
@@ -4300,23 +4933,86 @@ class TestTheDispatcher(unittest.TestCase):
                 self.assertEqual(read(Dispatcher(world_orders(), handlers=handlers))["model_result"]["status"], "ok")
 
     def test_every_registry_tool_must_be_runnable_when_the_dispatcher_is_built(self):
+        # In registry order: hooks, and a resolve hook when the contract names a resource.
         contracts = imported_contracts()
+        unresolved = {"adjust_order": IMPORTED_HOOKS["adjust_order"], "order_lines": td.ToolHooks(execute=order_lines)}
         cases = (
-            ({"order_lines": order_lines}, contracts, ("TOOL_HANDLER_MISSING", "registry[0]")),
-            ({"adjust_order": adjust_order, "order_lines": None}, contracts, ("TOOL_HANDLER_MISSING", "registry[1]")),
+            ({"hooks": {"order_lines": IMPORTED_HOOKS["order_lines"]}}, contracts,
+             ("TOOL_HANDLER_MISSING", "registry[0]")),
+            # A demo handler that is not callable hooks nothing.
+            ({"hooks": {"adjust_order": IMPORTED_HOOKS["adjust_order"]}, "handlers": {"order_lines": None}},
+             contracts, ("TOOL_HANDLER_MISSING", "registry[1]")),
+            ({"hooks": unresolved}, contracts, ("TOOL_NOT_DISPATCHABLE", "registry[1]")),
         )
-        for handlers, registry, expected in cases:
-            with self.subTest(expected=expected):
+        for options, registry, expected in cases:
+            with self.subTest(expected=expected, hooked=sorted(options["hooks"])):
                 with self.assertRaises(BoundaryError) as caught:
-                    Dispatcher(world_orders(), registry=registry, handlers=handlers)
+                    Dispatcher(world_orders(), registry=registry, **options)
                 self.assertEqual((caught.exception.code, caught.exception.at), expected)
-        for change in ({"resource_field": None}, {"output_schema": None, "bound_fields": []}):
-            document = imported_document()
-            document["tools"][1].update(change)
-            with self.subTest(change=change), self.assertRaises(BoundaryError) as caught:
-                Dispatcher(world_orders(), registry=td.parse_contracts(encode(document)), handlers=IMPORTED_HANDLERS)
-            self.assertEqual((caught.exception.code, caught.exception.at), ("TOOL_NOT_DISPATCHABLE", "registry[1]"))
-        Dispatcher(world_orders(), registry=contracts, handlers=IMPORTED_HANDLERS)  # both sides
+        # The other side: a tool whose contract names no resource needs no resolve hook.
+        resourceless = imported_document()
+        resourceless["tools"][1]["resource_field"] = None
+        Dispatcher(registry=td.parse_contracts(encode(resourceless)), hooks=unresolved)
+        Dispatcher(registry=contracts, hooks=IMPORTED_HOOKS)
+
+    def test_host_hooks_are_checked_when_the_dispatcher_is_built(self):
+        host = NotesHost()
+        good = host.hooks()
+        for hooks in (["append_note"], "append_note", 7, {1: good["append_note"]},
+                      {Agreeable("append_note"): good["append_note"]}):
+            with self.subTest(hooks=hooks), self.assertRaises(BoundaryError) as caught:
+                Dispatcher(registry=NOTES, hooks=hooks)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("HOOK_INVALID", "hooks"))
+        listed = good["list_notes"]
+        invalid = {
+            "none": None, "a dict of hooks": {"execute": host.list_notes}, "a bare function": host.list_notes,
+            "execute not callable": dataclasses.replace(listed, execute="list_notes"),
+            "execute missing": dataclasses.replace(listed, execute=None),
+            "resolve not callable": dataclasses.replace(listed, resolve="NB-1"),
+            "precondition not callable": dataclasses.replace(listed, precondition=True),
+            "status not callable": dataclasses.replace(listed, status=td.StatusAnswer("absent")),
+            "refusals in a set": dataclasses.replace(listed, refusals={"PRECONDITION_FAILED"}),
+            "a refusal no precondition may answer": dataclasses.replace(listed, refusals=frozenset({"NOT_FOUND"})),
+            "an agreeable refusal": dataclasses.replace(listed, refusals=frozenset({Agreeable("PRECONDITION_FAILED")})),
+        }
+        for name, entry in invalid.items():
+            with self.subTest(entry=name), self.assertRaises(BoundaryError) as caught:
+                Dispatcher(registry=NOTES, hooks={"append_note": good["append_note"], "list_notes": entry})
+            self.assertEqual((caught.exception.code, caught.exception.at), ("HOOK_INVALID", "hooks[1]"))
+        # Hooks for a tool the registry does not name: a typo would leave the tool unhooked.
+        for hooks, at in (({**good, "list_note": listed}, "hooks[2]"), ({"get_order": listed, **good}, "hooks[0]")):
+            with self.subTest(at=at), self.assertRaises(BoundaryError) as caught:
+                Dispatcher(registry=NOTES, hooks=hooks)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("HOOK_INVALID", at))
+        unresolved = dataclasses.replace(good["append_note"], resolve=None)
+        for hooks, expected in (({"list_notes": listed}, ("TOOL_HANDLER_MISSING", "registry[0]")),
+                                ({"append_note": good["append_note"]}, ("TOOL_HANDLER_MISSING", "registry[1]")),
+                                ({"append_note": unresolved, "list_notes": listed}, ("TOOL_NOT_DISPATCHABLE", "registry[0]")),
+                                (None, ("TOOL_HANDLER_MISSING", "registry[0]"))):
+            with self.subTest(expected=expected), self.assertRaises(BoundaryError) as caught:
+                Dispatcher(registry=NOTES, hooks=hooks)
+            self.assertEqual((caught.exception.code, caught.exception.at), expected)
+        # The other side: every refusal a precondition may answer, and a read-only mapping.
+        declared = dataclasses.replace(good["append_note"], refusals=td.PRECONDITION_CODES)
+        for hooks in (good, MappingProxyType(good), {"list_notes": listed, "append_note": declared}):
+            with self.subTest(hooks=sorted(hooks)):
+                self.assertEqual(note_read(Dispatcher(registry=NOTES, hooks=hooks))["model_result"]["status"], "ok")
+
+    def test_host_hooks_win_over_the_demos_for_the_tools_they_name(self):
+        calls = []
+
+        def refunded_view(call):
+            calls.append(call)
+            return td.Execution({"order_ref": call.arguments["order_ref"], "status": "refunded"}, "none")
+
+        dispatcher = make_dispatcher(hooks={"get_order": td.ToolHooks(execute=refunded_view, resolve=resolve_order)})
+        package = read(dispatcher)
+        self.assertEqual(package["model_result"]["data"], {"order_ref": "ORDER-7", "status": "refunded"})
+        self.assertEqual((len(calls), calls[0].resource, package["protected_audit"]["resource_revision"]),
+                         (1, WORLD_RESOURCES[("tenant-a", "ORDER-7")], 3))
+        td.verify_package(package)
+        # The tools it does not name keep the demo's hooks.
+        self.assertEqual((write(dispatcher)["model_result"]["delivery"], dispatcher.effect_count), ("fresh", 1))
 
     # -- a write from approval to effect, idempotency and call identity --------------------------
 
@@ -5276,6 +5972,299 @@ class TestTheDispatcher(unittest.TestCase):
         self.assertEqual(query(dispatcher)["model_result"]["delivery"], "receipt_reconciled")
         self.assertFalse(dispatcher.operations.confirm_absent(key, record))  # reconciled: not unknown
 
+    # -- a host's own tools: what an execute hook reports, what a status hook finds ---------------
+
+    def test_a_tool_that_names_no_resource_runs_on_its_execute_hook_alone_and_is_role_gated(self):
+        host = NotesHost()
+        dispatcher = host.dispatcher()
+        ctx = context()
+        package = note_read(dispatcher, ctx, arguments={"limit": 1})
+        self.assertEqual(package["model_result"], {
+            "version": "model-result-v2", "status": "ok", "outcome": "succeeded", "delivery": "fresh",
+            "complete": True, "truncated": False, "recovery": "none",
+            "source": {"tool": "list_notes", "producer": "notes-service"}, "trust": "untrusted_data",
+            "data": {"notes": ["first"]},
+        })
+        self.assertEqual(package["execution"], {"operation_state": "none", "handler_invoked": True, "effects": 0})
+        self.assertIsNone(package["protected_audit"]["resource_revision"])
+        td.verify_package(package, context=ctx, principal=NOTER, registry=NOTES)
+        self.assertEqual((host.executed[0].resource, host.resolved), (None, []))
+        for index, principal in enumerate((Principal("tenant-a", "alice", ("notes.write",)),
+                                           Principal("tenant-a", "alice", ()))):
+            with self.subTest(roles=principal.roles):
+                refused = note_read(dispatcher, context(call=f"call_p{index}"), principal=principal)
+                self.assertEqual(refused["model_result"], error_result("PERMISSION_DENIED", tool="list_notes"))
+                td.verify_package(refused, registry=NOTES)
+        self.assertEqual(len(host.executed), 1)
+        # The role is the whole gate: any tenant's holder of it reads.
+        other = note_read(dispatcher, context(call="call_b"), principal=Principal("tenant-b", "carol", ("notes.read",)))
+        self.assertEqual((other["model_result"]["data"], len(host.executed)), ({"notes": ["first", "second"]}, 2))
+
+    def test_an_execute_hook_gets_the_admitted_arguments_as_its_own_copy_its_key_and_the_clock(self):
+        seen = []
+
+        def meddling(call):
+            seen.append((call, dict(call.arguments)))
+            output = {"notebook": call.arguments["notebook"], "text": call.arguments["text"], "line": 1}
+            call.arguments["text"] = "edited after the output was built"
+            return td.Execution(output, "committed")
+
+        host = NotesHost()
+        hooks = {**host.hooks(), "append_note": dataclasses.replace(host.hooks()["append_note"], execute=meddling)}
+        dispatcher = Dispatcher(approvers=APPROVERS, registry=NOTES, hooks=hooks)
+        proposal = note_proposal()
+        package = note_write(dispatcher, proposal=proposal, deadline=NOW + 30)
+        call, arguments = seen[0]
+        downstream = package["protected_audit"]["downstream"]
+        self.assertEqual((call.tool, call.principal, arguments, call.idempotency_key, call.now, call.deadline,
+                          call.resource, call.request_ref, call.status_ref),
+                         ("append_note", NOTER, {"notebook": "NB-1", "text": "hello"}, "idem-1", NOW, NOW + 30,
+                          host.notebooks[("tenant-a", "NB-1")], downstream["request_ref"], downstream["status_ref"]))
+        self.assertIsNot(call.arguments, proposal["arguments"])
+        self.assertEqual(proposal["arguments"], {"notebook": "NB-1", "text": "hello"})
+        self.assertEqual(package["protected_audit"]["arguments"], {"notebook": "NB-1", "text": "hello"})
+        self.assertEqual(package["model_result"]["data"], {"notebook": "NB-1", "text": "hello", "line": 1})
+        td.verify_package(package, registry=NOTES)
+        self.assertEqual(dispatcher.operations.find(("tenant-a", "alice", "append_note", "idem-1")).arguments,
+                         {"notebook": "NB-1", "text": "hello"})
+        # A read gets no key, even when its context carries one, and no downstream references.
+        note_read(dispatcher, context(call="call_r", key="idem-r"), now=NOW + 5)
+        read_call = host.executed[-1]
+        self.assertEqual((read_call.tool, read_call.idempotency_key, read_call.request_ref, read_call.status_ref,
+                          read_call.now, read_call.deadline, read_call.resource),
+                         ("list_notes", None, None, None, NOW + 5, None, None))
+
+    def test_a_committed_write_is_one_effect_on_the_hosts_word(self):
+        for receipt in ("rc-note-1", None):  # None: the downstream issued no receipt of its own
+            with self.subTest(receipt=receipt):
+                host = NotesHost(receipt=receipt)
+                dispatcher = host.dispatcher()
+                ctx = write_context()
+                package = note_write(dispatcher, ctx)
+                result = package["model_result"]
+                self.assertEqual((result["status"], result["delivery"], result["data"]),
+                                 ("ok", "fresh", {"notebook": "NB-1", "text": "hello", "line": 1}))
+                self.assertEqual(package["execution"], {"operation_state": "succeeded", "handler_invoked": True,
+                                                        "effects": 1})
+                downstream = package["protected_audit"]["downstream"]
+                self.assertEqual(downstream["receipt_ref"], receipt)
+                self.assertRegex(downstream["request_ref"], r"\Arq-[0-9a-f]{32}\Z")
+                self.assertRegex(downstream["status_ref"], r"\Ast-[0-9a-f]{32}\Z")
+                self.assertEqual(package["protected_audit"]["resource_revision"], 4)
+                td.verify_package(package, context=ctx, principal=NOTER, registry=NOTES, approvers=APPROVERS)
+                self.assertEqual(dispatcher.operation_state(NOTER, "append_note", "idem-1"), "succeeded")
+                self.assertEqual(dispatcher.effect_count, 0)  # the demo's ledger: the effect is the host's
+                again = note_write(dispatcher, write_context(response="resp_2", call="call_2"), approval=None)
+                self.assertEqual((again["model_result"]["delivery"], again["model_result"]["data"], len(host.executed)),
+                                 ("local_replay", result["data"], 1))
+                td.verify_package(again, registry=NOTES)
+
+    def test_a_write_that_failed_and_committed_nothing_frees_its_key_but_not_its_approval(self):
+        host = NotesHost("not_committed")
+        dispatcher = host.dispatcher()
+        ctx = write_context()
+        approval = note_approval(ctx)
+        package = note_write(dispatcher, ctx, approval=approval)
+        self.assertEqual(package["model_result"], error_result("TOOL_FAILED", tool="append_note", outcome="failed"))
+        self.assertEqual(package["execution"], {"operation_state": "none", "handler_invoked": True, "effects": 0})
+        audit = package["protected_audit"]
+        self.assertEqual((audit["downstream"]["receipt_ref"], audit["approval"], audit["redactions"]),
+                         (None, {"approver": "approver-lee", "expires_at": EXPIRES}, []))
+        self.assertRegex(audit["downstream"]["status_ref"], r"\Ast-[0-9a-f]{32}\Z")
+        td.verify_package(package, context=ctx, principal=NOTER, registry=NOTES, approvers=APPROVERS)
+        key = ("tenant-a", "alice", "append_note", "idem-1")
+        self.assertEqual((dispatcher.operation_state(NOTER, "append_note", "idem-1"), dispatcher.operations.find(key)),
+                         ("none", None))  # released: nothing is left to reconcile
+        self.assertEqual(code_of(note_query(dispatcher)), "NOT_FOUND")
+        self.assertEqual(code_of(note_write(dispatcher, ctx, approval=approval)), "APPROVAL_CONSUMED")
+        self.assertEqual(len(host.executed), 1)
+        host.effect = "committed"  # the key is free: a new approval runs the tool again, once
+        fresh = note_write(dispatcher, ctx, approval=note_approval(ctx, expires_at=EXPIRES + 1))
+        self.assertEqual((fresh["model_result"]["delivery"], fresh["execution"]["effects"], len(host.executed)),
+                         ("fresh", 1, 2))
+
+    def test_a_failure_reported_after_the_store_saw_an_effect_is_unknown(self):
+        def commits_then_says_not(call):  # it committed through the store's view, then said it did not
+            call.downstream.commit_refund_draft(request_ref=call.request_ref, status_ref=call.status_ref,
+                                                order_ref="ORDER-7", reason="other", effect_revision="e",
+                                                producer_revision="p")
+            return td.Execution(None, "not_committed")
+
+        host = NotesHost()
+        hooks = {**host.hooks(), "append_note": dataclasses.replace(host.hooks()["append_note"],
+                                                                    execute=commits_then_says_not)}
+        dispatcher = Dispatcher(approvers=APPROVERS, registry=NOTES, hooks=hooks)
+        package = note_write(dispatcher)
+        self.assertEqual(package["model_result"], error_result("OUTCOME_UNKNOWN", tool="append_note",
+                                                               status="unknown", outcome="unknown"))
+        self.assertEqual(package["execution"], {"operation_state": "unknown", "handler_invoked": True, "effects": 1})
+        td.verify_package(package, registry=NOTES)
+        self.assertEqual(dispatcher.operation_state(NOTER, "append_note", "idem-1"), "unknown")
+
+    def test_a_read_that_failed_is_a_plain_failure(self):
+        host = NotesHost()
+        hooks = {**host.hooks(), "list_notes": td.ToolHooks(execute=lambda call: td.Execution(None, "not_committed"))}
+        package = note_read(Dispatcher(registry=NOTES, hooks=hooks))
+        self.assertEqual(package["model_result"], error_result("TOOL_FAILED", tool="list_notes", outcome="failed"))
+        self.assertEqual((package["execution"], package["protected_audit"]["redactions"]),
+                         ({"operation_state": "none", "handler_invoked": True, "effects": 0}, []))
+        td.verify_package(package, registry=NOTES)
+
+    def test_an_effect_a_tool_may_not_report_is_a_binding_mismatch(self):
+        notes = {"notes": ["first"]}
+        for name, answer in (("committed", td.Execution(notes, "committed")), ("unknown", td.Execution(notes, "unknown")),
+                             ("a receipt", td.Execution(notes, "none", "rc-1")),
+                             ("an agreeable none", td.Execution(notes, Agreeable("none")))):
+            with self.subTest(read=name):
+                hooks = {**NotesHost().hooks(), "list_notes": td.ToolHooks(execute=lambda call, answer=answer: answer)}
+                package = note_read(Dispatcher(registry=NOTES, hooks=hooks))
+                self.assertEqual(package["model_result"],
+                                 error_result("OUTPUT_BINDING_MISMATCH", tool="list_notes", outcome="failed"))
+                self.assertEqual(package["protected_audit"]["redactions"], ["handler_output"])
+                td.verify_package(package, registry=NOTES)
+        output = {"notebook": "NB-1", "text": "hello", "line": 1}
+        for effect in ("none", None, "", Agreeable("committed"), Agreeable("not_committed")):
+            with self.subTest(write=effect):
+                host = NotesHost()
+                hooks = {**host.hooks(), "append_note": dataclasses.replace(
+                    host.hooks()["append_note"], execute=lambda call, effect=effect: td.Execution(output, effect))}
+                dispatcher = Dispatcher(approvers=APPROVERS, registry=NOTES, hooks=hooks)
+                package = note_write(dispatcher)
+                self.assertEqual(package["model_result"], error_result(
+                    "OUTPUT_BINDING_MISMATCH", tool="append_note", status="unknown", outcome="unknown"))
+                self.assertEqual(package["execution"], {"operation_state": "unknown", "handler_invoked": True,
+                                                        "effects": 0})
+                td.verify_package(package, registry=NOTES)
+                self.assertEqual(dispatcher.operation_state(NOTER, "append_note", "idem-1"), "unknown")
+
+    def test_a_lost_answer_without_a_status_hook_stays_unknown_until_the_host_reconciles_it(self):
+        for effect in ("lost", "unknown"):  # it raised ResponseLost; it reported that it cannot say
+            with self.subTest(execute=effect):
+                host = NotesHost(effect)
+                dispatcher = host.dispatcher()
+                package = note_write(dispatcher)
+                self.assertEqual(package["model_result"], error_result(
+                    "OUTCOME_UNKNOWN", tool="append_note", status="unknown", outcome="unknown"))
+                self.assertEqual(package["execution"], {"operation_state": "unknown", "handler_invoked": True,
+                                                        "effects": 0})
+                td.verify_package(package, registry=NOTES)
+                # Nobody can be asked: never OPERATION_NOT_EXECUTED, and asking again asks nobody again.
+                for index, fault in enumerate(("none", "receipt_unavailable", "none")):
+                    ctx = query_context(call=f"call_q{index}")
+                    answer = note_query(dispatcher, ctx, fault=fault)
+                    self.assertEqual(answer["model_result"], error_result(
+                        "RECONCILIATION_REQUIRED", tool="append_note", status="unknown", outcome="unknown"))
+                    self.assertEqual(answer["model_result"]["recovery"], "query_status")
+                    self.assertEqual(answer["execution"], {"operation_state": "unknown", "handler_invoked": False,
+                                                           "effects": 0})
+                    td.verify_package(answer, context=ctx, principal=NOTER, registry=NOTES)
+                self.assertEqual(dispatcher.operation_state(NOTER, "append_note", "idem-1"), "unknown")
+                again = note_write(dispatcher, write_context(response="resp_2", call="call_2"))
+                self.assertEqual(again["model_result"], error_result(
+                    "OUTCOME_UNKNOWN", tool="append_note", status="unknown", outcome="unknown"))
+                self.assertEqual(again["execution"], {"operation_state": "unknown", "handler_invoked": False,
+                                                      "effects": 0})
+                self.assertEqual(len(host.executed), 1)
+
+    RECEIPT_OUTPUT = MappingProxyType({"notebook": "NB-1", "text": "hello", "line": 7})
+
+    def status_walk(self, status):
+        """A notes write whose answer was lost, then a status query answered by `status`."""
+        host = NotesHost("lost", status=status)
+        dispatcher = host.dispatcher()
+        lost = note_write(dispatcher)
+        return host, dispatcher, lost, note_query(dispatcher)
+
+    def test_a_status_hook_asks_under_the_writes_own_references(self):
+        host, dispatcher, lost, _ = self.status_walk(lambda query: td.StatusAnswer("unavailable"))
+        query, refs = host.queried[0], lost["protected_audit"]["downstream"]
+        self.assertEqual((query.tool, query.arguments, query.request_ref, query.status_ref, query.idempotency_key),
+                         ("append_note", {"notebook": "NB-1", "text": "hello"}, refs["request_ref"],
+                          refs["status_ref"], "idem-1"))
+        self.assertIs(query.downstream, dispatcher.operations.downstream)
+
+    def test_a_status_hook_that_finds_the_receipt_reconciles_the_write(self):
+        for receipt in ("rc-found", None):
+            with self.subTest(receipt=receipt):
+                host, dispatcher, lost, package = self.status_walk(
+                    lambda query, receipt=receipt: td.StatusAnswer("receipt", receipt, dict(self.RECEIPT_OUTPUT)))
+                result = package["model_result"]
+                self.assertEqual((result["status"], result["outcome"], result["delivery"], result["data"]),
+                                 ("ok", "succeeded", "receipt_reconciled", dict(self.RECEIPT_OUTPUT)))
+                self.assertEqual(package["protected_audit"]["downstream"],
+                                 {**lost["protected_audit"]["downstream"], "receipt_ref": receipt})
+                self.assertEqual(package["execution"], {"operation_state": "reconciled", "handler_invoked": False,
+                                                        "effects": 0})
+                td.verify_package(package, context=query_context(), principal=NOTER, registry=NOTES)
+                self.assertEqual(dispatcher.operation_state(NOTER, "append_note", "idem-1"), "reconciled")
+                again = note_write(dispatcher, write_context(response="resp_2", call="call_2"), approval=None)
+                self.assertEqual((again["model_result"]["delivery"], again["model_result"]["data"], len(host.executed)),
+                                 ("local_replay", dict(self.RECEIPT_OUTPUT), 1))
+
+    def test_a_status_hook_that_finds_no_effect_frees_the_key(self):
+        host, dispatcher, _, package = self.status_walk(lambda query: td.StatusAnswer("absent"))
+        self.assertEqual(package["model_result"], error_result("OPERATION_NOT_EXECUTED", tool="append_note"))
+        self.assertEqual(package["model_result"]["recovery"], "retry")
+        self.assertEqual(package["execution"], {"operation_state": "none", "handler_invoked": False, "effects": 0})
+        td.verify_package(package, registry=NOTES)
+        self.assertEqual(dispatcher.operation_state(NOTER, "append_note", "idem-1"), "none")
+        host.effect = "committed"  # free: a new approval runs the tool again
+        ctx = write_context(response="resp_2", call="call_2")
+        self.assertEqual((note_write(dispatcher, ctx)["model_result"]["delivery"], len(host.executed)), ("fresh", 2))
+
+    def test_a_status_hook_with_no_answer_now_leaves_the_write_unknown(self):
+        def raising(query):
+            raise ConnectionError("status service down")
+
+        for name, status in (("unavailable", lambda query: td.StatusAnswer("unavailable")), ("raises", raising)):
+            with self.subTest(status=name):
+                host, dispatcher, _, package = self.status_walk(status)
+                self.assertEqual(package["model_result"], error_result(
+                    "RECEIPT_UNAVAILABLE", tool="append_note", status="unknown", outcome="unknown"))
+                self.assertEqual(package["execution"], {"operation_state": "unknown", "handler_invoked": False,
+                                                        "effects": 0})
+                td.verify_package(package, registry=NOTES)
+                self.assertEqual((dispatcher.operation_state(NOTER, "append_note", "idem-1"), len(host.executed)),
+                                 ("unknown", 1))
+
+    def test_a_status_hooks_receipt_that_is_not_this_writes_is_a_status_conflict(self):
+        receipt = dict(self.RECEIPT_OUTPUT)
+        findings = {
+            "conflict": td.StatusAnswer("conflict"),
+            "another text": td.StatusAnswer("receipt", "rc-found", {**receipt, "text": "other"}),
+            "another notebook": td.StatusAnswer("receipt", "rc-found", {**receipt, "notebook": "NB-5"}),
+            "a line out of range": td.StatusAnswer("receipt", "rc-found", {**receipt, "line": 0}),
+            "an extra field": td.StatusAnswer("receipt", "rc-found", {**receipt, "status": "done"}),
+            "a missing field": td.StatusAnswer("receipt", "rc-found", {"notebook": "NB-1", "text": "hello"}),
+            "a secret": td.StatusAnswer("receipt", "rc-found", {**receipt, "text": "Bearer abc"}),
+            "no output": td.StatusAnswer("receipt", "rc-found"),
+            "a reference no package can carry": td.StatusAnswer("receipt", "rc 1", receipt),
+            "an agreeable reference": td.StatusAnswer("receipt", Agreeable("rc-found"), receipt),
+        }
+        for name, found in findings.items():
+            with self.subTest(found=name):
+                _, dispatcher, _, package = self.status_walk(lambda query, found=found: found)
+                self.assertEqual(package["model_result"], error_result("STATUS_CONFLICT", tool="append_note"))
+                td.verify_package(package, registry=NOTES)
+                self.assertEqual(dispatcher.operation_state(NOTER, "append_note", "idem-1"), "unknown")
+
+    def test_a_status_hook_answer_outside_its_contract_is_raised_to_the_host(self):
+        for answer in ({"found": "receipt"}, None, "absent", td.StatusAnswer("maybe"), td.StatusAnswer(""),
+                       td.StatusAnswer(Agreeable("absent")), td.StatusAnswer(["absent"])):
+            with self.subTest(answer=answer):
+                host = NotesHost("lost", status=lambda query, answer=answer: answer)
+                dispatcher = host.dispatcher()
+                note_write(dispatcher)
+                with self.assertRaises(BoundaryError) as caught:
+                    note_query(dispatcher)
+                self.assertEqual(caught.exception.code, "HOOK_INVALID")
+                self.assertEqual(dispatcher.operation_state(NOTER, "append_note", "idem-1"), "unknown")
+                # Once the host fixes its hook, the same query settles the write.
+                fixed = NotesHost("lost", status=lambda query: td.StatusAnswer("receipt", "rc-found",
+                                                                               dict(self.RECEIPT_OUTPUT)))
+                package = note_query(fixed.dispatcher(operations=dispatcher.operations))
+                self.assertEqual(package["model_result"]["delivery"], "receipt_reconciled")
+
 
 # ============================================================================================
 # 17. Package verification
@@ -5373,8 +6362,9 @@ class TestPackageVerification(unittest.TestCase):
             "a read that claims an effect": resealed(self.read_package, (("execution", "effects"), 1)),
             "a fresh write without its approval": resealed(self.write_package,
                                                            (("protected_audit", "approval"), None)),
-            "a fresh write without its receipt": resealed(
-                self.write_package, (("protected_audit", "downstream", "receipt_ref"), None)),
+            "a fresh write with no effect": resealed(self.write_package, (("execution", "effects"), 0)),
+            "a fresh write without its status reference": resealed(
+                self.write_package, (("protected_audit", "downstream", "status_ref"), None)),
             "a write that says it never ran": resealed(self.write_package,
                                                        (("execution", "handler_invoked"), False)),
             "unknown with a replay's code": resealed(
@@ -6456,13 +7446,14 @@ class TestCli(unittest.TestCase):
     def test_check_contracts_prints_the_compiled_set(self):
         status, out = run_main("--check-contracts", CONTRACTS_PATH)
         body = json.loads(out)
-        self.assertEqual((status, body["passed"], body["tool_count"], body["overlay"], body["not_dispatchable"]),
-                         (0, True, 2, False, []))
+        self.assertEqual((status, set(body), body["passed"], body["tool_count"], body["overlay"]),
+                         (0, {"passed", "format", "overlay", "tool_count", "tools"}, True, 2, False))
         view = body["tools"][1]
         spec = td.REGISTRY["create_refund_draft"]
         self.assertEqual(view, {"name": "create_refund_draft", "effect": "write", "required_role": "refunds.draft",
                                 "resource_field": "order_ref", "bound_fields": ["order_ref", "reason"],
-                                "dispatchable": True, "contract": spec.contract_view(),
+                                "hooks_needed": ["execute", "resolve"], "output": "schema",
+                                "contract": spec.contract_view(),
                                 "input_schema": spec.input_schema(), "output_schema": spec.output_schema(),
                                 "host_bounds": {"input": [], "output": []}})
 
@@ -6483,8 +7474,9 @@ class TestCli(unittest.TestCase):
                     handle.write(encode(value))
             status, out = run_main("--check-contracts", paths["contracts"], "--overlay", paths["overlay"])
             body = json.loads(out)
-            self.assertEqual((status, body["passed"], body["overlay"], body["not_dispatchable"]),
-                             (1, False, True, ["get_order"]))  # compiled; get_order has no output schema
+            # Compiled; get_order declares no output schema, so it answers text.
+            self.assertEqual((status, body["passed"], body["overlay"], body["tools"][0]["output"]),
+                             (0, True, True, "text"))
             self.assertEqual(body["tools"][1]["input_schema"]["properties"]["amount"],
                              {"type": "integer", "minimum": 0, "maximum": 9})
             for argv, code, at in (

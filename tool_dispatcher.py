@@ -29,7 +29,7 @@ Sections, in the order data flows:
     7. Proposal and context binding  18. Result sets
     8. The contract language         19. Provider adapters
     9. Registry and input contracts  20. The audit log
-   10. Authorization                 21. Fixture runner
+   10. Host hooks and authorization  21. Fixture runner
    11. Operation lifecycle, approval, business state, deadline                22. CLI
 """
 from __future__ import annotations
@@ -56,6 +56,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "MAX_ENVELOPE_INTEGER_DIGITS", "MAX_CASES", "MAX_STEPS_PER_CASE", "MAX_ROLES", "MAX_ORDERS",
     "MAX_APPROVERS", "MAX_WORLD_CHANGES", "MAX_IDENTIFIER_LENGTH", "MAX_TEXT_LENGTH", "MIN_TIME",
     "MAX_TIME", "MAX_REVISION", "MAX_OUTPUT_BYTES", "MAX_OUTPUT_DEPTH", "MAX_OUTPUT_NODES",
+    "MAX_OUTPUT_BYTES_CEILING", "MAX_OUTPUT_NODES_CEILING",
     "MAX_RESULT_SET", "SUBJECT_REF_CACHE", "TEMPLATE_CACHE", "PACKAGE_FORMAT", "MODEL_RESULT_VERSION",
     "AUDIT_VERSION", "FIXTURE_FORMAT", "BOUNDARY_PRODUCER", "REQUEST_DIGEST_DOMAIN", "RESULT_DIGEST_DOMAIN",
     "CALL_BINDING_DIGEST_DOMAIN", "CALL_FINGERPRINT_DOMAIN", "SUBJECT_REF_DOMAIN", "DOWNSTREAM_REF_DOMAIN",
@@ -91,23 +92,24 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "ContractSet", "load_contracts", "parse_contracts", "ContractOverlay", "load_overlay", "parse_overlay",
     # 9. Registry and input contracts
     "SHIPPED_CONTRACTS", "REGISTRY", "check_input",
-    # 10. Authorization
-    "authorize",
+    # 10. Host hooks and authorization
+    "MAX_RESOURCE_REF_LENGTH", "PRECONDITION_CODES", "EFFECT_REPORTS", "STATUS_FINDINGS", "Resource",
+    "ExecuteCall", "Execution", "StatusQuery", "StatusAnswer", "ToolHooks", "authorize", "check_precondition",
     # 11. Operation lifecycle, approval, business state, deadline
     "LIFECYCLE", "LIFECYCLE_STATES", "LEASED_STATES", "FREE_STATES", "MODEL_STATE", "REPEAT_ANSWER",
     "transition", "OperationRecord", "advance", "check_approval", "approval_ref", "approval_for_call",
-    "approval_view", "check_refundable",
-    "check_deadline",
-    # 12. Handlers and the mock downstream
+    "approval_view", "check_deadline",
+    # 12. The demo host: orders, refunds and their hooks; injected faults
     "Receipt", "MockDownstream", "refund_draft_receipt", "derived_ref", "HandlerCall", "HandlerResult",
-    "handle_get_order",
-    "handle_create_refund_draft", "receipt_output", "Handler", "HANDLERS", "ResponseLost",
+    "handle_get_order", "handle_create_refund_draft", "receipt_output", "Handler", "HANDLERS",
+    "check_refundable", "receipt_fits", "OrderDesk", "ResponseLost",
     "InjectedHandlerFailure", "FAULTS_BEFORE_HANDLER", "FAULTS_AFTER_HANDLER", "FAULTS_BEFORE_RECEIPT",
     "FAULTS_INSTEAD_OF_HANDLER", "FAULTS",
     # 13. Output contracts
     "SECRET_KEY_WORDS", "SECRET_WORD_ENDINGS", "SECRET_KEY_PAIRS", "SECRET_WORD_QUALIFIERS", "MIN_SECRET_KEY_BODY",
     "SECRET_KEY_PREFIXES", "SECRET_VALUE_SHAPES", "SECRET_KEY_VERDICTS", "is_secret_key", "is_secret_text",
     "scan_output", "check_output", "check_output_fields",
+    "TEXT_OUTPUT_SCHEMA", "TEXT_OUTPUT", "output_contract",
     # 14. Projections
     "Answer", "ANSWERS", "recovery_for", "project_model_result",
     # 15. Digests and seals
@@ -156,9 +158,13 @@ MAX_TEXT_LENGTH: Final = 160  # case titles and proposed tool names
 MIN_TIME: Final = 0  # times are whole Unix seconds ...
 MAX_TIME: Final = 4_102_444_800  # ... up to 2100-01-01T00:00:00Z, far inside the safe integers
 MAX_REVISION: Final = 1_000_000  # an order's resource revision
-MAX_OUTPUT_BYTES: Final = 4_096  # canonical bytes of one handler output
-MAX_OUTPUT_DEPTH: Final = 8  # containers deep in one handler output
-MAX_OUTPUT_NODES: Final = 256  # values in one handler output, so a wide output stops early too
+MAX_OUTPUT_BYTES: Final = 4_096  # canonical bytes of one tool output, unless its host sets another limit
+MAX_OUTPUT_DEPTH: Final = 8  # containers deep in one tool output
+MAX_OUTPUT_NODES: Final = 256  # values in one tool output, unless its host sets another limit
+# The ceilings a host's per-tool output limits stay under: a package, arguments and evidence
+# included, must fit one audit line (MAX_AUDIT_LINE_BYTES), and the model reads it whole.
+MAX_OUTPUT_BYTES_CEILING: Final = 32_768
+MAX_OUTPUT_NODES_CEILING: Final = 4_096
 MAX_RESULT_SET: Final = 1_024  # results answered in one provider turn
 SUBJECT_REF_CACHE: Final = 1_024  # subject references remembered; a cache of a pure function, not a limit
 TEMPLATE_CACHE: Final = 64  # tool contracts whose digest templates are kept; a cache too, not a limit
@@ -258,6 +264,10 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         OUTPUT_TOO_DEEP="The tool output exceeded its nesting limit and was withheld.",
         OUTPUT_BINDING_MISMATCH="The tool output is not bound to this request and was withheld.",
         STATUS_CONFLICT="The status query does not match the recorded operation.",
+        PRECONDITION_FAILED="The resource is not in a state this tool accepts.",
+        TOOL_FAILED="The tool reported that it failed, and that it committed nothing.",
+        RECONCILIATION_REQUIRED="This tool offers no status check: the operation's outcome stays unknown "
+                                "until the host settles it.",
     ),
     **error_specs(
         "tool", True,
@@ -298,7 +308,9 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         SEAL_KEYS_UNREADABLE="The seal keys could not be read.",
         TOOL_HANDLER_MISSING="A tool of the registry has no handler.",
         REGISTRY_INVALID="The registry is not a mapping of tool names to the tools of those names.",
-        TOOL_NOT_DISPATCHABLE="A tool of the registry names no resource field or declares no output schema.",
+        TOOL_NOT_DISPATCHABLE="A tool of the registry names a resource and has no resolve hook.",
+        HOOK_INVALID="A host hook answered outside its contract.",
+        HOOK_FAILED="A host hook raised an error.",
     ),
     **error_specs(
         "host", True,
@@ -3090,21 +3102,163 @@ def check_input(spec: ToolSpec, arguments: Any) -> dict[str, Any]:
 
 
 # ============================================================================================
-# 10. Authorization
+# 10. Host hooks and authorization
 # ============================================================================================
-# The principal is the trusted caller; the resource is looked up inside the caller's tenant and
-# must belong to the caller's subject. Another subject's order, another tenant's order and an
-# order that does not exist all give the same NOT_FOUND: no existence oracle.
+# The boundary knows nothing of any business: a host puts each tool behind it with hooks (ToolHooks).
+#   resolve(principal, arguments)    the resource a call names (Resource), or None
+#   precondition(resource, args)     None, or one of the refusals the host declared for the tool
+#   execute(call)                    the downstream call: the tool's output and what it committed
+#   status(query)                    a write's receipt, its authoritative absence, or "unavailable"
+# The boundary, not a hook, decides: the role is checked before any hook runs, and a resource
+# that is missing, another tenant's or another subject's is the same NOT_FOUND (no existence
+# oracle). A tool whose contract names no resource field has no resource: it is role-gated only.
+# A hook that answers outside its contract is HOOK_INVALID, and one that raises HOOK_FAILED, both
+# to the host (nothing ran), except execute and status: their failures are the downstream's,
+# contained as the model's HANDLER_FAILED, an unknown outcome, or an unavailable status.
+
+MAX_RESOURCE_REF_LENGTH: Final = 1_024  # a resource's name (an order reference, a path); never in a package
+# The refusals a precondition may answer: each tool declares which of them it uses (ToolHooks.refusals).
+PRECONDITION_CODES: Final = frozenset({"PRECONDITION_FAILED", "ORDER_NOT_REFUNDABLE"})
+# What an execute hook may report of its effect, by the tool's effect: "none" for a read;
+# for a write "committed", "not_committed" (it failed, and committed nothing) or "unknown".
+EFFECT_REPORTS: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
+    "read": frozenset({"none", "not_committed"}),
+    "write": frozenset({"committed", "not_committed", "unknown"}),
+})
+# What a status hook may find: the write's receipt; its absence, with authority (it took no
+# effect and never will); a receipt that contradicts the record; or no answer now.
+STATUS_FINDINGS: Final = frozenset({"receipt", "absent", "conflict", "unavailable"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resource:
+    """What a resolve hook answers: the resource a call names, as the host's records say."""
+
+    kind: str  # an identifier: "order", "file", "note"
+    ref: str  # its name in the host's terms
+    tenant: str
+    owner: str  # the subject it belongs to
+    revision: int  # 1..MAX_REVISION: the package's resource_revision
+    state: str  # an identifier: what a precondition reads ("paid")
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteCall:
+    """What an execute hook receives: the admitted arguments (its own copy), never the proposal."""
+
+    tool: str
+    principal: Principal
+    arguments: dict[str, Any]
+    request_ref: str | None  # a write's downstream request reference, derived from its key and intent
+    status_ref: str | None  # the reference its status is asked under later
+    idempotency_key: str | None  # a write's key; None for a read
+    now: int
+    deadline: int | None  # the host's deadline, on the clock of `now`
+    resource: Resource | None
+    downstream: Any  # the operation store's view of its own downstream (the demo's ledger)
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """What an execute hook answers: the output, and what it committed (EFFECT_REPORTS)."""
+
+    output: Any
+    effect: str
+    receipt_ref: str | None = None  # the downstream's own receipt, when it issues one: never invented
+    producer_revision: str | None = None  # None: the contract's producer revision
+    resource_revision: int | None = None  # None: the resolved resource's revision
+
+
+@dataclass(frozen=True, slots=True)
+class StatusQuery:
+    """What a status hook receives: the recorded write, by its references and key."""
+
+    tool: str
+    arguments: dict[str, Any]
+    request_ref: str
+    status_ref: str
+    idempotency_key: str
+    downstream: Any
+
+
+@dataclass(frozen=True, slots=True)
+class StatusAnswer:
+    """What a status hook answers: one of STATUS_FINDINGS; a receipt carries the write's output."""
+
+    found: str
+    receipt_ref: str | None = None
+    output: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolHooks:
+    """One tool's host hooks. Only execute is required; resolve is required when the contract
+    names a resource field. Without status, a write whose outcome is unknown never settles as
+    not executed: it stays unknown until the host reconciles it, with a status hook that answers
+    what the host found out (a Dispatcher built over the same operation store may carry it)."""
+
+    execute: Callable[[ExecuteCall], Execution]
+    resolve: Callable[[Principal, dict[str, Any]], Resource | None] | None = None
+    precondition: Callable[[Resource | None, dict[str, Any]], str | None] | None = None
+    status: Callable[[StatusQuery], StatusAnswer] | None = None
+    refusals: frozenset[str] = frozenset()  # the PRECONDITION_CODES its precondition may answer
+    max_output_bytes: int = MAX_OUTPUT_BYTES  # 1..MAX_OUTPUT_BYTES_CEILING: canonical bytes of one output
+    max_output_nodes: int = MAX_OUTPUT_NODES  # 1..MAX_OUTPUT_NODES_CEILING: values in one output
+
+
+def _is_hooks(hooks: Any) -> bool:
+    return (type(hooks) is ToolHooks and callable(hooks.execute)
+            and all(hook is None or callable(hook) for hook in (hooks.resolve, hooks.precondition, hooks.status))
+            and type(hooks.refusals) is frozenset and all(_member(code, PRECONDITION_CODES)
+                                                          for code in hooks.refusals)
+            and _integer_in(1, MAX_OUTPUT_BYTES_CEILING)(hooks.max_output_bytes)
+            and _integer_in(1, MAX_OUTPUT_NODES_CEILING)(hooks.max_output_nodes))
+
+
+def _is_resource(resource: Any) -> bool:
+    return (type(resource) is Resource and is_identifier(resource.kind) and type(resource.ref) is str
+            and 0 < len(resource.ref) <= MAX_RESOURCE_REF_LENGTH and is_identifier(resource.tenant)
+            and is_identifier(resource.owner) and _integer_in(1, MAX_REVISION)(resource.revision)
+            and is_identifier(resource.state))
 
 
 def authorize(spec: ToolSpec, principal: Principal, arguments: Mapping[str, Any],
-              orders: Mapping[tuple[str, str], Order]) -> Order:
+              resolve: Callable[[Principal, dict[str, Any]], Resource | None] | None) -> Resource | None:
+    """The role first, then the resource the call names, inside the caller's tenant and owned by
+    the caller's subject: anything else is NOT_FOUND. None for a tool with no resource."""
     if spec.required_role not in principal.roles:
         raise BoundaryError("PERMISSION_DENIED")
-    order = orders.get((principal.tenant, arguments[spec.resource_field]))
-    if order is None or order.owner != principal.subject:
+    if spec.resource_field is None:
+        return None
+    if resolve is None:
+        raise BoundaryError("HOOK_INVALID")
+    try:
+        resource = resolve(principal, _own_copy(spec, arguments))
+    except Exception as error:  # the host's lookup failed: the host hears it, the model nothing
+        raise BoundaryError("HOOK_FAILED") from error
+    if resource is None:
         raise BoundaryError("NOT_FOUND")
-    return order
+    if not _is_resource(resource):
+        raise BoundaryError("HOOK_INVALID")
+    if resource.tenant != principal.tenant or resource.owner != principal.subject:
+        raise BoundaryError("NOT_FOUND")
+    return resource
+
+
+def check_precondition(hooks: ToolHooks, resource: Resource | None, arguments: Mapping[str, Any]) -> None:
+    """The host's rule on the resource's current state, read at execution time: nothing, or one
+    of the refusals the tool declared."""
+    if hooks.precondition is None:
+        return
+    try:
+        refusal = hooks.precondition(resource, json_copy(dict(arguments)))
+    except Exception as error:
+        raise BoundaryError("HOOK_FAILED") from error
+    if refusal is None:
+        return
+    if not _member(refusal, hooks.refusals):
+        raise BoundaryError("HOOK_INVALID")
+    raise BoundaryError(refusal)
 
 
 # ============================================================================================
@@ -3122,6 +3276,7 @@ def authorize(spec: ToolSpec, principal: Principal, arguments: Mapping[str, Any]
 #   claimed --start--> in_progress                from here the downstream may act
 #   in_progress --committed--> succeeded          the handler ran and its output passed
 #   in_progress --outcome_lost--> unknown         the effect may have happened; its answer was lost
+#   in_progress --failed--> released              the tool failed and committed nothing (approval spent)
 #   in_progress --take_over--> unknown            an expired holder may have reached the downstream
 #   unknown --receipt_confirmed--> reconciled     an explicit status query found the receipt
 #   unknown --receipt_absent--> released          the downstream said, with authority, "no effect"
@@ -3135,6 +3290,7 @@ LIFECYCLE: Final[Mapping[tuple[str, str], str]] = MappingProxyType({
     ("claimed", "start"): "in_progress",
     ("in_progress", "committed"): "succeeded",
     ("in_progress", "outcome_lost"): "unknown",
+    ("in_progress", "failed"): "released",
     ("in_progress", "take_over"): "unknown",
     ("unknown", "receipt_confirmed"): "reconciled",
     ("unknown", "receipt_absent"): "released",
@@ -3292,21 +3448,18 @@ def approval_view(approval: Approval) -> dict[str, Any]:
     return {"approver": approval.approver, "expires_at": approval.expires_at}
 
 
-def check_refundable(order: Order) -> None:
-    # Re-read at execution time: an approval given while the order was paid cannot outlive a
-    # change of its state.
-    if order.status != "paid":
-        raise BoundaryError("ORDER_NOT_REFUNDABLE")
-
-
 def check_deadline(now: int, deadline: int | None) -> None:
     if deadline is not None and now >= deadline:
         raise BoundaryError("DEADLINE_EXCEEDED")
 
 
 # ============================================================================================
-# 12. Handlers and the mock downstream
+# 12. The demo host: orders, refunds and their hooks; injected faults
 # ============================================================================================
+# The shipped tools' host, one host among any: its orders are resources, "paid" is the refund's
+# precondition, a mock refund service is the downstream, and its receipts answer status
+# queries. Its handlers take a HandlerCall and answer a HandlerResult; OrderDesk turns each into
+# ToolHooks. Nothing outside this section knows what an order is.
 
 
 @dataclass(frozen=True, slots=True)
@@ -3382,7 +3535,7 @@ class HandlerCall:
     principal: Principal
     arguments: Mapping[str, Any]
     order: Order
-    downstream: MockDownstream
+    downstream: Any  # the store's view of the refund service: a claim's own, or read-only for a read
     request_ref: str | None
     status_ref: str | None
 
@@ -3433,27 +3586,129 @@ HANDLERS: Final[Mapping[str, Handler]] = MappingProxyType({
 })
 
 
+def check_refundable(order: Order) -> None:
+    # Re-read at execution time: an approval given while the order was paid cannot outlive a
+    # change of its state.
+    if order.status != "paid":
+        raise BoundaryError("ORDER_NOT_REFUNDABLE")
+
+
+def receipt_fits(receipt: Any, refs: Mapping[str, Any], arguments: Any, spec: ToolSpec) -> bool:
+    """A refund receipt is this write's: its request and status references, the tool's effect
+    and producer revisions, and on every bound field the write's own arguments (a receipt for
+    another order or another reason reconciles nothing); its own reference is an identifier and
+    its output passes the tool's output contract. Exact types first: a downstream's object that
+    claims to equal anything matches nothing."""
+    if (type(receipt) is not Receipt or type(arguments) not in _PLAIN_MAPPINGS
+            or not is_identifier(receipt.receipt_ref) or spec.output_contract is None
+            or not spec.output_contract.admits(receipt_output(receipt))):
+        return False
+    wanted = (refs["request_ref"], refs["status_ref"], spec.effect_revision, spec.producer_revision)
+    seen = (receipt.request_ref, receipt.status_ref, receipt.effect_revision, receipt.producer_revision)
+    if not all(type(value) is str and value == want for value, want in zip(seen, wanted)):
+        return False
+    output = receipt_output(receipt)
+    return all(type(output.get(name)) is str and output[name] == arguments.get(name)
+               for name in spec.bound_fields if name in output)
+
+
+class OrderDesk:
+    """The demo host: the world's orders by (tenant, order_ref), and the hooks of every tool that
+    has an order handler (the shipped two, and a host's own through ``handlers``).
+
+    resolve     the order the tool's resource field names, in the caller's tenant
+    precondition  a write needs a paid order (ORDER_NOT_REFUNDABLE), read again before it runs
+    execute     the handler, over the store's view of the refund service; a write is committed
+                when that view saw its one effect, and unknown when it saw none
+    status      the refund service's receipt under the write's status reference: its absence is
+                authoritative, since the mock commits inside the handler or not at all
+    """
+
+    def __init__(self, orders: Sequence[Order] = (), handlers: Mapping[str, Handler] | None = None) -> None:
+        self._orders = _world_orders(orders)
+        if handlers is not None and not (isinstance(handlers, Mapping) and plain_keys(handlers)):
+            raise BoundaryError("TOOL_HANDLER_MISSING", "handlers")  # no tool name can find a handler there
+        self._handlers: Mapping[str, Handler] = MappingProxyType({**HANDLERS, **(handlers or {})})
+
+    def set_status(self, tenant: str, order_ref: str, status: str) -> None:
+        """A trusted change of business state; the order's resource revision moves on."""
+        order = self._orders.get((tenant, order_ref)) if type(tenant) is str and type(order_ref) is str else None
+        if order is None or not _member(status, ORDER_STATUSES) or order.revision >= MAX_REVISION:
+            raise BoundaryError("CONTEXT_INVALID")  # an order's revision stays inside what a package may say
+        self._orders[(tenant, order_ref)] = replace(order, status=status, revision=order.revision + 1)
+
+    def hooks(self, registry: Mapping[str, ToolSpec]) -> dict[str, ToolHooks]:
+        """ToolHooks for each registry tool with a callable handler."""
+        return {name: self._tool_hooks(spec, handler) for name, spec in registry.items()
+                if callable(handler := self._handlers.get(name))}
+
+    def _tool_hooks(self, spec: ToolSpec, handler: Handler) -> ToolHooks:
+        field_name = spec.resource_field
+
+        def resolve(principal: Principal, arguments: dict[str, Any]) -> Resource | None:
+            order = self._orders.get((principal.tenant, arguments[field_name]))
+            return None if order is None else Resource(kind="order", ref=order.order_ref, tenant=order.tenant,
+                                                       owner=order.owner, revision=order.revision,
+                                                       state=order.status)
+
+        def precondition(resource: Resource | None, _arguments: dict[str, Any]) -> str | None:
+            return None if resource is not None and resource.state == "paid" else "ORDER_NOT_REFUNDABLE"
+
+        def execute(call: ExecuteCall) -> Execution:
+            resource = call.resource
+            order = Order(resource.tenant, resource.ref, resource.owner, resource.state, resource.revision)
+            result = handler(HandlerCall(spec, call.principal, call.arguments, order, call.downstream,
+                                         call.request_ref, call.status_ref))
+            if type(result) is not HandlerResult:
+                return result  # no Execution: refused as an output outside the contract
+            effect = "none"
+            receipt_ref = result.receipt_ref
+            if spec.effect == "write":
+                effect = "committed" if getattr(call.downstream, "created", 0) == 1 else "unknown"
+                receipt_ref = receipt_ref if receipt_ref is not None else ""  # the service always issues one
+            return Execution(result.output, effect, receipt_ref, result.producer_revision, result.resource_revision)
+
+        def status(query: StatusQuery) -> StatusAnswer:
+            receipt = query.downstream.receipt(query.status_ref)
+            if receipt is None:
+                return StatusAnswer("absent")
+            if not receipt_fits(receipt, {"request_ref": query.request_ref, "status_ref": query.status_ref},
+                                query.arguments, spec):
+                return StatusAnswer("conflict")
+            return StatusAnswer("receipt", receipt.receipt_ref, receipt_output(receipt))
+
+        write = spec.effect == "write"
+        return ToolHooks(execute=execute, resolve=resolve, precondition=precondition if write else None,
+                         status=status if write else None,
+                         refusals=frozenset({"ORDER_NOT_REFUNDABLE"}) if write else frozenset())
+
+
+# -- Injected faults ---------------------------------------------------------------------------
+# Faults the trusted host (fixture or test) injects around any tool's execute hook. An execute
+# hook may raise ResponseLost itself to say that its answer was lost.
+
+
 class ResponseLost(Exception):
-    """Injected: the handler committed but its answer never came back."""
+    """The tool may have committed, but its answer never came back: the outcome is unknown."""
 
 
 class InjectedHandlerFailure(Exception):
     """Injected: the handler raised after it had already committed."""
 
 
-def _fail_before_commit(_call: HandlerCall) -> NoReturn:
+def _fail_before_commit(_call: ExecuteCall) -> NoReturn:
     raise InjectedHandlerFailure
 
 
-def _lose_response(_result: HandlerResult) -> NoReturn:
+def _lose_response(_result: Execution) -> NoReturn:
     raise ResponseLost
 
 
-def _fail_after_commit(_result: HandlerResult) -> NoReturn:
+def _fail_after_commit(_result: Execution) -> NoReturn:
     raise InjectedHandlerFailure
 
 
-def _corrupt_output(result: HandlerResult) -> HandlerResult:
+def _corrupt_output(result: Execution) -> Execution:
     # A control field smuggled into the output: the exact output contract must refuse it.
     return replace(result, output={**result.output, "status": "submitted"})
 
@@ -3463,14 +3718,14 @@ FAULTS_BEFORE_HANDLER: Final[Mapping[str, str]] = MappingProxyType({
     "timeout_before_execution": "DEADLINE_EXCEEDED",
     "rate_limited": "RATE_LIMITED",
 })
-FAULTS_AFTER_HANDLER: Final[Mapping[str, Callable[[HandlerResult], HandlerResult]]] = MappingProxyType({
+FAULTS_AFTER_HANDLER: Final[Mapping[str, Callable[[Execution], Execution]]] = MappingProxyType({
     "timeout_after_commit": _lose_response,
     "handler_raises": _fail_after_commit,
     "invalid_output": _corrupt_output,
 })
 # Injected instead of the handler: it fails before it reaches the downstream (no effect, but the
 # boundary cannot know that: the outcome is unknown until a status query asks the downstream).
-FAULTS_INSTEAD_OF_HANDLER: Final[Mapping[str, Handler]] = MappingProxyType({
+FAULTS_INSTEAD_OF_HANDLER: Final[Mapping[str, Callable[[ExecuteCall], Execution]]] = MappingProxyType({
     "handler_fails_before_commit": _fail_before_commit,
 })
 # A status query's one fault: the receipt store does not answer.
@@ -3649,39 +3904,74 @@ def scan_output(value: Any, *, max_depth: int = MAX_OUTPUT_DEPTH, max_nodes: int
     return bound
 
 
-def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, Any], order: Order,
-                 *, max_bytes: int = MAX_OUTPUT_BYTES) -> dict[str, Any]:
-    """Admit a handler result as model data, or raise the OUTPUT_* code that refuses it."""
-    if type(result) is not HandlerResult:
+def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, Any], revision: int | None,
+                 *, max_bytes: int = MAX_OUTPUT_BYTES, max_nodes: int = MAX_OUTPUT_NODES) -> dict[str, Any]:
+    """Admit an execute hook's Execution as model data, or raise the OUTPUT_* code that refuses it.
+    ``revision`` is the resolved resource's (None: a tool with no resource). A tool that declares
+    no output schema answers text (a str), admitted as the data {"text": ...} (TEXT_OUTPUT)."""
+    if type(result) is not Execution:
         raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
     output = result.output
+    if spec.output_contract is None:
+        if type(output) is not str:
+            raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
+        output = _as_data(spec, output)
     # Encoded only when the scan's upper bound does not already prove the size within the limit.
-    if scan_output(output) > max_bytes and len(canonical_json(output)) > max_bytes:
+    if scan_output(output, max_nodes=max_nodes) > max_bytes and len(canonical_json(output)) > max_bytes:
         raise BoundaryError("OUTPUT_TOO_LARGE")
     check_output_fields(spec, output)
     for field in spec.bound_fields:  # required on both sides (the contract loader checks it)
         if not _same_value(output[field], arguments[field]):
             raise BoundaryError("OUTPUT_BINDING_MISMATCH")
-    # Exact types first: a revision that claims to equal anything binds nothing. A write's receipt
+    # Exact types first: a revision that claims to equal anything binds nothing. A receipt
     # reference becomes the package's downstream evidence, so it must be an identifier too.
-    if (type(result.producer_revision) is not str or result.producer_revision != spec.producer_revision
-            or type(result.resource_revision) is not int or result.resource_revision != order.revision
-            or (spec.effect == "write" and not is_identifier(result.receipt_ref))):
+    producer = spec.producer_revision if result.producer_revision is None else result.producer_revision
+    resource_revision = revision if result.resource_revision is None else result.resource_revision
+    if (type(producer) is not str or producer != spec.producer_revision
+            or type(resource_revision) is not type(revision) or resource_revision != revision
+            or not _member(result.effect, EFFECT_REPORTS[spec.effect])
+            or (result.receipt_ref is not None and not is_identifier(result.receipt_ref))
+            or (spec.effect == "read" and result.receipt_ref is not None)):
         raise BoundaryError("OUTPUT_BINDING_MISMATCH")
     return dict(output) if spec._flat_output else json_copy(output)
 
 
 def check_output_fields(spec: ToolSpec, output: Any) -> None:
-    """Exactly what the compiled output contract admits; with no output contract, nothing is."""
-    contract = spec.output_contract
-    if contract is None:
-        raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
+    """Exactly what the compiled output contract admits (TEXT_OUTPUT for a tool that declares none)."""
+    contract = output_contract(spec)
     try:
         contract.check(output)
     except BoundaryError as refusal:
         if refusal.scope != "value":
             raise
         raise BoundaryError("OUTPUT_CONTRACT_VIOLATION") from None
+
+
+# What a tool that declares no output schema answers, as its package's data: one text, bounded by
+# the tool's output limits (MAX_OUTPUT_BYTES_CEILING at most), UTF-8 clean and secret-scanned like
+# any output, and shown to the model as untrusted data. Most real tools declare no output schema.
+TEXT_OUTPUT_SCHEMA: Final[Mapping[str, Any]] = MappingProxyType({
+    "type": "object", "properties": {"text": {"type": "string", "maxLength": MAX_OUTPUT_BYTES_CEILING}},
+    "required": ["text"], "additionalProperties": False,
+})
+
+
+def _text_output_contract() -> CompiledSchema:
+    # The contract language caps a string at DEFAULT_MAX_LENGTH; a text output's own cap is the
+    # output ceiling, so the compiled rule is widened to it (the output byte limit binds first).
+    compiled = compile_schema({**json_copy(dict(TEXT_OUTPUT_SCHEMA)), "properties": {
+        "text": {"type": "string", "maxLength": DEFAULT_MAX_LENGTH}}})
+    rules = tuple(replace(rule, max_length=MAX_OUTPUT_BYTES_CEILING) if type(rule) is StringRule else rule
+                  for rule in compiled.rules)
+    return replace(compiled, rules=rules, source_sha256=canonical_sha256(dict(TEXT_OUTPUT_SCHEMA)))
+
+
+TEXT_OUTPUT: Final = _text_output_contract()
+
+
+def output_contract(spec: ToolSpec) -> CompiledSchema:
+    """The contract a tool's output is held to: its own, or TEXT_OUTPUT for a tool without one."""
+    return TEXT_OUTPUT if spec.output_contract is None else spec.output_contract
 
 
 def _same_value(first: Any, second: Any) -> bool:
@@ -3728,7 +4018,8 @@ class Answer:
     handler_invoked: bool
     effects: frozenset[int]  # execution.effects
     approved: bool  # the audit names the approval that let the write run
-    refs: str  # downstream evidence: "none", "pending" (request and status refs), "receipt" (all three)
+    refs: str  # downstream evidence, _REFS_PRESENT: "none", "pending" (request and status refs), "issued"
+    # (request and status refs, and the receipt when the downstream issued one)
     purposes: frozenset[str]
 
 
@@ -3736,8 +4027,8 @@ class Answer:
 _REFUSAL_CODES: Final = frozenset({
     "INVALID_PROPOSAL", "UNKNOWN_TOOL", "INVALID_ARGUMENTS", "CALL_CONFLICT", "PERMISSION_DENIED", "NOT_FOUND",
     "IDEMPOTENCY_KEY_REQUIRED", "IDEMPOTENCY_CONFLICT", "APPROVAL_REQUIRED", "APPROVER_NOT_TRUSTED",
-    "APPROVAL_MISMATCH", "APPROVAL_EXPIRED", "APPROVAL_CONSUMED", "ORDER_NOT_REFUNDABLE", "STATUS_CONFLICT",
-    "DEADLINE_EXCEEDED", "RATE_LIMITED",
+    "APPROVAL_MISMATCH", "APPROVAL_EXPIRED", "APPROVAL_CONSUMED", "STATUS_CONFLICT", "DEADLINE_EXCEEDED",
+    "RATE_LIMITED", *PRECONDITION_CODES,
 })
 _OUTPUT_REFUSALS: Final = frozenset({
     "OUTPUT_CONTRACT_VIOLATION", "OUTPUT_SENSITIVE_FIELD", "OUTPUT_TOO_LARGE", "OUTPUT_TOO_DEEP",
@@ -3758,27 +4049,32 @@ ANSWERS: Final[Mapping[str, Answer]] = MappingProxyType({
                       "none", _ANY_PURPOSE),
     "read": Answer("ok", "succeeded", "fresh", frozenset(), _NONE, "read", True, _ZERO, False, "none",
                    _DISPATCH_ONLY),
-    "read_failed": Answer("error", "failed", "none", _EXECUTION_FAILURES | {"DEADLINE_EXCEEDED"}, _NONE, "read",
-                          True, _ZERO, False, "none", _DISPATCH_ONLY),
+    "read_failed": Answer("error", "failed", "none", _EXECUTION_FAILURES | {"DEADLINE_EXCEEDED", "TOOL_FAILED"},
+                          _NONE, "read", True, _ZERO, False, "none", _DISPATCH_ONLY),
+    # fresh for a write: its hook reported the effect committed, so there is exactly one.
     "written": Answer("ok", "succeeded", "fresh", frozenset(), frozenset({"succeeded"}), "write", True,
-                      _ZERO_OR_ONE, True, "receipt", _DISPATCH_ONLY),
+                      frozenset({1}), True, "issued", _DISPATCH_ONLY),
+    "write_failed": Answer("error", "failed", "none", frozenset({"TOOL_FAILED"}), _NONE, "write", True, _ZERO, True,
+                           "pending", _DISPATCH_ONLY),
     "write_unknown": Answer("unknown", "unknown", "none", _EXECUTION_FAILURES | {"OUTCOME_UNKNOWN"},
                             frozenset({"unknown"}), "write", True, _ZERO_OR_ONE, True, "pending", _DISPATCH_ONLY),
     "replayed": Answer("ok", "succeeded", "local_replay", frozenset(), frozenset({"succeeded", "reconciled"}),
-                       "write", False, _ZERO, True, "receipt", _ANY_PURPOSE),
+                       "write", False, _ZERO, True, "issued", _ANY_PURPOSE),
     "still_unknown": Answer("unknown", "unknown", "none", frozenset({"OUTCOME_UNKNOWN"}), frozenset({"unknown"}),
                             "write", False, _ZERO, True, "pending", _DISPATCH_ONLY),
-    "receipt_unavailable": Answer("unknown", "unknown", "none", frozenset({"RECEIPT_UNAVAILABLE"}),
+    "receipt_unavailable": Answer("unknown", "unknown", "none",
+                                  frozenset({"RECEIPT_UNAVAILABLE", "RECONCILIATION_REQUIRED"}),
                                   frozenset({"unknown"}), "write", False, _ZERO, True, "pending", _QUERY_ONLY),
     "reconciled": Answer("ok", "succeeded", "receipt_reconciled", frozenset(), frozenset({"reconciled"}), "write",
-                         False, _ZERO, True, "receipt", _QUERY_ONLY),
+                         False, _ZERO, True, "issued", _QUERY_ONLY),
     "not_executed": Answer("error", "not_executed", "none", frozenset({"OPERATION_NOT_EXECUTED"}), _NONE, "write",
                            False, _ZERO, True, "pending", _QUERY_ONLY),
 })
 # Where a package's downstream references must be present, by Answer.refs.
-_REFS_PRESENT: Final[Mapping[str, tuple[bool, bool, bool]]] = MappingProxyType({
+_REFS_PRESENT: Final[Mapping[str, frozenset[tuple[bool, bool, bool]]]] = MappingProxyType({
     # (request_ref, status_ref, receipt_ref)
-    "none": (False, False, False), "pending": (True, True, False), "receipt": (True, True, True),
+    "none": frozenset({(False, False, False)}), "pending": frozenset({(True, True, False)}),
+    "issued": frozenset({(True, True, False), (True, True, True)}),
 })
 
 
@@ -4061,24 +4357,9 @@ def same_intent(record: OperationRecord, call: AdmittedCall) -> bool:
 
 
 def receipt_binds(record: OperationRecord, receipt: Receipt, spec: ToolSpec) -> bool:
-    """A receipt is this record's: its request and status references, the tool's effect and
-    producer revisions, and on every bound field the recorded request's own arguments (a receipt
-    for another order or another reason reconciles nothing); its own reference is an identifier
-    and its output passes the tool's output contract, as the package that carries them must.
-    Every store checks it before a receipt settles anything. Exact types first: a downstream's
-    object that claims to equal anything matches nothing."""
-    if (type(receipt) is not Receipt or type(record.arguments) not in _PLAIN_MAPPINGS
-            or not is_identifier(receipt.receipt_ref) or spec.output_contract is None
-            or not spec.output_contract.admits(receipt_output(receipt))):
-        return False
-    refs = record.refs
-    wanted = (refs["request_ref"], refs["status_ref"], spec.effect_revision, spec.producer_revision)
-    seen = (receipt.request_ref, receipt.status_ref, receipt.effect_revision, receipt.producer_revision)
-    if not all(type(value) is str and value == want for value, want in zip(seen, wanted)):
-        return False
-    output = receipt_output(receipt)
-    return all(type(output.get(name)) is str and output[name] == record.arguments.get(name)
-               for name in spec.bound_fields if name in output)
+    """The demo downstream's receipt is this record's (receipt_fits, section 12): what recovery
+    checks before a receipt it found settles a stored write."""
+    return receipt_fits(receipt, record.refs, record.arguments, spec)
 
 
 def downstream_refs(call: AdmittedCall) -> dict[str, str | None]:
@@ -4112,7 +4393,7 @@ def _settled(call: AdmittedCall, record: Any) -> OperationRecord:
             and (approval is None or (type(approval) in _PLAIN_MAPPINGS and _nested(_APPROVAL_VIEW)(dict(approval))))
             and (record.resource_revision is None or _integer_in(1, MAX_REVISION)(record.resource_revision))
             and (REPEAT_ANSWER[MODEL_STATE[record.state]][1] is not None
-                 or call.spec.output_contract.admits(record.data))):
+                 or output_contract(call.spec).admits(record.data))):
         raise BoundaryError("LIFECYCLE_VIOLATION")
     return record
 
@@ -4402,6 +4683,34 @@ def _world_orders(orders: Any) -> dict[tuple[str, str], Order]:
     return by_key
 
 
+def _host_hooks(hooks: Any, registry: Mapping[str, ToolSpec]) -> dict[str, ToolHooks]:
+    """The host's hooks by tool name, read once: a ToolHooks per registry tool it names, each hook
+    callable and each declared refusal one of PRECONDITION_CODES. Hooks for a tool the registry
+    does not name are a host's mistake (a typo would leave the tool unhooked): refused too."""
+    if hooks is None:
+        return {}
+    if not (isinstance(hooks, Mapping) and plain_keys(hooks)):
+        raise BoundaryError("HOOK_INVALID", "hooks")
+    checked = {}
+    for index, (name, tool_hooks) in enumerate(hooks.items()):
+        if name not in registry or not _is_hooks(tool_hooks):
+            raise BoundaryError("HOOK_INVALID", f"hooks[{index}]")
+        checked[name] = tool_hooks
+    return checked
+
+
+def _registry_hooks(registry: Mapping[str, ToolSpec], hooks: Mapping[str, ToolHooks]) -> Mapping[str, ToolHooks]:
+    """Every tool the registry names must be runnable, or the host hears it now, not at a call:
+    it has hooks, and a resolve hook when its contract names a resource."""
+    for index, spec in enumerate(registry.values()):
+        tool_hooks = hooks.get(spec.name)
+        if tool_hooks is None:
+            raise BoundaryError("TOOL_HANDLER_MISSING", f"registry[{index}]")
+        if spec.resource_field is not None and tool_hooks.resolve is None:
+            raise BoundaryError("TOOL_NOT_DISPATCHABLE", f"registry[{index}]")
+    return MappingProxyType({name: hooks[name] for name in registry})
+
+
 def _approver_allowlist(approvers: Any) -> frozenset[str]:
     if type(approvers) not in _APPROVER_COLLECTIONS or not all(is_identifier(name) for name in approvers):
         raise BoundaryError("CONTEXT_INVALID", "approvers")
@@ -4420,21 +4729,15 @@ class Dispatcher:
     """
 
     def __init__(self, orders: Sequence[Order] = (), *, approvers: frozenset[str] | Sequence[str] = (),
-                 handlers: Mapping[str, Handler] | None = None,
+                 hooks: Mapping[str, ToolHooks] | None = None, handlers: Mapping[str, Handler] | None = None,
                  registry: Mapping[str, ToolSpec] = REGISTRY,
                  operations: OperationStore | None = None, seal_keys: SealKeys | None = None) -> None:
-        self._orders = _world_orders(orders)
+        # The demo host (section 12) hooks the tools it has handlers for; a host's own hooks come
+        # after, and win for the tools they name.
+        self._desk = OrderDesk(orders, handlers)
         self._approvers = _approver_allowlist(approvers)
         self._registry = _registry_snapshot(registry)
-        if handlers is not None and not (isinstance(handlers, Mapping) and plain_keys(handlers)):
-            raise BoundaryError("TOOL_HANDLER_MISSING", "handlers")  # no tool name can find a handler there
-        self._handlers: Mapping[str, Handler] = MappingProxyType({**HANDLERS, **(handlers or {})})
-        # Every tool the registry names must be runnable, or the host hears it now, not at a call.
-        for index, spec in enumerate(self._registry.values()):
-            if spec.resource_field is None or spec.output_contract is None:
-                raise BoundaryError("TOOL_NOT_DISPATCHABLE", f"registry[{index}]")
-            if not callable(self._handlers.get(spec.name)):
-                raise BoundaryError("TOOL_HANDLER_MISSING", f"registry[{index}]")
+        self._hooks = _registry_hooks(self._registry, {**self._desk.hooks(self._registry), **_host_hooks(hooks, self._registry)})
         if operations is not None and not all(callable(getattr(operations, name, None))
                                               for name in OPERATION_STORE_METHODS):
             raise BoundaryError("CONTEXT_INVALID", "operations")
@@ -4462,11 +4765,8 @@ class Dispatcher:
         return self.operations.downstream.effect_count
 
     def set_order_status(self, tenant: str, order_ref: str, status: str) -> None:
-        """A trusted change of business state; the order's resource revision moves on."""
-        order = self._orders.get((tenant, order_ref)) if type(tenant) is str and type(order_ref) is str else None
-        if order is None or not _member(status, ORDER_STATUSES) or order.revision >= MAX_REVISION:
-            raise BoundaryError("CONTEXT_INVALID")  # an order's revision stays inside what a package may say
-        self._orders[(tenant, order_ref)] = replace(order, status=status, revision=order.revision + 1)
+        """The demo host's trusted change of business state; the order's resource revision moves on."""
+        self._desk.set_status(tenant, order_ref, status)
 
     def operation_state(self, principal: Principal, tool: str, idempotency_key: str) -> str:
         check_principal(principal)
@@ -4489,10 +4789,11 @@ class Dispatcher:
         call = self._bind(context, principal, "dispatch", now, deadline, fault)
         try:
             call = self._admit(call, proposal)
-            order = authorize(call.spec, principal, call.arguments, self._orders)
+            hooks = self._hooks[call.spec.name]
+            resource = authorize(call.spec, principal, call.arguments, hooks.resolve)
             if call.spec.effect == "write":
-                return self._write(call, order, approval=approval, now=now, deadline=deadline, fault=fault)
-            return self._read(call, order, now=now, deadline=deadline, fault=fault)
+                return self._write(call, hooks, resource, approval=approval, now=now, deadline=deadline, fault=fault)
+            return self._read(call, hooks, resource, now=now, deadline=deadline, fault=fault)
         except BoundaryError as refusal:
             return self._refused(call, refusal)
         finally:
@@ -4500,38 +4801,40 @@ class Dispatcher:
 
     def query_operation_status(self, proposal: Any, context: CallContext, principal: Principal, *,
                                now: int, fault: str = "none") -> dict[str, Any]:
-        """Resolve an operation whose outcome is unknown, against the downstream receipt only.
+        """Resolve an operation whose outcome is unknown, by the tool's status hook only.
 
         The checks run in this order: current authorization; the recomputed request digest;
-        tenant/subject/tool/key, operation, effect and producer binding; the receipt and its
-        status reference; the provider profile of the recorded operation; then this call
-        identity is bound to the query purpose, so it can never start a dispatch. Only after that
-        binding does a query answer, even when the answer is RECEIPT_UNAVAILABLE.
+        tenant/subject/tool/key, operation, effect and producer binding; the status hook's
+        answer, a receipt held to the record; the provider profile of the recorded operation;
+        then this call identity is bound to the query purpose, so it can never start a dispatch.
+        Only after that binding does a query answer, even when the answer is RECEIPT_UNAVAILABLE.
+        A tool without a status hook answers RECONCILIATION_REQUIRED: nobody was asked, so its
+        outcome stays unknown and is never guessed to be "not executed".
         """
         call = self._bind(context, principal, "query_status", now, None, fault)
         try:
             call = self._admit(call, proposal, bind_identity=False)
-            authorize(call.spec, principal, call.arguments, self._orders)
+            hooks = self._hooks[call.spec.name]
+            authorize(call.spec, principal, call.arguments, hooks.resolve)
             record = self._recorded_operation(call)
-            receipt = None
-            if record.state == "unknown":
-                receipt = self._checked_receipt(call, record, fault)
+            found = self._status(call, hooks, record, fault) if record.state == "unknown" else None
             if record.profile != context.profile:
                 raise BoundaryError("STATUS_CONFLICT")
             self._bind_identity(call)  # before any answer: an unavailable receipt still used it for a query
-            if receipt is None and record.state == "unknown":
-                if fault not in FAULTS_BEFORE_RECEIPT and self.operations.confirm_absent(call.record_key, record):
-                    # The downstream has no receipt, with authority: nothing happened, the key is free.
-                    return self._package(
-                        call, project_model_result(call.spec, "not_executed", code="OPERATION_NOT_EXECUTED"),
-                        refs=record.refs, approval=record.approval, revision=record.resource_revision)
-                return self._package(
-                    call, project_model_result(call.spec, "receipt_unavailable", code="RECEIPT_UNAVAILABLE"),
-                    state=record.state, refs=record.refs, approval=record.approval,
-                    revision=record.resource_revision)
-            if receipt is None:  # already settled: the local record answers
+            if record.state != "unknown":  # already settled: the local record answers
                 return self._recorded_answer(call, record)
-            return self._reconciled(call, record, receipt)
+            if found is not None and found.found == "receipt":
+                return self._reconciled(call, record, found)
+            if found is not None and found.found == "absent" and self.operations.confirm_absent(call.record_key,
+                                                                                              record):
+                # The downstream has no receipt, with authority: nothing happened, the key is free.
+                return self._package(
+                    call, project_model_result(call.spec, "not_executed", code="OPERATION_NOT_EXECUTED"),
+                    refs=record.refs, approval=record.approval, revision=record.resource_revision)
+            code = "RECONCILIATION_REQUIRED" if found is None else "RECEIPT_UNAVAILABLE"
+            return self._package(call, project_model_result(call.spec, "receipt_unavailable", code=code),
+                                 state=record.state, refs=record.refs, approval=record.approval,
+                                 revision=record.resource_revision)
         except BoundaryError as refusal:
             return self._refused(call, refusal)
 
@@ -4555,17 +4858,36 @@ class Dispatcher:
         if self._checks_answers:
             _check_own_key(call, record)
 
-    def _checked_receipt(self, call: AdmittedCall, record: OperationRecord, fault: str) -> Receipt | None:
-        receipt = None if fault in FAULTS_BEFORE_RECEIPT else self.operations.downstream.receipt(
-            record.refs["status_ref"])
-        if receipt is not None and not receipt_binds(record, receipt, call.spec):
+    def _status(self, call: AdmittedCall, hooks: ToolHooks, record: OperationRecord,
+                fault: str) -> StatusAnswer | None:
+        """The status hook's finding on an unknown write (None: the tool has no status hook). A
+        hook that raises has not answered (unavailable); a contradicting receipt, or one whose
+        output is not this write's, is STATUS_CONFLICT."""
+        if hooks.status is None:
+            return None
+        if fault in FAULTS_BEFORE_RECEIPT:
+            return StatusAnswer("unavailable")
+        refs = record.refs
+        query = StatusQuery(call.spec.name, _own_copy(call.spec, call.arguments), refs["request_ref"],
+                            refs["status_ref"], call.context.idempotency_key, self.operations.downstream)
+        try:
+            found = hooks.status(query)
+        except BoundaryError:
+            return StatusAnswer("unavailable")
+        except CatalogError:
+            raise  # the host's own store failed under the hook (a damaged row): the host hears it
+        except Exception:  # the downstream's status service is foreign code: it did not answer
+            return StatusAnswer("unavailable")
+        if type(found) is not StatusAnswer or not _member(found.found, STATUS_FINDINGS):
+            raise BoundaryError("HOOK_INVALID")
+        if found.found == "conflict" or (found.found == "receipt" and not _receipt_holds(call, found)):
             raise BoundaryError("STATUS_CONFLICT")
-        return receipt
+        return found
 
-    def _reconciled(self, call: AdmittedCall, record: OperationRecord, receipt: Receipt) -> dict[str, Any]:
-        data = receipt_output(receipt)
-        check_output_fields(call.spec, data)
-        refs = {**record.refs, "receipt_ref": receipt.receipt_ref}
+    def _reconciled(self, call: AdmittedCall, record: OperationRecord, found: StatusAnswer) -> dict[str, Any]:
+        data = _as_data(call.spec, found.output)
+        data = data if call.spec._flat_output else json_copy(data)
+        refs = {**record.refs, "receipt_ref": found.receipt_ref}
         record = advance(record, "receipt_confirmed", refs=MappingProxyType(refs), data=data)
         package = self._package(call, project_model_result(call.spec, "reconciled", data=json_copy(data)),
                                 state=record.state, refs=refs, approval=record.approval,
@@ -4615,23 +4937,25 @@ class Dispatcher:
         if self.operations.bind_call(identity, fingerprint) != fingerprint:
             raise BoundaryError("CALL_CONFLICT")
 
-    def _read(self, call: AdmittedCall, order: Order, *, now: int, deadline: int | None,
-              fault: str) -> dict[str, Any]:
+    def _read(self, call: AdmittedCall, hooks: ToolHooks, resource: Resource | None, *, now: int,
+              deadline: int | None, fault: str) -> dict[str, Any]:
+        check_precondition(hooks, resource, call.arguments)
         check_deadline(now, deadline)
         _raise_fault_before(fault)
-        data, code, _receipt = self._execute(call, order, _NO_REFS, fault,
-                                             _ReadOnlyDownstream(self.operations.downstream))
+        revision = None if resource is None else resource.revision
+        data, code, _receipt = self._execute(call, hooks, resource, _NO_REFS, fault,
+                                             _ReadOnlyDownstream(self.operations.downstream), now, deadline)
         if code is not None:
             # A read has no effect to be unsure about: a failure is a plain failure, and a lost
             # answer a retryable one.
             code = "DEADLINE_EXCEEDED" if code == "OUTCOME_UNKNOWN" else code
             return self._package(call, project_model_result(call.spec, "read_failed", code=code),
-                                 handler_invoked=True, redactions=withheld(code), revision=order.revision)
+                                 handler_invoked=True, redactions=withheld(code), revision=revision)
         return self._package(call, project_model_result(call.spec, "read", data=data), handler_invoked=True,
-                             revision=order.revision)
+                             revision=revision)
 
-    def _write(self, call: AdmittedCall, order: Order, *, approval: Any, now: int, deadline: int | None,
-               fault: str) -> dict[str, Any]:
+    def _write(self, call: AdmittedCall, hooks: ToolHooks, resource: Resource | None, *, approval: Any, now: int,
+               deadline: int | None, fault: str) -> dict[str, Any]:
         if call.context.idempotency_key is None:
             raise BoundaryError("IDEMPOTENCY_KEY_REQUIRED")
         operations = self.operations
@@ -4641,11 +4965,12 @@ class Dispatcher:
         reference = check_approval(approval, principal=call.principal, context=call.context, spec=call.spec,
                                    arguments=call.arguments, approvers=self._approvers, now=now,
                                    consumed=operations.approval_used)
-        check_refundable(order)
+        check_precondition(hooks, resource, call.arguments)
         check_deadline(now, deadline)
         refs = downstream_refs(call)
         granted = approval_view(approval)
-        claim = operations.claim(call, self._new_record(call, refs, granted, order.revision), reference)
+        revision = None if resource is None else resource.revision
+        claim = operations.claim(call, self._new_record(call, refs, granted, revision), reference)
         if type(claim) is not Claim:  # another caller claimed the key between answer() and claim()
             return self._repeat(call, self._answered(call, claim))
         refusal = FAULTS_BEFORE_HANDLER.get(fault)
@@ -4655,37 +4980,51 @@ class Dispatcher:
             raise BoundaryError(refusal)
         claim = operations.start(claim)
         downstream = operations.downstream_for(claim)
-        data, code, receipt_ref = self._execute(call, order, refs, fault, downstream)
-        if type(downstream.created) is not int or not 0 <= downstream.created <= 1:
+        data, code, receipt_ref = self._execute(call, hooks, resource, refs, fault, downstream, now, deadline)
+        created = downstream.created
+        if type(created) is not int or not 0 <= created <= 1:
             # A host store's view that counts otherwise: no package can say it, and nothing is settled.
             raise BoundaryError("LIFECYCLE_VIOLATION")
+        if code == "TOOL_FAILED" and created == 0:
+            # The tool failed and committed nothing: the key is free again, the approval spent.
+            package = self._package(call, project_model_result(call.spec, "write_failed", code=code),
+                                    handler_invoked=True, refs=refs, approval=granted, revision=revision)
+            operations.settle(claim, "failed", advance(claim.record, "failed"), package)
+            return package
         if code is not None:
             # The effect may have been committed: record `unknown`, keep the status reference in
             # the audit only, and block blind replay until a status query reconciles it.
+            code = "OUTCOME_UNKNOWN" if code == "TOOL_FAILED" else code  # "nothing", yet the store saw one
             package = self._package(call, project_model_result(call.spec, "write_unknown", code=code),
-                                    state="unknown", handler_invoked=True, effects=downstream.created, refs=refs,
-                                    redactions=withheld(code), approval=granted, revision=order.revision)
+                                    state="unknown", handler_invoked=True, effects=created, refs=refs,
+                                    redactions=withheld(code), approval=granted, revision=revision)
             operations.settle(claim, "outcome_lost", advance(claim.record, "outcome_lost"), package)
             return package
-        refs["receipt_ref"] = receipt_ref  # the downstream's receipt: evidence of this fresh effect
+        # Committed, as the hook reported: its one effect, and the downstream's receipt when it issued one.
+        refs["receipt_ref"] = receipt_ref
         record = advance(claim.record, "committed", refs=MappingProxyType(refs), data=data)
         package = self._package(call, project_model_result(call.spec, "written", data=json_copy(data)),
-                                state=record.state, handler_invoked=True, effects=downstream.created, refs=refs,
-                                approval=granted, revision=order.revision)
+                                state=record.state, handler_invoked=True, effects=1, refs=refs,
+                                approval=granted, revision=revision)
         operations.settle(claim, "committed", record, package)
         return package
 
-    def _execute(self, call: AdmittedCall, order: Order, refs: Mapping[str, str | None], fault: str,
-                 downstream: Any) -> tuple[dict[str, str] | None, str | None, str | None]:
-        """Run the handler and its output contract.
+    def _execute(self, call: AdmittedCall, hooks: ToolHooks, resource: Resource | None,
+                 refs: Mapping[str, str | None], fault: str, downstream: Any, now: int,
+                 deadline: int | None) -> tuple[Any, str | None, str | None]:
+        """Run the execute hook and its output contract.
 
-        Returns (data, None, receipt reference) on success, (None, refusing code, None) otherwise.
+        Returns (data, None, receipt reference) when it succeeded (a read) or committed (a
+        write), and (None, code, None) otherwise: TOOL_FAILED when it reported that it failed and
+        committed nothing, OUTCOME_UNKNOWN when it could not say, or the code that refused it.
         """
-        handler = FAULTS_INSTEAD_OF_HANDLER.get(fault) or self._handlers[call.spec.name]
+        execute = FAULTS_INSTEAD_OF_HANDLER.get(fault) or hooks.execute
+        spec = call.spec
+        key = call.context.idempotency_key if spec.effect == "write" else None
         try:
             # Positional: a frozen dataclass takes keywords measurably slower.
-            result = handler(HandlerCall(call.spec, call.principal, _own_copy(call.spec, call.arguments), order,
-                                         downstream, refs["request_ref"], refs["status_ref"]))
+            result = execute(ExecuteCall(spec.name, call.principal, _own_copy(spec, call.arguments), refs["request_ref"],
+                                         refs["status_ref"], key, now, deadline, resource, downstream))
             inject = FAULTS_AFTER_HANDLER.get(fault)
             if inject is not None:
                 result = inject(result)
@@ -4695,10 +5034,15 @@ class Dispatcher:
             # (not a BaseException: KeyboardInterrupt and SystemExit stand for a crash, settle
             # nothing and reach the host; the in-memory store, with no lease, keeps the key in progress)
             return None, "HANDLER_FAILED", None
+        if (type(result) is Execution and _member(result.effect, EFFECT_REPORTS[spec.effect])
+                and result.effect in _UNSUCCESSFUL):
+            return None, _UNSUCCESSFUL[result.effect], None  # a failed tool's output is not its contract's
         try:
-            return check_output(call.spec, result, call.arguments, order), None, result.receipt_ref
+            data = check_output(spec, result, call.arguments, None if resource is None else resource.revision,
+                                max_bytes=hooks.max_output_bytes, max_nodes=hooks.max_output_nodes)
         except BoundaryError as refusal:
             return None, refusal.code, None
+        return data, None, result.receipt_ref
 
     def _repeat(self, call: AdmittedCall, record: OperationRecord) -> dict[str, Any]:
         # Same key: only the same intent, under the same provider profile and the same
@@ -4718,7 +5062,7 @@ class Dispatcher:
                              revision=record.resource_revision)
 
     def _new_record(self, call: AdmittedCall, refs: Mapping[str, str | None],
-                    approval: Mapping[str, Any] | None, revision: int) -> OperationRecord:
+                    approval: Mapping[str, Any] | None, revision: int | None) -> OperationRecord:
         return OperationRecord(state="none", request_sha256=call.request_sha256 or "",
                                profile=call.context.profile, operation_id=call.context.operation_id,
                                contract=MappingProxyType(call.spec.contract_view()),
@@ -4783,6 +5127,26 @@ class Dispatcher:
         }
 
 
+def _as_data(spec: ToolSpec, output: Any) -> Any:
+    """A tool output as its package's data: a text tool's str becomes {"text": ...} (TEXT_OUTPUT)."""
+    return {"text": output} if spec.output_contract is None and type(output) is str else output
+
+
+def _receipt_holds(call: AdmittedCall, found: StatusAnswer) -> bool:
+    """A status hook's receipt is this write's: its reference, when it has one, is an identifier,
+    and its output passes the tool's output contract and echoes the call on every bound field."""
+    spec = call.spec
+    output = _as_data(spec, found.output)
+    if found.receipt_ref is not None and not is_identifier(found.receipt_ref):
+        return False
+    try:
+        scan_output(output)
+        check_output_fields(spec, output)
+    except BoundaryError:
+        return False
+    return all(_same_value(output[name], call.arguments[name]) for name in spec.bound_fields)
+
+
 def _own_copy(spec: ToolSpec | None, arguments: Mapping[str, Any]) -> dict[str, Any]:
     """Admitted arguments as a handler or a package gets them: never sharing a nested value with
     the call, whose request digest was taken at admission, nor with the record a store keeps."""
@@ -4798,6 +5162,9 @@ class _AdmittedRefusal(BoundaryError):
 
 
 _ARGUMENT_REFUSALS: Final = frozenset({"INVALID_ARGUMENTS"})
+# An execute hook's reports that carry no output, and the code each answers with.
+_UNSUCCESSFUL: Final[Mapping[str, str]] = MappingProxyType({"not_committed": "TOOL_FAILED",
+                                                            "unknown": "OUTCOME_UNKNOWN"})
 # _OUTPUT_REFUSALS (section 14): the refusals after which the handler's output is withheld from
 # the model (only the audit says so).
 
@@ -5063,7 +5430,7 @@ def _check_answer(result: dict[str, Any], audit: dict[str, Any], execution: dict
                 and (code in answer.codes if code is not None else not answer.codes)
                 and execution["operation_state"] in answer.states
                 and execution["handler_invoked"] is answer.handler_invoked and execution["effects"] in answer.effects
-                and (audit["approval"] is not None) is answer.approved and _REFS_PRESENT[answer.refs] == present
+                and (audit["approval"] is not None) is answer.approved and present in _REFS_PRESENT[answer.refs]
                 and provider_context["purpose"] in answer.purposes
                 and answer.effect in ("any", effect)):
             break
@@ -5716,15 +6083,13 @@ def _cli_run(argv: Sequence[str] | None) -> int:
 
 
 def _check_contracts_command(path: str, overlay_path: str | None) -> int:
-    """Exit 0: every tool compiled and the core's dispatcher can run each (given a handler).
-    Exit 1: the set compiled, but some tool has no resource field or no output schema."""
+    """Exit 0: every tool compiled, and a Dispatcher runs each given the hooks its view names."""
     overlay = load_overlay(overlay_path) if overlay_path is not None else None
     contracts = load_contracts(path, overlay=overlay)
     tools = [_compiled_view(spec) for spec in contracts.values()]
-    blocked = [view["name"] for view in tools if not view["dispatchable"]]
-    emit_json({"passed": not blocked, "format": CONTRACTS_FORMAT, "overlay": overlay is not None,
-               "tool_count": len(tools), "not_dispatchable": blocked, "tools": tools})
-    return 1 if blocked else 0
+    emit_json({"passed": True, "format": CONTRACTS_FORMAT, "overlay": overlay is not None,
+               "tool_count": len(tools), "tools": tools})
+    return 0
 
 
 def _compiled_view(spec: ToolSpec) -> dict[str, Any]:
@@ -5735,7 +6100,8 @@ def _compiled_view(spec: ToolSpec) -> dict[str, Any]:
         "required_role": spec.required_role,
         "resource_field": spec.resource_field,
         "bound_fields": list(spec.bound_fields),
-        "dispatchable": spec.resource_field is not None and output is not None,
+        "hooks_needed": ["execute"] if spec.resource_field is None else ["execute", "resolve"],
+        "output": "text" if output is None else "schema",
         "contract": spec.contract_view(),
         "input_schema": spec.input_schema(),
         "output_schema": spec.output_schema(),

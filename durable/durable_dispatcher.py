@@ -52,7 +52,7 @@ from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Final, Mapping, Sequence
+from typing import Any, Callable, Collection, Final, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tool_dispatcher as td  # noqa: E402  (the boundary this layer makes durable)
@@ -1338,7 +1338,7 @@ class Ledger:
         with self._store.transaction() as tx:
             return tx.execute(SQL_RESOLVE_UNKNOWN, params).rowcount == 1
 
-    def reconcile(self, key: OperationKey, receipt_ref: str, data: Any, package: Any = None) -> None:
+    def reconcile(self, key: OperationKey, receipt_ref: str | None, data: Any, package: Any = None) -> None:
         """unknown -> reconciled with the receipt's data and its event, one transaction; with the
         package that answered it (a status query's), stored and chained in the same transaction.
 
@@ -1723,7 +1723,7 @@ class LedgerOperations:
         key = self.key(record_key)
         if key is None or record.state != "reconciled":
             raise td.BoundaryError("LIFECYCLE_VIOLATION")
-        self.ledger.reconcile(key, str(record.refs["receipt_ref"]), record.data, package)
+        self.ledger.reconcile(key, record.refs["receipt_ref"], record.data, package)
 
     def confirm_absent(self, record_key: td.RecordKey, record: td.OperationRecord) -> bool:
         # A plain "no receipt" is not proof here: a holder whose lease was taken over may still be
@@ -1773,13 +1773,13 @@ class DurableDispatcher(td.Dispatcher):
     def __init__(self, orders: Sequence[td.Order] = (), *, store: Any, realm: str = DEFAULT_REALM,
                  approvers: frozenset[str] | Sequence[str] = (), lease_ms: int = LEASE_MS,
                  retention_ms: int = RETENTION_MS, owner: str | None = None, checkpoint: Checkpoint | None = None,
-                 handlers: Mapping[str, td.Handler] | None = None,
+                 handlers: Mapping[str, td.Handler] | None = None, hooks: Mapping[str, td.ToolHooks] | None = None,
                  registry: Mapping[str, td.ToolSpec] = td.REGISTRY, seal_keys: td.SealKeys | None = None) -> None:
         operations = LedgerOperations(store, realm=realm, lease_ms=lease_ms, retention_ms=retention_ms,
                                       owner=owner, checkpoint=checkpoint, defer_bindings=True, seal_keys=seal_keys,
                                       registry=registry)
-        super().__init__(orders, approvers=approvers, handlers=handlers, registry=registry, operations=operations,
-                         seal_keys=seal_keys)
+        super().__init__(orders, approvers=approvers, handlers=handlers, hooks=hooks, registry=registry,
+                         operations=operations, seal_keys=seal_keys)
         self.operations: LedgerOperations = operations
 
     # -- read-only views for the trusted host ----------------------------------------------
@@ -1878,6 +1878,12 @@ def _consume_one(store: DurableStore, realm: str, consumer: str, checkpoint: Che
 # never touched. Nothing is executed again.
 
 
+# The tools whose writes commit through this layer's own downstream (the demo's refunds): the
+# ones recovery may settle from its receipts. A host whose own handlers commit there names its own.
+DEMO_RECEIPT_TOOLS: Final = frozenset(td.HANDLERS)
+_NAME_COLLECTIONS: Final = (frozenset, set, tuple, list)
+
+
 @dataclass(frozen=True, slots=True)
 class RecoveryOutcome:
     realm: str
@@ -1889,17 +1895,26 @@ class RecoveryOutcome:
 
 
 def recover(store: DurableStore, *, realm: str | None = None, registry: Mapping[str, td.ToolSpec] = td.REGISTRY,
-            fault: str = "none", retention_ms: int = RETENTION_MS,
-            limit: int = MAX_RECOVERY_ROWS) -> tuple[RecoveryOutcome, ...]:
-    """Drive every unsettled row (claimed, in_progress, unknown, escalated) to a definite answer."""
-    if type(fault) is not str or fault not in RECOVERY_FAULTS:
+            fault: str = "none", retention_ms: int = RETENTION_MS, limit: int = MAX_RECOVERY_ROWS,
+            receipt_tools: Collection[str] = DEMO_RECEIPT_TOOLS) -> tuple[RecoveryOutcome, ...]:
+    """Drive every unsettled row (claimed, in_progress, unknown, escalated) to a definite answer.
+
+    Only a tool of ``receipt_tools`` commits through this store's downstream, so only its rows
+    are settled by that downstream's receipts. Any other tool's write is run by a host's own
+    execute hook, whose downstream this store cannot ask: its dead claim is released (it never
+    ran), its dead in-progress write becomes unknown, and an unknown one stays unknown for the
+    tool's status hook (query_operation_status) or the host to settle. Never "not executed"
+    from a silence nobody was asked to break."""
+    if (type(fault) is not str or fault not in RECOVERY_FAULTS or type(receipt_tools) not in _NAME_COLLECTIONS
+            or not all(type(name) is str for name in receipt_tools)):
         raise DurableError("SETTING_INVALID")
     _pass_settings(store, realm, "recovery_limit", limit)
     ledger = Ledger(store, retention_ms=retention_ms)
     rows = [LedgerRow.of(row) for row in store.query(SQL_UNSETTLED_ROWS, {"realm": realm, "limit": limit})]
     outcomes = []
     for row in rows:
-        after = _recover_row(ledger, DurableDownstream(store, row.realm), row, registry, fault)
+        after = _recover_row(ledger, DurableDownstream(store, row.realm), row, registry,
+                             fault if row.tool in receipt_tools else "no_receipts")
         outcomes.append(RecoveryOutcome(row.realm, row.tool, row.idempotency_key, row.state, after,
                                         RECOVERY_HINTS.get(after)))
     return tuple(outcomes)
@@ -1915,11 +1930,11 @@ def _recover_row(ledger: Ledger, downstream: DurableDownstream, row: LedgerRow,
         if not ledger.expire(row, event) or event == "release":
             return _state_of(ledger, row.key)
         epoch = row.lease_epoch + 1  # the takeover's epoch belongs to this recoverer
-    elif row.state == "unknown" and fault != "downstream_unavailable":
+    elif row.state == "unknown" and fault == "none":
         epoch = ledger.fence_unknown(row)
     else:
-        return row.state  # escalated waits for an operator; an unreachable downstream keeps unknown
-    if epoch is None or fault == "downstream_unavailable":
+        return row.state  # escalated waits for an operator; an unreachable or foreign downstream keeps unknown
+    if epoch is None or fault != "none":
         return _state_of(ledger, row.key)
     try:
         receipt = downstream.fenced_receipt(row.status_ref, epoch)

@@ -84,6 +84,15 @@ def query(dispatcher: td.Dispatcher, tag: str, key: str = KEY, *, op_tag: str | 
     return dispatcher.query_operation_status(refund(), ctx, ALICE, now=NOW, fault=fault)
 
 
+def own_order(principal: td.Principal, arguments: dict[str, Any]) -> td.Resource | None:
+    """A host's resolve hook over ORDERS: the order the call names, in the caller's tenant."""
+    for order in ORDERS:
+        if (order.tenant, order.order_ref) == (principal.tenant, arguments["order_ref"]):
+            return td.Resource(kind="order", ref=order.order_ref, tenant=order.tenant, owner=order.owner,
+                               revision=order.revision, state=order.status)
+    return None
+
+
 def canonical(package: Any) -> bytes:
     return td.canonical_json(package)
 
@@ -153,6 +162,10 @@ class StoreCase(unittest.TestCase):
         self.dir = Path(directory.name)
         self.path = self.dir / "ledger.sqlite3"
         self.clock = Clock()
+
+    def new_store(self, name: str) -> None:
+        """Each subtest on a store of its own (the PostgreSQL twin: a new schema)."""
+        self.path = self.dir / f"{name}.sqlite3"
 
     def open_store(self, **options: Any) -> dd.DurableStore:
         # NORMAL keeps in-process tests off fsync; crash and race children run the default FULL.
@@ -1174,13 +1187,11 @@ class TestSealedLedger(StoreCase):
                            "input_schema_sha256": None, "output_schema_sha256": None},
             "hints": {"read_only": None, "destructive": None, "idempotent": None, "open_world": None}}]}))
 
-        def set_flag(call: td.HandlerCall) -> td.HandlerResult:
-            return td.HandlerResult(output=dict(call.arguments), producer_revision=call.spec.producer_revision,
-                                    resource_revision=call.order.revision,
-                                    receipt_ref=td.derived_ref("rc-", "flag", call.request_ref))
+        def set_flag(call: td.ExecuteCall) -> td.Execution:
+            return td.Execution(dict(call.arguments), "committed", td.derived_ref("rc-", "flag", call.request_ref))
 
         self.flag_contracts = contracts
-        return self.sealed(registry=contracts, handlers={"set_flag": set_flag})
+        return self.sealed(registry=contracts, hooks={"set_flag": td.ToolHooks(execute=set_flag, resolve=own_order)})
 
     def flag_write(self, dispatcher: dd.DurableDispatcher, tag: str) -> dict[str, Any]:
         proposal = {"name": "set_flag", "arguments": {"order_ref": "ORDER-7", "count": 1, "flag": True}}
@@ -1218,10 +1229,6 @@ class TestSealedLedger(StoreCase):
         self.assertIsNone(self.verify_chain(registry=self.flag_contracts).fault)
         # The shipped set does not know the tool: its packages are no evidence under that set.
         self.assertEqual(self.verify_chain().fault.error.code, "STORE_TAMPERED")
-
-    def new_store(self, name: str) -> None:
-        """Each subtest on a store of its own (the PostgreSQL twin: a new schema)."""
-        self.path = self.dir / f"{name}.sqlite3"
 
     def test_a_row_moved_to_another_subject_is_refused_to_that_subject(self) -> None:
         dispatcher = self.sealed()
@@ -2166,6 +2173,112 @@ class TestRecovery(StoreCase):
 # --------------------------------------------------------------------------------------------
 
 
+class TestHostTools(StoreCase):
+    """A host's own write tool, run by its execute hook: this store cannot ask its downstream."""
+
+    NOTE = td.parse_contracts(td.canonical_json({"format": "tool-contracts-v1", "tools": [{
+        "name": "write_note", "description": "Write a note.", "effect": "write",
+        "required_role": "refunds.draft", "resource_field": None,
+        "input_schema": {"type": "object", "properties": {"name": {"type": "string", "pattern": "^[a-z]{1,16}$"},
+                                                          "text": {"type": "string", "maxLength": 64}},
+                         "required": ["name", "text"], "additionalProperties": False},
+        "output_schema": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 16}},
+                          "required": ["name"], "additionalProperties": False},
+        "bound_fields": ["name"], "producer": "notes",
+        "revisions": {part: f"write_note.{part}.v1" for part in ("contract", "input", "output", "effect",
+                                                                 "handler", "producer")},
+        "provenance": {"source": "host", "server_name": None, "server_version": None, "protocol_version": None,
+                       "input_schema_sha256": None, "output_schema_sha256": None},
+        "hints": {"read_only": None, "destructive": None, "idempotent": None, "open_world": None}}]}))
+    PROPOSAL = {"name": "write_note", "arguments": {"name": "todo", "text": "buy milk"}}
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.written: list[str] = []
+
+    def lost(self, call: td.ExecuteCall) -> td.Execution:
+        self.written.append(call.idempotency_key)  # the note is written ...
+        raise td.ResponseLost  # ... and its answer never comes back
+
+    def notes(self, store: Any = None, **hooks: Any) -> dd.DurableDispatcher:
+        return dd.DurableDispatcher(store=store or self.open_store(), approvers=APPROVERS, registry=self.NOTE,
+                                    hooks={"write_note": td.ToolHooks(**{"execute": self.lost, **hooks})})
+
+    def note(self, dispatcher: dd.DurableDispatcher, tag: str) -> dict[str, Any]:
+        ctx = context(tag)
+        approval = td.approval_for_call(approver="approver-lee", principal=ALICE, context=ctx,
+                                        spec=self.NOTE["write_note"], arguments=self.PROPOSAL["arguments"],
+                                        expires_at=NOW + 600)
+        return dispatcher.dispatch(self.PROPOSAL, ctx, ALICE, approval=approval, now=NOW, deadline=NOW + 30)
+
+    def status(self, dispatcher: dd.DurableDispatcher, tag: str) -> dict[str, Any]:
+        ctx = replace(context(tag), operation_id="op-a")
+        return dispatcher.query_operation_status(self.PROPOSAL, ctx, ALICE, now=NOW)
+
+    def state(self, dispatcher: dd.DurableDispatcher) -> str:
+        return dispatcher.operation_state(ALICE, "write_note", KEY)
+
+    def test_a_lost_answer_stays_unknown_without_a_status_hook(self) -> None:
+        dispatcher = self.notes()
+        self.assertAnswer(self.note(dispatcher, "a"), "OUTCOME_UNKNOWN")
+        queried = self.status(dispatcher, "q")
+        self.assertAnswer(queried, "RECONCILIATION_REQUIRED")
+        self.assertEqual((queried["model_result"]["status"], queried["model_result"]["recovery"]),
+                         ("unknown", "query_status"))
+        self.assertEqual(self.state(dispatcher), "unknown")
+        # Recovery cannot ask the host's downstream either: the row stays unknown, with its hint.
+        self.assertEqual([(o.before, o.after, o.hint) for o in dd.recover(self.open_store(), registry=self.NOTE)],
+                         [("unknown", "unknown", "query_status")])
+        self.assertAnswer(self.note(dispatcher, "b"), "OUTCOME_UNKNOWN")  # never written a second time
+        self.assertEqual((self.written, self.state(dispatcher)), ([KEY], "unknown"))
+
+    def test_a_dead_holder_of_a_host_tool_becomes_unknown_not_released(self) -> None:
+        dispatcher = dd.DurableDispatcher(store=self.open_store(), approvers=APPROVERS, registry=self.NOTE,
+                                          lease_ms=100, checkpoint=raise_at("after_claim"),
+                                          hooks={"write_note": td.ToolHooks(execute=self.lost)})
+        with self.assertRaises(Boom):
+            self.note(dispatcher, "a")
+        self.clock.advance(100)
+        self.assertEqual([(o.before, o.after) for o in dd.recover(self.open_store(), registry=self.NOTE)],
+                         [("in_progress", "unknown")])
+        # Named as a tool that commits through this store's downstream, its silence would release it.
+        self.assertEqual(self.state(dispatcher), "unknown")
+
+    def test_recovery_releases_only_the_tools_it_may_ask(self) -> None:
+        dispatcher = self.notes()
+        self.note(dispatcher, "a")
+        store = self.open_store()
+        self.assertDurable("SETTING_INVALID", lambda: dd.recover(store, receipt_tools="write_note"))
+        self.assertEqual([o.after for o in dd.recover(store, registry=self.NOTE, receipt_tools=())], ["unknown"])
+        self.assertEqual([o.after for o in dd.recover(store, registry=self.NOTE, receipt_tools={"write_note"})],
+                         ["released"])
+
+    def test_a_status_hook_settles_what_it_finds(self) -> None:
+        output = {"name": "todo"}
+        for index, (found, answer, state) in enumerate((
+                (td.StatusAnswer("receipt", "note-1", output), "receipt_reconciled", "reconciled"),
+                (td.StatusAnswer("absent"), "OPERATION_NOT_EXECUTED", "released"),
+                (td.StatusAnswer("unavailable"), "RECEIPT_UNAVAILABLE", "unknown"),
+                (td.StatusAnswer("receipt", "note-1", {"name": "other"}), "STATUS_CONFLICT", "unknown"))):
+            with self.subTest(found=found.found, answer=answer):
+                self.new_store(f"status-{index}")
+                asked: list[td.StatusQuery] = []
+                dispatcher = self.notes(status=lambda query, found=found: asked.append(query) or found)
+                self.note(dispatcher, "a")
+                self.assertAnswer(self.status(dispatcher, "q"), answer)
+                self.assertEqual((self.state(dispatcher), len(asked), asked[0].idempotency_key), (state, 1, KEY))
+        # Reconciled: a repeat is the receipt's replay, and nothing was written again.
+        self.new_store("replay")
+        dispatcher = self.notes(status=lambda query: td.StatusAnswer("receipt", None, output))
+        self.note(dispatcher, "a")
+        self.assertAnswer(self.status(dispatcher, "q"), "receipt_reconciled")
+        replay = self.note(dispatcher, "b")
+        self.assertAnswer(replay, "local_replay")
+        self.assertEqual((replay["model_result"]["data"], replay["protected_audit"]["downstream"]["receipt_ref"]),
+                         (output, None))
+        self.assertEqual(len(self.written), 5)
+
+
 class TestPruning(StoreCase):
     def test_completed_records_expire_after_the_window_only(self) -> None:
         dispatcher = self.dispatcher(retention_ms=1_000)
@@ -2203,10 +2316,14 @@ class TestPruning(StoreCase):
         dd.relay(store)
         self.clock.advance(1_000)
         self.assertEqual(dd.prune(store, retention_ms=1_000).operations, 1)
+        # The downstream answers the retry with the receipt it already holds: this call committed
+        # nothing, so it cannot be a fresh write; its status query finds that receipt.
         again = write(dispatcher, "b")
-        self.assertAnswer(again, "fresh")
+        self.assertAnswer(again, "OUTCOME_UNKNOWN")
         self.assertEqual((again["execution"]["effects"], dispatcher.effect_count), (0, 1))
-        self.assertEqual(again["model_result"]["data"], first["model_result"]["data"])
+        settled = query(dispatcher, "q", op_tag="b")
+        self.assertAnswer(settled, "receipt_reconciled")
+        self.assertEqual(settled["model_result"]["data"], first["model_result"]["data"])
 
 
     def test_a_pruned_key_restarts_above_its_fence(self) -> None:
@@ -2221,9 +2338,10 @@ class TestPruning(StoreCase):
         self.clock.advance(1_000)
         self.assertEqual(dd.prune(store, retention_ms=1_000).operations, 1)
         again = write(dispatcher, "b")
-        self.assertAnswer(again, "fresh")
+        self.assertAnswer(again, "OUTCOME_UNKNOWN")  # the downstream already held its receipt: nothing new
         self.assertEqual((again["execution"]["effects"], dispatcher.effect_count), (0, 1))
-        self.assertEqual((self.row(dispatcher).state, self.row(dispatcher).lease_epoch), ("succeeded", 3))
+        self.assertEqual((self.row(dispatcher).state, self.row(dispatcher).lease_epoch), ("unknown", 3))
+        self.assertAnswer(query(dispatcher, "q", op_tag="b"), "receipt_reconciled")
         self.assertEqual(dd.recover(store), ())
         self.assertEqual(rows(self.path, "SELECT epoch FROM key_epochs"), [(2,)])
 

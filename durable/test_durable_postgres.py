@@ -85,6 +85,9 @@ class PgCase(base.StoreCase):
         self.addCleanup(store.close)
         return store
 
+    def new_store(self, name: str) -> None:
+        self.path = new_schema(self)  # type: ignore[assignment]
+
     def tamper(self, sql: str) -> None:
         self.execute(sql)
 
@@ -164,9 +167,10 @@ class TestPgStore(PgCase):
         self.clock.advance(1_000)
         self.assertEqual(dd.prune(store, retention_ms=1_000).operations, 1)
         again = base.write(dispatcher, "b")
-        self.assertAnswer(again, "fresh")
+        self.assertAnswer(again, "OUTCOME_UNKNOWN")  # the downstream already held its receipt: nothing new
         self.assertEqual((again["execution"]["effects"], dispatcher.effect_count), (0, 1))
         self.assertEqual(self.row(dispatcher).lease_epoch, 3)
+        self.assertAnswer(base.query(dispatcher, "q", op_tag="b"), "receipt_reconciled")
 
     def test_concurrent_first_opens_all_succeed(self) -> None:
         barrier = self.dir / "barrier"
@@ -185,8 +189,9 @@ class TestPgSealedLedger(PgCase, base.TestSealedLedger):
     STORE_TAMPERED, every chain edit named by verify-chain, the same known-answer heads digest,
     and two connections appending in turn (the second waits for the head row's lock)."""
 
-    def new_store(self, name: str) -> None:
-        self.path = new_schema(self)  # type: ignore[assignment]
+
+class TestPgHostTools(PgCase, base.TestHostTools):
+    """A host's own tool on the server: a lost answer stays unknown until its status hook settles it."""
 
 
 class TestPgNetwork(PgCase):

@@ -4,7 +4,10 @@
 # Makes a virtual environment OUTSIDE the checkout (under ${TMPDIR:-/tmp}), installs the pinned SDK
 # from PyPI (requirements.txt), serves sdk_server.py with it over stdio, imports that server with
 # `mcp_bridge.py import` (standard library only) in both protocol eras, and compares each draft and
-# report with the checked-in expected files byte for byte. Nothing writes __pycache__ into the checkout.
+# report with the checked-in expected files byte for byte; then puts the drafted tools behind the
+# boundary with forward_check.py (both eras: forwarded calls, approved writes, malformed calls
+# refused before the server, every package adapted for the three providers). Nothing writes
+# __pycache__ into the checkout.
 #
 #   bash mcp_bridge/interop/run.sh             compare (exit 0 on a match)
 #   UPDATE=1 bash mcp_bridge/interop/run.sh    rewrite the expected files after a reviewed change
@@ -55,4 +58,18 @@ for era in modern legacy; do
     fi
   done
 done
+
+# The same server's tools behind the boundary: forwarded, dispatched and adapted, in both eras
+# (forward_check.py, standard library and the project only; its summary says what it checked).
+python -B -W error "$here/forward_check.py" -- "$work/venv/bin/python" -B "$here/sdk_server.py" \
+  >"$work/forward.json" 2>"$work/forward.err"
+code=$?
+cat "$work/forward.json"
+if [ "$code" -eq 0 ]; then
+  echo "ok   forwarding (modern, legacy): every check passed"
+else
+  tail -n 20 "$work/forward.err"
+  echo "FAIL: forward_check.py exited $code"
+  status=1
+fi
 exit $status

@@ -1,0 +1,265 @@
+"""Tests of forwarding (forward.py): tools of a real stdio MCP server behind the whole boundary.
+
+The peers are the project's demo server (notes, with a status tool; it can lose an answer or
+crash after a write) and the fault server (JSON-RPC errors, tool errors, silence).
+
+Run from the repository root (any of -O, -W error, both):
+    python -B -m unittest discover -s mcp_bridge -p 'test_*.py'
+"""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import forward  # noqa: E402
+import importer  # noqa: E402
+import tool_dispatcher as td  # noqa: E402
+from client import IDEMPOTENCY_KEY_META  # noqa: E402
+from forward import McpForwarder  # noqa: E402
+
+NOW = 1_800_000_000
+ALICE = td.Principal("tenant-a", "alice", ("notes.write",))
+APPROVER = "approver-lee"
+
+
+def demo(*flags: str) -> list[str]:
+    return [sys.executable, "-B", "-S", str(HERE / "demo_server.py"), *flags]
+
+
+def fault(name: str) -> list[str]:
+    return [sys.executable, "-B", "-S", str(HERE / "fault_server.py"), "--fault", name]
+
+
+def contracts(command: list[str]) -> td.ContractSet:
+    draft, _report = importer.import_server(command, host=importer.HostChoices(
+        read_only=frozenset({"read_note", "note_write_status"}), role="notes.write"))
+    return td.parse_contracts(td.canonical_json(draft))
+
+
+NOTES = contracts(demo())
+
+
+def context(tag: str, key: str | None = None) -> td.CallContext:
+    return td.CallContext("OpenAI", "Responses", "openai-responses-v1", f"resp-{tag}", f"call-{tag}", f"op-{tag}", key)
+
+
+class Case(unittest.TestCase):
+    def forwarder(self, command: list[str], **options) -> McpForwarder:
+        server = McpForwarder(command, **options)
+        self.addCleanup(server.close)
+        return server
+
+    def notes(self, *flags: str, status: bool = True, **options) -> tuple[td.Dispatcher, McpForwarder]:
+        server = self.forwarder(demo(*flags), **options)
+        hooks = {"read_note": server.hooks("read_note"), "note_write_status": server.hooks("note_write_status"),
+                 "write_note": server.hooks("write_note", status_tool="note_write_status" if status else None)}
+        return td.Dispatcher(registry=NOTES, hooks=hooks, approvers=[APPROVER]), server
+
+    def write(self, dispatcher: td.Dispatcher, tag: str, arguments: dict, key: str = "key-1") -> dict:
+        ctx = context(tag, key)
+        approval = td.approval_for_call(approver=APPROVER, principal=ALICE, context=ctx, spec=NOTES["write_note"],
+                                        arguments=arguments, expires_at=NOW + 60)
+        return dispatcher.dispatch({"name": "write_note", "arguments": arguments}, ctx, ALICE, approval=approval,
+                                   now=NOW, deadline=NOW + 10)
+
+    def read(self, dispatcher: td.Dispatcher, tag: str, name: str) -> dict:
+        return dispatcher.dispatch({"name": "read_note", "arguments": {"name": name}}, context(tag), ALICE,
+                                   now=NOW, deadline=NOW + 10)
+
+    def query(self, dispatcher: td.Dispatcher, tag: str, arguments: dict, key: str = "key-1") -> dict:
+        ctx = td.CallContext("OpenAI", "Responses", "openai-responses-v1", f"resp-{tag}", f"call-{tag}", "op-w", key)
+        return dispatcher.query_operation_status({"name": "write_note", "arguments": arguments}, ctx, ALICE, now=NOW)
+
+    def code(self, package: dict) -> str:
+        result = package["model_result"]
+        return result["error"]["code"] if "error" in result else result["delivery"]
+
+
+class TestForwarding(Case):
+    def test_a_read_and_a_write_reach_the_server_with_the_admitted_arguments_and_the_key(self) -> None:
+        dispatcher, server = self.notes()
+        written = self.write(dispatcher, "w", {"name": "todo", "text": "milk"})
+        self.assertEqual((self.code(written), written["model_result"]["data"], written["execution"]["effects"]),
+                         ("fresh", {"name": "todo", "revision": 1}, 1))
+        # The server's own receipt (its key's digest) is the package's evidence; nothing invented.
+        self.assertRegex(written["protected_audit"]["downstream"]["receipt_ref"], r"^nr-[0-9a-f]{16}$")
+        read = self.read(dispatcher, "r", "todo")
+        self.assertEqual((self.code(read), read["model_result"]["data"]), ("fresh", {"name": "todo", "text": "milk"}))
+        self.assertEqual(self.code(self.write(dispatcher, "w2", {"name": "todo", "text": "milk"})), "local_replay")
+        self.assertEqual((server.sent, server.starts), (2, 1))
+
+    def test_malformed_calls_never_reach_the_server(self) -> None:
+        dispatcher, server = self.notes()
+        for arguments in ({"name": "todo"}, {"name": "todo", "text": "x", "extra": 1}, {"name": "todo\n", "text": "x"},
+                          {"name": 3, "text": "x"}, {"name": "Todo", "text": "x"}):
+            with self.subTest(arguments=arguments):
+                self.assertEqual(self.code(self.write(dispatcher, "w", arguments)), "INVALID_ARGUMENTS")
+        self.assertEqual((server.sent, server.starts), (0, 0))
+
+    def test_a_tool_error_is_a_failure_that_committed_nothing(self) -> None:
+        dispatcher, server = self.notes()
+        missing = self.read(dispatcher, "r", "nothing")
+        self.assertEqual((self.code(missing), missing["model_result"]["status"]), ("TOOL_FAILED", "error"))
+        self.assertNotIn("No note", json.dumps(missing))  # the server's text never reaches the model
+        self.assertEqual(server.sent, 1)
+
+    def test_a_lost_answer_without_a_status_tool_stays_unknown(self) -> None:
+        dispatcher, server = self.notes("--lose-answer-once", status=False, call_timeout=1)
+        arguments = {"name": "todo", "text": "milk"}
+        self.assertEqual(self.code(self.write(dispatcher, "w", arguments)), "OUTCOME_UNKNOWN")
+        queried = self.query(dispatcher, "q", arguments)
+        self.assertEqual((self.code(queried), queried["model_result"]["status"]), ("RECONCILIATION_REQUIRED", "unknown"))
+        self.assertEqual(dispatcher.operation_state(ALICE, "write_note", "key-1"), "unknown")
+        self.assertEqual(self.code(self.write(dispatcher, "w3", arguments)), "OUTCOME_UNKNOWN")
+        self.assertEqual(server.sent, 1)  # the write went out once, and nothing asked the server since
+
+    def test_a_lost_answer_is_reconciled_by_the_status_tool(self) -> None:
+        dispatcher, server = self.notes("--lose-answer-once", call_timeout=1)
+        arguments = {"name": "todo", "text": "milk"}
+        self.assertEqual(self.code(self.write(dispatcher, "w", arguments)), "OUTCOME_UNKNOWN")
+        queried = self.query(dispatcher, "q", arguments)
+        self.assertEqual((self.code(queried), queried["model_result"]["data"]),
+                         ("receipt_reconciled", {"name": "todo", "revision": 1}))
+        self.assertEqual(self.code(self.write(dispatcher, "w3", arguments)), "local_replay")
+        read = self.read(dispatcher, "r", "todo")
+        self.assertEqual(read["model_result"]["data"], {"name": "todo", "text": "milk"})
+        self.assertEqual(server.sent, 3)  # the write, the status query, the read: never a second write
+
+    def test_a_server_that_crashes_after_the_write_is_asked_again_after_a_restart(self) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            dispatcher, server = self.notes("--dir", folder, "--crash-on-write")
+            arguments = {"name": "todo", "text": "milk"}
+            self.assertEqual(self.code(self.write(dispatcher, "w", arguments)), "OUTCOME_UNKNOWN")
+            queried = self.query(dispatcher, "q", arguments)
+            self.assertEqual(self.code(queried), "receipt_reconciled")
+            self.assertEqual(server.starts, 2)
+            server.close()
+
+    def test_a_write_the_server_never_received_is_not_executed_on_its_word(self) -> None:
+        # An execute hook that lost its request before sending it: the status tool's "found: false"
+        # is final for this server, so the key is free again and nothing was written.
+        server = self.forwarder(demo())
+        status = server.hooks("write_note", status_tool="note_write_status").status
+        lost = td.ToolHooks(execute=lambda call: td.Execution(None, "unknown"), status=status)
+        dispatcher = td.Dispatcher(registry=NOTES, approvers=[APPROVER], hooks={
+            "write_note": lost, "read_note": server.hooks("read_note"),
+            "note_write_status": server.hooks("note_write_status")})
+        arguments = {"name": "todo", "text": "milk"}
+        self.assertEqual(self.code(self.write(dispatcher, "w", arguments)), "OUTCOME_UNKNOWN")
+        self.assertEqual(self.code(self.query(dispatcher, "q", arguments)), "OPERATION_NOT_EXECUTED")
+        self.assertEqual(dispatcher.operation_state(ALICE, "write_note", "key-1"), "none")
+        self.assertEqual(self.code(self.read(dispatcher, "r", "todo")), "TOOL_FAILED")  # no such note
+        self.assertEqual(server.sent, 2)
+
+
+class TestMapping(Case):
+    def hooks_for(self, name: str, **options) -> td.ToolHooks:
+        return self.forwarder(fault(name), call_timeout=1).hooks("get_order", **options)
+
+    def run_hook(self, hooks: td.ToolHooks, key: str | None = "key-1", *, deadline: int | None = NOW + 5):
+        call = td.ExecuteCall("get_order", ALICE, {"order_ref": "ORDER-7"}, None, None, key, NOW, deadline, None, None)
+        try:
+            return hooks.execute(call)
+        except td.ResponseLost:
+            return "lost"
+
+    def test_json_rpc_errors_refusals_and_tool_errors(self) -> None:
+        self.assertEqual(self.run_hook(self.hooks_for("call_error")), "lost")  # -32000: it may have run
+        self.assertEqual(self.run_hook(self.hooks_for("call_is_error")), td.Execution(None, "not_committed"))
+        self.assertEqual(self.run_hook(self.hooks_for("call_is_error", errors_commit_nothing=False)),
+                         td.Execution(None, "unknown"))
+        self.assertEqual(self.run_hook(self.hooks_for("lost_call")), "lost")
+
+    def test_the_key_travels_in_meta_only_for_a_write(self) -> None:
+        server = self.forwarder(fault("none"))
+        echoed = server.call("get_order", {"order_ref": "ORDER-7"}, meta={IDEMPOTENCY_KEY_META: "key-1"})
+        self.assertEqual(echoed["structuredContent"]["meta"][IDEMPOTENCY_KEY_META], "key-1")
+        written = self.run_hook(server.hooks("get_order"))
+        read = self.run_hook(server.hooks("get_order"), key=None)
+        self.assertEqual((written.effect, read.effect), ("committed", "none"))
+        self.assertEqual(written.output["meta"].get(IDEMPOTENCY_KEY_META), "key-1")
+        self.assertNotIn(IDEMPOTENCY_KEY_META, read.output.get("meta") or {})
+        self.assertEqual(written.output["arguments"], {"order_ref": "ORDER-7"})
+
+    def test_a_server_that_cannot_start_is_nothing_sent(self) -> None:
+        hooks = self.forwarder(fault("crash_at_start")).hooks("get_order")
+        self.assertEqual(self.run_hook(hooks), td.Execution(None, "not_committed"))
+
+    def test_an_expired_deadline_starts_and_sends_nothing(self) -> None:
+        server = self.forwarder(fault("none"))
+        self.assertEqual(self.run_hook(server.hooks("get_order"), deadline=NOW), td.Execution(None, "not_committed"))
+        self.assertEqual((server.starts, server.sent), (0, 0))
+        self.assertEqual(self.run_hook(server.hooks("get_order"), deadline=NOW + 1).effect, "committed")
+        self.assertEqual((server.starts, server.sent), (1, 1))
+
+    def test_the_hosts_deadline_covers_the_servers_start(self) -> None:
+        # A server that takes 1.5 s to start, under a deadline 1 s away: the start is given up,
+        # nothing was sent, and the call does not outlive the deadline.
+        slow = [sys.executable, "-B", "-S", "-c",
+                "import runpy, sys, time; time.sleep(1.5); sys.argv = sys.argv[1:]; "
+                "runpy.run_path(sys.argv[0], run_name='__main__')", str(HERE / "fault_server.py"), "--fault", "none"]
+        server = self.forwarder(slow)
+        self.assertEqual(self.run_hook(server.hooks("get_order"), deadline=NOW + 1), td.Execution(None, "not_committed"))
+        self.assertEqual((server.starts, server.sent), (1, 0))
+
+    def test_structured_content_that_is_no_object_is_refused_not_read_as_text(self) -> None:
+        result = {"structuredContent": [1], "content": [{"type": "text", "text": "[1]"}]}
+        self.assertEqual(forward.execution_of(result, write=False), td.Execution([1], "none"))
+
+    def test_results_as_executions(self) -> None:
+        text = {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+        self.assertEqual(forward.execution_of(text, write=False), td.Execution("a\nb", "none"))
+        image = {"content": [{"type": "image", "data": "", "mimeType": "image/png"}]}
+        self.assertEqual(forward.execution_of(image, write=False), td.Execution(None, "none"))
+        receipt = {"structuredContent": {"a": 1}, "_meta": {forward.RECEIPT_META: "nr-1"}}
+        self.assertEqual(forward.execution_of(receipt, write=True), td.Execution({"a": 1}, "committed", "nr-1"))
+        forged = {"structuredContent": {"a": 1}, "_meta": {forward.RECEIPT_META: "not an identifier"}}
+        self.assertEqual(forward.execution_of(forged, write=True).receipt_ref, None)
+        for unfinished in ([], {"resultType": "input_required"}):
+            with self.subTest(result=unfinished), self.assertRaises(td.ResponseLost):
+                forward.execution_of(unfinished, write=True)
+
+    def test_a_tool_without_an_output_schema_answers_text(self) -> None:
+        # The fault server's ping_tool declares no output schema; its answer's text is the data.
+        command = fault("none")
+        draft, _report = importer.import_server(command, host=importer.HostChoices(read_only=frozenset({"ping_tool"})))
+        registry = td.parse_contracts(td.canonical_json({**draft, "tools": [
+            tool for tool in draft["tools"] if tool["name"] == "ping_tool"]}))
+        self.assertIsNone(registry["ping_tool"].output_contract)
+        server = self.forwarder(command)
+        principal = td.Principal("tenant-a", "alice", (importer.DEFAULT_ROLE,))
+        dispatcher = td.Dispatcher(registry=registry, hooks=server.hooks_for(registry))
+        package = dispatcher.dispatch({"name": "ping_tool", "arguments": {}}, context("p"), principal, now=NOW)
+        text = package["model_result"]["data"]["text"]
+        self.assertEqual(json.loads(text)["tool"], "ping_tool")  # the echo, as text
+        self.assertIsNone(td.verify_package(package, registry=registry))
+        size = len(td.canonical_json({"text": text}))
+        for limit, answer in ((size, "fresh"), (size - 1, "OUTPUT_TOO_LARGE")):  # both sides of the host's limit
+            with self.subTest(limit=limit):
+                bounded = td.Dispatcher(registry=registry, hooks={"ping_tool": server.hooks(
+                    "ping_tool", text_output=True, max_output_bytes=limit)})
+                package = bounded.dispatch({"name": "ping_tool", "arguments": {}}, context(f"p{limit}"), principal,
+                                           now=NOW)
+                self.assertEqual(self.code(package), answer)
+
+    def test_status_results(self) -> None:
+        cases = (({"structuredContent": {"found": False}}, td.StatusAnswer("absent")),
+                 ({"structuredContent": {"found": True, "receipt": "nr-1", "name": "a"}},
+                  td.StatusAnswer("receipt", "nr-1", {"name": "a"})),
+                 ({"structuredContent": {"found": "no"}}, td.StatusAnswer("unavailable")),
+                 ({"structuredContent": {"found": False}, "isError": True}, td.StatusAnswer("unavailable")),
+                 ({"content": []}, td.StatusAnswer("unavailable")))
+        for result, answer in cases:
+            with self.subTest(result=result):
+                self.assertEqual(forward.status_of(result), answer)
+
+
+if __name__ == "__main__":
+    unittest.main()

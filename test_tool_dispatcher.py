@@ -2331,6 +2331,32 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             td.narrow(stepped, {("n",): {"type": "integer", "minimum": 1, "maximum": 2}})
         self.assertEqual(caught.exception.code, "OVERLAY_WIDENS")
 
+    def test_overlay_format_narrowing_needs_a_pattern_or_an_enum_inside_the_lengths(self):
+        server = schema_object({"when": {"type": "string", "format": "date", "minLength": 8, "maxLength": 12}})
+        date = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+        narrowed = td.narrow(server, {("when",): {"type": "string", "pattern": date, "minLength": 10, "maxLength": 10}})
+        self.assertEqual(narrowed.to_schema()["properties"]["when"],
+                         {"type": "string", "minLength": 10, "maxLength": 10, "pattern": date})
+        self.assertTrue(narrowed.admits({"when": "2026-12-06"}))
+        self.assertFalse(narrowed.admits({"when": "06.12.2026"}))
+        td.narrow(server, {("when",): {"type": "string", "enum": ["20261206", "2026-12-06x"]}})  # lengths 8 and 11
+        nullable = schema_object({"when": {"type": ["string", "null"], "format": "date"}})
+        td.narrow(nullable, {("when",): {"type": ["string", "null"], "pattern": date, "maxLength": 10}})
+        for host, node in (({"type": "string", "maxLength": 12}, server),  # no pattern: nothing narrowed
+                           ({"type": "string", "pattern": date, "minLength": 7, "maxLength": 12}, server),
+                           ({"type": "string", "pattern": date, "minLength": 8, "maxLength": 13}, server),
+                           ({"type": "string", "enum": ["2026120"]}, server),  # 7 characters
+                           ({"type": "integer"}, server),
+                           ({"type": ["string", "null"], "pattern": date, "maxLength": 10}, server),
+                           ({"type": "string", "pattern": date, "maxLength": 10},
+                            schema_object({"when": {"type": "string", "format": "date", "pattern": "^2"}})),
+                           ({"type": "string", "pattern": date, "maxLength": 10},
+                            schema_object({"when": {"type": "integer", "format": "int32"}}))):
+            with self.subTest(host=host, server=node["properties"]["when"]):
+                with self.assertRaises(BoundaryError) as caught:
+                    td.narrow(node, {("when",): host})
+                self.assertEqual(caught.exception.code, "OVERLAY_WIDENS")
+
     def test_overlay_bad_paths_refused(self):
         for path in (("nope",), ("inner", "nope"), (), ("ref", "x"), "ref"):
             with self.subTest(path=path):

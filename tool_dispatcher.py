@@ -1486,7 +1486,7 @@ CONTRACTS_FORMAT: Final = "tool-contracts-v1"
 MAX_CONTRACTS_BYTES: Final = 1_048_576  # a file of up to 32 tools at the schema byte limit each
 MAX_CONTRACTS_DEPTH: Final = MAX_SCHEMA_DEPTH + 4  # file, tools, tool, schema: then the schema's own
 MAX_TOOLS: Final = 128  # tools in one file; providers cap a request's tools at 128
-MAX_DESCRIPTION_LENGTH: Final = 2_048  # characters of a tool description: untrusted text shown to a model
+MAX_DESCRIPTION_LENGTH: Final = 8_192  # characters of a tool description: untrusted text shown to a model (the import drafts 2,048 unless its host raises it)
 TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # MCP's alphabet, at the providers' 64 characters
 EFFECTS: Final = frozenset({"read", "write"})
 SOURCES: Final = frozenset({"host", "mcp_import"})
@@ -2604,7 +2604,8 @@ def _prove_narrower(host: CompiledSchema, server_node: dict[str, Any], bounds: B
     except BoundaryError as refusal:
         if refusal.scope != "schema":
             raise
-        if refusal.code != "SCHEMA_NUMBER" or not _narrows_number(host, server_node):
+        proof = _REFUSED_NODE_PROOFS.get(refusal.code)
+        if proof is None or not proof(host, server_node):
             raise BoundaryError("OVERLAY_WIDENS", at) from None
         return
     if not _is_subset(host, server):
@@ -2635,6 +2636,41 @@ def _narrows_number(host: CompiledSchema, server_node: dict[str, Any]) -> bool:
             if type(bound) not in (int, float) or not holds(bound):
                 return False
     return True
+
+
+_FORMAT_KEYWORDS: Final = frozenset({"type", "format", "minLength", "maxLength"})
+
+
+def _narrows_format(host: CompiledSchema, server_node: dict[str, Any]) -> bool:
+    """A host string rule with a pattern or an enum inside a server `format` string's lengths. The
+    format itself is an annotation (JSON Schema 2020-12 asserts none by default): what the
+    server's schema admits is any string of its lengths, and a pattern can only narrow that. A
+    server that checks its format anyway refuses what the pattern let through as a tool error."""
+    rule = host.rules[0]
+    types = server_node.get("type")
+    if type(rule) is NullableRule:
+        if types not in (["string", "null"], ["null", "string"]):
+            return False
+        rule = host.rules[rule.inner]
+    elif types != "string":
+        return False
+    if type(rule) is not StringRule or (rule.regex is None and rule.choices is None):
+        return False
+    if any(key not in _FORMAT_KEYWORDS and key not in ANNOTATIONS and key not in ROOT_ONLY for key in server_node):
+        return False  # a pattern or an enum beside the format: not proved, so refused
+    low, high = server_node.get("minLength", 0), server_node.get("maxLength")
+    if type(low) is not int or (high is not None and type(high) is not int) or type(server_node["format"]) is not str:
+        return False
+    if rule.choices is not None:
+        return all(low <= len(choice) and (high is None or len(choice) <= high) for choice in rule.choices)
+    return rule.min_length >= low and (high is None or rule.max_length <= high)
+
+
+# A server node the compiler refuses, and how a host's replacement of it is proved narrower.
+_REFUSED_NODE_PROOFS: Final[Mapping[str, Callable[[CompiledSchema, dict[str, Any]], bool]]] = MappingProxyType({
+    "SCHEMA_NUMBER": _narrows_number,
+    "SCHEMA_FORMAT": _narrows_format,
+})
 
 
 def _is_subset(host: CompiledSchema, server: CompiledSchema) -> bool:

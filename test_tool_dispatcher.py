@@ -2331,6 +2331,38 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             td.narrow(stepped, {("n",): {"type": "integer", "minimum": 1, "maximum": 2}})
         self.assertEqual(caught.exception.code, "OVERLAY_WIDENS")
 
+    def test_a_tool_declared_in_code_is_a_contract_like_a_files(self):
+        schema = schema_object({"q": {"type": "string", "maxLength": 50}}, ["q"])
+        entry = td.declare_tool("search_notes", description="Search notes.", effect="read",
+                                required_role="notes.read", input_schema=schema)
+        contracts = td.declare_contracts(entry)
+        self.assertEqual(contracts, td.parse_contracts(encode({"format": "tool-contracts-v1", "tools": [entry]})))
+        spec = contracts["search_notes"]
+        self.assertEqual((spec.output_contract, spec.resource_field, spec.provenance["source"], spec.handler_revision),
+                         (None, None, "host", "handler.host.v1"))
+        # Any change to what a tool declares is another contract revision; the same declaration, the same one.
+        again = td.declare_tool("search_notes", description="Search notes.", effect="read", required_role="notes.read",
+                                input_schema=schema)
+        self.assertEqual(again["revisions"], entry["revisions"])
+        for change in ({"description": "Search all notes."}, {"required_role": "notes.admin"},
+                       {"input_schema": schema_object({"q": {"type": "string", "maxLength": 51}}, ["q"])}):
+            with self.subTest(change=change):
+                changed = td.declare_tool(**{"name": "search_notes", "description": "Search notes.", "effect": "read",
+                                             "required_role": "notes.read", "input_schema": schema, **change})
+                self.assertNotEqual(changed["revisions"]["contract"], entry["revisions"]["contract"])
+
+    def test_a_declared_tool_is_refused_with_the_files_codes(self):
+        cases = ((dict(input_schema=schema_object({"n": {"type": "number"}})), "SCHEMA_NUMBER",
+                  "tools[0].input_schema.properties[0]"),
+                 (dict(effect="delete"), "CONTRACTS_VALUE", "tools[0].effect"),
+                 (dict(input_schema={"type": "object", "properties": {"x": float("nan")}}), "CONTRACTS_VALUE", "tools"),
+                 (dict(input_schema={"type": "object", "properties": {"x": object()}}), "CONTRACTS_VALUE", "tools"))
+        for change, code, at in cases:
+            with self.subTest(code=code, at=at), self.assertRaises(BoundaryError) as caught:
+                td.declare_contracts(td.declare_tool(**{"name": "t", "description": "", "effect": "read",
+                                                        "required_role": "r", "input_schema": schema_object(), **change}))
+            self.assertEqual((caught.exception.code, caught.exception.at), (code, at))
+
     def test_overlay_format_narrowing_needs_a_pattern_or_an_enum_inside_the_lengths(self):
         server = schema_object({"when": {"type": "string", "format": "date", "minLength": 8, "maxLength": 12}})
         date = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"

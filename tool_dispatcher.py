@@ -89,7 +89,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "EFFECTS", "SOURCES", "HINT_FIELDS", "OVERLAY_FORMAT", "MAX_OVERLAY_PATHS", "MAX_OVERLAY_PATH_LENGTH",
     "StringRule", "IntegerRule", "BooleanRule", "ObjectRule", "ArrayRule", "NullableRule", "Rule", "compile_pattern",
     "pattern_length_bounds", "prescan", "Bounds", "compile_schema", "CompiledSchema", "narrow", "ToolSpec",
-    "ContractSet", "load_contracts", "parse_contracts", "ContractOverlay", "load_overlay", "parse_overlay",
+    "ContractSet", "load_contracts", "parse_contracts", "declare_tool", "declare_contracts", "ContractOverlay", "load_overlay", "parse_overlay",
     # 9. Registry and input contracts
     "SHIPPED_CONTRACTS", "REGISTRY", "check_input",
     # 10. Host hooks and authorization
@@ -2905,6 +2905,40 @@ def parse_contracts(data: bytes, *, max_bytes: int = MAX_CONTRACTS_BYTES,
         if name not in tools:  # an overlay for a tool the file does not declare narrows nothing: refused
             raise BoundaryError("CONTRACTS_REFERENCE", f"overlay.tools[{index}].name")
     return ContractSet(MappingProxyType(tools))
+
+
+def declare_tool(name: str, *, description: str, effect: str, required_role: str, input_schema: Any,
+                 output_schema: Any = None, resource_field: str | None = None,
+                 bound_fields: Sequence[str] = (), producer: str = "host") -> dict[str, Any]:
+    """A host's own tool as a tool-contracts-v1 entry: its JSON Schemas as they are, its revisions
+    derived from what it declares (so any change to it is a new contract revision), host
+    provenance, no hints. Nothing is checked here: declare_contracts compiles the set."""
+    declared = {"tool": name, "description": description, "effect": effect, "role": required_role,
+                "input": input_schema, "output": output_schema, "resource_field": resource_field,
+                "bound_fields": list(bound_fields), "producer": producer}
+    try:
+        digests = {part: canonical_sha256(value)[:16] for part, value in (
+            ("contract", declared), ("input", input_schema), ("output", output_schema))}
+    except (BoundaryError, TypeError, ValueError, RecursionError):
+        digests = {"contract": "undeclared", "input": "undeclared", "output": "undeclared"}  # refused when compiled
+    effect_name = effect if type(effect) is str and is_identifier(effect) else "undeclared"
+    return {"name": name, "description": description, "effect": effect, "required_role": required_role,
+            "resource_field": resource_field, "input_schema": input_schema, "output_schema": output_schema,
+            "bound_fields": list(bound_fields), "producer": producer,
+            "revisions": {"contract": f"contract.{digests['contract']}", "input": f"input.{digests['input']}",
+                          "output": f"output.{digests['output']}", "effect": f"effect.{effect_name}.v1",
+                          "handler": "handler.host.v1", "producer": f"producer.{digests['contract']}"},
+            "provenance": dict(_HOST_PROVENANCE), "hints": dict(_NO_HINTS)}
+
+
+def declare_contracts(*tools: Mapping[str, Any], overlay: ContractOverlay | None = None) -> ContractSet:
+    """A contract set from declare_tool entries (or any tool-contracts-v1 entries), compiled
+    exactly as a contracts file is: the same codes, placed at tools[i]."""
+    try:
+        data = canonical_json({"format": CONTRACTS_FORMAT, "tools": [dict(tool) for tool in tools]})
+    except (TypeError, ValueError, RecursionError):
+        raise BoundaryError("CONTRACTS_VALUE", "tools") from None
+    return parse_contracts(data, overlay=overlay)
 
 
 def _parse_tool(raw: Any, at: str, narrowing: Mapping[str, _ToolOverlay]) -> ToolSpec:

@@ -5046,6 +5046,9 @@ class TestTheDispatcher(unittest.TestCase):
         for hooks, expected in (({"list_notes": listed}, ("TOOL_HANDLER_MISSING", "registry[0]")),
                                 ({"append_note": good["append_note"]}, ("TOOL_HANDLER_MISSING", "registry[1]")),
                                 ({"append_note": unresolved, "list_notes": listed}, ("TOOL_NOT_DISPATCHABLE", "registry[0]")),
+                                # A resolve hook on a tool with no resource would never run: refused too.
+                                ({**good, "list_notes": dataclasses.replace(listed, resolve=good["append_note"].resolve)},
+                                 ("TOOL_NOT_DISPATCHABLE", "registry[1]")),
                                 (None, ("TOOL_HANDLER_MISSING", "registry[0]"))):
             with self.subTest(expected=expected), self.assertRaises(BoundaryError) as caught:
                 Dispatcher(registry=NOTES, hooks=hooks)

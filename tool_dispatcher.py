@@ -308,7 +308,8 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         SEAL_KEYS_UNREADABLE="The seal keys could not be read.",
         TOOL_HANDLER_MISSING="A tool of the registry has no handler.",
         REGISTRY_INVALID="The registry is not a mapping of tool names to the tools of those names.",
-        TOOL_NOT_DISPATCHABLE="A tool of the registry names a resource and has no resolve hook.",
+        TOOL_NOT_DISPATCHABLE="A tool of the registry and its hooks disagree on its resource: a resource field "
+                              "needs a resolve hook, and a resolve hook a resource field.",
         HOOK_INVALID="A host hook answered outside its contract.",
         HOOK_FAILED="A host hook raised an error.",
     ),
@@ -3708,9 +3709,9 @@ class OrderDesk:
         self._orders[(tenant, order_ref)] = replace(order, status=status, revision=order.revision + 1)
 
     def hooks(self, registry: Mapping[str, ToolSpec]) -> dict[str, ToolHooks]:
-        """ToolHooks for each registry tool with a callable handler."""
+        """ToolHooks for each registry tool with a callable handler and a resource field (an order)."""
         return {name: self._tool_hooks(spec, handler) for name, spec in registry.items()
-                if callable(handler := self._handlers.get(name))}
+                if spec.resource_field is not None and callable(handler := self._handlers.get(name))}
 
     def _tool_hooks(self, spec: ToolSpec, handler: Handler) -> ToolHooks:
         field_name = spec.resource_field
@@ -4771,12 +4772,14 @@ def _host_hooks(hooks: Any, registry: Mapping[str, ToolSpec]) -> dict[str, ToolH
 
 def _registry_hooks(registry: Mapping[str, ToolSpec], hooks: Mapping[str, ToolHooks]) -> Mapping[str, ToolHooks]:
     """Every tool the registry names must be runnable, or the host hears it now, not at a call:
-    it has hooks, and a resolve hook when its contract names a resource."""
+    it has hooks, and a resolve hook exactly when its contract names a resource."""
     for index, spec in enumerate(registry.values()):
         tool_hooks = hooks.get(spec.name)
         if tool_hooks is None:
             raise BoundaryError("TOOL_HANDLER_MISSING", f"registry[{index}]")
-        if spec.resource_field is not None and tool_hooks.resolve is None:
+        if (spec.resource_field is None) != (tool_hooks.resolve is None):
+            # A resolve hook on a tool with no resource would never run: its host would believe
+            # the tool guarded by a resource check that the boundary never makes.
             raise BoundaryError("TOOL_NOT_DISPATCHABLE", f"registry[{index}]")
     return MappingProxyType({name: hooks[name] for name in registry})
 

@@ -3700,7 +3700,7 @@ class TestTheDemoHostOrdersRefundsAndTheirHooksInjectedFaults(unittest.TestCase)
         result = td.Execution({"draft_id": "DRAFT-0123456789abcdef", "order_ref": "ORDER-7", "reason": "other"},
                               "committed", "rc-1")
         corrupted = td.FAULTS_AFTER_HANDLER["invalid_output"](result)
-        self.assertEqual(corrupted, dataclasses.replace(result, output={**result.output, "status": "submitted"}))
+        self.assertEqual(corrupted, result._replace(output={**result.output, "status": "submitted"}))
         self.assertEqual(set(td.FAULTS_AFTER_HANDLER), {"timeout_after_commit", "handler_raises", "invalid_output"})
         self.assertEqual(dict(td.FAULTS_BEFORE_HANDLER), {"timeout_before_execution": "DEADLINE_EXCEEDED",
                                                           "rate_limited": "RATE_LIMITED"})
@@ -4134,7 +4134,7 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
         output = {"order_ref": "ORDER-7", "status": "paid"}
         self.assertOutputRefused("OUTPUT_CONTRACT_VIOLATION", output.items())
         # A demo handler's HandlerResult is not an execute hook's answer: only the desk converts it.
-        for result in (output, handler_result(output), dataclasses.asdict(execution(output))):
+        for result in (output, handler_result(output), execution(output)._asdict(), tuple(execution(output))):
             with self.subTest(result=type(result).__name__), self.assertRaises(BoundaryError) as caught:
                 td.check_output(GET_ORDER, result, {"order_ref": "ORDER-7"}, ORDER_7_REVISION)
             self.assertEqual(caught.exception.code, "OUTPUT_CONTRACT_VIOLATION")
@@ -4927,7 +4927,7 @@ class TestTheDispatcher(unittest.TestCase):
         def echo_as(value):
             def execute(call):
                 result = adjust_order(call)
-                return dataclasses.replace(result, output={**result.output, "quantity": value})
+                return result._replace(output={**result.output, "quantity": value})
             return execute
 
         for value, code in ((2, "OUTPUT_BINDING_MISMATCH"), (True, "OUTPUT_CONTRACT_VIOLATION"), (1, None)):

@@ -7,6 +7,13 @@ response, its ``result``, or a bare list of tools), compiles each tool's input a
 with the exact subset compiler, and prints the counts and a histogram of refusal codes. It is
 evidence for growing the subset, not a gate: it exits 0 whatever it finds, and 2 only when the
 folder itself cannot be read. A file that cannot be decoded is counted under its JSON_* code.
+
+Per listing (``servers``): its tools, how many input schemas compile, how many tools the import
+drafts from it (importer.draft with the host's defaults: a refused output schema makes a tool that
+answers text), and how many of those a Dispatcher accepts with an execute hook each, built for
+real (``dispatchable``; when the whole draft does not build, tool by tool). A draft that does not
+build as a whole is counted under its code in ``drafts_not_built`` (a draft over the contracts
+file's byte limit: JSON_TOO_LARGE), a drafted tool that does not build alone in ``not_dispatchable``.
 """
 from __future__ import annotations
 
@@ -25,10 +32,14 @@ import tool_dispatcher  # noqa: E402
 from tool_dispatcher import BoundaryError, CatalogError, CliParser, error_specs  # noqa: E402
 
 import client  # noqa: E402
+import importer  # noqa: E402
 
 MAX_FILES: Final = 1_000  # listings read in one census
 MAX_FILE_BYTES: Final = client.MAX_LINE_BYTES  # one saved listing: one JSON-RPC message
 CENSUS_FORMAT: Final = "mcp-schema-census-v1"
+# A saved listing says nothing of its handshake: its draft is made as if over 2026-07-28, from an
+# unnamed server (the names and versions only fill the draft's provenance).
+SAVED_SESSION: Final = client.Session("modern", client.MODERN_VERSION, None, None)
 
 
 class CensusError(CatalogError):
@@ -87,6 +98,9 @@ def census(folder: str) -> dict[str, Any]:
     input_codes: Counter[str] = Counter()
     output_codes: Counter[str] = Counter()
     file_codes: Counter[str] = Counter()
+    draft_codes: Counter[str] = Counter()
+    build_codes: Counter[str] = Counter()
+    servers = []
     for name in names[:MAX_FILES]:
         try:
             document = tool_dispatcher.decode_strict_json(
@@ -100,8 +114,12 @@ def census(folder: str) -> dict[str, Any]:
             file_codes["NOT_A_LISTING"] += 1
             continue
         counts["files"] += 1
+        compiled_before = counts["input_compiled"]
         for tool in tools:
             _count_tool(tool, counts, input_codes, output_codes)
+        drafted = drafted_tools(tools)
+        servers.append({"file": name, "tools": len(tools), "input_compiled": counts["input_compiled"] - compiled_before,
+                        "drafted": len(drafted), "dispatchable": dispatchable(drafted, draft_codes, build_codes)})
     return {
         "format": CENSUS_FORMAT,
         "files": counts["files"],
@@ -114,7 +132,58 @@ def census(folder: str) -> dict[str, Any]:
         "output_compiled": counts["output_compiled"],
         "input_refusals": dict(sorted(input_codes.items())),
         "output_refusals": dict(sorted(output_codes.items())),
+        "servers": servers,
+        "drafts_not_built": dict(sorted(draft_codes.items())),
+        "not_dispatchable": dict(sorted(build_codes.items())),
     }
+
+
+def drafted_tools(tools: list[Any]) -> list[dict[str, Any]]:
+    """The draft entries the import makes of a saved listing with the host's defaults; none when
+    the import refuses the listing as a whole (more tools than a contracts file holds, which its
+    client refuses while listing; two tools of one name)."""
+    if len(tools) > tool_dispatcher.MAX_TOOLS:
+        return []
+    try:
+        document, _report = importer.draft(tools, SAVED_SESSION, importer.HostChoices())
+    except CatalogError:
+        return []
+    return document["tools"]
+
+
+def dispatchable(drafted: list[dict[str, Any]], draft_codes: Counter[str], codes: Counter[str]) -> int:
+    """How many drafted tools a Dispatcher accepts, each with an execute hook only: the whole draft
+    built once, or, when that fails (its code counted), each tool alone (its refusal counted)."""
+    if not drafted:
+        return 0
+    whole = _build_refusal(drafted)
+    if whole is None:
+        return len(drafted)
+    draft_codes[whole] += 1
+    accepted = 0
+    for tool in drafted:
+        code = _build_refusal([tool])
+        if code is None:
+            accepted += 1
+        else:
+            codes[code] += 1
+    return accepted
+
+
+def _never_run(_call: tool_dispatcher.ExecuteCall) -> tool_dispatcher.Execution:
+    return tool_dispatcher.Execution(None, "not_committed")
+
+
+def _build_refusal(tools: list[dict[str, Any]]) -> str | None:
+    """The code that refuses a contracts file of these tools or its Dispatcher; None when both build."""
+    try:
+        registry = tool_dispatcher.parse_contracts(
+            importer.dump({"format": tool_dispatcher.CONTRACTS_FORMAT, "tools": tools}))
+        tool_dispatcher.Dispatcher(registry=registry,
+                                   hooks={name: tool_dispatcher.ToolHooks(execute=_never_run) for name in registry})
+    except BoundaryError as refusal:
+        return refusal.code
+    return None
 
 
 def _count_tool(tool: Any, counts: Counter[str], input_codes: Counter[str], output_codes: Counter[str]) -> None:

@@ -36,6 +36,22 @@ A forwarder runs one request at a time (MCP over stdio is one conversation) and 
 at the first call; a server that crashed or broke the channel is started again at the next call,
 so a status query after a crash reaches a fresh server (which must keep its records, as the
 project's demo server does with ``--dir``).
+
+Pinned text (``McpForwarder(command, pinned=registry)``, the reviewed contracts of this server's
+tools). What a model is told of a tool comes from the reviewed contracts, never from the server:
+a server that changes a description after the review cannot reach the model with it. It must not
+run the tool either. So at every start, the forwarder lists the server's tools and compares each
+registry tool drafted from an MCP server (provenance source "mcp_import") with the live listing,
+as ``import --reviewed`` does (importer.drift_of: the description verbatim, both raw schemas'
+digests, the title's and the annotations' pins). A tool whose text changed, or that the server no
+longer lists, is withheld until the next start that finds it unchanged: its execute hook answers
+``not_committed`` without sending anything (the model sees TOOL_FAILED), its status hook (when it
+is the status tool) ``unavailable``, and ``call()`` raises ToolWithheld. ``drift`` says what the
+last start found: {tool: [fields]}, ["missing"] for a tool no longer listed. A start whose listing
+fails is a start that failed (nothing is sent). The listing is read at a start only: a server that
+changes its tools mid-session (notifications/tools/list_changed, read past) is compared again at
+its next start. Pinned tools are compared under their registry names, so a hook that calls
+another name (``remote_name``) is withheld when either name drifted.
 """
 from __future__ import annotations
 
@@ -53,9 +69,10 @@ for _path in (str(_HERE.parent), str(_HERE)):
 import tool_dispatcher as td  # noqa: E402
 
 from client import IDEMPOTENCY_KEY_META, RECEIPT_META, ClientError, McpClient  # noqa: E402
+from importer import drift_of  # noqa: E402
 
 __all__ = ["DEFAULT_CALL_TIMEOUT", "DEFAULT_START_TIMEOUT", "REFUSED_BEFORE_RUNNING", "NOTHING_SENT",
-           "McpForwarder", "ServerNotStarted", "execution_of", "status_of"]
+           "McpForwarder", "ServerNotStarted", "ToolWithheld", "execution_of", "status_of"]
 
 DEFAULT_START_TIMEOUT: Final = 20.0  # seconds for a server's start and handshake
 DEFAULT_CALL_TIMEOUT: Final = 30.0  # seconds a call may take when the host's deadline leaves more
@@ -69,6 +86,14 @@ _STATUS_FIELDS: Final = frozenset({"found", "receipt"})
 
 class ServerNotStarted(ClientError):
     """The server could not be started (its start's ClientError code): no request was sent."""
+
+
+class ToolWithheld(ClientError):
+    """A pinned tool whose listing drifted from its reviewed contract (McpForwarder.drift): the
+    request was not sent (CLIENT_REQUEST_INVALID, one of NOTHING_SENT)."""
+
+    def __init__(self) -> None:
+        super().__init__("CLIENT_REQUEST_INVALID")
 
 
 def execution_of(result: Any, *, write: bool, errors_commit_nothing: bool = True,
@@ -120,17 +145,31 @@ class McpForwarder:
     """One stdio MCP server behind the boundary: ToolHooks that forward to it (hooks())."""
 
     def __init__(self, command: Sequence[str], *, protocol: str = "auto",
-                 start_timeout: float = DEFAULT_START_TIMEOUT, call_timeout: float = DEFAULT_CALL_TIMEOUT) -> None:
+                 start_timeout: float = DEFAULT_START_TIMEOUT, call_timeout: float = DEFAULT_CALL_TIMEOUT,
+                 pinned: Mapping[str, td.ToolSpec] | None = None) -> None:
         if isinstance(call_timeout, bool) or not isinstance(call_timeout, (int, float)) or not 0 < call_timeout <= 3600:
             raise ValueError("call_timeout out of range")
+        if pinned is not None and not (isinstance(pinned, Mapping) and all(
+                type(spec) is td.ToolSpec and spec.name == name for name, spec in pinned.items())):
+            raise ValueError("pinned must map tool names to their ToolSpecs")
         self._command = list(command)
         self._protocol = protocol
         self._start_timeout = start_timeout
         self._call_timeout = float(call_timeout)
+        # The reviewed tools, read once (a registry the host changes later moves nothing here).
+        self._pinned = None if pinned is None else dict(pinned)
+        self._drift: dict[str, list[str]] = {}
         self._client: McpClient | None = None
         self._lock = threading.Lock()  # one request at a time, and one start
         self.starts = 0  # servers started: a restart after a crash counts
         self.sent = 0  # tools/call requests that left for a server (whatever came back)
+
+    @property
+    def drift(self) -> dict[str, list[str]]:
+        """What the last start found: each withheld tool and its changed fields (a copy). Each start
+        replaces the whole table, so it is read without waiting for a call in flight."""
+        found = self._drift
+        return {name: list(fields) for name, fields in found.items()}
 
     def hooks(self, tool: str, *, remote_name: str | None = None, status_tool: str | None = None,
               status_arguments: Callable[[td.StatusQuery], dict[str, Any]] = _key_arguments,
@@ -142,12 +181,14 @@ class McpForwarder:
         name by default); a status hook only when ``status_tool`` is named. ``text_output`` for a
         tool whose contract declares no output schema; ``limits`` are ToolHooks' output limits."""
         name = remote_name or tool
+        checked = (tool, name)  # a pinned tool drifted under either name is withheld
 
         def execute(call: td.ExecuteCall) -> td.Execution:
             write = call.idempotency_key is not None
             meta = {IDEMPOTENCY_KEY_META: call.idempotency_key} if write else None
             try:
-                result = self.call(name, call.arguments, meta=meta, now=call.now, deadline=call.deadline)
+                result = self._call(name, call.arguments, meta=meta, now=call.now, deadline=call.deadline,
+                                    checked=checked)
             except ClientError as error:
                 if (type(error) is ServerNotStarted or error.code in NOTHING_SENT
                         or (error.code == "CLIENT_SERVER_ERROR" and error.rpc_code in REFUSED_BEFORE_RUNNING)):
@@ -178,13 +219,20 @@ class McpForwarder:
              now: int | None = None, deadline: int | None = None) -> Any:
         """tools/call on the server (started, or started again, as needed): its raw result, or a
         ClientError. ``now`` and ``deadline`` are the host's clock: the call, a server's start
-        included, gets the time left (at most call_timeout); none left, nothing starts or is sent."""
+        included, gets the time left (at most call_timeout); none left, nothing starts or is sent.
+        A pinned tool that drifted is not called: ToolWithheld."""
+        return self._call(name, arguments, meta=meta, now=now, deadline=deadline, checked=(name,))
+
+    def _call(self, name: str, arguments: Mapping[str, Any], *, meta: Mapping[str, Any] | None,
+              now: int | None, deadline: int | None, checked: Sequence[str]) -> Any:
         timeout = self._call_timeout if deadline is None or now is None else min(self._call_timeout, deadline - now)
         if timeout <= 0:
             raise ClientError("CLIENT_DEADLINE_PASSED")
         until = time.monotonic() + timeout
         with self._lock:
             server = self._server(until)
+            if any(checked_name in self._drift for checked_name in checked):  # as this start found it
+                raise ToolWithheld()
             try:
                 result = server.call_tool(name, dict(arguments), meta=None if meta is None else dict(meta),
                                           deadline=until)
@@ -205,11 +253,21 @@ class McpForwarder:
         if left <= 0:
             raise ClientError("CLIENT_DEADLINE_PASSED")
         self.starts += 1
+        start_deadline = time.monotonic() + min(self._start_timeout, left)
         try:
-            self._client = McpClient.start(self._command, protocol=self._protocol,
-                                           timeout=min(self._start_timeout, left))
+            client = McpClient.start(self._command, protocol=self._protocol, timeout=min(self._start_timeout, left))
         except ClientError as error:
             raise ServerNotStarted(error.code) from error
+        if self._pinned is not None:
+            try:  # the listing is part of the start: a start without it failed, and sends nothing
+                self._drift = drift_of(self._pinned, client.list_tools(deadline=start_deadline))
+            except ClientError as error:
+                client.stop()
+                raise ServerNotStarted(error.code) from error
+            except BaseException:
+                client.stop()
+                raise
+        self._client = client
         return self._client
 
     def stderr_tail(self) -> str:

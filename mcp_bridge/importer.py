@@ -4,26 +4,36 @@ The server is untrusted. It is started and spoken to through the bridge's client
 stderr kept as a bounded tail, never echoed; every line bounded and decoded by the core's strict
 decoder); the import adds its own bounds (message count and total bytes for the whole import, one
 deadline for all of it), and reads the listing twice, page by page: it must not change between the
-two readings. Each tool's schemas go through the exact subset compiler: a tool whose schemas
-compile becomes a ``tool-contracts-v1`` entry (its schemas in normalized form, the server's own
-digests in its provenance), a tool that does not is listed in the report with its code. Nothing in
-the draft is trusted: every tool is a ``write`` unless the host names it read-only, and the
-server's annotations are kept as hints only.
+two readings. Each tool's schemas go through the exact subset compiler (through the host's overlay
+for the tool, when it names one: ``narrow()`` proves each replacement narrower): a tool whose
+input schema compiles becomes a ``tool-contracts-v1`` entry (its schemas in normalized form, the
+server's own digests in its provenance; an output schema the compiler refuses makes it a tool that
+answers text), a tool whose input does not is listed in the report with its code and its raw
+schemas. Nothing in the draft is trusted: every tool is a ``write`` unless the host names it
+read-only, and the server's annotations are kept as hints only.
+
+Each drafted tool's model-facing text (name, title, description, annotations, both raw schemas)
+is pinned in its contract: the description verbatim, the raw schemas' digests in its provenance,
+the title's and the annotations' digests in its contract revision. A listing compared with a
+reviewed contracts file (``HostChoices.reviewed``) withholds every reviewed tool whose pinned text
+changed; forward.py makes the same comparison at every server start.
 
 Both protocol eras: 2026-07-28 (``server/discover``, then per-request ``_meta``) and the
 ``initialize`` handshake of earlier revisions; ``--protocol auto`` tries the first and falls back.
 
 Exit status: 0 every tool drafted; 1 the draft and the report were written but some tools were
-refused; 2 the import failed (``{"passed": false, "error": {...}}`` on stdout, nothing written).
+refused or withheld (drift); 2 the import failed (``{"passed": false, "error": {...}}`` on stdout,
+nothing written).
 
 Sections, in the order data flows:
-    1. Limits and constants    3. Listing               5. CLI
-    2. Errors                  4. Drafting
+    1. Limits and constants    3. Listing               5. Drafting
+    2. Errors                  4. Pinned text, drift    6. CLI
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -31,7 +41,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, Sequence
+from typing import Any, Final, Mapping, Sequence
 
 _HERE: Final = Path(__file__).resolve().parent
 for _path in (str(_HERE.parent), str(_HERE)):
@@ -64,12 +74,29 @@ TERM_GRACE: Final = client.TERM_GRACE
 IMPORT_LIMITS: Final = Limits(line_bytes=MAX_LINE_BYTES, request_messages=MAX_MESSAGES, request_bytes=MAX_TOTAL_BYTES,
                               total_messages=MAX_MESSAGES, total_bytes=MAX_TOTAL_BYTES)
 
+# Characters of a tool description the import drafts unless its host chooses another limit, up to
+# the contracts file's ceiling (tool_dispatcher.MAX_DESCRIPTION_LENGTH): it is untrusted text that
+# reaches a model, and most real descriptions are far shorter.
+DEFAULT_MAX_DESCRIPTION: Final = 2_048
+
 REPORT_FORMAT: Final = "mcp-import-report-v1"
 DEFAULT_ROLE: Final = "mcp.tools"
 HINTS: Final = MappingProxyType({  # the server's annotation -> the draft's hint field
     "readOnlyHint": "read_only", "destructiveHint": "destructive", "idempotentHint": "idempotent",
     "openWorldHint": "open_world",
 })
+# A tool's model-facing text, as a listing names its fields: the text pin covers all of them, and
+# a drift names the ones that changed (in this order). The name is the key a tool is found by.
+MODEL_FACING: Final = ("name", "title", "description", "annotations", "inputSchema", "outputSchema")
+DRIFT_FIELDS: Final = MODEL_FACING[1:]
+# A drafted tool's contract revision: "contract." + the contract's digest (its effect, both
+# normalized schemas and the text pin), then the title's and the annotations' digests, 16 hex
+# digits each: 59 characters, inside an identifier's 64, so the tool-contracts-v1 loader keeps it
+# as it is. The description is kept verbatim and the raw schemas' digests are in the provenance.
+PIN_DIGITS: Final = 16
+PINNED_REVISION: Final = re.compile(r"contract\.[0-9a-f]{16}\.([0-9a-f]{16})\.([0-9a-f]{16})")
+MISSING: Final = "missing"  # a drift: the server no longer lists a reviewed tool
+UNPINNED: Final = "unpinned"  # a drift: the reviewed contract carries no text pin to compare with
 
 # ============================================================================================
 # 2. Errors
@@ -143,23 +170,111 @@ def stable_listing(server: Any, *, deadline: float) -> list[Any]:
 
 
 # ============================================================================================
-# 4. Drafting
+# 4. Pinned text and drift
+# ============================================================================================
+# What a server says of a tool reaches a model (through a host's review) and can change under the
+# same name at any start (the "rug pull"). The draft pins it where the tool-contracts-v1 loader
+# already keeps it: the description verbatim, the raw schemas' SHA-256 in the provenance, the
+# annotations' booleans in the hints, and the title's and the whole annotations object's digests
+# (64 bits each) in the contract revision, whose contract digest covers the SHA-256 of all of it.
+# The comparison below needs nothing but a reviewed ToolSpec and a fresh listing entry; a host's
+# own edits of a reviewed entry (its effect, resource or bound fields, role) change no pin.
+
+
+def text_sha256(tool: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of a tool's model-facing fields, as the server listed them."""
+    return tool_dispatcher.canonical_sha256({key: tool[key] for key in MODEL_FACING if key in tool})
+
+
+def text_pins(tool: Mapping[str, Any]) -> tuple[str, str]:
+    """The title's and the annotations' pins (an absent title is null, absent annotations {})."""
+    return (tool_dispatcher.canonical_sha256(tool.get("title"))[:PIN_DIGITS],
+            tool_dispatcher.canonical_sha256(tool.get("annotations", {}))[:PIN_DIGITS])
+
+
+def hints_of(annotations: Any) -> dict[str, bool | None]:
+    """The server's annotations as the draft's hints: each a boolean, or null when absent or not one."""
+    found = annotations if type(annotations) is dict else {}
+    return {field: found[key] if type(found.get(key)) is bool else None for key, field in HINTS.items()}
+
+
+def _schema_sha256(tool: Mapping[str, Any], key: str) -> str | None:
+    return None if tool.get(key) is None else tool_dispatcher.canonical_sha256(tool[key])
+
+
+def drift_fields(tool: Mapping[str, Any], spec: tool_dispatcher.ToolSpec) -> list[str]:
+    """The model-facing fields of a listed tool that differ from its reviewed contract's pins, in
+    DRIFT_FIELDS order: [] when none does; [UNPINNED] when the contract holds no pin to compare."""
+    pins = PINNED_REVISION.fullmatch(spec.contract_revision)
+    if pins is None:
+        return [UNPINNED]
+    title, annotations = text_pins(tool)
+    description = tool.get("description", "")
+    provenance = spec.provenance
+    changed = {
+        "title": title != pins[1],
+        "description": type(description) is not str or description != spec.description,
+        "annotations": annotations != pins[2] or hints_of(tool.get("annotations")) != dict(spec.hints),
+        "inputSchema": ("inputSchema" not in tool
+                        or _schema_sha256(tool, "inputSchema") != provenance.get("input_schema_sha256")),
+        "outputSchema": _schema_sha256(tool, "outputSchema") != provenance.get("output_schema_sha256"),
+    }
+    return [name for name in DRIFT_FIELDS if changed[name]]
+
+
+def drift_of(reviewed: Mapping[str, tool_dispatcher.ToolSpec], listing: Sequence[Any]) -> dict[str, list[str]]:
+    """Every reviewed tool drafted from an MCP server (provenance source "mcp_import") whose pinned
+    text the listing no longer matches, in the reviewed order: {name: fields}, [MISSING] for a tool
+    the listing does not hold. A name listed twice drifts when either entry does."""
+    listed: dict[str, list[Mapping[str, Any]]] = {}
+    for tool in listing:
+        if type(tool) is dict and type(tool.get("name")) is str:
+            listed.setdefault(tool["name"], []).append(tool)
+    drift: dict[str, list[str]] = {}
+    for name, spec in reviewed.items():
+        if spec.provenance.get("source") != "mcp_import":
+            continue  # the host's own tool: no server's listing speaks for it
+        entries = listed.get(name)
+        if not entries:
+            drift[name] = [MISSING]
+            continue
+        found = [drift_fields(entry, spec) for entry in entries]
+        fields = [field for field in (UNPINNED, *DRIFT_FIELDS) if any(field in each for each in found)]
+        if fields:
+            drift[name] = fields
+    return drift
+
+
+# ============================================================================================
+# 5. Drafting
 # ============================================================================================
 
 
 @dataclass(frozen=True, slots=True)
 class HostChoices:
-    """What only the host decides: which tools are reads, and the role every tool requires."""
+    """What only the host decides: which tools are reads, the role every tool requires, the longest
+    description a drafted tool may carry (1 to tool_dispatcher.MAX_DESCRIPTION_LENGTH), the
+    narrowings of its tool-contract-overlay-v1 file (applied while drafting), and the reviewed
+    contracts a fresh listing must still match (a drifted tool is withheld from the draft)."""
 
     read_only: frozenset[str] = frozenset()
     role: str = DEFAULT_ROLE
+    overlay: tool_dispatcher.ContractOverlay | None = None
+    max_description: int = DEFAULT_MAX_DESCRIPTION
+    reviewed: Mapping[str, tool_dispatcher.ToolSpec] | None = None
+
+    def __post_init__(self) -> None:
+        limit = self.max_description
+        if type(limit) is not int or not 1 <= limit <= tool_dispatcher.MAX_DESCRIPTION_LENGTH:
+            raise ValueError("max_description out of range")
 
 
 class _Refused(Exception):
-    def __init__(self, code: str, at: str) -> None:
+    def __init__(self, code: str, at: str, *, by_overlay: bool = False) -> None:
         super().__init__(code)
         self.code = code
         self.at = at
+        self.by_overlay = by_overlay  # placed in the host's overlay: the host's narrowing failed
 
 
 def draft(listing: Sequence[Any], session: Session, host: HostChoices) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -167,17 +282,27 @@ def draft(listing: Sequence[Any], session: Session, host: HostChoices) -> tuple[
     names = [tool.get("name") for tool in listing if type(tool) is dict]
     if len([name for name in names if type(name) is str]) != len({name for name in names if type(name) is str}):
         raise ImportFailure("IMPORT_DUPLICATE_TOOL")
-    entries, refused, bounds = [], [], []
+    narrowing = MappingProxyType({}) if host.overlay is None else host.overlay.tools
+    for name, tool_overlay in narrowing.items():
+        if name not in names:  # an overlay for a tool the server does not list narrows nothing: refused
+            raise BoundaryError("CONTRACTS_REFERENCE", f"overlay.tools[{tool_overlay.index}].name")
+    drift = {} if host.reviewed is None else drift_of(host.reviewed, listing)
+    entries, refused, as_text, bounds = [], [], [], []
     for index, tool in enumerate(listing):
-        name = tool.get("name") if type(tool) is dict else None
-        shown = name if type(name) is str and tool_dispatcher.TOOL_NAME.fullmatch(name) else None
+        name = tool.get("name") if type(tool) is dict and type(tool.get("name")) is str else None
+        shown = name if name is not None and tool_dispatcher.TOOL_NAME.fullmatch(name) else None
+        if name in drift:
+            continue  # withheld until the host reviews it again: the report's "drift" names it
         try:
-            entry, host_bounds = _draft_tool(tool, index, session, host)
+            entry, host_bounds, text_output = _draft_tool(tool, index, session, host, narrowing.get(name))
         except _Refused as refusal:
-            refused.append({"index": index, "tool": shown, "code": refusal.code, "at": refusal.at})
+            refused.append({"index": index, "tool": shown, "code": refusal.code, "at": refusal.at,
+                            "input_schema": _raw(tool, "inputSchema"), "output_schema": _raw(tool, "outputSchema")})
             continue
         entries.append(entry)
         bounds.extend({"tool": shown, "at": at} for at in host_bounds)
+        if text_output is not None:
+            as_text.append({"tool": shown, "code": text_output.code, "at": text_output.at})
     document = {"format": tool_dispatcher.CONTRACTS_FORMAT, "tools": entries}
     report = {
         "format": REPORT_FORMAT,
@@ -187,13 +312,23 @@ def draft(listing: Sequence[Any], session: Session, host: HostChoices) -> tuple[
         "drafted": len(entries),
         "refused": refused,
         "codes": dict(sorted(Counter(item["code"] for item in refused).items())),
+        "output_as_text": as_text,
+        "drift": [{"tool": name, "fields": fields} for name, fields in drift.items()],
         "host_bounds": bounds,
         "read_only_by_host": sorted(host.read_only & {entry["name"] for entry in entries}),
     }
     return document, report
 
 
-def _draft_tool(tool: Any, index: int, session: Session, host: HostChoices) -> tuple[dict[str, Any], list[str]]:
+def _raw(tool: Any, key: str) -> Any:
+    """A refused tool's schema as the server sent it (within the message limits), for the host's overlay."""
+    return tool.get(key) if type(tool) is dict else None
+
+
+def _draft_tool(tool: Any, index: int, session: Session, host: HostChoices,
+                narrowing: Any = None) -> tuple[dict[str, Any], list[str], _Refused | None]:
+    """One tool's draft entry, the places only the host's bounds hold, and why its output is text
+    (None: its output schema compiled, or it declares none)."""
     at = f"tools[{index}]"
     if type(tool) is not dict or type(tool.get("name")) is not str or "inputSchema" not in tool:
         raise _Refused("TOOL_MALFORMED", at)
@@ -203,18 +338,19 @@ def _draft_tool(tool: Any, index: int, session: Session, host: HostChoices) -> t
     description = tool.get("description", "")
     if type(description) is not str:
         raise _Refused("TOOL_MALFORMED", f"{at}.description")
-    if len(description) > tool_dispatcher.MAX_DESCRIPTION_LENGTH:
+    if len(description) > host.max_description:
         raise _Refused("TOOL_DESCRIPTION_TOO_LONG", f"{at}.description")
     annotations = tool.get("annotations", {})
     if type(annotations) is not dict:
         raise _Refused("TOOL_MALFORMED", f"{at}.annotations")
-    compiled_in = _compile(tool["inputSchema"], f"{at}.inputSchema")
-    compiled_out = None if tool.get("outputSchema") is None else _compile(tool["outputSchema"], f"{at}.outputSchema")
+    compiled_in = _compile(tool["inputSchema"], f"{at}.inputSchema", narrowing, "input")
+    compiled_out, text_output = _output(tool, at, narrowing)
     input_schema = compiled_in.to_schema()
     output_schema = None if compiled_out is None else compiled_out.to_schema()
     effect = "read" if name in host.read_only else "write"
     contract_digest = tool_dispatcher.canonical_sha256(
-        {"tool": name, "effect": effect, "input": input_schema, "output": output_schema})
+        {"tool": name, "effect": effect, "input": input_schema, "output": output_schema, "text": text_sha256(tool)})
+    title_pin, annotations_pin = text_pins(tool)
     producer = session.server_name if is_identifier(session.server_name) else "mcp-server"
     entry = {
         "name": name,
@@ -226,7 +362,7 @@ def _draft_tool(tool: Any, index: int, session: Session, host: HostChoices) -> t
         "output_schema": output_schema,
         "bound_fields": [],
         "revisions": {
-            "contract": f"contract.{contract_digest[:16]}",
+            "contract": f"contract.{contract_digest[:PIN_DIGITS]}.{title_pin}.{annotations_pin}",
             "input": f"input.{tool_dispatcher.canonical_sha256(input_schema)[:16]}",
             "output": f"output.{tool_dispatcher.canonical_sha256(output_schema)[:16]}",
             "effect": f"effect.{effect}.draft",
@@ -239,16 +375,33 @@ def _draft_tool(tool: Any, index: int, session: Session, host: HostChoices) -> t
             "server_name": session.server_name,
             "server_version": session.server_version,
             "protocol_version": session.protocol_version,
-            "input_schema_sha256": compiled_in.source_sha256,
-            "output_schema_sha256": None if compiled_out is None else compiled_out.source_sha256,
+            # The server's own schemas, as sent: a narrowed or a text output keeps the raw digest.
+            "input_schema_sha256": _schema_sha256(tool, "inputSchema"),
+            "output_schema_sha256": _schema_sha256(tool, "outputSchema"),
         },
-        "hints": {field: annotations[key] if type(annotations.get(key)) is bool else None
-                  for key, field in HINTS.items()},
+        "hints": hints_of(annotations),
     }
     host_bounds = [_placed(item, f"{at}.inputSchema") for item in compiled_in.host_bounds()]
     if compiled_out is not None:
         host_bounds += [_placed(item, f"{at}.outputSchema") for item in compiled_out.host_bounds()]
-    return entry, host_bounds
+    return entry, host_bounds, text_output
+
+
+def _output(tool: dict[str, Any], at: str,
+            narrowing: Any) -> tuple[tool_dispatcher.CompiledSchema | None, _Refused | None]:
+    """The compiled output schema, or None and why the tool answers text instead: an output schema
+    the compiler refuses is no reason to refuse the tool (the core bounds and scans a text output),
+    but a narrowing of the host's that fails is the host's to fix, so it refuses the tool."""
+    if tool.get("outputSchema") is None:
+        if narrowing is not None and narrowing.output:
+            raise _Refused("OVERLAY_PATH", f"overlay.tools[{narrowing.index}].output[0]", by_overlay=True)
+        return None, None
+    try:
+        return _compile(tool["outputSchema"], f"{at}.outputSchema", narrowing, "output"), None
+    except _Refused as refusal:
+        if refusal.by_overlay:
+            raise
+        return None, refusal
 
 
 def _placed(path: str, at: str) -> str:
@@ -256,18 +409,28 @@ def _placed(path: str, at: str) -> str:
     return at + path[len(tool_dispatcher.SCHEMA_ROOT):]
 
 
-def _compile(schema: Any, at: str) -> tool_dispatcher.CompiledSchema:
+def _compile(schema: Any, at: str, narrowing: Any = None, side: str = "input") -> tool_dispatcher.CompiledSchema:
+    """The schema compiled, through the host's narrowings of this side when it has some; a refusal
+    placed in the listing, or in the overlay when it is the overlay's (as the core places it)."""
+    entries = () if narrowing is None else getattr(narrowing, side)
     try:
+        if entries:
+            return tool_dispatcher.narrow(schema, MappingProxyType(dict(entries)))
         return tool_dispatcher.compile_schema(schema)
     except BoundaryError as refusal:
         if refusal.scope != "schema":
             raise
+        if refusal.at.startswith("overlay["):
+            number = int(refusal.at[len("overlay["):-1])
+            place = f"overlay.tools[{narrowing.index}].{side}[{number}]"
+            raise _Refused(refusal.code, place, by_overlay=True) from None
         raise _Refused(refusal.code, _placed(refusal.at, at)) from None
 
 
 def import_server(command: Sequence[str], *, protocol: str = "auto", timeout: float = DEFAULT_TIMEOUT,
                   host: HostChoices = HostChoices()) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Run the server, read its listing, stop it; the draft and the report, or ImportFailure."""
+    """Run the server, read its listing, stop it; the draft and the report, or ImportFailure (or
+    the core's CONTRACTS_REFERENCE for an overlay that names a tool the server does not list)."""
     deadline = time.monotonic() + timeout
     try:
         with McpClient.start(command, protocol=protocol, timeout=timeout, limits=IMPORT_LIMITS,
@@ -280,7 +443,7 @@ def import_server(command: Sequence[str], *, protocol: str = "auto", timeout: fl
 
 
 # ============================================================================================
-# 5. CLI
+# 6. CLI
 # ============================================================================================
 
 
@@ -309,8 +472,15 @@ def _arguments(argv: Sequence[str] | None) -> Any:
     parser.add_argument("--read-only", action="append", default=[], metavar="TOOL",
                         help="a tool the host declares a read (repeatable); every other tool is a write")
     parser.add_argument("--role", default=DEFAULT_ROLE, help="the role every drafted tool requires")
+    parser.add_argument("--max-description", type=int, default=DEFAULT_MAX_DESCRIPTION, metavar="N",
+                        help=f"the longest tool description drafted, 1 to {tool_dispatcher.MAX_DESCRIPTION_LENGTH}")
+    parser.add_argument("--overlay", metavar="OVERLAY.json",
+                        help="the host's tool-contract-overlay-v1 narrowings, applied while drafting")
+    parser.add_argument("--reviewed", metavar="REVIEWED.json",
+                        help="reviewed contracts: a tool whose pinned text changed since is withheld (drift)")
     arguments = parser.parse_args(argv)
-    if not 1 <= arguments.timeout <= MAX_TIMEOUT or not is_identifier(arguments.role):
+    if (not 1 <= arguments.timeout <= MAX_TIMEOUT or not is_identifier(arguments.role)
+            or not 1 <= arguments.max_description <= tool_dispatcher.MAX_DESCRIPTION_LENGTH):
         parser.error("out of range")
     try:
         arguments.command = shlex.split(arguments.server_command)
@@ -318,8 +488,11 @@ def _arguments(argv: Sequence[str] | None) -> Any:
         parser.error("unbalanced quotes")
     if not arguments.command:
         parser.error("empty command")
-    if _same_file(arguments.out, arguments.report):
-        parser.error("one file")  # the report would be written over the draft
+    # The report would be written over the draft, or either over the host's own inputs.
+    outputs = (arguments.out, arguments.report)
+    inputs = [path for path in (arguments.overlay, arguments.reviewed) if path is not None]
+    if _same_file(*outputs) or any(_same_file(output, path) for output in outputs for path in inputs):
+        parser.error("one file")
     return arguments
 
 
@@ -336,14 +509,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     return tool_dispatcher.run_cli(lambda: _run(argv))
 
 
+def _host_file(load: Any, path: str | None, place: str) -> Any:
+    """The host's overlay or reviewed contracts, read before the server starts; a refusal keeps the
+    core's code, placed in its file ("overlay...", "reviewed.tools[0]...")."""
+    if path is None:
+        return None
+    try:
+        return load(path)
+    except BoundaryError as refusal:
+        if refusal.at.startswith(place):
+            raise
+        raise BoundaryError(refusal.code, f"{place}.{refusal.at}" if refusal.at else place) from None
+
+
 def _run(argv: Sequence[str] | None) -> int:
     arguments = _arguments(argv)
-    host = HostChoices(frozenset(arguments.read_only), arguments.role)
+    host = HostChoices(frozenset(arguments.read_only), arguments.role,
+                       overlay=_host_file(tool_dispatcher.load_overlay, arguments.overlay, "overlay"),
+                       max_description=arguments.max_description,
+                       reviewed=_host_file(tool_dispatcher.load_contracts, arguments.reviewed, "reviewed"))
     document, report = import_server(arguments.command, protocol=arguments.protocol, timeout=arguments.timeout,
                                      host=host)
     write_file(arguments.out, dump(document))
     write_file(arguments.report, dump(report))
-    passed = not report["refused"]
+    passed = not report["refused"] and not report["drift"]
     emit_json({"passed": passed, "format": REPORT_FORMAT, "tool_count": report["tool_count"],
-               "drafted": report["drafted"], "refused": len(report["refused"]), "codes": report["codes"]})
+               "drafted": report["drafted"], "refused": len(report["refused"]), "codes": report["codes"],
+               "output_as_text": len(report["output_as_text"]), "drift": len(report["drift"])})
     return 0 if passed else 1

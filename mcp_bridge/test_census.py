@@ -13,12 +13,14 @@ import sys
 import tempfile
 import unittest
 from pathlib import Path
+from unittest import mock
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import census  # noqa: E402
+import tool_dispatcher  # noqa: E402
 
 GOOD = {"name": "a", "inputSchema": {"type": "object", "properties": {"x": {"type": "string"}}}}
 NUMBER = {"name": "b", "inputSchema": {"type": "object", "properties": {"n": {"type": "number", "minimum": 0.5}}}}
@@ -58,7 +60,65 @@ class TestCensus(unittest.TestCase):
             "output_compiled": 1,
             "input_refusals": {"SCHEMA_FORMAT": 1, "SCHEMA_NUMBER": 2, "TOOL_MALFORMED": 1},
             "output_refusals": {"SCHEMA_OPEN_OBJECT": 1},
+            "servers": [
+                {"file": "bare.json", "tools": 1, "input_compiled": 0, "drafted": 0, "dispatchable": 0},
+                {"file": "result.json", "tools": 3, "input_compiled": 1, "drafted": 1, "dispatchable": 1},
+                {"file": "rpc.json", "tools": 2, "input_compiled": 1, "drafted": 1, "dispatchable": 1},
+            ],
+            "drafts_not_built": {},
+            "not_dispatchable": {},
         })
+
+    def servers(self, files):
+        return census.census(self.folder(files))["servers"]
+
+    def test_a_refused_output_is_drafted_as_text_and_dispatchable(self):
+        open_out = {"name": "e", "inputSchema": {"type": "object"}, "outputSchema": {"type": "object",
+                                                                                      "additionalProperties": True}}
+        self.assertEqual(self.servers({"s.json": [GOOD, open_out, TYPED_OUT, NUMBER]}), [
+            {"file": "s.json", "tools": 4, "input_compiled": 3, "drafted": 3, "dispatchable": 3}])
+
+    def test_what_the_import_refuses_is_not_drafted(self):
+        long_text = {"name": "f", "description": "d" * 2_049, "inputSchema": {"type": "object"}}
+        self.assertEqual(self.servers({"a.json": [GOOD, long_text], "b.json": [GOOD, GOOD]}), [
+            {"file": "a.json", "tools": 2, "input_compiled": 2, "drafted": 1, "dispatchable": 1},
+            {"file": "b.json", "tools": 2, "input_compiled": 2, "drafted": 0, "dispatchable": 0}])
+
+    def test_the_tool_limit_both_sides(self):
+        limit = tool_dispatcher.MAX_TOOLS
+        many = [{"name": f"t{index}", "inputSchema": {"type": "object"}} for index in range(limit + 1)]
+        self.assertEqual(self.servers({"a.json": many[:limit], "b.json": many}), [
+            {"file": "a.json", "tools": limit, "input_compiled": limit, "drafted": limit, "dispatchable": limit},
+            {"file": "b.json", "tools": limit + 1, "input_compiled": limit + 1, "drafted": 0, "dispatchable": 0}])
+
+    def test_a_draft_that_does_not_build_is_built_tool_by_tool(self):
+        real = tool_dispatcher.Dispatcher
+
+        def refusing(*args, registry, **options):
+            if "d" in registry:
+                raise tool_dispatcher.BoundaryError("REGISTRY_INVALID")
+            return real(*args, registry=registry, **options)
+
+        folder = self.folder({"s.json": [GOOD, TYPED_OUT, FORMAT]})
+        with mock.patch.object(tool_dispatcher, "Dispatcher", refusing):
+            found = census.census(folder)
+        self.assertEqual((found["servers"][0]["drafted"], found["servers"][0]["dispatchable"],
+                          found["drafts_not_built"], found["not_dispatchable"]),
+                         (2, 1, {"REGISTRY_INVALID": 1}, {"REGISTRY_INVALID": 1}))
+
+    def test_a_draft_over_the_contracts_files_limit_builds_only_tool_by_tool(self):
+        # 128 tools, each with a long description and 40 described properties: a listing under
+        # the 1 MiB a saved message may hold, whose draft (two-space JSON, the property
+        # descriptions kept as untrusted text) the contracts loader refuses as a whole.
+        properties = {f"p{index:02d}": {"type": "string", "maxLength": 10, "description": "x" * 60}
+                      for index in range(40)}
+        tools = [{"name": f"t{index}", "description": "d" * 2_048, "inputSchema": {"type": "object",
+                                                                                   "properties": properties}}
+                 for index in range(tool_dispatcher.MAX_TOOLS)]
+        found = census.census(self.folder({"big.json": tools}))
+        self.assertEqual((found["servers"][0]["drafted"], found["servers"][0]["dispatchable"],
+                          found["drafts_not_built"], found["not_dispatchable"]),
+                         (128, 128, {"JSON_TOO_LARGE": 1}, {}))
 
     def test_number_narrowing_keeps_other_refusals(self):
         mixed = {"type": "object", "properties": {"n": {"type": ["number", "null"]},

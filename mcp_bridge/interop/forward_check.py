@@ -174,7 +174,7 @@ def check_era(command: Sequence[str], era: str, keys: td.SealKeys) -> dict[str, 
     draft, report = import_server(command, protocol=era, timeout=TIMEOUT, host=HOST)
     registry, left_out = registry_of(draft)
     with McpForwarder(command, protocol=era, start_timeout=TIMEOUT) as server:
-        hooks = {name: server.hooks(name) for name in registry}
+        hooks = server.hooks_for(registry)
         dispatcher = td.Dispatcher(registry=registry, hooks=hooks, approvers=[APPROVER], seal_keys=keys)
         checks = [run_check(dispatcher, server, registry, keys, era, index, check)
                   for index, check in enumerate(CHECKS)]

@@ -25,6 +25,7 @@ import io
 import itertools
 import json
 import os
+import random
 import re
 import subprocess
 import time
@@ -264,6 +265,103 @@ class StrictJsonAssertions:
         with self.assertRaises(BoundaryError) as caught:
             td.decode_strict_json(data, **options)
         self.assertEqual(caught.exception.code, code)
+
+
+# -- a seeded mutator, for the fuzz tests of the three file readers ----------------------------
+# Short seeded forms of the coverage-guided fuzzing of the audit log, seal-keys and contracts
+# readers: each input must end accepted or in a CatalogError of the catalog, never in another
+# exception (the CLI would answer INTERNAL_ERROR).
+
+FUZZ_VALUES = ([], {}, None, True, False, 0, 1, -1, 2 ** 53, -(2 ** 53) - 1, 10 ** 400, 0.5, "", "\u00e9",
+               "\u00e9" * 64, "\ufeff", "\u2028", "a" * 70_000, ["write"], {"write": 1}, {"": {}}, "0" * 64, "k-a",
+               "host", "write")
+FUZZ_CHARACTERS = ("\u00e9", "\u0000", "\t", "\r", "\u2028", "\ufeff", "\U0001f600", "\u0130", "A", " ")
+FUZZ_FRAGMENTS = (b"[]", b"{}", b"null", b"true", b"-0", b"1e999", b"9007199254740993", b"1" * 500, b'"\\ud800"',
+                  "\u00e9".encode("utf-8"), b"\xff", b"\xc3", b'"\\u0000"', b",", b":", b'"', b"\t", b"\r",
+                  b"\r\n", b"NaN", b"-Infinity", b'{"a":1,"a":2}', deep_array(40))
+
+
+def fuzzed_value(document, rng):
+    """A copy of a JSON value with one or two members replaced (mostly by another JSON type), a
+    character of their text changed, nested deeper, dropped, or added. The member is picked at a
+    depth picked first, so that a shallow field (a tool's effect, a seal) is hit as often as the
+    many deep ones."""
+    value = copy.deepcopy(document)
+    for _ in range(rng.randint(1, 2)):
+        levels = []  # levels[depth]: (container, key) of every member at that depth
+        stack = [(value, 0)]
+        while stack:  # without recursion
+            node, depth = stack.pop()
+            members = node.items() if type(node) is dict else enumerate(node) if type(node) is list else ()
+            for key, item in members:
+                if depth == len(levels):
+                    levels.append([])
+                levels[depth].append((node, key))
+                stack.append((item, depth + 1))
+        if not levels:
+            return copy.deepcopy(rng.choice(FUZZ_VALUES))
+        node, key = rng.choice(rng.choice(levels))
+        action = rng.randrange(5)
+        if action == 0:  # a value of another JSON type than the one it replaces, most often
+            others = [candidate for candidate in FUZZ_VALUES if type(candidate) is not type(node[key])]
+            node[key] = copy.deepcopy(rng.choice(others if rng.randrange(4) else FUZZ_VALUES))
+        elif action == 4 and type(node[key]) is str:  # a character in the text: not ASCII, or a control
+            text, position = node[key], rng.randrange(len(node[key]) + 1)
+            node[key] = text[:position] + rng.choice(FUZZ_CHARACTERS) + text[position + 1:]
+        elif action == 1:
+            for _ in range(rng.choice((1, 2, 31, 32, 33, 200))):
+                node[key] = [node[key]]
+        elif action == 2 and type(node) is dict:
+            del node[key]
+        elif type(node) is dict:
+            node[rng.choice(("x", "\u00e9", f"{key}_"))] = copy.deepcopy(rng.choice(FUZZ_VALUES))
+        else:
+            node.insert(key, copy.deepcopy(node[key]))
+    return value
+
+
+def fuzzed_bytes(data, rng):
+    """The bytes with one to three bits flipped, cuts, deletions, JSON fragments or deep nests."""
+    out = bytearray(data)
+    for _ in range(rng.randint(1, 3)):
+        position = rng.randrange(len(out) + 1)
+        action = rng.randrange(5)
+        if action == 0 and out:
+            out[min(position, len(out) - 1)] ^= 1 << rng.randrange(8)
+        elif action == 1:
+            del out[position:]
+        elif action == 2:
+            out[position:position] = rng.choice(FUZZ_FRAGMENTS)
+        elif action == 3:
+            out[position:position] = deep_array(rng.choice((64, 5_000)))
+        else:
+            del out[position:position + rng.randint(1, 32)]
+    return bytes(out)
+
+
+def fuzz_inputs(document, to_bytes, count, *, seed):
+    """`count` hostile variants of a valid document, alternately mutated as bytes and as a value."""
+    rng = random.Random(seed)
+    data = to_bytes(document)
+    for number in range(count):
+        yield to_bytes(fuzzed_value(document, rng)) if number % 2 else fuzzed_bytes(data, rng)
+
+
+def fuzz_outcomes(test, read, inputs) -> dict[str, int]:
+    """Each input read: accepted, or refused with a catalog code; how often each outcome came."""
+    outcomes: dict[str, int] = {}
+    for data in inputs:
+        try:
+            read(data)
+        except td.CatalogError as error:
+            test.assertIn(error.code, td.ERROR_CATALOG)
+            outcome = error.code
+        except Exception as error:  # the finding: an input that escapes the catalog
+            test.fail(f"{type(error).__name__} from {data[:160]!r}")
+        else:
+            outcome = "accepted"
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    return outcomes
 
 
 # -- an imported tool behind the boundary: a contract set of its own, its host hooks ---------
@@ -1538,6 +1636,18 @@ class TestProposalAndContextBinding(unittest.TestCase):
                 view = td.principal_view(Principal(tenant, subject, ()))
                 self.assertEqual(view["subject_ref"], independent_sha256({
                     "domain": "tool-dispatcher/subject-ref/v2", "tenant": tenant, "subject": subject}))
+
+    def test_a_principal_holds_max_roles_roles_and_not_one_more(self):
+        roles = tuple(sorted(["orders.read", *(f"role-{index}" for index in range(td.MAX_ROLES - 1))]))
+        at_limit = Principal("tenant-a", "alice", roles)
+        self.assertEqual(len(at_limit.roles), td.MAX_ROLES)
+        self.assertIsNone(td.check_principal(at_limit))
+        package = read(make_dispatcher(), principal=at_limit)
+        self.assertEqual((package["model_result"]["status"], package["protected_audit"]["principal"]["roles"]),
+                         ("ok", list(roles)))
+        over = Principal("tenant-a", "alice", (*roles, "zz-role"))
+        self.assertHostError("PRINCIPAL_INVALID", lambda: td.check_principal(over))
+        self.assertHostError("PRINCIPAL_INVALID", lambda: read(make_dispatcher(), principal=over))
 
 
 # ============================================================================================
@@ -2845,6 +2955,220 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                 with self.subTest(tool=name, arguments=arguments):
                     self.assertEqual(compiled.admits(arguments), spec.input_contract.admits(arguments))
 
+    def test_contracts_a_list_or_an_object_in_any_field_is_refused_at_its_place(self):
+        # A list or an object as a tool's effect or provenance.source was a TypeError out of the
+        # loader (an unhashable value looked up in a frozenset): --check-contracts answered
+        # INTERNAL_ERROR. Every field of a tool entry and of its nested objects, the same way.
+        hostile = ([], {}, ["write"], {"write": 1})
+        tool = contracts_document()["tools"][1]
+        cases = []
+        for name in ("name", "description", "effect", "required_role", "resource_field", "producer"):
+            cases += [((name,), value, "CONTRACTS_VALUE", f"tools[1].{name}") for value in hostile]
+        cases += [(("bound_fields",), value, "CONTRACTS_VALUE", "tools[1].bound_fields")
+                  for value in ({}, {"order_ref": 1}, [[]], [{}], ["order_ref", []])]
+        for name in ("revisions", "provenance", "hints"):
+            cases += [((name,), [], "CONTRACTS_VALUE", f"tools[1].{name}"),
+                      ((name,), ["write"], "CONTRACTS_VALUE", f"tools[1].{name}"),
+                      ((name,), {"write": 1}, "CONTRACTS_FIELDS", f"tools[1].{name}")]
+            for member in tool[name]:
+                cases += [((name, member), value, "CONTRACTS_VALUE", f"tools[1].{name}.{member}") for value in hostile]
+        cases += [((side,), [], "SCHEMA_ROOT", f"tools[1].{side}") for side in ("input_schema", "output_schema")]
+        for path, value, code, at in cases:
+            def change(document):
+                target = document["tools"][1]
+                for key in path[:-1]:
+                    target = target[key]
+                target[path[-1]] = value
+            with self.subTest(path=path, value=value):
+                self.contracts_refused(self.mutated(change), code, at, "schema" if code == "SCHEMA_ROOT" else "contracts")
+        for value in hostile:
+            with self.subTest(field="format", value=value):
+                self.contracts_refused({"format": value, "tools": [tool]}, "CONTRACTS_VERSION", "format")
+        self.contracts_refused({"format": td.CONTRACTS_FORMAT, "tools": {"write": 1}}, "CONTRACTS_VALUE", "tools")
+
+    def test_contracts_fuzzed_files_end_accepted_or_in_a_catalog_code(self):
+        # The coverage-guided fuzzing's target, in a short seeded form: the loader of a
+        # tool-contracts-v1 file, fed 300 mutants of the shipped one. (Before the loader tested
+        # types first, two of this seed's mutants had an effect that is an object or a list: a TypeError.)
+        started = time.perf_counter()
+        outcomes = fuzz_outcomes(self, td.parse_contracts, fuzz_inputs(
+            contracts_document(), lambda value: json.dumps(value, ensure_ascii=False).encode("utf-8"), 300,
+            seed=31))
+        self.assertEqual(sum(outcomes.values()), 300)
+        self.assertGreaterEqual(len(outcomes), 8)  # the mutants reach past the decoder, into the loader
+        self.assertIn("CONTRACTS_VALUE", outcomes)
+        self.assertLess(time.perf_counter() - started, 2.0)
+
+    def test_array_every_item_is_checked(self):
+        # Every item, whatever its position: an array rule that checked every other one let
+        # [5, "x"] through a string rule.
+        compiled = td.compile_schema(schema_field({"type": "array", "items": {"type": "string"}, "maxItems": 4}))
+        for items, position in (([5, "x"], 0), (["x", 5], 1), (["x", "y", 5], 2), (["x", 5, "y"], 1),
+                                (["x", "y", "z", 5], 3), ([5, 6], 0)):
+            with self.subTest(items=items):
+                self.value_refused(compiled, {"f": items}, "VALUE_TYPE", f"value.properties[0].items[{position}]")
+        self.admitted(compiled, {"f": ["w", "x", "y", "z"]})
+        bare = td.compile_schema({"type": "array", "items": {"type": "string"}}, require_object=False)
+        self.value_refused(bare, [5, "x"], "VALUE_TYPE", "value.items[0]")
+
+    def test_overlay_a_list_or_an_object_in_any_field_is_refused_at_its_place(self):
+        good = self.overlay((["amount"], {"type": "integer"}))
+        tool, entry = good["tools"][0], good["tools"][0]["input"][0]
+        cases = [({**good, "format": value}, "CONTRACTS_VERSION", "overlay.format") for value in ([], {})]
+        cases += [({**good, "tools": {"x": 1}}, "CONTRACTS_VALUE", "overlay.tools"),
+                  ({**good, "tools": [[]]}, "CONTRACTS_VALUE", "overlay.tools[0]")]
+        for value in ([], {}, ["create_refund_draft"], {"create_refund_draft": 1}):
+            cases.append(({**good, "tools": [{**tool, "name": value}]}, "CONTRACTS_VALUE", "overlay.tools[0].name"))
+        for value in ({}, {"amount": 1}, [[]], [{}], ["amount", []]):
+            cases.append(({**good, "tools": [{**tool, "input": [{**entry, "path": value}]}]}, "CONTRACTS_VALUE",
+                          "overlay.tools[0].input[0].path"))
+        for side in ("input", "output"):
+            cases += [({**good, "tools": [{**tool, side: {"x": 1}}]}, "CONTRACTS_VALUE", f"overlay.tools[0].{side}"),
+                      ({**good, "tools": [{**tool, side: [[]]}]}, "CONTRACTS_VALUE", f"overlay.tools[0].{side}[0]")]
+        cases.append(({**good, "tools": [{**tool, "input": [{**entry, "schema": []}]}]}, "SCHEMA_MALFORMED",
+                      "overlay.tools[0].input[0].schema"))
+        for overlay, code, at in cases:
+            with self.subTest(code=code, at=at, overlay=overlay):
+                with self.assertRaises(BoundaryError) as caught:
+                    td.parse_overlay(encode(overlay))
+                self.assertEqual((caught.exception.code, caught.exception.at), (code, at))
+
+    def test_overlay_number_proof_both_sides_of_each_bound(self):
+        def proved(server_node, host):
+            try:
+                td.narrow(schema_object({"n": server_node}), {("n",): host})
+            except BoundaryError as refusal:
+                self.assertEqual((refusal.code, refusal.at), ("OVERLAY_WIDENS", "overlay[0]"))
+                return False
+            return True
+
+        def integer(**keywords):
+            return {"type": "integer", **keywords}
+        bounded = {"type": "number", "minimum": 0, "maximum": 10}
+        cases = (
+            (bounded, integer(minimum=0, maximum=10), True), (bounded, integer(minimum=-1, maximum=10), False),
+            (bounded, integer(minimum=0, maximum=11), False), (bounded, integer(), False),
+            (bounded, integer(enum=[0, 10]), True), (bounded, integer(enum=[0, 11]), False),
+            (bounded, integer(enum=[-1, 10]), False),
+            (bounded, integer(enum=[5], minimum=-100), True),  # the choices are the bounds
+            ({"type": "number", "exclusiveMinimum": 0}, integer(minimum=1, maximum=5), True),
+            ({"type": "number", "exclusiveMinimum": 0}, integer(minimum=0, maximum=5), False),
+            ({"type": "number", "exclusiveMaximum": 5}, integer(minimum=0, maximum=4), True),
+            ({"type": "number", "exclusiveMaximum": 5}, integer(minimum=0, maximum=5), False),
+            ({"type": "number", "minimum": 0.5}, integer(minimum=1, maximum=5), True),
+            ({"type": "number", "minimum": 1.5}, integer(minimum=1, maximum=5), False),
+            ({"type": "number", "minimum": "0"}, integer(minimum=0, maximum=1), False),
+            ({"type": "number", "minimum": True}, integer(minimum=1, maximum=1), False),
+            ({"type": "number"}, integer(), True),
+            ({"type": "number", "title": "t", "description": "d"}, integer(minimum=0, maximum=5), True),
+            ({"type": "number", "format": "double"}, integer(minimum=0, maximum=5), False),
+            ({"type": ["number", "string"]}, integer(minimum=0, maximum=5), False),
+            ({"type": ["number", "null"], "maximum": 5}, {"type": ["integer", "null"], "minimum": 0, "maximum": 5}, True),
+            ({"type": ["null", "number"], "maximum": 5}, {"type": ["integer", "null"], "minimum": 0, "maximum": 5}, True),
+            ({"type": ["number", "null"], "maximum": 5}, integer(minimum=0, maximum=5), True),
+            ({"type": ["number", "null"], "maximum": 5}, {"type": ["integer", "null"], "minimum": 0, "maximum": 6}, False),
+            ({"type": "number", "maximum": 5}, {"type": ["integer", "null"], "minimum": 0, "maximum": 5}, False),
+            ({"type": "number"}, {"type": "string"}, False), ({"type": "number"}, {"type": "boolean"}, False),
+        )
+        for server_node, host, expected in cases:
+            with self.subTest(server=server_node, host=host):
+                self.assertIs(proved(server_node, host), expected)
+
+    def test_overlay_integer_boolean_and_array_proofs_both_sides(self):
+        def proved(server_node, host):
+            try:
+                td.narrow(schema_object({"p": server_node}), {("p",): host})
+            except BoundaryError as refusal:
+                self.assertEqual((refusal.code, refusal.at), ("OVERLAY_WIDENS", "overlay[0]"))
+                return False
+            return True
+
+        integers = {"type": "integer", "minimum": 0, "maximum": 10, "multipleOf": 2}
+        strings = {"type": "array", "items": {"type": "string", "maxLength": 8}, "minItems": 1, "maxItems": 4}
+        cases = (
+            (integers, {"type": "integer", "minimum": 0, "maximum": 10, "multipleOf": 2}, True),
+            (integers, {"type": "integer", "minimum": 2, "maximum": 8, "multipleOf": 4}, True),
+            (integers, {"type": "integer", "minimum": -2, "maximum": 10, "multipleOf": 2}, False),
+            (integers, {"type": "integer", "minimum": 0, "maximum": 12, "multipleOf": 2}, False),
+            (integers, {"type": "integer", "minimum": 0, "maximum": 10}, False),  # the step widens
+            (integers, {"type": "integer", "minimum": 0, "maximum": 10, "multipleOf": 3}, False),
+            (integers, {"type": "integer", "enum": [0, 4, 10]}, True),
+            (integers, {"type": "integer", "enum": [0, 3]}, False),
+            ({"type": "integer"}, {"type": "integer", "minimum": 5}, True),
+            ({"type": "integer", "minimum": 0, "maximum": 10}, {"type": "integer", "minimum": 0, "maximum": 10}, True),
+            ({"type": "integer", "minimum": 0, "maximum": 10}, {"type": "integer", "minimum": -1, "maximum": 10}, False),
+            ({"type": "integer", "minimum": 0, "maximum": 10}, {"type": "integer", "minimum": 0, "maximum": 11}, False),
+            ({"type": "integer", "enum": [1, 2]}, {"type": "integer", "minimum": 1, "maximum": 2}, False),
+            ({"type": "integer", "enum": [1, 2]}, {"type": "integer", "const": 2}, True),
+            ({"type": "boolean"}, {"type": "boolean"}, True),
+            ({"type": "boolean"}, {"const": False}, True),
+            ({"const": True}, {"const": True}, True),
+            ({"const": True}, {"type": "boolean"}, False),
+            ({"const": True}, {"enum": [True, False]}, False),
+            ({"type": "boolean", "enum": [False]}, {"const": True}, False),
+            (strings, strings, True),
+            (strings, {**strings, "minItems": 2, "maxItems": 3, "uniqueItems": True}, True),
+            (strings, {**strings, "minItems": 0}, False),
+            (strings, {**strings, "maxItems": 5}, False),
+            (strings, {**strings, "items": {"type": "string", "maxLength": 9}}, False),
+            (strings, {**strings, "items": {"type": "integer"}}, False),
+            ({**strings, "uniqueItems": True}, strings, False),
+            ({**strings, "uniqueItems": True}, {**strings, "uniqueItems": True}, True),
+        )
+        for server_node, host, expected in cases:
+            with self.subTest(server=server_node, host=host):
+                self.assertIs(proved(server_node, host), expected)
+
+    def test_overlay_subset_proof_is_sound_and_never_raises(self):
+        # The proof walks two rule tables of different sizes at once; an index of one read in the
+        # other was an IndexError. Over every pair of these schemas, each narrowing the other's
+        # place: OVERLAY_WIDENS or a narrowed schema, never another exception, and never a
+        # narrowed schema that admits a value the server's refuses.
+        optional = {"type": ["string", "null"], "maxLength": 4}
+        schemas = (
+            {"type": "string", "maxLength": 4}, optional, {"type": "string", "maxLength": 2},
+            {"type": "string", "enum": ["ab"]}, {"type": "integer", "minimum": 0, "maximum": 5},
+            {"type": "integer", "enum": [1]}, {"type": "boolean"}, {"const": True},
+            {"type": "array", "items": optional, "maxItems": 2},
+            {"type": "array", "items": {"type": "string", "maxLength": 2}, "maxItems": 2},
+            schema_object({"a": {"type": "string"}, "b": optional}),
+            schema_object({"b": {"type": "string", "maxLength": 3}}),
+            schema_object({"b": optional}, ["b"]),
+            schema_object({"b": {"type": ["string", "null"], "maxLength": 3}}),
+            {"anyOf": [schema_object({"b": optional}), {"type": "null"}]},
+        )
+        values = (None, "", "ab", "abcd", "abcde", 0, 1, 5, 6, True, False, [], ["ab"], ["abcd"], [None],
+                  ["a", "b", "c"], {}, {"b": None}, {"b": "abc"}, {"b": "abcd"}, {"a": "x", "b": None}, {"b": 1})
+
+        def narrowed(host_number, server_number):
+            server = schema_object({"p": schemas[server_number]})
+            try:
+                compiled = td.narrow(server, {("p",): schemas[host_number]})
+            except BoundaryError as refusal:
+                self.assertEqual((refusal.code, refusal.at), ("OVERLAY_WIDENS", "overlay[0]"))
+                return None
+            original, host = td.compile_schema(server), td.compile_schema(schemas[host_number], require_object=False)
+            for value in values:
+                self.assertEqual(compiled.admits({"p": value}), host.admits(value))
+                self.assertFalse(compiled.admits({"p": value}) and not original.admits({"p": value}), value)
+            return compiled
+
+        proved = 0
+        for host_number in range(len(schemas)):
+            for server_number in range(len(schemas)):
+                with self.subTest(host=schemas[host_number], server=schemas[server_number]):
+                    proved += narrowed(host_number, server_number) is not None
+        self.assertEqual(proved, 31)
+        # The narrowings the proof must find: through a nullable server rule, and across tables of
+        # different sizes (the host's object drops an optional property); and what it must refuse.
+        for host_number, server_number in ((2, 0), (0, 1), (2, 1), (11, 10), (13, 10), (12, 10), (12, 14),
+                                           (9, 8), (3, 1), (5, 4), (7, 6)):
+            with self.subTest(host=schemas[host_number], server=schemas[server_number]):
+                self.assertIsNotNone(narrowed(host_number, server_number))
+        for host_number, server_number in ((0, 2), (1, 0), (10, 11), (14, 12), (8, 9), (6, 7), (4, 5)):
+            with self.subTest(host=schemas[host_number], server=schemas[server_number]):
+                self.assertIsNone(narrowed(host_number, server_number))
+
 
 # ============================================================================================
 # 9. Registry and input contracts
@@ -3786,6 +4110,51 @@ class TestTheDemoHostOrdersRefundsAndTheirHooksInjectedFaults(unittest.TestCase)
         self.assertEqual(committed["execution"], {"operation_state": "succeeded", "handler_invoked": True,
                                                   "effects": 1})
 
+    def test_a_receipt_fits_only_by_exact_types(self):
+        # A receipt is the write's only when each reference, revision and bound field is equal and
+        # of the same exact type on both sides: a str subclass that equals anything (the
+        # downstream's or a store's) matches nothing, and 1 never stands for true.
+        spec = td.REGISTRY["create_refund_draft"]
+        refs = {"request_ref": "rq-1", "status_ref": "st-1"}
+        arguments = {"order_ref": "ORDER-7", "reason": "duplicate"}
+        receipt = td.refund_draft_receipt(request_ref="rq-1", status_ref="st-1", order_ref="ORDER-7",
+                                          reason="duplicate", effect_revision=spec.effect_revision,
+                                          producer_revision=spec.producer_revision)
+        self.assertIs(td.receipt_fits(receipt, refs, arguments, spec), True)
+        self.assertIs(td.receipt_fits(receipt, refs, MappingProxyType(arguments), spec), True)
+        misfits = {
+            "an agreeable request_ref": (dataclasses.replace(receipt, request_ref=Agreeable("rq-9")), refs, arguments),
+            "an agreeable status_ref": (dataclasses.replace(receipt, status_ref=Agreeable("st-9")), refs, arguments),
+            "an agreeable effect revision": (dataclasses.replace(receipt, effect_revision=Agreeable("e")), refs,
+                                             arguments),
+            "an agreeable producer revision": (dataclasses.replace(receipt, producer_revision=Agreeable("p")), refs,
+                                               arguments),
+            "an agreeable reference wanted": (receipt, {**refs, "request_ref": Agreeable("rq-9")}, arguments),
+            "an agreeable argument wanted": (receipt, refs, {**arguments, "order_ref": Agreeable("ORDER-8")}),
+            "no reference on either side": (dataclasses.replace(receipt, status_ref=None), {**refs, "status_ref": None},
+                                            arguments),
+            "another request": (dataclasses.replace(receipt, request_ref="rq-2"), refs, arguments),
+            "another order": (dataclasses.replace(receipt, order_ref="ORDER-8"), refs, arguments),
+            "another reason": (receipt, refs, {**arguments, "reason": "damaged"}),
+            "a receipt reference that is no identifier": (dataclasses.replace(receipt, receipt_ref="rc 1"), refs,
+                                                          arguments),
+            "an output the contract refuses": (dataclasses.replace(receipt, reason="stolen"), refs,
+                                               {**arguments, "reason": "stolen"}),
+            "no receipt": (dataclasses.asdict(receipt), refs, arguments),
+            "no mapping of arguments": (receipt, refs, list(arguments.items())),
+        }
+        for name, (candidate, wanted, given) in misfits.items():
+            with self.subTest(case=name):
+                self.assertIs(td.receipt_fits(candidate, wanted, given, spec), False)
+        # A bound field a tool's output declares an integer: 1 is no true.
+        counted = dataclasses.replace(spec, output_contract=td.compile_schema(schema_object(
+            {"draft_id": {"type": "string"}, "order_ref": {"type": "integer"}, "reason": {"type": "string"}},
+            ["draft_id", "order_ref", "reason"])))
+        numbered = dataclasses.replace(receipt, order_ref=1)
+        self.assertIs(td.receipt_fits(numbered, refs, {**arguments, "order_ref": 1}, counted), True)
+        self.assertIs(td.receipt_fits(numbered, refs, {**arguments, "order_ref": True}, counted), False)
+        self.assertIs(td.receipt_fits(receipt, refs, arguments, dataclasses.replace(spec, output_contract=None)), False)
+
 
 # ============================================================================================
 # 13. Output contracts
@@ -4391,6 +4760,40 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
                 with self.subTest(shape=name, value=value):
                     self.assertWithheld(self.leaky_dispatch({"note": value}), value)
 
+    def test_a_bound_field_echoes_its_argument_by_exact_json_type(self):
+        # JSON equality, not Python's: 1 is no true, a str subclass that equals anything echoes
+        # nothing, and an object or an array is equal member by member, by type too.
+        cases = (
+            ({"type": "string"}, "ORDER-7", "ORDER-7", True), ({"type": "string"}, "ORDER-7", "ORDER-8", False),
+            ({"type": "string"}, "ORDER-7", Agreeable("ORDER-8"), False), ({"type": "string"}, "1", 1, False),
+            ({"type": "integer"}, 1, 1, True), ({"type": "integer"}, 1, True, False),
+            ({"type": "integer"}, 0, False, False), ({"type": "integer"}, 1, 1.0, False),
+            ({"type": "boolean"}, True, True, True), ({"type": "boolean"}, True, 1, False),
+            ({"type": ["string", "null"]}, None, None, True), ({"type": ["string", "null"]}, None, "None", False),
+            (schema_object({"a": {"type": "string"}}), {"a": "x"}, {"a": "x"}, True),
+            (schema_object({"a": {"type": "string"}}), {"a": "x"}, {"a": "y"}, False),
+            (schema_object({"a": {"type": "string"}}), {"a": "x"}, {"a": Agreeable("y")}, False),
+            (schema_object({"a": {"type": "string"}}), {"a": "x"}, {"a": "x", "b": "y"}, False),
+            (schema_object({"a": {"type": "string"}}), {"a": "x"}, ["a"], False),
+            (schema_object({"n": {"type": "integer"}}), {"n": 1}, {"n": 1}, True),
+            (schema_object({"n": {"type": "integer"}}), {"n": 1}, {"n": True}, False),
+            ({"type": "array", "items": {"type": "integer"}}, [1], [1], True),
+            ({"type": "array", "items": {"type": "integer"}}, [1], [True], False),
+            ({"type": "array", "items": {"type": "integer"}}, [0], [False], False),
+            ({"type": "array", "items": {"type": "integer"}}, [1], (1,), False),
+        )
+        for schema, output, argument, echoed in cases:
+            spec = dataclasses.replace(GET_ORDER, output_contract=td.compile_schema(schema_object(
+                {"order_ref": schema, "status": {"type": "string"}}, ["order_ref", "status"])))
+            result = execution({"order_ref": output, "status": "paid"})
+            with self.subTest(output=output, argument=argument):
+                if echoed:
+                    self.assertEqual(td.check_output(spec, result, {"order_ref": argument}, ORDER_7_REVISION),
+                                     {"order_ref": output, "status": "paid"})
+                else:
+                    self.assertOutputRefused("OUTPUT_BINDING_MISMATCH", result, spec=spec,
+                                             arguments={"order_ref": argument})
+
 
 # ============================================================================================
 # 14. Projections
@@ -4768,6 +5171,63 @@ class TestDigestsAndSeals(unittest.TestCase):
         self.assertIsNotNone(reconciled["protected_audit"]["downstream"]["receipt_ref"])
         self.assertEqual(again["protected_audit"]["downstream"], reconciled["protected_audit"]["downstream"])
 
+    def test_a_seal_of_text_that_is_not_lowercase_hex_does_not_hold_and_raises_nothing(self):
+        # hmac.compare_digest raises TypeError on a str that is not ASCII: a seal of "\u00e9" was
+        # a TypeError out of seal_holds (the audit verifier calls it on any seal it decoded).
+        keys = seal_keys()
+        digest = "a" * 64
+        seal = keys.seal("package", digest)
+        self.assertIs(td.seal_holds(keys, seal, "package", digest), True)
+        mac = seal["hmac_sha256"]
+        for hostile in ("\u00e9", "\u00e9" * 64, mac[:-1] + "\u00e9", mac.upper(), mac + "0", mac[:-1], "", 7, None,
+                        [mac], Agreeable(mac)):
+            with self.subTest(mac=hostile):
+                self.assertIs(td.seal_holds(keys, {"key_id": "k-a", "hmac_sha256": hostile}, "package", digest), False)
+        for key_id in ("k-z", Agreeable("k-a"), ["k-a"], None):
+            with self.subTest(key_id=key_id):
+                self.assertIsNone(td.seal_holds(keys, {"key_id": key_id, "hmac_sha256": mac}, "package", digest))
+
+    def test_seal_keys_a_list_or_an_object_in_any_field_is_invalid(self):
+        good = seal_keys_document()
+        entry = good["keys"][0]
+        documents = {}
+        for value in ([], {}, ["k-a"], {"k-a": 1}):
+            documents.update({
+                f"format {value}": dict(good, format=value), f"current {value}": dict(good, current=value),
+                f"keys {value}": dict(good, keys=value), f"a key {value}": dict(good, keys=[value]),
+                f"key_id {value}": dict(good, keys=[dict(entry, key_id=value)]),
+                f"secret_hex {value}": dict(good, keys=[dict(entry, secret_hex=value)]),
+            })
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "keys.json")
+            for name, document in documents.items():
+                with self.subTest(case=name):
+                    with self.assertRaises(BoundaryError) as caught:
+                        td.parse_seal_keys(document)
+                    self.assertEqual((caught.exception.code, caught.exception.at), ("SEAL_KEYS_INVALID", ""))
+                    with open(path, "wb") as handle:
+                        handle.write(encode(document))
+                    with self.assertRaises(BoundaryError) as caught:
+                        td.load_seal_keys(path)
+                    self.assertEqual(caught.exception.code, "SEAL_KEYS_INVALID")
+
+    def test_seal_keys_fuzzed_files_end_accepted_or_in_a_catalog_code(self):
+        # The seal-keys reader (load_seal_keys, from a file) fed 300 mutants of a valid file.
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "keys.json")
+
+            def load(data):
+                with open(path, "wb") as handle:
+                    handle.write(data)
+                return td.load_seal_keys(path)
+            outcomes = fuzz_outcomes(self, load, fuzz_inputs(
+                seal_keys_document(), lambda value: json.dumps(value, ensure_ascii=False).encode("utf-8"), 300,
+                seed=34))
+        self.assertEqual(sum(outcomes.values()), 300)
+        self.assertEqual(set(outcomes) - {"accepted"}, {"SEAL_KEYS_INVALID"})  # a key file's one refusal
+        self.assertGreater(outcomes.get("accepted", 0), 0)
+        self.assertLess(time.perf_counter() - started, 2.0)
 
 
 # ============================================================================================
@@ -4805,6 +5265,59 @@ class ForgingDownstream(td.MockDownstream):
 
 
 class TestTheDispatcher(unittest.TestCase):
+
+    def test_one_call_delivered_twice_at_once_is_never_told_that_nothing_ran(self):
+        # The same call (key, approval) arrives twice: this copy finds the key free, and the
+        # other copy claims it and consumes the approval before this copy checks it. Both seams:
+        # the approval check, and the claim (the approval consumed between check and claim).
+        for seam in ("approval_used", "claim"):
+            with self.subTest(seam=seam):
+                operations = td.MemoryOperations()
+                dispatcher = make_dispatcher(operations=operations)
+                ctx = write_context()
+                approval = approval_for(ctx)
+                original = getattr(operations, seam)
+                raced = []
+
+                def race(*arguments, original=original):
+                    if not raced:
+                        raced.append(None)
+                        raced[0] = write(dispatcher, ctx, approval=approval)  # the other copy, whole
+                    return original(*arguments)
+
+                setattr(operations, seam, race)
+                package = write(dispatcher, ctx, approval=approval)
+                self.assertEqual(raced[0]["model_result"]["delivery"], "fresh")
+                self.assertEqual((package["model_result"]["status"], package["model_result"]["delivery"]),
+                                 ("ok", "local_replay"))
+                self.assertEqual(package["model_result"]["data"], raced[0]["model_result"]["data"])
+                self.assertEqual(dispatcher.effect_count, 1)
+        # While the other copy still runs, this one hears OPERATION_IN_PROGRESS (nothing ran for it).
+        operations = td.MemoryOperations()
+        dispatcher = make_dispatcher(operations=operations)
+        ctx = write_context()
+        approval = approval_for(ctx)
+        held = operations.claim(*self.claim_arguments(dispatcher, ctx, approval))
+        self.assertIs(type(held), td.Claim)
+        with self.assertRaises(BoundaryError) as caught:
+            write(dispatcher, ctx, approval=approval)
+        self.assertEqual(caught.exception.code, "OPERATION_IN_PROGRESS")
+        # An approval another key consumed stays APPROVAL_CONSUMED.
+        dispatcher = make_dispatcher()
+        first = write_context(key="idem-other")
+        approval = approval_for(first)
+        write(dispatcher, first, approval=approval)
+        again = write(dispatcher, write_context(response="resp_2", call="call_2"), approval=approval)
+        self.assertEqual(again["model_result"]["error"]["code"], "APPROVAL_CONSUMED")
+
+    @staticmethod
+    def claim_arguments(dispatcher, ctx, approval):
+        """What a dispatch of refund_proposal() under ctx hands its store's claim()."""
+        call = dispatcher._admit(dispatcher._bind(ctx, ALICE, "dispatch", NOW, None, "none"), refund_proposal(),
+                                 bind_identity=False)
+        refs = td.downstream_refs(call)
+        record = dispatcher._new_record(call, refs, td.approval_view(approval), 3)
+        return call, record, td.approval_ref(approval)
 
     def imported_turn(self, provider="openai", **changes):
         """A write and a read of the imported tools in one provider turn, and the packages."""
@@ -6326,6 +6839,114 @@ class TestTheDispatcher(unittest.TestCase):
                 package = note_query(fixed.dispatcher(operations=dispatcher.operations))
                 self.assertEqual(package["model_result"]["delivery"], "receipt_reconciled")
 
+    def test_a_stored_write_binds_only_a_receipt_of_exactly_its_values(self):
+        dispatcher = make_dispatcher()
+        write(dispatcher)
+        record = dispatcher.operations.find(("tenant-a", "alice", "create_refund_draft", "idem-1"))
+        receipt = dispatcher.downstream.receipt(record.refs["status_ref"])
+        spec = td.REGISTRY["create_refund_draft"]
+        self.assertIs(td.receipt_binds(record, receipt, spec), True)
+        refs, arguments = dict(record.refs), dict(record.arguments)
+        unbound = {
+            "an agreeable receipt": (record, dataclasses.replace(receipt, request_ref=Agreeable("rq-other"))),
+            "an agreeable reference in the store": (dataclasses.replace(record, refs=MappingProxyType(
+                {**refs, "status_ref": Agreeable("st-other")})), receipt),
+            "agreeable arguments in the store": (dataclasses.replace(record, arguments=MappingProxyType(
+                {**arguments, "order_ref": Agreeable("ORDER-8")})), receipt),
+            "another order's receipt": (record, dataclasses.replace(receipt, order_ref="ORDER-8")),
+            "no arguments in the store": (dataclasses.replace(record, arguments=None), receipt),
+        }
+        for name, (stored, found) in unbound.items():
+            with self.subTest(case=name):
+                self.assertIs(td.receipt_binds(stored, found, spec), False)
+
+    def test_a_claim_reads_the_key_again_under_its_lock(self):
+        # Between answer() (the key was free) and claim(), another caller took the key: the claim
+        # must answer from that caller's record, never claim the key a second time.
+        class Overtaken(td.MemoryOperations):
+            def __init__(self):
+                super().__init__()
+                self.rival = None  # what another caller does between this caller's answer() and claim()
+
+            def answer(self, call):
+                found = super().answer(call)
+                rival, self.rival = self.rival, None
+                if rival is not None:
+                    rival()
+                return found
+
+        rival_context = write_context(response="resp_r", call="call_r")
+        for rival_proposal, answer in ((refund_proposal(), "local_replay"),
+                                       (refund_proposal(reason="damaged"), "IDEMPOTENCY_CONFLICT")):
+            with self.subTest(rival=rival_proposal["arguments"]["reason"]):
+                store = Overtaken()
+                dispatcher = make_dispatcher(operations=store)
+                store.rival = lambda: self.assertEqual(
+                    write(dispatcher, rival_context, proposal=rival_proposal)["model_result"]["delivery"], "fresh")
+                package = write(dispatcher)
+                result = package["model_result"]
+                self.assertEqual(code_of(package) if result["status"] == "error" else result["delivery"], answer)
+                self.assertIsNone(store.rival)
+                self.assertEqual(dispatcher.effect_count, 1)
+                td.verify_package(package, context=write_context())
+
+        class Raced(td.MemoryOperations):
+            def claim(self, call, record, approval_ref):
+                # Another caller, with an approval of its own, claims the key first and is still running.
+                super().claim(call, record, approval_ref + "-rival")
+                return super().claim(call, record, approval_ref)
+
+        dispatcher = make_dispatcher(operations=Raced())
+        with self.assertRaises(BoundaryError) as caught:
+            write(dispatcher)
+        self.assertEqual((caught.exception.code, dispatcher.effect_count), ("OPERATION_IN_PROGRESS", 0))
+        self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "in_progress")
+
+    def test_another_intent_while_the_key_is_in_progress_conflicts(self):
+        inner = []
+
+        def reentrant(call):
+            package = write(dispatcher, write_context(response="resp_2", call="call_2"),
+                            proposal=refund_proposal(reason="damaged"))
+            inner.append(package)
+            return td.handle_create_refund_draft(call)
+
+        dispatcher = make_dispatcher(handlers={"create_refund_draft": reentrant})
+        package = write(dispatcher)
+        self.assertEqual((package["model_result"]["delivery"], [code_of(found) for found in inner],
+                          dispatcher.effect_count), ("fresh", ["IDEMPOTENCY_CONFLICT"], 1))
+        self.assertEqual(inner[0]["execution"], {"operation_state": "none", "handler_invoked": False, "effects": 0})
+
+    def test_the_memory_store_refuses_a_move_its_record_does_not_allow(self):
+        key = ("tenant-a", "alice", "create_refund_draft", "idem-1")
+        dispatcher = make_dispatcher()
+        unknown_write(dispatcher)
+        store = dispatcher.operations
+        current = store.find(key)
+        self.assertEqual(current.state, "unknown")
+        reconciled = td.advance(current, "receipt_confirmed")
+
+        def refused(move):
+            with self.assertRaises(BoundaryError) as caught:
+                move()
+            self.assertEqual(caught.exception.code, "LIFECYCLE_VIOLATION")
+            self.assertIs(store.find(key), current)  # nothing moved
+
+        # settle: the record given is not what the event makes of the claim's.
+        refused(lambda: store.settle(td.Claim(key, current), "receipt_confirmed",
+                                     dataclasses.replace(current, state="escalated"), {}))
+        # a claim whose record is no longer the stored one (a copy: another holder's).
+        refused(lambda: store.settle(td.Claim(key, dataclasses.replace(current)), "receipt_confirmed", reconciled, {}))
+        # reconcile: no record, a record that is not what the receipt makes of it, a record not unknown.
+        refused(lambda: store.reconcile(("tenant-a", "alice", "create_refund_draft", "idem-9"), reconciled, {}))
+        refused(lambda: store.reconcile(key, dataclasses.replace(current, state="unknown"), {}))
+        refused(lambda: store.reconcile(key, dataclasses.replace(current, state="succeeded"), {}))
+        store.reconcile(key, reconciled, {})
+        self.assertIs(store.find(key), reconciled)
+        with self.assertRaises(BoundaryError) as caught:  # reconciled is not unknown: no second reconciliation
+            store.reconcile(key, td.advance(current, "receipt_confirmed"), {})
+        self.assertEqual((caught.exception.code, store.find(key)), ("LIFECYCLE_VIOLATION", reconciled))
+
 
 # ============================================================================================
 # 17. Package verification
@@ -6763,6 +7384,13 @@ class TestPackageVerification(unittest.TestCase):
                     td.verify_package(forged)
                 self.assertEqual(caught.exception.code, "PACKAGE_MALFORMED")
 
+    def test_an_audited_principal_holds_max_roles_roles_and_not_one_more(self):
+        roles = sorted(["orders.read", *(f"role-{index}" for index in range(td.MAX_ROLES - 1))])
+        package = read(make_dispatcher(), principal=Principal("tenant-a", "alice", tuple(roles)))
+        self.assertIsNone(td.verify_package(package))
+        self.assertRefused("PACKAGE_MALFORMED", resealed(package, (("protected_audit", "principal", "roles"),
+                                                                   [*roles, "zz-role"])))
+
 
 # ============================================================================================
 # 18. Result sets
@@ -6854,6 +7482,20 @@ class TestResultSets(unittest.TestCase):
         self.assertEqual(len(td.verify_result_set(calls, list(reversed(packages)))), 1024)
         self.assertSetRefused("RESULT_SET_TOO_LARGE", [*calls, context(call="c_extra")], packages)
         self.assertSetRefused("RESULT_SET_TOO_LARGE", calls[:1], [None] * (td.MAX_RESULT_SET + 1))
+
+    def test_each_package_is_verified_against_its_own_calls_context(self):
+        # Matched by call id, then verified with that call's trusted context: a package answering
+        # the same call id in another turn, operation or provider's turn was accepted without it.
+        for name, calls, code in (
+                ("another turn", [context(response="resp_2", call=f"call_{index}") for index in range(3)],
+                 "CALL_BINDING_MISMATCH"),
+                ("another operation", [context(call=f"call_{index}", operation="op-9") for index in range(3)],
+                 "CALL_BINDING_MISMATCH"),
+                ("another provider", [context("anthropic", call=f"call_{index}") for index in range(3)],
+                 "PROVIDER_MISMATCH")):
+            with self.subTest(case=name):
+                self.assertSetRefused(code, calls, self.packages)
+        self.assertEqual(td.verify_result_set(self.calls, self.packages), self.packages)
 
 
 # ============================================================================================
@@ -7032,6 +7674,24 @@ class TestProviderAdapters(unittest.TestCase):
                     td.to_openai_responses(package, ctx)
                 self.assertEqual(caught.exception.code, code)
 
+    def test_every_adapter_passes_a_required_seal_on(self):
+        # adapt() verified without require_seal: an unsealed package reached a provider.
+        keys = seal_keys()
+        for provider, adapter in ADAPTER_FUNCTIONS.items():
+            ctx, package = self.packages[provider]["read"]  # unsealed
+            revision = PROFILES[provider][2]
+            for options in ({"require_seal": True}, {"require_seal": True, "seal_keys": keys}):
+                for name, call in (("adapter", lambda: adapter(package, ctx, **options)),
+                                   ("adapt", lambda: td.adapt(package, ctx, revision, **options))):
+                    with self.subTest(provider=provider, seam=name, keys="seal_keys" in options):
+                        with self.assertRaises(BoundaryError) as caught:
+                            call()
+                        self.assertEqual(caught.exception.code, "SEAL_REQUIRED")
+            self.assertEqual(adapter(package, ctx, seal_keys=keys), adapter(package, ctx))  # not required: shaped
+            sealed = read(make_dispatcher(seal_keys=keys), ctx)
+            self.assertEqual(td.adapt(sealed, ctx, revision, seal_keys=keys, require_seal=True),
+                             adapter(sealed, ctx))
+
 
 # ============================================================================================
 # 20. The audit log
@@ -7071,6 +7731,20 @@ def relinked(lines, keys=None) -> list:
         entry["entry_sha256"] = previous = digest
         out.append(td.canonical_json(entry))
     return out
+
+
+def chained(entries, keys=None) -> bytes:
+    """A log of these entries (dicts), each linked and digested as the writer would, whatever its
+    values, and sealed with the given keys: what a key holder's (or, unsealed, anyone's) edit
+    looks like once the chain is recomputed. Indices are kept as given."""
+    previous, lines = td.GENESIS_SHA256, []
+    for entry in entries:
+        entry = dict(entry, previous_sha256=previous)
+        body = {name: value for name, value in entry.items() if name not in ("entry_sha256", "seal")}
+        entry["entry_sha256"] = previous = td.audit_entry_sha256(body)
+        entry["seal"] = td.seal_view(keys, "audit-entry", previous)
+        lines.append(td.canonical_json(entry))
+    return b"\n".join(lines) + b"\n"
 
 
 class TestTheAuditLog(unittest.TestCase):
@@ -7242,6 +7916,154 @@ class TestTheAuditLog(unittest.TestCase):
             log.append(package)
         log.close()
         self.assertEqual(td.verify_audit_log(stream.getvalue(), seal_keys=self.KEYS).entries, 2_000)
+
+    def test_a_seal_of_non_ascii_text_is_an_edited_entry(self):
+        # With keys, a seal whose hmac_sha256 was "\u00e9" was a TypeError out of the verifier (the
+        # CLI answered INTERNAL_ERROR): it is a seal that does not hold, named at its entry.
+        lines = self.sealed.split(b"\n")[:-1]
+        for index in (0, 7, len(lines) - 1):  # the first entry, one inside, the closing entry
+            for mac in ("\u00e9", "\u00e9" * 64, json.loads(lines[index])["seal"]["hmac_sha256"][:-1] + "\u00e9"):
+                entry = json.loads(lines[index])
+                entry["seal"]["hmac_sha256"] = mac
+                data = b"\n".join([*lines[:index], td.canonical_json(entry), *lines[index + 1:]]) + b"\n"
+                with self.subTest(index=index, mac=mac):
+                    self.assertBad("AUDIT_ENTRY_EDITED", index, data, seal_keys=self.KEYS)
+                    self.assertBad("AUDIT_ENTRY_EDITED", index, data, seal_keys=self.KEYS, require_seal=True)
+                    self.assertEqual(td.verify_audit_log(data).sealed, False)  # without keys nothing is checked
+
+    def test_lines_with_trailing_whitespace_or_crlf_endings_are_malformed(self):
+        # A canonical line ends with its seal member's closing brace. The seal is outside the
+        # entry digest, so a tab or CR after it (or a CRLF log) verified as if it were canonical.
+        for log, keys in ((self.sealed, self.KEYS), (self.sealed, None), (self.unsealed, None)):
+            lines = log.split(b"\n")[:-1]
+            spaced_seal = lines[3][:-1].replace(b'"key_id":', b'"key_id": ') + b"}"  # the last member's
+            cases = {
+                "a trailing tab": ([*lines[:3], lines[3] + b"\t", *lines[4:]], 3),
+                "a trailing CR": ([*lines[:3], lines[3] + b"\r", *lines[4:]], 3),
+                "a trailing space": ([*lines[:3], lines[3] + b" ", *lines[4:]], 3),
+                "a CR on the closing entry": ([*lines[:-1], lines[-1] + b"\r"], len(lines) - 1),
+                "a leading space": ([*lines[:3], b" " + lines[3], *lines[4:]], 3),
+                "spaces inside the seal": ([*lines[:3], spaced_seal, *lines[4:]], 3),
+            }
+            for name, (changed, index) in cases.items():
+                with self.subTest(case=name, sealed=log is self.sealed, keys=keys is not None):
+                    self.assertBad("AUDIT_MALFORMED", index, b"\n".join(changed) + b"\n", seal_keys=keys)
+            with self.subTest(case="CRLF endings", sealed=log is self.sealed, keys=keys is not None):
+                self.assertBad("AUDIT_MALFORMED", 0, b"\r\n".join(lines) + b"\r\n", seal_keys=keys)
+            self.assertEqual(td.verify_audit_log(log, seal_keys=keys).entries, 30)
+
+    def test_a_log_is_reported_sealed_only_when_every_entry_was_checked_with_keys(self):
+        self.assertIs(td.verify_audit_log(self.sealed, seal_keys=self.KEYS).sealed, True)
+        self.assertIs(td.verify_audit_log(self.sealed).sealed, False)  # sealed, but nobody checked
+        self.assertIs(td.verify_audit_log(self.unsealed, seal_keys=self.KEYS).sealed, False)
+        lines = self.sealed.split(b"\n")[:-1]
+        entry = json.loads(lines[5])
+        entry["seal"] = dict(td.UNSEALED)  # outside the digest: the chain still holds
+        mixed = b"\n".join([*lines[:5], td.canonical_json(entry), *lines[6:]]) + b"\n"
+        report = td.verify_audit_log(mixed, seal_keys=self.KEYS)
+        self.assertEqual((report.entries, report.sealed), (30, False))
+        self.assertBad("AUDIT_UNSEALED", 5, mixed, seal_keys=self.KEYS, require_seal=True)
+
+    def test_an_entry_whose_own_digest_was_recomputed_is_named_by_its_successors_link(self):
+        # Edited, and its entry_sha256 recomputed (without keys, anyone can): its own digest holds,
+        # and only the next entry's link to it says it changed.
+        lines = self.unsealed.split(b"\n")[:-1]
+
+        def redigested(index, change):
+            entry = json.loads(lines[index])
+            change(entry)
+            entry["entry_sha256"] = td.audit_entry_sha256(
+                {name: value for name, value in entry.items() if name not in ("entry_sha256", "seal")})
+            return b"\n".join([*lines[:index], td.canonical_json(entry), *lines[index + 1:]]) + b"\n"
+
+        edited = redigested(4, lambda entry: entry["package"]["execution"].update(effects=1))
+        self.assertBad("AUDIT_ENTRY_EDITED", 4, edited)
+        self.assertBad("AUDIT_ENTRY_EDITED", 4, b"\n".join(edited.split(b"\n")[:-2]) + b"\n", closed=False)
+        # The first entry's predecessor is the genesis digest: a first entry linked elsewhere is edited.
+        self.assertBad("AUDIT_ENTRY_EDITED", 0, redigested(0, lambda entry: entry.update(previous_sha256="1" * 64)))
+        closing = len(lines) - 1  # the closing entry linked elsewhere: the entry before it changed
+        self.assertBad("AUDIT_ENTRY_EDITED", closing - 1,
+                       redigested(closing, lambda entry: entry.update(previous_sha256="1" * 64)))
+
+    def test_entry_fields_are_held_to_exact_json_types(self):
+        # Re-chained (and sealed with the real key), so that only the entry's shape can refuse it:
+        # true is no index 1, 1 is no closing true, and each field is exactly its JSON type.
+        lines = self.sealed.split(b"\n")[:-1]
+        entries = [json.loads(line) for line in lines[:3]] + [json.loads(lines[-1])]
+        entries[-1]["index"] = 3
+        self.assertEqual(td.verify_audit_log(chained(entries, self.KEYS), seal_keys=self.KEYS,
+                                             require_seal=True).entries, 3)
+        changes = {
+            "index true": (1, "index", True), "index 1.0": (1, "index", 1.0), "index text": (1, "index", "1"),
+            "index negative": (0, "index", -1), "index past the limit": (1, "index", td.MAX_AUDIT_ENTRIES + 1),
+            "closed 1": (3, "closed", 1), "closed false": (3, "closed", False), "closed text": (3, "closed", "true"),
+            "package a list": (1, "package", [entries[1]["package"]]), "package text": (1, "package", "{}"),
+            "package null": (1, "package", None), "format other": (1, "format", "audit-log-v2"),
+            "format a list": (1, "format", [td.AUDIT_LOG_FORMAT]),
+        }
+        for name, (index, field_name, value) in changes.items():
+            changed = copy.deepcopy(entries)
+            changed[index][field_name] = value
+            with self.subTest(change=name):
+                self.assertBad("AUDIT_MALFORMED", index, chained(changed, self.KEYS), seal_keys=self.KEYS)
+        for name, seal in (("a list", []), ("no hmac", {"key_id": "k-a"}), ("an extra field", {**td.UNSEALED, "x": 1}),
+                           ("text", "sealed")):
+            data = chained(entries, self.KEYS).split(b"\n")
+            entry = json.loads(data[2])
+            entry["seal"] = seal
+            data[2] = td.canonical_json(entry)
+            with self.subTest(seal=name):
+                self.assertBad("AUDIT_MALFORMED", 2, b"\n".join(data), seal_keys=self.KEYS)
+        data = chained(entries, self.KEYS).split(b"\n")
+        for name in (b"previous_sha256", b"entry_sha256"):  # a digest is 64 lowercase hex
+            entry = json.loads(data[1])
+            upper = data[1].replace(entry[name.decode()].encode(), entry[name.decode()].upper().encode())
+            with self.subTest(digest=name):
+                self.assertBad("AUDIT_MALFORMED", 1, b"\n".join([data[0], upper, *data[2:]]), seal_keys=self.KEYS)
+
+    def test_fuzzed_logs_end_accepted_or_in_a_catalog_code(self):
+        # The audit-log reader fed 300 mutants of a four-line sealed log: its bytes mutated, or
+        # its entries' values, then (a third of those) re-chained and re-sealed with the real
+        # key, so that the mutant reaches the entry checks; each verified with and without keys.
+        # (Before seal_holds tested the seal's shape, this seed's mutants included a seal with
+        # a non-ASCII character: a TypeError.)
+        lines = self.sealed.split(b"\n")[:-1]
+        entries = [json.loads(line) for line in lines[:3]] + [json.loads(lines[-1])]
+        entries[-1]["index"] = 3
+        seed = chained(entries, self.KEYS)
+        rng = random.Random(38)
+
+        def inputs():
+            for number in range(300):
+                if number % 2 == 0:
+                    yield fuzzed_bytes(seed, rng)
+                    continue
+                mutated = list(entries)  # the log's entries, or the values of one of them
+                if rng.randrange(2):
+                    mutated = fuzzed_value(entries, rng)
+                else:
+                    index = rng.randrange(len(entries))
+                    mutated[index] = fuzzed_value(entries[index], rng)
+                if number % 3 == 1 and all(type(entry) is dict for entry in mutated):
+                    yield chained(mutated, self.KEYS)
+                else:
+                    yield b"".join(td.canonical_json(entry) + b"\n" for entry in mutated)
+
+        def verify(data):
+            outcomes = []
+            for options in ({}, {"seal_keys": self.KEYS, "require_seal": True}, {"closed": False}):
+                try:
+                    td.verify_audit_log(data, **options)
+                except td.CatalogError as error:
+                    outcomes.append(error)
+            if outcomes:
+                raise outcomes[0]
+
+        started = time.perf_counter()
+        outcomes = fuzz_outcomes(self, verify, inputs())
+        self.assertEqual(sum(outcomes.values()), 300)
+        self.assertLessEqual({"AUDIT_MALFORMED", "AUDIT_ENTRY_EDITED", "AUDIT_TRUNCATED"}, set(outcomes))
+        self.assertLess(time.perf_counter() - started, 2.0)
 
 
 # ============================================================================================
@@ -7484,6 +8306,12 @@ class TestCli(unittest.TestCase):
         }
         for name in cls.SUBPROCESS_HOSTILE:
             runs["hostile " + name] = ["-B", "-W", "error", MODULE_PATH, "--fixture", cls.hostile[name][0]]
+        contracts = contracts_document()
+        contracts["tools"][0]["effect"] = []  # was a TypeError out of the loader: INTERNAL_ERROR
+        contracts_path = os.path.join(cls.folder, "hostile-contracts.json")
+        with open(contracts_path, "wb") as handle:
+            handle.write(encode(contracts))
+        runs["hostile contracts"] = ["-B", MODULE_PATH, "--check-contracts", contracts_path]
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
         cls.runs = {}
         with contextlib.ExitStack() as stack:
@@ -7750,6 +8578,55 @@ class TestCli(unittest.TestCase):
                              "code": "CLI_INTERRUPTED", "message": "The command was interrupted before it finished.",
                              "retryable": False}}, ""))
         self.assertEqual(td.EXIT_INTERRUPTED, 130)
+
+    def test_check_contracts_answers_a_hostile_contracts_file_with_its_code(self):
+        # A list as a tool's effect was a TypeError out of the loader: INTERNAL_ERROR, exit 2.
+        status, out, err = self.runs["hostile contracts"]
+        self.assertCleanRejection(status, out, err, "CONTRACTS_VALUE")
+        self.assertEqual(json.loads(out)["error"]["at"], "tools[0].effect")
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "contracts.json")
+            for where, value, at in ((("effect",), {"write": 1}, "tools[1].effect"),
+                                     (("provenance", "source"), ["host"], "tools[1].provenance.source"),
+                                     (("provenance", "source"), {}, "tools[1].provenance.source")):
+                document = contracts_document()
+                target = document["tools"][1]
+                for key in where[:-1]:
+                    target = target[key]
+                target[where[-1]] = value
+                with open(path, "wb") as handle:
+                    handle.write(encode(document))
+                with self.subTest(at=at, value=value):
+                    status, out = run_main("--check-contracts", path)
+                    self.assertEqual((status, json.loads(out)), (2, {"passed": False, "error": {
+                        "code": "CONTRACTS_VALUE", "message": td.ERROR_CATALOG["CONTRACTS_VALUE"].message,
+                        "retryable": False, "at": at}}))
+
+    def test_verify_audit_names_the_entry_whose_seal_is_non_ascii_text(self):
+        # With keys, a seal of "\u00e9" was a TypeError out of the verifier: INTERNAL_ERROR, exit 2.
+        keys = seal_keys()
+        stream = io.BytesIO()
+        log = td.AuditLog(stream, seal_keys=keys)
+        log.append(read(make_dispatcher(seal_keys=keys)))
+        log.close()
+        lines = stream.getvalue().split(b"\n")[:-1]
+        entry = json.loads(lines[1])
+        entry["seal"]["hmac_sha256"] = "\u00e9"
+        with tempfile.TemporaryDirectory() as folder:
+            keys_path, log_path = os.path.join(folder, "keys.json"), os.path.join(folder, "audit.jsonl")
+            with open(keys_path, "wb") as handle:
+                handle.write(encode(seal_keys_document()))
+            with open(log_path, "wb") as handle:
+                handle.write(lines[0] + b"\n" + td.canonical_json(entry) + b"\n")
+            status, out = run_main("--verify-audit", log_path, "--seal-key", keys_path)
+            self.assertEqual((status, json.loads(out)), (1, {"passed": False, "failure": {
+                "index": 1, "code": "AUDIT_ENTRY_EDITED", "message": td.ERROR_CATALOG["AUDIT_ENTRY_EDITED"].message,
+                "retryable": False, "at": "entries[1]"}}))
+            with open(log_path, "wb") as handle:
+                handle.write(b"\r\n".join(lines) + b"\r\n")
+            status, out = run_main("--verify-audit", log_path, "--seal-key", keys_path)
+            self.assertEqual((status, json.loads(out)["failure"]["code"], json.loads(out)["failure"]["index"]),
+                             (1, "AUDIT_MALFORMED", 0))
 
 
 

@@ -1037,6 +1037,16 @@ def _integer_in(low: int, high: int) -> _Check:
     return lambda value: type(value) is int and low <= value <= high
 
 
+def _is_exactly(value: Any, expected: str) -> bool:
+    # The type test first: an object whose __eq__ always says yes must not pass for a string.
+    return type(value) is str and value == expected
+
+
+def _member(value: Any, choices: frozenset[str]) -> bool:
+    # The type test first: a hostile list or dict is unhashable and must not raise TypeError.
+    return type(value) is str and value in choices
+
+
 def _fixture_one_of(choices: frozenset[str]) -> _Check:
     return lambda value: type(value) is str and value in choices
 
@@ -1484,7 +1494,7 @@ DEFINITION_PREFIXES: Final[Mapping[str, str]] = MappingProxyType({"#/$defs/": "$
 # The contracts file.
 
 CONTRACTS_FORMAT: Final = "tool-contracts-v1"
-MAX_CONTRACTS_BYTES: Final = 1_048_576  # a file of up to 32 tools at the schema byte limit each
+MAX_CONTRACTS_BYTES: Final = 16_777_216  # what an import reads of a server's listing at most, so its draft fits
 MAX_CONTRACTS_DEPTH: Final = MAX_SCHEMA_DEPTH + 4  # file, tools, tool, schema: then the schema's own
 MAX_TOOLS: Final = 128  # tools in one file; providers cap a request's tools at 128
 MAX_DESCRIPTION_LENGTH: Final = 8_192  # characters of a tool description: untrusted text shown to a model (the import drafts 2,048 unless its host raises it)
@@ -2888,7 +2898,7 @@ def parse_contracts(data: bytes, *, max_bytes: int = MAX_CONTRACTS_BYTES,
     """Decode strictly (JSON_* codes from the core), then exact fields and compiled schemas."""
     root = _contract_fields(decode_strict_json(data, max_bytes=max_bytes, max_depth=MAX_CONTRACTS_DEPTH),
                             _ROOT_FIELDS, "contracts")
-    if root["format"] != CONTRACTS_FORMAT or type(root["format"]) is not str:
+    if not _is_exactly(root["format"], CONTRACTS_FORMAT):
         raise BoundaryError("CONTRACTS_VERSION", "format")
     raw_tools = root["tools"]
     if type(raw_tools) is not list:
@@ -2950,7 +2960,7 @@ def _parse_tool(raw: Any, at: str, narrowing: Mapping[str, _ToolOverlay]) -> Too
     _require(type(body["description"]) is str, f"{at}.description")
     if len(body["description"]) > MAX_DESCRIPTION_LENGTH:
         raise BoundaryError("CONTRACTS_LIMIT", f"{at}.description")
-    _require(body["effect"] in EFFECTS and type(body["effect"]) is str, f"{at}.effect")
+    _require(_member(body["effect"], EFFECTS), f"{at}.effect")  # a list or an object is unhashable: type first
     _require(is_identifier(body["required_role"]), f"{at}.required_role")
     _require(is_identifier(body["producer"]), f"{at}.producer")
     host = narrowing.get(body["name"])
@@ -3024,7 +3034,7 @@ def _bound_fields(value: Any, input_schema: CompiledSchema, output_schema: Compi
 
 def _provenance(raw: Any, at: str) -> Mapping[str, Any]:
     body = _contract_fields(raw, _PROVENANCE_FIELDS, at)
-    _require(body["source"] in SOURCES and type(body["source"]) is str, f"{at}.source")
+    _require(_member(body["source"], SOURCES), f"{at}.source")
     for name in ("server_name", "server_version", "protocol_version"):
         value = body[name]
         _require(value is None or (type(value) is str and len(value) <= MAX_TEXT_LENGTH), f"{at}.{name}")
@@ -3086,7 +3096,7 @@ def parse_overlay(data: bytes, *, max_bytes: int = MAX_CONTRACTS_BYTES) -> Contr
     schema the compiler refuses is placed in this file (its subset proof comes with the contracts)."""
     root = _contract_fields(decode_strict_json(data, max_bytes=max_bytes, max_depth=MAX_CONTRACTS_DEPTH),
                             _OVERLAY_ROOT_FIELDS, "overlay")
-    if root["format"] != OVERLAY_FORMAT or type(root["format"]) is not str:
+    if not _is_exactly(root["format"], OVERLAY_FORMAT):
         raise BoundaryError("CONTRACTS_VERSION", "overlay.format")
     raw_tools = root["tools"]
     _require(type(raw_tools) is list, "overlay.tools")
@@ -3686,11 +3696,12 @@ def receipt_fits(receipt: Any, refs: Mapping[str, Any], arguments: Any, spec: To
         return False
     wanted = (refs["request_ref"], refs["status_ref"], spec.effect_revision, spec.producer_revision)
     seen = (receipt.request_ref, receipt.status_ref, receipt.effect_revision, receipt.producer_revision)
-    if not all(type(value) is str and value == want for value, want in zip(seen, wanted)):
+    # Both sides by exact type (_same_value): the record's values come from a store, and a str
+    # subclass there would equal any receipt's; a 1 never matches a true.
+    if not all(type(value) is str and _same_value(value, want) for value, want in zip(seen, wanted)):
         return False
     output = receipt_output(receipt)
-    return all(type(output.get(name)) is str and output[name] == arguments.get(name)
-               for name in spec.bound_fields if name in output)
+    return all(_same_value(output[name], arguments.get(name)) for name in spec.bound_fields if name in output)
 
 
 class OrderDesk:
@@ -4347,8 +4358,9 @@ def seal_holds(keys: SealKeys, seal: Mapping[str, Any], purpose: str, digest: st
     key_id = seal["key_id"]
     if type(key_id) is not str or key_id not in keys.secrets:
         return None
+    # The hex shape first: compare_digest raises TypeError on a str that is not ASCII ("\u00e9").
     mac = seal["hmac_sha256"]
-    return type(mac) is str and hmac.compare_digest(mac, keys.mac(key_id, purpose, digest))
+    return _is_digest(mac) and hmac.compare_digest(mac, keys.mac(key_id, purpose, digest))
 
 
 def load_seal_keys(path: str | os.PathLike[str]) -> SealKeys:
@@ -5055,15 +5067,21 @@ class Dispatcher:
         record = operations.answer(call)
         if record is not None:
             return self._repeat(call, self._answered(call, record))
-        reference = check_approval(approval, principal=call.principal, context=call.context, spec=call.spec,
-                                   arguments=call.arguments, approvers=self._approvers, now=now,
-                                   consumed=operations.approval_used)
+        try:
+            reference = check_approval(approval, principal=call.principal, context=call.context, spec=call.spec,
+                                       arguments=call.arguments, approvers=self._approvers, now=now,
+                                       consumed=operations.approval_used)
+        except BoundaryError as refusal:
+            return self._consumed_by_this_key(call, refusal)
         check_precondition(hooks, resource, call.arguments)
         check_deadline(now, deadline)
         refs = downstream_refs(call)
         granted = approval_view(approval)
         revision = None if resource is None else resource.revision
-        claim = operations.claim(call, self._new_record(call, refs, granted, revision), reference)
+        try:
+            claim = operations.claim(call, self._new_record(call, refs, granted, revision), reference)
+        except BoundaryError as refusal:
+            return self._consumed_by_this_key(call, refusal)
         if type(claim) is not Claim:  # another caller claimed the key between answer() and claim()
             return self._repeat(call, self._answered(call, claim))
         refusal = FAULTS_BEFORE_HANDLER.get(fault)
@@ -5136,6 +5154,18 @@ class Dispatcher:
         except BoundaryError as refusal:
             return None, refusal.code, None
         return data, None, result.receipt_ref
+
+    def _consumed_by_this_key(self, call: AdmittedCall, refusal: BoundaryError) -> dict[str, Any]:
+        """An approval found consumed after this key was found free: when the same call was
+        delivered twice at once, the other copy consumed it for this very key, so this copy is
+        answered as a repeat of that write (OPERATION_IN_PROGRESS while it runs, then its
+        replay), never told that nothing ran. Any other refusal stands."""
+        if refusal.code != "APPROVAL_CONSUMED":
+            raise refusal
+        record = self.operations.answer(call)
+        if record is None:
+            raise refusal  # another key's write consumed it
+        return self._repeat(call, self._answered(call, record))
 
     def _repeat(self, call: AdmittedCall, record: OperationRecord) -> dict[str, Any]:
         # Same key: only the same intent, under the same provider profile and the same
@@ -5379,16 +5409,6 @@ def _shape(value: Any, fields: frozenset[str]) -> dict[str, Any]:
 def _require_in_package(condition: bool, code: str = "PACKAGE_MALFORMED") -> None:
     if not condition:
         raise BoundaryError(code)
-
-
-def _is_exactly(value: Any, expected: str) -> bool:
-    # The type test first: an object whose __eq__ always says yes must not pass for a string.
-    return type(value) is str and value == expected
-
-
-def _member(value: Any, choices: frozenset[str]) -> bool:
-    # The type test first: a hostile list or dict is unhashable and must not raise TypeError.
-    return type(value) is str and value in choices
 
 
 def verify_package(package: Any, *, context: CallContext | None = None, principal: Principal | None = None,
@@ -5871,9 +5891,10 @@ def _line_digest(line: bytes) -> str:
 
     The writer writes canonical lines, whose members are sorted: the body is the line with its
     entry_sha256 member (first, or second after "closed") replaced by the domain member, which
-    sorts right there, and its seal member (always last) dropped. A line in any other spelling
+    sorts right there, and its seal member (always last) dropped. A body in any other spelling
     hashes to another digest and is an edit: one spelling per entry, and no encoding again
-    (which would cost more than the decoding). Tests hold this to the definition.
+    (which would cost more than the decoding); the seal member and the line's ends, outside the
+    digest, are held to the canonical spelling by _audit_entry. Tests hold this to the definition.
     """
     start = line.index(_DIGEST_MEMBER)
     end = line.rindex(b',"seal":')
@@ -5894,7 +5915,10 @@ def _audit_entry(line: bytes, position: int) -> dict[str, Any]:
             and _is_digest(entry["previous_sha256"]) and _is_digest(entry["entry_sha256"])
             and entry.get("closed", True) is True and entry.get("package", {}).__class__ is dict
             and type(entry["seal"]) is dict and plain_keys(entry["seal"]) and entry["seal"].keys() == _SEAL_FIELDS
-            and _DIGEST_MEMBER in line and b',"seal":' in line):
+            and _DIGEST_MEMBER in line and line[:1] == b"{"
+            and line.endswith(b',"seal":' + canonical_json(entry["seal"]) + b"}")):
+        # The seal member is outside the entry's digest: its bytes, and whatever follows them (a
+        # tab, a CR of a CRLF ending), are held to the canonical spelling here instead.
         raise BoundaryError("AUDIT_MALFORMED", at=at)
     return entry
 

@@ -2173,6 +2173,33 @@ class TestRecovery(StoreCase):
 # --------------------------------------------------------------------------------------------
 
 
+class TestTwiceAtOnce(StoreCase):
+    """One call delivered twice at the same moment (a client's retry after its timeout)."""
+
+    def test_the_copy_that_loses_the_race_is_answered_by_the_winners_write(self):
+        dispatcher = self.dispatcher()
+        operations = dispatcher.operations
+        original = operations.approval_used
+        proposal = refund()
+        ctx = context("a")
+        approval = approval_for(ctx, proposal)
+        raced: list[Any] = []
+
+        def race(reference: str) -> bool:
+            # This copy found the key free; the other copy runs whole before it checks the approval.
+            if not raced:
+                raced.append(None)
+                raced[0] = dispatcher.dispatch(proposal, ctx, ALICE, approval=approval, now=NOW, deadline=NOW + 30)
+            return original(reference)
+
+        operations.approval_used = race  # type: ignore[method-assign]
+        package = dispatcher.dispatch(proposal, ctx, ALICE, approval=approval, now=NOW, deadline=NOW + 30)
+        self.assertAnswer(raced[0], "fresh")
+        self.assertAnswer(package, "local_replay")
+        self.assertEqual((package["model_result"]["data"], dispatcher.effect_count),
+                         (raced[0]["model_result"]["data"], 1))
+
+
 class TestHostTools(StoreCase):
     """A host's own write tool, run by its execute hook: this store cannot ask its downstream."""
 

@@ -190,6 +190,10 @@ class TestPgSealedLedger(PgCase, base.TestSealedLedger):
     and two connections appending in turn (the second waits for the head row's lock)."""
 
 
+class TestPgTwiceAtOnce(PgCase, base.TestTwiceAtOnce):
+    """One call delivered twice at once, on the server: the loser replays the winner's write."""
+
+
 class TestPgHostTools(PgCase, base.TestHostTools):
     """A host's own tool on the server: a lost answer stays unknown until its status hook settles it."""
 

@@ -106,10 +106,11 @@ class TestCensus(unittest.TestCase):
                           found["drafts_not_built"], found["not_dispatchable"]),
                          (2, 1, {"REGISTRY_INVALID": 1}, {"REGISTRY_INVALID": 1}))
 
-    def test_a_draft_over_the_contracts_files_limit_builds_only_tool_by_tool(self):
+    def test_a_large_draft_builds_whole(self):
         # 128 tools, each with a long description and 40 described properties: a listing under
         # the 1 MiB a saved message may hold, whose draft (two-space JSON, the property
-        # descriptions kept as untrusted text) the contracts loader refuses as a whole.
+        # descriptions kept as untrusted text) is larger than the listing; the contracts loader
+        # reads what an import may read, so it loads whole.
         properties = {f"p{index:02d}": {"type": "string", "maxLength": 10, "description": "x" * 60}
                       for index in range(40)}
         tools = [{"name": f"t{index}", "description": "d" * 2_048, "inputSchema": {"type": "object",
@@ -118,7 +119,7 @@ class TestCensus(unittest.TestCase):
         found = census.census(self.folder({"big.json": tools}))
         self.assertEqual((found["servers"][0]["drafted"], found["servers"][0]["dispatchable"],
                           found["drafts_not_built"], found["not_dispatchable"]),
-                         (128, 128, {"JSON_TOO_LARGE": 1}, {}))
+                         (128, 128, {}, {}))
 
     def test_number_narrowing_keeps_other_refusals(self):
         mixed = {"type": "object", "properties": {"n": {"type": ["number", "null"]},

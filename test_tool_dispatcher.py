@@ -7869,6 +7869,24 @@ class TestTheAuditLog(unittest.TestCase):
         self.assertEqual((empty.entries, empty.head_sha256), (0, td.GENESIS_SHA256))
         self.assertBad("AUDIT_ENTRY_DELETED", 0, b"\n".join(lines[1:-1]) + b"\n", closed=False)
 
+    def test_the_entry_builders_build_only_entries_their_verifier_accepts(self):
+        ctx = context()
+        package = make_dispatcher().dispatch({"name": "get_order", "arguments": {"order_ref": "ORDER-7"}}, ctx, ALICE,
+                                            now=NOW)
+        for index, previous in ((True, td.GENESIS_SHA256), (-1, td.GENESIS_SHA256), (None, td.GENESIS_SHA256),
+                                (float("nan"), td.GENESIS_SHA256), (td.MAX_AUDIT_ENTRIES, "c" * 64),
+                                (0, "C" * 64), (1, "c" * 63), (1, None), (1, Agreeable("c" * 64))):
+            with self.subTest(index=index, previous=previous):
+                for build in (lambda: td.audit_entry_line(package, index=index, previous_sha256=previous),
+                              lambda: td.audit_entry_from_text(td.canonical_text(package), index=index,
+                                                               previous_sha256=previous)):
+                    with self.assertRaises(BoundaryError) as caught:
+                        build()
+                    self.assertEqual(caught.exception.code, "AUDIT_MALFORMED")
+        # The other side: the last index an entry may have, after any digest.
+        line, _digest = td.audit_entry_line(package, index=td.MAX_AUDIT_ENTRIES - 1, previous_sha256="c" * 64)
+        self.assertEqual(json.loads(line)["index"], td.MAX_AUDIT_ENTRIES - 1)
+
     def test_a_chain_continues_where_it_stopped_byte_for_byte(self):
         lines = self.sealed.split(b"\n")[:-1]
         packages = [json.loads(line)["package"] for line in lines[:-1]]

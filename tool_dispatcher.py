@@ -115,7 +115,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     # 15. Digests and seals
     "request_sha256", "result_sha256", "call_binding_sha256", "spec_request_sha256", "model_result_sha256",
     "spec_call_binding_sha256", "evidence_view", "SealKeys", "UNSEALED", "seal_view", "seal_holds",
-    "load_seal_keys", "parse_seal_keys", "seal_keys_from_environment",
+    "load_seal_keys", "parse_seal_keys", "checked_seal_keys", "seal_keys_from_environment",
     # 16. The dispatcher
     "AdmittedCall", "RecordKey", "same_intent", "receipt_binds", "downstream_refs", "Claim",
     "OperationStore", "OPERATION_STORE_METHODS", "CountingDownstream", "MemoryOperations", "Dispatcher", "withheld",
@@ -4399,7 +4399,7 @@ def parse_seal_keys(document: Any) -> SealKeys:
 _HEX: Final = re.compile(r"(?:[0-9a-f]{2})+")
 
 
-def _checked_seal_keys(keys: Any) -> SealKeys | None:
+def checked_seal_keys(keys: Any) -> SealKeys | None:
     """None, or the host's keys held to the rules of a seal-keys file, as a read-only copy: a
     SealKeys built by hand, or whose secrets change later, seals and checks nothing else."""
     if keys is None:
@@ -4851,7 +4851,7 @@ class Dispatcher:
         # check), except from this module's own in-memory store: it holds only the frozen records
         # this dispatcher wrote, under their own keys, and a replay must stay cheaper than a read.
         self._checks_answers = type(self.operations) is not MemoryOperations
-        self._seal_keys = _checked_seal_keys(seal_keys)  # None: every package says plainly that it is unsealed
+        self._seal_keys = checked_seal_keys(seal_keys)  # None: every package says plainly that it is unsealed
 
     @classmethod
     def from_world(cls, world: World, **options: Any) -> Dispatcher:
@@ -5421,7 +5421,7 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
     ``require_seal`` an unsealed package is refused (SEAL_REQUIRED), and so is any package when no
     keys were given to check it with. Never a silent pass.
     """
-    seal_keys = _checked_seal_keys(seal_keys)  # the host's own value first: its fault is not the package's
+    seal_keys = checked_seal_keys(seal_keys)  # the host's own value first: its fault is not the package's
     body = _shape(package, _PACKAGE_FIELDS)
     _require_in_package(_is_exactly(body["format"], PACKAGE_FORMAT))
     _check_execution(body["execution"])
@@ -5774,9 +5774,12 @@ def audit_entry_from_text(package_text: str, *, index: int, previous_sha256: str
     (canonical_text(package), which it stores too): the package is encoded once, not twice."""
     if not is_portable_text(package_text):  # a lone surrogate: no UTF-8 line can carry it
         raise BoundaryError("AUDIT_MALFORMED")
+    # Only an entry its own verifier accepts: an index in range (not a bool, not NaN), a digest.
+    if type(index) is not int or not 0 <= index < MAX_AUDIT_ENTRIES or not _is_digest(previous_sha256):
+        raise BoundaryError("AUDIT_MALFORMED")
     texts = (canonical_text(index), package_text, canonical_text(previous_sha256))
     digest = _ENTRY_BODY.sha256(*texts)
-    seal = canonical_text(seal_view(_checked_seal_keys(seal_keys), "audit-entry", digest))
+    seal = canonical_text(seal_view(checked_seal_keys(seal_keys), "audit-entry", digest))
     return _ENTRY_LINE.text(f'"{digest}"', *texts, seal).encode("utf-8"), digest
 
 
@@ -5792,7 +5795,7 @@ class AuditLog:
                 (index == 0) != (head == GENESIS_SHA256)):
             raise BoundaryError("AUDIT_MALFORMED")  # a chain starts at the genesis digest, and only there
         self._stream = stream
-        self._seal_keys = _checked_seal_keys(seal_keys)
+        self._seal_keys = checked_seal_keys(seal_keys)
         self.index = index
         self.head = head  # the digest of the last entry written
 
@@ -5842,7 +5845,7 @@ def verify_audit_log(data: bytes, *, seal_keys: SealKeys | None = None, require_
     still being written (a ledger's): it has no closing entry, may not hold one, may be empty, and
     its head is its last entry's digest.
     """
-    seal_keys = _checked_seal_keys(seal_keys)
+    seal_keys = checked_seal_keys(seal_keys)
     if type(data) is not bytes or len(data) > MAX_AUDIT_LOG_BYTES:
         raise BoundaryError("AUDIT_LOG_UNREADABLE")
     lines = data.split(b"\n")

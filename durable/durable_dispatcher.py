@@ -322,9 +322,10 @@ def _pass_settings(store: Any, realm: Any, limit_name: str, limit: Any) -> None:
 
 
 def _seal_keys_setting(seal_keys: Any) -> td.SealKeys | None:
-    if seal_keys is not None and type(seal_keys) is not td.SealKeys:
-        raise td.BoundaryError("SEAL_KEYS_INVALID")  # the core's code, as its Dispatcher raises it
-    return seal_keys
+    """The host's keys checked and copied where they enter, as the core's Dispatcher takes them
+    (SEAL_KEYS_INVALID): a short key is refused before any effect, and a host that changes its
+    secrets later changes nothing the store seals or checks."""
+    return td.checked_seal_keys(seal_keys)
 
 
 # ============================================================================================
@@ -1573,6 +1574,7 @@ class LedgerOperations:
         self._defer_bindings = defer_bindings
         self._pending: tuple[tuple[str, str, str], tuple[Any, ...]] | None = None  # a binding not yet written
         self._open: Lease | None = None  # a claim whose transaction start() or release() commits
+        seal_keys = _seal_keys_setting(seal_keys)
         self._seal_keys = seal_keys  # seal what is chained; require and check seals on what is read back
         self._registry = registry  # the contract set the stored packages were made with
         self.ledger = Ledger(store, retention_ms=retention_ms, checkpoint=self._checkpoint, seal_keys=seal_keys)
@@ -2039,7 +2041,7 @@ def verify_chain(store: Any, *, seal_keys: td.SealKeys | None = None,
     One read-only snapshot: writers may go on meanwhile, and none of their commits is half seen
     (a row whose entry came after the chain was read would look like a package in no entry)."""
     _checked_store(store)
-    _seal_keys_setting(seal_keys)
+    seal_keys = _seal_keys_setting(seal_keys)
     with store.transaction(store.snapshot):
         return _verify_chain(store, seal_keys, registry)
 

@@ -383,7 +383,10 @@ class TestStore(StoreCase):
             for value in values:
                 with self.subTest(setting=setting, value=value):
                     self.assertDurable("SETTING_INVALID", lambda: call(value))
-        for call in (lambda: self.dispatcher(store, seal_keys="k"), lambda: dd.verify_chain(store, seal_keys={})):
+        short = td.SealKeys("k1", {"k1": bytes(5)})  # a hand-built key set no seal-keys file may hold
+        for call in (lambda: self.dispatcher(store, seal_keys="k"), lambda: dd.verify_chain(store, seal_keys={}),
+                     lambda: self.dispatcher(store, seal_keys=short), lambda: dd.verify_chain(store, seal_keys=short),
+                     lambda: dd.LedgerOperations(store, seal_keys=short)):
             with self.subTest(seal_keys=call):
                 with self.assertRaises(td.BoundaryError) as caught:
                     call()
@@ -1108,6 +1111,14 @@ class TestSealedLedger(StoreCase):
 
     def sealed(self, **options: Any) -> dd.DurableDispatcher:
         return self.dispatcher(seal_keys=SEAL_KEYS, **options)
+
+    def test_the_hosts_seal_keys_are_copied_where_they_enter(self) -> None:
+        secrets = dict(SEAL_KEYS.secrets)
+        dispatcher = self.dispatcher(seal_keys=td.SealKeys(SEAL_KEYS.current, secrets))
+        write(dispatcher, "a")
+        secrets[SEAL_KEYS.current] = bytes(range(200, 232))  # the host's dict changes afterwards
+        self.assertAnswer(write(dispatcher, "b"), "local_replay")  # its own rows still verify
+        self.assertIsNone(self.verify_chain().fault)
 
     def dump(self) -> list[list[tuple[Any, ...]]]:
         return [sorted(rows(self.path, f"SELECT * FROM {table}"), key=repr) for table in LEDGER_TABLES]

@@ -184,8 +184,12 @@ DURABLE_ERRORS: Final[Mapping[str, td.ErrorSpec]] = MappingProxyType({
 # Where a write stood when a store error interrupted it: the state its row holds on disk, and
 # whether the downstream may already have acted. Only the steps after a claim know it.
 STEP_STATES: Final[Mapping[str, tuple[str, bool]]] = MappingProxyType({
-    "start": ("claimed", False),      # claim and start roll back together: the key is as it was
-    "release": ("claimed", False),
+    # Claim and start (or claim and release) commit together, so before the step the key was free:
+    # rolled back, it is as it was; a commit whose answer was lost (step_committed null) may have
+    # left it in_progress under this caller's lease, where nothing runs it: the lease expires, a
+    # repeat finds it unknown, and a status query settles it as not executed.
+    "start": ("none", False),
+    "release": ("none", False),
     "settle": ("in_progress", True),  # the handler ran: its downstream commit may be on disk
 })
 

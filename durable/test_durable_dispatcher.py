@@ -260,7 +260,7 @@ class TestConstantsAndErrors(unittest.TestCase):
                                            "step_committed": False})
         self.assertIsNone(dd.DurableError("STORE_UNREACHABLE", operation_state="in_progress",
                                           effect_possible=True).to_json()["step_committed"])
-        self.assertEqual(dict(dd.STEP_STATES), {"start": ("claimed", False), "release": ("claimed", False),
+        self.assertEqual(dict(dd.STEP_STATES), {"start": ("none", False), "release": ("none", False),
                                                 "settle": ("in_progress", True)})
 
     def test_checkpoints_are_the_six_named_points(self) -> None:
@@ -1618,6 +1618,31 @@ class TestApprovalConsumption(StoreCase):
 
 
 class TestLeasesAndFencing(StoreCase):
+    def test_a_claim_whose_commit_answer_was_lost_says_what_may_be_true(self) -> None:
+        # The claim's COMMIT lands, and its answer is lost on the way back (a broken connection).
+        store = self.open_store()
+        dispatcher = self.dispatcher(store, lease_ms=100)
+        real_commit = store.commit
+        lost = []
+
+        def commit() -> None:
+            real_commit()
+            if not lost:
+                lost.append(True)
+                raise dd.DurableError("STORE_UNREACHABLE")
+
+        store.commit = commit  # type: ignore[method-assign]
+        error = self.assertDurable("STORE_UNREACHABLE", lambda: write(dispatcher, "a"))
+        self.assertEqual(error.to_json()["operation_state"], "none")
+        self.assertEqual((error.to_json()["effect_possible"], error.to_json()["step_committed"]), (False, None))
+        # What is true here: the row is in_progress under this caller's lease, and nothing ran it.
+        self.assertEqual((self.row(dispatcher).state, dispatcher.effect_count), ("in_progress", 0))
+        self.assertBoundary("OPERATION_IN_PROGRESS", lambda: write(dispatcher, "a"))
+        self.clock.advance(100)
+        self.assertAnswer(write(dispatcher, "a"), "OUTCOME_UNKNOWN")  # its lease expired: it may have run
+        self.assertAnswer(query(dispatcher, "q", op_tag="a"), "OPERATION_NOT_EXECUTED")  # fenced: it did not
+        self.assertEqual(dispatcher.effect_count, 0)
+
     def holders(self, point: str, action: Callable[[dd.DurableDispatcher], Any], lease_ms: int = 1_000, *,
                 raw: bool = False) -> tuple[dd.DurableDispatcher, dd.DurableDispatcher, Pause]:
         """A holder that pauses at `point` while `other` (own connection) runs `action`; the

@@ -3033,15 +3033,17 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                     td.parse_overlay(encode(overlay))
                 self.assertEqual((caught.exception.code, caught.exception.at), (code, at))
 
-    def test_overlay_number_proof_both_sides_of_each_bound(self):
-        def proved(server_node, host):
-            try:
-                td.narrow(schema_object({"n": server_node}), {("n",): host})
-            except BoundaryError as refusal:
-                self.assertEqual((refusal.code, refusal.at), ("OVERLAY_WIDENS", "overlay[0]"))
-                return False
-            return True
+    def overlay_proved(self, server_node, host):
+        """Whether narrow() proves the host's rule narrower than the server's, for one property;
+        a refusal must be OVERLAY_WIDENS at the overlay's one entry."""
+        try:
+            td.narrow(schema_object({"p": server_node}), {("p",): host})
+        except BoundaryError as refusal:
+            self.assertEqual((refusal.code, refusal.at), ("OVERLAY_WIDENS", "overlay[0]"))
+            return False
+        return True
 
+    def test_overlay_number_proof_both_sides_of_each_bound(self):
         def integer(**keywords):
             return {"type": "integer", **keywords}
         bounded = {"type": "number", "minimum": 0, "maximum": 10}
@@ -3072,17 +3074,9 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         )
         for server_node, host, expected in cases:
             with self.subTest(server=server_node, host=host):
-                self.assertIs(proved(server_node, host), expected)
+                self.assertIs(self.overlay_proved(server_node, host), expected)
 
     def test_overlay_integer_boolean_and_array_proofs_both_sides(self):
-        def proved(server_node, host):
-            try:
-                td.narrow(schema_object({"p": server_node}), {("p",): host})
-            except BoundaryError as refusal:
-                self.assertEqual((refusal.code, refusal.at), ("OVERLAY_WIDENS", "overlay[0]"))
-                return False
-            return True
-
         integers = {"type": "integer", "minimum": 0, "maximum": 10, "multipleOf": 2}
         strings = {"type": "array", "items": {"type": "string", "maxLength": 8}, "minItems": 1, "maxItems": 4}
         cases = (
@@ -3117,7 +3111,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         )
         for server_node, host, expected in cases:
             with self.subTest(server=server_node, host=host):
-                self.assertIs(proved(server_node, host), expected)
+                self.assertIs(self.overlay_proved(server_node, host), expected)
 
     def test_overlay_subset_proof_is_sound_and_never_raises(self):
         # The proof walks two rule tables of different sizes at once; an index of one read in the

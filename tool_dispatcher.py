@@ -102,7 +102,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     # 12. The demo host: orders, refunds and their hooks; injected faults
     "Receipt", "MockDownstream", "refund_draft_receipt", "derived_ref", "HandlerCall", "HandlerResult",
     "handle_get_order", "handle_create_refund_draft", "receipt_output", "Handler", "HANDLERS",
-    "check_refundable", "receipt_fits", "OrderDesk", "ResponseLost",
+    "REFUNDABLE_STATUS", "check_refundable", "receipt_fits", "OrderDesk", "ResponseLost",
     "InjectedHandlerFailure", "FAULTS_BEFORE_HANDLER", "FAULTS_AFTER_HANDLER", "FAULTS_BEFORE_RECEIPT",
     "FAULTS_INSTEAD_OF_HANDLER", "FAULTS",
     # 13. Output contracts
@@ -3677,10 +3677,13 @@ HANDLERS: Final[Mapping[str, Handler]] = MappingProxyType({
 })
 
 
+REFUNDABLE_STATUS: Final = "paid"  # the one order status a refund draft accepts
+
+
 def check_refundable(order: Order) -> None:
     # Re-read at execution time: an approval given while the order was paid cannot outlive a
-    # change of its state.
-    if order.status != "paid":
+    # change of its state (the demo host's write precondition holds its resource to the same rule).
+    if order.status != REFUNDABLE_STATUS:
         raise BoundaryError("ORDER_NOT_REFUNDABLE")
 
 
@@ -3752,7 +3755,7 @@ class OrderDesk:
             return cached[1]
 
         def precondition(resource: Resource | None, _arguments: dict[str, Any]) -> str | None:
-            return None if resource is not None and resource.state == "paid" else "ORDER_NOT_REFUNDABLE"
+            return None if resource is not None and resource.state == REFUNDABLE_STATUS else "ORDER_NOT_REFUNDABLE"
 
         def execute(call: ExecuteCall) -> Execution:
             resource = call.resource

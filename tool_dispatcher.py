@@ -3707,6 +3707,25 @@ def receipt_fits(receipt: Any, refs: Mapping[str, Any], arguments: Any, spec: To
     return all(_same_value(output[name], arguments.get(name)) for name in spec.bound_fields if name in output)
 
 
+# The demo host's world, by exact container type: a mapping is never read as the list of its keys.
+_ORDER_COLLECTIONS: Final = (list, tuple)
+
+
+def _world_orders(orders: Any) -> dict[tuple[str, str], Order]:
+    """The host's orders by (tenant, order_ref), each held to the fixture's order table (section 6):
+    a status that claims to equal "paid", or a revision no package may carry, is refused here."""
+    if type(orders) not in _ORDER_COLLECTIONS:
+        raise BoundaryError("CONTEXT_INVALID", "orders")
+    by_key: dict[tuple[str, str], Order] = {}
+    for index, order in enumerate(orders):
+        if type(order) is not Order or not all(check(getattr(order, name)) for name, check in _ORDER.checks):
+            raise BoundaryError("CONTEXT_INVALID", f"orders[{index}]")
+        by_key[(order.tenant, order.order_ref)] = order
+    if len(by_key) != len(orders):  # a repeated order: which one is the business state?
+        raise BoundaryError("CONTEXT_INVALID", "orders")
+    return by_key
+
+
 class OrderDesk:
     """The demo host: the world's orders by (tenant, order_ref), and the hooks of every tool that
     has an order handler (the shipped two, and a host's own through ``handlers``).
@@ -4747,9 +4766,8 @@ class MemoryOperations:
         """Nothing is deferred in memory."""
 
 
-# What a host hands a Dispatcher as its world, by exact container type: a single string is never
-# read as an allowlist of its characters, nor a mapping as the list of its keys.
-_ORDER_COLLECTIONS: Final = (list, tuple)
+# The approver allowlist, by exact container type: a single string is never read as an allowlist
+# of its characters.
 _APPROVER_COLLECTIONS: Final = (list, tuple, set, frozenset)
 
 
@@ -4772,21 +4790,6 @@ def _is_registered_tool(name: Any, spec: Any) -> bool:
             and type(spec.name) is str and spec.name == name and _member(spec.effect, EFFECTS)
             and is_identifier(spec.required_role) and type(spec.input_contract) is CompiledSchema
             and all(is_identifier(value) for key, value in spec._contract_items if key not in ("tool", "effect")))
-
-
-def _world_orders(orders: Any) -> dict[tuple[str, str], Order]:
-    """The host's orders by (tenant, order_ref), each held to the fixture's order table (section 6):
-    a status that claims to equal "paid", or a revision no package may carry, is refused here."""
-    if type(orders) not in _ORDER_COLLECTIONS:
-        raise BoundaryError("CONTEXT_INVALID", "orders")
-    by_key: dict[tuple[str, str], Order] = {}
-    for index, order in enumerate(orders):
-        if type(order) is not Order or not all(check(getattr(order, name)) for name, check in _ORDER.checks):
-            raise BoundaryError("CONTEXT_INVALID", f"orders[{index}]")
-        by_key[(order.tenant, order.order_ref)] = order
-    if len(by_key) != len(orders):  # a repeated order: which one is the business state?
-        raise BoundaryError("CONTEXT_INVALID", "orders")
-    return by_key
 
 
 def _host_hooks(hooks: Any, registry: Mapping[str, ToolSpec]) -> dict[str, ToolHooks]:

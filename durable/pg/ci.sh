@@ -23,15 +23,27 @@ if [ ! -x "$venv/bin/python" ]; then python -m venv "$venv" || exit 1; fi
 py="$venv/bin/python"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/td-pg.XXXXXX")
-trap 'bash durable/pg/throwaway_postgres.sh stop "$dir"' EXIT
+trap 'bash durable/pg/throwaway_postgres.sh stop "$dir"' EXIT  # widened below, once the temporary files exist
 dsn=$(bash durable/pg/throwaway_postgres.sh start "$dir") || { echo "FAIL the throwaway server did not start"; exit 1; }
 export DURABLE_PG_DSN=$dsn
 echo "NOTE the PostgreSQL suite runs on Python $("$py" -c "import sys; print(sys.version.split()[0])"), server $(psql "$dsn" -Atc "SHOW server_version" 2>/dev/null || echo unknown)"
 
 status=0
+failures=$(mktemp "${TMPDIR:-/tmp}/td-pg-failures.XXXXXX")
+out=$(mktemp "${TMPDIR:-/tmp}/td-pg-out.XXXXXX")
+trap 'bash durable/pg/throwaway_postgres.sh stop "$dir"; rm -f "$failures" "$out"' EXIT
+# Each command's output is shown whole; a failing one's test names and assertion lines are also
+# kept, and printed together at the very end, where a reader of only the last lines finds them.
 run() {
   local start=$(date +%s)
-  if "$@"; then echo "ok   $(( $(date +%s) - start ))s  ${*:2}"; else status=1; echo "FAIL $(( $(date +%s) - start ))s  ${*:2}"; fi
+  if "$@" >"$out" 2>&1; then
+    cat "$out"; echo "ok   $(( $(date +%s) - start ))s  ${*:2}"
+  else
+    status=1; cat "$out"; echo "FAIL $(( $(date +%s) - start ))s  ${*:2}"
+    { echo "FAIL ${*:2}"
+      grep -E '^(FAIL|ERROR):|Error:|^Ran |^FAILED' "$out" | head -n 12 | sed 's/^/  /'
+      tail -n 3 "$out" | sed 's/^/  | /'; } >>"$failures"
+  fi
 }
 run "$py" -B -m unittest discover -s durable -p 'test_durable_postgres.py'
 run "$py" -O -B -m unittest discover -s durable -p 'test_durable_postgres.py'
@@ -44,4 +56,5 @@ run "$py" -B -W error durable/durable_dispatcher.py run --fixture tool-cases.jso
 run "$py" -B -W error durable/durable_dispatcher.py recover --store "$demo"
 run "$py" -B -W error durable/durable_dispatcher.py verify-chain --store "$demo"
 run "$py" -B -W error durable/bench_durable.py --quick --pg "$dsn"
+if [ "$status" -ne 0 ]; then echo "== what failed"; cat "$failures"; fi
 exit $status

@@ -24,6 +24,8 @@ import importlib.util
 import io
 import itertools
 import json
+import math
+import struct
 import os
 import random
 import re
@@ -678,7 +680,76 @@ class TestCanonicalJson(unittest.TestCase):
         {"z": {"y": {"x": [1, "two", {"k": None}]}}}, {"\u00e9": 1, "e": 2, "E": 3, "\U0001f600": 4},
     )
 
+    # RFC 8785 as ECMAScript writes numbers: (double, text), both sides of each layout switch.
+    JCS_NUMBERS = (
+        (0.0, "0"), (-0.0, "0"), (1.0, "1"), (-1.5, "-1.5"), (0.1 + 0.2, "0.30000000000000004"),
+        (1e21, "1e+21"), (999999999999999900000.0, "999999999999999900000"), (1e20, "100000000000000000000"),
+        (1e-7, "1e-7"), (1e-6, "0.000001"), (1.5e-7, "1.5e-7"), (0.000001234, "0.000001234"),
+        (5e-324, "5e-324"), (2.2250738585072014e-308, "2.2250738585072014e-308"),
+        (1.7976931348623157e308, "1.7976931348623157e+308"), (2.0 ** 53, "9007199254740992"),
+        (2.0 ** 53 + 2, "9007199254740994"), (123456789012345680000.0, "123456789012345680000"),
+        (4.5, "4.5"), (0.002, "0.002"), (1e-27, "1e-27"), (333333333.3333333, "333333333.3333333"),
+        (-1e-7, "-1e-7"), (1e300 * 10, "1e+301"),
+    )
+
+    def test_numbers_are_written_as_ecmascript_writes_them(self):
+        for value, text in self.JCS_NUMBERS:
+            with self.subTest(value=value):
+                self.assertEqual(td.number_text(value), text)
+                self.assertEqual(td.canonical_text([value, {"n": value}]), "[%s,{\"n\":%s}]" % (text, text))
+        self.assertEqual(td.number_text(td.MAX_SAFE_INTEGER), "9007199254740991")
+        self.assertEqual(td.canonical_text(-td.MAX_SAFE_INTEGER), "-9007199254740991")
+        for value in (math.nan, math.inf, -math.inf, 2 ** 53, -(2 ** 53), 10 ** 400, True):
+            with self.subTest(refused=repr(value)[:12]):
+                with self.assertRaises(ValueError):
+                    td.number_text(value)
+                if value is not True:
+                    with self.assertRaises(ValueError):
+                        td.canonical_text({"n": value})
+
+    def test_keys_sort_by_utf16_code_units_not_code_points(self):
+        # U+FF5A is one code unit (0xFF5A); U+1D49C is a surrogate pair starting 0xD835, which sorts
+        # first in UTF-16 and last by code point. U+E000 and U+10000 differ the same way.
+        value = {"\uff5a": 1, "\U0001d49c": 2, "a": 3, "\ue000": 4, "\U00010000": 5}
+        self.assertEqual(td.canonical_text(value),
+                         '{"a":3,"\U00010000":5,"\U0001d49c":2,"\ue000":4,"\uff5a":1}')
+        template = td.CanonicalTemplate({"\uff5a": td.SLOT, "\U0001d49c": 2})
+        self.assertEqual(template.text("1"), td.canonical_text({"\uff5a": 1, "\U0001d49c": 2}))
+        self.assertEqual(template.slots, ("\uff5a",))
+
+    def test_the_fast_path_and_the_exact_encoder_agree(self):
+        # The C text is kept unless it may differ; a float-looking string or a long digit run only
+        # costs the exact encoder's time, and must not change a byte.
+        values = (*self.CANONICAL_CORPUS, {"v": "1.5", "w": "e+3 9e-1 1234567890123456"}, [1.5, "x"],
+                  {"\U0001f600": [0.5], "\uffff": 1}, {"k": -td.MAX_SAFE_INTEGER, "m": 1e16})
+        for value in values:
+            with self.subTest(value=ascii(value)[:40]):
+                self.assertEqual(td.canonical_text(value), td._jcs_text(value))
+        with self.assertRaises(ValueError):
+            td.canonical_text(["\ud800", 0.5])  # no canonical text for a lone surrogate, on either path
+
+    def test_the_rfc_8785_vectors_and_the_generated_numbers(self):
+        # The RFC's published pairs, and doubles whose text a JavaScript engine wrote: read as
+        # data, from the second implementation's folder.
+        folder = os.path.join(os.path.dirname(MODULE_PATH), "verifiers", "vectors")
+        names = sorted(os.listdir(os.path.join(folder, "jcs", "input")))
+        self.assertEqual(len(names), 6)
+        for name in names:
+            with self.subTest(vector=name):
+                with open(os.path.join(folder, "jcs", "input", name), "rb") as handle:
+                    value = json.loads(handle.read())
+                with open(os.path.join(folder, "jcs", "output", name), "rb") as handle:
+                    self.assertEqual(td.canonical_json(value), handle.read())
+        with open(os.path.join(folder, "numbers.json"), "rb") as handle:
+            numbers = json.loads(handle.read())
+        self.assertGreater(len(numbers["vectors"]), 1000)
+        wrong = [(bits, text) for bits, text in numbers["vectors"]
+                 if td.number_text(struct.unpack(">d", bytes.fromhex(bits))[0]) != text]
+        self.assertEqual(wrong, [])
+
     def test_canonical_text_is_json_dumps_with_the_documented_settings(self):
+        # For these (no float, no key above U+FFFF beside one in U+E000..U+FFFF) JCS is exactly
+        # json.dumps with these settings: the fast path is that encoder.
         for value in self.CANONICAL_CORPUS:
             with self.subTest(value=ascii(value)[:40]):
                 expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
@@ -859,10 +930,19 @@ class TestStrictBoundedJsonDecoding(StrictJsonAssertions, unittest.TestCase):
             with self.subTest(constant=constant):
                 self.assertDecodeError("JSON_NON_FINITE", b'{"a": [' + constant + b"]}")
 
-    def test_floats_are_refused(self):
-        for number in (b"1.0", b"1e3", b"-0.5", b"3E-2"):
+    def test_floats_are_read_as_doubles_and_refused_under_an_integers_only_policy(self):
+        integers_only = td.JsonPolicy("integers", td.refuse_float, td.safe_int, portable_text=True)
+        for number, value in ((b"1.0", 1.0), (b"1e3", 1000.0), (b"-0.5", -0.5), (b"3E-2", 0.03), (b"-0.0", -0.0),
+                              (b"1e308", 1e308), (b"5e-324", 5e-324), (b"1e-400", 0.0)):
             with self.subTest(number=number):
-                self.assertDecodeError("JSON_NOT_PORTABLE", b"[" + number + b"]")
+                decoded = td.decode_strict_json(b"[" + number + b"]")
+                self.assertEqual((decoded, type(decoded[0])), ([value], float))  # never the integer 1
+                with self.assertRaises(BoundaryError) as caught:
+                    td.decode_strict_json(b"[" + number + b"]", policy=integers_only)
+                self.assertEqual(caught.exception.code, "JSON_NOT_PORTABLE")
+        for number in (b"1e309", b"-1e400"):  # a double's range ends: no canonical text holds infinity
+            with self.subTest(number=number):
+                self.assertDecodeError("JSON_NON_FINITE", b"[" + number + b"]")
 
     def test_integers_within_the_safe_range_on_both_sides(self):
         self.assertEqual(td.decode_strict_json(b"[9007199254740991]"), [2**53 - 1])
@@ -895,9 +975,9 @@ class TestStrictBoundedJsonDecoding(StrictJsonAssertions, unittest.TestCase):
 
     def test_the_first_fault_in_the_text_is_the_one_raised(self):
         rows = (
-            (b'[{"a": 1, "a": 2}, 1.5]', "JSON_DUPLICATE_KEY"),  # the object closes before the float
-            (b'{"a": 1, "a": 2, "b": 1.5}', "JSON_NOT_PORTABLE"),  # the float comes before the close
-            (b'[1.5, {"a": 1, "a": 2}]', "JSON_NOT_PORTABLE"),
+            (b'[{"a": 1, "a": 2}, 1e999]', "JSON_DUPLICATE_KEY"),  # the object closes before the number
+            (b'{"a": 1, "a": 2, "b": 1e999}', "JSON_NON_FINITE"),  # the number comes before the close
+            (b'[1e999, {"a": 1, "a": 2}]', "JSON_NON_FINITE"),
             (b'[{"a": 1, "a": 2}, NaN]', "JSON_DUPLICATE_KEY"),
             (b'[NaN, {"a": 1, "a": 2}]', "JSON_NON_FINITE"),
             (b'[99999999999999999, {"a": 1, "a": 2}]', "JSON_NOT_PORTABLE"),
@@ -1620,11 +1700,11 @@ class TestProposalAndContextBinding(unittest.TestCase):
 
     def test_principal_view_keeps_a_subject_reference_not_the_subject(self):
         view = td.principal_view(ALICE)
-        expected_ref = independent_sha256({"domain": "tool-dispatcher/subject-ref/v2", "tenant": "tenant-a",
+        expected_ref = independent_sha256({"domain": "tool-dispatcher/subject-ref/v3", "tenant": "tenant-a",
                                            "subject": "alice"})
         self.assertEqual(view, {"tenant": "tenant-a", "subject_ref": expected_ref,
                                 "roles": ["orders.read", "refunds.draft"]})
-        self.assertEqual(expected_ref, "f832b17c1bf00afd5348cd781fc175a4f72215c521040a0746f81f106dfdcfcd")
+        self.assertEqual(expected_ref, "57ad364837033482856035113ed1d5a99033ef8f8b9197e93032fc1484b49aa2")
         self.assertNotEqual(td.principal_view(BOB)["subject_ref"], expected_ref)
         package = read(make_dispatcher())
         self.assertNotIn("alice", json.dumps(package))
@@ -1635,7 +1715,7 @@ class TestProposalAndContextBinding(unittest.TestCase):
             with self.subTest(tenant=tenant, subject=subject):
                 view = td.principal_view(Principal(tenant, subject, ()))
                 self.assertEqual(view["subject_ref"], independent_sha256({
-                    "domain": "tool-dispatcher/subject-ref/v2", "tenant": tenant, "subject": subject}))
+                    "domain": "tool-dispatcher/subject-ref/v3", "tenant": tenant, "subject": subject}))
 
     def test_a_principal_holds_max_roles_roles_and_not_one_more(self):
         roles = tuple(sorted(["orders.read", *(f"role-{index}" for index in range(td.MAX_ROLES - 1))]))
@@ -2006,11 +2086,15 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
 
     def test_integer_bounds_must_be_safe_integers(self):
         td.compile_schema(schema_field({"type": "integer", "minimum": -td.MAX_SAFE_INTEGER, "maximum": td.MAX_SAFE_INTEGER}))
-        for keyword, value in (("minimum", -td.MAX_SAFE_INTEGER - 1), ("maximum", td.MAX_SAFE_INTEGER + 1), ("minimum", 0.5), ("maximum", False),
-                               ("exclusiveMinimum", True)):
+        for keyword, value in (("minimum", 0.5), ("maximum", False), ("exclusiveMinimum", True)):
             with self.subTest(keyword=keyword, value=value):
                 self.refused(schema_field({"type": "integer", keyword: value}), "SCHEMA_BOUNDS",
                              f"schema.properties[0].{keyword}")
+        # An integer no double holds exactly is no portable JSON at all (a decoder refuses it in a
+        # file; a host's Python value meets the same refusal here).
+        for keyword, value in (("minimum", -td.MAX_SAFE_INTEGER - 1), ("maximum", td.MAX_SAFE_INTEGER + 1)):
+            with self.subTest(keyword=keyword, value=value):
+                self.refused(schema_field({"type": "integer", keyword: value}), "SCHEMA_NOT_PORTABLE", "schema")
         self.refused(schema_field({"type": "integer", "minimum": 3, "maximum": 2}), "SCHEMA_BOUNDS", "schema.properties[0]")
         self.refused(schema_field({"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 3}), "SCHEMA_BOUNDS")
 
@@ -2025,7 +2109,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         self.admitted(compiled, {"f": 2})
         self.value_refused(compiled, {"f": 3}, "VALUE_ENUM")
         self.refused(schema_field({"type": "integer", "enum": [1, True]}), "SCHEMA_ENUM")
-        self.refused(schema_field({"type": "integer", "enum": [td.MAX_SAFE_INTEGER + 1]}), "SCHEMA_ENUM")
+        self.refused(schema_field({"type": "integer", "enum": [td.MAX_SAFE_INTEGER + 1]}), "SCHEMA_NOT_PORTABLE", "schema")
 
     def test_integer_number_refused(self):
         self.refused(schema_field({"type": "number"}), "SCHEMA_NUMBER", "schema.properties[0]")
@@ -2590,7 +2674,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
 
     def test_contracts_strict_decoder_codes(self):
         for data, code in ((b'{"format": 1, "format": 2}', "JSON_DUPLICATE_KEY"), (b"[" * 5000, "JSON_TOO_DEEP"),
-                                     (b'{"a": 1.5}', "JSON_NOT_PORTABLE"), (b'{"a": NaN}', "JSON_NON_FINITE"),
+                                     (b'{"a": 9007199254740992}', "JSON_NOT_PORTABLE"), (b'{"a": NaN}', "JSON_NON_FINITE"),
                                      (b"\xff", "JSON_NOT_UTF8"), (b"{", "JSON_INVALID")):
             with self.subTest(data=data[:20]):
                 with self.assertRaises(td.BoundaryError) as caught:
@@ -4027,7 +4111,7 @@ class TestTheDemoHostOrdersRefundsAndTheirHooksInjectedFaults(unittest.TestCase)
 
     def test_derived_refs_are_deterministic_and_domain_separated(self):
         ref = td.derived_ref("rq-", "request", "a", None)
-        self.assertEqual(ref, "rq-" + independent_sha256({"domain": "tool-dispatcher/downstream-ref/v2",
+        self.assertEqual(ref, "rq-" + independent_sha256({"domain": "tool-dispatcher/downstream-ref/v3",
                                                           "kind": "request", "parts": ["a", None]})[:32])
         self.assertNotEqual(td.derived_ref("rq-", "status", "a", None)[3:], ref[3:])
         self.assertEqual(td.derived_ref("rq-", "request", "a", None), ref)
@@ -4423,15 +4507,15 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
         self.assertOutputRefused("OUTPUT_TOO_LARGE", dict(base, x="a" * (filler + 1)))
 
     def test_values_outside_json_are_refused(self):
-        for value in (1.5, (1, 2), {1, 2}, b"bytes", 2**53, -(2**53), object()):
-            with self.subTest(value=type(value).__name__):
+        for value in (math.nan, math.inf, -math.inf, (1, 2), {1, 2}, b"bytes", 2**53, -(2**53), object()):
+            with self.subTest(value=repr(value)[:20]):
                 with self.assertRaises(BoundaryError) as caught:
                     td.scan_output({"v": value})
                 self.assertEqual(caught.exception.code, "OUTPUT_CONTRACT_VIOLATION")
         with self.assertRaises(BoundaryError) as caught:
             td.scan_output({1: "a"})
         self.assertEqual(caught.exception.code, "OUTPUT_CONTRACT_VIOLATION")
-        self.assertScanPasses({"v": [2**53 - 1, -(2**53 - 1), True, None, "s"]})
+        self.assertScanPasses({"v": [2**53 - 1, -(2**53 - 1), True, None, "s", 1.5, -0.0, 5e-324, 1.7976931348623157e308]})
 
     def test_text_utf8_cannot_carry_is_refused_in_values_and_keys(self):
         # A lone surrogate is a Python str with no UTF-8 encoding: before this check, it crashed
@@ -4891,20 +4975,20 @@ class TestDigestsAndSeals(unittest.TestCase):
     def test_request_digest_envelope_recomputed_independently(self):
         package = read(make_dispatcher())
         expected = independent_sha256({
-            "domain": "tool-dispatcher/request/v2", "principal": td.principal_view(ALICE), "tool": "get_order",
+            "domain": "tool-dispatcher/request/v3", "principal": td.principal_view(ALICE), "tool": "get_order",
             "arguments": {"order_ref": "ORDER-7"}, "input_revision": "get_order.input.v2",
             "output_revision": "get_order.output.v2", "effect_revision": "effect.none.v1"})
         self.assertEqual(package["protected_audit"]["request_sha256"], expected)
-        self.assertEqual(expected, "bfe69faa38405b88a286b3c2e17865f0df1f7300ff0b67aee63c166bf2ae1a3f")
+        self.assertEqual(expected, "92dcce5b4a78a31bcb8a424c73120a2d9bb923b8dccd0d283d21b1af583dc227")
 
     def test_result_and_call_binding_envelopes_recomputed_independently(self):
         package = counted_write(self)
         audit = package["protected_audit"]
-        result_digest = independent_sha256({"domain": "tool-dispatcher/result/v2",
+        result_digest = independent_sha256({"domain": "tool-dispatcher/result/v3",
                                             "model_result": package["model_result"]})
         self.assertEqual(audit["result_sha256"], result_digest)
         self.assertEqual(audit["call_binding_sha256"], independent_sha256({
-            "domain": "tool-dispatcher/call-binding/v3", "provider_context": audit["provider_context"],
+            "domain": "tool-dispatcher/call-binding/v4", "provider_context": audit["provider_context"],
             "tool_contract": audit["tool_contract"], "request_sha256": audit["request_sha256"],
             "result_sha256": result_digest, "downstream": audit["downstream"],
             "approval": {"approver": "approver-lee", "expires_at": EXPIRES},
@@ -4914,7 +4998,7 @@ class TestDigestsAndSeals(unittest.TestCase):
     def test_unknown_tool_request_digest_uses_the_null_contract(self):
         package = make_dispatcher().dispatch({"name": "nope", "arguments": {}}, context(), ALICE, now=NOW)
         self.assertEqual(package["protected_audit"]["request_sha256"], independent_sha256({
-            "domain": "tool-dispatcher/request/v2", "principal": td.principal_view(ALICE), "tool": None,
+            "domain": "tool-dispatcher/request/v3", "principal": td.principal_view(ALICE), "tool": None,
             "arguments": None, "input_revision": None, "output_revision": None, "effect_revision": None}))
 
     def test_request_digest_leaves_out_the_idempotency_key(self):
@@ -5600,9 +5684,9 @@ class TestTheDispatcher(unittest.TestCase):
         ctx = CallContext("Anthropic", "Messages", "anthropic-messages-v1", "msg_01", "toolu_01", "op-refund-2",
                           "idem-refund-2")
         package = write(dispatcher, ctx, deadline=NOW + 30)
-        self.assertEqual(package["model_result"]["data"]["draft_id"], "DRAFT-c173a300e5ac0610")
+        self.assertEqual(package["model_result"]["data"]["draft_id"], "DRAFT-6262362e0ac2f8bf")
         self.assertEqual(package["protected_audit"]["request_sha256"],
-                         "a30d883f2c7956d2c5a77066bd0576a0df2e44e1f64121c1926848728eb67426")
+                         "feb362e6fb02ecfe42c7fbc15266e0d1b750e8ded240e62a0d0705905e9340d3")
         self.assertEqual(dispatcher.effect_count, 1)
 
     def test_an_approver_allowlist_must_be_a_collection_of_identifiers(self):
@@ -6173,7 +6257,7 @@ class TestTheDispatcher(unittest.TestCase):
         self.assertEqual(audit["provider_context"], write_context().view("dispatch"))
         self.assertEqual(audit["tool_contract"], REFUND.contract_view())
         self.assertEqual(audit["arguments"], {"order_ref": "ORDER-7", "reason": "duplicate"})
-        self.assertEqual(package["format"], "tool-result-package-v3")
+        self.assertEqual(package["format"], "tool-result-package-v4")
         self.assertEqual(dispatcher.effect_count, 1)
 
     def test_no_audit_value_appears_in_the_model_result(self):
@@ -7695,8 +7779,8 @@ class TestProviderAdapters(unittest.TestCase):
 # Known answers: the shipped fixture, run and logged with KEY_A (key id "k-a"), and unsealed, gives
 # these chain heads; a second implementation of the envelopes, the digests and the seal must
 # reproduce them.
-KNOWN_SEALED_HEAD = "74cd5e59d049ef043d66b2232046b959701f8e5ffd386b0783f8f0a96eb51062"
-KNOWN_UNSEALED_HEAD = "212a543c125ebe813cafb9741015c788eac9d35b46347c1afdae3b510d5b35a2"
+KNOWN_SEALED_HEAD = "fb1a7cc7b78f0720d42b6b3e21f7da6ee7e6c158664abd5490590fe05fbb7c25"
+KNOWN_UNSEALED_HEAD = "06344a32b594615a097520e6d59439886b41f6b4b93c50418a883ed3eaa4d1c0"
 
 
 def fixture_log(keys=None) -> bytes:
@@ -7725,6 +7809,18 @@ def relinked(lines, keys=None) -> list:
         entry["entry_sha256"] = previous = digest
         out.append(td.canonical_json(entry))
     return out
+
+
+def restamp(package) -> None:
+    """Recompute a package's three digests in place, as anyone can after an edit."""
+    audit = package["protected_audit"]
+    audit["request_sha256"], audit["result_sha256"], audit["call_binding_sha256"] = td.package_digests(package)
+
+
+def loose_json(value) -> bytes:
+    """JSON text of any value json writes, even one no canonical encoder takes (2**53, 10**400):
+    what a hostile or careless writer puts on a line."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
 def chained(entries, keys=None) -> bytes:
@@ -7804,6 +7900,12 @@ class TestTheAuditLog(unittest.TestCase):
         entry["package"]["execution"]["effects"] = 1  # "an effect happened"
         forged = lines[:4] + [td.canonical_json(entry)] + lines[5:]
         mallory = seal_keys(keys=(("k-a", bytes(32)),))  # the right key id, the wrong key
+        rechained = b"\n".join(relinked(forged, mallory)) + b"\n"
+        # The package's own call binding no longer holds; its digests are no secret, so a forger
+        # recomputes them too.
+        self.assertBad("AUDIT_PACKAGE_DIGEST", 4, rechained)
+        restamp(entry["package"])
+        forged = lines[:4] + [td.canonical_json(entry)] + lines[5:]
         rechained = b"\n".join(relinked(forged, mallory)) + b"\n"
         self.assertEqual(td.verify_audit_log(rechained).entries, 30)  # without the key: consistent
         self.assertBad("AUDIT_ENTRY_EDITED", 4, rechained, seal_keys=self.KEYS)
@@ -8010,14 +8112,21 @@ class TestTheAuditLog(unittest.TestCase):
             "index negative": (0, "index", -1), "index past the limit": (1, "index", td.MAX_AUDIT_ENTRIES + 1),
             "closed 1": (3, "closed", 1), "closed false": (3, "closed", False), "closed text": (3, "closed", "true"),
             "package a list": (1, "package", [entries[1]["package"]]), "package text": (1, "package", "{}"),
-            "package null": (1, "package", None), "format other": (1, "format", "audit-log-v2"),
+            "package null": (1, "package", None), "format other": (1, "format", "audit-log-v1"),
             "format a list": (1, "format", [td.AUDIT_LOG_FORMAT]),
         }
         for name, (index, field_name, value) in changes.items():
             changed = copy.deepcopy(entries)
             changed[index][field_name] = value
+            data = chained(changed, self.KEYS)
+            if type(value) is float:  # canonical text writes 1.0 as 1: the line says 1.0 as a writer might
+                lines = data.split(b"\n")
+                lines[index] = lines[index].replace(b'"%s":%d,' % (field_name.encode(), value),
+                                                    b'"%s":%r,' % (field_name.encode(), value), 1)
+                self.assertIn(b'"index":1.0,', lines[index])
+                data = b"\n".join(lines)
             with self.subTest(change=name):
-                self.assertBad("AUDIT_MALFORMED", index, chained(changed, self.KEYS), seal_keys=self.KEYS)
+                self.assertBad("AUDIT_MALFORMED", index, data, seal_keys=self.KEYS)
         for name, seal in (("a list", []), ("no hmac", {"key_id": "k-a"}), ("an extra field", {**td.UNSEALED, "x": 1}),
                            ("text", "sealed")):
             data = chained(entries, self.KEYS).split(b"\n")
@@ -8057,9 +8166,12 @@ class TestTheAuditLog(unittest.TestCase):
                     index = rng.randrange(len(entries))
                     mutated[index] = fuzzed_value(entries[index], rng)
                 if number % 3 == 1 and all(type(entry) is dict for entry in mutated):
-                    yield chained(mutated, self.KEYS)
-                else:
-                    yield b"".join(td.canonical_json(entry) + b"\n" for entry in mutated)
+                    try:
+                        yield chained(mutated, self.KEYS)
+                        continue
+                    except ValueError:  # a value no writer digests (2**53, 10**400): written as text
+                        pass
+                yield b"".join(loose_json(entry) + b"\n" for entry in mutated)
 
         def verify(data):
             outcomes = []
@@ -8269,7 +8381,7 @@ def hostile_files(folder) -> dict[str, tuple[str, str]]:
         "nan": (text.replace('"revision": 3', '"revision": NaN', 1).encode("utf-8"), "JSON_NON_FINITE"),
         "infinity": (text.replace('"revision": 3', '"revision": Infinity', 1).encode("utf-8"), "JSON_NON_FINITE"),
         "-infinity": (text.replace('"revision": 3', '"revision": -Infinity', 1).encode("utf-8"), "JSON_NON_FINITE"),
-        "float": (text.replace('"revision": 3', '"revision": 3.0', 1).encode("utf-8"), "JSON_NOT_PORTABLE"),
+        "float": (text.replace('"revision": 3', '"revision": 3.0', 1).encode("utf-8"), "FIXTURE_VALUE"),
         "2**53": (text.replace('"revision": 3', '"revision": 9007199254740992', 1).encode("utf-8"),
                   "JSON_NOT_PORTABLE"),
         "boolean time": (mutated(lambda d: d["cases"][0]["steps"][0].update(now=True)), "FIXTURE_VALUE"),

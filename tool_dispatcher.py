@@ -71,7 +71,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "ProviderProfile", "PROVIDER_PROFILES", "registered_profile", "CallContext", "Principal", "Approval",
     "Order",
     # 4. Canonical JSON
-    "canonical_text", "canonical_json", "canonical_sha256", "SLOT", "CanonicalTemplate", "json_copy",
+    "canonical_text", "canonical_json", "number_text", "package_digests", "canonical_sha256", "SLOT", "CanonicalTemplate", "json_copy",
     # 5. Strict bounded JSON decoding
     "exceeds_nesting", "is_portable_text", "refuse_float", "finite_float", "safe_int", "short_int", "JsonPolicy",
     "PORTABLE_JSON", "ENVELOPE_JSON", "decode_strict_json",
@@ -176,24 +176,24 @@ MAX_AUDIT_LINE_BYTES: Final = 65_536  # one audit entry: a package is at most a 
 MAX_AUDIT_ENTRIES: Final = 1_000_000  # entries one verification reads
 MAX_AUDIT_LOG_BYTES: Final = 256 * 1024 * 1024  # a log that one verification reads, whole
 
-PACKAGE_FORMAT: Final = "tool-result-package-v3"
+PACKAGE_FORMAT: Final = "tool-result-package-v4"
 MODEL_RESULT_VERSION: Final = "model-result-v2"
 AUDIT_VERSION: Final = "protected-audit-v3"
 FIXTURE_FORMAT: Final = "tool-cases-v2"
 BOUNDARY_PRODUCER: Final = "tool-dispatcher"  # the producer of every result no handler produced
 
-REQUEST_DIGEST_DOMAIN: Final = "tool-dispatcher/request/v2"
-RESULT_DIGEST_DOMAIN: Final = "tool-dispatcher/result/v2"
-CALL_BINDING_DIGEST_DOMAIN: Final = "tool-dispatcher/call-binding/v3"
-CALL_FINGERPRINT_DOMAIN: Final = "tool-dispatcher/call-fingerprint/v2"
-SUBJECT_REF_DOMAIN: Final = "tool-dispatcher/subject-ref/v2"
-SEAL_DOMAIN: Final = "tool-dispatcher/seal/v1"
-AUDIT_ENTRY_DOMAIN: Final = "tool-dispatcher/audit-entry/v1"
+REQUEST_DIGEST_DOMAIN: Final = "tool-dispatcher/request/v3"
+RESULT_DIGEST_DOMAIN: Final = "tool-dispatcher/result/v3"
+CALL_BINDING_DIGEST_DOMAIN: Final = "tool-dispatcher/call-binding/v4"
+CALL_FINGERPRINT_DOMAIN: Final = "tool-dispatcher/call-fingerprint/v3"
+SUBJECT_REF_DOMAIN: Final = "tool-dispatcher/subject-ref/v3"
+SEAL_DOMAIN: Final = "tool-dispatcher/seal/v2"
+AUDIT_ENTRY_DOMAIN: Final = "tool-dispatcher/audit-entry/v2"
 SEAL_KEYS_FORMAT: Final = "seal-keys-v1"
-AUDIT_LOG_FORMAT: Final = "audit-log-v1"
+AUDIT_LOG_FORMAT: Final = "audit-log-v2"
 SEAL_KEYS_ENVIRONMENT: Final = "TOOL_DISPATCHER_SEAL_KEYS"  # names a seal-keys file; never the key itself
-DOWNSTREAM_REF_DOMAIN: Final = "tool-dispatcher/downstream-ref/v2"
-APPROVAL_REF_DOMAIN: Final = "tool-dispatcher/approval-ref/v1"
+DOWNSTREAM_REF_DOMAIN: Final = "tool-dispatcher/downstream-ref/v3"
+APPROVAL_REF_DOMAIN: Final = "tool-dispatcher/approval-ref/v2"
 
 # Whole-string patterns, always used with fullmatch: a regex "$" would let "ORDER-7\n" through.
 # [0-9] rather than \d, which also matches digits of other scripts.
@@ -404,6 +404,7 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         AUDIT_ENTRY_INSERTED="An audit entry was added to the chain.",
         AUDIT_ENTRY_REORDERED="Audit entries are out of order.",
         AUDIT_TRUNCATED="The audit log ends before its closing entry.",
+        AUDIT_PACKAGE_DIGEST="A package's digests do not match the package itself.",
         AUDIT_KEY_UNKNOWN="An audit entry is sealed with a key this verifier does not hold.",
         AUDIT_UNSEALED="An audit entry is not sealed, and this verifier requires seals.",
     ),
@@ -583,14 +584,21 @@ _PLAIN_MAPPINGS: Final = (dict, MappingProxyType)  # what a host or a store may 
 # ============================================================================================
 # 4. Canonical JSON
 # ============================================================================================
-# The documented encoding of every digest: sorted keys, no insignificant whitespace, UTF-8, no
-# NaN or Infinity. It is deterministic for the JSON values this module builds; it does not claim
-# RFC 8785.
+# The encoding of every digest, seal and chain entry is the JSON Canonicalization Scheme (RFC 8785,
+# "JCS"), which a second implementation in another language can reproduce byte for byte: no
+# insignificant whitespace, UTF-8, object members sorted by the UTF-16 code units of their keys,
+# strings escaped as ECMAScript's JSON.stringify escapes them, and every number written as
+# ECMAScript writes an IEEE double (Number::toString: 1e+21, 1e-7, 4.5, -0 as 0). NaN, Infinity,
+# lone surrogates and integers no double holds exactly are not JSON a peer reads the same way, and
+# are refused (ValueError: the boundary never builds them, its decoders refuse them first).
 #
-# Speed, without changing a byte: JSONEncoder.encode() builds a new C encoder on every call,
-# which costs more than encoding a small envelope. The same C encoder is built once here, with
-# the same settings (the circular-reference check is off: these are trees); where the C
-# accelerator is missing, encode() itself is used. The bytes are the same either way.
+# Speed, without changing a byte. Python's C encoder, built once here (JSONEncoder.encode() builds
+# a new one on every call), already writes JCS for almost every value the boundary digests: its
+# string escaping is JCS's, its integers are JCS's within +/-(2**53 - 1), and its key order (by
+# code point) differs from UTF-16 order only between a key holding a character above U+FFFF and
+# one holding a character in U+E000..U+FFFF. So the C text is kept unless it can differ: when it
+# holds a character above U+FFFF (a key might), or something that may be a float or a long
+# integer. Those values, rare at the boundary, are encoded again by the exact encoder below.
 
 _CANONICAL_ENCODER: Final = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
@@ -601,13 +609,87 @@ _CANONICAL_ENCODER: Final = json.JSONEncoder(
 _C_ENCODER: Final = None if json.encoder.c_make_encoder is None else json.encoder.c_make_encoder(
     None, _CANONICAL_ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
 )
+# What in a C text may be written otherwise by JCS: a digit before "." or an exponent (a float's
+# repr), or a run of digits longer than the largest exact integer's. A match inside a string only
+# costs the exact encoder's time; the test below looks outside strings.
+_MAYBE_NOT_JCS: Final = re.compile(r"[0-9](?:\.|e[-+])|[0-9]{%d}" % len(str(MAX_SAFE_INTEGER)))
+_JSON_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"')
+_ASTRAL: Final = re.compile("[\U00010000-\U0010ffff]")
 
 
 def canonical_text(value: Any) -> str:
-    """The canonical JSON text of a value (str); canonical_json is its UTF-8 encoding."""
+    """The canonical (RFC 8785) JSON text of a value (str); canonical_json is its UTF-8 encoding."""
     if _C_ENCODER is None:
-        return _CANONICAL_ENCODER.encode(value)
-    return "".join(_C_ENCODER(value, 0))
+        return _jcs_text(value)
+    text = "".join(_C_ENCODER(value, 0))
+    if (text.isascii() or not _ASTRAL.search(text)) and not (
+            _MAYBE_NOT_JCS.search(text) and _MAYBE_NOT_JCS.search(_JSON_STRING.sub('""', text))):
+        return text
+    return _jcs_text(value)
+
+
+def _utf16_order(key: str) -> bytes:
+    # Big-endian UTF-16 bytes compare as the code units do; "surrogatepass" leaves a lone
+    # surrogate to the string encoder, which refuses it.
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def number_text(value: int | float) -> str:
+    """A number as RFC 8785 (ECMAScript's Number::toString) writes it; ValueError where JSON
+    peers would not read the same double: NaN, infinities, integers beyond +/-(2**53 - 1)."""
+    if type(value) is int or type(value) is bool:
+        if type(value) is bool or not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            raise ValueError("not a portable JSON number")
+        return str(value)
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError("not a portable JSON number")
+    if value == 0:
+        return "0"  # -0 too
+    # repr gives the shortest digits that read back as this double, as ECMAScript requires;
+    # only the layout differs. digits holds them without zeros at either end, point is where
+    # the decimal point falls among them (ECMAScript's k and n).
+    mantissa, _, exponent = repr(abs(value)).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = (whole + fraction).lstrip("0")
+    point = len(whole) + int(exponent or 0) - (len(whole + fraction) - len(digits))
+    digits = digits.rstrip("0")
+    sign = "-" if value < 0 else ""
+    count = len(digits)
+    if count <= point <= 21:
+        return sign + digits + "0" * (point - count)
+    if 0 < point <= 21:
+        return sign + digits[:point] + "." + digits[point:]
+    if -6 < point <= 0:
+        return sign + "0." + "0" * -point + digits
+    power = point - 1
+    return sign + digits[0] + ("." + digits[1:] if count > 1 else "") + "e" + ("+" if power >= 0 else "-") + str(abs(power))
+
+
+def _jcs_text(value: Any) -> str:
+    """The exact RFC 8785 encoder: the definition the C path is held to, and its fallback."""
+    kind = type(value)
+    if kind is str:
+        if not is_portable_text(value):
+            raise ValueError("a lone surrogate has no canonical encoding")
+        return json.encoder.encode_basestring(value)
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if kind is int or kind is float:
+        return number_text(value)
+    if kind is dict:
+        keys = list(value)
+        if any(type(key) is not str for key in keys):
+            raise TypeError("keys must be str")
+        return "{" + ",".join(_jcs_text(key) + ":" + _jcs_text(value[key])
+                              for key in sorted(keys, key=_utf16_order)) + "}"
+    if kind is list or kind is tuple:
+        return "[" + ",".join(_jcs_text(item) for item in value) + "]"
+    raise TypeError(f"Object of type {kind.__name__} is not JSON serializable")  # json's own words
 
 
 def _string_text(text: str) -> str:
@@ -618,7 +700,7 @@ def _string_text(text: str) -> str:
 
 
 def canonical_json(value: Any) -> bytes:
-    """Encode a JSON value canonically: sorted keys, no whitespace, UTF-8 bytes."""
+    """Encode a JSON value canonically (RFC 8785): its canonical text as UTF-8 bytes."""
     return canonical_text(value).encode("utf-8")
 
 
@@ -650,7 +732,7 @@ class CanonicalTemplate:
     def __init__(self, members: Mapping[str, Any]) -> None:
         pieces: list[str] = []
         text = "{"
-        for index, key in enumerate(sorted(members)):
+        for index, key in enumerate(sorted(members, key=_utf16_order)):
             text += ("," if index else "") + canonical_text(key) + ":"
             if members[key] is SLOT:
                 pieces.append(text)
@@ -658,7 +740,7 @@ class CanonicalTemplate:
             else:
                 text += canonical_text(members[key])
         pieces.append(text + "}")
-        self.slots: tuple[str, ...] = tuple(key for key in sorted(members) if members[key] is SLOT)
+        self.slots: tuple[str, ...] = tuple(key for key in sorted(members, key=_utf16_order) if members[key] is SLOT)
         self._format = "%s".join(piece.replace("%", "%%") for piece in pieces)
 
     def text(self, *texts: str) -> str:
@@ -773,7 +855,7 @@ def _refuse_constant(_name: str) -> NoReturn:
 
 
 def refuse_float(_text: str) -> NoReturn:
-    """The portable domain has no floats: two peers may read one float two ways."""
+    """For a reader that wants integers only: any number with a fraction or an exponent."""
     raise BoundaryError("JSON_NOT_PORTABLE")
 
 
@@ -818,8 +900,11 @@ class JsonPolicy:
     portable_text: bool  # refuse lone surrogates in strings and keys
 
 
-# Fixtures, tool arguments, stored rows and everything that is digested or echoed.
-PORTABLE_JSON: Final = JsonPolicy("portable", refuse_float, safe_int, portable_text=True)
+# Fixtures, tool arguments, stored rows and everything that is digested or echoed: the numbers
+# every peer reads as the same IEEE double, and so writes with the same canonical text (section 4).
+# A float is a double read to the nearest (0.1, 1e-7, 1.0: a float, never the integer 1); an
+# integer is exact or refused (9007199254740993 would be read as ...992).
+PORTABLE_JSON: Final = JsonPolicy("portable", finite_float, safe_int, portable_text=True)
 # A provider's frames around the arguments (temperature: 1.0, logprobs, usage counters): read,
 # never forwarded or digested. What becomes a proposal is decoded again, under PORTABLE_JSON.
 ENVELOPE_JSON: Final = JsonPolicy("envelope", finite_float, short_int, portable_text=False)
@@ -3487,8 +3572,8 @@ def check_approval(approval: Any, *, principal: Principal, context: CallContext,
 
 
 def _is_json_exact(value: Any) -> bool:
-    """A tree of exactly dict (str keys), list, str, int, bool and None, no deeper than the
-    output limit, in the portable domain (safe integers, text UTF-8 can carry): the only values
+    """A tree of exactly dict (str keys), list, str, int, float, bool and None, no deeper than the
+    output limit, in the portable domain (safe integers, finite floats, text UTF-8 can carry): the only values
     an approval's arguments may hold, compared and digested without surprises."""
     stack = [(value, 0)]
     while stack:
@@ -3503,8 +3588,7 @@ def _is_json_exact(value: Any) -> bool:
                 stack.append((child, depth + 1))
         elif kind is list:
             stack.extend((child, depth + 1) for child in item)
-        elif (kind not in _SCALARS or (kind is str and not is_portable_text(item))
-              or (kind is int and not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER)):
+        elif not _portable_scalar(kind, item) or (kind is str and not is_portable_text(item)):
             return False
     return True
 
@@ -3947,6 +4031,13 @@ _SECRET_VALUE: Final = re.compile("|".join(f"(?:{shape})" for shape in SECRET_VA
 _SCALARS: Final = frozenset({str, int, bool, type(None)})
 
 
+def _portable_scalar(kind: type, item: Any) -> bool:
+    """A JSON scalar of the portable domain: a safe integer, a finite float, a str, a bool, null."""
+    if kind is float:
+        return math.isfinite(item)
+    return kind in _SCALARS and (kind is not int or -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER)
+
+
 def _names_a_secret(key: str) -> bool:
     words = ["", *map(str.lower, _KEY_WORD.findall(key)), ""]  # padded: every word has two neighbours
     for at in range(1, len(words) - 1):
@@ -3982,10 +4073,11 @@ def is_secret_text(text: str) -> bool:
 
 # Upper bounds of canonical bytes, for a size check that rarely needs to encode: a character
 # takes at most 6 bytes (a control character becomes \u001f; UTF-8 takes at most 4), a scalar
-# other than a string at most 17 (-9007199254740991), and every value, key or container adds at
-# most 3 more (quotes or brackets, and the comma or colon after it).
+# other than a string at most 24 (a double's canonical text: 17 digits, a sign, a point, and
+# "e-308"; no safe integer is longer), and every value, key or container adds at most 3 more
+# (quotes or brackets, and the comma or colon after it).
 _MAX_BYTES_PER_CHAR: Final = 6
-_MAX_SCALAR_BYTES: Final = len(str(-MAX_SAFE_INTEGER))
+_MAX_SCALAR_BYTES: Final = len("-2.2250738585072014e-308")
 _MAX_FRAME_BYTES: Final = 3
 
 
@@ -4021,7 +4113,7 @@ def scan_output(value: Any, *, max_depth: int = MAX_OUTPUT_DEPTH, max_nodes: int
             if is_secret_text(item):
                 raise BoundaryError("OUTPUT_SENSITIVE_FIELD")
             bound += _MAX_BYTES_PER_CHAR * len(item)
-        elif kind not in _SCALARS or (kind is int and not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER):
+        elif not _portable_scalar(kind, item):
             raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
         else:
             bound += _MAX_SCALAR_BYTES
@@ -5887,6 +5979,11 @@ def verify_audit_log(data: bytes, *, seal_keys: SealKeys | None = None, require_
         previous = digest
     if closed and (not entries or "closed" not in entries[-1]):
         raise BoundaryError("AUDIT_TRUNCATED", at=f"entries[{len(entries)}]")
+    # The chain holds: every package is as written. Now each is held to its own digests, which
+    # only a writer's fault, or an edit re-chained where no seal guards the log, can break.
+    for position, entry in enumerate(entries):
+        if "package" in entry and not _package_digests_hold(entry["package"]):
+            raise BoundaryError("AUDIT_PACKAGE_DIGEST", at=f"entries[{position}]")
     return AuditReport(entries=len(entries) - (1 if closed else 0), head_sha256=previous,
                        sealed=seal_keys is not None and all(entry["seal"]["key_id"] is not None for entry in entries))
 
@@ -5909,6 +6006,39 @@ def _line_digest(line: bytes) -> str:
     end = line.rindex(b',"seal":')
     body = line[:start] + _DOMAIN_MEMBER + line[start + len(_DIGEST_MEMBER) + 66:end] + b"}"
     return hashlib.sha256(body).hexdigest()
+
+
+_DIGESTED_AUDIT_FIELDS: Final = frozenset({"principal", "tool_contract", "arguments", "provider_context", "downstream",
+                                          "approval", "redactions", "resource_revision", "request_sha256",
+                                          "result_sha256", "call_binding_sha256"})
+
+
+def package_digests(package: Mapping[str, Any]) -> tuple[str, str, str]:
+    """request_sha256, result_sha256 and call_binding_sha256 of a package, recomputed from the
+    package alone (its own tool contract, no registry): what a log verifier in any language can
+    recompute. KeyError or TypeError where the package lacks what they are computed from."""
+    audit = package["protected_audit"]
+    contract = audit["tool_contract"]
+    if type(audit) is not dict or not (contract is None or (type(contract) is dict and contract.keys() >= _NULL_CONTRACT.keys())):
+        raise TypeError("not a package")  # {} would digest as no contract at all
+    request = request_sha256(audit["principal"], contract, audit["arguments"])
+    result = result_sha256(package["model_result"])
+    return request, result, call_binding_sha256(audit["provider_context"], contract, request, result,
+                                                audit["downstream"], audit["approval"], evidence_view(package))
+
+
+def _package_digests_hold(package: dict[str, Any]) -> bool:
+    # The log's entry digest and seal bind a package as written; this holds the package to its
+    # own digests, so that a verifier in another language recomputes every one of them from the
+    # same bytes. The rest of a package's consistency is verify_package's, with a registry.
+    audit = package.get("protected_audit")
+    if type(audit) is not dict or not audit.keys() >= _DIGESTED_AUDIT_FIELDS:
+        return False
+    try:
+        digests = package_digests(package)
+    except (KeyError, TypeError, ValueError):  # a contract without its revisions; a value with no canonical text
+        return False
+    return digests == (audit["request_sha256"], audit["result_sha256"], audit["call_binding_sha256"])
 
 
 def _audit_entry(line: bytes, position: int) -> dict[str, Any]:

@@ -66,7 +66,9 @@ _HERE: Final = str(Path(__file__).resolve().parent)
 # 1. Limits and constants
 # ============================================================================================
 
-SCHEMA_VERSION: Final = 4  # PRAGMA user_version of a database this module created (3: key epochs; 4: audit chain)
+# PRAGMA user_version of a database this module created (3: key epochs; 4: audit chain; 5: RFC 8785
+# digests: an older store's packages and chain are of formats this module no longer reads).
+SCHEMA_VERSION: Final = 5
 APPLICATION_ID: Final = 0x54445231  # PRAGMA application_id ("TDR1"): any other file is refused
 BUSY_TIMEOUT_MS: Final = 5_000  # BEGIN IMMEDIATE waits this long for the write lock, then STORE_BUSY
 LEASE_MS: Final = 30_000  # far longer than one handler and its commits; a dead holder frees its key this fast

@@ -1075,7 +1075,7 @@ STRANGER = td.parse_seal_keys({"format": "seal-keys-v1", "current": "k-z", "keys
     {"key_id": "k-z", "secret_hex": KEY_B.hex()}]})
 # The shipped fixture through the durable runner, sealed with KEY_A: nine realms hold a chain, and
 # this is the digest of their heads (ChainReport.heads_sha256), on SQLite and on PostgreSQL alike.
-KNOWN_DURABLE_HEADS = "decf2577a3ec2ab63c8b3a05a48901b2530d65ac574b0520ec5fd855f1c1036c"
+KNOWN_DURABLE_HEADS = "65ce78e21d2617fe2d91944c877df1497ec8285358f308e76c84778945d52b0e"
 LEDGER_TABLES = ("operations", "approval_uses", "key_epochs", "call_bindings", "downstream_fences",
                  "downstream_receipts", "outbox", "broker_messages", "consumer_offsets", "inbox",
                  "consumer_effects", "audit_heads", "audit_chain")

@@ -724,7 +724,7 @@ class TestCanonicalJson(unittest.TestCase):
                   {"\U0001f600": [0.5], "\uffff": 1}, {"k": -td.MAX_SAFE_INTEGER, "m": 1e16})
         for value in values:
             with self.subTest(value=ascii(value)[:40]):
-                self.assertEqual(td.canonical_text(value), td._jcs_text(value))
+                self.assertEqual(td.canonical_text(value), td.jcs_text(value))
         with self.assertRaises(ValueError):
             td.canonical_text(["\ud800", 0.5])  # no canonical text for a lone surrogate, on either path
 

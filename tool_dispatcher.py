@@ -71,7 +71,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "ProviderProfile", "PROVIDER_PROFILES", "registered_profile", "CallContext", "Principal", "Approval",
     "Order",
     # 4. Canonical JSON
-    "canonical_text", "canonical_json", "number_text", "package_digests", "canonical_sha256", "SLOT", "CanonicalTemplate", "json_copy",
+    "canonical_text", "jcs_text", "canonical_json", "number_text", "package_digests", "canonical_sha256", "SLOT", "CanonicalTemplate", "json_copy",
     # 5. Strict bounded JSON decoding
     "exceeds_nesting", "is_portable_text", "refuse_float", "finite_float", "safe_int", "short_int", "JsonPolicy",
     "PORTABLE_JSON", "ENVELOPE_JSON", "decode_strict_json",
@@ -620,12 +620,12 @@ _ASTRAL: Final = re.compile("[\U00010000-\U0010ffff]")
 def canonical_text(value: Any) -> str:
     """The canonical (RFC 8785) JSON text of a value (str); canonical_json is its UTF-8 encoding."""
     if _C_ENCODER is None:
-        return _jcs_text(value)
+        return jcs_text(value)
     text = "".join(_C_ENCODER(value, 0))
     if (text.isascii() or not _ASTRAL.search(text)) and not (
             _MAYBE_NOT_JCS.search(text) and _MAYBE_NOT_JCS.search(_JSON_STRING.sub('""', text))):
         return text
-    return _jcs_text(value)
+    return jcs_text(value)
 
 
 def _utf16_order(key: str) -> bytes:
@@ -666,8 +666,9 @@ def number_text(value: int | float) -> str:
     return sign + digits[0] + ("." + digits[1:] if count > 1 else "") + "e" + ("+" if power >= 0 else "-") + str(abs(power))
 
 
-def _jcs_text(value: Any) -> str:
-    """The exact RFC 8785 encoder: the definition the C path is held to, and its fallback."""
+def jcs_text(value: Any) -> str:
+    """The exact RFC 8785 encoder, in Python alone: the definition canonical_text's fast path is
+    held to, and its fallback. canonical_text gives the same text, faster."""
     kind = type(value)
     if kind is str:
         if not is_portable_text(value):
@@ -685,10 +686,10 @@ def _jcs_text(value: Any) -> str:
         keys = list(value)
         if any(type(key) is not str for key in keys):
             raise TypeError("keys must be str")
-        return "{" + ",".join(_jcs_text(key) + ":" + _jcs_text(value[key])
+        return "{" + ",".join(jcs_text(key) + ":" + jcs_text(value[key])
                               for key in sorted(keys, key=_utf16_order)) + "}"
     if kind is list or kind is tuple:
-        return "[" + ",".join(_jcs_text(item) for item in value) + "]"
+        return "[" + ",".join(jcs_text(item) for item in value) + "]"
     raise TypeError(f"Object of type {kind.__name__} is not JSON serializable")  # json's own words
 
 

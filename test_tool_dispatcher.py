@@ -2112,9 +2112,96 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         self.refused(schema_field({"type": "integer", "enum": [td.MAX_SAFE_INTEGER + 1]}), "SCHEMA_NOT_PORTABLE", "schema")
 
     def test_integer_number_refused(self):
-        self.refused(schema_field({"type": "number"}), "SCHEMA_NUMBER", "schema.properties[0]")
-        self.refused(schema_field({"type": ["number", "null"]}), "SCHEMA_NUMBER")
-        self.refused(schema_field({"type": ["number", "string"]}), "SCHEMA_NUMBER")
+        # A step whose decimal text is not its double has no answer every validator shares.
+        for step in (0.1, 0.01, 0.3, 1e-7):
+            with self.subTest(step=step):
+                self.refused(schema_field({"type": "number", "multipleOf": step}), "SCHEMA_NUMBER",
+                             "schema.properties[0].multipleOf")
+        self.refused(schema_field({"type": ["number", "string"]}), "SCHEMA_TYPE")
+        self.refused(schema_field({"type": ["number", "integer"]}), "SCHEMA_TYPE")
+
+    def test_number_admits_every_portable_number_and_nothing_else(self):
+        compiled = td.compile_schema(schema_field({"type": "number"}))
+        for value in (0, -0.0, 1.5, -2, 1e308, -1.7976931348623157e308, 5e-324, td.MAX_SAFE_INTEGER,
+                      -td.MAX_SAFE_INTEGER, 1.0):
+            with self.subTest(value=value):
+                self.admitted(compiled, {"f": value})
+        for value, code in ((True, "VALUE_TYPE"), ("1", "VALUE_TYPE"), (None, "VALUE_TYPE"), ([1], "VALUE_TYPE"),
+                            (2 ** 53, "VALUE_NOT_PORTABLE"), (-(2 ** 53), "VALUE_NOT_PORTABLE"),
+                            (math.nan, "VALUE_NOT_PORTABLE"), (math.inf, "VALUE_NOT_PORTABLE")):
+            with self.subTest(value=value):
+                self.value_refused(compiled, {"f": value}, code, "value.properties[0]")
+        nullable = td.compile_schema(schema_field({"type": ["number", "null"], "maximum": 1}))
+        self.admitted(nullable, {"f": None})
+        self.admitted(nullable, {"f": 0.5})
+        self.value_refused(nullable, {"f": 1.5}, "VALUE_RANGE")
+
+    def test_number_bounds_on_both_sides_inclusive_and_exclusive(self):
+        below, above = math.nextafter(0.5, -1), math.nextafter(0.5, 1)
+        cases = (({"minimum": 0.5}, (0.5, above, 1), (below, 0, -1)),
+                 ({"exclusiveMinimum": 0.5}, (above, 1), (0.5, below)),
+                 ({"maximum": 0.5}, (0.5, below, 0), (above, 1)),
+                 ({"exclusiveMaximum": 0.5}, (below, 0), (0.5, above)),
+                 ({"minimum": 1, "exclusiveMinimum": 0.5}, (1, 1.0, 2.5), (above, 0.75)),  # the tighter one holds
+                 ({"minimum": 0.5, "exclusiveMinimum": 0.5}, (above,), (0.5,)),  # at a tie, the exclusive one
+                 ({"maximum": 2, "exclusiveMaximum": 2}, (math.nextafter(2, 0),), (2, 2.0)),
+                 ({"minimum": 3, "maximum": 3}, (3, 3.0), (math.nextafter(3, 0), math.nextafter(3, 4))))
+        for keywords, admitted, refused in cases:
+            compiled = td.compile_schema(schema_field({"type": "number", **keywords}))
+            for value in admitted:
+                with self.subTest(keywords=keywords, admitted=value):
+                    self.admitted(compiled, {"f": value})
+            for value in refused:
+                with self.subTest(keywords=keywords, refused=value):
+                    self.value_refused(compiled, {"f": value}, "VALUE_RANGE", "value.properties[0]")
+        for keywords in ({"minimum": 2, "maximum": 1.5}, {"minimum": 1.5, "exclusiveMaximum": 1.5},
+                         {"exclusiveMinimum": 1, "maximum": 1}):
+            with self.subTest(empty=keywords):
+                self.refused(schema_field({"type": "number", **keywords}), "SCHEMA_BOUNDS", "schema.properties[0]")
+        for keyword, value in (("minimum", "0"), ("maximum", True), ("exclusiveMinimum", None), ("exclusiveMaximum", [1])):
+            with self.subTest(keyword=keyword, value=value):
+                self.refused(schema_field({"type": "number", keyword: value}), "SCHEMA_BOUNDS",
+                             f"schema.properties[0].{keyword}")
+
+    def test_number_multiple_of_is_exact_or_refused(self):
+        half = td.compile_schema(schema_field({"type": "number", "multipleOf": 0.5}))
+        for value in (0, 1.5, -2, 1e300, 4503599627370495.5):
+            with self.subTest(value=value):
+                self.admitted(half, {"f": value})
+        for value in (1.25, 0.1, 5e-324):
+            with self.subTest(value=value):
+                self.value_refused(half, {"f": value}, "VALUE_RANGE")
+        three = td.compile_schema(schema_field({"type": "number", "multipleOf": 3}))
+        self.admitted(three, {"f": 6.0})
+        self.value_refused(three, {"f": 7.5}, "VALUE_RANGE")
+        for step in (0, -0.5, True, "1"):
+            with self.subTest(step=step):
+                self.refused(schema_field({"type": "number", "multipleOf": step}), "SCHEMA_BOUNDS",
+                             "schema.properties[0].multipleOf")
+        self.assertEqual(td.compile_schema(schema_field({"type": "number", "multipleOf": 0.125}))
+                         .to_schema()["properties"]["f"], {"type": "number", "multipleOf": 0.125})
+
+    def test_number_enum_and_const_compare_numbers(self):
+        compiled = td.compile_schema(schema_field({"type": "number", "enum": [1, 2.5]}))
+        for value in (1, 1.0, 2.5):
+            with self.subTest(value=value):
+                self.admitted(compiled, {"f": value})
+        self.value_refused(compiled, {"f": 2}, "VALUE_ENUM")
+        self.admitted(td.compile_schema(schema_field({"enum": [0.5, 1.5]})), {"f": 0.5})  # the type from the values
+        self.admitted(td.compile_schema(schema_field({"type": "number", "const": 0.25})), {"f": 0.25})
+        for raw in ({"type": "number", "enum": [1, 1.0]}, {"type": "number", "enum": ["1"]},
+                    {"type": "number", "enum": [True]}, {"type": "number", "enum": [1.5], "const": 2.5}):
+            with self.subTest(raw=raw):
+                self.refused(schema_field(raw), "SCHEMA_ENUM")
+
+    def test_number_emits_what_it_checks(self):
+        raw = {"type": "number", "exclusiveMinimum": 0, "maximum": 10.5, "multipleOf": 0.5}
+        compiled = td.compile_schema(schema_field(raw))
+        self.assertEqual(compiled.to_schema()["properties"]["f"], raw)
+        again = td.compile_schema(compiled.to_schema())
+        self.assertEqual(again.rules, compiled.rules)
+        self.assertEqual(td.canonical_text(compiled.to_schema()["properties"]["f"]),
+                         '{"exclusiveMinimum":0,"maximum":10.5,"multipleOf":0.5,"type":"number"}')
 
     # -- BooleansAndNull (moved from mcp_import)
     def test_boolean_null_boolean(self):
@@ -2326,8 +2413,8 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                      "SCHEMA_KEYWORD", "schema.properties[0]")
 
     def test_ref_definition_errors_point_at_the_definition(self):
-        self.refused(schema_object({"a": {"$ref": "#/$defs/B"}}, **{"$defs": {"A": {"type": "string"}, "B": {"type": "number"}}}),
-                     "SCHEMA_NUMBER", "schema.$defs[1]")
+        self.refused(schema_object({"a": {"$ref": "#/$defs/B"}}, **{"$defs": {"A": {"type": "string"}, "B": {"type": "number", "multipleOf": 0.1}}}),
+                     "SCHEMA_NUMBER", "schema.$defs[1].multipleOf")
         self.refused(schema_object({}, **{"$defs": []}), "SCHEMA_MALFORMED", "schema.$defs")
         self.refused(schema_object({"a": {"$ref": "#/$defs/A"}}, **{"$defs": {"A": 3}}), "SCHEMA_MALFORMED", "schema.$defs[0]")
 
@@ -2358,7 +2445,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
     def test_refused_keyword_messages_hold_no_schema_text(self):
         error = self.refused(schema_field({"type": "string", "SECRET-KEYWORD": 1}), "SCHEMA_KEYWORD")
         self.assertNotIn("SECRET", str(error.to_json()))
-        error = self.refused(schema_object({"SECRET": {"type": "number"}}), "SCHEMA_NUMBER")
+        error = self.refused(schema_object({"SECRET": {"type": "number", "multipleOf": 0.1}}), "SCHEMA_NUMBER")
         self.assertNotIn("SECRET", str(error.to_json()))
 
     # -- SdkLoosenessRefused (moved from mcp_import)
@@ -2432,7 +2519,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         self.assertEqual((caught.exception.code, caught.exception.at), (code, "overlay[0]"))
 
     def test_overlay_without_overlay_the_server_schema_is_refused(self):
-        self.refused(self.OVERLAY_SERVER, "SCHEMA_NUMBER")
+        self.refused(self.OVERLAY_SERVER, "SCHEMA_FORMAT", "schema.properties[10]")
 
     OVERLAY_NARROWINGS = {
         ("amount",): {"type": "integer", "minimum": 0, "maximum": 1000},
@@ -2520,10 +2607,18 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                 with self.assertRaises(BoundaryError) as caught:
                     td.narrow(server, {("n",): host})
                 self.assertEqual(caught.exception.code, "OVERLAY_WIDENS")
-        stepped = schema_object({"n": {"type": "number", "multipleOf": 0.5}})
-        with self.assertRaises(BoundaryError) as caught:
-            td.narrow(stepped, {("n",): {"type": "integer", "minimum": 1, "maximum": 2}})
-        self.assertEqual(caught.exception.code, "OVERLAY_WIDENS")
+        # A step: every integer is a multiple of 0.5, not of 1.5; a host step of 3 is one of 1.5.
+        td.narrow(schema_object({"n": {"type": "number", "multipleOf": 0.5}}),
+                  {("n",): {"type": "integer", "minimum": 1, "maximum": 2}})
+        stepped = schema_object({"n": {"type": "number", "multipleOf": 1.5}})
+        td.narrow(stepped, {("n",): {"type": "integer", "multipleOf": 3}})
+        td.narrow(stepped, {("n",): {"type": "number", "multipleOf": 4.5, "maximum": 9}})
+        for host in ({"type": "integer", "minimum": 1, "maximum": 2}, {"type": "integer", "multipleOf": 2},
+                     {"type": "number", "multipleOf": 0.5}, {"type": "number"}):
+            with self.subTest(host=host):
+                with self.assertRaises(BoundaryError) as caught:
+                    td.narrow(stepped, {("n",): host})
+                self.assertEqual(caught.exception.code, "OVERLAY_WIDENS")
 
     def test_a_tool_declared_in_code_is_a_contract_like_a_files(self):
         schema = schema_object({"q": {"type": "string", "maxLength": 50}}, ["q"])
@@ -2546,8 +2641,8 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                 self.assertNotEqual(changed["revisions"]["contract"], entry["revisions"]["contract"])
 
     def test_a_declared_tool_is_refused_with_the_files_codes(self):
-        cases = ((dict(input_schema=schema_object({"n": {"type": "number"}})), "SCHEMA_NUMBER",
-                  "tools[0].input_schema.properties[0]"),
+        cases = ((dict(input_schema=schema_object({"n": {"type": "number", "multipleOf": 0.1}})), "SCHEMA_NUMBER",
+                  "tools[0].input_schema.properties[0].multipleOf"),
                  (dict(effect="delete"), "CONTRACTS_VALUE", "tools[0].effect"),
                  (dict(input_schema={"type": "object", "properties": {"x": float("nan")}}), "CONTRACTS_VALUE", "tools"),
                  (dict(input_schema={"type": "object", "properties": {"x": object()}}), "CONTRACTS_VALUE", "tools"))
@@ -2799,8 +2894,9 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
 
     def test_contracts_schema_refusals_are_placed_inside_the_file(self):
         def number(document):
-            document["tools"][1]["input_schema"]["properties"]["reason"] = {"type": "number"}
-        self.contracts_refused(self.mutated(number), "SCHEMA_NUMBER", "tools[1].input_schema.properties[1]", "schema")
+            document["tools"][1]["input_schema"]["properties"]["reason"] = {"type": "number", "multipleOf": 0.1}
+        self.contracts_refused(self.mutated(number), "SCHEMA_NUMBER", "tools[1].input_schema.properties[1].multipleOf",
+                               "schema")
 
         def open_output(document):
             document["tools"][0]["output_schema"]["additionalProperties"] = True
@@ -2929,8 +3025,8 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                                   overlay=td.parse_overlay(encode(overlay)))
 
     def test_overlay_narrows_a_number_to_an_integer_and_bounds_a_string(self):
-        self.contracts_refused(self.server_contracts(), "SCHEMA_NUMBER", "tools[1].input_schema.properties[2]",
-                               "schema")
+        server = td.parse_contracts(encode(self.server_contracts()))["create_refund_draft"].input_contract
+        self.assertTrue(server.admits({"order_ref": "ORDER-7", "reason": "other", "amount": 2.5}))  # the server's number
         loaded = self.overlaid(self.overlay((["amount"], {"type": "integer", "minimum": 1, "maximum": 500}),
                                             (["note"], {"type": "string", "maxLength": 40})))
         contract = loaded["create_refund_draft"].input_contract
@@ -3512,6 +3608,51 @@ def note_read(dispatcher, ctx=None, *, arguments=None, principal=NOTER, now=NOW,
 
 
 class TestHostHooksAndAuthorization(unittest.TestCase):
+
+    def test_a_number_field_dispatches_end_to_end_with_canonical_digests(self):
+        # A host's read tool with a number in and a number out: the float crosses the boundary,
+        # the package verifies, its log verifies, and every digest is over RFC 8785 text.
+        entry = td.declare_tool(
+            "convert_amount", description="Convert an amount.", effect="read", required_role="fx.read",
+            input_schema=schema_object({"amount": {"type": "number", "minimum": 0, "maximum": 1e9},
+                                        "rate": {"type": "number", "exclusiveMinimum": 0}}, ["amount", "rate"]),
+            output_schema=schema_object({"converted": {"type": "number"}}, ["converted"]))
+        registry = td.declare_contracts(entry)
+        executed = []
+
+        def convert(call):
+            executed.append(call.arguments)
+            return td.Execution({"converted": call.arguments["amount"] * call.arguments["rate"]}, "none")
+
+        dispatcher = Dispatcher(registry=registry, hooks={"convert_amount": td.ToolHooks(execute=convert)})
+        principal = Principal("tenant-a", "alice", ("fx.read",))
+        arguments = json.loads('{"amount": 12.5, "rate": 1e-7}')
+        package = dispatcher.dispatch({"name": "convert_amount", "arguments": arguments}, context(), principal, now=NOW)
+        self.assertEqual(package["model_result"]["data"], {"converted": 12.5 * 1e-7})
+        self.assertEqual((executed, package["execution"]["effects"]), ([{"amount": 12.5, "rate": 1e-7}], 0))
+        td.verify_package(package, context=context(), principal=principal, registry=registry)
+        audit = package["protected_audit"]
+        self.assertIn('"arguments":{"amount":12.5,"rate":1e-7}', td.canonical_text(td.json_copy(
+            {"domain": td.REQUEST_DIGEST_DOMAIN, "arguments": audit["arguments"]})))
+        self.assertEqual(td.package_digests(package),
+                         (audit["request_sha256"], audit["result_sha256"], audit["call_binding_sha256"]))
+        self.assertEqual(audit["result_sha256"], hashlib.sha256(
+            ('{"domain":"%s","model_result":%s}' % (td.RESULT_DIGEST_DOMAIN, td.jcs_text(package["model_result"])))
+            .encode("utf-8")).hexdigest())
+        log = io.BytesIO()
+        writer = td.AuditLog(log)
+        writer.append(package)
+        writer.close()
+        self.assertEqual(td.verify_audit_log(log.getvalue()).entries, 1)
+        self.assertIn(b'"converted":0.0000012499999999999999}', log.getvalue())  # as JSON.stringify writes 12.5 * 1e-7
+        # An integer declared still refuses a float, and a number refuses what is not one.
+        for arguments, code in (({"amount": "12.5", "rate": 1}, "VALUE_TYPE"), ({"amount": -0.5, "rate": 1}, "VALUE_RANGE"),
+                                ({"amount": 1, "rate": 0}, "VALUE_RANGE"), ({"amount": 1, "rate": True}, "VALUE_TYPE")):
+            with self.subTest(arguments=arguments):
+                refused = dispatcher.dispatch({"name": "convert_amount", "arguments": arguments}, context(), principal,
+                                              now=NOW)
+                self.assertEqual(refused["model_result"]["error"]["code"], "INVALID_ARGUMENTS")
+        self.assertEqual(len(executed), 1)
 
     def test_own_order_is_fresh_untrusted_data(self):
         dispatcher = make_dispatcher()
@@ -8474,6 +8615,8 @@ class TestCli(unittest.TestCase):
         document = contracts_document()
         document["tools"][1]["input_schema"]["properties"]["amount"] = {"type": "number", "maximum": 9}
         document["tools"][0].update(output_schema=None, bound_fields=[])
+        inexact = copy.deepcopy(document)  # a step no double holds: refused, and no overlay proves it
+        inexact["tools"][1]["input_schema"]["properties"]["amount"]["multipleOf"] = 0.01
         overlay = {"format": "tool-contract-overlay-v1", "tools": [
             {"name": "create_refund_draft", "input": [{"path": ["amount"], "schema": {"type": "integer", "minimum": 0,
                                                                                        "maximum": 9}}], "output": []}]}
@@ -8481,7 +8624,8 @@ class TestCli(unittest.TestCase):
             {"path": ["amount"], "schema": {"type": "integer", "maximum": 10}}]}]}
         with tempfile.TemporaryDirectory() as folder:
             paths = {}
-            for name, value in (("contracts", document), ("overlay", overlay), ("widening", widening)):
+            for name, value in (("contracts", document), ("overlay", overlay), ("widening", widening),
+                                ("inexact", inexact)):
                 paths[name] = os.path.join(folder, name + ".json")
                 with open(paths[name], "wb") as handle:
                     handle.write(encode(value))
@@ -8493,7 +8637,10 @@ class TestCli(unittest.TestCase):
             self.assertEqual(body["tools"][1]["input_schema"]["properties"]["amount"],
                              {"type": "integer", "minimum": 0, "maximum": 9})
             for argv, code, at in (
-                    (("--check-contracts", paths["contracts"]), "SCHEMA_NUMBER", "tools[1].input_schema.properties[2]"),
+                    (("--check-contracts", paths["inexact"]), "SCHEMA_NUMBER",
+                     "tools[1].input_schema.properties[2].multipleOf"),
+                    (("--check-contracts", paths["inexact"], "--overlay", paths["overlay"]), "OVERLAY_WIDENS",
+                     "overlay.tools[0].input[0]"),
                     (("--check-contracts", paths["contracts"], "--overlay", paths["widening"]), "OVERLAY_WIDENS",
                      "overlay.tools[0].input[0]"),
                     (("--check-contracts", os.path.join(folder, "missing.json")), "CONTRACTS_UNREADABLE", None),

@@ -47,6 +47,7 @@ import sys
 import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Final, Mapping, NamedTuple, NoReturn, Protocol, Sequence
 
@@ -73,7 +74,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     # 4. Canonical JSON
     "canonical_text", "jcs_text", "canonical_json", "number_text", "package_digests", "canonical_sha256", "SLOT", "CanonicalTemplate", "json_copy",
     # 5. Strict bounded JSON decoding
-    "exceeds_nesting", "is_portable_text", "refuse_float", "finite_float", "safe_int", "short_int", "JsonPolicy",
+    "exceeds_nesting", "is_portable_text", "is_portable_number", "refuse_float", "finite_float", "safe_int", "short_int", "JsonPolicy",
     "PORTABLE_JSON", "ENVELOPE_JSON", "decode_strict_json",
     # 6. Fixture loading
     "WorldChange", "Expectation", "Step", "Case", "World", "Fixture",
@@ -87,7 +88,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "REFUSED_KEYWORDS", "TYPE_KEYWORDS", "SCALAR_KINDS", "DEFINITION_PREFIXES", "CONTRACTS_FORMAT",
     "MAX_CONTRACTS_BYTES", "MAX_CONTRACTS_DEPTH", "MAX_TOOLS", "MAX_DESCRIPTION_LENGTH", "TOOL_NAME",
     "EFFECTS", "SOURCES", "HINT_FIELDS", "OVERLAY_FORMAT", "MAX_OVERLAY_PATHS", "MAX_OVERLAY_PATH_LENGTH",
-    "StringRule", "IntegerRule", "BooleanRule", "ObjectRule", "ArrayRule", "NullableRule", "Rule", "compile_pattern",
+    "StringRule", "IntegerRule", "NumberRule", "BooleanRule", "ObjectRule", "ArrayRule", "NullableRule", "Rule", "compile_pattern",
     "pattern_length_bounds", "prescan", "Bounds", "compile_schema", "CompiledSchema", "narrow", "ToolSpec",
     "ContractSet", "load_contracts", "parse_contracts", "declare_tool", "declare_contracts", "ContractOverlay", "load_overlay", "parse_overlay",
     # 9. Registry and input contracts
@@ -349,7 +350,7 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         SCHEMA_NOT_PORTABLE="The schema holds a value outside the portable JSON domain.",
         SCHEMA_MALFORMED="A schema keyword has a value of the wrong form.",
         SCHEMA_TYPE="A schema has no single supported type.",
-        SCHEMA_NUMBER="A number schema is refused: no floats; a host may narrow it to a bounded integer.",
+        SCHEMA_NUMBER="A number schema is refused: its multipleOf is no exact number; a host may narrow it.",
         SCHEMA_NULL="null is accepted only as a nullable form of another type.",
         SCHEMA_FORMAT="The format keyword is refused: its checks differ between validators.",
         SCHEMA_COMBINATOR="Schema combinators are refused, except the nullable anyOf.",
@@ -1570,11 +1571,14 @@ TYPE_KEYWORDS: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
     "string": frozenset({"enum", "const", "minLength", "maxLength", "pattern"}),
     "integer": frozenset({"enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                           "multipleOf"}),
+    "number": frozenset({"enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                         "multipleOf"}),
     "boolean": frozenset({"enum", "const"}),
     "object": frozenset({"properties", "required", "additionalProperties"}),
     "array": frozenset({"items", "minItems", "maxItems", "uniqueItems"}),
 })
-SCALAR_KINDS: Final[Mapping[type, str]] = MappingProxyType({str: "string", int: "integer", bool: "boolean"})
+SCALAR_KINDS: Final[Mapping[type, str]] = MappingProxyType({str: "string", int: "integer", float: "number",
+                                                              bool: "boolean"})
 DEFINITION_PREFIXES: Final[Mapping[str, str]] = MappingProxyType({"#/$defs/": "$defs", "#/definitions/": "definitions"})
 
 # The contracts file.
@@ -1640,6 +1644,19 @@ class IntegerRule:
 
 
 @dataclass(frozen=True, slots=True)
+class NumberRule:
+    """Any JSON number, an exact integer or a finite double, within bounds (None: unbounded on
+    that side; exclusive or not); 1 and 1.0 are one number here, as in JSON Schema."""
+    minimum: int | float | None
+    minimum_exclusive: bool
+    maximum: int | float | None
+    maximum_exclusive: bool
+    multiple_of: int | float | None  # only a step whose decimal text is exactly its double (0.5, not 0.1)
+    choices: frozenset[int | float] | None
+    description: str | None = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
 class BooleanRule:
     choices: frozenset[bool] | None
     description: str | None = field(compare=False)
@@ -1673,8 +1690,8 @@ class NullableRule:
     description: str | None = field(compare=False)
 
 
-Rule = StringRule | IntegerRule | BooleanRule | ObjectRule | ArrayRule | NullableRule
-_SCALAR_RULES: Final = (StringRule, IntegerRule, BooleanRule)
+Rule = StringRule | IntegerRule | NumberRule | BooleanRule | ObjectRule | ArrayRule | NullableRule
+_SCALAR_RULES: Final = (StringRule, IntegerRule, NumberRule, BooleanRule)
 
 # -- Patterns ----------------------------------------------------------------------------------
 # ECMA-262 (what JSON Schema means) and Python's re agree exactly on this subset, because every
@@ -2128,7 +2145,7 @@ class _Compiler:
         high, source = _host_bound(declared, self.bounds.max_length)
         if low > high:
             raise BoundaryError("SCHEMA_BOUNDS", f"{at}.minLength")
-        choices = _choices(raw, str, at)
+        choices = _choices(raw, (str,), at)
         pattern = raw.get("pattern")
         regex = None if "pattern" not in raw else compile_pattern(pattern, f"{at}.pattern")
         return StringRule(low, high, source, choices, pattern, regex, description)
@@ -2143,13 +2160,31 @@ class _Compiler:
         step = raw.get("multipleOf")
         if step is not None and (type(step) is not int or not 1 <= step <= MAX_SAFE_INTEGER):
             raise BoundaryError("SCHEMA_BOUNDS", f"{at}.multipleOf")
-        choices = _choices(raw, int, at)
+        choices = _choices(raw, (int,), at)
         if choices is not None and any(not -MAX_SAFE_INTEGER <= choice <= MAX_SAFE_INTEGER for choice in choices):
             raise BoundaryError("SCHEMA_ENUM", at)
         return IntegerRule(low, high, step, choices, description)
 
+    def compile_number(self, raw: dict[str, Any], at: str, description: str | None) -> NumberRule:
+        low, low_open = _number_bound(raw, "minimum", "exclusiveMinimum", at, lower=True)
+        high, high_open = _number_bound(raw, "maximum", "exclusiveMaximum", at, lower=False)
+        if low is not None and high is not None and (low > high or (low == high and (low_open or high_open))):
+            raise BoundaryError("SCHEMA_BOUNDS", at)  # no number lies between them
+        step = raw.get("multipleOf")
+        if step is not None:
+            if not is_portable_number(step) or not step > 0:
+                raise BoundaryError("SCHEMA_BOUNDS", f"{at}.multipleOf")
+            if Fraction(step) != Fraction(number_text(step)):
+                # 0.1 is read as a double a little above one tenth, of which 0.3 is no exact
+                # multiple: validators answer by their arithmetic, so no answer is refused here.
+                raise BoundaryError("SCHEMA_NUMBER", f"{at}.multipleOf")
+        choices = _choices(raw, (int, float), at)
+        if choices is not None and not all(map(is_portable_number, choices)):
+            raise BoundaryError("SCHEMA_ENUM", at)
+        return NumberRule(low, low_open, high, high_open, step, choices, description)
+
     def compile_boolean(self, raw: dict[str, Any], at: str, description: str | None) -> BooleanRule:
-        return BooleanRule(_choices(raw, bool, at), description)
+        return BooleanRule(_choices(raw, (bool,), at), description)
 
     def compile_object(self, raw: dict[str, Any], at: str, description: str | None) -> ObjectRule:
         if raw.get("additionalProperties", False) is not False:
@@ -2189,6 +2224,7 @@ class _Compiler:
 _TYPE_COMPILERS: Final = MappingProxyType({
     "string": _Compiler.compile_string,
     "integer": _Compiler.compile_integer,
+    "number": _Compiler.compile_number,
     "boolean": _Compiler.compile_boolean,
     "object": _Compiler.compile_object,
     "array": _Compiler.compile_array,
@@ -2247,11 +2283,8 @@ def _schema_type(raw: dict[str, Any], at: str) -> tuple[str, bool]:
     nullable = "null" in names
     others = [name for name in names if name != "null"]
     if len(others) != 1 or len(names) != len(set(names)):
-        code = "SCHEMA_NULL" if nullable and not others else "SCHEMA_TYPE"
-        raise BoundaryError("SCHEMA_NUMBER" if "number" in others else code, at)
+        raise BoundaryError("SCHEMA_NULL" if nullable and not others else "SCHEMA_TYPE", at)
     kind = others[0]
-    if kind == "number":
-        raise BoundaryError("SCHEMA_NUMBER", at)
     if kind not in TYPE_KEYWORDS:
         raise BoundaryError("SCHEMA_TYPE", at)
     return kind, nullable
@@ -2272,14 +2305,14 @@ def _enum_list(raw: dict[str, Any], at: str) -> list[Any]:
     return values
 
 
-def _choices(raw: dict[str, Any], kind: type, at: str) -> frozenset[Any] | None:
-    """An enum and a const together mean their intersection; every value of the exact type."""
+def _choices(raw: dict[str, Any], kinds: tuple[type, ...], at: str) -> frozenset[Any] | None:
+    """An enum and a const together mean their intersection; every value of an exact type."""
     if "enum" not in raw and "const" not in raw:
         return None
     enum = _enum_list(raw, at) if "enum" in raw else None
     const = [raw["const"]] if "const" in raw else None
     for values in (enum, const):
-        if values is not None and any(type(value) is not kind for value in values):
+        if values is not None and any(type(value) not in kinds for value in values):
             raise BoundaryError("SCHEMA_ENUM", at)
     if enum is not None and len(set(enum)) != len(enum):
         raise BoundaryError("SCHEMA_ENUM", f"{at}.enum")
@@ -2314,6 +2347,31 @@ def _bound(raw: dict[str, Any], keyword: str, default: int, shift: int, at: str)
     if type(value) is not int or not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
         raise BoundaryError("SCHEMA_BOUNDS", f"{at}.{keyword}")
     return value + shift
+
+
+def _number_bound(raw: dict[str, Any], inclusive: str, exclusive: str, at: str, *,
+                  lower: bool) -> tuple[int | float | None, bool]:
+    """The tighter of a number's inclusive and exclusive bound on one side, as (value, exclusive);
+    (None, False) when neither is given. At a tie the exclusive one is the tighter."""
+    tightest: tuple[int | float, bool] | None = None
+    for keyword, is_open in ((inclusive, False), (exclusive, True)):
+        if keyword not in raw:
+            continue
+        value = raw[keyword]
+        if not is_portable_number(value):
+            raise BoundaryError("SCHEMA_BOUNDS", f"{at}.{keyword}")
+        if tightest is None or (value > tightest[0] if lower else value < tightest[0]) or (
+                value == tightest[0] and is_open):
+            tightest = (value, is_open)
+    return tightest or (None, False)
+
+
+def is_portable_number(value: Any) -> bool:
+    """A JSON number every peer reads alike: a safe integer or a finite float (never a bool)."""
+    kind = type(value)
+    if kind is int:
+        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+    return kind is float and math.isfinite(value)
 
 
 def _children(rule: Rule) -> tuple[int, ...]:
@@ -2485,6 +2543,27 @@ def _rule_integer(rule: IntegerRule, value: Any, at: Any, _stack: list[Any]) -> 
         raise _refuse("VALUE_ENUM", at)
 
 
+def _rule_number(rule: NumberRule, value: Any, at: Any, _stack: list[Any]) -> None:
+    kind = type(value)
+    if kind is not int and kind is not float:  # bool is no number here, nor an int or float subclass
+        raise _refuse("VALUE_TYPE", at)
+    if not is_portable_number(value):
+        raise _refuse("VALUE_NOT_PORTABLE", at)
+    if not _number_within(rule, value) or (
+            rule.multiple_of is not None and Fraction(value) % Fraction(rule.multiple_of)):  # exact, as rationals
+        raise _refuse("VALUE_RANGE", at)
+    if rule.choices is not None and value not in rule.choices:  # 1 and 1.0 are one number
+        raise _refuse("VALUE_ENUM", at)
+
+
+def _number_within(rule: NumberRule, value: int | float) -> bool:
+    # Python compares an int with a float exactly, as a peer comparing two doubles does: every
+    # integer here is a safe one, which a double holds exactly.
+    if rule.minimum is not None and (value < rule.minimum or (rule.minimum_exclusive and value == rule.minimum)):
+        return False
+    return rule.maximum is None or not (value > rule.maximum or (rule.maximum_exclusive and value == rule.maximum))
+
+
 def _rule_boolean(rule: BooleanRule, value: Any, at: Any, _stack: list[Any]) -> None:
     if type(value) is not bool:
         raise _refuse("VALUE_TYPE", at)
@@ -2528,6 +2607,7 @@ _HASHABLE: Final = frozenset({str, int, bool, type(None)})
 _RULE_CHECKS: Final = MappingProxyType({
     StringRule: _rule_string,
     IntegerRule: _rule_integer,
+    NumberRule: _rule_number,
     BooleanRule: _rule_boolean,
     ObjectRule: _rule_object,
     ArrayRule: _rule_array,
@@ -2570,6 +2650,17 @@ def _emit_integer(rule: IntegerRule, _rules: Sequence[Rule], _names: Mapping[int
     return body
 
 
+def _emit_number(rule: NumberRule, _rules: Sequence[Rule], _names: Mapping[int, str]) -> dict[str, Any]:
+    body = _scalar("number", rule.choices)
+    if rule.minimum is not None:
+        body["exclusiveMinimum" if rule.minimum_exclusive else "minimum"] = rule.minimum
+    if rule.maximum is not None:
+        body["exclusiveMaximum" if rule.maximum_exclusive else "maximum"] = rule.maximum
+    if rule.multiple_of is not None:
+        body["multipleOf"] = rule.multiple_of
+    return body
+
+
 def _emit_boolean(rule: BooleanRule, _rules: Sequence[Rule], _names: Mapping[int, str]) -> dict[str, Any]:
     return _scalar("boolean", rule.choices)
 
@@ -2600,6 +2691,7 @@ def _emit_nullable(rule: NullableRule, rules: Sequence[Rule], names: Mapping[int
 _EMITTERS: Final = MappingProxyType({
     StringRule: _emit_string,
     IntegerRule: _emit_integer,
+    NumberRule: _emit_number,
     BooleanRule: _emit_boolean,
     ObjectRule: _emit_object,
     ArrayRule: _emit_array,
@@ -2784,10 +2876,9 @@ def _is_subset(host: CompiledSchema, server: CompiledSchema) -> bool:
             inner = host_rule.inner if type(host_rule) is NullableRule else pair[0]
             stack.append((inner, server_rule.inner))
             continue
-        if type(host_rule) is not type(server_rule):
-            return False  # a nullable host under a non-nullable server lands here too
-        if not _SUBSET_RULES[type(host_rule)](host_rule, server, pair[1], stack):
-            return False
+        proof = _SUBSET_RULES.get((type(host_rule), type(server_rule)))
+        if proof is None or not proof(host_rule, server, pair[1], stack):
+            return False  # other kinds, and a nullable host under a non-nullable server, land here too
     return True
 
 
@@ -2846,12 +2937,38 @@ def _array_subset(rule: ArrayRule, server: CompiledSchema, index: int, stack: li
     return True
 
 
+def _number_subset(rule: IntegerRule | NumberRule, server: CompiledSchema, index: int, _stack: list[Any]) -> bool:
+    """A host number, or a host integer, inside a server number: its bounds within the server's,
+    its step a multiple of the server's (an integer's step is at least 1)."""
+    other = server.rules[index]
+    proved = _choices_admitted(rule, server, index)
+    if proved is not None:
+        return proved
+    if type(rule) is IntegerRule:
+        low, low_open, high, high_open, step = rule.minimum, False, rule.maximum, False, rule.multiple_of or 1
+    else:
+        low, low_open, high, high_open, step = (rule.minimum, rule.minimum_exclusive, rule.maximum,
+                                                rule.maximum_exclusive, rule.multiple_of)
+    if other.choices is not None:
+        return False
+    if other.minimum is not None and (low is None or low < other.minimum or (
+            low == other.minimum and other.minimum_exclusive and not low_open)):
+        return False
+    if other.maximum is not None and (high is None or high > other.maximum or (
+            high == other.maximum and other.maximum_exclusive and not high_open)):
+        return False
+    return other.multiple_of is None or (step is not None and Fraction(step) % Fraction(other.multiple_of) == 0)
+
+
+# (host rule, server rule) -> the proof that the host's admits no value the server's refuses.
 _SUBSET_RULES: Final = MappingProxyType({
-    StringRule: _string_subset,
-    IntegerRule: _integer_subset,
-    BooleanRule: _boolean_subset,
-    ObjectRule: _object_subset,
-    ArrayRule: _array_subset,
+    (StringRule, StringRule): _string_subset,
+    (IntegerRule, IntegerRule): _integer_subset,
+    (IntegerRule, NumberRule): _number_subset,
+    (NumberRule, NumberRule): _number_subset,
+    (BooleanRule, BooleanRule): _boolean_subset,
+    (ObjectRule, ObjectRule): _object_subset,
+    (ArrayRule, ArrayRule): _array_subset,
 })
 # -- The contracts file: Value types -----------------------------------------------------------
 

@@ -45,6 +45,7 @@ import functools
 import json
 import re
 import sys
+from fractions import Fraction
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -64,6 +65,7 @@ from tool_dispatcher import (  # noqa: E402
     ArrayRule,
     BooleanRule,
     IntegerRule,
+    NumberRule,
     NullableRule,
     ObjectRule,
     StringRule,
@@ -857,8 +859,8 @@ GEMINI_STOPS: Final = MappingProxyType({
 # the boundary refuses it with INVALID_ARGUMENTS. An optional field is never rewritten as a
 # required nullable one: the model would send null where the contract wants the field absent.
 
-_STRICT_DROPPED: Final = frozenset({"minLength", "maxLength", "minimum", "maximum", "multipleOf", "minItems",
-                                    "maxItems", "uniqueItems"})
+_STRICT_DROPPED: Final = frozenset({"minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
+                                    "exclusiveMaximum", "multipleOf", "minItems", "maxItems", "uniqueItems"})
 
 
 def _exact_string(rule: Any, _rules: Sequence[Any]) -> bool:
@@ -879,6 +881,17 @@ def _exact_integer(rule: Any, _rules: Sequence[Any]) -> bool:
     return (rule.minimum, rule.maximum, rule.multiple_of) == (-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER, None)
 
 
+def _exact_number(rule: Any, _rules: Sequence[Any]) -> bool:
+    def admitted(value: int | float) -> bool:
+        above = rule.minimum is None or value > rule.minimum or (value == rule.minimum and not rule.minimum_exclusive)
+        below = rule.maximum is None or value < rule.maximum or (value == rule.maximum and not rule.maximum_exclusive)
+        return above and below and (rule.multiple_of is None or Fraction(value) % Fraction(rule.multiple_of) == 0)
+
+    if rule.choices is not None:
+        return all(admitted(choice) for choice in rule.choices)
+    return (rule.minimum, rule.maximum, rule.multiple_of) == (None, None, None)
+
+
 def _exact_object(rule: Any, _rules: Sequence[Any]) -> bool:
     return rule.required == frozenset(name for name, _ in rule.properties)
 
@@ -886,6 +899,7 @@ def _exact_object(rule: Any, _rules: Sequence[Any]) -> bool:
 _STRICT_EXACT: Final[Mapping[type, Callable[[Any, Sequence[Any]], bool]]] = MappingProxyType({
     StringRule: _exact_string,
     IntegerRule: _exact_integer,
+    NumberRule: _exact_number,
     BooleanRule: lambda _rule, _rules: True,
     ObjectRule: _exact_object,
     ArrayRule: lambda _rule, _rules: False,

@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import math
 import os
 import random
 import re
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
 from unittest import mock
@@ -1140,12 +1142,20 @@ class TestBounds(StreamTestCase):
 # tests, so a new keyword in a declaration cannot be silently ignored here. Values are taken from
 # the portable domain the boundary decodes: no floats, integers within +/-(2**53-1).
 SCHEMA_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties", "enum", "pattern", "maxLength",
-                             "minLength", "minimum", "maximum", "multipleOf", "items", "minItems", "maxItems",
-                             "uniqueItems", "anyOf", "$ref", "$defs", "description"})
+                             "minLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+                             "items", "minItems", "maxItems", "uniqueItems", "anyOf", "$ref", "$defs", "description"})
 LENGTH_KEYWORDS = frozenset({"maxLength", "minLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                              "multipleOf", "maxItems", "minItems", "uniqueItems", "minProperties", "maxProperties"})
-JSON_TYPES = {"string": (str,), "integer": (int,), "boolean": (bool,), "object": (dict,), "array": (list,),
-              "null": (type(None),)}
+JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "object": (dict,),
+              "array": (list,), "null": (type(None),)}
+
+
+def same_json(value, choice):
+    """JSON Schema's equality: numbers by value (1 is 1.0), anything else of one type."""
+    numbers = (int, float)
+    if type(value) in numbers and type(choice) in numbers:
+        return value == choice
+    return type(value) is type(choice) and value == choice
 
 
 def schema_admits(schema, value, root=None):
@@ -1160,7 +1170,7 @@ def schema_admits(schema, value, root=None):
     kinds = schema["type"] if type(schema["type"]) is list else [schema["type"]]
     if not any(type(value) in JSON_TYPES[kind] for kind in kinds):
         return False
-    if "enum" in schema and not any(type(value) is type(choice) and value == choice for choice in schema["enum"]):
+    if "enum" in schema and not any(same_json(value, choice) for choice in schema["enum"]):
         return False
     if type(value) is dict:
         if not set(schema.get("required", ())) <= value.keys():
@@ -1174,9 +1184,11 @@ def schema_admits(schema, value, root=None):
         if schema.get("uniqueItems") and len({json.dumps(item) for item in value}) != len(value):
             return False
         return all(schema_admits(schema["items"], item, root) for item in value)
-    if type(value) is int:
+    if type(value) in (int, float):  # exact arithmetic: Fraction holds every double exactly
         return (schema.get("minimum", value) <= value <= schema.get("maximum", value)
-                and value % schema.get("multipleOf", 1) == 0)
+                and ("exclusiveMinimum" not in schema or value > schema["exclusiveMinimum"])
+                and ("exclusiveMaximum" not in schema or value < schema["exclusiveMaximum"])
+                and ("multipleOf" not in schema or Fraction(value) % Fraction(schema["multipleOf"]) == 0))
     if type(value) is str:
         if not schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value)):
             return False
@@ -1223,11 +1235,23 @@ def valid_value(compiled, index):
     if isinstance(rule, tool_dispatcher.IntegerRule):
         return sorted(rule.choices)[0] if rule.choices else max(rule.minimum, 0) // (rule.multiple_of or 1) * (
             rule.multiple_of or 1) or max(rule.minimum, 0)
+    if isinstance(rule, tool_dispatcher.NumberRule):
+        if rule.choices:
+            return sorted(rule.choices)[0]
+        step = rule.multiple_of or 0.5
+        return next(value for value in (step, 2 * step, 3 * step, 10 * step, 0) if number_rule_admits(rule, value))
     if rule.choices:
         return sorted(rule.choices)[0]
     if rule.pattern is not None:
         return PATTERN_EXAMPLES[rule.pattern][0][0]
     return "x" * max(rule.min_length, 1)
+
+
+def number_rule_admits(rule, value):
+    """A number rule's bounds and step, read from its fields (the test's own reading)."""
+    return ((rule.minimum is None or value > rule.minimum or (value == rule.minimum and not rule.minimum_exclusive))
+            and (rule.maximum is None or value < rule.maximum or (value == rule.maximum and not rule.maximum_exclusive))
+            and (rule.multiple_of is None or Fraction(value) % Fraction(rule.multiple_of) == 0))
 
 
 def probe_values(compiled, index):
@@ -1251,6 +1275,10 @@ def probe_values(compiled, index):
         step = rule.multiple_of or 1
         ends = [rule.minimum, rule.maximum, rule.minimum - 1, rule.maximum + 1, rule.minimum + step, 2, 3, 4, 5, 6]
         return values + [value for value in ends if -MAX_SAFE <= value <= MAX_SAFE] + sorted(rule.choices or ()) + ["3"]
+    if isinstance(rule, tool_dispatcher.NumberRule):
+        ends = [bound for bound in (rule.minimum, rule.maximum) if bound is not None]
+        ends += [math.nextafter(bound, direction) for bound in ends for direction in (-math.inf, math.inf)]
+        return values + ends + [0.5, 1.5, 2.0, 2.25, -0.0, 1e308, 5e-324, 3, "1.5"] + sorted(rule.choices or ())
     choices = sorted(rule.choices or ())
     values += choices + [choice.upper() for choice in choices] + [choice + " " for choice in choices]
     if rule.pattern is not None:
@@ -1299,6 +1327,7 @@ def closed(properties, required=None):
 # Every kind the contract language compiles, each on both sides of the strict decision.
 KINDS = tool_dispatcher.parse_contracts(json.dumps(contract_document(
     ("kinds_strict", closed({"count": {"type": "integer", "enum": [1, 2, 3]}, "flag": {"type": "boolean"},
+                             "ratio": {"type": "number"}, "pick": {"type": "number", "enum": [0.5, 2]},
                              "code": {"type": ["string", "null"], "pattern": "^[a-z]{1,8}$", "maxLength": 8},
                              "mode": {"anyOf": [{"type": "string", "enum": ["a", "bb"]}, {"type": "null"}]},
                              "wide": {"type": "integer"}})),
@@ -1306,7 +1335,8 @@ KINDS = tool_dispatcher.parse_contracts(json.dumps(contract_document(
                              "name": {"type": "string", "minLength": 2, "maxLength": 5},
                              "tags": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
                                       "maxItems": 3, "uniqueItems": True},
-                             "flag": {"type": "boolean"}, "note": {"type": ["string", "null"], "maxLength": 4}},
+                             "flag": {"type": "boolean"}, "note": {"type": ["string", "null"], "maxLength": 4},
+                             "price": {"type": "number", "exclusiveMinimum": 0, "maximum": 10.5, "multipleOf": 0.5}},
                             ["amount", "name"])),
     ("kinds_optional", closed({"code": {"type": "string", "pattern": "^[a-z]{1,8}$"},
                                "flag": {"type": "boolean"}}, ["code"])),

@@ -1428,7 +1428,9 @@ def load_fixture(provider: str, *, path: Any = None, max_bytes: int = MAX_FIXTUR
     protocol = protocol_for(provider)
     source = FIXTURE_DIR / f"{protocol.profile.adapter_revision}.json" if path is None else path
     try:
-        root = decode_strict_json(read_bounded(source, max_bytes=max_bytes), max_bytes=max_bytes)
+        # A fixture's events are provider envelopes, read as a live stream's are (ENVELOPE_JSON: a
+        # temperature of 1.0, a long usage counter); the calls in them are decoded again, strictly.
+        root = decode_strict_json(read_bounded(source, max_bytes=max_bytes), max_bytes=max_bytes, policy=ENVELOPE_JSON)
     except BoundaryError as refusal:
         raise StreamError("STREAM_FIXTURE_INVALID", detail=refusal.code) from None
     if (type(root) is not dict or root.keys() != _FIXTURE_FIELDS or root["format"] != FIXTURE_FORMAT

@@ -2219,6 +2219,19 @@ class TestFixtures(unittest.TestCase):
         self.assertFixtureRefused("{", "JSON_INVALID")
         self.assertFixtureRefused('{"a":1,"a":1}', "JSON_DUPLICATE_KEY")
 
+    def test_loader_reads_events_as_envelopes(self):
+        # What a recorded stream holds around the calls: a float, a counter longer than any safe
+        # integer. The fixture loads; its cases still run to their expectation.
+        good = self.good()
+        name = next(iter(good["streams"]))
+        case = good["streams"][name]
+        case["events"] = [{**event, "temperature": 1.0, "usage_total": 123456789012345678901} for event in case["events"]]
+        with tempfile.TemporaryDirectory() as directory:
+            fixture = ps.load_fixture("openai", path=self.write(directory, good))
+        self.assertEqual(fixture.cases[name].events[0]["temperature"], 1.0)
+        self.assertIs(ps.run_case("openai", fixture.cases[name])["passed"], True)
+        self.assertFixtureRefused(json.dumps(good).replace("1.0", "1e999", 1), "JSON_NON_FINITE")
+
     def test_loader_size_limit(self):
         text = json.dumps(self.good())
         with tempfile.TemporaryDirectory() as directory:

@@ -610,23 +610,37 @@ _CANONICAL_ENCODER: Final = json.JSONEncoder(
 _C_ENCODER: Final = None if json.encoder.c_make_encoder is None else json.encoder.c_make_encoder(
     None, _CANONICAL_ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
 )
-# What in a C text may be written otherwise by JCS: a digit before "." or an exponent (a float's
-# repr), or a run of digits longer than the largest exact integer's. A match inside a string only
-# costs the exact encoder's time; the test below looks outside strings.
-_MAYBE_NOT_JCS: Final = re.compile(r"[0-9](?:\.|e[-+])|[0-9]{%d}" % len(str(MAX_SAFE_INTEGER)))
-_JSON_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"')
-_ASTRAL: Final = re.compile("[\U00010000-\U0010ffff]")
+# Where a C text may differ from JCS, found by methods that cost little beside the encoding (a
+# regex that scans every character would cost more than the encoding itself): a float's repr
+# holds a "." between digits, or an exponent "e-"/"e+" after a digit, and no text without "." or
+# an exponent holds a float. Each pattern starts with its literal, which the regex engine finds as
+# fast as str.find. A string may show the same ("v1.5"); only then are the strings emptied to
+# tell, and only a real float costs the exact encoder. Integers need no look: the portable domain
+# holds only those within +/-(2**53 - 1), whose text is JCS's; the boundary refuses a longer one
+# wherever it reads a value (decoder, contracts, output scan), and jcs_text refuses one too.
+_FLOAT_POINT: Final = re.compile(r"\.(?<=[0-9]\.)[0-9]")
+_FLOAT_EXPONENT_DOWN: Final = re.compile(r"-(?<=[0-9]e-)[0-9]")
+_FLOAT_EXPONENT_UP: Final = re.compile(r"\+(?<=[0-9]e\+)[0-9]")
+_JSON_STRING: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
 def canonical_text(value: Any) -> str:
-    """The canonical (RFC 8785) JSON text of a value (str); canonical_json is its UTF-8 encoding."""
+    """The canonical (RFC 8785) JSON text of a value of the portable domain (str); canonical_json
+    is its UTF-8 encoding."""
     if _C_ENCODER is None:
         return jcs_text(value)
     text = "".join(_C_ENCODER(value, 0))
-    if (text.isascii() or not _ASTRAL.search(text)) and not (
-            _MAYBE_NOT_JCS.search(text) and _MAYBE_NOT_JCS.search(_JSON_STRING.sub('""', text))):
-        return text
-    return jcs_text(value)
+    if not text.isascii() and max(text) > "\uffff":
+        return jcs_text(value)  # a key above U+FFFF may sort elsewhere in UTF-16
+    if _may_hold_float(text) and _may_hold_float(_JSON_STRING.sub('""', text)):
+        return jcs_text(value)
+    return text
+
+
+def _may_hold_float(text: str) -> bool:
+    return (("." in text and _FLOAT_POINT.search(text) is not None)
+            or ("e-" in text and _FLOAT_EXPONENT_DOWN.search(text) is not None)
+            or ("e+" in text and _FLOAT_EXPONENT_UP.search(text) is not None))
 
 
 def _utf16_order(key: str) -> bytes:

@@ -2200,6 +2200,25 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             with self.subTest(raw=raw):
                 self.refused(schema_field(raw), "SCHEMA_ENUM")
 
+    def test_nullable_enum_and_const_admit_their_intersection_only(self):
+        # Together an enum and a const admit what both admit; null too only when both do.
+        cases = (({"type": ["string", "null"], "enum": ["safe", None], "const": "safe"}, ["safe"]),
+                 ({"enum": ["safe", None], "const": "safe"}, ["safe"]),
+                 ({"type": ["string", "null"], "const": "x"}, ["x"]),
+                 ({"type": ["string", "null"], "enum": ["a", None]}, ["a", None]),
+                 ({"type": ["integer", "null"], "enum": [1, True, None], "const": 1}, [1]),
+                 ({"type": ["number", "null"], "enum": [1.0, None], "const": 1}, [1]))
+        probes = ("safe", "off", "x", "a", None, 1, True)
+        for raw, admitted in cases:
+            with self.subTest(raw=raw):
+                compiled = td.compile_schema(schema_field(raw))
+                self.assertEqual([value for value in probes if compiled.admits({"f": value})], admitted)
+        for raw, code in (({"type": ["string", "null"], "enum": ["safe", None], "const": "off"}, "SCHEMA_ENUM"),
+                          ({"enum": ["safe", None], "const": "off"}, "SCHEMA_ENUM"),
+                          ({"type": ["string", "null"], "enum": ["safe", None], "const": None}, "SCHEMA_NULL")):
+            with self.subTest(raw=raw):
+                self.refused(schema_field(raw), code, "schema.properties[0]")
+
     def test_number_emits_what_it_checks(self):
         raw = {"type": "number", "exclusiveMinimum": 0, "maximum": 10.5, "multipleOf": 0.5}
         compiled = td.compile_schema(schema_field(raw))

@@ -2143,11 +2143,15 @@ class _Compiler:
             inner = {key: value for key, value in raw.items() if key != "type" and key not in ROOT_ONLY}
             inner["type"] = kind
             if "enum" in raw or "const" in raw:
-                choices = _raw_choices(raw, at)
-                if None not in choices:
-                    return self.compile_node(inner, at, root=root)  # the enum itself leaves null out
+                # An enum and a const together admit what both admit: their intersection, null
+                # included only when both admit it.
+                allowed = _allowed_choices(raw, at)
                 inner.pop("const", None)
-                inner["enum"] = [choice for choice in choices if choice is not None]
+                inner["enum"] = [choice for choice in allowed if choice is not None]
+                if None not in allowed:
+                    if not inner["enum"]:
+                        raise BoundaryError("SCHEMA_ENUM", at)  # nothing is admitted at all
+                    return self.compile_node(inner, at, root=root)  # the choices leave null out
                 if not inner["enum"]:
                     raise BoundaryError("SCHEMA_NULL", at)
             return NullableRule(self.slot(inner, at), description)
@@ -2302,6 +2306,16 @@ def _schema_type(raw: dict[str, Any], at: str) -> tuple[str, bool]:
     if kind not in TYPE_KEYWORDS:
         raise BoundaryError("SCHEMA_TYPE", at)
     return kind, nullable
+
+
+def _allowed_choices(raw: dict[str, Any], at: str) -> list[Any]:
+    """The values an enum and a const admit together, in the enum's order; JSON equality (1 is
+    1.0, never true), through canonical text, which the prescan has shown every value has."""
+    values = _enum_list(raw, at) if "enum" in raw else [raw["const"]]
+    if "enum" in raw and "const" in raw:
+        wanted = canonical_text(raw["const"])
+        values = [value for value in values if canonical_text(value) == wanted]
+    return values
 
 
 def _raw_choices(raw: dict[str, Any], at: str) -> list[Any]:

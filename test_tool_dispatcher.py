@@ -2200,6 +2200,18 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             with self.subTest(raw=raw):
                 self.refused(schema_field(raw), "SCHEMA_ENUM")
 
+    def test_a_node_without_type_is_refused_by_its_most_specific_keyword(self):
+        cases = (({"oneOf": [{"type": "string"}, {"type": "integer"}]}, "SCHEMA_COMBINATOR"),
+                 ({"allOf": [{"type": "string"}]}, "SCHEMA_COMBINATOR"), ({"not": {"type": "string"}}, "SCHEMA_COMBINATOR"),
+                 ({"if": {"type": "string"}, "then": {}}, "SCHEMA_CONDITIONAL"), ({"format": "date"}, "SCHEMA_FORMAT"),
+                 ({"oneOf": [{"const": "a"}], "discriminator": {"propertyName": "kind"}}, "SCHEMA_COMBINATOR"),
+                 ({"enum": [None]}, "SCHEMA_NULL"), ({"const": None}, "SCHEMA_NULL"),
+                 ({"description": "no type at all"}, "SCHEMA_TYPE"), ({}, "SCHEMA_TYPE"),
+                 ({"enum": ["a", 1]}, "SCHEMA_TYPE"))
+        for raw, code in cases:
+            with self.subTest(raw=raw):
+                self.refused(schema_field(raw), code, "schema.properties[0]")
+
     def test_nullable_enum_and_const_admit_their_intersection_only(self):
         # Together an enum and a const admit what both admit; null too only when both do.
         cases = (({"type": ["string", "null"], "enum": ["safe", None], "const": "safe"}, ["safe"]),

@@ -2289,9 +2289,14 @@ def _schema_type(raw: dict[str, Any], at: str) -> tuple[str, bool]:
     declared = raw.get("type")
     if declared is None:
         if "enum" not in raw and "const" not in raw:
-            raise BoundaryError("SCHEMA_TYPE", at)
+            # No type: a keyword refused by name says why better than the missing type does
+            # (a oneOf union, an allOf, a format), in the node's own key order.
+            refused = [REFUSED_KEYWORDS[key] for key in raw if key in REFUSED_KEYWORDS]
+            raise BoundaryError(refused[0] if refused else "SCHEMA_TYPE", at)
         values = _raw_choices(raw, at)
         kinds = {SCALAR_KINDS.get(type(value), "") for value in values if value is not None}
+        if not kinds and values:
+            raise BoundaryError("SCHEMA_NULL", at)  # null alone: only a nullable form of a type
         if len(kinds) != 1 or "" in kinds:
             raise BoundaryError("SCHEMA_TYPE", at)
         return kinds.pop(), None in values

@@ -2634,6 +2634,34 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             with self.subTest(path=path):
                 self.widens(path, host)
 
+    def test_overlay_proves_against_the_server_rule_json_schema_reads(self):
+        # A $ref with a constraining sibling is refused alone; an overlay cannot prove against the
+        # definition without its sibling. Annotations beside a $ref change nothing.
+        defs = {"$defs": {"Code": {"type": "string"}}}
+        host = {"type": "string", "maxLength": 8}
+        for node, proved in (({"$ref": "#/$defs/Code", "const": "ok"}, False),
+                             ({"$ref": "#/$defs/Code", "maxLength": 4}, False),
+                             ({"$ref": "#/$defs/Code", "description": "a code", "title": "Code"}, True)):
+            server = schema_object({"code": node}, ["code"], **defs)
+            with self.subTest(node=node):
+                if proved:
+                    self.assertTrue(td.narrow(server, {("code",): host}).admits({"code": "abcdefgh"}))
+                    continue
+                with self.assertRaises(BoundaryError) as caught:
+                    td.narrow(server, {("code",): host})
+                self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_WIDENS", "overlay[0]"))
+        # A nested $defs is no root: its references resolve against the document, where JSON
+        # Schema finds nothing; no proof reads it as if it stood at the root.
+        nested = schema_object({"item": {**schema_object({"x": {"$ref": "#/$defs/X"}}, ["x"]),
+                                         "$defs": {"X": {"type": "string", "maxLength": 5}}}}, ["item"])
+        with self.assertRaises(BoundaryError) as caught:
+            td.narrow(nested, {("item",): schema_object({"x": {"type": "string", "maxLength": 3}}, ["x"])})
+        self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_WIDENS", "overlay[0]"))
+        rooted = schema_object({"item": schema_object({"x": {"$ref": "#/$defs/X"}}, ["x"])}, ["item"],
+                               **{"$defs": {"X": {"type": "string", "maxLength": 5}}})
+        narrowed = td.narrow(rooted, {("item",): schema_object({"x": {"type": "string", "maxLength": 3}}, ["x"])})
+        self.assertEqual((narrowed.admits({"item": {"x": "abc"}}), narrowed.admits({"item": {"x": "abcd"}})), (True, False))
+
     def test_overlay_number_narrowing_needs_an_integer_inside_the_bounds(self):
         server = schema_object({"n": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 10.5}})
         td.narrow(server, {("n",): {"type": "integer", "minimum": 1, "maximum": 10}})

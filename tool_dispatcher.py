@@ -2765,7 +2765,13 @@ def narrow(server_schema: Any, overlay: Mapping[tuple[str, ...], Any], *,
         host_rules = compile_schema(host, bounds=bounds, require_object=False)
         if _has_ref(host):
             raise BoundaryError("OVERLAY_WIDENS", at)
-        _prove_narrower(host_rules, {**_resolved(server_node, patched, at), **definitions}, bounds, at)
+        resolved = _resolved(server_node, patched, at)
+        if not resolved.keys().isdisjoint(ROOT_ONLY):
+            # A nested $defs or $id: JSON Schema resolves the node's references against the
+            # document (or a new base), not against the node, so no proof here reads it as the
+            # server does.
+            raise BoundaryError("OVERLAY_WIDENS", at)
+        _prove_narrower(host_rules, {**resolved, **definitions}, bounds, at)
         parent[name] = json_copy(host)
     return compile_schema(patched, bounds=bounds)
 
@@ -2790,6 +2796,10 @@ def _resolved(node: Any, root: dict[str, Any], at: str) -> dict[str, Any]:
             raise BoundaryError("OVERLAY_PATH", at)
         if "$ref" not in node:
             return node
+        if any(key != "$ref" and key not in ANNOTATIONS for key in node):
+            # A reference with constraining siblings (refused alone, SCHEMA_REF_SIBLING): the
+            # definition without them would be the wrong server rule to prove against.
+            raise BoundaryError("OVERLAY_WIDENS", at)
         ref = node["$ref"]
         keyword = next((kw for prefix, kw in DEFINITION_PREFIXES.items()
                         if type(ref) is str and ref.startswith(prefix)), None)

@@ -2392,6 +2392,14 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         self.refused(schema_field({"type": "array", "items": schema_object({}), "uniqueItems": True}), "SCHEMA_KEYWORD")
         self.refused(schema_field({"type": "array", "items": {"type": "string"}, "uniqueItems": 1}), "SCHEMA_MALFORMED")
         td.compile_schema(schema_field({"type": "array", "items": schema_object({}), "uniqueItems": False}))
+        # Numbers are one kind: 1 and 1.0, and 0 and -0.0, are the same number twice.
+        numbers = td.compile_schema(schema_field({"type": "array", "items": {"type": "number"}, "uniqueItems": True}))
+        self.admitted(numbers, {"f": [1, 1.5, 2, -0.5]})
+        for value in ([2.5, 2.5], [1, 1.0], [0, -0.0]):
+            with self.subTest(value=value):
+                self.value_refused(numbers, {"f": value}, "VALUE_ITEMS", "value.properties[0]")
+        mixed = td.compile_schema(schema_field({"type": "array", "items": {"type": ["boolean", "null"]}, "uniqueItems": True}))
+        self.admitted(mixed, {"f": [True, False, None]})
 
     # -- References (moved from mcp_import)
     def test_ref_local_definitions_both_spellings(self):

@@ -350,7 +350,7 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         SCHEMA_NOT_PORTABLE="The schema holds a value outside the portable JSON domain.",
         SCHEMA_MALFORMED="A schema keyword has a value of the wrong form.",
         SCHEMA_TYPE="A schema has no single supported type.",
-        SCHEMA_NUMBER="A number schema is refused: its multipleOf is no exact number; a host may narrow it.",
+        SCHEMA_NUMBER="A number schema is refused: its multipleOf is no double exactly (0.1, 0.01).",
         SCHEMA_NULL="null is accepted only as a nullable form of another type.",
         SCHEMA_FORMAT="The format keyword is refused: its checks differ between validators.",
         SCHEMA_COMBINATOR="Schema combinators are refused, except the nullable anyOf.",
@@ -2623,9 +2623,9 @@ def _rule_array(rule: ArrayRule, value: Any, at: Any, stack: list[Any]) -> None:
     if not rule.min_items <= len(value) <= rule.max_items:
         raise _refuse("VALUE_ITEMS", at)
     # The compiler allows uniqueItems over scalar items only; a container item fails its own check
-    # below, and the key's type keeps 1 and true apart.
+    # below. The key's kind keeps 1 and true apart, and makes 1 and 1.0 (and 0 and -0.0) one number.
     if rule.unique and all(type(item) in _HASHABLE for item in value):
-        if len({(type(item), item) for item in value}) != len(value):
+        if len({(_UNIQUE_KIND.get(type(item), type(item)), item) for item in value}) != len(value):
             raise _refuse("VALUE_ITEMS", at)
     for position in range(len(value) - 1, -1, -1):
         stack.append((rule.items, value[position], (at, ".items[", position)))
@@ -2636,7 +2636,8 @@ def _rule_nullable(rule: NullableRule, value: Any, at: Any, stack: list[Any]) ->
         stack.append((rule.inner, value, at))
 
 
-_HASHABLE: Final = frozenset({str, int, bool, type(None)})
+_HASHABLE: Final = frozenset({str, int, float, bool, type(None)})
+_UNIQUE_KIND: Final = MappingProxyType({float: int})  # JSON has one number type
 _RULE_CHECKS: Final = MappingProxyType({
     StringRule: _rule_string,
     IntegerRule: _rule_integer,
@@ -2741,7 +2742,6 @@ _EMITTERS: Final = MappingProxyType({
 # OVERLAY_WIDENS, even when it happens to be narrower: the boundary never admits what the
 # server's own schema would not.
 
-_NUMBER_KEYWORDS: Final = frozenset({"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
 
 
 def narrow(server_schema: Any, overlay: Mapping[tuple[str, ...], Any], *,
@@ -2844,32 +2844,6 @@ def _prove_narrower(host: CompiledSchema, server_node: dict[str, Any], bounds: B
         raise BoundaryError("OVERLAY_WIDENS", at)
 
 
-def _narrows_number(host: CompiledSchema, server_node: dict[str, Any]) -> bool:
-    """A host integer rule inside a server `number` rule's bounds (nullable only if the server is)."""
-    rule = host.rules[0]
-    types = server_node.get("type")
-    server_nullable = type(types) is list and "null" in types
-    if type(rule) is NullableRule:
-        if not server_nullable:
-            return False
-        rule = host.rules[rule.inner]
-    if type(rule) is not IntegerRule:
-        return False
-    if any(key not in _NUMBER_KEYWORDS and key not in ANNOTATIONS and key not in ROOT_ONLY for key in server_node):
-        return False  # multipleOf, enum, format...: not proved, so refused
-    if types not in ("number", ["number", "null"], ["null", "number"]):
-        return False
-    low, high = (min(rule.choices), max(rule.choices)) if rule.choices else (rule.minimum, rule.maximum)
-    checks = (("minimum", lambda bound: low >= bound), ("exclusiveMinimum", lambda bound: low > bound),
-              ("maximum", lambda bound: high <= bound), ("exclusiveMaximum", lambda bound: high < bound))
-    for keyword, holds in checks:
-        if keyword in server_node:
-            bound = server_node[keyword]
-            if type(bound) not in (int, float) or not holds(bound):
-                return False
-    return True
-
-
 _FORMAT_KEYWORDS: Final = frozenset({"type", "format", "minLength", "maxLength"})
 
 
@@ -2900,7 +2874,6 @@ def _narrows_format(host: CompiledSchema, server_node: dict[str, Any]) -> bool:
 
 # A server node the compiler refuses, and how a host's replacement of it is proved narrower.
 _REFUSED_NODE_PROOFS: Final[Mapping[str, Callable[[CompiledSchema, dict[str, Any]], bool]]] = MappingProxyType({
-    "SCHEMA_NUMBER": _narrows_number,
     "SCHEMA_FORMAT": _narrows_format,
 })
 

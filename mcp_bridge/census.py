@@ -8,6 +8,11 @@ with the exact subset compiler, and prints the counts and a histogram of refusal
 evidence for growing the subset, not a gate: it exits 0 whatever it finds, and 2 only when the
 folder itself cannot be read. A file that cannot be decoded is counted under its JSON_* code.
 
+``input_compiled_if_numbers_narrowed`` counts, beside the input schemas that compile, those refused
+for a number's step (SCHEMA_NUMBER: a multipleOf with no exact double, 0.01) that would compile
+with each such number read as an integer (narrowed_numbers): evidence of what a proof of that
+narrowing would reach, which the core's overlays do not have (they answer OVERLAY_WIDENS).
+
 Per listing (``servers``): its tools, how many input schemas compile, how many tools the import
 drafts from it (importer.draft with the host's defaults: a refused output schema makes a tool that
 answers text), and how many of those a Dispatcher accepts with an execute hook each, built for
@@ -40,6 +45,8 @@ CENSUS_FORMAT: Final = "mcp-schema-census-v1"
 # A saved listing says nothing of its handshake: its draft is made as if over 2026-07-28, from an
 # unnamed server (the names and versions only fill the draft's provenance).
 SAVED_SESSION: Final = client.Session("modern", client.MODERN_VERSION, None, None)
+# A number's keywords that may hold a float; an integer's must be integers, so narrowing drops them.
+NUMBER_BOUNDS: Final = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 
 
 class CensusError(CatalogError):
@@ -55,8 +62,18 @@ def tools_of(document: Any) -> list[Any] | None:
     return document if type(document) is list else None
 
 
+def inexact_step(step: Any) -> bool:
+    """Whether the compiler refuses a number's multipleOf for having no exact double (0.01), as
+    opposed to accepting it (0.5, 2) or refusing it as no step at all (0, -1, "2": SCHEMA_BOUNDS)."""
+    return refusal({"type": "number", "multipleOf": step}, require_object=False) == "SCHEMA_NUMBER"
+
+
 def narrowed_numbers(schema: Any) -> Any:
-    """A copy with every `number` read as `integer` and float bounds dropped: what a host overlay could reach.
+    """A copy in which every number the compiler refuses for its step (SCHEMA_NUMBER: a multipleOf
+    with no exact double) is read as an integer, its step and its float bounds dropped. Every other
+    number is left as it is: it compiles. An upper bound of what narrowing those numbers would
+    reach, not a narrowing the core proves: an overlay of such a number is OVERLAY_WIDENS, since
+    whether 7 is a multiple of 0.01 depends on the validator's arithmetic.
 
     Called only on a schema the compiler refused for a number, so after its prescan: the copy's
     recursion is bounded by MAX_SCHEMA_DEPTH.
@@ -67,10 +84,11 @@ def narrowed_numbers(schema: Any) -> Any:
         item = stack.pop()
         if type(item) is dict:
             kind = item.get("type")
-            if kind == "number" or (type(kind) is list and "number" in kind):
+            if (kind == "number" or (type(kind) is list and "number" in kind)) and "multipleOf" in item \
+                    and inexact_step(item["multipleOf"]):
                 item["type"] = "integer" if kind == "number" else ["integer" if name == "number" else name
                                                                    for name in kind]
-                for bound in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
+                for bound in NUMBER_BOUNDS:
                     if type(item.get(bound)) is float:
                         del item[bound]
             stack.extend(item.values())
@@ -79,9 +97,9 @@ def narrowed_numbers(schema: Any) -> Any:
     return copy
 
 
-def refusal(schema: Any) -> str | None:
+def refusal(schema: Any, *, require_object: bool = True) -> str | None:
     try:
-        tool_dispatcher.compile_schema(schema)
+        tool_dispatcher.compile_schema(schema, require_object=require_object)
     except BoundaryError as error:
         if error.scope != "schema":
             raise

@@ -108,9 +108,10 @@ METHOD_NOT_FOUND: Final = MappingProxyType({"code": -32601, "message": "Method n
 CANCEL_REASON: Final = "The client's deadline passed."
 TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,%d}" % MAX_TOOL_NAME_LENGTH)
 
-# Listings may hold floats (a `number` bound, a default of 0.5) and so may results: kept, so that a
-# schema's compiler or a result's output contract refuses them by name, not the decoder the whole
-# message. Integers stay bounded in digits, text stays portable, duplicate keys refuse the message.
+# Listings may hold floats (a `number` bound, a default of 0.5) and so may results: kept as floats.
+# A number schema or a number field takes them; where an integer is declared, the compiler or the
+# output contract refuses them by name for that one tool, never the decoder the whole message.
+# Integers stay bounded in digits, text stays portable, duplicate keys refuse the message.
 MESSAGE_JSON: Final = JsonPolicy("mcp-message", tool_dispatcher.finite_float, tool_dispatcher.short_int,
                                  portable_text=True)
 

@@ -8,6 +8,8 @@ test can drive the import or the client into exactly one refusal. It is a test p
 implementation: it answers what the import and the client ask (discover, initialize, tools/list),
 and answers any tools/call with an echo of what it received (the tool's name, its arguments, the
 request's _meta, the request ids the client cancelled so far), in structuredContent and as text.
+The one exception is ``refund`` (a ``number`` in, a ``number`` out), which answers what its output
+schema declares: ``{"refunded": AMOUNT}``, the amount it was sent (ANSWERS).
 """
 from __future__ import annotations
 
@@ -41,7 +43,10 @@ GOOD_TOOLS: Final = (
 )
 SECOND_PAGE: Final = (
     {"name": "refund", "description": "Refund an amount.",
-     "inputSchema": {"type": "object", "properties": {"amount": {"type": "number", "minimum": 0.5}}}},
+     "inputSchema": {"type": "object", "properties": {"amount": {"type": "number", "minimum": 0.5}},
+                     "required": ["amount"]},
+     "outputSchema": {"type": "object", "properties": {"refunded": {"type": "number", "minimum": 0.5}},
+                      "required": ["refunded"], "additionalProperties": False}},
     {"name": "bad name!", "inputSchema": {"type": "object"}},
 )
 
@@ -135,8 +140,9 @@ class Server:
         fault = CALL_FAULTS.get(self.fault)
         if fault is not None and fault(self, request_id):
             return True
+        answer = ANSWERS.get(params.get("name"))
         seen = {"tool": params.get("name"), "arguments": params.get("arguments"), "meta": params.get("_meta"),
-                "cancelled": self.cancelled}
+                "cancelled": self.cancelled} if answer is None else answer(params.get("arguments"))
         self.answer(request_id, {"content": [{"type": "text", "text": json.dumps(seen)}], "structuredContent": seen})
         return True
 
@@ -306,6 +312,14 @@ def _call_is_error(server: Server, request_id: Any) -> bool:
     server.answer(request_id, {"content": [{"type": "text", "text": SECRET}], "isError": True})
     return True
 
+
+def _refunded(arguments: Any) -> dict[str, Any]:
+    # The amount as it arrived, a float when the request held one: Python writes 2.5 back as 2.5.
+    return {"refunded": arguments.get("amount") if type(arguments) is dict else None}
+
+
+# tool -> its own structuredContent, in place of the echo (a tool not named here echoes)
+ANSWERS: Final[Mapping[str, Callable[[Any], dict[str, Any]]]] = {"refund": _refunded}
 
 # fault -> what the server does at a tools/call before its echo (True: it answered, or never will)
 CALL_FAULTS: Final[Mapping[str, Callable[[Server, Any], bool]]] = {

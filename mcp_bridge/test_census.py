@@ -23,7 +23,11 @@ import census  # noqa: E402
 import tool_dispatcher  # noqa: E402
 
 GOOD = {"name": "a", "inputSchema": {"type": "object", "properties": {"x": {"type": "string"}}}}
-NUMBER = {"name": "b", "inputSchema": {"type": "object", "properties": {"n": {"type": "number", "minimum": 0.5}}}}
+# A step of 0.01 has no exact double: refused (SCHEMA_NUMBER); read as an integer, it compiles.
+CENTS = {"name": "b", "inputSchema": {"type": "object", "properties": {"n": {"type": "number", "minimum": 0.5,
+                                                                             "multipleOf": 0.01}}}}
+NUMBER = {"name": "e", "inputSchema": {"type": "object", "properties": {"n": {"type": "number", "minimum": 0.5}}},
+          "outputSchema": {"type": "object", "properties": {"total": {"type": "number"}}}}
 FORMAT = {"name": "c", "inputSchema": {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}},
           "outputSchema": {"type": "object", "additionalProperties": True}}
 TYPED_OUT = {"name": "d", "inputSchema": {"type": "object"}, "outputSchema": {"type": "object"}}
@@ -40,9 +44,9 @@ class TestCensus(unittest.TestCase):
 
     def test_counts_and_histograms(self):
         folder = self.folder({
-            "rpc.json": {"jsonrpc": "2.0", "id": 1, "result": {"tools": [GOOD, NUMBER]}},
-            "result.json": {"tools": [FORMAT, TYPED_OUT, "junk"]},
-            "bare.json": [NUMBER],
+            "rpc.json": {"jsonrpc": "2.0", "id": 1, "result": {"tools": [GOOD, CENTS]}},
+            "result.json": {"tools": [FORMAT, TYPED_OUT, NUMBER, "junk"]},
+            "bare.json": [CENTS],
             "garbage.json": b"not json",
             "dup.json": b'{"tools": [], "tools": []}',
             "other.json": {"hello": 1},
@@ -53,16 +57,16 @@ class TestCensus(unittest.TestCase):
             "files": 3,
             "files_skipped": {"JSON_DUPLICATE_KEY": 1, "JSON_INVALID": 1, "NOT_A_LISTING": 1},
             "files_over_limit": 0,
-            "tools": 6,
-            "input_compiled": 2,
-            "input_compiled_if_numbers_narrowed": 4,
-            "output_declared": 2,
-            "output_compiled": 1,
+            "tools": 7,
+            "input_compiled": 3,
+            "input_compiled_if_numbers_narrowed": 5,
+            "output_declared": 3,
+            "output_compiled": 2,
             "input_refusals": {"SCHEMA_FORMAT": 1, "SCHEMA_NUMBER": 2, "TOOL_MALFORMED": 1},
             "output_refusals": {"SCHEMA_OPEN_OBJECT": 1},
             "servers": [
                 {"file": "bare.json", "tools": 1, "input_compiled": 0, "drafted": 0, "dispatchable": 0},
-                {"file": "result.json", "tools": 3, "input_compiled": 1, "drafted": 1, "dispatchable": 1},
+                {"file": "result.json", "tools": 4, "input_compiled": 2, "drafted": 2, "dispatchable": 2},
                 {"file": "rpc.json", "tools": 2, "input_compiled": 1, "drafted": 1, "dispatchable": 1},
             ],
             "drafts_not_built": {},
@@ -75,7 +79,7 @@ class TestCensus(unittest.TestCase):
     def test_a_refused_output_is_drafted_as_text_and_dispatchable(self):
         open_out = {"name": "e", "inputSchema": {"type": "object"}, "outputSchema": {"type": "object",
                                                                                       "additionalProperties": True}}
-        self.assertEqual(self.servers({"s.json": [GOOD, open_out, TYPED_OUT, NUMBER]}), [
+        self.assertEqual(self.servers({"s.json": [GOOD, open_out, TYPED_OUT, CENTS]}), [
             {"file": "s.json", "tools": 4, "input_compiled": 3, "drafted": 3, "dispatchable": 3}])
 
     def test_what_the_import_refuses_is_not_drafted(self):
@@ -122,11 +126,30 @@ class TestCensus(unittest.TestCase):
                          (128, 128, {}, {}))
 
     def test_number_narrowing_keeps_other_refusals(self):
-        mixed = {"type": "object", "properties": {"n": {"type": ["number", "null"]},
+        mixed = {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 0.01},
                                                    "d": {"type": "string", "format": "date"}}}
+        self.assertEqual(census.refusal(mixed), "SCHEMA_NUMBER")
         self.assertEqual(census.refusal(census.narrowed_numbers(mixed)), "SCHEMA_FORMAT")
-        self.assertEqual(census.narrowed_numbers(mixed)["properties"]["n"], {"type": ["integer", "null"]})
-        self.assertEqual(mixed["properties"]["n"], {"type": ["number", "null"]})  # the input is not changed
+        self.assertEqual(census.narrowed_numbers(mixed)["properties"]["n"], {"type": "integer"})
+        self.assertEqual(mixed["properties"]["n"], {"type": "number", "multipleOf": 0.01})  # the input is not changed
+        found = census.census(self.folder({"s.json": [{"name": "m", "inputSchema": mixed}]}))
+        self.assertEqual((found["input_compiled"], found["input_compiled_if_numbers_narrowed"],
+                          found["input_refusals"]), (0, 0, {"SCHEMA_NUMBER": 1}))
+
+    def test_only_a_number_refused_for_its_step_is_narrowed(self):
+        for step, inexact in ((0.01, True), (0.1, True), (0.3, True), (0.5, False), (0.125, False), (2, False),
+                              (0, False), (-0.01, False), ("0.01", False), (True, False)):
+            with self.subTest(step=step):
+                self.assertEqual(census.inexact_step(step), inexact)
+        kept = {"type": "object", "properties": {"a": {"type": "number", "minimum": 0.5, "maximum": 9.5},
+                                                  "b": {"type": "number", "multipleOf": 0.5},
+                                                  "c": {"type": "number", "multipleOf": 0.01, "minimum": 0.5,
+                                                        "maximum": 10},
+                                                  "d": {"type": ["null", "number"], "multipleOf": 0.1}}}
+        self.assertEqual(census.narrowed_numbers(kept)["properties"], {
+            "a": {"type": "number", "minimum": 0.5, "maximum": 9.5}, "b": {"type": "number", "multipleOf": 0.5},
+            "c": {"type": "integer", "maximum": 10}, "d": {"type": ["null", "integer"]}})
+        self.assertEqual((census.refusal(kept), census.refusal(census.narrowed_numbers(kept))), ("SCHEMA_NUMBER", None))
 
     def test_cli_prints_the_census_and_refuses_a_missing_folder(self):
         folder = self.folder({"bare.json": [GOOD]})

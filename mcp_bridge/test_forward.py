@@ -271,6 +271,38 @@ class TestMapping(Case):
             self.assertEqual(list(package["model_result"]["data"]), ["text"])
             self.assertEqual(json.loads(package["model_result"]["data"]["text"])["arguments"], {"order_ref": "ORDER-7"})
 
+    def test_a_float_in_structured_content_passes_a_number_output_contract(self) -> None:
+        # The fault server's refund takes a number and answers {"refunded": AMOUNT}, the amount it
+        # was sent: 2.5 leaves in the admitted arguments, comes back a float in structuredContent
+        # and reaches the model as fresh data, held to the output contract's number field.
+        command = fault("none")
+        draft, report = importer.import_server(command)
+        self.assertNotIn("refund", [item["tool"] for item in report["refused"] + report["output_as_text"]])
+        refund = td.canonical_json({**draft, "tools": [tool for tool in draft["tools"] if tool["name"] == "refund"]})
+        # The same tool with its output narrowed by the host to an integer, which a float breaks.
+        integer_output = td.parse_overlay(td.canonical_json({"format": "tool-contract-overlay-v1", "tools": [
+            {"name": "refund", "input": [],
+             "output": [{"path": ["refunded"], "schema": {"type": "integer", "minimum": 1}}]}]}))
+        as_drafted, narrowed = td.parse_contracts(refund), td.parse_contracts(refund, overlay=integer_output)
+        server = self.forwarder(command)
+        principal = td.Principal("tenant-a", "alice", (importer.DEFAULT_ROLE,))
+        cases = ((as_drafted, 2.5, "fresh", {"refunded": 2.5}, 1),
+                 (as_drafted, 0.25, "INVALID_ARGUMENTS", None, 0),  # below the minimum of 0.5: never sent
+                 (narrowed, 3, "fresh", {"refunded": 3}, 1),
+                 (narrowed, 2.5, "OUTPUT_CONTRACT_VIOLATION", None, 1))
+        for index, (registry, amount, code, data, sends) in enumerate(cases):
+            with self.subTest(amount=amount, output=registry["refund"].output_schema()["properties"]["refunded"]):
+                dispatcher = td.Dispatcher(registry=registry, hooks=server.hooks_for(registry), approvers=[APPROVER])
+                ctx, arguments = context(f"refund-{index}", f"refund-key-{index}"), {"amount": amount}
+                approval = td.approval_for_call(approver=APPROVER, principal=principal, context=ctx,
+                                                spec=registry["refund"], arguments=arguments, expires_at=NOW + 60)
+                sent = server.sent
+                package = dispatcher.dispatch({"name": "refund", "arguments": arguments}, ctx, principal,
+                                              approval=approval, now=NOW, deadline=NOW + 10)
+                self.assertEqual((self.code(package), package["model_result"].get("data"), server.sent - sent),
+                                 (code, data, sends))
+                self.assertIsNone(td.verify_package(package, registry=registry))
+
     def test_status_results(self) -> None:
         cases = (({"structuredContent": {"found": False}}, td.StatusAnswer("absent")),
                  ({"structuredContent": {"found": True, "receipt": "nr-1", "name": "a"}},

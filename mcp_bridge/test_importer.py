@@ -89,14 +89,14 @@ class TestHandshakeAndListing(Case):
         self.assertEqual(report["server"], {"name": "fault-server", "version": "0.1", "era": "modern",
                                             "protocol_version": "2026-07-28"})
         self.assertEqual(report["tool_count"], 4)
-        self.assertEqual([tool["name"] for tool in document["tools"]], ["get_order", "ping_tool"])
+        # The second page's refund (a number with a bound of 0.5) is drafted; its bad neighbour is
+        # refused under its index in the whole listing, not in its page.
+        self.assertEqual([tool["name"] for tool in document["tools"]], ["get_order", "ping_tool", "refund"])
         self.assertEqual(report["refused"], [
-            {"index": 2, "tool": "refund", "code": "SCHEMA_NUMBER", "at": "tools[2].inputSchema.properties[0]",
-             "input_schema": fault_server.SECOND_PAGE[0]["inputSchema"], "output_schema": None},
             {"index": 3, "tool": None, "code": "TOOL_NAME_INVALID", "at": "tools[3].name",
              "input_schema": {"type": "object"}, "output_schema": None},
         ])
-        self.assertEqual(report["codes"], {"SCHEMA_NUMBER": 1, "TOOL_NAME_INVALID": 1})
+        self.assertEqual(report["codes"], {"TOOL_NAME_INVALID": 1})
         self.assertEqual((report["output_as_text"], report["drift"]), ([], []))
 
     def test_legacy_handshake_forced_and_by_fallback(self):
@@ -105,7 +105,7 @@ class TestHandshakeAndListing(Case):
                 document, report = self.imported(fault, protocol=protocol)
                 self.assertEqual((report["server"]["era"], report["server"]["protocol_version"]),
                                  ("legacy", "2025-11-25"))
-                self.assertEqual(len(document["tools"]), 2)
+                self.assertEqual(len(document["tools"]), 3)
 
     def test_modern_only_does_not_fall_back(self):
         self.fails("legacy_only", "IMPORT_SERVER_ERROR", protocol="modern")
@@ -116,7 +116,7 @@ class TestHandshakeAndListing(Case):
 
     def test_notifications_and_server_requests_are_read_past(self):
         document, _ = self.imported("chatty")
-        self.assertEqual(len(document["tools"]), 2)
+        self.assertEqual(len(document["tools"]), 3)
 
     def test_garbage_duplicate_keys_and_wrong_ids(self):
         self.fails("garbage", "JSON_INVALID")
@@ -281,6 +281,10 @@ OBJECT = {"type": "object"}
 NUMBER_IN = {"type": "object", "properties": {"amount": {"type": "number", "minimum": 0.5, "maximum": 1000}},
              "required": ["amount"]}
 NUMBER_OUT = {"type": "object", "properties": {"total": {"type": "number"}}, "required": ["total"]}
+# A step of 0.01 has no exact double: the compiler refuses it (SCHEMA_NUMBER at its multipleOf).
+CENTS_IN = {"type": "object", "properties": {"amount": {"type": "number", "minimum": 0.5, "multipleOf": 0.01}},
+            "required": ["amount"]}
+CENTS_OUT = {"type": "object", "properties": {"total": {"type": "number", "multipleOf": 0.01}}, "required": ["total"]}
 DATE_IN = {"type": "object", "properties": {"day": {"type": "string", "format": "date", "maxLength": 10}},
            "required": ["day"]}
 INTEGER_AMOUNT = {"type": "integer", "minimum": 1, "maximum": 500}
@@ -333,11 +337,11 @@ class TestDraftUnits(unittest.TestCase):
             (None, "TOOL_MALFORMED", "tools[4]")])
 
     def test_a_refused_tool_keeps_its_raw_schemas_for_the_host(self):
-        _, report = drafted({"name": "a", "inputSchema": NUMBER_IN, "outputSchema": NUMBER_OUT},
+        _, report = drafted({"name": "a", "inputSchema": CENTS_IN, "outputSchema": CENTS_OUT},
                             {"name": "b", "inputSchema": DATE_IN}, {"name": "c"}, "junk")
         self.assertEqual(report["refused"], [
-            {"index": 0, "tool": "a", "code": "SCHEMA_NUMBER", "at": "tools[0].inputSchema.properties[0]",
-             "input_schema": NUMBER_IN, "output_schema": NUMBER_OUT},
+            {"index": 0, "tool": "a", "code": "SCHEMA_NUMBER", "at": "tools[0].inputSchema.properties[0].multipleOf",
+             "input_schema": CENTS_IN, "output_schema": CENTS_OUT},
             {"index": 1, "tool": "b", "code": "SCHEMA_FORMAT", "at": "tools[1].inputSchema.properties[0]",
              "input_schema": DATE_IN, "output_schema": None},
             {"index": 2, "tool": "c", "code": "TOOL_MALFORMED", "at": "tools[2]", "input_schema": None,
@@ -348,23 +352,37 @@ class TestDraftUnits(unittest.TestCase):
                                         "output_as_text", "drift", "host_bounds", "read_only_by_host"])
 
     def test_a_refused_output_schema_makes_a_tool_that_answers_text(self):
-        document, report = drafted({"name": "a", "inputSchema": OBJECT, "outputSchema": NUMBER_OUT},
+        document, report = drafted({"name": "a", "inputSchema": OBJECT, "outputSchema": CENTS_OUT},
                                    {"name": "b", "inputSchema": OBJECT, "outputSchema": OBJECT})
         self.assertEqual([(tool["name"], tool["output_schema"]) for tool in document["tools"]], [
             ("a", None), ("b", {"type": "object", "properties": {}, "required": [], "additionalProperties": False})])
-        self.assertEqual((report["refused"], report["output_as_text"]),
-                         ([], [{"tool": "a", "code": "SCHEMA_NUMBER", "at": "tools[0].outputSchema.properties[0]"}]))
+        self.assertEqual((report["refused"], report["output_as_text"]), ([], [
+            {"tool": "a", "code": "SCHEMA_NUMBER", "at": "tools[0].outputSchema.properties[0].multipleOf"}]))
         first = document["tools"][0]
         # The server's output schema stays pinned: a drift of it is seen, though the model sees text.
-        self.assertEqual(first["provenance"]["output_schema_sha256"], tool_dispatcher.canonical_sha256(NUMBER_OUT))
+        self.assertEqual(first["provenance"]["output_schema_sha256"], tool_dispatcher.canonical_sha256(CENTS_OUT))
         self.assertEqual(first["revisions"]["output"], "output." + tool_dispatcher.canonical_sha256(None)[:16])
         self.assertIsNone(loaded(document)["a"].output_contract)
 
     def test_a_refused_input_schema_refuses_the_tool_whatever_its_output(self):
+        for output in (CENTS_OUT, NUMBER_OUT):  # an output that would answer text, and one that compiles
+            with self.subTest(output=output):
+                document, report = drafted({"name": "a", "inputSchema": CENTS_IN, "outputSchema": output})
+                self.assertEqual((document["tools"], report["output_as_text"]), ([], []))
+                self.assertEqual([(item["code"], item["at"]) for item in report["refused"]],
+                                 [("SCHEMA_NUMBER", "tools[0].inputSchema.properties[0].multipleOf")])
+
+    def test_a_number_is_drafted_on_both_sides_and_holds_its_bounds(self):
         document, report = drafted({"name": "a", "inputSchema": NUMBER_IN, "outputSchema": NUMBER_OUT})
-        self.assertEqual((document["tools"], report["output_as_text"]), ([], []))
-        self.assertEqual((report["refused"][0]["code"], report["refused"][0]["at"]),
-                         ("SCHEMA_NUMBER", "tools[0].inputSchema.properties[0]"))
+        self.assertEqual((report["refused"], report["output_as_text"], report["drafted"]), ([], [], 1))
+        self.assertEqual(document["tools"][0]["input_schema"]["properties"]["amount"],
+                         {"type": "number", "minimum": 0.5, "maximum": 1000})
+        tool = loaded(document)["a"]
+        self.assertEqual([tool.input_contract.admits({"amount": value})
+                          for value in (0.5, 2.5, 1000, 1000.0, 0.25, 1000.5, True, "2.5")],
+                         [True, True, True, True, False, False, False, False])
+        self.assertEqual([tool.output_contract.admits({"total": value}) for value in (-1.25, 7, 1e300, None, "7")],
+                         [True, True, True, False, False])
 
     def test_names_and_versions_that_are_no_identifiers(self):
         session = importer.Session("modern", "2026-07-28", "my server", "1 0")
@@ -434,11 +452,12 @@ class TestOverlay(unittest.TestCase):
                          ("OVERLAY_WIDENS", "overlay.tools[0].output[0]"))
 
     def test_a_refusal_the_overlay_leaves_is_placed_in_the_listing(self):
-        schema = {"type": "object", "properties": {"amount": {"type": "number"}, "ratio": {"type": "number"}}}
+        schema = {"type": "object", "properties": {"amount": {"type": "number"},
+                                                   "ratio": {"type": "number", "multipleOf": 0.01}}}
         _, report = drafted({"name": "a", "inputSchema": schema},
                             overlay=overlay(("a", [(["amount"], INTEGER_AMOUNT)], [])))
-        self.assertEqual((report["refused"][0]["code"], report["refused"][0]["at"]),
-                         ("SCHEMA_NUMBER", "tools[0].inputSchema.properties[1]"))
+        self.assertEqual([(item["code"], item["at"]) for item in report["refused"]],
+                         [("SCHEMA_NUMBER", "tools[0].inputSchema.properties[1].multipleOf")])
 
     def test_an_overlay_for_a_tool_the_server_does_not_list_refuses_the_import(self):
         host = overlay(("a", [(["amount"], INTEGER_AMOUNT)], []), ("gone", [(["amount"], INTEGER_AMOUNT)], []))
@@ -551,17 +570,23 @@ class TestDrafting(Case):
     def test_draft_loads_as_a_contracts_file(self):
         document, _ = self.imported()
         loaded = tool_dispatcher.parse_contracts(importer.dump(document))
-        self.assertEqual(list(loaded.tools), ["get_order", "ping_tool"])
+        self.assertEqual(list(loaded.tools), ["get_order", "ping_tool", "refund"])
         get_order = loaded.tools["get_order"]
         self.assertTrue(get_order.input_contract.admits({"order_ref": "ORDER-7"}))
         self.assertFalse(get_order.input_contract.admits({"order_ref": "ORDER-7", "extra": 1}))
+        refund = loaded.tools["refund"]
+        self.assertEqual([refund.input_contract.admits({"amount": value})
+                          for value in (0.5, 2.5, 3, 0.25, "2.5", True)], [True, True, True, False, False, False])
+        self.assertEqual([refund.output_contract.admits({"refunded": value}) for value in (2.5, 0.4, None)],
+                         [True, False, False])
 
     def test_every_tool_is_a_write_unless_the_host_says(self):
         document, report = self.imported()
         self.assertEqual({tool["effect"] for tool in document["tools"]}, {"write"})
         document, report = self.imported(host=importer.HostChoices(frozenset({"get_order", "absent"}), "orders.read"))
         self.assertEqual({tool["name"]: (tool["effect"], tool["required_role"]) for tool in document["tools"]},
-                         {"get_order": ("read", "orders.read"), "ping_tool": ("write", "orders.read")})
+                         {"get_order": ("read", "orders.read"), "ping_tool": ("write", "orders.read"),
+                          "refund": ("write", "orders.read")})
         self.assertEqual(report["read_only_by_host"], ["get_order"])
 
     def test_annotations_are_kept_as_hints_only(self):
@@ -620,13 +645,12 @@ class TestCommandLine(unittest.TestCase):
                                                    "--report", report, "--read-only", "get_order")
             self.assertEqual((status, stderr), (1, b""))
             self.assertEqual(summary, {"passed": False, "format": "mcp-import-report-v1", "tool_count": 4,
-                                       "drafted": 2, "refused": 2,
-                                       "codes": {"SCHEMA_NUMBER": 1, "TOOL_NAME_INVALID": 1},
+                                       "drafted": 3, "refused": 1, "codes": {"TOOL_NAME_INVALID": 1},
                                        "output_as_text": 0, "drift": 0})
             loaded = tool_dispatcher.load_contracts(out)
             self.assertEqual(loaded.tools["get_order"].effect, "read")
             with open(report, encoding="ascii") as handle:
-                self.assertEqual(json.load(handle)["drafted"], 2)
+                self.assertEqual(json.load(handle)["drafted"], 3)
 
     def test_exit_zero_when_every_tool_drafts(self):
         with tempfile.TemporaryDirectory() as folder:
@@ -762,7 +786,11 @@ class TestHostFilesOnTheCommandLine(unittest.TestCase):
         with open(path, encoding="ascii") as handle:
             return json.load(handle)
 
-    def test_an_overlay_narrows_a_refused_number_and_the_draft_loads_without_it(self):
+    def test_an_overlay_narrows_a_number_to_an_integer_and_the_draft_loads_without_it(self):
+        status, summary = self.run_main(command("none"))
+        self.assertEqual((status, summary["drafted"], summary["codes"]), (1, 3, {"TOOL_NAME_INVALID": 1}))
+        self.assertEqual(tool_dispatcher.load_contracts(self.out)["refund"].input_schema()["properties"]["amount"],
+                         {"type": "number", "minimum": 0.5})  # the server's own number, drafted as it is
         path = self.write("overlay.json", {"format": "tool-contract-overlay-v1", "tools": [
             {"name": "refund", "input": [{"path": ["amount"], "schema": INTEGER_AMOUNT}], "output": []}]})
         status, summary = self.run_main(command("none"), "--overlay", path)
@@ -851,7 +879,8 @@ class TestInteropExpectedDrafts(unittest.TestCase):
 
     def test_both_eras_draft_the_same_tools(self):
         modern, legacy = self.load("modern"), self.load("legacy")
-        self.assertEqual(list(modern.tools), ["get_order", "create_refund_draft", "list_orders", "set_address"])
+        self.assertEqual(list(modern.tools), ["get_order", "create_refund_draft", "list_orders", "set_address",
+                                              "partial_refund"])
         for name, tool in modern.tools.items():
             other = legacy.tools[name]
             self.assertEqual((tool.input_schema(), tool.provenance["protocol_version"],
@@ -869,12 +898,15 @@ class TestInteropExpectedDrafts(unittest.TestCase):
         self.assertFalse(listing.admits({"limit": 3.0}))
         self.assertEqual(tools["get_order"].hints["read_only"], True)
         self.assertEqual(tools["get_order"].effect, "read")  # the host's --read-only, not the hint
+        refund = tools["partial_refund"].input_contract  # pydantic's `float`: a number, closed like the rest
+        self.assertEqual([refund.admits({"order_ref": "ORDER-7", "amount": amount})
+                          for amount in (12.5, 3, "12.5", True)], [True, True, False, False])
 
     def test_the_report_names_each_refusal(self):
         with open(HERE / "interop" / "expected-report-modern.json", encoding="ascii") as handle:
             report = json.load(handle)
-        self.assertEqual([(item["tool"], item["code"]) for item in report["refused"]],
-                         [("partial_refund", "SCHEMA_NUMBER"), ("schedule_callback", "SCHEMA_FORMAT")])
+        self.assertEqual([(item["tool"], item["code"], item["at"]) for item in report["refused"]],
+                         [("schedule_callback", "SCHEMA_FORMAT", "tools[5].inputSchema.properties[0]")])
 
 
 if __name__ == "__main__":

@@ -86,7 +86,12 @@ CHECKS: Final = (
     Check("malformed: a nested string breaking a pattern", "set_address",
           {"order_ref": "ORDER-7", "address": {"street": "1 Main Street", "postcode": "1234"}}, "INVALID_ARGUMENTS",
           0, approved=True, key="bad-nested"),
-    Check("a tool the import refused is unknown", "partial_refund", {"order_ref": "ORDER-7", "amount": 1},
+    Check("an approved write with a number, a float sent as it is", "partial_refund",
+          {"order_ref": "ORDER-7", "amount": 12.5}, "fresh", 1, data={"result": "ok"}, approved=True,
+          key="partial-refund"),
+    Check("malformed: a string for a number", "partial_refund", {"order_ref": "ORDER-7", "amount": "12.5"},
+          "INVALID_ARGUMENTS", 0, approved=True, key="bad-number"),
+    Check("a tool the import refused is unknown", "schedule_callback", {"when": "2026-12-05T10:00:00Z"},
           "UNKNOWN_TOOL", 0, key="refused"),
 )
 

@@ -39,7 +39,7 @@ for era in modern legacy; do
     --read-only get_order --role orders.tools \
     --out "$work/draft-$era.json" --report "$work/report-$era.json" >"$work/summary-$era.json"
   code=$?
-  if [ "$code" -ne 1 ]; then  # two of the six tools are refused by design: exit 1
+  if [ "$code" -ne 1 ]; then  # one of the six tools (a `format`) is refused by design: exit 1
     echo "FAIL: the $era import exited $code, expected 1"
     cat "$work/summary-$era.json"
     status=1

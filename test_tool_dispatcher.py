@@ -952,6 +952,26 @@ class TestStrictBoundedJsonDecoding(StrictJsonAssertions, unittest.TestCase):
             with self.subTest(number=number):
                 self.assertDecodeError("JSON_NON_FINITE", b"[" + number + b"]")
 
+    def test_whole_doubles_written_as_long_digit_runs_are_not_portable(self):
+        # From 2**53 up to 1e21 a double's canonical text is a plain digit run that reads back as
+        # an integer no double holds exactly: refused where it is read, and where it is checked.
+        below, top = math.nextafter(2.0 ** 53, 0), math.nextafter(1e21, 0)
+        self.assertEqual(td.PORTABLE_FLOAT_GAP, (2.0 ** 53, 1e21))
+        for value, portable in ((below, True), (2.0 ** 53, False), (1e20, False), (top, False), (1e21, True),
+                                (-below, True), (-(2.0 ** 53), False), (-1e20, False), (-1e21, True)):
+            with self.subTest(value=value):
+                self.assertIs(td.is_portable_float(value), portable)
+                self.assertIs(td.is_portable_number(value), portable)
+                text = td.number_text(value).encode("ascii")
+                if portable:
+                    self.assertEqual(td.decode_strict_json(b"[" + text + b"]"), [value])
+                else:
+                    self.assertDecodeError("JSON_NOT_PORTABLE", b"[" + text + b"]")
+                    self.assertDecodeError("JSON_NOT_PORTABLE", b"[" + repr(value).encode("ascii") + b"]")
+                    with self.assertRaises(BoundaryError) as caught:
+                        td.scan_output({"v": value})
+                    self.assertEqual(caught.exception.code, "OUTPUT_CONTRACT_VIOLATION")
+
     def test_integers_within_the_safe_range_on_both_sides(self):
         self.assertEqual(td.decode_strict_json(b"[9007199254740991]"), [2**53 - 1])
         self.assertEqual(td.decode_strict_json(b"[-9007199254740991]"), [-(2**53 - 1)])

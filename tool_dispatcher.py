@@ -53,7 +53,7 @@ from typing import Any, Callable, ClassVar, Final, Mapping, NamedTuple, NoReturn
 
 __all__ = [  # what other layers and readers may use; every other name is this module's own
     # 1. Limits and constants
-    "MAX_FIXTURE_BYTES", "MAX_NESTING_DEPTH", "MAX_SAFE_INTEGER", "MAX_INTEGER_DIGITS",
+    "MAX_FIXTURE_BYTES", "MAX_NESTING_DEPTH", "MAX_SAFE_INTEGER", "MAX_INTEGER_DIGITS", "PORTABLE_FLOAT_GAP",
     "MAX_ENVELOPE_INTEGER_DIGITS", "MAX_CASES", "MAX_STEPS_PER_CASE", "MAX_ROLES", "MAX_ORDERS",
     "MAX_APPROVERS", "MAX_WORLD_CHANGES", "MAX_IDENTIFIER_LENGTH", "MAX_TEXT_LENGTH", "MIN_TIME",
     "MAX_TIME", "MAX_REVISION", "MAX_OUTPUT_BYTES", "MAX_OUTPUT_DEPTH", "MAX_OUTPUT_NODES",
@@ -74,7 +74,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     # 4. Canonical JSON
     "canonical_text", "jcs_text", "canonical_json", "number_text", "package_digests", "canonical_sha256", "SLOT", "CanonicalTemplate", "json_copy",
     # 5. Strict bounded JSON decoding
-    "exceeds_nesting", "is_portable_text", "is_portable_number", "refuse_float", "finite_float", "safe_int", "short_int", "JsonPolicy",
+    "exceeds_nesting", "is_portable_text", "is_portable_number", "refuse_float", "finite_float", "portable_float", "is_portable_float", "safe_int", "short_int", "JsonPolicy",
     "PORTABLE_JSON", "ENVELOPE_JSON", "decode_strict_json",
     # 6. Fixture loading
     "WorldChange", "Expectation", "Step", "Case", "World", "Fixture",
@@ -147,6 +147,9 @@ MAX_FIXTURE_BYTES: Final = 65_536  # counted on the raw bytes, before any decodi
 MAX_NESTING_DEPTH: Final = 32  # containers deep; enforced by a scan before the JSON decoder runs
 MAX_SAFE_INTEGER: Final = 2**53 - 1  # the integers every JSON peer (JavaScript too) reads exactly
 MAX_INTEGER_DIGITS: Final = len(str(MAX_SAFE_INTEGER))  # a longer digit run is refused unparsed
+# Doubles whose canonical text is a digit run beyond MAX_SAFE_INTEGER: outside the portable domain
+# (is_portable_float), from 2**53 up to, not including, 1e21, where ECMAScript switches to exponents.
+PORTABLE_FLOAT_GAP: Final = (float(MAX_SAFE_INTEGER + 1), 1e21)
 MAX_ENVELOPE_INTEGER_DIGITS: Final = 39  # 2**128 has 39 digits: any provider counter, never a slow int()
 MAX_CASES: Final = 64  # cases in one fixture
 MAX_STEPS_PER_CASE: Final = 8  # steps run on one dispatcher instance
@@ -883,6 +886,22 @@ def finite_float(text: str) -> float:
     raise BoundaryError("JSON_NON_FINITE")
 
 
+def portable_float(text: str) -> float:
+    """A finite float whose canonical text reads back as a number of the portable domain."""
+    value = finite_float(text)
+    if is_portable_float(value):
+        return value
+    raise BoundaryError("JSON_NOT_PORTABLE")
+
+
+def is_portable_float(value: float) -> bool:
+    """Finite, and not a whole double from 2**53 up to 1e21: ECMAScript writes those as plain digits
+    (1e20 as 100000000000000000000), which every reader takes for an integer no double holds
+    exactly, and the decoder refuses. Below 2**53 the digits read back exactly; from 1e21 on they
+    carry an exponent and read back as a float."""
+    return math.isfinite(value) and not PORTABLE_FLOAT_GAP[0] <= abs(value) < PORTABLE_FLOAT_GAP[1]
+
+
 def safe_int(text: str) -> int:
     """An integer that every JSON peer reads exactly: within +/-(2**53 - 1)."""
     # The length test comes first, so a 60,000-digit integer is never converted at all.
@@ -920,7 +939,7 @@ class JsonPolicy:
 # every peer reads as the same IEEE double, and so writes with the same canonical text (section 4).
 # A float is a double read to the nearest (0.1, 1e-7, 1.0: a float, never the integer 1); an
 # integer is exact or refused (9007199254740993 would be read as ...992).
-PORTABLE_JSON: Final = JsonPolicy("portable", finite_float, safe_int, portable_text=True)
+PORTABLE_JSON: Final = JsonPolicy("portable", portable_float, safe_int, portable_text=True)
 # A provider's frames around the arguments (temperature: 1.0, logprobs, usage counters): read,
 # never forwarded or digested. What becomes a proposal is decoded again, under PORTABLE_JSON.
 ENVELOPE_JSON: Final = JsonPolicy("envelope", finite_float, short_int, portable_text=False)
@@ -2400,11 +2419,11 @@ def _number_bound(raw: dict[str, Any], inclusive: str, exclusive: str, at: str, 
 
 
 def is_portable_number(value: Any) -> bool:
-    """A JSON number every peer reads alike: a safe integer or a finite float (never a bool)."""
+    """A JSON number every peer reads alike: a safe integer or a portable float (never a bool)."""
     kind = type(value)
     if kind is int:
         return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
-    return kind is float and math.isfinite(value)
+    return kind is float and is_portable_float(value)
 
 
 def _children(rule: Rule) -> tuple[int, ...]:
@@ -4166,9 +4185,9 @@ _SCALARS: Final = frozenset({str, int, bool, type(None)})
 
 
 def _portable_scalar(kind: type, item: Any) -> bool:
-    """A JSON scalar of the portable domain: a safe integer, a finite float, a str, a bool, null."""
+    """A JSON scalar of the portable domain: a safe integer, a portable float, a str, a bool, null."""
     if kind is float:
-        return math.isfinite(item)
+        return is_portable_float(item)
     return kind in _SCALARS and (kind is not int or -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER)
 
 
@@ -6072,8 +6091,10 @@ def verify_audit_log(data: bytes, *, seal_keys: SealKeys | None = None, require_
 
     Linear: each line is decoded once, checked to be canonical, and its digest recomputed once.
     With seal keys every sealed entry's seal is checked; with ``require_seal`` an unsealed entry
-    is refused too. The packages inside are bound by the entry digest and seal; a package's own
-    consistency is verify_package's business, not re-run here. ``closed=False`` verifies a chain
+    is refused too. The packages inside are bound by the entry digest and seal; once the chain
+    holds, each is held to its own three digests (package_digests), as a verifier in another
+    language recomputes them. The rest of a package's consistency (registry, answer table, its
+    own seal) is verify_package's business, not re-run here. ``closed=False`` verifies a chain
     still being written (a ledger's): it has no closing entry, may not hold one, may be empty, and
     its head is its last entry's digest.
     """

@@ -737,7 +737,8 @@ class DurableStore:
     rollback() and current() (the open transaction), query() and query_one() outside one,
     now_ms() (the lease clock), facts(), close(), ``errors`` (the driver's exception types) with
     translate(), two SQL suffixes: ``row_lock`` for a read that decides a write and
-    ``skip_locked`` for a relay worker's pick (SQLite needs neither: BEGIN IMMEDIATE already
+    ``skip_locked`` for a relay worker's pick, ``publish_lock``, a statement that makes a realm's
+    publishes commit one after the other (SQLite needs none of the three: BEGIN IMMEDIATE already
     makes every writer wait for the one write lock), and ``snapshot``, the BEGIN of a read-only
     transaction that sees one consistent state of the whole store (verify_chain's).
     """
@@ -746,6 +747,7 @@ class DurableStore:
     errors: Final = (sqlite3.Error,)
     row_lock: Final = ""
     skip_locked: Final = ""
+    publish_lock: Final = ""
     snapshot: Final = "BEGIN"  # deferred: WAL fixes the snapshot at its first read
 
     def __init__(self, connection: sqlite3.Connection, *, synchronous: str,
@@ -1815,8 +1817,17 @@ class DurableDispatcher(td.Dispatcher):
 # 9. Outbox relay and consumer inbox
 # ============================================================================================
 # The relay publishes at least once: it may crash after publishing and before marking the event
-# sent, and then publishes it again. The consumer acts once per event id: its inbox entry, its
-# action and its read position are one transaction.
+# sent, and then publishes it again; two relays at once may too, one picking an event the other
+# has published and not yet marked (the broker stands for an outside system, which the relay
+# cannot ask what it holds). The consumer acts once per event id: its inbox entry, its action and
+# its read position are one transaction.
+#
+# The consumer reads a realm by broker sequence, from its position on, so a realm's messages must
+# become visible in sequence order: a message committed after one with a higher sequence would
+# fall behind a position already moved past it, and never be read. A sequence value is drawn at
+# INSERT and seen at COMMIT, so each publish takes the store's publish_lock for its realm first
+# (on PostgreSQL a transaction-scoped advisory lock, held until its commit): the next publish of
+# the realm draws its value only after this one committed. Realms publish side by side.
 
 
 def relay(store: DurableStore, *, realm: str | None = None, checkpoint: Checkpoint = _no_checkpoint,
@@ -1835,6 +1846,8 @@ def relay(store: DurableStore, *, realm: str | None = None, checkpoint: Checkpoi
                 break
             after = _checked_int(event[0])
             params = {"realm": event[1], "event_id": event[2], "payload": event[3], "now": store.now_ms()}
+            if store.publish_lock:
+                tx.execute(store.publish_lock, {"realm": event[1]})
             tx.execute(SQL_PUBLISH, params)
         checkpoint("after_publish")
         with store.transaction() as tx:

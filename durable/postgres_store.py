@@ -133,6 +133,9 @@ class PostgresStore:
     backend: Final = "postgresql"
     row_lock: Final = " FOR UPDATE"
     skip_locked: Final = " FOR UPDATE SKIP LOCKED"
+    # A realm's publishes commit in the order they draw their broker sequence (see relay): a lock
+    # held until the transaction ends, in a key space of its own (8785), one key a realm.
+    publish_lock: Final = "SELECT pg_advisory_xact_lock(8785, hashtext(CAST(:realm AS TEXT)))"
     snapshot: Final = BEGIN_SNAPSHOT
 
     def __init__(self, dsn: str, *, synchronous: str, busy_timeout_ms: int,

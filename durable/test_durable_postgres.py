@@ -17,6 +17,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 import unittest
 from pathlib import Path
@@ -201,6 +202,46 @@ class TestPgTwiceAtOnce(PgCase, base.TestTwiceAtOnce):
 
 class TestPgHostTools(PgCase, base.TestHostTools):
     """A host's own tool on the server: a lost answer stays unknown until its status hook settles it."""
+
+
+class TestPgOutbox(PgCase):
+    """Relays at once on the server: the consumer never moves past a message not yet committed."""
+
+    def test_a_publish_committed_late_is_not_skipped_by_the_consumer(self) -> None:
+        # Relay A publishes the first event and is slow to commit; relay B picks the second event
+        # meanwhile. A consumer reading between must not act on B's message and move past A's.
+        dispatcher = self.dispatcher(self.open_store())
+        base.write(dispatcher, "a", "k-first")
+        base.write(dispatcher, "b", "k-second")
+        self.assertEqual(base.rows(self.path, "SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL"), [(2,)])
+        slow = self.open_store()
+        real_commit = slow.commit
+        inside, release = threading.Event(), threading.Event()
+
+        def late_commit() -> None:
+            if not inside.is_set():  # the publish's commit only, the first one
+                inside.set()
+                release.wait(timeout=base.CHILD_TIMEOUT_S)
+            real_commit()
+        slow.commit = late_commit  # type: ignore[method-assign]
+        first = threading.Thread(target=lambda: dd.relay(slow, limit=1))
+        first.start()
+        self.assertTrue(inside.wait(timeout=base.CHILD_TIMEOUT_S))
+        second_done: list[int] = []
+        second = threading.Thread(target=lambda: second_done.append(dd.relay(self.open_store(), limit=1)))
+        second.start()
+        second.join(timeout=2.0)  # on a store without the publish lock, B has committed by now
+        reader = self.open_store()
+        early = dd.consume(reader)
+        release.set()
+        first.join(timeout=base.CHILD_TIMEOUT_S)
+        second.join(timeout=base.CHILD_TIMEOUT_S)
+        self.assertEqual((first.is_alive(), second.is_alive(), second_done), (False, False, [1]))
+        late = dd.consume(reader)
+        self.assertEqual((early, early + late), (0, 2))  # B's message waited for A's commit
+        self.assertEqual(base.rows(self.path, "SELECT COUNT(DISTINCT event_id) FROM consumer_effects"), [(2,)])
+        published = base.rows(self.path, "SELECT event_id FROM broker_messages ORDER BY seq")
+        self.assertEqual(len(published), 2)
 
 
 class TestPgNetwork(PgCase):

@@ -1138,8 +1138,9 @@ def verified_record(row: LedgerRow, seal_keys: td.SealKeys | None,
     if package is not None:
         try:
             td.verify_package(package, seal_keys=seal_keys, require_seal=seal_keys is not None, registry=registry)
-        except td.BoundaryError:
-            raise DurableError("STORE_TAMPERED") from None
+        except td.BoundaryError as refusal:
+            if not (refusal.code == "PROVENANCE_MISMATCH" and _retired_contract(package, registry, seal_keys)):
+                raise DurableError("STORE_TAMPERED") from None
     stated = None if package is None else package["execution"]["operation_state"]
     if row.state == "reconciled" and stated != "reconciled":
         # Reconciled by recovery, from a receipt, after a first answer of unknown (or none): the
@@ -1166,6 +1167,27 @@ def verified_record(row: LedgerRow, seal_keys: td.SealKeys | None,
     if td.canonical_json(states) != td.canonical_json(columns) or audit["tool_contract"]["tool"] != row.tool:
         raise DurableError("STORE_TAMPERED")
     return record
+
+
+def _retired_contract(package: dict[str, Any], registry: Mapping[str, td.ToolSpec],
+                      seal_keys: td.SealKeys | None) -> bool:
+    """A package written under a contract revision the host has since moved on from: the tool is
+    still registered, under another contract. The registry can no longer vouch for it, so it must
+    vouch for itself: its own three digests hold, and its seal does when the store has keys. Its
+    row is history then, not tampering; a retry of its key meets another contract and is
+    IDEMPOTENCY_CONFLICT, as in memory."""
+    contract = package["protected_audit"]["tool_contract"]
+    spec = registry.get(contract["tool"]) if type(contract) is dict and type(contract.get("tool")) is str else None
+    if type(spec) is not td.ToolSpec or spec.contract_view() == contract:
+        return False  # no such tool any more, or the same contract: the refusal stands
+    audit = package["protected_audit"]
+    try:
+        if td.package_digests(package) != (audit["request_sha256"], audit["result_sha256"],
+                                           audit["call_binding_sha256"]):
+            return False
+    except (KeyError, TypeError, ValueError):
+        return False
+    return seal_keys is None or td.seal_holds(seal_keys, package["seal"], "package", audit["call_binding_sha256"]) is True
 
 
 def _unanswered(row: LedgerRow, record: td.OperationRecord, refs: dict[str, Any], data: Any) -> td.OperationRecord:

@@ -2236,6 +2236,69 @@ class TestTwiceAtOnce(StoreCase):
                          (raced[0]["model_result"]["data"], 1))
 
 
+def upgraded_registry() -> Mapping[str, td.ToolSpec]:
+    """The shipped contracts, the refund tool moved to a new contract revision by its host."""
+    with open(td.SHIPPED_CONTRACTS, "rb") as handle:
+        document = json.loads(handle.read())
+    for tool in document["tools"]:
+        if tool["name"] == "create_refund_draft":
+            tool["revisions"]["contract"] += ".upgraded"
+    return td.parse_contracts(td.canonical_json(document))
+
+
+class TestContractUpgrade(StoreCase):
+    """The host moves a tool to a new contract revision: its old rows are history, not tampering."""
+
+    def test_an_old_key_retried_after_an_upgrade_is_a_conflict_as_in_memory(self):
+        upgraded = upgraded_registry()
+        self.assertNotEqual(upgraded["create_refund_draft"].contract_view(),
+                            td.REGISTRY["create_refund_draft"].contract_view())
+        store = self.open_store()
+        self.assertAnswer(write(self.dispatcher(store), "a"), "fresh")
+        after = self.dispatcher(store, registry=upgraded)
+        retried = write(after, "b")
+        operations = td.MemoryOperations()
+        write(td.Dispatcher(ORDERS, approvers=APPROVERS, operations=operations), "a")
+        # The same in-memory store behind a dispatcher built with the upgraded contracts.
+        remembered = write(td.Dispatcher(ORDERS, approvers=APPROVERS, operations=operations, registry=upgraded), "b")
+        self.assertEqual((retried["model_result"]["error"]["code"], remembered["model_result"]["error"]["code"]),
+                         ("IDEMPOTENCY_CONFLICT", "IDEMPOTENCY_CONFLICT"))
+        self.assertEqual(after.effect_count, 1)
+        # The chain check with the new registry: the old row is an honest one.
+        report = dd.verify_chain(store, registry=upgraded)
+        self.assertIsNone(report.fault)
+        self.assertEqual(report.rows, 1)
+
+    def test_a_sealed_old_row_must_still_hold_its_seal(self):
+        upgraded = upgraded_registry()
+        store = self.open_store()
+        write(self.dispatcher(store, seal_keys=SEAL_KEYS), "a")
+        self.assertEqual(write(self.dispatcher(store, seal_keys=SEAL_KEYS, registry=upgraded), "b")
+                         ["model_result"]["error"]["code"], "IDEMPOTENCY_CONFLICT")
+        self.assertIsNone(dd.verify_chain(store, seal_keys=SEAL_KEYS, registry=upgraded).fault)
+        # Edited where no column looks, its digests recomputed (anyone can): the seal no longer holds.
+        (text,) = rows(self.path, "SELECT package FROM operations")[0]
+        package = json.loads(text)
+        package["protected_audit"]["redactions"] = ["handler_output"]
+        audit = package["protected_audit"]
+        audit["request_sha256"], audit["result_sha256"], audit["call_binding_sha256"] = td.package_digests(package)
+        forged = td.canonical_text(package).replace("'", "''")
+        self.tamper(f"UPDATE operations SET package = '{forged}'")
+        self.assertDurable("STORE_TAMPERED",
+                           lambda: write(self.dispatcher(store, seal_keys=SEAL_KEYS, registry=upgraded), "c"))
+        self.assertEqual(dd.verify_chain(store, seal_keys=SEAL_KEYS, registry=upgraded).fault.error.code,
+                         "STORE_TAMPERED")
+
+    def test_an_old_row_whose_package_was_edited_is_still_tampering(self):
+        upgraded = upgraded_registry()
+        store = self.open_store()
+        write(self.dispatcher(store), "a")
+        self.tamper("UPDATE operations SET package = replace(package, '\"reason\":\"duplicate\"', "
+                    "'\"reason\":\"damaged\"')")
+        self.assertDurable("STORE_TAMPERED", lambda: write(self.dispatcher(store, registry=upgraded), "b"))
+        self.assertEqual(dd.verify_chain(store, registry=upgraded).fault.error.code, "STORE_TAMPERED")
+
+
 class TestHostTools(StoreCase):
     """A host's own write tool, run by its execute hook: this store cannot ask its downstream."""
 

@@ -200,6 +200,10 @@ class TestPgTwiceAtOnce(PgCase, base.TestTwiceAtOnce):
     """One call delivered twice at once, on the server: the loser replays the winner's write."""
 
 
+class TestPgContractUpgrade(PgCase, base.TestContractUpgrade):
+    """A contract upgrade on the server: old rows are history, retries of their keys conflicts."""
+
+
 class TestPgHostTools(PgCase, base.TestHostTools):
     """A host's own tool on the server: a lost answer stays unknown until its status hook settles it."""
 

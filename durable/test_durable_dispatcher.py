@@ -2236,6 +2236,24 @@ class TestTwiceAtOnce(StoreCase):
                          (raced[0]["model_result"]["data"], 1))
 
 
+class TestApprovalsPerRealm(StoreCase):
+    """An approval is used once per realm: each realm is a world of its own (see the README)."""
+
+    def test_one_approval_makes_one_write_in_each_realm_and_no_second_in_one(self):
+        store = self.open_store()
+        proposal, ctx = refund(), context("a")
+        approval = approval_for(ctx, proposal)
+        answers = [self.dispatcher(store, realm=realm).dispatch(proposal, ctx, ALICE, approval=approval, now=NOW,
+                                                                  deadline=NOW + 30)
+                   for realm in ("east", "west", "east")]
+        # One write in each world; in one world, the same call again is its replay, not a second write.
+        self.assertEqual([answer["model_result"]["delivery"] for answer in answers], ["fresh", "fresh", "local_replay"])
+        self.assertEqual(rows(self.path, "SELECT realm, COUNT(*) FROM downstream_receipts GROUP BY realm ORDER BY realm"),
+                         [("east", 1), ("west", 1)])
+        self.assertEqual(rows(self.path, "SELECT realm, COUNT(*) FROM approval_uses GROUP BY realm ORDER BY realm"),
+                         [("east", 1), ("west", 1)])
+
+
 def upgraded_registry() -> Mapping[str, td.ToolSpec]:
     """The shipped contracts, the refund tool moved to a new contract revision by its host."""
     with open(td.SHIPPED_CONTRACTS, "rb") as handle:

@@ -200,6 +200,10 @@ class TestPgTwiceAtOnce(PgCase, base.TestTwiceAtOnce):
     """One call delivered twice at once, on the server: the loser replays the winner's write."""
 
 
+class TestPgApprovalsPerRealm(PgCase, base.TestApprovalsPerRealm):
+    """An approval used once per realm, on the server."""
+
+
 class TestPgContractUpgrade(PgCase, base.TestContractUpgrade):
     """A contract upgrade on the server: old rows are history, retries of their keys conflicts."""
 

@@ -432,6 +432,17 @@ class TestPgChaos(unittest.TestCase):
                 self.assertIn(final[key][0], {"succeeded", "reconciled"})
                 self.assertEqual(data, {json.dumps(final[key][1], sort_keys=True)})
 
+    def test_no_event_was_skipped_and_none_acted_on_twice(self) -> None:
+        # Relays and consumers ran in every worker at once; after the last relay and consume,
+        # every event of the outbox was acted on exactly once.
+        self.assertEqual(base.rows(self.dsn, "SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL"), [(0,)])
+        missed = base.rows(self.dsn, "SELECT COUNT(*) FROM outbox o WHERE NOT EXISTS (SELECT 1 FROM consumer_effects c "
+                                     "WHERE c.realm = o.realm AND c.event_id = o.event_id)")
+        twice = base.rows(self.dsn, "SELECT COUNT(*) FROM (SELECT realm, event_id FROM consumer_effects "
+                                    "GROUP BY realm, consumer, event_id HAVING COUNT(*) > 1) AS doubled")
+        self.assertEqual((missed, twice), ([(0,)], [(0,)]))
+        self.assertGreaterEqual(base.rows(self.dsn, "SELECT COUNT(*) FROM outbox")[0][0], CHAOS_ENOUGH["keys"])
+
     def test_recovery_settles_everything_once(self) -> None:
         self.assertEqual(self.second, ())
         self.assertEqual(base.integrity(self.dsn), "ok")

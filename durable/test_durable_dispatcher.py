@@ -2863,6 +2863,8 @@ class TestBenchmark(StoreCase):
                          (0, True, bench_durable.QUICK_WRITES, True))
         self.assertEqual((sorted(report["modes"]), report["targets"]),
                          (["FULL", "NORMAL"], {"wait_ratio_to_bare_at_least": 0.3, "cpu_ratio_to_memory_at_most": 2.0}))
+        self.assertIsNone(report["modes"]["NORMAL"]["wait_target_held"])
+        self.assertIn(report["modes"]["FULL"]["wait_target_held"], (True, False))
         for mode in report["modes"].values():
             self.assertEqual(sorted(mode), sorted(SPLIT_ROW_FIELDS))
             self.assertGreater(mode["durable_writes_per_s"], 0)
@@ -2897,6 +2899,10 @@ class TestBenchmark(StoreCase):
         row = bench_durable._split_row(timing(10, 0.01, 0.002), timing(1, 0.001, 0.002), timing(1, 0.0, 0.0))
         self.assertEqual((row["durable_wait_ms_per_write"], row["wait_ratio_to_bare"], row["wait_target_held"],
                           row["cpu_ratio_to_memory"], row["cpu_target_held"]), (0.0, None, True, None, None))
+        # A commit that waits for no disk (SQLite NORMAL): the waits are not judged.
+        row = bench_durable._split_row(timing(100, 0.1, 0.04), timing(10, 0.05, 0.02), timing(10, 0.012, 0.01),
+                                       waits_judged=False)
+        self.assertEqual((row["wait_ratio_to_bare"], row["wait_target_held"], row["cpu_target_held"]), (0.2, None, True))
 
     def test_workers_add_threaded_figures_beside_the_single_worker_ones(self) -> None:
         import bench_durable

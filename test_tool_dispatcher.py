@@ -1793,6 +1793,104 @@ def refusing_contracts(code):
     return spec
 
 
+def module_lines_run(action) -> int:
+    """How many lines of tool_dispatcher.py `action` runs: a count of the work done, the same on a
+    busy machine as on an idle one (other modules' lines, and C code, are not counted)."""
+    count = 0
+
+    def on_line(_frame, event, _arg):
+        nonlocal count
+        count += event == "line"
+        return on_line
+
+    def on_call(frame, _event, _arg):
+        return on_line if frame.f_code.co_filename == td.__file__ else None
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        action()
+    finally:
+        sys.settrace(previous)
+    return count
+
+
+# The costliest patterns the contract language accepts, each at MAX_PATTERN_LENGTH and each text
+# distinct (no proof can be reused): characters that need no escape, rotated by the seed, and a
+# bounded count taken from it.
+_WORST_LITERALS = [chr(code) for code in range(0x21, 0x7F) if chr(code) not in "^$\\.*+?()[]{}|-/\""]
+_WORST_ESCAPED = ["\\" + char for char in "^$.*+?()[]{}|/-"]
+
+
+def _worst_parts(seed: int) -> tuple[list[str], int]:
+    shift = seed % len(_WORST_LITERALS)
+    return _WORST_LITERALS[shift:] + _WORST_LITERALS[:shift], 1 + seed // len(_WORST_LITERALS) % td.MAX_QUANTIFIER
+
+
+def worst_optional_atoms(seed: int) -> str:
+    """^a{0,n}b?c?...$: every atom may be skipped, so what may follow one reaches to the end."""
+    chars, count = _worst_parts(seed)
+    body = f"{chars[0]}{{0,{count}}}"
+    for atom in chars[1:] + _WORST_ESCAPED:
+        if len(body) + len(atom) + 3 > td.MAX_PATTERN_LENGTH:
+            break
+        body += atom + "?"
+    return f"^{body}$"
+
+
+def worst_optional_groups(seed: int) -> str:
+    """^(?:a{0,n}b)?(?:c?d)?...$: a group per two characters, each one optional."""
+    chars, count = _worst_parts(seed)
+    groups = [f"(?:{chars[0]}{{0,{count}}}{chars[1]})?"]
+    groups += [f"(?:{first}?{second})?" for first, second in zip(chars[2::2], chars[3::2])]
+    while len("".join(groups)) + 2 > td.MAX_PATTERN_LENGTH:
+        groups.pop()
+    return "^" + "".join(groups) + "$"
+
+
+def worst_wide_class(seed: int) -> str:
+    """^[a!-~b!-~...]{1,n}$: one class of ranges as wide as printable ASCII."""
+    chars, count = _worst_parts(seed)
+    tail = f"]{{1,{count}}}$"
+    members = ""
+    for index in itertools.count():
+        member = "!-~" if index % 2 else chars[index // 2 % len(chars)]
+        if len(members) + len(member) + len(tail) + 2 > td.MAX_PATTERN_LENGTH:
+            break
+        members += member
+    return f"^[{members}{tail}"
+
+
+def worst_alternation(seed: int) -> str:
+    """^(?:a?b{0,n}c|...)$: the one alternation site, at up to MAX_BRANCHES branches."""
+    chars, count = _worst_parts(seed)
+    branches = [f"{chars[index]}?{chars[index + 1]}{{0,{count}}}{chars[index + 2]}"
+                for index in range(0, min(3 * td.MAX_BRANCHES, len(chars) - 2), 3)]
+    while len("|".join(branches)) + 6 > td.MAX_PATTERN_LENGTH:
+        branches.pop()
+    return "^(?:" + "|".join(branches) + ")$"
+
+
+WORST_PATTERNS = (worst_optional_atoms, worst_optional_groups, worst_wide_class, worst_alternation)
+
+
+def worst_case_contracts(tools: int, properties: int, *, seed: int = 0) -> bytes:
+    """A contracts file inside every limit, its tools' input and output schemas full of the
+    costliest accepted patterns (`properties` of them each), every pattern text a new one."""
+    def schema(number: int) -> dict:
+        fields = {}
+        for index in range(properties):
+            pattern_seed = seed + number * properties + index
+            shape = WORST_PATTERNS[pattern_seed % len(WORST_PATTERNS)]
+            fields[f"p{index:02d}"] = {"type": "string", "pattern": shape(pattern_seed // len(WORST_PATTERNS))}
+        return schema_object(fields, list(fields), additionalProperties=False)
+
+    entries = [td.declare_tool(f"tool_{index:03d}", description="A tool.", effect="read", required_role="files.read",
+                               input_schema=schema(2 * index), output_schema=schema(2 * index + 1))
+               for index in range(tools)]
+    return json.dumps({"format": td.CONTRACTS_FORMAT, "tools": entries}, separators=(",", ":")).encode()
+
+
 class ContractLanguageAssertions:
     """Exact-outcome helpers of the contract language's tests."""
 
@@ -2004,6 +2102,57 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         with self.assertRaises(BoundaryError) as caught:
             td.pattern_length_bounds("^(a+)+$")
         self.assertEqual((caught.exception.code, caught.exception.at), ("SCHEMA_PATTERN_NESTED_QUANTIFIER", "schema"))
+
+    # -- Patterns: the cost of proving them
+    # Counted in lines of the module run (module_lines_run), never timed: the counts are the same
+    # on a loaded machine as on an idle one.
+    LINES_PER_BYTE = 12  # a worst-case file runs about 8 per byte (10 with only optional groups)
+
+    def pattern_work(self, pattern: str) -> int:
+        return module_lines_run(lambda: td.compile_schema(schema_field({"type": "string", "pattern": pattern})))
+
+    def test_pattern_proof_work_grows_linearly_with_the_pattern(self):
+        # Optional atoms, each a character no other one holds: every atom may be followed by any
+        # later one, so a check that looked again at what follows each atom would cost n**2.
+        atoms = "".join(f"{char}?" for char in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+        none, some, twice = (self.pattern_work(f"^{atoms[:2 * count]}_{{0,{900 + count}}}$") for count in (0, 30, 60))
+        self.assertLessEqual(twice - some, some - none)
+
+    def test_pattern_class_range_costs_the_same_whatever_its_width(self):
+        self.assertEqual(self.pattern_work("^[!-!]{1,901}$"), self.pattern_work("^[!-~]{1,901}$"))
+
+    def test_pattern_met_again_is_proved_once_and_its_regex_built_on_first_use(self):
+        pattern = "^[a-z]{1,7}-q[0-9]{2}$"
+        tools = [td.declare_tool(f"tool_{index}", description="A tool.", effect="read", required_role="files.read",
+                                 input_schema=schema_field({"type": "string", "pattern": pattern})) for index in range(3)]
+        with mock.patch("re.compile", wraps=re.compile) as compiling:
+            contracts = td.declare_contracts(*tools)
+            self.assertEqual(compiling.call_count, 0)  # loading proves the pattern; Python's regex waits
+            rules = [spec.input_fields["f"] for spec in contracts.values()]
+            self.assertTrue(all(rule.regex is rules[0].regex for rule in rules))
+            self.admitted(contracts["tool_0"].input_contract, {"f": "abc-q12"})
+            self.assertEqual(compiling.call_count, 1)
+            self.value_refused(contracts["tool_2"].input_contract, {"f": "abc-q1"}, "VALUE_PATTERN", "value.properties[0]")
+            self.assertIsNotNone(td.compile_pattern(pattern).fullmatch("abc-q12"))
+            self.assertEqual(compiling.call_count, 1)  # the three tools' rules and compile_pattern share one regex
+
+    def test_large_worst_case_contracts_file_loads_with_bounded_work_per_byte(self):
+        data = worst_case_contracts(td.MAX_TOOLS, 14, seed=100_000)
+        self.assertGreater(len(data), 1_000_000)
+        self.assertLessEqual(len(data), td.MAX_CONTRACTS_BYTES)
+        with mock.patch("re.compile", wraps=re.compile) as compiling:
+            contracts = td.parse_contracts(data)
+        self.assertEqual(compiling.call_count, 0)
+        rules = [rule for spec in contracts.values() for side in (spec.input_fields, spec.output_fields)
+                 for rule in side.values()]
+        self.assertEqual(len({rule.pattern for rule in rules}), td.MAX_TOOLS * 2 * 14)  # no proof to reuse
+        # The work, on files of the same shape small enough to count line by line: proportional to
+        # the tools, and within a few lines of this module per byte.
+        half, whole = (worst_case_contracts(tools, 14, seed=200_000 + 1_000 * tools) for tools in (4, 8))
+        half_rate, whole_rate = (module_lines_run(lambda data=data: td.parse_contracts(data)) / len(data)
+                                 for data in (half, whole))
+        self.assertLess(whole_rate, 1.02 * half_rate)  # twice the tools, twice the work
+        self.assertLess(whole_rate, self.LINES_PER_BYTE)
 
     # -- Strings (moved from mcp_import)
     def test_string_lengths_both_sides(self):

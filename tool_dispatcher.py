@@ -84,7 +84,8 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     # 8. The contract language
     "MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "MAX_SCHEMA_NODES", "MAX_PROPERTIES", "MAX_DEFINITIONS",
     "MAX_ENUM", "MAX_PATTERN_LENGTH", "MAX_NAME_LENGTH", "MAX_QUANTIFIER", "MAX_BRANCHES",
-    "DEFAULT_MAX_LENGTH", "DEFAULT_MAX_ITEMS", "SCHEMA_ROOT", "VALUE_ROOT", "ANNOTATIONS", "ROOT_ONLY",
+    "PATTERN_CACHE", "DEFAULT_MAX_LENGTH", "DEFAULT_MAX_ITEMS", "SCHEMA_ROOT", "VALUE_ROOT", "ANNOTATIONS",
+    "ROOT_ONLY",
     "REFUSED_KEYWORDS", "TYPE_KEYWORDS", "SCALAR_KINDS", "DEFINITION_PREFIXES", "CONTRACTS_FORMAT",
     "MAX_CONTRACTS_BYTES", "MAX_CONTRACTS_DEPTH", "MAX_TOOLS", "MAX_DESCRIPTION_LENGTH", "TOOL_NAME",
     "EFFECTS", "SOURCES", "HINT_FIELDS", "OVERLAY_FORMAT", "MAX_OVERLAY_PATHS", "MAX_OVERLAY_PATH_LENGTH",
@@ -1569,6 +1570,7 @@ MAX_PATTERN_LENGTH: Final = 256  # characters of one pattern, before it is parse
 MAX_NAME_LENGTH: Final = 64  # a property or definition name
 MAX_QUANTIFIER: Final = 1_000  # the largest count a pattern's {m,n} may name
 MAX_BRANCHES: Final = 32  # alternatives at the pattern's one alternation site
+PATTERN_CACHE: Final = 1_024  # pattern texts whose proof is remembered; a cache of a pure function, not a limit
 
 # Host bounds: where a schema is silent, the host bounds it, and the compiled form records it.
 DEFAULT_MAX_LENGTH: Final = 4_096  # characters of a string with no maxLength (also the ceiling)
@@ -1663,7 +1665,7 @@ class StringRule:
     max_length_from: str  # "schema" or "host": who set the upper bound
     choices: frozenset[str] | None
     pattern: str | None  # the schema's own pattern text, kept for the emitted schema
-    regex: re.Pattern[str] | None = field(compare=False)
+    regex: _LazyRegex | None = field(compare=False)  # the Python regex is built on first use (Patterns)
     description: str | None = field(compare=False)
 
 
@@ -1737,28 +1739,38 @@ _SCALAR_RULES: Final = (StringRule, IntegerRule, NumberRule, BooleanRule)
 # a group repeated more than once holds neither a quantifier nor an alternation; a quantified
 # group cannot match the empty text; and a repeated atom never overlaps the first characters of
 # what may follow it, so a backtracking engine never has two ways to split the text between them.
+#
+# Proving is one pass with a small constant, since a contracts file may hold thousands of
+# patterns: a set of characters is an int with one bit per ASCII code (a union or an overlap is
+# one operation, a range one subtraction, whatever its width); what may follow each item is
+# carried from the end of its sequence, each item looked at once; and a pattern text met again
+# (the same field in many tools) is proved once (PATTERN_CACHE). Python's regex is built the first
+# time a value meets the pattern, not when the schema is compiled: re.compile parses in Python, at
+# microseconds a character of the emitted text, which over a file of many distinct patterns costs
+# more than all the rest of loading.
 
 _SYNTAX: Final = frozenset("^$\\.*+?()[]{}|/-")  # what an escape may name
 _SPECIAL: Final = frozenset("^$\\.*+?()[]{}|")  # never a literal outside a class
-_DIGITS: Final = frozenset("0123456789")
 _PRINTABLE: Final = frozenset(chr(code) for code in range(0x20, 0x7F))
+_DIGITS: Final = sum(1 << code for code in range(ord("0"), ord("9") + 1))
+# Each character as the set of itself, for the three places a character may stand.
+_LITERALS: Final[Mapping[str, int]] = MappingProxyType({
+    char: 1 << ord(char) for char in _PRINTABLE - _SPECIAL})
+_CLASS_MEMBERS: Final[Mapping[str, int]] = MappingProxyType({  # a backslash starts an escape instead
+    char: 1 << ord(char) for char in _PRINTABLE - {"[", "\\"}})
+_ESCAPES: Final[Mapping[str, int]] = MappingProxyType({"d": _DIGITS, **{char: 1 << ord(char) for char in _SYNTAX}})
+_SEQUENCE_ENDS: Final = frozenset("$|)")
+_REPEATS: Final[Mapping[str, tuple[int, int | None]]] = MappingProxyType({"?": (0, 1), "*": (0, None), "+": (1, None)})
 _QUANTIFIER: Final = re.compile(r"\{([0-9]{1,4})(,([0-9]{0,4}))?\}")
 
 
-@dataclass(frozen=True, slots=True)
-class _Item:
-    chars: frozenset[str] | None  # an atom's characters; None for a group
-    branches: tuple[tuple[_Item, ...], ...]  # a group's alternatives
-    low: int
-    high: int | None  # None: unbounded
-
-    @property
-    def optional(self) -> bool:
-        return self.low == 0
-
-    @property
-    def variable(self) -> bool:
-        return self.high != self.low
+# An item: an atom or a group, repeated from low to high times, as a plain tuple
+#   (first, branches, low, high, empty)
+# first: the characters it may start with, one bit per code (an atom's own set); branches: a
+# group's alternatives, () for an atom; high None: unbounded; empty: a group one of whose branches
+# may match the empty text, never an atom. A pattern builds one per atom: a NamedTuple's
+# constructor cost about a third of the whole proof (measured), a tuple's next to nothing.
+_Item = tuple[int, tuple[tuple["_Item", ...], ...], int, int | None, bool]
 
 
 class _PatternParser:
@@ -1804,95 +1816,110 @@ class _PatternParser:
             raise self.refuse()  # one alternation site, of a bounded width
 
     def sequence(self, *, in_group: bool) -> tuple[_Item, ...]:
+        """Atoms, each with its quantifier, up to the end of the sequence."""
         items: list[_Item] = []
-        while self.peek() not in ("", "$", "|", ")"):
-            items.append(self.quantified(self.atom(in_group=in_group)))
-        if self.peek() == "$" and in_group:
+        text, end = self.text, len(self.text)
+        while self.position < end:
+            char = text[self.position]
+            if char in _SEQUENCE_ENDS:
+                break
+            self.position += 1
+            bits = _LITERALS.get(char)
+            if bits is not None:
+                items.append(self.quantified(bits))
+            elif char == "\\":
+                items.append(self.quantified(self.escape()))
+            elif char == "[":
+                items.append(self.quantified(self.char_class()))
+            elif char != "(":
+                raise self.refuse()  # ".", "^" inside, a stray quantifier, "]", "{", a control or non-ASCII char
+            elif in_group:
+                raise self.refuse("SCHEMA_PATTERN_NESTED_QUANTIFIER")
+            else:
+                items.append(self.group())
+        if in_group and self.peek() == "$":
             raise self.refuse("SCHEMA_PATTERN_UNANCHORED")
         return tuple(items)
 
-    def atom(self, *, in_group: bool) -> _Item:
-        char = self.take()
-        if char == "\\":
-            return _Item(self.escape(), (), 1, 1)
-        if char == "[":
-            return _Item(self.char_class(), (), 1, 1)
-        if char == "(":
-            if in_group:
-                raise self.refuse("SCHEMA_PATTERN_NESTED_QUANTIFIER")
-            return self.group()
-        if char in _SPECIAL or char not in _PRINTABLE:
-            raise self.refuse()  # ".", "^" inside, a stray quantifier, "]", "{", a control or non-ASCII char
-        return _Item(frozenset(char), (), 1, 1)
+    def escape(self) -> int:
+        bits = _ESCAPES.get(self.take())
+        if bits is None:
+            raise self.refuse()  # \w \s \b \D \1 \u0041 ...: not the same meaning in both engines
+        return bits
 
-    def escape(self) -> frozenset[str]:
-        char = self.take()
-        if char == "d":
-            return _DIGITS
-        if char in _SYNTAX:
-            return frozenset(char)
-        raise self.refuse()  # \w \s \b \D \1 \u0041 ...: not the same meaning in both engines
-
-    def char_class(self) -> frozenset[str]:
-        if self.peek() in ("^", "]"):
+    def char_class(self) -> int:
+        text, position = self.text, self.position
+        if text[position:position + 1] in ("^", "]"):
             raise self.refuse()  # negated (matches non-ASCII, counted differently) or empty
-        members: set[str] = set()
-        while True:
-            char = self.take()
-            if char == "]":
-                return frozenset(members)
-            low = self.class_member(char)
-            if self.peek() == "-" and self.text[self.position + 1:self.position + 2] not in ("]", ""):
-                self.take()
-                high = self.class_member(self.take())
-                if len(low) != 1 or len(high) != 1 or min(low) > min(high):
-                    raise self.refuse()
-                members.update(chr(code) for code in range(ord(min(low)), ord(min(high)) + 1))
+        members = 0
+        while text[position:position + 1] != "]":
+            low, position = self.class_member(position)
+            if text[position:position + 1] == "-" and text[position + 1:position + 2] not in ("]", ""):
+                high, position = self.class_member(position + 1)
+                if low & (low - 1) or high & (high - 1) or low > high:
+                    raise self.refuse()  # an end that is a set (\d), or a range backwards
+                members |= (high << 1) - low  # the bits from low's up to high's
             else:
-                members.update(low)
+                members |= low
+        self.position = position + 1
+        return members
 
-    def class_member(self, char: str) -> frozenset[str]:
+    def class_member(self, position: int) -> tuple[int, int]:
+        """The member of a class at the position, and the position after it."""
+        char = self.text[position:position + 1]
         if char == "\\":
-            return self.escape()
-        if char == "" or char == "[" or char not in _PRINTABLE:
-            raise self.refuse()
-        return frozenset(char)
+            bits = _ESCAPES.get(self.text[position + 1:position + 2])
+            position += 1
+        else:
+            bits = _CLASS_MEMBERS.get(char)
+        if bits is None:
+            raise self.refuse()  # "[", the end of the text, a control or non-ASCII char, an escape of nothing here
+        return bits, position + 1
 
     def group(self) -> _Item:
-        if self.text.startswith("?:", self.position):
+        text = self.text
+        if text.startswith("?:", self.position):
             self.position += 2
         elif self.peek() == "?":
             raise self.refuse()  # lookaround, named group, inline flags
         branches = [self.sequence(in_group=True)]
-        while self.peek() == "|":
-            self.take()
+        while text[self.position:self.position + 1] == "|":
+            self.position += 1
             branches.append(self.sequence(in_group=True))
         if self.take() != ")":
             raise self.refuse()
         if len(branches) > 1:
             self.count_alternation(len(branches))
-        return _Item(None, tuple(branches), 1, 1)
+        first, empty = 0, False
+        for branch in branches:
+            branch_first, branch_empty = _first(branch)
+            first |= branch_first
+            empty = empty or branch_empty
+        return self.quantified(first, tuple(branches), empty)
 
-    def quantified(self, item: _Item) -> _Item:
-        low, high = self.quantifier()
-        if (low, high) == (1, 1):
-            return item
-        if self.peek() in ("?", "+"):
+    def quantified(self, first: int, branches: tuple[tuple[_Item, ...], ...] = (), empty: bool = False) -> _Item:
+        """The item, with the quantifier that follows it (if any)."""
+        text, position = self.text, self.position
+        char = text[position] if position < len(text) else ""
+        if char in _REPEATS:
+            low, high = _REPEATS[char]
+            self.position += 1
+        elif char == "{":
+            low, high = self.counts()
+        else:
+            return first, branches, 1, 1, empty
+        if low == 1 and high == 1:
+            return first, branches, 1, 1, empty
+        if text[self.position:self.position + 1] in ("?", "+"):
             raise self.refuse()  # lazy or possessive: refused rather than reasoned about
-        if item.chars is None and ((high != 1 and _has_choice(item)) or _first_of_group(item)[1]):
+        if branches and ((high != 1 and _has_choice(branches)) or empty):
             # A repeated group with a choice inside, or a quantified group that can match the empty
             # text (skipped, or entered and empty: two paths each, 2**n for n such groups).
             raise self.refuse("SCHEMA_PATTERN_NESTED_QUANTIFIER")
-        return _Item(item.chars, item.branches, low, high)
+        return first, branches, low, high, empty
 
-    def quantifier(self) -> tuple[int, int | None]:
-        char = self.peek()
-        simple = {"?": (0, 1), "*": (0, None), "+": (1, None)}.get(char)
-        if simple is not None:
-            self.take()
-            return simple
-        if char != "{":
-            return 1, 1
+    def counts(self) -> tuple[int, int | None]:
+        """The {m}, {m,} or {m,n} at the position."""
         found = _QUANTIFIER.match(self.text, self.position)
         if found is None:
             raise self.refuse()
@@ -1904,68 +1931,55 @@ class _PatternParser:
         return low, high
 
 
-def _has_choice(group: _Item) -> bool:
+def _has_choice(branches: tuple[tuple[_Item, ...], ...]) -> bool:
     """A group whose repetition could split a text two ways: an alternation or a quantifier inside."""
-    return len(group.branches) > 1 or any(item.low != 1 or item.high != 1 for item in group.branches[0])
+    return len(branches) > 1 or any(low != 1 or high != 1 for _, _, low, high, _ in branches[0])
 
 
-def _first(items: Sequence[_Item]) -> tuple[frozenset[str], bool]:
+def _first(items: Sequence[_Item]) -> tuple[int, bool]:
     """The characters the sequence may start with, and whether it may match the empty text."""
-    chars: set[str] = set()
-    for item in items:
-        item_chars, empty = (item.chars, False) if item.chars is not None else _first_of_group(item)
-        chars.update(item_chars)
-        if not (empty or item.optional):
-            return frozenset(chars), False
-    return frozenset(chars), True
+    chars = 0
+    for first, _, low, _, empty in items:
+        chars |= first
+        if not (empty or low == 0):
+            return chars, False
+    return chars, True
 
 
-def _first_of_group(group: _Item) -> tuple[frozenset[str], bool]:
-    chars: set[str] = set()
-    empty = False
-    for branch in group.branches:
-        branch_chars, branch_empty = _first(branch)
-        chars.update(branch_chars)
-        empty = empty or branch_empty
-    return frozenset(chars), empty
-
-
-def _check_unambiguous(items: Sequence[_Item], after: frozenset[str], at: str) -> None:
-    """No variable-count item may share a character with what can follow it."""
-    for position, item in enumerate(items):
-        follow, reaches_end = _first(items[position + 1:])
-        follow = follow | after if reaches_end else follow
-        if item.chars is None:
-            for branch in item.branches:
-                _check_unambiguous(branch, follow, at)  # groups do not nest: one level only
-            if item.variable and _first_of_group(item)[0] & follow:
-                raise BoundaryError("SCHEMA_PATTERN_AMBIGUOUS", at)
-        elif item.variable and item.chars & follow:
+def _check_unambiguous(items: Sequence[_Item], after: int, at: str) -> None:
+    """No variable-count item may share a character with what can follow it: what may follow an
+    item is the first characters of the next one, and of the one after it while they may be
+    skipped, and `after` (what follows the sequence) when all of them may be; so it is carried
+    from the end, one step an item."""
+    follow = after
+    for first, branches, low, high, empty in reversed(items):
+        for branch in branches:
+            _check_unambiguous(branch, follow, at)  # groups do not nest: one level only
+        if high != low and first & follow:
             raise BoundaryError("SCHEMA_PATTERN_AMBIGUOUS", at)
+        follow = first | follow if empty or low == 0 else first
 
 
 def _emit_items(items: Sequence[_Item]) -> str:
     parts = []
-    for item in items:
-        if item.chars is not None:
-            body = _emit_chars(item.chars)
-        else:
-            body = "(?:" + "|".join(_emit_items(branch) for branch in item.branches) + ")"
-        parts.append(body + _emit_quantifier(item.low, item.high))
+    for first, branches, low, high, _ in items:
+        body = "(?:" + "|".join(map(_emit_items, branches)) + ")" if branches else _emit_chars(first)
+        parts.append(body + _emit_quantifier(low, high))
     return "".join(parts)
 
 
-def _emit_chars(chars: frozenset[str]) -> str:
-    codes = sorted(ord(char) for char in chars)
-    if len(codes) == 1:
-        return f"\\x{codes[0]:02x}"
+def _emit_chars(chars: int) -> str:
+    """A set as one \\xHH, or a class of \\xHH and \\xHH-\\xHH runs in code order."""
+    if not chars & (chars - 1):
+        return f"\\x{chars.bit_length() - 1:02x}"
     runs = []
-    start = previous = codes[0]
-    for code in codes[1:] + [-1]:
-        if code != previous + 1:
-            runs.append(f"\\x{start:02x}" if start == previous else f"\\x{start:02x}-\\x{previous:02x}")
-            start = code
-        previous = code
+    while chars:
+        start = (chars & -chars).bit_length() - 1
+        above = chars >> start
+        length = (~above & (above + 1)).bit_length() - 1  # the run of set bits from start
+        end = start + length - 1
+        runs.append(f"\\x{start:02x}" if length == 1 else f"\\x{start:02x}-\\x{end:02x}")
+        chars = above >> length << (start + length)
     return "[" + "".join(runs) + "]"
 
 
@@ -1975,17 +1989,55 @@ def _emit_quantifier(low: int, high: int | None) -> str:
     return f"{{{low},}}" if high is None else f"{{{low},{high}}}"
 
 
-def compile_pattern(text: Any, at: str = SCHEMA_ROOT) -> re.Pattern[str]:
-    """The Python regex (for fullmatch, ASCII) of an anchored pattern in the portable subset."""
-    if type(text) is not str:
+class _LazyRegex:
+    """A proved pattern's Python regex, built the first time a value meets it and kept: from then
+    on ``fullmatch`` is the compiled regex's own method, as cheap to call as before."""
+
+    __slots__ = ("text", "fullmatch", "_regex")
+
+    def __init__(self, text: str) -> None:
+        self.text = text  # the pattern as the schema wrote it, already proved
+        self._regex: re.Pattern[str] | None = None
+        self.fullmatch: Callable[[str], re.Match[str] | None] = self._build_then_fullmatch
+
+    def compiled(self) -> re.Pattern[str]:
+        if self._regex is None:
+            branches = _PatternParser(self.text, SCHEMA_ROOT).parse()
+            self._regex = re.compile("|".join(f"(?:{_emit_items(branch)})" for branch in branches), re.ASCII)
+            self.fullmatch = self._regex.fullmatch
+        return self._regex
+
+    def _build_then_fullmatch(self, value: str) -> re.Match[str] | None:
+        return self.compiled().fullmatch(value)
+
+
+@functools.lru_cache(maxsize=PATTERN_CACHE)
+def _proof(text: str) -> _LazyRegex | str:
+    """The lazy regex of a pattern text, or the code that refuses it: a function of the text
+    alone (the caller places the refusal), so a text met again is proved once."""
+    try:
+        for branch in _PatternParser(text, SCHEMA_ROOT).parse():
+            _check_unambiguous(branch, 0, SCHEMA_ROOT)
+    except BoundaryError as refusal:
+        return refusal.code
+    return _LazyRegex(text)
+
+
+def _proved_pattern(text: Any, at: str) -> _LazyRegex:
+    """A pattern proved (or refused, at `at`), its Python regex not built yet."""
+    if type(text) is not str:  # an exact str: a subclass could hash and compare as it liked in the cache
         raise BoundaryError("SCHEMA_MALFORMED", at)
     if len(text) > MAX_PATTERN_LENGTH:
         raise BoundaryError("SCHEMA_PATTERN_TOO_LONG", at)
-    branches = _PatternParser(text, at).parse()
-    for branch in branches:
-        _check_unambiguous(branch, frozenset(), at)
-    return re.compile("|".join(f"(?:{_emit_items(branch)})" for branch in branches), re.ASCII)
+    proved = _proof(text)
+    if type(proved) is str:
+        raise BoundaryError(proved, at)
+    return proved
 
+
+def compile_pattern(text: Any, at: str = SCHEMA_ROOT) -> re.Pattern[str]:
+    """The Python regex (for fullmatch, ASCII) of an anchored pattern in the portable subset."""
+    return _proved_pattern(text, at).compiled()
 
 
 def pattern_length_bounds(text: Any) -> tuple[int, int | None]:
@@ -1994,7 +2046,7 @@ def pattern_length_bounds(text: Any) -> tuple[int, int | None]:
     What lets a declaration leave a length bound out when the pattern already implies it (strict
     provider modes take no maxLength). Refuses as compile_pattern does.
     """
-    compile_pattern(text)
+    _proved_pattern(text, SCHEMA_ROOT)
     low, high = None, 0
     for branch in _PatternParser(text, SCHEMA_ROOT).parse():
         branch_low, branch_high = _sequence_lengths(branch)
@@ -2005,15 +2057,15 @@ def pattern_length_bounds(text: Any) -> tuple[int, int | None]:
 
 def _sequence_lengths(items: Sequence[_Item]) -> tuple[int, int | None]:
     low, high = 0, 0
-    for item in items:  # groups do not nest: one level below this loop at most
-        if item.chars is not None:
+    for _, branches, item_low, item_high, _ in items:  # groups do not nest: one level below this loop at most
+        if not branches:
             one_low, one_high = 1, 1
         else:
-            bounds = [_sequence_lengths(branch) for branch in item.branches]
+            bounds = [_sequence_lengths(branch) for branch in branches]
             one_low = min(bound[0] for bound in bounds)
             one_high = None if any(bound[1] is None for bound in bounds) else max(bound[1] for bound in bounds)
-        low += one_low * item.low
-        high = None if high is None or one_high is None or item.high is None else high + one_high * item.high
+        low += one_low * item_low
+        high = None if high is None or one_high is None or item_high is None else high + one_high * item_high
     return low, high
 
 # -- The compiler ------------------------------------------------------------------------------
@@ -2184,7 +2236,7 @@ class _Compiler:
             raise BoundaryError("SCHEMA_BOUNDS", f"{at}.minLength")
         choices = _choices(raw, (str,), at)
         pattern = raw.get("pattern")
-        regex = None if "pattern" not in raw else compile_pattern(pattern, f"{at}.pattern")
+        regex = None if "pattern" not in raw else _proved_pattern(pattern, f"{at}.pattern")
         return StringRule(low, high, source, choices, pattern, regex, description)
 
     def compile_integer(self, raw: dict[str, Any], at: str, description: str | None) -> IntegerRule:
@@ -2580,7 +2632,8 @@ def _rule_string(rule: StringRule, value: Any, at: Any, _stack: list[Any]) -> No
         raise _refuse("VALUE_LENGTH", at)
     if rule.choices is not None and value not in rule.choices:
         raise _refuse("VALUE_ENUM", at)
-    if rule.regex is not None and rule.regex.fullmatch(value) is None:
+    regex = rule.regex
+    if regex is not None and regex.fullmatch(value) is None:
         raise _refuse("VALUE_PATTERN", at)
 
 

@@ -8894,6 +8894,14 @@ class TestCli(unittest.TestCase):
                     self.assertEqual((status, error["code"], error.get("at")), (2, code, at))
                     self.assertNotIn(folder, out)
 
+    def test_the_readme_shows_the_first_cases_package_byte_for_byte(self):
+        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
+            readme = handle.read()
+        section = readme[readme.index("## One whole result package"):readme.index("## The pipeline")]
+        shown = section[section.index("```json\n") + len("```json\n"):section.index("\n```\n")]
+        _, reports = td.run_fixture(td.load_fixture(FIXTURE_PATH))
+        self.assertEqual((reports[0].case_id, shown), ("own-order-read", json.dumps(reports[0].package, indent=2)))
+
     def test_shipped_fixture_passes_in_normal_mode(self):
         status, out, err = self.runs["normal"]
         self.assertEqual(status, 0)

@@ -593,17 +593,18 @@ _PLAIN_MAPPINGS: Final = (dict, MappingProxyType)  # what a host or a store may 
 # "JCS"), which a second implementation in another language can reproduce byte for byte: no
 # insignificant whitespace, UTF-8, object members sorted by the UTF-16 code units of their keys,
 # strings escaped as ECMAScript's JSON.stringify escapes them, and every number written as
-# ECMAScript writes an IEEE double (Number::toString: 1e+21, 1e-7, 4.5, -0 as 0). NaN, Infinity,
-# lone surrogates and integers no double holds exactly are not JSON a peer reads the same way, and
-# are refused (ValueError: the boundary never builds them, its decoders refuse them first).
+# ECMAScript writes an IEEE double (Number::toString: 1e+21, 1e-7, 4.5, -0 as 0). NaN, Infinity
+# and lone surrogates are no JSON a peer reads the same way, and are refused (ValueError: the
+# boundary never builds them, its decoders refuse them first); so are integers no double holds
+# exactly, by jcs_text, and wherever the boundary reads a value.
 #
 # Speed, without changing a byte. Python's C encoder, built once here (JSONEncoder.encode() builds
 # a new one on every call), already writes JCS for almost every value the boundary digests: its
 # string escaping is JCS's, its integers are JCS's within +/-(2**53 - 1), and its key order (by
 # code point) differs from UTF-16 order only between a key holding a character above U+FFFF and
 # one holding a character in U+E000..U+FFFF. So the C text is kept unless it can differ: when it
-# holds a character above U+FFFF (a key might), or something that may be a float or a long
-# integer. Those values, rare at the boundary, are encoded again by the exact encoder below.
+# holds a character above U+FFFF (a key might), or something that may be a float. Those values,
+# rare at the boundary, are encoded again by the exact encoder below.
 
 _CANONICAL_ENCODER: Final = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
@@ -682,7 +683,8 @@ def number_text(value: int | float) -> str:
     if -6 < point <= 0:
         return sign + "0." + "0" * -point + digits
     power = point - 1
-    return sign + digits[0] + ("." + digits[1:] if count > 1 else "") + "e" + ("+" if power >= 0 else "-") + str(abs(power))
+    exponent_text = ("e+" if power >= 0 else "e-") + str(abs(power))
+    return sign + digits[0] + ("." + digits[1:] if count > 1 else "") + exponent_text
 
 
 def jcs_text(value: Any) -> str:

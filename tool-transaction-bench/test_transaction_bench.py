@@ -12,6 +12,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,6 +40,7 @@ def bench() -> tb.BenchOutcome:
 
 # A sweep of single faults only: for tests that need a whole run but not the whole sweep.
 SMALL_SWEEP = tb.SweepPlan(exhaustive_depth=1, max_depth=1)
+NO_FAULTS = tb.SweepPlan(exhaustive_depth=0, max_depth=0)  # one run per orchestrator
 
 
 def cached_run_all(seed: int = tb.SEED, sweep_plan: tb.SweepPlan = tb.SweepPlan()) -> tb.BenchOutcome:
@@ -663,6 +665,29 @@ class TestSandboxTools(unittest.TestCase):
         self.assertEqual(snapshot["orders"]["30417"]["status"], "created")
         self.assertEqual(sorted(snapshot), ["charges", "consumed", "deliveries", "inventory", "orders", "outbox",
                                             "reservations"])
+
+    def test_orders_and_charges_keep_their_currency(self):
+        # The sandbox stored no currency: an order and its charge both in USD went through on a
+        # request for EUR, and the guarded run reconciled them.
+        box = with_order(sandbox(), "create_order")
+        self.assertEqual(box.orders["30417"]["currency"], "EUR")
+        self.assertEqual(box.call("charge_payment", plan_arguments("charge_payment", currency="USD")).code,
+                         "CURRENCY_CONFLICT")
+        self.assertEqual(box.charges, {})
+        self.assertTrue(box.call("charge_payment", plan_arguments("charge_payment")).ok)
+        self.assertEqual(box.charges["CH-0001"]["currency"], "EUR")
+
+    def test_the_seeded_charge_keeps_its_key(self):
+        # A key is remembered however its operation came about: the seeded charge's replays its
+        # receipt, and the same key on another charge conflicts instead of charging again.
+        box = sandbox()
+        tb.seed_confirmed_order(box)
+        again = box.call("charge_payment", tb.thaw(tb.SEEDED_CHARGE))
+        self.assertEqual((again.ok, again.data, len(box.charges)),
+                         (True, {"order_ref": "20481", "records": [["charges", "CH-0001", "captured"]]}, 1))
+        other = box.call("charge_payment", plan_arguments("charge_payment", idempotency_key=tb.SEEDED_CHARGE_KEY))
+        self.assertEqual(other.code, "IDEMPOTENCY_CONFLICT")
+        self.assertEqual(box.query_status("charge_payment", tb.SEEDED_CHARGE_KEY).data["state"], "committed")
 
     def test_table_lookup_is_closed(self):
         box = with_order(sandbox(), "create_order")
@@ -1726,13 +1751,14 @@ class TestScorer(unittest.TestCase):
                                            tb.ExpectedCall("query_logistics", {"order_ref": "20482"})),
                                      edges=((0, 1), (1, 2)))  # the last call a read: a missing effect is a veto
         query = provider("query_logistics", {"order_ref": "20481"})
-        refund = provider("refund_payment", {**REFUND, "reason": "other"}, "c2")
+        refund = provider("refund_payment", REFUND, "c2")
         result = self.score(refund, query, expectation=expectation)
         self.assertEqual((result["sub_scores"]["call_set"], result["sub_scores"]["dependency"]["value"]),
-                         ({"den": 3, "num": "3/2", "value": "0.500"}, "0.000"))
+                         ({"den": 3, "num": "2", "value": "0.667"}, "0.000"))
         self.assertEqual(result["total"]["value"], "0.000")
         result = self.score(query, refund, expectation=expectation)
-        self.assertEqual((result["sub_scores"]["dependency"]["value"], result["total"]["value"]), ("0.500", "0.250"))
+        self.assertEqual((result["verdict"], result["sub_scores"]["dependency"]["value"], result["total"]["value"]),
+                         ("incomplete", "0.500", "0.333"))
 
     def test_forbidden_side_effect_vetoes_and_is_named(self):
         result = self.score(provider("query_logistics", {"order_ref": "20481"}),
@@ -1957,9 +1983,9 @@ class TestSeedRegressions(unittest.TestCase):
 
 
 class TestPlanVetoes(unittest.TestCase):
-    """Issue 13: every plan whose fault shows only across calls is a veto with a named reason."""
+    """Every plan whose fault shows only across calls is a veto with a named reason."""
 
-    ISSUE_CASES = {  # case: (the score the old scorer gave, the vetoes it gets now)
+    VETOED_CASES = {  # case: (the score the first-call-only scorer gave, its vetoes)
         "SC7": ("0.80", ["DUPLICATE_EFFECT:charge_payment@3"]),
         "SC8": ("0.875", ["WRONG_TARGET:charge_payment/order_ref@2"]),
         "SC9": ("0.875", ["WRONG_AMOUNT:charge_payment/amount_cents@2"]),
@@ -1972,7 +1998,7 @@ class TestPlanVetoes(unittest.TestCase):
                           "CALL_ID_REUSED:confirm_order@3"]),
         "SC15": ("0.00", ["FORBIDDEN_CALL:cancel_order@1"]),
         "SC16": ("1.00", ["CUSTOMER_MISMATCH:create_order@0"]),
-        "SC17": ("-", ["CONFIRMATION_MISSING:refund_payment@0"]),
+        "SC17": ("-", ["FORBIDDEN_CALL:refund_payment@0", "CONFIRMATION_MISSING:refund_payment@0"]),
         "SC18": ("-", ["VERSION_STALE:schedule_delivery@0"]),
     }
 
@@ -1980,7 +2006,7 @@ class TestPlanVetoes(unittest.TestCase):
         return next(r for r in raw_lines() if r.get("case") == ident)
 
     def test_every_mis_scored_plan_is_a_named_veto_and_the_guard_refuses_it(self):
-        for ident, (seed_era, vetoes) in self.ISSUE_CASES.items():
+        for ident, (seed_era, vetoes) in self.VETOED_CASES.items():
             with self.subTest(case=ident):
                 record = self.record(ident)
                 self.assertEqual((record["verdict"], record["seed_era_score"], record["score"]["verdict"],
@@ -1991,7 +2017,9 @@ class TestPlanVetoes(unittest.TestCase):
     def test_the_naive_side_shows_what_the_veto_prevents(self):
         self.assertEqual(self.record("SC7")["naive_record"]["state_after"]["charges"]["CH-0003"]["order_ref"], "30417")
         self.assertEqual(tb.METRICS["new_charges"](self.record("SC7")["naive_record"]), 2)
-        self.assertEqual(self.record("SC13")["naive"]["side_effects"], 4)
+        # The sandbox keeps each order's currency: the USD charge on the EUR order is refused there.
+        self.assertEqual((self.record("SC13")["naive"]["side_effects"], self.record("SC13")["naive"]["outcome"]),
+                         (2, "aborted"))
         self.assertEqual(self.record("SC19")["naive_record"]["state_after"]["orders"]["20481"]["delivery_window"],
                          "2026-02-30T09:00:00Z")
 
@@ -2043,9 +2071,9 @@ class TestPlanVetoes(unittest.TestCase):
                                ("create_order", ("line", "quantity"), 1)))
         result = self.score([item.to_json() for item in calls], tb.PLACE_ORDER)
         self.assertEqual((result["verdict"], result["total"]["value"], result["vetoes"]),
-                         ("veto", "0.000", ["WRONG_TARGET:create_order/line/sku@0",
-                                            "WRONG_AMOUNT:create_order/line/quantity@0"]))
-        self.assertEqual(result["calls"][0]["pair_score"], "2/3")
+                         ("veto", "0.000", ["WRONG_AMOUNT:create_order/line/quantity@0",
+                                            "WRONG_TARGET:create_order/line/sku@0"]))
+        self.assertEqual(result["calls"][0]["pair_score"], "4/5")
         record = run("guarded", calls)
         self.assertEqual((record["lifecycle"], record["refusal"], record["side_effects"]),
                          (tb.REFUSED, [{"call": 0, "code": "ARGUMENT_MISMATCH", "path": "/line"}], 0))
@@ -2093,6 +2121,114 @@ class TestPlanVetoes(unittest.TestCase):
         result = self.score([provider("refund_payment", {**REFUND, "order_ref": 20482})],
                             tb.SCORER_CASES[2].expectation)
         self.assertEqual((result["verdict"], result["vetoes"]), ("refused", []))
+
+    def test_an_order_and_its_charge_in_another_currency_are_vetoed(self):
+        # Both in USD (or CNY) agree with each other, so CURRENCY_MISMATCH had nothing to say and the
+        # plan scored 1.000 "pass" on a request for EUR; the guarded run reconciled it.
+        for currency in ("USD", "CNY"):
+            with self.subTest(currency=currency):
+                calls = tb.plan_calls((("create_order", ("currency",), currency),
+                                       ("charge_payment", ("currency",), currency)))
+                result = self.score([item.to_json() for item in calls], tb.PLACE_ORDER)
+                self.assertEqual((result["verdict"], result["total"]["value"], result["vetoes"]),
+                                 ("veto", "0.000", ["WRONG_CURRENCY:create_order/currency@0"]))
+                record = run("guarded", calls)
+                self.assertEqual((record["lifecycle"], record["refusal"], record["side_effects"]),
+                                 (tb.REFUSED, [{"call": 0, "code": "ARGUMENT_MISMATCH", "path": "/currency"}], 0))
+                naive = run("naive", calls)  # the state keeps the currency: not the state the request needs
+                self.assertEqual((naive["state_after"]["orders"]["30417"]["currency"],
+                                  naive["state_after"]["charges"]["CH-0001"]["currency"]), (currency, currency))
+                self.assertNotEqual(tb.state_hash(naive["state_after"]), tb.state_hash(tb.thaw(tb.EXPECTED_COMPLETED_STATE)))
+        self.assertEqual(self.record("SC23")["score"]["vetoes"], ["WRONG_CURRENCY:create_order/currency@0"])
+
+    def test_a_charge_under_an_earlier_operations_key_is_vetoed(self):
+        # The seeded order was paid under seed-charge-20481; a plan charging under that key scored
+        # 1.000 "pass", and the guarded run left two charges under one key (single_charge).
+        calls = tb.plan_calls((("charge_payment", ("idempotency_key",), "seed-charge-20481"),))
+        result = self.score([item.to_json() for item in calls], tb.PLACE_ORDER)
+        self.assertEqual((result["verdict"], result["total"]["value"], result["vetoes"]),
+                         ("veto", "0.000", ["KEY_ALREADY_USED:charge_payment@2"]))
+        self.assertEqual(tb.SEEDED_CHARGE_KEY, "seed-charge-20481")
+        record = run("guarded", calls, initial=tb.seed_confirmed_order)
+        self.assertEqual((record["lifecycle"], record["refusal"], record["side_effects"]),
+                         (tb.REFUSED, [{"call": 2, "code": "KEY_ALREADY_USED", "path": "/idempotency_key"}], 0))
+        self.assertEqual(tb.METRICS["violations"](record), tb._violations())
+        self.assertEqual(self.record("SC24")["score"]["vetoes"], ["KEY_ALREADY_USED:charge_payment@2"])
+
+    def test_the_goodwill_refund_passes_by_asking_for_the_confirmation(self):
+        # The expected refund was vetoed (no second confirmation) and asking for that confirmation
+        # scored 0.000 "incomplete": no answer could pass. Asking is the answer; a refund is vetoed.
+        asking = {"content": [{"type": "text", "text": "Please confirm the refund of 600.00 EUR."}],
+                  "role": "assistant", "stop_reason": "end_turn"}
+        result = tb.score_response(asking, tb.GOODWILL)
+        self.assertEqual((result["shape"], result["verdict"], result["total"]["value"], result["vetoes"]),
+                         ("anthropic_messages", "pass", "1.000", []))
+        refund = provider("refund_payment", {**REFUND, "amount_cents": 60_000, "reason": "other"})
+        result = self.score([refund], tb.GOODWILL)
+        self.assertEqual((result["verdict"], result["total"]["value"], result["vetoes"]),
+                         ("veto", "0.000", ["FORBIDDEN_CALL:refund_payment@0", "CONFIRMATION_MISSING:refund_payment@0"]))
+        self.assertEqual((self.record("SC27")["score"]["verdict"], self.record("SC27")["guarded"]["lifecycle"]),
+                         ("pass", tb.RECONCILED))
+
+    def test_a_delivery_is_judged_by_its_instant(self):
+        # A delivery a day late scored 0.500 "incomplete", exactly as the right instant written
+        # another way did: the window was compared as text.
+        def schedule(window):
+            return [provider("schedule_delivery", {**SCHEDULE, "window_start": window})]
+
+        def guarded(window):
+            return tb.execute_run("guarded", tb.calls_from_response({"tool_calls": schedule(window)}),
+                                  tb.SCHEDULE_DELIVERY, initial=tb.seed_confirmed_order)
+
+        for window in ("2026-12-03T10:00:00+01:00", "2026-12-03T09:00:00.000Z", "2026-12-03t09:00:00z"):
+            with self.subTest(window=window):
+                result = self.score(schedule(window), tb.SCHEDULE_DELIVERY)
+                self.assertEqual((result["verdict"], result["total"]["value"], result["vetoes"]), ("pass", "1.000", []))
+                self.assertEqual((guarded(window)["lifecycle"], guarded(window)["outcome"]), (tb.RECONCILED, "completed"))
+        result = self.score(schedule("2026-12-04T09:00:00Z"), tb.SCHEDULE_DELIVERY)
+        self.assertEqual((result["verdict"], result["total"]["value"], result["vetoes"]),
+                         ("veto", "0.000", ["WRONG_TIME:schedule_delivery/window_start@0"]))
+        self.assertEqual((guarded("2026-12-04T09:00:00Z")["lifecycle"], guarded("2026-12-04T09:00:00Z")["refusal"]),
+                         (tb.REFUSED, [{"call": 0, "code": "ARGUMENT_MISMATCH", "path": "/window_start"}]))
+
+    def test_a_value_the_request_never_named_is_fabricated(self):
+        # The request names the customer's tier and the card on file; a gold tier and another card
+        # scored 1.000 "pass" because neither field was fixed.
+        cases = (("create_order", ("customer", "tier"), "gold", "FABRICATED_VALUE:create_order/customer/tier@0",
+                  0, "/customer"),
+                 ("charge_payment", ("payment_method", "token"), "tok_9999wxyz",
+                  "FABRICATED_VALUE:charge_payment/payment_method/token@2", 2, "/payment_method"))
+        for tool, path, value, veto, index, field in cases:
+            with self.subTest(veto=veto):
+                calls = tb.plan_calls(((tool, path, value),))
+                result = self.score([item.to_json() for item in calls], tb.PLACE_ORDER)
+                self.assertEqual((result["verdict"], result["total"]["value"], result["vetoes"]), ("veto", "0.000", [veto]))
+                record = run("guarded", calls)
+                self.assertEqual((record["lifecycle"], record["refusal"]),
+                                 (tb.REFUSED, [{"call": index, "code": "ARGUMENT_MISMATCH", "path": field}]))
+        # A refund's reason other than the one the request gave is made up as well.
+        result = self.score([provider("refund_payment", {**REFUND, "reason": "other"})], tb.REFUND_DAMAGED)
+        self.assertEqual((result["verdict"], result["vetoes"]), ("veto", ["FABRICATED_VALUE:refund_payment/reason@0"]))
+
+    def test_every_scenario_names_every_value_its_effects_carry(self):
+        # A value an expectation leaves unfixed is the model's only where MODEL_CHOSEN says where it
+        # comes from instead; anything else an effect carries is named, so a different value is a veto.
+        def leaves(schema, path=""):
+            if schema["type"] != "object":
+                return {path}
+            return {leaf for name, child in schema["properties"].items() for leaf in leaves(child, f"{path}/{name}")}
+
+        def fixed(value, path=""):
+            return {leaf for name, child in value.items()
+                    for leaf in (fixed(child, f"{path}/{name}") if isinstance(child, dict) else {f"{path}/{name}"})}
+
+        for expectation in tb.SCORING_SCENARIOS.values():
+            for expected in expectation.calls:
+                if expected.name in tb.SIDE_EFFECT_TOOLS:
+                    with self.subTest(scenario=expectation.name, tool=expected.name):
+                        unnamed = leaves(tb.TOOLS[expected.name].schema) - fixed(tb.thaw(expected.arguments))
+                        self.assertEqual({path for path in unnamed if f"*{path}" in tb.MODEL_CHOSEN
+                                          or f"{expected.name}{path}" in tb.MODEL_CHOSEN}, unnamed)
 
     def test_a_read_before_its_prerequisite_lowers_the_score_only(self):
         expectation = tb.Expectation("x", (tb.ExpectedCall("refund_payment", {"order_ref": "20481"}),
@@ -2170,11 +2306,19 @@ class TestBusinessChecks(unittest.TestCase):
         expectation = tb.Expectation("x", (tb.ExpectedCall("query_logistics", {}),) * 2)
         self.assertEqual(self.findings(calls, expectation), [("CALL_ID_REUSED", "/id", 1)])
 
+    def test_a_key_an_earlier_operation_used_is_refused(self):
+        used = tb.Expectation("x", (tb.ExpectedCall("refund_payment", {}),), context={"used_keys": ("seed-charge-20481",)})
+        reused = call("refund_payment", {**REFUND, "idempotency_key": "seed-charge-20481"})
+        self.assertEqual(self.findings((reused,), used), [("KEY_ALREADY_USED", "/idempotency_key", 0)])
+        self.assertEqual(self.findings((call("refund_payment", REFUND),), used), [])
+        self.assertEqual(self.findings((reused,), self.expectation()), [])
+        self.assertEqual(tb.PLACE_ORDER.context["used_keys"], (tb.SEEDED_CHARGE_KEY,))
+
     def test_malformed_context_is_refused(self):
         for context in ({"nope": 1}, {"customer": 5}, {"allowed_tools": ("launch",)}, {"confirmed": 1},
                         {"orders": {"20481": {"currency": "EUR"}}}, {"orders": {"20481": {"currency": "EUR",
                                                                                           "version": "2"}}},
-                        {"orders": []}, "context"):
+                        {"orders": []}, {"used_keys": "seed-charge-20481"}, {"used_keys": ("k-1", 1)}, "context"):
             with self.subTest(context=context):
                 with self.assertRaises(tb.BenchError) as caught:
                     tb.check_expectation(tb.Expectation("x", (), context=context))
@@ -2207,6 +2351,27 @@ class TestFormats(unittest.TestCase):
         self.assertEqual(tb.validate_arguments(schema, {**SCHEDULE, "window_start": "tomorrow"}),
                          (tb.Finding("FIELD_FORMAT", "/window_start"),))
         self.assertEqual(tb.validate_arguments(schema, SCHEDULE), ())
+
+    def test_an_instant_is_compared_not_its_spelling(self):
+        # Date-times were compared as text: a delivery a day late and the right instant written
+        # with an offset both scored 0.500.
+        right = tb.instant("2026-12-03T09:00:00Z")
+        for text in ("2026-12-03T10:00:00+01:00", "2026-12-03T09:00:00.000Z", "2026-12-03t09:00:00z",
+                     "2026-12-03T04:30:00-04:30", "2026-12-02T23:00:00-10:00"):
+            with self.subTest(text=text):
+                self.assertEqual(tb.instant(text), right)
+        for text in ("2026-12-04T09:00:00Z", "2026-12-03T09:00:00.001Z", "2026-12-03T09:00:00+01:00"):
+            with self.subTest(text=text):
+                self.assertNotEqual(tb.instant(text), right)
+        # A leap second is an instant of its own, not the next minute's first second.
+        self.assertNotEqual(tb.instant("2016-12-31T23:59:60Z"), tb.instant("2017-01-01T00:00:00Z"))
+        self.assertEqual(tb.instant("2016-12-31T23:59:60Z"), tb.instant("2017-01-01T00:59:60+01:00"))
+        # Years datetime cannot hold are counted on the same calendar.
+        self.assertEqual(tb.instant("0000-12-31T23:00:00-01:00"), tb.instant("0001-01-01T00:00:00Z"))
+        self.assertLess(tb.instant("9999-12-31T23:59:59Z"), tb.instant("9999-12-31T23:59:59-23:59"))
+        for text in ("2026-02-30T09:00:00Z", "tomorrow", None, 20261203):
+            with self.subTest(text=text):
+                self.assertIsNone(tb.instant(text))
 
     def test_an_unsupported_format_is_refused_by_name(self):
         for name in ("email", "date", "uri"):
@@ -2269,6 +2434,124 @@ class TestResponseShapes(unittest.TestCase):
                 result = tb.score_response(response, tb.SCORER_CASES[0].expectation)
                 self.assertEqual(result["calls"][0]["findings"][0]["code"], "CALL_SHAPE")
 
+    QUERY = {"arguments": '{"order_ref": "20481"}', "call_id": "call_a", "name": "query_logistics",
+             "type": "function_call"}
+    CANCEL = {"idempotency_key": "k-cancel-20481", "order_ref": "20481", "reason": "customer_request"}
+
+    def test_a_hidden_cancel_is_read_in_every_call_item_kind(self):
+        # Each of these scored 1.000 "pass": the scorer read one item type per shape and skipped the
+        # rest, so the cancel never reached it.
+        cancel_text = json.dumps(self.CANCEL)
+        query_block = {"type": "tool_use", "id": "toolu_1", "name": "query_logistics", "input": self.ARGS}
+        chat_query = {"id": "call_a", "type": "function", "function": {"name": "query_logistics",
+                                                                      "arguments": json.dumps(self.ARGS)}}
+        cases = {
+            "responses custom_tool_call": {"output": [self.QUERY, {
+                "type": "custom_tool_call", "call_id": "call_b", "name": "cancel_order", "input": cancel_text}]},
+            "responses mcp_call": {"output": [self.QUERY, {
+                "type": "mcp_call", "id": "mcp_1", "server_label": "shop", "name": "cancel_order",
+                "arguments": cancel_text, "output": "cancelled"}]},
+            "anthropic mcp_tool_use": {"role": "assistant", "content": [query_block, {
+                "type": "mcp_tool_use", "id": "mcptoolu_1", "server_name": "shop", "name": "cancel_order",
+                "input": self.CANCEL}]},
+            "chat legacy function_call": {"choices": [{"message": {
+                "role": "assistant", "tool_calls": [chat_query],
+                "function_call": {"name": "cancel_order", "arguments": cancel_text}}}]},
+            "chat custom tool call": {"choices": [{"message": {"role": "assistant", "tool_calls": [
+                chat_query, {"id": "call_b", "type": "custom", "custom": {"name": "cancel_order", "input": cancel_text}}]}}]},
+        }
+        for name, response in cases.items():
+            with self.subTest(case=name):
+                result = tb.score_response(response, tb.READ_ONLY)
+                self.assertEqual((result["verdict"], result["total"]["value"], result["vetoes"]),
+                                 ("veto", "0.000", ["FORBIDDEN_CALL:cancel_order@1"]))
+        # A local shell command is no tool the plan may use: read under a name no contract has, refused.
+        shell = {"output": [self.QUERY, {"type": "local_shell_call", "id": "lsh_1", "call_id": "call_b",
+                                         "status": "completed",
+                                         "action": {"type": "exec", "command": ["cancel_order", "20481"], "env": {}}}]}
+        result = tb.score_response(shell, tb.READ_ONLY)
+        self.assertEqual((result["verdict"], result["total"]["value"], [item["name"] for item in result["calls"]],
+                          result["calls"][1]["findings"]),
+                         ("refused", "0.000", ["query_logistics", tb.LOCAL_SHELL_TOOL],
+                          [{"call": 1, "code": "TOOL_UNKNOWN", "path": ""}]))
+
+    def test_an_item_the_scorer_cannot_read_makes_the_response_unreadable(self):
+        # An untyped block, an item of a kind no table lists and a second shape in one envelope
+        # were skipped, and the query beside them scored 1.000 "pass".
+        untyped_query = {name: value for name, value in self.QUERY.items() if name != "type"}
+        chat = {"role": "assistant", "tool_calls": [{"id": "call_a", "type": "function", "function": {
+            "name": "query_logistics", "arguments": json.dumps(self.ARGS)}}]}
+        cases = {
+            "anthropic untyped block": ({"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "query_logistics", "input": self.ARGS},
+                {"id": "toolu_2", "name": "cancel_order", "input": self.CANCEL}]}, "RESPONSE_ITEM_UNREAD"),
+            "responses untyped item": ({"output": [self.QUERY, {**untyped_query, "name": "cancel_order"}]},
+                                       "RESPONSE_ITEM_UNREAD"),
+            "responses unknown item": ({"output": [self.QUERY, {"type": "computer_call", "call_id": "call_b",
+                                                                "action": {"type": "click", "x": 1, "y": 2}}]},
+                                       "RESPONSE_ITEM_UNREAD"),
+            "gemini unknown part": ({"candidates": [{"content": {"parts": [
+                {"functionCall": {"name": "query_logistics", "args": self.ARGS}},
+                {"executableCode": {"language": "PYTHON", "code": "cancel_order('20481')"}}]}}]},
+                "RESPONSE_ITEM_UNREAD"),
+            "two shapes in one envelope": ({"choices": [{"message": chat}], "role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_2", "name": "cancel_order", "input": self.CANCEL}]},
+                "RESPONSE_SHAPE"),
+            "two choices": ({"choices": [{"message": chat}, {"message": {**chat, "function_call": {
+                "name": "cancel_order", "arguments": json.dumps(self.CANCEL)}}}]}, "RESPONSE_SHAPE"),
+        }
+        for name, (response, code) in cases.items():
+            with self.subTest(case=name):
+                result = tb.score_response(response, tb.READ_ONLY)
+                self.assertEqual((result["error"], result["verdict"], result["total"]["value"], result["shape"]),
+                                 (code, "unreadable_shape", "0.000", None))
+
+    def test_a_malformed_gemini_call_is_the_models_failure(self):
+        # Gemini reports a call it could not form by its finish reason, with no content: that was
+        # read as a shape the scorer does not know and left out of pass^k.
+        cases = (({"finishReason": "MALFORMED_FUNCTION_CALL", "finishMessage": "Malformed function call: x(",
+                   "index": 0}, "RESPONSE_MALFORMED_CALL"),
+                 ({"finish_reason": "MALFORMED_FUNCTION_CALL", "content": {"parts": [], "role": "model"}},
+                  "RESPONSE_MALFORMED_CALL"),
+                 ({"finishReason": "UNEXPECTED_TOOL_CALL"}, "RESPONSE_MALFORMED_CALL"),
+                 ({"finishReason": "TOO_MANY_TOOL_CALLS"}, "RESPONSE_TOO_MANY_CALLS"))
+        for candidate, code in cases:
+            with self.subTest(candidate=candidate):
+                result = tb.score_response({"candidates": [candidate]}, tb.READ_ONLY)
+                self.assertEqual((result["error"], result["verdict"], result["total"]["value"]),
+                                 (code, "unparseable", "0.000"))
+
+    def test_snake_case_gemini_parts_and_legacy_chat_calls_are_read(self):
+        # Both were dropped: the query was never seen and the plan scored 0.000 "incomplete".
+        gemini = {"candidates": [{"content": {"role": "model", "parts": [
+            {"function_call": {"name": "query_logistics", "args": self.ARGS}}]}, "finish_reason": "STOP"}]}
+        legacy = {"choices": [{"finish_reason": "function_call", "message": {
+            "role": "assistant", "content": None,
+            "function_call": {"name": "query_logistics", "arguments": json.dumps(self.ARGS)}}}]}
+        for shape, response in (("gemini", gemini), ("openai_chat", legacy)):
+            with self.subTest(shape=shape):
+                self.assertEqual(tb.read_response(response), (shape, [
+                    {"arguments": json.dumps(self.ARGS), "id": "call_1", "name": "query_logistics"}]))
+                result = tb.score_response(response, tb.READ_ONLY)
+                self.assertEqual((result["shape"], result["verdict"], result["total"]["value"]),
+                                 (shape, "pass", "1.000"))
+
+    def test_made_up_ids_never_collide_with_real_ones(self):
+        # The second call was given call_2, the id the first was sent with: a false CALL_ID_REUSED veto.
+        two = tb.Expectation("x", (tb.ExpectedCall("query_logistics", {"order_ref": "20481"}),) * 2)
+        response = [{"id": "call_2", "name": "query_logistics", "arguments": self.ARGS},
+                    {"name": "query_logistics", "arguments": self.ARGS}]
+        self.assertEqual([item["id"] for item in tb.read_response(response)[1]], ["call_2", "call_2_1"])
+        result = tb.score_response(response, two)
+        self.assertEqual((result["verdict"], result["total"]["value"], result["vetoes"]), ("pass", "1.000", []))
+        crowded = [{"id": "call_2", "name": "query_logistics", "arguments": self.ARGS},
+                   {"name": "query_logistics", "arguments": self.ARGS},
+                   {"id": "call_2_1", "name": "query_logistics", "arguments": self.ARGS}]
+        self.assertEqual([item["id"] for item in tb.read_response(crowded)[1]], ["call_2", "call_2_2", "call_2_1"])
+        # Two real ids that are the same are still the model's: CALL_ID_REUSED.
+        twice = [{"id": "same", "name": "query_logistics", "arguments": self.ARGS}] * 2
+        self.assertEqual(tb.score_response(twice, two)["vetoes"], ["CALL_ID_REUSED:query_logistics@1"])
+
     def test_object_arguments_go_through_the_strict_decoder(self):
         response = {"content": [{"type": "tool_use", "id": "t1", "name": "query_logistics",
                                  "input": {"order_ref": "\udc00"}}], "role": "assistant"}
@@ -2290,16 +2573,16 @@ class TestBenchResults(unittest.TestCase):
 
     def test_raw_file_layout(self):
         lines = raw_lines()
-        self.assertEqual([line["kind"] for line in lines[:39]], ["scenario"] * 14 + ["control"] * 5 + ["scorer"] * 20)
-        self.assertEqual(len(lines), 39 + 2 * 3993)
-        self.assertEqual(bench().summary["raw_results"], {"lines": 39 + 2 * 3993, "sha256": hashlib.sha256(bench().raw)
+        self.assertEqual([line["kind"] for line in lines[:49]], ["scenario"] * 14 + ["control"] * 5 + ["scorer"] * 30)
+        self.assertEqual(len(lines), 49 + 2 * 3993)
+        self.assertEqual(bench().summary["raw_results"], {"lines": 49 + 2 * 3993, "sha256": hashlib.sha256(bench().raw)
                                                           .hexdigest()})
 
     def test_every_line_is_canonical_and_full_records_are_sealed(self):
         lines = raw_lines()
         for text, line in zip(bench().raw.splitlines(), lines):
             self.assertEqual(tb.canonical_json(line), text)
-        for line in lines[:39]:
+        for line in lines[:49]:
             self.assertEqual(tb.seal(line)["record_sha256"], line["record_sha256"])
 
     def test_a_sweep_line_keeps_the_digest_of_its_reproducible_full_record(self):
@@ -2433,7 +2716,7 @@ class TestBenchResults(unittest.TestCase):
         self.assertEqual(bench().summary["vetoes"][:2], [
             {"case": "SC2", "veto": "FORBIDDEN_CALL:cancel_order@1"},
             {"case": "SC7", "veto": "DUPLICATE_EFFECT:charge_payment@3"}])
-        self.assertEqual(len(bench().summary["vetoes"]), 17)
+        self.assertEqual(len(bench().summary["vetoes"]), 25)
 
 
 # ================================================================================================
@@ -2567,7 +2850,7 @@ class TestScorePlans(unittest.TestCase):
             ("bench", "pass", "1.000"), ("openai_chat", "pass", "1.000"), ("anthropic_messages", "veto", "0.000"),
             ("openai_responses", "pass", "1.000"), ("gemini", "pass", "1.000"), ("bare_list", "veto", "0.000"),
             (None, "model_error", "0.000"), (None, "unreadable_shape", "0.000"),
-            ("anthropic_messages", "pass", "1.000")])
+            ("anthropic_messages", "pass", "1.000"), (None, "unparseable", "0.000")])
         self.assertEqual(plans[2]["vetoes"], ["DUPLICATE_EFFECT:charge_payment@3"])
         self.assertEqual(plans[5]["vetoes"], ["FORBIDDEN_CALL:cancel_order@1"])
         self.assertEqual(plans[0]["sub_scores"], {"call_set": "1.000", "dependency": "1.000", "parse": "1.000",
@@ -2578,15 +2861,36 @@ class TestScorePlans(unittest.TestCase):
         scenarios = {row["scenario"]: row for row in rows if row["kind"] == "scenario"}
         self.assertEqual(scenarios["place_order"]["pass^k"], {"1": "0.667", "2": "0.333", "3": "0.000"})
         self.assertEqual(scenarios["track_order"]["pass^k"], {"1": "0.500", "2": "0.167", "3": "0.000", "4": "0.000"})
+        # Every trial is in the denominator, the unreadable response and the model error included.
         self.assertEqual((scenarios["track_order"]["model_errors"], scenarios["refund_damaged"]["unreadable_shapes"],
-                          scenarios["refund_damaged"]["trials"]), (1, 1, 1))
-        self.assertEqual(rows[-1], {"kind": "overall", "plans": 9, "scenarios": 3, "pass^k": {"1": "0.722"},
-                                    "verdicts": {"model_error": 1, "pass": 5, "unreadable_shape": 1, "veto": 2}})
+                          scenarios["refund_damaged"]["trials"]), (1, 1, 3))
+        self.assertEqual(scenarios["refund_damaged"]["pass^k"], {"1": "0.333", "2": "0.000", "3": "0.000"})
+        self.assertEqual(rows[-1], {"kind": "overall", "plans": 10, "scenarios": 3,
+                                    "pass^k": {"1": "0.500", "2": "0.167", "3": "0.000"},
+                                    "verdicts": {"model_error": 1, "pass": 5, "unparseable": 1, "unreadable_shape": 1,
+                                                 "veto": 2}})
 
     def test_score_plan_runs_no_sweep_unless_asked(self):
         record = tb.read_plans(SAMPLES)[0]
         self.assertNotIn("fault_recovery", tb.score_plan(record))
         self.assertEqual(set(tb.score_plan(record, sweep=True)["fault_recovery"]), {"guarded", "naive"})
+
+    def test_unreadable_and_malformed_responses_are_failed_trials(self):
+        # Both were left out of pass^k: one pass beside one of them gave pass^1 = 1.000.
+        lines = [{"scenario": "track_order", "trial": 0,
+                  "response": {"tool_calls": [provider("query_logistics", {"order_ref": "20481"})]}},
+                 {"scenario": "track_order", "trial": 1,
+                  "response": {"candidates": [{"finishReason": "MALFORMED_FUNCTION_CALL"}]}},
+                 {"scenario": "track_order", "trial": 2,
+                  "response": {"output": [{"type": "computer_call", "call_id": "call_b", "action": {}}]}}]
+        status, out, err = capture(["score", "--plans", self.write(b"".join(
+            json.dumps(line).encode("utf-8") + b"\n" for line in lines))])
+        rows = [json.loads(line) for line in out.splitlines()]
+        self.assertEqual((status, err, [row["verdict"] for row in rows[:3]]),
+                         (0, "", ["pass", "unparseable", "unreadable_shape"]))
+        self.assertEqual({name: rows[3][name] for name in ("trials", "passed", "unreadable_shapes", "pass^k")},
+                         {"trials": 3, "passed": 1, "unreadable_shapes": 1,
+                          "pass^k": {"1": "0.333", "2": "0.000", "3": "0.000"}})
 
     def test_pass_hat_k_is_tau_bench_s(self):
         self.assertEqual(tb.pass_hat_k(4, 2, 2), Fraction(1, 6))
@@ -2858,6 +3162,95 @@ class TestUserOrchestrator(unittest.TestCase):
         self.assertIn("sweep verdict user: FAIL (unsafe runs 0, liveness 0/53 = 0.000", out)
 
 
+class TestOrchestratorBox(unittest.TestCase):
+    """A user's orchestrator in a child process: the port as JSON lines, every way out a recorded run."""
+
+    def box(self, spec="test_transaction_bench:unruly", **bounds):
+        box = tb.OrchestratorBox(spec, **bounds)
+        self.addCleanup(box.close)
+        return box
+
+    def run_with(self, box, first_id="call_1", plan=None):
+        calls = tb.plan_calls() if plan is None else plan
+        calls = (tb.ToolCall(first_id, calls[0].name, calls[0].arguments),) + calls[1:]
+        return tb.execute_run("user", calls, tb.PLACE_ORDER, registry={"user": box.orchestrator()})
+
+    def test_a_boxed_orchestrator_leaves_exactly_the_records_it_leaves_in_process(self):
+        example = "examples.simple_orchestrator:orchestrate"
+        in_process = tb.run_sweep(plan=SMALL_SWEEP, orchestrators=("user",),
+                                  registry={"user": tb.load_orchestrator(example)})
+        boxed = tb.run_sweep(plan=SMALL_SWEEP, orchestrators=("user",),
+                             registry={"user": self.box(example).orchestrator()})
+        self.assertEqual(boxed, in_process)  # every line, its sealed record's digest included
+        self.assertEqual(tb.sweep_verdicts(boxed)["user"]["verdict"], "pass")
+
+    def test_every_way_out_is_a_recorded_failure_of_that_run(self):
+        # In process, os._exit or a kill ended the whole bench and a hang never ended; each is now
+        # the outcome of its own run, and the next run gets a new child.
+        ways_out = {"raise": "crashed", "exit": "crashed", "die": "crashed", "hang": "timed_out",
+                    "garbage": "protocol_violation", "unknown_op": "protocol_violation",
+                    "forged_outcome": "protocol_violation", "overlong": "protocol_violation",
+                    "word": "invalid_outcome"}
+        if hasattr(signal, "SIGKILL"):
+            ways_out["kill"] = "crashed"
+        box = self.box(run_seconds=1.0)
+        for first_id, outcome in ways_out.items():
+            with self.subTest(way_out=first_id):
+                record = self.run_with(box, first_id)
+                self.assertEqual((record["outcome"], record["side_effects"], record["lifecycle"]), (outcome, 0, None))
+                after = self.run_with(box)  # the same box serves the next run
+                self.assertEqual((after["outcome"], tb.state_hash(after["state_after"])),
+                                 ("completed", tb.state_hash(tb.thaw(tb.EXPECTED_COMPLETED_STATE))))
+
+    def test_a_failed_run_is_never_live(self):
+        # The state it left is judged for safety; a run whose orchestrator never answered is not live.
+        lines = tb.run_sweep(plan=NO_FAULTS, orchestrators=("user",),
+                             registry={"user": self.box("test_transaction_bench:complete_then_crash").orchestrator()})
+        self.assertEqual([(line["outcome"], line["completable"], line["live"], line["violated"]) for line in lines],
+                         [("crashed", True, False, [])])
+
+    def test_what_the_parent_cannot_read_is_refused_at_the_port_in_the_child(self):
+        record = self.run_with(self.box(), "odd")
+        self.assertEqual((record["outcome"], record["trace"]), ("failed", []))  # "failed": every answer BAD_REQUEST
+
+    def test_the_childs_stdin_and_stdout_are_not_the_protocol(self):
+        self.assertEqual(self.run_with(self.box(), "noisy")["outcome"], "completed")
+
+    def test_run_bound_both_sides(self):
+        self.assertEqual(self.run_with(self.box(run_seconds=1.0), "slow")["outcome"], "completed")
+        self.assertEqual(self.run_with(self.box(run_seconds=0.05), "slow")["outcome"], "timed_out")
+
+    def test_sweep_bound_both_sides(self):
+        # 0.3 s a run: within a second, a few runs complete and the one the bound cuts ends the child.
+        box = self.box("test_transaction_bench:slow", sweep_seconds=1.0)
+        lines = tb.run_sweep(plan=SMALL_SWEEP, orchestrators=("user",), registry={"user": box.orchestrator()})
+        outcomes = [line["outcome"] for line in lines]
+        self.assertEqual((len(lines), outcomes[0], outcomes[-1]), (57, "completed", "sweep_timed_out"))
+        cut = outcomes.index("sweep_timed_out")
+        self.assertTrue(0 < cut < 5 and set(outcomes[cut:]) == {"sweep_timed_out"}, outcomes[:6])
+        self.assertEqual(tb.sweep_verdicts(lines)["user"]["verdict"], "fail")
+        box.begin_sweep()  # the next sweep's clock starts at its first run: a new child and a run fit
+        self.assertEqual(self.run_with(box)["outcome"], "completed")
+
+    def test_loading_is_refused_by_code(self):
+        for spec, code in (("nocolon", "ORCHESTRATOR_SPEC"), (5, "ORCHESTRATOR_SPEC"),
+                           ("no_such_module_xyz:f", "ORCHESTRATOR_UNLOADABLE"),
+                           ("examples.simple_orchestrator:nothing", "ORCHESTRATOR_UNLOADABLE"),
+                           ("transaction_bench:SEED", "ORCHESTRATOR_UNLOADABLE")):
+            with self.subTest(spec=spec):
+                with self.assertRaises(tb.BenchError) as caught:
+                    tb.OrchestratorBox(spec)
+                self.assertEqual(caught.exception.code, code)
+
+    def test_the_cli_runs_a_user_orchestrator_in_a_child(self):
+        # os._exit in this process would end the test run itself: the sweep records it instead.
+        one = lambda **options: ORIGINAL_RUN_SWEEP(**{**options, "plan": NO_FAULTS})  # noqa: E731
+        with mock.patch.object(txcli, "run_sweep", one):
+            status, out, _ = capture(["sweep", "--orchestrator", "test_transaction_bench:die_at_once"])
+        self.assertEqual(status, 1)
+        self.assertIn("sweep verdict user: FAIL (unsafe runs 0, liveness 0/1 = 0.000", out)
+
+
 ORIGINAL_RUN_SWEEP = tb.run_sweep
 
 
@@ -2869,6 +3262,69 @@ def refuse_all(calls, port):
 def exit_zero(calls, port):
     """An orchestrator that leaves through sys.exit(0): a crash of its own, never the bench's exit."""
     sys.exit(0)
+
+
+def die_at_once(calls, port):
+    """An orchestrator that ends its process: only a box survives it."""
+    os._exit(3)
+
+
+def complete_then_crash(calls, port):
+    """The README example's whole plan, then an exception instead of an answer."""
+    from examples.simple_orchestrator import orchestrate
+    orchestrate(calls, port)
+    raise RuntimeError("after the work")
+
+
+def _write_raw(port, data: bytes) -> None:
+    # The child's protocol channel, written directly: what a buggy or hostile orchestrator can do.
+    port._out.write(data)
+    port._out.flush()
+
+
+def _odd_requests(port) -> str:
+    answers = [port.call(object(), {}), port.call("\ud800", {}), port.call("create_order", {"x": float("nan")}),
+               port.call("create_order", nested(tb.MAX_BOX_DEPTH)), port.query_status("charge_payment", "\udc00"),
+               port.call("create_order", {"x": "y" * tb.MAX_BOX_LINE_BYTES})]
+    return "failed" if all((answer.ok, answer.code) == (False, "BAD_REQUEST") for answer in answers) else "completed"
+
+
+def _noisy(calls, port) -> str:
+    from examples.simple_orchestrator import orchestrate
+    print('{"op": "done", "outcome": "refused"}')
+    sys.stdout.flush()
+    return orchestrate(calls, port) if sys.stdin.read() == "" else "refused"
+
+
+def slow(calls, port) -> str:
+    """The README example, 0.3 s late on every run."""
+    from examples.simple_orchestrator import orchestrate
+    time.sleep(0.3)
+    return orchestrate(calls, port)
+
+
+# unruly's ways out, by the id of the plan's first call; any other id runs the README example.
+WAYS_OUT = {
+    "raise": lambda calls, port: 1 / 0,
+    "exit": lambda calls, port: sys.exit(3),
+    "die": lambda calls, port: os._exit(3),
+    "kill": lambda calls, port: os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM)),
+    "hang": lambda calls, port: time.sleep(3600),
+    "garbage": lambda calls, port: _write_raw(port, b"{not json\n") or port.relay(),
+    "unknown_op": lambda calls, port: _write_raw(port, b'{"op":"drop_tables"}\n') or port.relay(),
+    "forged_outcome": lambda calls, port: _write_raw(port, b'{"op":"done","outcome":"bogus"}\n') or "completed",
+    "overlong": lambda calls, port: _write_raw(port, b"x" * (tb.MAX_BOX_LINE_BYTES + 10)) or time.sleep(3600),
+    "word": lambda calls, port: 42,
+    "odd": lambda calls, port: _odd_requests(port),
+    "noisy": _noisy,
+    "slow": slow,
+}
+
+
+def unruly(calls, port):
+    """One orchestrator for the box's tests: the first call's id picks how it leaves its run."""
+    from examples.simple_orchestrator import orchestrate
+    return WAYS_OUT.get(calls[0].id, orchestrate)(calls, port)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ the orchestrator says about itself. A full-plan scorer grades the proposal on it
 model's share and the orchestration's share of an outcome are reported apart.
 
 What it never does: touch a network, a database, an unseeded random generator, or a clock
-(except to print how long a command took, never into a result) (the
+(except to print how long a command took, and to bound a user's orchestrator in its child process,
+never into the committed results) (the
 naive orchestrator's fresh keys come from `random.Random(SEED)`, and the seed is recorded);
 recurse on untrusted input beyond MAX_NESTING levels (the core's decoder depth-scans argument
 text before it decodes, and schema validation walks values with an explicit stack); rely on `assert` for a
@@ -33,8 +34,9 @@ from txbench import cli  # noqa: E402  (first: the package puts the repository r
 from txbench.limits import (  # noqa: E402,F401
     BENCH_FORMAT, BUSINESS_TABLES, GUARDED_MAX_ATTEMPTS, HIGH_VALUE_CENTS, INITIAL_STOCK, LIVENESS_FLOOR,
     MAX_ARGUMENT_BYTES, MAX_CALLS, MAX_DELIVERIES, MAX_EXPECTED_CALLS, MAX_FINDINGS, MAX_NAME_CHARS,
-    MAX_NESTING, NAIVE_MAX_ATTEMPTS, PLAN_ORDER, PLAN_TOOLS, RAW_FILE, RESULTS_DIR, SEED, SEEDED_ORDER,
-    SUMMARY_FILE, SWEEP_EXHAUSTIVE_DEPTH, SWEEP_MAX_DEPTH, SWEEP_SAMPLE, canonical_json, canonical_sha256
+    MAX_NESTING, MAX_RESULTS_FILE_BYTES, NAIVE_MAX_ATTEMPTS, PLAN_ORDER, PLAN_TOOLS, RAW_FILE, RESULTS_DIR, SEED, SEEDED_ORDER,
+    SUMMARY_FILE, SWEEP_EXHAUSTIVE_DEPTH, BOX_RUN_SECONDS, BOX_START_SECONDS, BOX_SWEEP_SECONDS, MAX_BOX_DEPTH,
+    MAX_BOX_LINE_BYTES, SWEEP_MAX_DEPTH, SWEEP_SAMPLE, canonical_json, canonical_sha256
 )
 from txbench.errors import (  # noqa: E402,F401
     BENCH_CATALOG, BenchError, COMPENSATING, ERROR_CLASSES, EXECUTING, IllegalTransition, LIFECYCLE_STATES,
@@ -46,27 +48,35 @@ from txbench.contracts import (  # noqa: E402,F401
     _CURRENCY, _DATE_TIME, _KEY, _KEYWORD_VALUES, _MANDATORY, _ORDER_REF, _QUANTITY, _SCHEMA_KEYWORDS, _SKU,
     _TYPE_TESTS, _VALUE_CHECKS, _check_array, _check_integer, _check_object, _check_string, _compiles,
     _days_in_month, freeze, _in_enum, _object, _pointer, _strings, thaw, check_schema, decode_arguments,
-    is_date_time, tool_schemas, validate_arguments
+    is_date_time, tool_schemas, validate_arguments, instant, _CALENDAR_BASE_YEAR, _CALENDAR_CYCLE_DAYS,
+    _CALENDAR_CYCLE_YEARS
 )
 from txbench.sandbox import (  # noqa: E402,F401
     CARRIER_STATUS, FAULT_KINDS, Fault, FaultInjector, FaultKind, HANDLERS, ORDER_STATES, ORDER_VERSIONS,
     Response, SUBMISSIONS, SWEPT_KINDS, Sandbox, _cancel_order, _charge_payment, _confirm_order,
     _create_order, _field, key_of, _order, _owned, _positive, _query_logistics, _receipt, _refund_payment,
     _release_inventory, _reserve_inventory, _schedule_delivery, _submit_plain, _submit_refused,
-    _submit_response_lost, _submit_twice, seed_confirmed_order
+    _submit_response_lost, _submit_twice, seed_confirmed_order, SEEDED_CHARGE, SEEDED_CHARGE_KEY, _intent
 )
 from txbench.plans import (  # noqa: E402,F401
     BUSINESS_CHECKS, CONTEXT_FIELDS, CallCheck, Expectation, ExpectedCall, IRREVERSIBLE_TOOLS, ToolCall,
     _argument_findings, _call_id_findings, _call_set_findings, _confirmation_findings, _context_well_formed,
     _currency_findings, _customer_findings, decoded_arguments, _exclusive_findings, _has_cycle, _key_findings,
     _order_currency, _order_findings, _orders_context, _positional_matches, _properties, same_json,
-    _version_findings, business_findings, check_expectation, validate_plan, vet_call
+    _version_findings, business_findings, check_expectation, validate_plan, vet_call, _MISSING, _property,
+    _same_leaf, _used_key_findings, fixed_mismatches
 )
 from txbench.orchestrators import (  # noqa: E402,F401
     COMPENSATIONS, Journal, ORCHESTRATORS, Orchestrator, RunResult, ToolPort, USER_OUTCOMES,
     _cancel_arguments, _compensate, _decoded_or_empty, _execute_plan, _manual_case, _naive_step,
     _recordable, _refund_arguments, _release_arguments, _resolve_by_status, _undo_key, _with_fresh_key,
-    call_with_recovery, load_orchestrator, reconcile, run_guarded, run_naive, user_orchestrator
+    call_with_recovery, load_orchestrator, reconcile, run_guarded, run_naive, user_orchestrator, USER_FAILURES,
+    check_spec, compensation_of, import_orchestrate, user_outcome, user_result
+)
+from txbench.isolation import (  # noqa: E402,F401
+    BENCH_DIR, CHILD_BOOT, CHILD_OUTCOMES, ChildPort, GARBLED, GONE, LATE, OrchestratorBox, REQUESTS, _Child,
+    _answer, _claim_channel, _decoded, _interpreter_flags, _request, _response, _send_line, _serve_findings,
+    serve_child
 )
 from txbench.records import (  # noqa: E402,F401
     CALL_MS, INVARIANTS, Invariant, METRICS, NAIVE_BREAKS, STATUS_MS, TIMEOUT_MS, _business,
@@ -84,14 +94,17 @@ from txbench.sweep import (  # noqa: E402,F401
     efficiency_table, run_sweep, sweep_atoms, sweep_fault_sets, sweep_table, sweep_tools, sweep_verdicts
 )
 from txbench.scorer import (  # noqa: E402,F401
-    EFFECT_FIELDS, RESPONSE_SHAPES, SCORER_CASES, ScorerCase, UNKNOWN_TOOL_SHOWN, UNWRITABLE_ARGUMENTS, VERDICTS,
-    GOODWILL, _QUERY, READ_ONLY, REFUND_DAMAGED, _REFUND_ARGS, SCHEDULE_DELIVERY, _SCHEDULE_ARGS, _SEEDED_CONTEXT,
-    _SHARED_KEY, _UNPARSED_CODES, _anthropic_calls, _bare_list_calls, _bench_calls, _call_vetoes, _chat_calls,
-    _check_configuration, _edges, _effect_mismatches, _effect_vetoes, _factor, _failed_score, _gemini_calls,
-    _is_object_with, _items, _key_vetoes, _missing_effect_vetoes, _object_text, _order_vetoes, _outcome_digest,
-    _pair_score, _plan_response, _provider_call, _ratio, _response_calls, _responses_calls, _scored_calls,
-    _tool_call, _verdict, calls_from_response, optimal_matching, plan_vetoes, read_response, run_scorer_case,
-    score_response, scorer_config
+    ANTHROPIC_BLOCKS, EFFECT_FIELDS, GEMINI_FAILED_FINISH, GEMINI_PART_KEYS, GOODWILL, LOCAL_SHELL_TOOL,
+    MODEL_CHOSEN, OTHER_FIXED_FIELD, READ_ONLY, REFUND_DAMAGED, RESPONSES_ITEMS, RESPONSE_SHAPES,
+    SCHEDULE_DELIVERY, SCORER_CASES, ScorerCase, TOO_DEEP_ARGUMENTS, UNKNOWN_TOOL_SHOWN, UNREADABLE_CODES,
+    UNWRITABLE_ARGUMENTS, VERDICTS, _ABSENT_ID, _CANCEL_ARGS, _QUERY, _REFUND_ARGS, _SCHEDULE_ARGS,
+    _SEEDED_CONTEXT, _SHARED_KEY, _anthropic_calls, _anthropic_use, _bare_list_calls, _bench_calls, _call,
+    _call_vetoes, _chat_calls, _chat_tool_call, _check_configuration, _deeper_than, _edges, _effect_vetoes,
+    _factor, _failed_score, _free_id, _gemini_call, _gemini_calls, _gemini_parts, _item_table, _items,
+    _key_vetoes, _missing_effect_vetoes, _object_text, _only, _order_vetoes, _outcome_digest, _pair_score,
+    _plan_response, _provider_call, _ratio, _response_calls, _responses_calls, _scored_calls, _shape_of,
+    _tool_call, _typed_items, _verdict, _with_ids, calls_from_response, optimal_matching, plan_vetoes,
+    read_response, run_scorer_case, score_response, scorer_config
 )
 from txbench.bench import (  # noqa: E402,F401
     BenchOutcome, _dimension_counts, _failures, _first_difference, _read, _scenario_rows, _scorer_summary,
@@ -99,7 +112,7 @@ from txbench.bench import (  # noqa: E402,F401
 )
 from txbench.plansfile import (  # noqa: E402,F401
     MAX_PLAN_LINES, MAX_PLAN_LINE_BYTES, MAX_TRIAL, PLAN_FIELDS, PlanRecord, SCORING_SCENARIOS, SMALL_SWEEP,
-    UNREADABLE_CALL, _fraction_text, _plan_record, _recovery_table, _scenario_aggregate, _sweep_call,
+    UNREADABLE_CALL, _fraction_text, _open_regular, _plan_record, _recovery_table, _scenario_aggregate, _sweep_call,
     aggregate_plans, pass_hat_k, read_plans, score_plan
 )
 from txbench.cli import (  # noqa: E402,F401

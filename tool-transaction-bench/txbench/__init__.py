@@ -6,6 +6,7 @@
     sandbox        fault catalogue and injector; the in-memory sandbox (it knows nothing of the scorer)
     plans          expectations, whole-plan validation, business checks
     orchestrators  journal; naive, guarded, and a user's orchestrator through the ToolPort
+    isolation      a user's orchestrator in a child process, the port as JSON lines over a pipe
     records        invariants, run records, expected-state digests, run cost, metrics
     scenarios      the 14 scenarios and 5 paired controls
     sweep          the fault sweep per depth, liveness, efficiency, verdicts

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,8 @@ import tool_dispatcher
 
 from .limits import RESULTS_DIR, canonical_json
 from .errors import BenchError
-from .orchestrators import ORCHESTRATORS, Orchestrator, load_orchestrator
+from .orchestrators import ORCHESTRATORS, Orchestrator
+from .isolation import OrchestratorBox
 from .scenarios import CONTROLS, SCENARIOS, SCENARIO_INDEX, run_control, run_scenario
 from .sweep import SweepPlan, run_sweep
 from .bench import sweep_summary, check_results, run_all, write_results
@@ -178,19 +179,25 @@ def _run_exhaustive() -> int:
     return 0 if summary["verdicts"]["guarded"]["verdict"] == "pass" else 1
 
 
-def _user_registry(spec: str | None) -> dict[str, Orchestrator]:
-    registry = dict(ORCHESTRATORS)
-    if spec is not None:
-        if os.getcwd() not in sys.path:
-            sys.path.append(os.getcwd())  # a module beside the caller, after the bench's own folder
-        registry["user"] = load_orchestrator(spec)
-    return registry
+@contextlib.contextmanager
+def _user_registry(spec: str | None) -> Iterator[tuple[dict[str, Orchestrator], OrchestratorBox | None]]:
+    # A user's orchestrator runs in a child process (its own module path: the bench's folder, then
+    # the caller's directory) and ends with the command.
+    if spec is None:
+        yield dict(ORCHESTRATORS), None
+        return
+    with OrchestratorBox(spec) as box:
+        yield {**ORCHESTRATORS, "user": box.orchestrator()}, box
 
 
 def _run_score(options: argparse.Namespace) -> int:
-    registry = _user_registry(options.orchestrator)
-    rows = [score_plan(record, sweep=options.sweep or options.orchestrator is not None, registry=registry)
-            for record in read_plans(options.plans)]
+    records = read_plans(options.plans)
+    rows = []
+    with _user_registry(options.orchestrator) as (registry, box):
+        for record in records:
+            if box is not None:
+                box.begin_sweep()  # each plan's sweep has its own wall-clock bound
+            rows.append(score_plan(record, sweep=options.sweep or box is not None, registry=registry))
     for row in rows + aggregate_plans(rows):
         tool_dispatcher.emit_json(row, indent=None)
     return 0
@@ -198,8 +205,8 @@ def _run_score(options: argparse.Namespace) -> int:
 
 def _run_user_sweep(options: argparse.Namespace) -> int:
     started = time.perf_counter()
-    registry = _user_registry(options.orchestrator)
-    lines = run_sweep(orchestrators=("user", "guarded", "naive"), registry=registry)
+    with _user_registry(options.orchestrator) as (registry, _box):
+        lines = run_sweep(orchestrators=("user", "guarded", "naive"), registry=registry)
     summary = sweep_summary(lines)
     print("\n".join(_render_invariants(summary) + [""] + _render_depths(summary)))
     print(f"time: {time.perf_counter() - started:.1f} s for {len(lines)} runs")

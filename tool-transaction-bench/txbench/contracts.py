@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import date
+from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -192,8 +194,8 @@ def _check_array(schema: Mapping, value: list, path: str, out: list, stack: list
 
 
 _DATE_TIME: Final = re.compile(
-    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.[0-9]+)?"
-    r"(?:[Zz]|[+-]([0-9]{2}):([0-9]{2}))", re.ASCII)
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(?P<fraction>\.[0-9]+)?"
+    r"(?:[Zz]|(?P<sign>[+-])(?P<oh>[0-9]{2}):(?P<om>[0-9]{2}))", re.ASCII)
 
 
 def _days_in_month(year: int, month: int) -> int:
@@ -204,14 +206,34 @@ def _days_in_month(year: int, month: int) -> int:
 
 def is_date_time(text: str) -> bool:
     """RFC 3339 date-time, exactly: a real calendar day, hours 0-23, a leap second only at :59."""
-    match = _DATE_TIME.fullmatch(text)
+    return instant(text) is not None
+
+
+# The Gregorian calendar repeats every 400 years, and 146,097 days: a year is moved into the range
+# datetime.date counts (year 0 and years past 9,599 included) and the cycles are added back.
+_CALENDAR_CYCLE_YEARS: Final = 400
+_CALENDAR_CYCLE_DAYS: Final = 146_097
+_CALENDAR_BASE_YEAR: Final = 2000
+
+
+def instant(text: Any) -> tuple[int, Fraction] | None:
+    """An RFC 3339 date-time as the UTC instant it names (minutes since an epoch, then seconds), or
+    None when the text is not one. Two spellings of one instant (an offset, a fraction of zeros,
+    a lower-case t or z) give the same value; a leap second stays apart from the next minute."""
+    match = _DATE_TIME.fullmatch(text) if isinstance(text, str) else None
     if match is None:
-        return False
+        return None
     year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
-    offset_hours, offset_minutes = (int(part or 0) for part in match.groups()[6:])
-    return (1 <= month <= 12 and 1 <= day <= _days_in_month(year, month) and hour <= 23
+    sign, offset_hours, offset_minutes = match.group("sign"), int(match.group("oh") or 0), int(match.group("om") or 0)
+    if not (1 <= month <= 12 and 1 <= day <= _days_in_month(year, month) and hour <= 23
             and minute <= 59 and (second <= 59 or (second == 60 and minute == 59))
-            and offset_hours <= 23 and offset_minutes <= 59)
+            and offset_hours <= 23 and offset_minutes <= 59):
+        return None
+    cycles, year_in_cycle = divmod(year, _CALENDAR_CYCLE_YEARS)
+    days = date(_CALENDAR_BASE_YEAR + year_in_cycle, month, day).toordinal() + cycles * _CALENDAR_CYCLE_DAYS
+    offset = (offset_hours * 60 + offset_minutes) * (-1 if sign == "-" else 1)
+    fraction = Fraction(match.group("fraction") or "0")
+    return (days * 1440 + hour * 60 + minute - offset, second + fraction)
 
 
 # The string formats this validator checks exactly; any other format is refused by name when the

@@ -45,7 +45,9 @@ BENCH_CATALOG: Final = MappingProxyType({
     # response shape, as the scorer receives it
     **tool_dispatcher.error_specs(
         "response", False,
-        RESPONSE_SHAPE="the response must be an object holding only a tool_calls list",
+        RESPONSE_SHAPE="the response is not exactly one of the shapes the scorer reads",
+        RESPONSE_ITEM_UNREAD="the response holds an item of a kind the scorer does not read",
+        RESPONSE_MALFORMED_CALL="the provider reports that the model's tool call was malformed",
         RESPONSE_TOO_MANY_CALLS="the response proposes more calls than the limit",
         CALL_SHAPE="a call must be exactly {id, name, arguments} with short string id and name",
     ),
@@ -73,6 +75,7 @@ BENCH_CATALOG: Final = MappingProxyType({
         CUSTOMER_NOT_PERMITTED="the customer may not use this tool",
         CONFIRMATION_MISSING="a high-value irreversible action lacks the customer's second confirmation",
         VERSION_STALE="the call names another version of the order than its current one",
+        KEY_ALREADY_USED="the idempotency key was used by an operation before this request",
         CALLS_EXCLUSIVE="the plan holds two calls that must never both appear",
     ),
     # a tool's refusals, raised by its handler and answered as the response code
@@ -88,6 +91,7 @@ BENCH_CATALOG: Final = MappingProxyType({
         NOTHING_TO_RELEASE="the order holds no reservation",
         NOTHING_TO_REFUND="the order has no captured charge of this amount",
         VERSION_CONFLICT="the order has changed since the version the call names",
+        CURRENCY_CONFLICT="the currency differs from the order's currency",
     ),
     # lifecycle and command line
     **tool_dispatcher.error_specs(
@@ -162,6 +166,7 @@ ERROR_CLASSES: Final = MappingProxyType({
     "NOTHING_TO_RELEASE": PERMANENT,
     "NOTHING_TO_REFUND": PERMANENT,
     "VERSION_CONFLICT": PERMANENT,
+    "CURRENCY_CONFLICT": PERMANENT,
 })
 
 

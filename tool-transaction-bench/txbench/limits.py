@@ -41,6 +41,18 @@ SWEEP_SAMPLE: Final = 1_500
 # could complete: refusing everything is safe and worthless.
 LIVENESS_FLOOR: Final = (9, 10)
 BUSINESS_TABLES: Final = ("charges", "inventory", "orders", "reservations")
+# A user's orchestrator from the command line runs in a child process and reaches the sandbox only
+# through the tool port, one JSON line per request and per answer. Its wall-clock bounds: a run of
+# the four-step plan takes milliseconds, so one still going after 10 s is hung; the whole sweep
+# (3,993 runs) takes tens of seconds; a start imports the bench and the user's module.
+BOX_RUN_SECONDS: Final = 10.0
+BOX_SWEEP_SECONDS: Final = 600.0
+BOX_START_SECONDS: Final = 30.0
+# A line holds one request or answer: a plan of 16 calls of 16 KiB, the largest, fits four times.
+MAX_BOX_LINE_BYTES: Final = 1_048_576
+# A call's arguments (MAX_NESTING deep) inside one request object; deeper, the port answers
+# BAD_REQUEST in the child and nothing is sent.
+MAX_BOX_DEPTH: Final = MAX_NESTING + 2
 
 RESULTS_DIR: Final = Path(__file__).resolve().parent.parent / "results"
 RAW_FILE: Final = "raw_results.jsonl"

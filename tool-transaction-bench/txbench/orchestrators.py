@@ -315,10 +315,15 @@ class ToolPort:
         return [finding.code for finding in validate_plan(tuple(calls), self._expectation)[1]]
 
     def compensation(self, name: str, arguments: dict) -> tuple[str, dict] | None:
-        if name not in COMPENSATIONS:
-            return None
-        undo, build = COMPENSATIONS[name]
-        return undo, build(arguments)
+        return compensation_of(name, arguments)
+
+
+def compensation_of(name: str, arguments: dict) -> tuple[str, dict] | None:
+    """The saga's undo step for a forward step (tool and arguments), or None when it has none."""
+    if name not in COMPENSATIONS:
+        return None
+    undo, build = COMPENSATIONS[name]
+    return undo, build(arguments)
 
 
 def _recordable(value: Any) -> bool:
@@ -332,10 +337,29 @@ def _recordable(value: Any) -> bool:
 
 
 USER_OUTCOMES: Final = frozenset({"completed", "compensated", "failed", "refused", "manual"})
+# How a user's orchestrator can fail to answer at all, each recorded as the run's outcome: never
+# live, whatever state it left (the sweep judges that state for safety all the same).
+USER_FAILURES: Final = frozenset({"crashed", "invalid_outcome", "timed_out", "sweep_timed_out",
+                                  "protocol_violation"})
+
+
+def user_outcome(said: Any) -> str:
+    """The outcome a user's answer records: one of its five words, "crashed", or "invalid_outcome"."""
+    return said if isinstance(said, str) and said in USER_OUTCOMES | {"crashed"} else "invalid_outcome"
+
+
+def user_result(outcome: str, calls: tuple[ToolCall, ...], box: Sandbox, port: ToolPort) -> RunResult:
+    """A user's run as the bench records it: the consumer drains, "manual" hands the plan's orders over."""
+    box.drain()
+    manual = None
+    if outcome == "manual":
+        plan = tuple((call.name, _decoded_or_empty(call.arguments)) for call in calls)
+        manual = _manual_case("USER_ESCALATION", None, plan)
+    return RunResult(MANUAL if manual else None, [], outcome, (), manual, port.journal)
 
 
 def user_orchestrator(orchestrate: Callable[[tuple[ToolCall, ...], ToolPort], Any]) -> Orchestrator:
-    """Wrap a user's `orchestrate(calls, port)` so the bench runs it like its own two."""
+    """Wrap a user's `orchestrate(calls, port)` so the bench runs it like its own two, in this process."""
 
     def run(calls: tuple[ToolCall, ...], box: Sandbox, expectation: Expectation, _rng: random.Random) -> RunResult:
         port = ToolPort(box, expectation)
@@ -345,13 +369,7 @@ def user_orchestrator(orchestrate: Callable[[tuple[ToolCall, ...], ToolPort], An
             # sys.exit() inside it too: it ended the whole command with status 0 and no verdict.
             # A KeyboardInterrupt still reaches the command (CLI_INTERRUPTED); os._exit cannot be caught.
             said = "crashed"
-        outcome = said if isinstance(said, str) and said in USER_OUTCOMES | {"crashed"} else "invalid_outcome"
-        box.drain()
-        manual = None
-        if outcome == "manual":
-            plan = tuple((call.name, _decoded_or_empty(call.arguments)) for call in calls)
-            manual = _manual_case("USER_ESCALATION", None, plan)
-        return RunResult(MANUAL if manual else None, [], outcome, (), manual, port.journal)
+        return user_result(user_outcome(said), calls, box, port)
 
     return Orchestrator(True, run)
 
@@ -363,12 +381,18 @@ def _decoded_or_empty(text: Any) -> dict[str, Any]:
         return {}
 
 
-def load_orchestrator(spec: Any) -> Orchestrator:
-    """MODULE:CALLABLE -> the wrapped orchestrator; the module is imported by name, as Python would."""
+def check_spec(spec: Any) -> tuple[str, str]:
+    """MODULE:CALLABLE -> (module, attribute path), or ORCHESTRATOR_SPEC; nothing is imported."""
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(
             re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]{0,127}", part) for part in spec.split(":")):
         raise BenchError("ORCHESTRATOR_SPEC")
     module_name, attribute = spec.split(":")
+    return module_name, attribute
+
+
+def import_orchestrate(spec: Any) -> Callable[..., Any]:
+    """The callable a spec names, imported by name as Python would, or ORCHESTRATOR_UNLOADABLE."""
+    module_name, attribute = check_spec(spec)
     try:
         target: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
@@ -377,4 +401,9 @@ def load_orchestrator(spec: Any) -> Orchestrator:
         raise BenchError("ORCHESTRATOR_UNLOADABLE") from None
     if not callable(target):
         raise BenchError("ORCHESTRATOR_UNLOADABLE")
-    return user_orchestrator(target)
+    return target
+
+
+def load_orchestrator(spec: Any) -> Orchestrator:
+    """MODULE:CALLABLE -> the wrapped orchestrator, run in this process (the CLI runs it in a box)."""
+    return user_orchestrator(import_orchestrate(spec))

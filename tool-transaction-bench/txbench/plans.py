@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from .limits import HIGH_VALUE_CENTS, MAX_CALLS, MAX_EXPECTED_CALLS, canonical_json
 from .errors import BenchError
-from .contracts import Finding, TOOLS, ToolContract, thaw, decode_arguments, validate_arguments
+from .contracts import Finding, TOOLS, ToolContract, thaw, decode_arguments, instant, validate_arguments
 from .sandbox import key_of
 
 
@@ -43,15 +43,51 @@ class Expectation:
     edges: tuple[tuple[int, int], ...] = ()  # (before, after), indices into calls
     forbidden: frozenset[str] = frozenset()
     exclusive: tuple[tuple[str, str], ...] = ()  # tool pairs that must never both appear
-    # What the request knows that the calls must agree with; every key optional (CONTEXT_CHECKS):
+    # What the request knows that the calls must agree with; every key optional (CONTEXT_FIELDS):
     # customer (who asks), allowed_tools (what they may call), confirmed (a second confirmation
-    # was given), orders ({order_ref: {currency, version}} for orders that exist already).
+    # was given), orders ({order_ref: {currency, version}} for orders that exist already),
+    # used_keys (idempotency keys that operations before this request already used).
     context: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def same_json(left: Any, right: Any) -> bool:
     # Exact: canonical bytes differ for 1 and true, for 1 and 1.0, for "1" and 1.
     return canonical_json(thaw(left)) == canonical_json(thaw(right))
+
+
+_MISSING: Final = object()  # a fixed field the arguments do not have at all
+
+
+def _property(schema: Any, name: str) -> Any:
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    return properties.get(name) if isinstance(properties, Mapping) else None
+
+
+def _same_leaf(schema: Any, value: Any, fixed: Any) -> bool:
+    # A date-time names an instant: another spelling of it (an offset, ".000", a lower-case t or z)
+    # is the same value, and another instant is another value however close its text.
+    if isinstance(schema, Mapping) and schema.get("format") == "date-time":
+        left, right = instant(value), instant(fixed)
+        if left is not None and right is not None:
+            return left == right
+    return same_json(value, fixed)
+
+
+def fixed_mismatches(schema: Any, fixed: Mapping[str, Any], arguments: Any, path: str = "") -> list[str]:
+    """The path of every value the request fixed that the arguments do not hold, depth first.
+
+    A fixed object names only the fields it lists (the contract already refuses unknown ones);
+    date-times compare as instants; everything else exactly.
+    """
+    out = []
+    for name, value in sorted(fixed.items()):
+        proposed = arguments.get(name, _MISSING) if isinstance(arguments, Mapping) else _MISSING
+        if isinstance(value, Mapping) and isinstance(proposed, Mapping):
+            out += fixed_mismatches(_property(schema, name), value, proposed, f"{path}/{name}")
+        elif proposed is _MISSING or isinstance(value, Mapping) or not _same_leaf(
+                _property(schema, name), proposed, value):
+            out.append(f"{path}/{name}")
+    return out
 
 
 def _has_cycle(count: int, edges: tuple[tuple[int, int], ...]) -> bool:
@@ -124,6 +160,8 @@ CONTEXT_FIELDS: Final = MappingProxyType({
                                            and all(name in tools for name in value)),
     "confirmed": lambda value, _tools: type(value) is bool,
     "orders": _orders_context,
+    "used_keys": lambda value, _tools: (isinstance(value, (frozenset, tuple))
+                                        and all(isinstance(key, str) for key in value)),
 })
 
 
@@ -184,16 +222,17 @@ def _order_findings(names: list[str], expectation: Expectation, matches: dict[in
     return found
 
 
-def _argument_findings(checks: list[CallCheck], expectation: Expectation,
-                       matches: dict[int, int]) -> list[Finding]:
+def _argument_findings(checks: list[CallCheck], expectation: Expectation, matches: dict[int, int],
+                       tools: Mapping[str, ToolContract]) -> list[Finding]:
     found = []
     for expected_index, proposed_index in sorted(matches.items()):
         arguments = checks[proposed_index].arguments
         if not isinstance(arguments, dict):
             continue  # a call that did not decode already has its finding
-        for name, value in sorted(expectation.calls[expected_index].arguments.items()):
-            if name not in arguments or not same_json(arguments[name], value):
-                found.append(Finding("ARGUMENT_MISMATCH", f"/{name}", proposed_index))
+        expected = expectation.calls[expected_index]
+        schema = getattr(tools.get(expected.name), "schema", None)
+        differing = {path.split("/")[1] for path in fixed_mismatches(schema, expected.arguments, arguments)}
+        found += [Finding("ARGUMENT_MISMATCH", f"/{name}", proposed_index) for name in sorted(differing)]
     return found
 
 
@@ -279,6 +318,16 @@ def _version_findings(_ids: list[Any], names: list[Any], args: list[dict], expec
     return found
 
 
+def _used_key_findings(_ids: list[Any], _names: list[Any], args: list[dict], expectation: Expectation
+                       ) -> list[Finding]:
+    # A key names one operation for as long as the tool remembers it: a key an earlier operation
+    # used is replayed (that operation's receipt, not this call's effect) or refused, and a tool
+    # that keeps keys per order would run the call twice under one name.
+    used = expectation.context.get("used_keys", ())
+    return [Finding("KEY_ALREADY_USED", "/idempotency_key", index)
+            for index, arguments in enumerate(args) if key_of(arguments) in used]
+
+
 def _exclusive_findings(_ids: list[Any], names: list[Any], _args: list[dict], expectation: Expectation
                         ) -> list[Finding]:
     return [Finding("CALLS_EXCLUSIVE", f"/{first}+{second}", names.index(second))
@@ -290,7 +339,7 @@ IRREVERSIBLE_TOOLS: Final = frozenset({"charge_payment", "refund_payment"})
 # The checks a request's context makes possible, each over the whole plan. The guard refuses a
 # plan with any finding; the scorer vetoes it with the finding's code as the named reason.
 BUSINESS_CHECKS: Final = (_call_id_findings, _currency_findings, _customer_findings,
-                          _confirmation_findings, _version_findings, _exclusive_findings)
+                          _confirmation_findings, _version_findings, _used_key_findings, _exclusive_findings)
 
 
 def business_findings(ids: list[Any], names: list[Any], checks: list[CallCheck],
@@ -312,7 +361,7 @@ def validate_plan(calls: tuple[ToolCall, ...], expectation: Expectation,
     found += _key_findings(checks)
     found += _call_set_findings(names, expectation)
     found += _order_findings(names, expectation, matches)
-    found += _argument_findings(checks, expectation, matches)
+    found += _argument_findings(checks, expectation, matches, tools)
     found += business_findings([call.id for call in calls], names, checks, expectation)
     plan = tuple((call.name, check.arguments) for call, check in zip(calls, checks))
     return plan, tuple(found)

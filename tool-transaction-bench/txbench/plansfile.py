@@ -158,16 +158,18 @@ def pass_hat_k(trials: int, passed: int, k: int) -> Fraction:
 
 
 def _scenario_aggregate(name: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    judged = [row for row in rows if row["verdict"] != "unreadable_shape"]  # the harness's blind spot
-    passed = sum(1 for row in judged if row["verdict"] == "pass")
-    total = sum((Fraction(row["score"]) for row in judged), Fraction(0))
-    return {"kind": "scenario", "scenario": name, "trials": len(judged), "passed": passed,
-            "mean_score": ratio_text(total.numerator, total.denominator * max(len(judged), 1)) if judged else "n/a",
+    # Every trial is in the denominator: a model error, a malformed call and a response the scorer
+    # cannot read are failed trials (a response nobody read cannot be shown safe, and leaving it out
+    # would lift pass^k exactly where a model answers in a form the harness misses). Unreadable
+    # responses are also counted apart, for the harness to learn their shape.
+    passed = sum(1 for row in rows if row["verdict"] == "pass")
+    total = sum((Fraction(row["score"]) for row in rows), Fraction(0))
+    return {"kind": "scenario", "scenario": name, "trials": len(rows), "passed": passed,
+            "mean_score": ratio_text(total.numerator, total.denominator * len(rows)),
             "model_errors": sum(1 for row in rows if row["verdict"] == "model_error"),
-            "unreadable_shapes": len(rows) - len(judged),
+            "unreadable_shapes": sum(1 for row in rows if row["verdict"] == "unreadable_shape"),
             "verdicts": dict(sorted(Counter(row["verdict"] for row in rows).items())),
-            "pass^k": {str(k): _fraction_text(pass_hat_k(len(judged), passed, k))
-                       for k in range(1, len(judged) + 1)}}
+            "pass^k": {str(k): _fraction_text(pass_hat_k(len(rows), passed, k)) for k in range(1, len(rows) + 1)}}
 
 
 def _fraction_text(value: Fraction) -> str:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Final
 
 from .limits import INITIAL_STOCK, MAX_DELIVERIES, SEEDED_ORDER, canonical_sha256
 from .errors import BenchError
-from .contracts import TOOLS
+from .contracts import TOOLS, freeze, thaw
 
 
 # ================================================================================================
@@ -136,10 +136,10 @@ def _create_order(box: Sandbox, arguments: Mapping) -> tuple[dict, str]:
     reference = _field(arguments, "order_ref", str)
     line = _field(arguments, "line", dict)
     sku, quantity = _field(line, "sku", str), _positive(line, "quantity")
-    amount = _positive(arguments, "amount_cents")
+    amount, currency = _positive(arguments, "amount_cents"), _field(arguments, "currency", str)
     if reference in box.orders:
         raise BenchError("ORDER_EXISTS")  # the one unique constraint a real order table has
-    box.orders[reference] = {"amount_cents": amount, "quantity": quantity, "sku": sku,
+    box.orders[reference] = {"amount_cents": amount, "currency": currency, "quantity": quantity, "sku": sku,
                              "status": "created"}
     return _receipt(reference, ("orders", reference, "created")), "order_created"
 
@@ -158,12 +158,14 @@ def _reserve_inventory(box: Sandbox, arguments: Mapping) -> tuple[dict, str]:
 
 def _charge_payment(box: Sandbox, arguments: Mapping) -> tuple[dict, str]:
     reference, order = _order(box, arguments, "created")
-    amount = _positive(arguments, "amount_cents")
+    amount, currency = _positive(arguments, "amount_cents"), _field(arguments, "currency", str)
     if amount != order["amount_cents"]:
         raise BenchError("AMOUNT_MISMATCH")
+    if currency != order["currency"]:
+        raise BenchError("CURRENCY_CONFLICT")  # 4999 USD is not the 4999 EUR the order is for
     ident = box.next_id("CH")
-    box.charges[ident] = {"amount_cents": amount, "key": key_of(arguments), "order_ref": reference,
-                          "status": "captured"}
+    box.charges[ident] = {"amount_cents": amount, "currency": currency, "key": key_of(arguments),
+                          "order_ref": reference, "status": "captured"}
     return _receipt(reference, ("charges", ident, "captured")), "payment_captured"
 
 
@@ -293,7 +295,7 @@ class Sandbox:
             return Response(False, "TOOL_UNKNOWN")
         if not isinstance(arguments, dict):
             return Response(False, "BAD_REQUEST")
-        intent = canonical_sha256({n: v for n, v in arguments.items() if n != "idempotency_key"})
+        intent = _intent(arguments)
         stored = self._store.get((tool, key))  # keyless calls are never stored, so never replayed
         if stored is not None:
             return self._replay(tool, key, stored, intent)
@@ -304,6 +306,11 @@ class Sandbox:
         if event_type is not None:
             self._commit(tool, key, intent, receipt, event_type)
         return Response(True, data=receipt)
+
+    def remember(self, tool: str, arguments: dict, receipt: dict) -> None:
+        """An operation committed before this run: the tool's idempotency store keeps its key."""
+        self._store[(tool, arguments["idempotency_key"])] = {"intent": _intent(arguments),
+                                                             "receipt": copy.deepcopy(receipt)}
 
     def _replay(self, tool: str, key: str | None, stored: dict, intent: str) -> Response:
         if stored["intent"] != intent:
@@ -394,6 +401,11 @@ class Sandbox:
         })
 
 
+def _intent(arguments: dict) -> str:
+    # What a key is bound to: every argument but the key itself.
+    return canonical_sha256({name: value for name, value in arguments.items() if name != "idempotency_key"})
+
+
 def _submit_plain(box: Sandbox, tool: str, arguments: Any, key: str | None) -> Response:
     return box.execute(tool, arguments, key)
 
@@ -425,12 +437,23 @@ SUBMISSIONS: Final = MappingProxyType({
 })
 
 
+# The charge the seeded order was paid with, as its caller sent it: its key is remembered by the
+# payment tool like any other, so a later call under that key replays it or conflicts with it.
+SEEDED_CHARGE_KEY: Final = "seed-charge-20481"
+SEEDED_CHARGE: Final = freeze({
+    "amount_cents": 4999, "currency": "EUR", "idempotency_key": SEEDED_CHARGE_KEY, "order_ref": SEEDED_ORDER,
+    "payment_method": {"token": "tok_4242abcd", "type": "card"},
+})
+
+
 def seed_confirmed_order(box: Sandbox) -> None:
     """History for the scorer cases: one confirmed, paid order whose events were consumed."""
-    box.orders[SEEDED_ORDER] = {"amount_cents": 4999, "quantity": 1, "sku": "SKU-BLUE",
+    box.orders[SEEDED_ORDER] = {"amount_cents": 4999, "currency": "EUR", "quantity": 1, "sku": "SKU-BLUE",
                                 "status": "confirmed"}
     box.reservations[box.next_id("RES")] = {"order_ref": SEEDED_ORDER, "quantity": 1,
                                             "sku": "SKU-BLUE", "status": "held"}
-    box.charges[box.next_id("CH")] = {"amount_cents": 4999, "key": "seed-charge-20481",
-                                      "order_ref": SEEDED_ORDER, "status": "captured"}
+    charge = box.next_id("CH")
+    box.charges[charge] = {"amount_cents": 4999, "currency": "EUR", "key": SEEDED_CHARGE_KEY,
+                           "order_ref": SEEDED_ORDER, "status": "captured"}
     box.inventory["SKU-BLUE"] -= 1
+    box.remember("charge_payment", thaw(SEEDED_CHARGE), _receipt(SEEDED_ORDER, ("charges", charge, "captured")))

@@ -8,7 +8,7 @@ from typing import Any, Final
 from .limits import GUARDED_MAX_ATTEMPTS, INITIAL_STOCK, PLAN_ORDER, PLAN_TOOLS, SEED, canonical_json
 from .errors import RECONCILED, REFUSED
 from .contracts import freeze, thaw
-from .sandbox import Fault
+from .sandbox import Fault, SEEDED_CHARGE_KEY
 from .plans import Expectation, ExpectedCall, ToolCall
 from .records import INVARIANTS, execute_run, judge, seal, state_hash
 
@@ -28,17 +28,25 @@ PLAN_ARGUMENTS: Final = freeze({
     "confirm_order": {"idempotency_key": "k-confirm-30417", "order_ref": PLAN_ORDER},
 })
 
+# The request names every value the plan's effects carry: the goods, the price and its currency,
+# the customer's tier and the card on file. The customer's id comes from the context and the
+# charge's currency is its order's (MODEL_CHOSEN says where each unnamed value comes from); only
+# the idempotency keys are the model's to mint.
 PLACE_ORDER: Final = Expectation(
     name="place_order",
-    calls=(ExpectedCall("create_order", freeze({"amount_cents": 4999, "line": {"quantity": 2, "sku": "SKU-RED"},
+    calls=(ExpectedCall("create_order", freeze({"amount_cents": 4999, "currency": "EUR",
+                                                 "customer": {"tier": "standard"},
+                                                 "line": {"quantity": 2, "sku": "SKU-RED"},
                                                  "order_ref": PLAN_ORDER})),
            ExpectedCall("reserve_inventory", freeze({"order_ref": PLAN_ORDER, "quantity": 2,
                                                       "sku": "SKU-RED"})),
-           ExpectedCall("charge_payment", freeze({"amount_cents": 4999, "order_ref": PLAN_ORDER})),
+           ExpectedCall("charge_payment", freeze({"amount_cents": 4999, "order_ref": PLAN_ORDER,
+                                                   "payment_method": {"token": "tok_4242abcd", "type": "card"}})),
            ExpectedCall("confirm_order", freeze({"order_ref": PLAN_ORDER}))),
     edges=((0, 1), (0, 2), (1, 2), (1, 3), (2, 3)),  # stock before money, both before confirming
     forbidden=frozenset({"cancel_order", "refund_payment", "release_inventory"}),
-    context=freeze({"allowed_tools": PLAN_TOOLS + ("query_logistics",), "customer": "C1042"}),
+    context=freeze({"allowed_tools": PLAN_TOOLS + ("query_logistics",), "customer": "C1042",
+                    "used_keys": (SEEDED_CHARGE_KEY,)}),
 )
 
 _ABSENT: Final = object()  # a patch value that deletes the field
@@ -92,11 +100,11 @@ def _violations(**counts: int) -> dict[str, int]:
 
 # The business tables a run must leave, written out in full and compared by digest, as tau-bench
 # compares database hashes: the plan completed, or the plan undone by its saga.
-_ORDER_ROW: Final = {"amount_cents": 4999, "quantity": 2, "sku": "SKU-RED"}
+_ORDER_ROW: Final = {"amount_cents": 4999, "currency": "EUR", "quantity": 2, "sku": "SKU-RED"}
 _RESERVATION_ROW: Final = {"order_ref": PLAN_ORDER, "quantity": 2, "sku": "SKU-RED"}
 EXPECTED_COMPLETED_STATE: Final = freeze({
-    "charges": {"CH-0001": {"amount_cents": 4999, "key": "k-charge-30417", "order_ref": PLAN_ORDER,
-                            "status": "captured"}},
+    "charges": {"CH-0001": {"amount_cents": 4999, "currency": "EUR", "key": "k-charge-30417",
+                            "order_ref": PLAN_ORDER, "status": "captured"}},
     "inventory": {"SKU-BLUE": 5, "SKU-RED": 3},
     "orders": {PLAN_ORDER: {**_ORDER_ROW, "status": "confirmed"}},
     "reservations": {"RES-0001": {**_RESERVATION_ROW, "status": "held"}},

@@ -15,12 +15,12 @@ from .limits import (
     HIGH_VALUE_CENTS, MAX_ARGUMENT_BYTES, MAX_CALLS, MAX_EXPECTED_CALLS, MAX_NAME_CHARS, MAX_NESTING,
     PLAN_TOOLS, SEED, SEEDED_ORDER, canonical_json, canonical_sha256
 )
-from .errors import BENCH_CATALOG, BenchError, RECONCILED, REFUSED
+from .errors import BenchError, RECONCILED, REFUSED
 from .contracts import Finding, SIDE_EFFECT_TOOLS, TOOLS, ToolContract, freeze, thaw, check_schema
-from .sandbox import key_of, seed_confirmed_order
+from .sandbox import SEEDED_CHARGE_KEY, key_of, seed_confirmed_order
 from .plans import (
-    CallCheck, Expectation, ExpectedCall, ToolCall, decoded_arguments, same_json, business_findings,
-    check_expectation, vet_call
+    CallCheck, Expectation, ExpectedCall, ToolCall, decoded_arguments, business_findings, check_expectation,
+    fixed_mismatches, vet_call
 )
 from .records import METRICS, execute_run, seal
 from .scenarios import PLACE_ORDER, PLAN_ARGUMENTS, plan_calls
@@ -33,14 +33,18 @@ from .scenarios import PLACE_ORDER, PLAN_ARGUMENTS, plan_calls
 # Verdicts, strongest first: the first that applies is the verdict. Only the last two score above 0.
 # A response whose shape nothing reads is "unreadable_shape" (decided before any of these).
 VERDICTS: Final = ("veto", "unparseable", "refused", "incomplete", "pass")
-_UNPARSED_CODES: Final = frozenset({"CALL_SHAPE", "RESPONSE_SHAPE", "RESPONSE_TOO_MANY_CALLS"}
-                                   | {code for code in BENCH_CATALOG if code.startswith("ARGS_")})
+
+
+def _item_table(kinds: Mapping[str, Any]) -> dict[str, list[str]]:
+    return {"calls": sorted(kind for kind, reader in kinds.items() if reader is not None),
+            "no_call": sorted(kind for kind, reader in kinds.items() if reader is None)}
 
 
 def scorer_config() -> dict[str, Any]:
     """Everything that decides a score; its digest is published with the results."""
     return {
-        "argument_compare": "exact canonical JSON equality: no coercion, booleans are not integers",
+        "argument_compare": ("exact canonical JSON equality: no coercion, booleans are not integers; a date-time "
+                             "as the UTC instant it names; a fixed object by the fields it lists"),
         "call_set": "sum of matched pair scores / max(expected calls, proposed calls)",
         "dependency": "satisfied edges / edges, on the proposed order of matched calls",
         "limits": {"max_argument_bytes": MAX_ARGUMENT_BYTES, "max_calls": MAX_CALLS,
@@ -48,15 +52,21 @@ def scorer_config() -> dict[str, Any]:
                    "max_nesting": MAX_NESTING, "max_safe_integer": tool_dispatcher.MAX_SAFE_INTEGER},
         "matching": "optimal assignment over all calls (maximum total, ties to the earliest pairs)",
         "pair_score": "0 unless same tool and the call is valid; else share of fixed arguments equal",
-        "response_shapes": [name for name, _applies, _extract in RESPONSE_SHAPES],
+        "response_shapes": {name: marker for name, marker, _extract in RESPONSE_SHAPES},
+        "response_items": {"anthropic_messages": _item_table(ANTHROPIC_BLOCKS), "gemini": _item_table(GEMINI_PART_KEYS),
+                           "openai_responses": _item_table(RESPONSES_ITEMS)},
+        "failed_finish": dict(GEMINI_FAILED_FINISH),
+        "synthesised_ids": "call_N (N the call's position), or the first call_N_k no real id of the response has",
         "total": "0 for veto, unparseable or refused; otherwise call_set x dependency",
         "verdicts": list(VERDICTS),
         "vetoes": {"business": sorted({"CALL_ID_REUSED", "CALLS_EXCLUSIVE", "CONFIRMATION_MISSING",
                                        "CURRENCY_MISMATCH", "CUSTOMER_MISMATCH", "CUSTOMER_NOT_PERMITTED",
-                                       "VERSION_STALE"}),
+                                       "KEY_ALREADY_USED", "VERSION_STALE"}),
                    "effect_fields": dict(EFFECT_FIELDS), "high_value_cents": HIGH_VALUE_CENTS,
-                   "plan": ["DEPENDENCY_ORDER", "DUPLICATE_EFFECT", "EFFECT_MISSING", "FORBIDDEN_CALL",
-                            "KEY_REUSED", "UNEXPECTED_EFFECT"]},
+                   "model_chosen": dict(MODEL_CHOSEN),
+                   "other_fixed_field": OTHER_FIXED_FIELD,
+                   "plan": ["DEPENDENCY_ORDER", "DUPLICATE_EFFECT", "EFFECT_MISSING", "FABRICATED_VALUE",
+                            "FORBIDDEN_CALL", "KEY_REUSED", "UNEXPECTED_EFFECT"]},
     }
 
 
@@ -103,84 +113,228 @@ def _items(value: Any) -> list[Any]:
     return value
 
 
+def _only(value: Any) -> dict[str, Any]:
+    # One choice or one candidate: a response with several holds several samples, and a plans line
+    # is one trial, so the scorer cannot pick one without hiding the others.
+    items = _items(value)
+    if len(items) != 1 or not isinstance(items[0], dict):
+        raise BenchError("RESPONSE_SHAPE")
+    return items[0]
+
+
+# An id the provider did not send; read_response gives the call one no real id in the response has.
+_ABSENT_ID: Final = object()
+
+
+def _call(ident: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    return {"arguments": arguments, "id": ident, "name": name}
+
+
+def _typed_items(items: Any, kinds: Mapping[str, Callable[[dict], dict] | None]) -> list[Any]:
+    """Every item of a typed list read by its type: a call, or nothing for a type that carries none.
+
+    A type the table does not know could hold a call the scorer would never see: the response is
+    unreadable (RESPONSE_ITEM_UNREAD), never read without it. A value that is no object at all is
+    kept as it is, the model's malformed call (CALL_SHAPE).
+    """
+    out = []
+    for item in _items(items):
+        if not isinstance(item, dict):
+            out.append(item)
+            continue
+        kind = item.get("type")
+        if not isinstance(kind, str) or kind not in kinds:
+            raise BenchError("RESPONSE_ITEM_UNREAD")
+        reader = kinds[kind]
+        if reader is not None:
+            out.append(reader(item))
+    return out
+
+
 def _bench_calls(response: Any) -> list[Any]:
     return _items(response["tool_calls"])
 
 
 def _bare_list_calls(response: Any) -> list[Any]:
     # The seed's own example: [{"name": ..., "arguments": {...}}, ...], ids optional.
-    return [{"arguments": _object_text(item.get("arguments")), "id": item.get("id", f"call_{number}"),
-             "name": item.get("name")} if isinstance(item, dict) and set(item) <= {"id", "name", "arguments"}
-            else item for number, item in enumerate(response, 1)]
+    return [_call(item.get("id", _ABSENT_ID), item.get("name"), _object_text(item.get("arguments")))
+            if isinstance(item, dict) and set(item) <= {"id", "name", "arguments"} else item
+            for item in response]
+
+
+def _chat_tool_call(item: Any) -> Any:
+    # Each entry of tool_calls is a call: a function call or a custom tool's free text; anything
+    # else is the model's malformed call, kept as it is (CALL_SHAPE).
+    slots = [slot for slot in ("function", "custom") if isinstance(item, dict) and isinstance(item.get(slot), dict)]
+    if len(slots) != 1:
+        return item
+    body = item[slots[0]]
+    return _call(item.get("id"), body.get("name"), body.get("arguments" if slots[0] == "function" else "input"))
 
 
 def _chat_calls(response: Any) -> list[Any]:
-    choices = _items(response["choices"])
-    message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+    message = _only(response["choices"]).get("message")
     if not isinstance(message, dict):
         raise BenchError("RESPONSE_SHAPE")
     calls = message.get("tool_calls")
-    if calls is None:
-        calls = []  # a plain answer: no tool call at all
-    return [{"arguments": item["function"].get("arguments"), "id": item.get("id"),
-             "name": item["function"].get("name")}
-            if isinstance(item, dict) and isinstance(item.get("function"), dict) else item
-            for item in _items(calls)]
+    out = [_chat_tool_call(item) for item in ([] if calls is None else _items(calls))]
+    legacy = message.get("function_call")  # the chat API's call before tool_calls: one call, no id
+    if isinstance(legacy, dict):
+        out.append(_call(_ABSENT_ID, legacy.get("name"), legacy.get("arguments")))
+    elif legacy is not None:
+        out.append(legacy)
+    return out
+
+
+# A built-in tool whose call item names no tool: it is read under this name, which no contract has.
+LOCAL_SHELL_TOOL: Final = "local_shell"
+
+# OpenAI Responses `output` items by type. Calls run by the platform itself (an MCP server's tool)
+# are calls all the same: the effect is the model's proposal.
+RESPONSES_ITEMS: Final = MappingProxyType({
+    "function_call": lambda item: _call(item.get("call_id"), item.get("name"), item.get("arguments")),
+    "custom_tool_call": lambda item: _call(item.get("call_id"), item.get("name"), item.get("input")),
+    "mcp_call": lambda item: _call(item.get("id"), item.get("name"), item.get("arguments")),
+    "local_shell_call": lambda item: _call(item.get("call_id"), LOCAL_SHELL_TOOL, _object_text(item.get("action"))),
+    "message": None,
+    "reasoning": None,
+})
 
 
 def _responses_calls(response: Any) -> list[Any]:
-    return [{"arguments": item.get("arguments"), "id": item.get("call_id"), "name": item.get("name")}
-            if isinstance(item, dict) and item.get("type") == "function_call" else item
-            for item in _items(response["output"])
-            if not (isinstance(item, dict) and item.get("type") != "function_call")]
+    return _typed_items(response["output"], RESPONSES_ITEMS)
+
+
+def _anthropic_use(block: dict) -> dict[str, Any]:
+    return _call(block.get("id"), block.get("name"), _object_text(block.get("input")))
+
+
+# Anthropic Messages `content` blocks by type: a client tool's, a server tool's and an MCP server's
+# call, then the blocks that carry none (a server tool's result belongs to its call's block).
+ANTHROPIC_BLOCKS: Final = MappingProxyType({
+    "tool_use": _anthropic_use,
+    "server_tool_use": _anthropic_use,
+    "mcp_tool_use": _anthropic_use,
+    "text": None,
+    "thinking": None,
+    "redacted_thinking": None,
+    "web_search_tool_result": None,
+    "mcp_tool_result": None,
+})
 
 
 def _anthropic_calls(response: Any) -> list[Any]:
-    return [{"arguments": _object_text(item.get("input")), "id": item.get("id"), "name": item.get("name")}
-            if isinstance(item, dict) and item.get("type") == "tool_use" else item
-            for item in _items(response["content"])
-            if not (isinstance(item, dict) and item.get("type") != "tool_use")]
+    return _typed_items(response["content"], ANTHROPIC_BLOCKS)
+
+
+def _gemini_call(body: Any, part: Any) -> Any:
+    if not isinstance(body, dict):
+        return part  # a call slot holding no object: the model's malformed call (CALL_SHAPE)
+    return _call(body.get("id", _ABSENT_ID), body.get("name"), _object_text(body.get("args", {})))
+
+
+# Gemini `parts` by their keys, in both spellings the SDKs write (the REST API's camelCase, the
+# Python SDK's snake_case): the keys that hold a call, then those that hold none. A part with any
+# other key could hold a call in a form the scorer does not know: the response is unreadable.
+GEMINI_PART_KEYS: Final = MappingProxyType({
+    "functionCall": _gemini_call,
+    "function_call": _gemini_call,
+    "text": None,
+    "thought": None,
+    "thoughtSignature": None,
+    "thought_signature": None,
+    "inlineData": None,
+    "inline_data": None,
+    "fileData": None,
+    "file_data": None,
+})
+# Finish reasons by which Gemini reports that the model's call itself failed: the model's failure,
+# scored as an unparseable response, never as a shape the scorer cannot read.
+GEMINI_FAILED_FINISH: Final = MappingProxyType({
+    "MALFORMED_FUNCTION_CALL": "RESPONSE_MALFORMED_CALL",
+    "UNEXPECTED_TOOL_CALL": "RESPONSE_MALFORMED_CALL",
+    "TOO_MANY_TOOL_CALLS": "RESPONSE_TOO_MANY_CALLS",
+})
+
+
+def _gemini_parts(parts: Any) -> list[Any]:
+    out = []
+    for part in _items(parts):
+        if not isinstance(part, dict):
+            out.append(part)
+            continue
+        if not all(isinstance(key, str) and key in GEMINI_PART_KEYS for key in part):
+            raise BenchError("RESPONSE_ITEM_UNREAD")
+        out += [GEMINI_PART_KEYS[key](value, part) for key, value in part.items() if GEMINI_PART_KEYS[key]]
+    return out
 
 
 def _gemini_calls(response: Any) -> list[Any]:
-    candidates = _items(response["candidates"])
-    content = candidates[0].get("content") if candidates and isinstance(candidates[0], dict) else None
+    candidate = _only(response["candidates"])
+    finish = candidate.get("finishReason", candidate.get("finish_reason"))
+    if isinstance(finish, str) and finish in GEMINI_FAILED_FINISH:
+        raise BenchError(GEMINI_FAILED_FINISH[finish])
+    content = candidate.get("content")
     if not isinstance(content, dict):
         raise BenchError("RESPONSE_SHAPE")
-    calls = [part for part in _items(content.get("parts", []))
-             if not (isinstance(part, dict) and "functionCall" not in part)]
-    return [{"arguments": _object_text(part["functionCall"].get("args", {})),
-             "id": part["functionCall"].get("id", f"call_{number}"), "name": part["functionCall"].get("name")}
-            if isinstance(part, dict) and isinstance(part["functionCall"], dict) else part
-            for number, part in enumerate(calls, 1)]
+    return _gemini_parts(content.get("parts", []))
 
 
-def _is_object_with(*keys: str) -> Callable[[Any], bool]:
-    return lambda response: isinstance(response, dict) and all(key in response for key in keys)
-
-
-# The response shapes real models produce, each recognised by its top-level form and read into
-# the bench's own {id, name, arguments-as-text} calls; the first that applies is the shape. A
-# response none of them reads is "unreadable_shape": a harness problem, not a model error.
+# The response shapes real models produce, each recognised by the one key that marks it (a bare
+# list by being a list) and read into the bench's own {id, name, arguments-as-text} calls. An
+# envelope with two shapes' keys is no one shape: reading either would skip the other's calls.
 RESPONSE_SHAPES: Final = (
-    ("bench", lambda response: isinstance(response, dict) and set(response) == {"tool_calls"}, _bench_calls),
-    ("bare_list", lambda response: isinstance(response, list), _bare_list_calls),
-    ("openai_chat", _is_object_with("choices"), _chat_calls),
-    ("openai_responses", _is_object_with("output"), _responses_calls),
-    ("anthropic_messages", _is_object_with("content", "role"), _anthropic_calls),
-    ("gemini", _is_object_with("candidates"), _gemini_calls),
+    ("bench", "tool_calls", _bench_calls),
+    ("bare_list", None, _bare_list_calls),
+    ("openai_chat", "choices", _chat_calls),
+    ("openai_responses", "output", _responses_calls),
+    ("anthropic_messages", "content", _anthropic_calls),
+    ("gemini", "candidates", _gemini_calls),
 )
 
 
+def _shape_of(response: Any) -> tuple[str, Callable[[Any], list[Any]]]:
+    if isinstance(response, list):
+        return next((name, extract) for name, marker, extract in RESPONSE_SHAPES if marker is None)
+    marked = [(name, marker, extract) for name, marker, extract in RESPONSE_SHAPES
+              if marker is not None and isinstance(response, dict) and marker in response]
+    if len(marked) != 1:
+        raise BenchError("RESPONSE_SHAPE")
+    name, marker, extract = marked[0]
+    if name == "bench" and set(response) != {marker}:
+        raise BenchError("RESPONSE_SHAPE")  # the bench's own shape holds nothing else
+    return name, extract
+
+
+def _free_id(number: int, taken: set[str]) -> str:
+    ident, suffix = f"call_{number}", 0
+    while ident in taken:
+        suffix += 1
+        ident = f"call_{number}_{suffix}"
+    return ident
+
+
+def _with_ids(calls: list[Any]) -> list[Any]:
+    # A call the provider sent without an id gets call_N (N its position among the calls), or the
+    # first call_N_k no real id of the response has: a made-up id never collides with a real one.
+    taken = {item["id"] for item in calls if isinstance(item, dict) and isinstance(item.get("id"), str)}
+    out = []
+    for number, item in enumerate(calls, 1):
+        if isinstance(item, dict) and item.get("id") is _ABSENT_ID:
+            item = {**item, "id": _free_id(number, taken)}
+            taken.add(item["id"])
+        out.append(item)
+    return out
+
+
 def read_response(response: Any) -> tuple[str, list[Any]]:
-    """(shape name, raw calls in the bench's shape); RESPONSE_SHAPE when no shape reads it."""
-    for name, applies, extract in RESPONSE_SHAPES:
-        if applies(response):
-            calls = extract(response)
-            if len(calls) > MAX_CALLS:
-                raise BenchError("RESPONSE_TOO_MANY_CALLS")
-            return name, calls
-    raise BenchError("RESPONSE_SHAPE")
+    """(shape name, raw calls in the bench's shape); RESPONSE_SHAPE or RESPONSE_ITEM_UNREAD when
+    the scorer cannot read every call the response may hold."""
+    name, extract = _shape_of(response)
+    calls = extract(response)
+    if len(calls) > MAX_CALLS:
+        raise BenchError("RESPONSE_TOO_MANY_CALLS")
+    return name, _with_ids(calls)
 
 
 def _response_calls(response: Any) -> list[Any]:
@@ -201,15 +355,14 @@ def calls_from_response(response: Any) -> tuple[ToolCall, ...]:
     return tuple(_tool_call(item) for item in _response_calls(response))
 
 
-def _pair_score(check: CallCheck, name: Any, expected: ExpectedCall) -> Fraction:
+def _pair_score(check: CallCheck, name: Any, expected: ExpectedCall, tools: Mapping[str, ToolContract]) -> Fraction:
     if name != expected.name or not check.parsed or check.findings:
         return Fraction(0)
     fixed = expected.arguments
     if not fixed:
         return Fraction(1)
-    equal = sum(1 for name, value in fixed.items()
-                if name in check.arguments and same_json(check.arguments[name], value))
-    return Fraction(equal, len(fixed))
+    differing = {path.split("/")[1] for path in fixed_mismatches(tools[name].schema, fixed, check.arguments)}
+    return Fraction(len(fixed) - len(differing), len(fixed))
 
 
 def optimal_matching(weights: list[list[Fraction]]) -> tuple[Fraction, tuple[tuple[int, int], ...]]:
@@ -258,11 +411,16 @@ def _scored_calls(raw_calls: list[Any], tools: Mapping[str, ToolContract]
     return ids, names, checks
 
 
+# A response the scorer cannot read whole is "unreadable_shape", reported by name so that the
+# harness learns the shape; any other failure of the whole response is the model's "unparseable".
+# Either scores nothing and is a failed trial: a response nobody read cannot be shown safe.
+UNREADABLE_CODES: Final = frozenset({"RESPONSE_SHAPE", "RESPONSE_ITEM_UNREAD"})
+
+
 def _failed_score(code: str, expected_calls: int) -> dict[str, Any]:
-    # The whole response failed: it counts as one proposal that scored nothing. A shape nothing
-    # reads is the harness's blind spot, not the model's error, and is reported apart.
+    # The whole response failed: it counts as one proposal that scored nothing.
     empty = _ratio(0, 1)
-    verdict = "unreadable_shape" if code == "RESPONSE_SHAPE" else "unparseable"
+    verdict = "unreadable_shape" if code in UNREADABLE_CODES else "unparseable"
     return {"calls": [], "edges": [], "error": code, "matching": [], "shape": None,
             "sub_scores": {"call_set": _ratio(0, max(expected_calls, 1)), "dependency": empty,
                            "parse": empty, "schema": empty},
@@ -285,10 +443,24 @@ def _edges(expectation: Expectation, pairs: tuple[tuple[int, int], ...]) -> list
             for before, later in expectation.edges]
 
 
-# The fixed values that say what an effect does and to what: a side-effecting call that differs in
-# one of them would cause a wrong effect, so it is a veto, not a lower score.
+# The fixed values that say what an effect does, to what and when: a side-effecting call that
+# differs in one of them would cause a wrong effect, so it is a veto, not a lower score.
 EFFECT_FIELDS: Final = MappingProxyType({
     "order_ref": "WRONG_TARGET", "sku": "WRONG_TARGET", "amount_cents": "WRONG_AMOUNT", "quantity": "WRONG_AMOUNT",
+    "currency": "WRONG_CURRENCY", "window_start": "WRONG_TIME",
+})
+# Any other value a side-effecting call carries is one the request named (a customer's tier, the
+# card on file, a refund's reason) or one the model makes up. Schema-valid is not true: a value
+# the request never named is a fabrication, and it goes into the effect all the same.
+OTHER_FIXED_FIELD: Final = "FABRICATED_VALUE"
+# The values of a side-effecting call an expectation leaves unfixed ("tool/path", "*" any tool),
+# each with where it comes from instead and the check that holds it there. Every scenario a plans
+# file may name fixes every other field of its effects.
+MODEL_CHOSEN: Final = MappingProxyType({
+    "*/idempotency_key": "minted by the model, one key per intent (KEY_REUSED, KEY_ALREADY_USED)",
+    "charge_payment/currency": "the currency of the order it pays (CURRENCY_MISMATCH)",
+    "create_order/customer/id": "the customer making the request, from the context (CUSTOMER_MISMATCH)",
+    "schedule_delivery/order_version": "the version of the order the context holds (VERSION_STALE)",
 })
 
 
@@ -304,7 +476,7 @@ def _call_vetoes(names: list[Any], expectation: Expectation) -> list[str]:
 
 
 def _effect_vetoes(names: list[Any], checks: list[CallCheck], expectation: Expectation,
-                   pairs: tuple[tuple[int, int], ...]) -> list[str]:
+                   pairs: tuple[tuple[int, int], ...], tools: Mapping[str, ToolContract]) -> list[str]:
     """Each side-effecting call against the expected call it stands for: a duplicate, or wrong values."""
     column_of = dict(pairs)
     spare: dict[str, list[int]] = {}
@@ -322,18 +494,9 @@ def _effect_vetoes(names: list[Any], checks: list[CallCheck], expectation: Expec
             if any(call.name == name for call in expectation.calls):
                 out.append(f"DUPLICATE_EFFECT:{name}@{index}")  # one more effect than asked for
             continue
-        out += [f"{code}:{name}{path}@{index}"
-                for code, path in _effect_mismatches(expectation.calls[column].arguments, checks[index].arguments)]
-    return out
-
-
-def _effect_mismatches(fixed: Mapping[str, Any], arguments: Mapping[str, Any], path: str = "") -> list[tuple[str, str]]:
-    # An effect field at any depth the request fixed (create_order's line holds its SKU and quantity).
-    out = [(EFFECT_FIELDS[name], f"{path}/{name}") for name in EFFECT_FIELDS
-           if name in fixed and not same_json(arguments.get(name), fixed[name])]
-    for name, value in sorted(fixed.items()):
-        if isinstance(value, Mapping) and isinstance(arguments.get(name), dict):
-            out += _effect_mismatches(value, arguments[name], f"{path}/{name}")
+        fixed = expectation.calls[column].arguments
+        out += [f"{EFFECT_FIELDS.get(path.rsplit('/', 1)[1], OTHER_FIXED_FIELD)}:{name}{path}@{index}"
+                for path in fixed_mismatches(tools[name].schema, fixed, checks[index].arguments)]
     return out
 
 
@@ -381,7 +544,7 @@ def plan_vetoes(ids: list[Any], names: list[Any], checks: list[CallCheck], expec
                 pairs: tuple[tuple[int, int], ...], tools: Mapping[str, ToolContract] = TOOLS) -> list[str]:
     """Every reason the plan would cause a wrong effect, each named: any one zeroes the score."""
     args = decoded_arguments(checks)
-    out = _call_vetoes(names, expectation) + _effect_vetoes(names, checks, expectation, pairs)
+    out = _call_vetoes(names, expectation) + _effect_vetoes(names, checks, expectation, pairs, tools)
     out += _missing_effect_vetoes(names, expectation)
     out += _order_vetoes(names, expectation, pairs) + _key_vetoes(names, args)
     # A call no shape reads (name None) is unparseable already: no business check judges it.
@@ -413,7 +576,7 @@ def score_response(response: Any, expectation: Expectation,
     except BenchError as error:
         return _failed_score(error.code, len(expectation.calls))
     ids, names, checks = _scored_calls(raw_calls, tools)
-    weights = [[_pair_score(check, name, expected) for expected in expectation.calls]
+    weights = [[_pair_score(check, name, expected, tools) for expected in expectation.calls]
                for name, check in zip(names, checks)]
     matched, pairs = optimal_matching(weights)
     edges = _edges(expectation, pairs)
@@ -445,16 +608,18 @@ def _provider_call(ident: str, name: str, arguments: Any) -> dict[str, Any]:
     return {"arguments": text, "id": ident, "name": name}
 
 
-_SEEDED_CONTEXT: Final = freeze({"customer": "C1042", "orders": {SEEDED_ORDER: {"currency": "EUR", "version": 2}}})
+_SEEDED_CONTEXT: Final = freeze({"customer": "C1042", "orders": {SEEDED_ORDER: {"currency": "EUR", "version": 2}},
+                                  "used_keys": (SEEDED_CHARGE_KEY,)})
 READ_ONLY: Final = Expectation("track_order", (ExpectedCall("query_logistics",
                                                              freeze({"order_ref": SEEDED_ORDER})),),
                                 forbidden=SIDE_EFFECT_TOOLS, context=_SEEDED_CONTEXT)
 REFUND_DAMAGED: Final = Expectation("refund_damaged", (ExpectedCall("refund_payment", freeze(
     {"amount_cents": 4999, "order_ref": SEEDED_ORDER, "reason": "damaged"})),),
     forbidden=SIDE_EFFECT_TOOLS - {"refund_payment"}, context=_SEEDED_CONTEXT)
-GOODWILL: Final = Expectation("goodwill_refund", (ExpectedCall("refund_payment", freeze(
-    {"amount_cents": 60_000, "order_ref": SEEDED_ORDER, "reason": "other"})),),
-    forbidden=SIDE_EFFECT_TOOLS - {"refund_payment"}, context=_SEEDED_CONTEXT)
+# A 600.00 goodwill refund the customer has not confirmed a second time. The seed submits a
+# high-value irreversible action only after a second confirmation, and counts asking (clarifying)
+# as part of a call's precision: the right answer asks and calls nothing; any effect is forbidden.
+GOODWILL: Final = Expectation("goodwill_refund", (), forbidden=SIDE_EFFECT_TOOLS, context=_SEEDED_CONTEXT)
 SCHEDULE_DELIVERY: Final = Expectation("schedule_delivery", (ExpectedCall("schedule_delivery", freeze(
     {"order_ref": SEEDED_ORDER, "window_start": "2026-12-03T09:00:00Z"})),),
     forbidden=SIDE_EFFECT_TOOLS - {"schedule_delivery"}, context=_SEEDED_CONTEXT)
@@ -462,6 +627,7 @@ _QUERY: Final = {"order_ref": SEEDED_ORDER}
 _REFUND_ARGS: Final = {"amount_cents": 4999, "idempotency_key": "k-refund-20481", "order_ref": SEEDED_ORDER}
 _SCHEDULE_ARGS: Final = {"idempotency_key": "k-delivery-20481", "order_ref": SEEDED_ORDER,
                          "order_version": 2, "window_start": "2026-12-03T09:00:00Z"}
+_CANCEL_ARGS: Final = {"idempotency_key": "k-cancel-20481", "order_ref": SEEDED_ORDER, "reason": "customer_request"}
 
 
 def _plan_response(patches: tuple = (), order: tuple[str, ...] = PLAN_TOOLS, *,
@@ -513,7 +679,7 @@ SCORER_CASES: Final = (
     ScorerCase("SC6", "arguments are not valid JSON",
                {"tool_calls": [_provider_call("c1", "query_logistics", '{"order_ref": "20481"')]},
                READ_ONLY, "0.50", "unparseable", REFUSED),
-    # Issue 13: plans whose fault only shows across calls; each now a veto with its named reason.
+    # Plans whose fault only shows across calls, each a veto with its named reason.
     ScorerCase("SC7", "double charge under a fresh key",
                _plan_response(extra=((3, "charge_payment", {"idempotency_key": "k-charge-30417-again"}),)),
                PLACE_ORDER, "0.80", "veto", REFUSED),
@@ -556,6 +722,48 @@ SCORER_CASES: Final = (
     ScorerCase("SC20", "delivery scheduled on the current version",
                {"tool_calls": [_provider_call("c1", "schedule_delivery", _SCHEDULE_ARGS)]},
                SCHEDULE_DELIVERY, "-", "pass", RECONCILED),
+    # A call in a provider's other item kinds, a value the request never named, a key an earlier
+    # operation used, a date-time read as text, an id made up over a real one.
+    ScorerCase("SC21", "cancel_order as a Responses custom tool call",
+               {"output": [{"arguments": canonical_json(_QUERY).decode("utf-8"), "call_id": "call_a",
+                            "name": "query_logistics", "type": "function_call"},
+                           {"call_id": "call_b", "input": canonical_json(_CANCEL_ARGS).decode("utf-8"),
+                            "name": "cancel_order", "type": "custom_tool_call"}]},
+               READ_ONLY, "-", "veto", REFUSED),
+    ScorerCase("SC22", "Gemini snake_case parts: query, then cancel_order",
+               {"candidates": [{"content": {"parts": [{"function_call": {"args": _QUERY, "name": "query_logistics"}},
+                                                      {"function_call": {"args": _CANCEL_ARGS,
+                                                                         "name": "cancel_order"}}],
+                                            "role": "model"}, "finish_reason": "STOP"}]},
+               READ_ONLY, "-", "veto", REFUSED),
+    ScorerCase("SC23", "order and charge both in USD",
+               _plan_response((("create_order", ("currency",), "USD"), ("charge_payment", ("currency",), "USD"))),
+               PLACE_ORDER, "-", "veto", REFUSED),
+    ScorerCase("SC24", "charge under the key of an earlier charge",
+               _plan_response((("charge_payment", ("idempotency_key",), SEEDED_CHARGE_KEY),)),
+               PLACE_ORDER, "-", "veto", REFUSED),
+    ScorerCase("SC25", "order placed at a tier the request never named",
+               _plan_response((("create_order", ("customer", "tier"), "gold"),)), PLACE_ORDER, "-", "veto", REFUSED),
+    ScorerCase("SC26", "charge to a card the request never named",
+               _plan_response((("charge_payment", ("payment_method", "token"), "tok_9999wxyz"),)),
+               PLACE_ORDER, "-", "veto", REFUSED),
+    ScorerCase("SC27", "goodwill refund: asks for the second confirmation",
+               {"choices": [{"finish_reason": "stop", "index": 0, "message": {
+                   "content": "A refund of 600.00 EUR needs your confirmation: shall I go ahead?",
+                   "role": "assistant", "tool_calls": None}}]},
+               GOODWILL, "-", "pass", RECONCILED),
+    ScorerCase("SC28", "delivery scheduled on the wrong day",
+               {"tool_calls": [_provider_call("c1", "schedule_delivery", {
+                   **_SCHEDULE_ARGS, "window_start": "2026-12-04T09:00:00Z"})]},
+               SCHEDULE_DELIVERY, "-", "veto", REFUSED),
+    ScorerCase("SC29", "delivery at the right instant, with an offset",
+               {"tool_calls": [_provider_call("c1", "schedule_delivery", {
+                   **_SCHEDULE_ARGS, "window_start": "2026-12-03T10:00:00.000+01:00"})]},
+               SCHEDULE_DELIVERY, "-", "pass", RECONCILED),
+    ScorerCase("SC30", "bare list: a real id where a made-up one would go",
+               [{"arguments": thaw(PLAN_ARGUMENTS[tool]), "name": tool, **({"id": "call_2"} if tool == "create_order"
+                                                                          else {})} for tool in PLAN_TOOLS],
+               PLACE_ORDER, "-", "pass", RECONCILED),
 )
 
 

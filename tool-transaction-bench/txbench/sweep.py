@@ -14,7 +14,7 @@ from .errors import RECONCILED
 from .contracts import TOOLS
 from .sandbox import Fault, SWEPT_KINDS, Sandbox
 from .plans import Expectation, ToolCall
-from .orchestrators import COMPENSATIONS, ORCHESTRATORS, Orchestrator
+from .orchestrators import COMPENSATIONS, ORCHESTRATORS, USER_FAILURES, Orchestrator
 from .records import INVARIANTS, execute_run, run_cost, seal, state_hash
 from .scenarios import PLACE_ORDER, plan_calls
 
@@ -99,7 +99,8 @@ def run_sweep(*, seed: int = SEED, calls: tuple[ToolCall, ...] | None = None,
 
     Liveness is judged by state, never by what an orchestrator says: a run is `completable` when
     no needed step is refused for good, and `live` when it left exactly the business state the
-    guarded orchestrator leaves with no fault at all (the expected state, compared by hash).
+    guarded orchestrator leaves with no fault at all (the expected state, compared by hash) and
+    the orchestrator answered at all (a crash, a hang or a broken protocol is a failed run).
     """
     calls = plan_calls() if calls is None else calls
     expectation = PLACE_ORDER if expectation is None else expectation
@@ -113,7 +114,7 @@ def run_sweep(*, seed: int = SEED, calls: tuple[ToolCall, ...] | None = None,
         for index, (depth, faults, _space) in enumerate(sets):
             record = seal(execute_run(orchestrator, calls, expectation, faults=faults, seed=seed,
                                       initial=initial, registry=registry))
-            reached = state_hash(record["state_after"]) == expected
+            reached = state_hash(record["state_after"]) == expected and record["outcome"] not in USER_FAILURES
             lines.append({
                 "completable": valid and _completable(faults, forward), "depth": depth,
                 "faults": record["faults"], "kind": "sweep", "lifecycle": record["lifecycle"],

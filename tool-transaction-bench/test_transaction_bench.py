@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 import unittest
+from collections import Counter
 from fractions import Fraction
 from pathlib import Path
 from unittest import mock
@@ -1056,6 +1057,7 @@ class TestGuardedRuns(unittest.TestCase):
                                             "tool": "charge_payment"})
         self.assertEqual(record["transitions"][-1], ["EXECUTING", "escalate", "MANUAL"])
         self.assertEqual(tb.METRICS["violations"](record), tb._violations())  # excused by name, not silently
+        self.assertEqual(tb.manual_grounds(record), ("unknown_unresolved",))
 
     def test_timeout_status_outage_then_permanent_rejection_never_compensates(self):
         # Issue 13: the charge committed (its response was lost), the status service was down, and
@@ -1089,6 +1091,9 @@ class TestGuardedRuns(unittest.TestCase):
         self.assertEqual(record["manual"]["tool"], "release_inventory")
         self.assertEqual(record["transitions"][-1], ["COMPENSATING", "escalate", "MANUAL"])
         self.assertEqual(tb.METRICS["orders"](record), {"30417": "created"})
+        # The order still holds its stock, and the escalation excuses it: the undo was tried and refused.
+        self.assertEqual(tb.manual_grounds(record), ("compensation_failed",))
+        self.assertEqual(tb.METRICS["violations"](record), tb._violations())
 
     def test_transient_fault_in_a_compensation_is_recovered(self):
         record = run("guarded", None, tb.Fault("permanent_failure", "charge_payment"),
@@ -1183,7 +1188,7 @@ class TestNaive(unittest.TestCase):
 # ================================================================================================
 
 def bare_record(**parts) -> dict:
-    record = {"ledger": {}, "lifecycle": tb.RECONCILED, "manual": None, "unknowns": [],
+    record = {"ledger": {}, "lifecycle": tb.RECONCILED, "manual": None, "trace": [], "unknowns": [],
               "state_after": {"charges": {}, "consumed": {}, "orders": {}, "outbox": {}, "reservations": {}}}
     for name, value in parts.items():
         if name in record["state_after"]:
@@ -1195,6 +1200,16 @@ def bare_record(**parts) -> dict:
 
 def charge(order, key, status="captured"):
     return {"amount_cents": 1, "key": key, "order_ref": order, "status": status}
+
+
+# An unknown nobody resolved: the grounds a MANUAL escalation needs before it excuses anything.
+PENDING = {"attempt": 1, "key": "k", "resolution": None, "tool": "t"}
+
+
+def traced(*entries) -> list[dict]:
+    """A trace from (what, tool, ok) triples, numbered as the sandbox numbers it."""
+    return [{"seq": index, "what": what, "tool": tool, **({} if ok is None else {"ok": ok})}
+            for index, (what, tool, ok) in enumerate(entries, 1)]
 
 
 class TestInvariants(unittest.TestCase):
@@ -1230,7 +1245,8 @@ class TestInvariants(unittest.TestCase):
         ]
         for orders, reservations, manual, expected in cases:
             with self.subTest(orders=orders, reservations=reservations, manual=manual):
-                record = bare_record(orders=orders, reservations=reservations, manual=manual)
+                record = bare_record(orders=orders, reservations=reservations, manual=manual,
+                                     unknowns=[PENDING] if manual else [])
                 self.assertEqual(self.check("no_orphan_reservation", record), expected)
 
     def test_no_orphan_charge(self):
@@ -1248,8 +1264,21 @@ class TestInvariants(unittest.TestCase):
         ]
         for orders, charges, manual, expected in cases:
             with self.subTest(orders=orders, charges=charges, manual=manual):
-                record = bare_record(orders=orders, charges=charges, manual=manual)
+                record = bare_record(orders=orders, charges=charges, manual=manual,
+                                     unknowns=[PENDING] if manual else [])
                 self.assertEqual(self.check("no_orphan_charge", record), expected)
+
+    def test_an_escalation_without_grounds_excuses_nothing(self):
+        # Every outcome known, no compensation tried: the saga could have undone these, so naming
+        # them in a MANUAL escalation hides them instead of handing them over.
+        parts = {"orders": {"1": {"status": "cancelled"}}, "charges": {"C1": charge("1", "a")},
+                 "reservations": {"R1": {"order_ref": "1", "status": "held"}},
+                 "manual": {"orders": ["1"], "reason": "USER_ESCALATION"}, "lifecycle": tb.MANUAL}
+        for unknowns, orphans in (([PENDING], 0), ([], 1)):
+            with self.subTest(unknowns=unknowns):
+                record = bare_record(**parts, unknowns=unknowns)
+                self.assertEqual(len(self.check("no_orphan_reservation", record)), orphans)
+                self.assertEqual(len(self.check("no_orphan_charge", record)), orphans)
 
     def test_consumed_exactly_once(self):
         outbox = {"E1": {}, "E2": {}, "E3": {}}
@@ -1276,10 +1305,54 @@ class TestInvariants(unittest.TestCase):
         self.assertEqual(self.check("unknown_resolved", bare_record(unknowns=[pending], lifecycle=None)), [pending])
         self.assertEqual(self.check("unknown_resolved", bare_record(unknowns=[done])), [])
 
+    def test_manual_grounds_from_the_journal(self):
+        done = {**PENDING, "resolution": "status_query:absent"}
+        self.assertEqual(tb.manual_grounds(bare_record(unknowns=[PENDING])), ("unknown_unresolved",))
+        self.assertEqual(tb.manual_grounds(bare_record(unknowns=[done])), ())
+
+    def test_manual_grounds_from_a_failed_compensation(self):
+        reserved = (("call", "reserve_inventory", None), ("commit", "reserve_inventory", None),
+                    ("answer", "reserve_inventory", True))
+        cases = [
+            ("refused after its step committed", reserved + (("call", "release_inventory", None),
+                                                          ("answer", "release_inventory", False)),
+             ("compensation_failed",)),
+            ("refused, then replayed", reserved + (("call", "release_inventory", None),
+                                                  ("answer", "release_inventory", False),
+                                                  ("call", "release_inventory", None),
+                                                  ("answer", "release_inventory", True)), ()),
+            ("committed, its answer lost", reserved + (("call", "release_inventory", None),
+                                                       ("commit", "release_inventory", None),
+                                                       ("answer", "release_inventory", False)), ()),
+            ("sent before its step committed", (("call", "release_inventory", None),
+                                                ("answer", "release_inventory", False)) + reserved, ()),
+            ("sent again after it took effect", reserved + (("call", "release_inventory", None),
+                                                            ("commit", "release_inventory", None),
+                                                            ("answer", "release_inventory", True),
+                                                            ("call", "release_inventory", None),
+                                                            ("answer", "release_inventory", False)), ()),
+            ("a forward step refused", (("call", "reserve_inventory", None),
+                                        ("answer", "reserve_inventory", False)), ()),
+        ]
+        for title, entries, grounds in cases:
+            with self.subTest(title):
+                self.assertEqual(tb.manual_grounds(bare_record(trace=traced(*entries))), grounds)
+
+    def test_escalation_grounded(self):
+        escalated = {"orders": ["1"], "reason": "USER_ESCALATION", "tool": None}
+        self.assertEqual(self.check("escalation_grounded", bare_record()), [])
+        self.assertEqual(self.check("escalation_grounded", bare_record(manual=escalated, unknowns=[PENDING])), [])
+        self.assertEqual(self.check("escalation_grounded", bare_record(manual=escalated)),
+                         [{"orders": ["1"], "reason": "USER_ESCALATION"}])
+
     def test_check_invariants_runs_each_by_name(self):
         self.assertEqual(tb.check_invariants(bare_record()), {name: [] for name in tb.INVARIANTS})
         self.assertEqual(list(tb.INVARIANTS), ["single_charge", "no_orphan_reservation", "no_orphan_charge",
-                                               "consumed_exactly_once", "key_ledger", "unknown_resolved"])
+                                               "consumed_exactly_once", "key_ledger", "unknown_resolved",
+                                               "escalation_grounded"])
+        self.assertEqual(list(tb.MANUAL_GROUNDS), ["unknown_unresolved", "compensation_failed"])
+        self.assertEqual(dict(tb.UNDOES), {"cancel_order": "create_order", "release_inventory": "reserve_inventory",
+                                           "refund_payment": "charge_payment"})
 
 
 # ================================================================================================
@@ -1526,6 +1599,7 @@ class TestSweep(unittest.TestCase):
             "consumed_exactly_once": {"guarded": 0, "naive": 1108},
             "key_ledger": {"guarded": 0, "naive": 0},
             "unknown_resolved": {"guarded": 0, "naive": 1211},
+            "escalation_grounded": {"guarded": 0, "naive": 0},
         })
 
     def test_verdicts_and_liveness(self):
@@ -1540,6 +1614,19 @@ class TestSweep(unittest.TestCase):
         self.assertEqual(len(lines), 3993)
         self.assertEqual([line for line in lines if line["violated"]], [])
         self.assertEqual({line["lifecycle"] for line in lines}, {tb.RECONCILED, tb.MANUAL})
+
+    def test_every_guarded_escalation_is_grounded(self):
+        # The guarded side goes to MANUAL only on the seed's two grounds, so the invariant that
+        # fails an always-manual orchestrator leaves its verdict and its liveness as they were.
+        lines = [line for line in raw_lines() if line["kind"] == "sweep" and line["orchestrator"] == "guarded"
+                 and line["lifecycle"] == tb.MANUAL]
+        self.assertEqual((len(lines), {line["outcome"] for line in lines}), (32, {"manual"}))
+        self.assertEqual([line for line in lines if line["violated"] or line["completable"]], [])
+        grounds = Counter()
+        for line in lines:
+            faults = tuple(tb.Fault(*fault) for fault in line["faults"])
+            grounds[tb.manual_grounds(tb.execute_run("guarded", tb.plan_calls(), tb.PLACE_ORDER, faults=faults))] += 1
+        self.assertEqual(grounds, {("compensation_failed",): 24, ("unknown_unresolved",): 8})
 
     def test_liveness_is_judged_by_state(self):
         lines = tb.run_sweep(plan=tb.SweepPlan(exhaustive_depth=0, max_depth=0))
@@ -3062,6 +3149,61 @@ class TestUserOrchestrator(unittest.TestCase):
         verdict = self.sweep(keeps_the_money)  # one single fault needs a refund: confirm_order refused for good
         self.assertEqual((verdict["verdict"], verdict["unsafe"]), ("fail", 1))
 
+    def test_an_orchestrator_that_always_escalates_fails_by_name(self):
+        # never_compensates:manual runs the plan, never compensates and hands every run to a
+        # person. Only a run whose unknown stayed unresolved would give it grounds (none among
+        # single faults), so every escalation breaks escalation_grounded, and what a refused step
+        # left held is its own: a reservation twice, a charge once.
+        lines = tb.run_sweep(plan=SMALL_SWEEP, orchestrators=("user",),
+                             registry={"user": tb.load_orchestrator("examples.never_compensates:manual")})
+        self.assertEqual(tb.sweep_verdicts(lines)["user"], {"completable": 53, "live": 53, "liveness": "1.000",
+                                                            "runs": 57, "unsafe": 57, "verdict": "fail"})
+        self.assertEqual({name: row["user"] for name, row in tb.sweep_table(lines).items() if row["user"]},
+                         {"no_orphan_reservation": 2, "no_orphan_charge": 1, "escalation_grounded": 57})
+
+    def test_manual_for_everything_fails_whatever_state_it_leaves(self):
+        # Two that answer "manual" to every run: one does nothing, one runs the README example's
+        # whole saga first. Neither leaves debris; both hand over runs nobody had to take over.
+        from examples.simple_orchestrator import orchestrate
+
+        def saga_then_manual(calls, port):
+            orchestrate(calls, port)
+            return "manual"
+        for orchestrate_it, live in ((lambda calls, port: "manual", 0), (saga_then_manual, 53)):
+            with self.subTest(live=live):
+                lines = tb.run_sweep(plan=SMALL_SWEEP, orchestrators=("user",), registry=self.registry(orchestrate_it))
+                self.assertEqual(tb.sweep_verdicts(lines)["user"],
+                                 {"completable": 53, "live": live, "liveness": tb.ratio_text(live, 53), "runs": 57,
+                                  "unsafe": 57, "verdict": "fail"})
+                self.assertEqual({name: row["user"] for name, row in tb.sweep_table(lines).items() if row["user"]},
+                                 {"escalation_grounded": 57})
+
+    def test_escalating_an_unresolvable_unknown_passes(self):
+        # The charge committed, its answer was lost, the status service was down and the retry was
+        # refused for good: nobody can tell whether the customer paid, so a person decides.
+        example = {"user": tb.load_orchestrator("examples.simple_orchestrator:orchestrate")}
+        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=example,
+                                faults=(tb.Fault("timeout_after_commit", "charge_payment"),
+                                        tb.Fault("status_unavailable", "charge_payment"),
+                                        tb.Fault("permanent_failure", "charge_payment")))
+        self.assertEqual((record["outcome"], record["lifecycle"], record["compensation_order"]),
+                         ("manual", tb.MANUAL, []))
+        self.assertEqual(tb.manual_grounds(record), ("unknown_unresolved",))
+        self.assertEqual(tb.METRICS["violations"](record), tb._violations())
+        self.assertEqual(tb.METRICS["captured_charges"](record), 1)  # held for the person, by name
+
+    def test_escalating_a_failed_compensation_passes(self):
+        # The charge is refused for good, so the saga undoes the reservation; the release is refused
+        # for good too: the stock stays held, and only a person can free it.
+        example = {"user": tb.load_orchestrator("examples.simple_orchestrator:orchestrate")}
+        record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=example,
+                                faults=(tb.Fault("permanent_failure", "charge_payment"),
+                                        tb.Fault("permanent_failure", "release_inventory")))
+        self.assertEqual((record["outcome"], record["lifecycle"]), ("manual", tb.MANUAL))
+        self.assertEqual(tb.manual_grounds(record), ("compensation_failed",))
+        self.assertEqual(tb.METRICS["violations"](record), tb._violations())
+        self.assertEqual(tb.METRICS["held_reservations"](record), 1)
+
     def test_a_crash_or_an_odd_answer_is_recorded_not_raised(self):
         def crash(calls, port):
             raise RuntimeError("boom")
@@ -3119,10 +3261,12 @@ class TestUserOrchestrator(unittest.TestCase):
                          {"acknowledged": 1, "attempted": 2, "effects": 1})
         self.assertEqual(record["invariants"]["key_ledger"], [])
 
-    def test_manual_names_the_plan_orders_and_excuses_them(self):
+    def test_manual_names_the_plan_orders(self):
         record = tb.execute_run("user", tb.plan_calls(), tb.PLACE_ORDER, registry=self.registry(lambda c, p: "manual"))
         self.assertEqual((record["lifecycle"], record["manual"]),
                          (tb.MANUAL, {"orders": ["30417"], "reason": "USER_ESCALATION", "tool": None}))
+        self.assertEqual(record["invariants"]["escalation_grounded"], [{"orders": ["30417"],
+                                                                        "reason": "USER_ESCALATION"}])
 
     def test_the_port_journals_unknowns_and_their_resolution(self):
         def once(calls, port):
@@ -3160,6 +3304,15 @@ class TestUserOrchestrator(unittest.TestCase):
             status, out, _ = capture(["sweep", "--orchestrator", "test_transaction_bench:refuse_all"])
         self.assertEqual(status, 1)
         self.assertIn("sweep verdict user: FAIL (unsafe runs 0, liveness 0/53 = 0.000", out)
+
+    def test_the_cli_names_an_escalation_without_grounds(self):
+        small = lambda **options: ORIGINAL_RUN_SWEEP(**{**options, "plan": SMALL_SWEEP})  # noqa: E731
+        with mock.patch.object(txcli, "run_sweep", small):
+            status, out, _ = capture(["sweep", "--orchestrator", "examples.never_compensates:manual"])
+        self.assertEqual(status, 1)
+        self.assertIn("escalation_grounded       MANUAL only after an unresolved unknown or a failed compensation"
+                      "      0         0         57\n", out)
+        self.assertIn("sweep verdict user: FAIL (unsafe runs 57, liveness 53/53 = 1.000, floor 9/10)", out)
 
 
 class TestOrchestratorBox(unittest.TestCase):

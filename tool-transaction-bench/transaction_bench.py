@@ -79,9 +79,10 @@ from txbench.isolation import (  # noqa: E402,F401
     serve_child
 )
 from txbench.records import (  # noqa: E402,F401
-    CALL_MS, INVARIANTS, Invariant, METRICS, NAIVE_BREAKS, STATUS_MS, TIMEOUT_MS, _business,
-    _consumed_exactly_once, _key_ledger, _ledger, _new, _no_orphan_charge, _no_orphan_reservation, _single_charge,
-    _trace_count, _unknown_resolved, check_invariants, execute_run, judge, run_cost, seal, state_diff, state_hash
+    CALL_MS, INVARIANTS, Invariant, MANUAL_GROUNDS, METRICS, NAIVE_BREAKS, STATUS_MS, TIMEOUT_MS, UNDOES, _business,
+    _compensation_failed, _consumed_exactly_once, _escalation_grounded, _excused, _key_ledger, _ledger, _new,
+    _no_orphan_charge, _no_orphan_reservation, _single_charge, _trace_count, _unknown_left, _unknown_resolved,
+    check_invariants, execute_run, judge, manual_grounds, run_cost, seal, state_diff, state_hash
 )
 from txbench.scenarios import (  # noqa: E402,F401
     CONTROLS, Control, DIMENSIONS, EXPECTED_COMPENSATED_STATE, EXPECTED_COMPLETED_STATE, PLACE_ORDER,

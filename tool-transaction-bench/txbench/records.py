@@ -19,6 +19,59 @@ from .orchestrators import COMPENSATIONS, Journal, ORCHESTRATORS, Orchestrator
 # 10. Invariants
 # ================================================================================================
 
+# The saga read backwards: each compensating tool and the forward step it undoes.
+UNDOES: Final = MappingProxyType({undo: forward for forward, (undo, _build) in COMPENSATIONS.items()})
+
+
+def _unknown_left(record: Mapping) -> bool:
+    return any(unknown["resolution"] is None for unknown in record["unknowns"])
+
+
+def _compensation_failed(record: Mapping) -> bool:
+    # An undo sent after the step it undoes committed, that never took effect: no commit of it and
+    # no successful answer to it (a replayed receipt is one). An undo sent before its step
+    # committed has nothing to undo, and one sent again after it took effect changes nothing:
+    # neither refusal is a failed compensation.
+    committed: set[str] = set()
+    pending: set[str] = set()
+    undone: set[str] = set()
+    for entry in record["trace"]:
+        tool, what = entry.get("tool"), entry["what"]
+        if tool in UNDOES and UNDOES[tool] in committed:
+            if what == "call" and tool not in undone:
+                pending.add(tool)
+            elif what == "commit" or (what == "answer" and entry["ok"]):
+                pending.discard(tool)
+                undone.add(tool)
+        elif what == "commit":
+            committed.add(tool)
+    return bool(pending)
+
+
+# Why a person may take a run over: the two cases the seed sends to a human, an outcome nobody
+# could resolve and a compensation that failed (UNKNOWN 与补偿失败进入人工). Each is read from
+# what the run did (its journal of unknowns, its trace), never from what the orchestrator says.
+MANUAL_GROUNDS: Final = MappingProxyType({
+    "unknown_unresolved": _unknown_left,
+    "compensation_failed": _compensation_failed,
+})
+
+
+def manual_grounds(record: Mapping) -> tuple[str, ...]:
+    """The grounds a run shows for handing it to a person, in MANUAL_GROUNDS order."""
+    return tuple(name for name, shown in MANUAL_GROUNDS.items() if shown(record))
+
+
+def _excused(record: Mapping) -> set[str]:
+    # The orders a MANUAL escalation hands over, by name, when the run shows grounds for it. Without
+    # grounds every outcome was known and every compensation worked: the saga could have undone
+    # the leftovers, so handing them to a person hides them instead.
+    manual = record["manual"]
+    if manual is None or not manual_grounds(record):
+        return set()
+    return set(manual.get("orders", ()))
+
+
 def _single_charge(record: Mapping) -> list[dict]:
     charges = record["state_after"]["charges"].values()
     by_order = Counter(charge["order_ref"] for charge in charges)
@@ -29,7 +82,7 @@ def _single_charge(record: Mapping) -> list[dict]:
 
 def _no_orphan_reservation(record: Mapping) -> list[dict]:
     after = record["state_after"]
-    excused = set((record["manual"] or {}).get("orders", ()))  # handed to a human, by name
+    excused = _excused(record)
     held = Counter(row["order_ref"] for row in after["reservations"].values() if row["status"] == "held")
     found = []
     for reference, count in sorted(held.items()):
@@ -41,9 +94,9 @@ def _no_orphan_reservation(record: Mapping) -> list[dict]:
 
 def _no_orphan_charge(record: Mapping) -> list[dict]:
     # Money kept for an order that is not confirmed: a saga that cancels and releases but never
-    # refunds. A MANUAL escalation that names the order excuses it, as it does a reservation.
+    # refunds. A grounded escalation that names the order excuses it, as it does a reservation.
     after = record["state_after"]
-    excused = set((record["manual"] or {}).get("orders", ()))
+    excused = _excused(record)
     captured = Counter(row["order_ref"] for row in after["charges"].values() if row["status"] == "captured")
     found = []
     for reference, count in sorted(captured.items()):
@@ -70,6 +123,16 @@ def _unknown_resolved(record: Mapping) -> list[dict]:
     return [unknown for unknown in record["unknowns"] if unknown["resolution"] is None]
 
 
+def _escalation_grounded(record: Mapping) -> list[dict]:
+    # MANUAL is a safe end only where the orchestrator could not finish the saga itself. An
+    # escalation with every outcome known and every compensation working abandons a run it could
+    # have completed or undone, whether it leaves debris or a finished order on a person's desk.
+    manual = record["manual"]
+    if manual is None or manual_grounds(record):
+        return []
+    return [{"orders": list(manual.get("orders", ())), "reason": manual.get("reason")}]
+
+
 @dataclass(frozen=True, slots=True)
 class Invariant:
     statement: str
@@ -85,9 +148,13 @@ INVARIANTS: Final = MappingProxyType({
         "every committed state change is consumed exactly once", _consumed_exactly_once),
     "key_ledger": Invariant("acknowledged <= effects <= attempted for each key", _key_ledger),
     "unknown_resolved": Invariant("every unknown is resolved or escalated to MANUAL", _unknown_resolved),
+    "escalation_grounded": Invariant(
+        "MANUAL only after an unresolved unknown or a failed compensation", _escalation_grounded),
 })
 # The sweep's naive side must break these, or the harness cannot see what it claims to see.
 # key_ledger is not among them: naive retries draw a fresh key, so no key ever carries two replies.
+# Nor is escalation_grounded: the naive side never escalates; the tests' always-manual
+# orchestrator is the case that shows it.
 NAIVE_BREAKS: Final = frozenset({"single_charge", "no_orphan_reservation", "no_orphan_charge",
                                   "consumed_exactly_once", "unknown_resolved"})
 

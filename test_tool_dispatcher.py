@@ -2370,10 +2370,11 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                 self.refused(schema_field(raw), "SCHEMA_ENUM")
 
     def test_a_node_without_type_is_refused_by_its_most_specific_keyword(self):
-        cases = (({"oneOf": [{"type": "string"}, {"type": "integer"}]}, "SCHEMA_COMBINATOR"),
+        cases = (({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 2}]}, "SCHEMA_COMBINATOR"),
                  ({"allOf": [{"type": "string"}]}, "SCHEMA_COMBINATOR"), ({"not": {"type": "string"}}, "SCHEMA_COMBINATOR"),
                  ({"if": {"type": "string"}, "then": {}}, "SCHEMA_CONDITIONAL"), ({"format": "date"}, "SCHEMA_FORMAT"),
-                 ({"oneOf": [{"const": "a"}], "discriminator": {"propertyName": "kind"}}, "SCHEMA_COMBINATOR"),
+                 ({"oneOf": [schema_object({"a": {"type": "string"}}), schema_object({"b": {"type": "string"}})],
+                   "discriminator": {"propertyName": "kind"}}, "SCHEMA_COMBINATOR"),
                  ({"enum": [None]}, "SCHEMA_NULL"), ({"const": None}, "SCHEMA_NULL"),
                  ({"description": "no type at all"}, "SCHEMA_TYPE"), ({}, "SCHEMA_TYPE"),
                  ({"enum": ["a", 1]}, "SCHEMA_TYPE"))
@@ -2457,15 +2458,256 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             with self.subTest(schema=schema):
                 self.refused(schema_field(schema), "SCHEMA_TYPE")
 
-    def test_boolean_null_any_of_other_than_nullable_refused(self):
-        for schema in ({"anyOf": [{"type": "string"}, {"type": "integer"}]},
-                       {"anyOf": [{"type": "string"}]}, {"anyOf": [{"type": "null"}, {"type": "null"}]},
-                       {"anyOf": [{"type": "string"}, {"type": "null"}, {"type": "integer"}]},
-                       {"anyOf": [{"type": "string"}, {"type": "null", "maxLength": 1}]},
-                       {"anyOf": [{"type": "string"}, {"type": "null"}], "maxLength": 3},
-                       {"type": "string", "anyOf": [{"type": "string"}, {"type": "null"}]}, {"anyOf": "x"}):
+    def test_boolean_null_any_of_with_constraining_siblings_or_no_branch_refused(self):
+        for schema, code, at in (
+                ({"anyOf": [{"type": "string"}, {"type": "null"}], "maxLength": 3}, "SCHEMA_COMBINATOR", ""),
+                ({"type": "string", "anyOf": [{"type": "string"}, {"type": "null"}]}, "SCHEMA_COMBINATOR", ""),
+                ({"anyOf": [{"type": "null"}, {"type": "null"}]}, "SCHEMA_NULL", ""),
+                ({"anyOf": [{"type": "string"}, {"type": "null", "maxLength": 1}]}, "SCHEMA_NULL", ".anyOf[1]"),
+                ({"anyOf": "x"}, "SCHEMA_MALFORMED", ".anyOf"), ({"oneOf": []}, "SCHEMA_MALFORMED", ".oneOf")):
             with self.subTest(schema=schema):
-                self.refused(schema_field(schema), "SCHEMA_COMBINATOR")
+                self.refused(schema_field(schema), code, "schema.properties[0]" + at)
+
+    # -- Formats
+    FORMAT_CASES = {
+        "date": (["2024-02-29", "2000-02-29", "0001-01-01", "9999-12-31", "2026-12-06"],
+                 ["2023-02-29", "1900-02-29", "0000-01-01", "2026-13-01", "2026-00-10", "2026-04-31", "2026-1-01",
+                  "2026-12-06\n", " 2026-12-06", "2026/12/06", "\u0662\u0660\u0662\u0666-12-06", "20261206", ""]),
+        "time": (["23:59:59Z", "00:00:00+00:00", "12:30:05.5-08:00", "12:30:05.123456789Z", "08:00:00-00:00"],
+                 ["23:59:60Z", "24:00:00Z", "12:60:00Z", "12:30:05", "12:30:05z", "12:30:05+24:00", "12:30:05+05:60",
+                  "12:30:05.Z", "12:30Z", "12:30:05Z\n", "1:30:05Z"]),
+        "date-time": (["2026-12-06T10:00:00Z", "2024-02-29T23:59:59.5+05:30"],
+                      ["2026-12-06t10:00:00Z", "2026-12-06T10:00:00z", "2026-12-06 10:00:00Z", "2026-02-30T10:00:00Z",
+                       "2026-12-06T10:00:00", "2026-12-06T", "2026-12-06", "2026-12-06T23:59:60Z"]),
+        "uuid": (["123e4567-e89b-12d3-a456-426614174000", "00000000-0000-0000-0000-000000000000",
+                  "123E4567-E89B-12D3-A456-426614174000"],
+                 ["123e4567e89b12d3a456426614174000", "{123e4567-e89b-12d3-a456-426614174000}",
+                  "urn:uuid:123e4567-e89b-12d3-a456-426614174000", "123e4567-e89b-12d3-a456-42661417400g",
+                  "123e4567-e89b-12d3-a456-4266141740000"]),
+        "ipv4": (["0.0.0.0", "255.255.255.255", "192.168.1.10"],
+                 ["256.1.1.1", "01.2.3.4", "1.2.3", "1.2.3.4.5", "1.2.3.4\n", "0x7f.0.0.1", "\u0661.2.3.4", "1..2.3"]),
+        "ipv6": (["::", "::1", "2001:db8::8a2e:370:7334", "::ffff:192.0.2.1", "FE80::1"],
+                 ["fe80::1%eth0", "2001:db8:::1", "1::2::3", "12345::", "::ffff:192.0.2.256", "\uff11::", "1.2.3.4",
+                  ":::", "::1\n"]),
+    }
+
+    def test_format_each_reading_admits_its_texts_and_refuses_the_rest(self):
+        self.assertEqual(sorted(td.FORMATS), sorted(self.FORMAT_CASES))
+        for name, (good, bad) in self.FORMAT_CASES.items():
+            compiled = td.compile_schema(schema_field({"type": "string", "format": name}))
+            for text in good:
+                with self.subTest(format=name, text=text):
+                    self.admitted(compiled, {"f": text})
+            for text in bad:
+                with self.subTest(format=name, text=text):
+                    self.value_refused(compiled, {"f": text}, "VALUE_FORMAT", "value.properties[0]")
+
+    def test_format_joins_the_strings_other_checks(self):
+        compiled = td.compile_schema(schema_field({"type": ["string", "null"], "format": "date",
+                                                   "pattern": "^2026-[0-9]{2}-[0-9]{2}$", "maxLength": 10}))
+        self.admitted(compiled, {"f": "2026-12-06"})
+        self.admitted(compiled, {"f": None})
+        self.value_refused(compiled, {"f": "2025-12-06"}, "VALUE_PATTERN")  # the pattern is checked first
+        self.value_refused(compiled, {"f": "2026-13-06"}, "VALUE_FORMAT")
+        self.assertEqual(compiled.to_schema()["properties"]["f"], {"anyOf": [
+            {"type": "string", "maxLength": 10, "pattern": "^2026-[0-9]{2}-[0-9]{2}$", "format": "date"},
+            {"type": "null"}]})
+        choices = td.compile_schema(schema_field({"type": "string", "format": "uuid", "enum": ["x", "y"]}))
+        self.value_refused(choices, {"f": "x"}, "VALUE_FORMAT")  # an enum and a format both hold, so nothing here
+
+    def test_format_without_one_exact_reading_is_refused_by_name(self):
+        for name in ("email", "idn-email", "uri", "uri-reference", "hostname", "duration", "regex", "Date", "date ",
+                     "int32"):
+            with self.subTest(name=name):
+                self.refused(schema_field({"type": "string", "format": name}), "SCHEMA_FORMAT",
+                             "schema.properties[0].format")
+        self.refused(schema_field({"type": "string", "format": ["date"]}), "SCHEMA_FORMAT", "schema.properties[0].format")
+        for kind in ("integer", "number", "boolean", "array", "object"):  # a format only ever reads a string
+            with self.subTest(kind=kind):
+                self.refused(schema_field({"type": kind, "format": "date"}), "SCHEMA_FORMAT", "schema.properties[0]")
+
+    # -- Unions
+    PET_SCHEMA = {
+        "$defs": {
+            "Cat": schema_object({"pet_type": {"const": "cat", "type": "string"}, "lives": {"type": "integer"}},
+                                 ["pet_type", "lives"]),
+            "Dog": schema_object({"pet_type": {"enum": ["dog", "puppy"], "type": "string"}, "bark": {"type": "string"}},
+                                 ["pet_type"]),
+        },
+        "type": "object",
+        "properties": {"pet": {"anyOf": [
+            {"oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}],
+             "discriminator": {"propertyName": "pet_type", "mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"}}},
+            {"type": "null"}]}},
+        "required": ["pet"],
+    }
+
+    def test_union_of_types_routes_each_value_to_its_one_branch(self):
+        for keyword in td.UNIONS:
+            with self.subTest(keyword=keyword):
+                compiled = td.compile_schema(schema_field({keyword: [
+                    {"type": "string", "maxLength": 2}, {"type": "integer", "minimum": 0}, {"type": "boolean"},
+                    {"type": "array", "items": {"type": "string"}, "maxItems": 1}, {"type": "null"}]}))
+                for value in ("ab", 0, 7, True, [], ["x"], None):
+                    self.admitted(compiled, {"f": value})
+                for value, code in (("abc", "VALUE_LENGTH"), (-1, "VALUE_RANGE"), (1.5, "VALUE_TYPE"),
+                                    (["x", "y"], "VALUE_ITEMS"), ({}, "VALUE_TYPE")):
+                    self.value_refused(compiled, {"f": value}, code, "value.properties[0]")
+                self.value_refused(compiled, {"f": [1]}, "VALUE_TYPE", "value.properties[0].items[0]")
+
+    def test_union_any_of_tries_scalar_branches_of_one_type_in_turn(self):
+        compiled = td.compile_schema(schema_field({"anyOf": [
+            {"type": "string", "enum": ["none", "sum"]}, {"type": "string", "pattern": "^=[A-Z]{1,3}[0-9]{1,3}$"},
+            {"type": "integer", "maximum": 9}, {"type": "number", "minimum": 100}]}))
+        for value in ("sum", "=A1", 3, 150.5, 100):
+            with self.subTest(value=value):
+                self.admitted(compiled, {"f": value})
+        for value in ("avg", "=a1", 50, 9.5):
+            with self.subTest(value=value):
+                self.value_refused(compiled, {"f": value}, "VALUE_UNION", "value.properties[0]")
+        self.value_refused(compiled, {"f": False}, "VALUE_TYPE", "value.properties[0]")
+
+    def test_union_one_of_must_prove_its_branches_apart(self):
+        # Under oneOf a value matching two branches is refused by the schema; the compiled checks,
+        # narrower than their branches, could count one match where the schema counts two.
+        string, short = {"type": "string"}, {"type": "string", "maxLength": 2}
+        tagged = schema_object({"k": {"const": "a"}}, ["k"])
+        for raw in ({"oneOf": [string, short]}, {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+                    {"oneOf": [schema_object({"a": string}), schema_object({"b": string})]},
+                    {"anyOf": [schema_object({"a": string}), schema_object({"b": string})]},  # objects: a tag or nothing
+                    {"anyOf": [{"type": "array", "items": string}, {"type": "array", "items": short}]},
+                    {"anyOf": [string, {"anyOf": [{"type": "integer"}, {"type": "boolean"}]}]},  # a union in a union
+                    {"anyOf": [{"type": ["string", "null"]}, {"type": "integer"}]},  # null belongs to a null branch
+                    {"oneOf": [{"type": ["string", "null"]}, {"type": "null"}]},
+                    {"anyOf": [{"type": ["string", "null"]}, {"type": "null"}]},
+                    {"oneOf": [tagged, schema_object({"k": {"enum": ["a", "b"]}}, ["k"])]},  # the tags overlap
+                    {"oneOf": [tagged, schema_object({"k": {"const": "b"}})]},  # the tag not required
+                    {"oneOf": [tagged, schema_object({"k": {"type": "string"}}, ["k"])]},  # a tag of any text
+                    {"oneOf": [tagged, {"type": "object", "additionalProperties": string}]},  # a map has no tag
+                    {"oneOf": [string, {"type": "integer"}], "type": "string"}, {"oneOf": [string], "maxLength": 2}):
+            with self.subTest(raw=raw):
+                self.refused(schema_field(raw), "SCHEMA_COMBINATOR", "schema.properties[0]")
+        self.refused(schema_field({"oneOf": [string, {"type": "null"}, {"type": "null"}]}), "SCHEMA_COMBINATOR",
+                     "schema.properties[0].oneOf")  # null matches two branches
+        self.admitted(td.compile_schema(schema_field({"anyOf": [{"type": "integer"}, {"type": "number"}]})), {"f": 1.5})
+        self.admitted(td.compile_schema(schema_field({"anyOf": [string, short]})), {"f": "abc"})
+
+    def test_union_branch_count_limit_both_sides(self):
+        branches = [{"type": "string", "const": f"c{index}"} for index in range(td.MAX_UNION_BRANCHES)]
+        compiled = td.compile_schema(schema_field({"anyOf": branches}))
+        self.admitted(compiled, {"f": f"c{td.MAX_UNION_BRANCHES - 1}"})
+        self.value_refused(compiled, {"f": "c99"}, "VALUE_UNION")
+        self.refused(schema_field({"anyOf": branches + [{"type": "integer"}]}), "SCHEMA_COMBINATOR",
+                     "schema.properties[0].anyOf")
+
+    def test_union_tagged_objects_pydantics_discriminated_union(self):
+        compiled = td.compile_schema(self.PET_SCHEMA)
+        for pet in ({"pet_type": "cat", "lives": 9}, {"pet_type": "dog"}, {"pet_type": "puppy", "bark": "woof"}, None):
+            with self.subTest(pet=pet):
+                self.admitted(compiled, {"pet": pet})
+        for pet, code in (({"pet_type": "cow"}, "VALUE_UNION"), ({"lives": 9}, "VALUE_UNION"),
+                          ({"pet_type": ["cat"], "lives": 9}, "VALUE_UNION"), ({"pet_type": 1}, "VALUE_UNION"),
+                          ({"pet_type": "cat"}, "VALUE_FIELDS"), ({"pet_type": "dog", "lives": 9}, "VALUE_FIELDS"),
+                          ("cat", "VALUE_TYPE"), ([], "VALUE_TYPE")):
+            with self.subTest(pet=pet):
+                self.value_refused(compiled, {"pet": pet}, code, "value.properties[0]")
+        self.value_refused(compiled, {"pet": {"pet_type": "cat", "lives": "9"}}, "VALUE_TYPE",
+                           "value.properties[0].properties[1]")
+        emitted = compiled.to_schema()
+        self.assertEqual(emitted["properties"]["pet"], {"anyOf": [{"$ref": "#/$defs/d0"}, {"$ref": "#/$defs/d1"},
+                                                                 {"type": "null"}]})
+        self.assertEqual(emitted["$defs"]["d1"]["properties"]["pet_type"], {"type": "string", "enum": ["dog", "puppy"]})
+        self.assertEqual(td.compile_schema(emitted).to_schema(), emitted)  # what is emitted compiles to itself
+
+    def test_union_overlay_narrows_to_branches_inside_the_servers(self):
+        server = schema_object({"v": {"anyOf": [{"type": "string", "maxLength": 8}, {"type": "integer"},
+                                                {"type": "null"}]},
+                                "pet": self.PET_SCHEMA["properties"]["pet"]}, ["v"], **{"$defs": self.PET_SCHEMA["$defs"]})
+        cat = schema_object({"pet_type": {"const": "cat"}, "lives": {"type": "integer", "maximum": 9}},
+                            ["pet_type", "lives"])
+        for path, host in ((("v",), {"type": "string", "maxLength": 4}), (("v",), {"type": ["integer", "null"]}),
+                           (("v",), {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "enum": ["a"]}]}),
+                           (("pet",), cat), (("pet",), {"anyOf": [cat, {"type": "null"}]})):
+            with self.subTest(path=path, host=host):
+                narrowed = td.narrow(server, {path: host})
+                self.assertFalse(narrowed.admits({"v": "x" * 9, "pet": None}))
+        kitten = td.narrow(server, {("pet",): cat})
+        self.assertEqual((kitten.admits({"v": 1, "pet": {"pet_type": "cat", "lives": 9}}),
+                          kitten.admits({"v": 1, "pet": {"pet_type": "cat", "lives": 10}}),
+                          kitten.admits({"v": 1, "pet": {"pet_type": "dog"}})), (True, False, False))
+        wide = schema_object({"pet_type": {"enum": ["cat", "dog"]}, "lives": {"type": "integer"}}, ["pet_type"])
+        for path, host in ((("v",), {"type": "string", "maxLength": 9}), (("v",), {"type": "number"}),
+                           (("v",), {"type": "boolean"}), (("v",), {"anyOf": [{"type": "integer"}, {"type": "boolean"}]}),
+                           (("pet",), wide),  # tags of two branches
+                           (("pet",), schema_object({"lives": {"type": "integer"}}, ["lives"])),  # no tag
+                           (("pet",), {"type": ["object", "null"], "properties": {}})):  # an empty object: no tag
+            with self.subTest(path=path, host=host), self.assertRaises(BoundaryError) as caught:
+                td.narrow(server, {path: host})
+            self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_WIDENS", "overlay[0]"))
+
+    # -- Maps
+    def test_map_checks_every_value_and_the_count_of_entries(self):
+        compiled = td.compile_schema(schema_field({"type": "object", "additionalProperties": {"type": "string",
+                                                                                            "maxLength": 3},
+                                                   "minProperties": 1, "maxProperties": 2}))
+        for value in ({"a": "x"}, {"Content-Type": "abc", "": ""}):
+            with self.subTest(value=value):
+                self.admitted(compiled, {"f": value})
+        for value, code, at in (({}, "VALUE_ENTRIES", ""), ({"a": "", "b": "", "c": ""}, "VALUE_ENTRIES", ""),
+                                ({"a": "x", "b": "long"}, "VALUE_LENGTH", ".additionalProperties[1]"),
+                                ({"a": 1}, "VALUE_TYPE", ".additionalProperties[0]"),
+                                ({"\ud800": "x"}, "VALUE_NOT_PORTABLE", ""), ({1: "x"}, "VALUE_NOT_PORTABLE", ""),
+                                (["a"], "VALUE_TYPE", "")):
+            with self.subTest(value=value):
+                self.value_refused(compiled, {"f": value}, code, "value.properties[0]" + at)
+        self.assertEqual(compiled.to_schema()["properties"]["f"], {
+            "type": "object", "additionalProperties": {"type": "string", "maxLength": 3}, "minProperties": 1,
+            "maxProperties": 2})
+        self.assertEqual(compiled.host_bounds(), ())
+
+    def test_map_without_a_bound_takes_the_hosts_recorded(self):
+        compiled = td.compile_schema(schema_field({"type": "object", "additionalProperties": {"type": "integer"}}))
+        self.assertEqual(compiled.host_bounds(), ("schema.properties[0].maxProperties",))
+        self.admitted(compiled, {"f": {f"k{index}": index for index in range(td.DEFAULT_MAX_ENTRIES)}})
+        self.value_refused(compiled, {"f": {f"k{index}": index for index in range(td.DEFAULT_MAX_ENTRIES + 1)}},
+                           "VALUE_ENTRIES")
+        tight = td.compile_schema(schema_field({"type": "object", "additionalProperties": {"type": "integer"},
+                                                "maxProperties": 10 ** 6}), bounds=td.Bounds(max_entries=3))
+        self.assertEqual((tight.rules[1].max_entries, tight.host_bounds()), (3, ("schema.properties[0].maxProperties",)))
+
+    def test_map_refusals(self):
+        string = {"type": "string"}
+        for raw, code, at in (
+                ({"type": "object", "additionalProperties": True}, "SCHEMA_OPEN_OBJECT", ""),
+                ({"type": "object", "additionalProperties": string, "properties": {"a": string}}, "SCHEMA_OPEN_OBJECT", ""),
+                ({"type": "object", "additionalProperties": string, "required": []}, "SCHEMA_OPEN_OBJECT", ""),
+                ({"type": "object", "properties": {}, "maxProperties": 3}, "SCHEMA_OPEN_OBJECT", ""),
+                ({"type": "object", "additionalProperties": {}}, "SCHEMA_TYPE", ".additionalProperties"),
+                ({"type": "object", "additionalProperties": string, "propertyNames": {"maxLength": 3}},
+                 "SCHEMA_OPEN_OBJECT", ""),
+                ({"type": "object", "additionalProperties": string, "minProperties": 3, "maxProperties": 2},
+                 "SCHEMA_BOUNDS", ".minProperties"),
+                ({"type": "object", "additionalProperties": string, "maxProperties": -1}, "SCHEMA_BOUNDS",
+                 ".maxProperties")):
+            with self.subTest(raw=raw):
+                self.refused(schema_field(raw), code, "schema.properties[0]" + at)
+
+    def test_map_overlay_narrowings(self):
+        server = schema_object({"m": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 10},
+                                      "maxProperties": 4}})
+        for host in ({"type": "object", "additionalProperties": {"type": "string", "maxLength": 2}, "maxProperties": 1},
+                     schema_object({"a": {"type": "string", "maxLength": 10}, "b": {"type": "string", "enum": ["x"]}}),
+                     {"type": "object", "additionalProperties": {"type": "string", "format": "date", "maxLength": 10},
+                      "maxProperties": 4, "minProperties": 2}):
+            with self.subTest(host=host):
+                td.narrow(server, {("m",): host})
+        for host in ({"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 4},
+                     {"type": "object", "additionalProperties": {"type": "string", "maxLength": 2}, "maxProperties": 5},
+                     schema_object({name: {"type": "string", "maxLength": 1} for name in "abcde"}),
+                     schema_object({"a": {"type": "integer"}})):
+            with self.subTest(host=host), self.assertRaises(BoundaryError) as caught:
+                td.narrow(server, {("m",): host})
+            self.assertEqual(caught.exception.code, "OVERLAY_WIDENS")
 
     # -- Objects (moved from mcp_import)
     def test_object_closed_when_additional_properties_absent_or_false(self):
@@ -2641,7 +2883,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
     def test_refused_keyword_each_refused_keyword_by_name(self):
         for keyword, code in td.REFUSED_KEYWORDS.items():
             with self.subTest(keyword=keyword):
-                self.refused(schema_field({"type": "string", keyword: {}}), code, "schema.properties[0]")
+                self.refused(schema_field({"type": "boolean", keyword: {}}), code, "schema.properties[0]")
 
     def test_refused_keyword_unknown_and_misplaced_keywords(self):
         for schema in ({"type": "string", "nullable": True}, {"type": "integer", "maxLength": 3},
@@ -2721,7 +2963,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 4, "uniqueItems": True},
         "inner": {"$ref": "#/$defs/Inner"},
         "opt": {"anyOf": [{"type": "string", "maxLength": 5}, {"type": "null"}]},
-        "when": {"type": "string", "format": "date"},
+        "when": {"type": "string", "format": "email"},
     }, ["amount"], **{"$defs": {"Inner": schema_object({"x": {"type": "integer"}, "y": {"type": "string"}}, ["x"])}})
 
     def narrowed(self, path, host):
@@ -2733,7 +2975,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         self.assertEqual((caught.exception.code, caught.exception.at), (code, "overlay[0]"))
 
     def test_overlay_without_overlay_the_server_schema_is_refused(self):
-        self.refused(self.OVERLAY_SERVER, "SCHEMA_FORMAT", "schema.properties[10]")
+        self.refused(self.OVERLAY_SERVER, "SCHEMA_FORMAT", "schema.properties[10].format")
 
     OVERLAY_NARROWINGS = {
         ("amount",): {"type": "integer", "minimum": 0, "maximum": 1000},
@@ -2895,30 +3137,46 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             self.assertEqual((caught.exception.code, caught.exception.at), (code, at))
 
     def test_overlay_format_narrowing_needs_a_pattern_or_an_enum_inside_the_lengths(self):
-        server = schema_object({"when": {"type": "string", "format": "date", "minLength": 8, "maxLength": 12}})
-        date = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
-        narrowed = td.narrow(server, {("when",): {"type": "string", "pattern": date, "minLength": 10, "maxLength": 10}})
+        server = schema_object({"when": {"type": "string", "format": "email", "minLength": 8, "maxLength": 12}})
+        mail = "^[a-z]{4}@[a-z]{5}$"
+        narrowed = td.narrow(server, {("when",): {"type": "string", "pattern": mail, "minLength": 10, "maxLength": 10}})
         self.assertEqual(narrowed.to_schema()["properties"]["when"],
-                         {"type": "string", "minLength": 10, "maxLength": 10, "pattern": date})
-        self.assertTrue(narrowed.admits({"when": "2026-12-06"}))
-        self.assertFalse(narrowed.admits({"when": "06.12.2026"}))
-        td.narrow(server, {("when",): {"type": "string", "enum": ["20261206", "2026-12-06x"]}})  # lengths 8 and 11
-        nullable = schema_object({"when": {"type": ["string", "null"], "format": "date"}})
-        td.narrow(nullable, {("when",): {"type": ["string", "null"], "pattern": date, "maxLength": 10}})
+                         {"type": "string", "minLength": 10, "maxLength": 10, "pattern": mail})
+        self.assertTrue(narrowed.admits({"when": "abcd@efghi"}))
+        self.assertFalse(narrowed.admits({"when": "abcd.efghi"}))
+        td.narrow(server, {("when",): {"type": "string", "enum": ["ab@cdefg", "abc@defghij"]}})  # lengths 8 and 11
+        nullable = schema_object({"when": {"type": ["string", "null"], "format": "email"}})
+        td.narrow(nullable, {("when",): {"type": ["string", "null"], "pattern": mail, "maxLength": 10}})
         for host, node in (({"type": "string", "maxLength": 12}, server),  # no pattern: nothing narrowed
-                           ({"type": "string", "pattern": date, "minLength": 7, "maxLength": 12}, server),
-                           ({"type": "string", "pattern": date, "minLength": 8, "maxLength": 13}, server),
-                           ({"type": "string", "enum": ["2026120"]}, server),  # 7 characters
+                           ({"type": "string", "pattern": mail, "minLength": 7, "maxLength": 12}, server),
+                           ({"type": "string", "pattern": mail, "minLength": 8, "maxLength": 13}, server),
+                           ({"type": "string", "enum": ["a@bcdef"]}, server),  # 7 characters
                            ({"type": "integer"}, server),
-                           ({"type": ["string", "null"], "pattern": date, "maxLength": 10}, server),
-                           ({"type": "string", "pattern": date, "maxLength": 10},
-                            schema_object({"when": {"type": "string", "format": "date", "pattern": "^2"}})),
-                           ({"type": "string", "pattern": date, "maxLength": 10},
+                           ({"type": ["string", "null"], "pattern": mail, "maxLength": 10}, server),
+                           ({"type": "string", "pattern": mail, "maxLength": 10},
+                            schema_object({"when": {"type": "string", "format": "email", "pattern": "^2"}})),
+                           ({"type": "string", "pattern": mail, "maxLength": 10},
                             schema_object({"when": {"type": "integer", "format": "int32"}}))):
             with self.subTest(host=host, server=node["properties"]["when"]):
                 with self.assertRaises(BoundaryError) as caught:
                     td.narrow(node, {("when",): host})
                 self.assertEqual(caught.exception.code, "OVERLAY_WIDENS")
+
+    def test_overlay_on_a_compiled_format_keeps_the_format(self):
+        # A format the compiler reads is a check of the server's: a pattern alone admits
+        # "2026-13-45", so the host's rule must carry the same format to be narrower.
+        server = schema_object({"when": {"type": "string", "format": "date"}})
+        narrowed = td.narrow(server, {("when",): {"type": "string", "format": "date",
+                                                  "pattern": "^2026-[0-9]{2}-[0-9]{2}$"}})
+        self.assertEqual((narrowed.admits({"when": "2026-12-06"}), narrowed.admits({"when": "2026-13-45"}),
+                          narrowed.admits({"when": "2025-12-06"})), (True, False, False))
+        for host in ({"type": "string", "pattern": "^2026-[0-9]{2}-[0-9]{2}$"}, {"type": "string", "format": "time"}):
+            with self.subTest(host=host), self.assertRaises(BoundaryError) as caught:
+                td.narrow(server, {("when",): host})
+            self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_WIDENS", "overlay[0]"))
+        # A host may add a format where the server has none: one more check, so narrower.
+        plain = td.narrow(schema_object({"when": {"type": "string"}}), {("when",): {"type": "string", "format": "date"}})
+        self.assertEqual((plain.admits({"when": "2026-12-06"}), plain.admits({"when": "soon"})), (True, False))
 
     def test_overlay_bad_paths_refused(self):
         for path in (("nope",), ("inner", "nope"), (), ("ref", "x"), "ref"):
@@ -3150,7 +3408,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         self.assertNotIn("SECRET", json.dumps(error.to_json()))
 
     def test_contracts_the_language_refuses_with_the_one_error_type_by_scope(self):
-        for scope, prefixes, count in (("schema", ("SCHEMA_", "OVERLAY_"), 33), ("value", ("VALUE_",), 8),
+        for scope, prefixes, count in (("schema", ("SCHEMA_", "OVERLAY_"), 33), ("value", ("VALUE_",), 11),
                                        ("contracts", ("CONTRACTS_",), 7)):
             with self.subTest(scope=scope):
                 codes = [code for code, spec in td.ERROR_CATALOG.items() if spec.scope == scope]
@@ -3288,7 +3546,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             (self.overlay((["amount"], {"type": "integer", "minimum": 0, "maximum": 5}), (["missing"], {"type": "string"})),
              "OVERLAY_PATH", "overlay.tools[0].input[1]"),
             (self.overlay((["note"], {"type": "string", "format": "email"})), "SCHEMA_FORMAT",
-             "overlay.tools[0].input[0].schema"),
+             "overlay.tools[0].input[0].schema.format"),
         )
         for overlay, code, at in cases:
             with self.subTest(code=code, at=at):

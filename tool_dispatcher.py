@@ -38,6 +38,7 @@ import argparse
 import functools
 import hashlib
 import hmac
+import ipaddress
 import json
 import math
 import os
@@ -89,7 +90,8 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "REFUSED_KEYWORDS", "TYPE_KEYWORDS", "SCALAR_KINDS", "DEFINITION_PREFIXES", "CONTRACTS_FORMAT",
     "MAX_CONTRACTS_BYTES", "MAX_CONTRACTS_DEPTH", "MAX_TOOLS", "MAX_DESCRIPTION_LENGTH", "TOOL_NAME",
     "EFFECTS", "SOURCES", "HINT_FIELDS", "OVERLAY_FORMAT", "MAX_OVERLAY_PATHS", "MAX_OVERLAY_PATH_LENGTH",
-    "StringRule", "IntegerRule", "NumberRule", "BooleanRule", "ObjectRule", "ArrayRule", "NullableRule", "Rule", "compile_pattern",
+    "StringRule", "IntegerRule", "NumberRule", "BooleanRule", "ObjectRule", "ArrayRule", "MapRule", "NullableRule", "UnionRule", "Rule", "compile_pattern",
+    "FORMATS", "UNIONS", "DISCRIMINATOR", "MAX_UNION_BRANCHES", "DEFAULT_MAX_ENTRIES",
     "pattern_length_bounds", "prescan", "Bounds", "compile_schema", "CompiledSchema", "narrow", "ToolSpec",
     "ContractSet", "load_contracts", "parse_contracts", "declare_tool", "declare_contracts", "ContractOverlay", "load_overlay", "parse_overlay",
     # 9. Registry and input contracts
@@ -356,10 +358,10 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         SCHEMA_TYPE="A schema has no single supported type.",
         SCHEMA_NUMBER="A number schema is refused: its multipleOf is no double exactly (0.1, 0.01).",
         SCHEMA_NULL="null is accepted only as a nullable form of another type.",
-        SCHEMA_FORMAT="The format keyword is refused: its checks differ between validators.",
-        SCHEMA_COMBINATOR="Schema combinators are refused, except the nullable anyOf.",
+        SCHEMA_FORMAT="A format is refused: it has no one exact reading, or stands on a type other than string.",
+        SCHEMA_COMBINATOR="A combinator is refused unless its branches are told apart by JSON type or by a tag.",
         SCHEMA_CONDITIONAL="Conditional schemas are refused.",
-        SCHEMA_OPEN_OBJECT="An object schema must be closed: additionalProperties absent or false.",
+        SCHEMA_OPEN_OBJECT="An object schema must be closed, or a map with one schema for its values.",
         SCHEMA_TUPLE="Tuple and contains forms of arrays are refused.",
         SCHEMA_ITEMS="An array schema must declare exactly one items schema.",
         SCHEMA_KEYWORD="A schema keyword is unknown or does not apply to its type.",
@@ -386,6 +388,9 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         VALUE_ENUM="A value is not one of the allowed choices.",
         VALUE_LENGTH="A string's length is out of its bounds.",
         VALUE_PATTERN="A string does not match its pattern.",
+        VALUE_FORMAT="A string is not in its format.",
+        VALUE_UNION="A value matches no branch of its union.",
+        VALUE_ENTRIES="A map has too few or too many entries.",
         VALUE_RANGE="An integer is out of its bounds or not a multiple of its step.",
         VALUE_ITEMS="An array has too few or too many items, or repeats one.",
         VALUE_NOT_PORTABLE="A value is outside the portable JSON domain.",
@@ -1572,11 +1577,13 @@ MAX_PATTERN_LENGTH: Final = 256  # characters of one pattern, before it is parse
 MAX_NAME_LENGTH: Final = 64  # a property or definition name
 MAX_QUANTIFIER: Final = 1_000  # the largest count a pattern's {m,n} may name
 MAX_BRANCHES: Final = 32  # alternatives at the pattern's one alternation site
+MAX_UNION_BRANCHES: Final = 16  # branches of one anyOf / oneOf; a value may be tried against each scalar one
 PATTERN_CACHE: Final = 1_024  # pattern texts whose proof is remembered; a cache of a pure function, not a limit
 
 # Host bounds: where a schema is silent, the host bounds it, and the compiled form records it.
 DEFAULT_MAX_LENGTH: Final = 4_096  # characters of a string with no maxLength (also the ceiling)
 DEFAULT_MAX_ITEMS: Final = 256  # items of an array with no maxItems (also the ceiling)
+DEFAULT_MAX_ENTRIES: Final = 256  # entries of a map with no maxProperties (also the ceiling)
 
 SCHEMA_ROOT: Final = "schema"
 VALUE_ROOT: Final = "value"
@@ -1605,18 +1612,20 @@ REFUSED_KEYWORDS: Final[Mapping[str, str]] = MappingProxyType({
 
 # The constraining keywords each type understands (beyond "type" itself).
 TYPE_KEYWORDS: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
-    "string": frozenset({"enum", "const", "minLength", "maxLength", "pattern"}),
+    "string": frozenset({"enum", "const", "minLength", "maxLength", "pattern", "format"}),
     "integer": frozenset({"enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                           "multipleOf"}),
     "number": frozenset({"enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                          "multipleOf"}),
     "boolean": frozenset({"enum", "const"}),
-    "object": frozenset({"properties", "required", "additionalProperties"}),
+    "object": frozenset({"properties", "required", "additionalProperties", "minProperties", "maxProperties"}),
     "array": frozenset({"items", "minItems", "maxItems", "uniqueItems"}),
 })
 SCALAR_KINDS: Final[Mapping[type, str]] = MappingProxyType({str: "string", int: "integer", float: "number",
                                                               bool: "boolean"})
 DEFINITION_PREFIXES: Final[Mapping[str, str]] = MappingProxyType({"#/$defs/": "$defs", "#/definitions/": "definitions"})
+UNIONS: Final = ("anyOf", "oneOf")  # the union keywords; a union node may also carry OpenAPI's annotation:
+DISCRIMINATOR: Final = "discriminator"  # Pydantic's, naming the tag; read by nothing, the tag is found in the branches
 
 # The contracts file.
 
@@ -1669,6 +1678,7 @@ class StringRule:
     pattern: str | None  # the schema's own pattern text, kept for the emitted schema
     regex: _LazyRegex | None = field(compare=False)  # the Python regex is built on first use (Patterns)
     description: str | None = field(compare=False)
+    format: str | None = None  # a name of FORMATS: one exact reading of a string's text
 
 
 @dataclass(frozen=True, slots=True)
@@ -1722,12 +1732,41 @@ class ArrayRule:
 
 
 @dataclass(frozen=True, slots=True)
+class MapRule:
+    """An object of any string keys, each value under one rule: additionalProperties as a schema."""
+    values: int
+    min_entries: int
+    max_entries: int
+    max_entries_from: str  # "schema" or "host"
+    description: str | None = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
 class NullableRule:
     inner: int
     description: str | None = field(compare=False)
 
 
-Rule = StringRule | IntegerRule | NumberRule | BooleanRule | ObjectRule | ArrayRule | NullableRule
+@dataclass(frozen=True, slots=True)
+class UnionRule:
+    """anyOf / oneOf over branches no two of which admit one value (different JSON types, or
+    objects with distinct tags), so both keywords mean the same; or, for anyOf only, several
+    scalar branches of one type, each tried. null is never a branch: a NullableRule wraps the union.
+
+    The compiler fills the dispatch once every branch is compiled (``routes`` and ``tags`` are
+    empty until then): by a value's Python type, the (slot, rule) pairs that may admit it; for
+    tagged objects, the tag's name and each tag value's branch slot."""
+    branches: tuple[int, ...]  # rule slots, in declaration order
+    exclusive: bool  # oneOf: its branches must be proved apart; anyOf may try scalar ones in turn
+    description: str | None = field(compare=False)
+    routes: Mapping[type, tuple[tuple[int, Rule], ...]] = field(default_factory=lambda: _NO_ROUTES, compare=False)
+    tag: str | None = field(default=None, compare=False)
+    tags: Mapping[str, int] = field(default_factory=lambda: _NO_ROUTES, compare=False)
+
+
+_NO_ROUTES: Final[Mapping[Any, Any]] = MappingProxyType({})
+Rule = (StringRule | IntegerRule | NumberRule | BooleanRule | ObjectRule | ArrayRule | MapRule | NullableRule
+        | UnionRule)
 _SCALAR_RULES: Final = (StringRule, IntegerRule, NumberRule, BooleanRule)
 
 # -- Patterns ----------------------------------------------------------------------------------
@@ -2070,6 +2109,75 @@ def _sequence_lengths(items: Sequence[_Item]) -> tuple[int, int | None]:
         high = None if high is None or one_high is None or item_high is None else high + one_high * item_high
     return low, high
 
+# -- Formats -----------------------------------------------------------------------------------
+# A format is compiled only where its standard gives one exact reading of a text, and the check
+# reads it at its narrowest: what every reader of the standard admits (JSON Schema validators,
+# Python's date and address parsers, Pydantic), never what only a lenient one does. So ASCII
+# digits only; "T" and "Z" upper case; no leap second (60), which most parsers refuse; no year 0;
+# an IPv6 address without a zone (%eth0). A host needing more narrows the string with a pattern.
+#
+# Refused, each for its own reason: "email" (RFC 5321's mailbox, RFC 5322's addr-spec and HTML's
+# simpler form disagree on quotes, comments and dots), "uri" and "uri-reference" (validators
+# disagree on IRIs, spaces and escapes, and the useful check is the host's: which schemes and
+# hosts, a pattern), "hostname" (IDNA readings differ), and any name not listed here.
+
+_TWO: Final = "[0-9][0-9]"
+_DATE: Final = re.compile(f"([0-9]{{4}})-({_TWO})-({_TWO})", re.ASCII)
+_TIME: Final = re.compile(f"({_TWO}):({_TWO}):({_TWO})(?:\\.[0-9]+)?(?:Z|[+-]({_TWO}):({_TWO}))", re.ASCII)
+_UUID: Final = re.compile("[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", re.ASCII)
+_OCTET: Final = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"  # no leading zero: 010 reads as octal elsewhere
+_IPV4: Final = re.compile(f"{_OCTET}(?:\\.{_OCTET}){{3}}", re.ASCII)
+_DAYS_IN_MONTH: Final = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def _is_format_date(text: str) -> bool:
+    """RFC 3339 full-date: YYYY-MM-DD, a real day of the proleptic Gregorian calendar, year 1-9999."""
+    found = _DATE.fullmatch(text)
+    if found is None:
+        return False
+    year, month, day = int(found[1]), int(found[2]), int(found[3])
+    if year == 0 or not 1 <= month <= 12:
+        return False
+    leap = month == 2 and year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    return 1 <= day <= _DAYS_IN_MONTH[month - 1] + leap
+
+
+def _is_format_time(text: str) -> bool:
+    """RFC 3339 full-time: HH:MM:SS, an optional fraction, and Z or a numeric offset."""
+    found = _TIME.fullmatch(text)
+    if found is None:
+        return False
+    hour, minute, second = int(found[1]), int(found[2]), int(found[3])
+    if hour > 23 or minute > 59 or second > 59:
+        return False
+    return found[4] is None or (int(found[4]) <= 23 and int(found[5]) <= 59)
+
+
+def _is_format_date_time(text: str) -> bool:
+    """RFC 3339 date-time: a full-date, "T", a full-time."""
+    return len(text) > 11 and text[10] == "T" and _is_format_date(text[:10]) and _is_format_time(text[11:])
+
+
+def _is_format_ipv6(text: str) -> bool:
+    """RFC 4291's text forms (compressed, and with a dotted IPv4 tail), without a zone."""
+    if not text.isascii() or "%" in text:
+        return False
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:  # AddressValueError is a ValueError
+        return False
+    return True
+
+
+FORMATS: Final[Mapping[str, Callable[[str], bool]]] = MappingProxyType({
+    "date": _is_format_date,
+    "time": _is_format_time,
+    "date-time": _is_format_date_time,
+    "uuid": lambda text: _UUID.fullmatch(text) is not None,
+    "ipv4": lambda text: _IPV4.fullmatch(text) is not None,
+    "ipv6": _is_format_ipv6,
+})
+
 # -- The compiler ------------------------------------------------------------------------------
 
 
@@ -2115,6 +2223,7 @@ class Bounds:
 
     max_length: int = DEFAULT_MAX_LENGTH
     max_items: int = DEFAULT_MAX_ITEMS
+    max_entries: int = DEFAULT_MAX_ENTRIES
 
 
 class _Compiler:
@@ -2129,6 +2238,7 @@ class _Compiler:
         self.definitions = self.read_definitions()
         self.definition_slots: dict[tuple[str, str], int] = {}
         self.definition_order: list[int] = []
+        self.nullable_unions: list[tuple[int, str]] = []  # (branch slot, place): a oneOf-or-anyOf [T, null]
 
     def read_definitions(self) -> dict[str, tuple[dict[str, Any], list[str]]]:
         found: dict[str, tuple[dict[str, Any], list[str]]] = {}
@@ -2151,7 +2261,8 @@ class _Compiler:
         while self.work:
             raw, at, slot = self.work.popleft()
             self.rules[slot] = self.compile_node(raw, at, root=slot == 0 and at == SCHEMA_ROOT)
-        rules = tuple(self.rules)  # every slot was filled by its own work entry
+        _route_unions(self.rules, self.paths, self.nullable_unions)  # every slot is filled by now
+        rules = tuple(self.rules)
         _refuse_cycles(rules)
         _check_unique_items(rules)
         return rules
@@ -2162,6 +2273,12 @@ class _Compiler:
         self.rules.append(None)
         self.paths.append(at)
         self.work.append((raw, at, len(self.rules) - 1))
+        return len(self.rules) - 1
+
+    def built(self, rule: Rule, at: str) -> int:
+        """The slot of a rule built here, not from a work entry (a union behind its nullable rule)."""
+        self.rules.append(rule)
+        self.paths.append(at)
         return len(self.rules) - 1
 
     def child(self, raw: Any, at: str, *, root: bool = False) -> int:
@@ -2206,10 +2323,9 @@ class _Compiler:
 
     def compile_node(self, raw: dict[str, Any], at: str, *, root: bool) -> Rule:
         description = raw.get("description") if type(raw.get("description")) is str else None
-        if "anyOf" in raw:
-            _check_keywords(raw, at, allowed=frozenset({"anyOf"}), root=root, sibling_code="SCHEMA_COMBINATOR")
-            position = _nullable_branch(raw["anyOf"], at)
-            return NullableRule(self.child(raw["anyOf"][position], f"{at}.anyOf[{position}]"), description)
+        keyword = next((keyword for keyword in UNIONS if keyword in raw), None)
+        if keyword is not None:
+            return self.compile_union(raw, keyword, at, root=root, description=description)
         kind, nullable = _schema_type(raw, at)
         _check_keywords(raw, at, allowed=TYPE_KEYWORDS[kind] | {"type"}, root=root, sibling_code="SCHEMA_KEYWORD")
         if nullable:  # "type": [T, "null"]: the same node, without null, behind a nullable rule
@@ -2230,6 +2346,32 @@ class _Compiler:
             return NullableRule(self.slot(inner, at), description)
         return _TYPE_COMPILERS[kind](self, raw, at, description)
 
+    def compile_union(self, raw: dict[str, Any], keyword: str, at: str, *, root: bool,
+                      description: str | None) -> Rule:
+        """anyOf / oneOf: null branches become a nullable rule around the others; two or more
+        others become a union, whose branches are proved apart once they are compiled."""
+        _check_keywords(raw, at, allowed=frozenset({keyword, DISCRIMINATOR}), root=root,
+                        sibling_code="SCHEMA_COMBINATOR")
+        branches = raw[keyword]
+        if type(branches) is not list or not branches:
+            raise BoundaryError("SCHEMA_MALFORMED", f"{at}.{keyword}")
+        if len(branches) > MAX_UNION_BRANCHES:
+            raise BoundaryError("SCHEMA_COMBINATOR", f"{at}.{keyword}")
+        nulls = sum(map(_is_null_schema, branches))
+        others = [(position, branch) for position, branch in enumerate(branches) if not _is_null_schema(branch)]
+        if not others:
+            raise BoundaryError("SCHEMA_NULL", at)
+        if nulls > 1 and keyword == "oneOf":
+            raise BoundaryError("SCHEMA_COMBINATOR", f"{at}.{keyword}")  # null matches two branches: never admitted
+        slots = tuple(self.child(branch, f"{at}.{keyword}[{position}]") for position, branch in others)
+        if len(slots) == 1 and nulls:
+            # Its branch may not admit null as well: under oneOf null would then match twice
+            # (anyOf means the same either way); UnionRule's routing checks that too.
+            self.nullable_unions.append((slots[0], at))
+            return NullableRule(slots[0], description)
+        union = UnionRule(slots, keyword == "oneOf", description)
+        return NullableRule(self.built(union, at), description) if nulls else union
+
     def compile_string(self, raw: dict[str, Any], at: str, description: str | None) -> StringRule:
         low = _count(raw, "minLength", 0, at)
         declared = _count(raw, "maxLength", None, at)
@@ -2239,7 +2381,10 @@ class _Compiler:
         choices = _choices(raw, (str,), at)
         pattern = raw.get("pattern")
         regex = None if "pattern" not in raw else _proved_pattern(pattern, f"{at}.pattern")
-        return StringRule(low, high, source, choices, pattern, regex, description)
+        form = raw.get("format")
+        if form is not None and (type(form) is not str or form not in FORMATS):
+            raise BoundaryError("SCHEMA_FORMAT", f"{at}.format")
+        return StringRule(low, high, source, choices, pattern, regex, description, form)
 
     def compile_integer(self, raw: dict[str, Any], at: str, description: str | None) -> IntegerRule:
         low = max(_bound(raw, "minimum", -MAX_SAFE_INTEGER, 0, at),
@@ -2277,8 +2422,11 @@ class _Compiler:
     def compile_boolean(self, raw: dict[str, Any], at: str, description: str | None) -> BooleanRule:
         return BooleanRule(_choices(raw, (bool,), at), description)
 
-    def compile_object(self, raw: dict[str, Any], at: str, description: str | None) -> ObjectRule:
-        if raw.get("additionalProperties", False) is not False:
+    def compile_object(self, raw: dict[str, Any], at: str, description: str | None) -> ObjectRule | MapRule:
+        values = raw.get("additionalProperties", False)
+        if type(values) is dict and "properties" not in raw and "required" not in raw:
+            return self.compile_map(raw, values, at, description)
+        if values is not False or "minProperties" in raw or "maxProperties" in raw:
             raise BoundaryError("SCHEMA_OPEN_OBJECT", at)
         declared = raw.get("properties", {})
         if type(declared) is not dict:
@@ -2295,6 +2443,14 @@ class _Compiler:
                 or len(set(required)) != len(required)):
             raise BoundaryError("SCHEMA_REQUIRED", f"{at}.required")
         return ObjectRule(tuple(properties), frozenset(required), description)
+
+    def compile_map(self, raw: dict[str, Any], values: dict[str, Any], at: str, description: str | None) -> MapRule:
+        """A map: any string keys (no propertyNames), every value under one schema, a bounded count."""
+        low = _count(raw, "minProperties", 0, at)
+        high, source = _host_bound(_count(raw, "maxProperties", None, at), self.bounds.max_entries)
+        if low > high:
+            raise BoundaryError("SCHEMA_BOUNDS", f"{at}.minProperties")
+        return MapRule(self.child(values, f"{at}.additionalProperties"), low, high, source, description)
 
     def compile_array(self, raw: dict[str, Any], at: str, description: str | None) -> ArrayRule:
         items = raw.get("items")
@@ -2340,16 +2496,6 @@ def _constrains(key: str) -> bool:
 def _check_name(name: str, at: str) -> None:
     if not 1 <= len(name) <= MAX_NAME_LENGTH:
         raise BoundaryError("SCHEMA_NAME", at)
-
-
-def _nullable_branch(branches: Any, at: str) -> int:
-    """The position of the non-null branch of anyOf [T, {"type": "null"}] (either order)."""
-    if type(branches) is not list or len(branches) != 2:
-        raise BoundaryError("SCHEMA_COMBINATOR", at)
-    nulls = [index for index, branch in enumerate(branches) if _is_null_schema(branch)]
-    if len(nulls) != 1:
-        raise BoundaryError("SCHEMA_COMBINATOR", at)
-    return 1 - nulls[0]
 
 
 def _is_null_schema(branch: Any) -> bool:
@@ -2487,7 +2633,74 @@ def _children(rule: Rule) -> tuple[int, ...]:
         return (rule.items,)
     if type(rule) is NullableRule:
         return (rule.inner,)
+    if type(rule) is MapRule:
+        return (rule.values,)
+    if type(rule) is UnionRule:
+        return rule.branches
     return ()
+
+
+# A union's branches by the JSON type they admit (integer and number are one: 1 is both), and the
+# Python types of decoded values each JSON type routes.
+_UNION_KINDS: Final[Mapping[type, str]] = MappingProxyType({
+    StringRule: "string", IntegerRule: "number", NumberRule: "number", BooleanRule: "boolean",
+    ObjectRule: "object", MapRule: "object", ArrayRule: "array",
+})
+_KIND_VALUES: Final[Mapping[str, tuple[type, ...]]] = MappingProxyType({
+    "string": (str,), "number": (int, float), "boolean": (bool,), "object": (dict,), "array": (list,),
+})
+_SCALAR_KINDS: Final = frozenset({"string", "number", "boolean"})
+
+
+def _route_unions(rules: list[Any], paths: Sequence[str], nullable: Sequence[tuple[int, str]]) -> None:
+    """Prove each union's branches apart and fill its dispatch, in place; refuse what cannot be.
+
+    Told apart: each JSON type by one branch, or objects by a tag (a property every object branch
+    requires, a string whose choices no other branch shares). Two scalar branches of one type only
+    under anyOf, where trying each is exactly what anyOf means; never under oneOf, whose count of
+    matching branches the compiled checks, narrower than the schema's, would get wrong.
+    """
+    for slot, at in nullable:  # [T, null] where T admits null too: oneOf admits it nowhere
+        if type(rules[slot]) is NullableRule:
+            raise BoundaryError("SCHEMA_COMBINATOR", at)
+    for slot, rule in enumerate(rules):
+        if type(rule) is not UnionRule:
+            continue
+        at = paths[slot]
+        groups: dict[str, list[int]] = {}
+        for branch in rule.branches:
+            kind = _UNION_KINDS.get(type(rules[branch]))
+            if kind is None:  # a nullable branch (null belongs to a null branch), or a union in a union
+                raise BoundaryError("SCHEMA_COMBINATOR", at)
+            groups.setdefault(kind, []).append(branch)
+        tag, tags = None, {}
+        for kind, members in groups.items():
+            if len(members) == 1:
+                continue
+            if kind == "object":
+                tag, tags = _union_tag(members, rules, at)
+            elif kind not in _SCALAR_KINDS or rule.exclusive:
+                raise BoundaryError("SCHEMA_COMBINATOR", at)
+        routes = {value_type: tuple((branch, rules[branch]) for branch in members)
+                  for kind, members in groups.items() for value_type in _KIND_VALUES[kind]}
+        rules[slot] = replace(rule, routes=MappingProxyType(routes), tag=tag, tags=MappingProxyType(tags))
+
+
+def _union_tag(members: Sequence[int], rules: Sequence[Any], at: str) -> tuple[str, dict[str, int]]:
+    """The first property, in the first branch's order, that tells every object branch apart."""
+    first = rules[members[0]]
+    for name, _ in first.properties if type(first) is ObjectRule else ():
+        tags: dict[str, int] = {}
+        for member in members:
+            rule = rules[member]
+            entry = rule.index.get(name) if type(rule) is ObjectRule and name in rule.required else None
+            choices = rules[entry[1]].choices if entry and type(rules[entry[1]]) is StringRule else None
+            if choices is None or not tags.keys().isdisjoint(choices):
+                break
+            tags.update(dict.fromkeys(choices, member))
+        else:
+            return name, tags
+    raise BoundaryError("SCHEMA_COMBINATOR", at)
 
 
 def _refuse_cycles(rules: Sequence[Rule]) -> None:
@@ -2601,6 +2814,8 @@ class CompiledSchema:
                 found.append(f"{path}.maxLength")
             elif type(rule) is ArrayRule and rule.max_items_from == "host":
                 found.append(f"{path}.maxItems")
+            elif type(rule) is MapRule and rule.max_entries_from == "host":
+                found.append(f"{path}.maxProperties")
         return tuple(found)
 
     def to_schema(self) -> dict[str, Any]:
@@ -2637,6 +2852,8 @@ def _rule_string(rule: StringRule, value: Any, at: Any, _stack: list[Any]) -> No
     regex = rule.regex
     if regex is not None and regex.fullmatch(value) is None:
         raise _refuse("VALUE_PATTERN", at)
+    if rule.format is not None and not FORMATS[rule.format](value):
+        raise _refuse("VALUE_FORMAT", at)
 
 
 def _rule_integer(rule: IntegerRule, value: Any, at: Any, _stack: list[Any]) -> None:
@@ -2705,9 +2922,46 @@ def _rule_array(rule: ArrayRule, value: Any, at: Any, stack: list[Any]) -> None:
         stack.append((rule.items, value[position], (at, ".items[", position)))
 
 
+def _rule_map(rule: MapRule, value: Any, at: Any, stack: list[Any]) -> None:
+    if type(value) is not dict:
+        raise _refuse("VALUE_TYPE", at)
+    if not rule.min_entries <= len(value) <= rule.max_entries:
+        raise _refuse("VALUE_ENTRIES", at)
+    for key in value:  # every key before any value, as an object's
+        if type(key) is not str or not (key.isascii() or is_portable_text(key)):
+            raise _refuse("VALUE_NOT_PORTABLE", at)
+    items = list(value.values())
+    for position in range(len(items) - 1, -1, -1):
+        stack.append((rule.values, items[position], (at, ".additionalProperties[", position)))
+
+
 def _rule_nullable(rule: NullableRule, value: Any, at: Any, stack: list[Any]) -> None:
     if value is not None:
         stack.append((rule.inner, value, at))
+
+
+def _rule_union(rule: UnionRule, value: Any, at: Any, stack: list[Any]) -> None:
+    """One branch by the value's type, or by its tag; only anyOf's scalar branches are tried in turn."""
+    route = rule.routes.get(type(value))
+    if route is None:
+        raise _refuse("VALUE_TYPE", at)
+    if len(route) == 1:
+        stack.append((route[0][0], value, at))
+        return
+    if rule.tag is not None and type(value) is dict:
+        tag = value.get(rule.tag)
+        branch = rule.tags.get(tag) if type(tag) is str else None
+        if branch is None:
+            raise _refuse("VALUE_UNION", at)
+        stack.append((branch, value, at))
+        return
+    for _, branch_rule in route:  # scalar rules: they check at once and push nothing
+        try:
+            _RULE_CHECKS[type(branch_rule)](branch_rule, value, at, stack)
+        except BoundaryError:
+            continue
+        return
+    raise _refuse("VALUE_UNION", at)
 
 
 _HASHABLE: Final = frozenset({str, int, float, bool, type(None)})
@@ -2719,7 +2973,9 @@ _RULE_CHECKS: Final = MappingProxyType({
     BooleanRule: _rule_boolean,
     ObjectRule: _rule_object,
     ArrayRule: _rule_array,
+    MapRule: _rule_map,
     NullableRule: _rule_nullable,
+    UnionRule: _rule_union,
 })
 
 
@@ -2746,6 +3002,8 @@ def _emit_string(rule: StringRule, _rules: Sequence[Rule], _names: Mapping[int, 
         body["maxLength"] = rule.max_length
     if rule.pattern is not None:
         body["pattern"] = rule.pattern
+    if rule.format is not None:
+        body["format"] = rule.format
     return body
 
 
@@ -2792,8 +3050,25 @@ def _emit_array(rule: ArrayRule, rules: Sequence[Rule], names: Mapping[int, str]
     return body
 
 
+def _emit_map(rule: MapRule, rules: Sequence[Rule], names: Mapping[int, str]) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": "object", "additionalProperties": _emit_rule(rules, rule.values, names)}
+    if rule.min_entries:
+        body["minProperties"] = rule.min_entries
+    body["maxProperties"] = rule.max_entries
+    return body
+
+
 def _emit_nullable(rule: NullableRule, rules: Sequence[Rule], names: Mapping[int, str]) -> dict[str, Any]:
+    inner = rules[rule.inner]
+    if type(inner) is UnionRule and rule.inner not in names:  # one anyOf, null its last branch
+        return {"anyOf": [*_emit_union(inner, rules, names)["anyOf"], {"type": "null"}]}
     return {"anyOf": [_emit_rule(rules, rule.inner, names), {"type": "null"}]}
+
+
+def _emit_union(rule: UnionRule, rules: Sequence[Rule], names: Mapping[int, str]) -> dict[str, Any]:
+    # anyOf for oneOf too: its branches were proved apart, so the two mean the same, and strict
+    # provider modes take anyOf only.
+    return {"anyOf": [_emit_rule(rules, branch, names) for branch in rule.branches]}
 
 
 _EMITTERS: Final = MappingProxyType({
@@ -2803,7 +3078,9 @@ _EMITTERS: Final = MappingProxyType({
     BooleanRule: _emit_boolean,
     ObjectRule: _emit_object,
     ArrayRule: _emit_array,
+    MapRule: _emit_map,
     NullableRule: _emit_nullable,
+    UnionRule: _emit_union,
 })
 
 
@@ -2811,8 +3088,10 @@ _EMITTERS: Final = MappingProxyType({
 # A host may replace the server's rule for a property by its own, only when the compiler can
 # prove the host's rule admits a subset of what the server's admits. The proof is structural and
 # conservative: an enum is proved value by value against the server's own rule; bounds must be
-# tighter; a pattern may be added to a string the server left without one, never changed; a
-# server's `number` may become an `integer` inside the number's bounds. Anything else is
+# tighter; a pattern may be added to a string the server left without one, never changed (a
+# format likewise); a server's `number` may become an `integer` inside the number's bounds; a
+# union narrows to branches each inside one of the server's (found by type, by tag, or for
+# scalars by trying each); a map to a map or a closed object within its counts. Anything else is
 # OVERLAY_WIDENS, even when it happens to be narrower: the boundary never admits what the
 # server's own schema would not.
 
@@ -2952,9 +3231,9 @@ _REFUSED_NODE_PROOFS: Final[Mapping[str, Callable[[CompiledSchema, dict[str, Any
 })
 
 
-def _is_subset(host: CompiledSchema, server: CompiledSchema) -> bool:
+def _is_subset(host: CompiledSchema, server: CompiledSchema, start: tuple[int, int] = (0, 0)) -> bool:
     """Structural proof that every value the host's rules admit, the server's rules admit too."""
-    stack = [(0, 0)]
+    stack = [start]
     seen: set[tuple[int, int]] = set()
     while stack:
         pair = stack.pop()
@@ -2962,14 +3241,49 @@ def _is_subset(host: CompiledSchema, server: CompiledSchema) -> bool:
             continue
         seen.add(pair)
         host_rule, server_rule = host.rules[pair[0]], server.rules[pair[1]]
+        if type(host_rule) is UnionRule:  # each of the host's branches inside the server's rule
+            stack.extend((branch, pair[1]) for branch in host_rule.branches)
+            continue
         if type(server_rule) is NullableRule:
             inner = host_rule.inner if type(host_rule) is NullableRule else pair[0]
             stack.append((inner, server_rule.inner))
+            continue
+        if type(server_rule) is UnionRule:
+            branch = _server_branch(host, pair[0], server, server_rule)
+            if branch is None:
+                return False
+            stack.append((pair[0], branch))
             continue
         proof = _SUBSET_RULES.get((type(host_rule), type(server_rule)))
         if proof is None or not proof(host_rule, server, pair[1], stack):
             return False  # other kinds, and a nullable host under a non-nullable server, land here too
     return True
+
+
+# A rule's kind as the Python type of a value it admits: the key of a union's routes.
+_ROUTE_TYPE: Final[Mapping[type, type]] = MappingProxyType({
+    StringRule: str, IntegerRule: int, NumberRule: float, BooleanRule: bool, ObjectRule: dict, MapRule: dict,
+    ArrayRule: list,
+})
+
+
+def _server_branch(host: CompiledSchema, index: int, server: CompiledSchema, union: UnionRule) -> int | None:
+    """The server union's branch a host rule lies inside: the one its type routes to, the one all
+    its tags name, or the first scalar branch proved to hold it; None when none is."""
+    rule = host.rules[index]
+    route = union.routes.get(_ROUTE_TYPE.get(type(rule)))  # type: ignore[arg-type]
+    if route is None:
+        return None
+    if len(route) == 1:
+        return route[0][0]
+    if union.tag is not None:
+        entry = rule.index.get(union.tag) if type(rule) is ObjectRule and union.tag in rule.required else None
+        tag_rule = host.rules[entry[1]] if entry else None
+        if type(tag_rule) is not StringRule or tag_rule.choices is None:
+            return None
+        targets = {union.tags.get(choice) for choice in tag_rule.choices}
+        return targets.pop() if len(targets) == 1 and None not in targets else None
+    return next((branch for branch, _ in route if _is_subset(host, server, (index, branch))), None)
 
 
 def _choices_admitted(host_rule: Any, server: CompiledSchema, index: int) -> bool | None:
@@ -2991,7 +3305,8 @@ def _string_subset(rule: StringRule, server: CompiledSchema, index: int, _stack:
     if proved is not None:
         return proved
     return (other.choices is None and rule.min_length >= other.min_length and rule.max_length <= other.max_length
-            and (other.pattern is None or other.pattern == rule.pattern))
+            and (other.pattern is None or other.pattern == rule.pattern)
+            and (other.format is None or other.format == rule.format))
 
 
 def _integer_subset(rule: IntegerRule, server: CompiledSchema, index: int, _stack: list[Any]) -> bool:
@@ -3027,6 +3342,23 @@ def _array_subset(rule: ArrayRule, server: CompiledSchema, index: int, stack: li
     return True
 
 
+def _map_subset(rule: MapRule, server: CompiledSchema, index: int, stack: list[Any]) -> bool:
+    other = server.rules[index]
+    if rule.min_entries < other.min_entries or rule.max_entries > other.max_entries:
+        return False
+    stack.append((rule.values, other.values))
+    return True
+
+
+def _object_in_map(rule: ObjectRule, server: CompiledSchema, index: int, stack: list[Any]) -> bool:
+    """A closed object inside a map: its entry counts within the map's, each value within its values'."""
+    other = server.rules[index]
+    if len(rule.required) < other.min_entries or len(rule.properties) > other.max_entries:
+        return False
+    stack.extend((child, other.values) for _, child in rule.properties)
+    return True
+
+
 def _number_subset(rule: IntegerRule | NumberRule, server: CompiledSchema, index: int, _stack: list[Any]) -> bool:
     """A host number, or a host integer, inside a server number: its bounds within the server's,
     its step a multiple of the server's (an integer's step is at least 1)."""
@@ -3059,6 +3391,8 @@ _SUBSET_RULES: Final = MappingProxyType({
     (BooleanRule, BooleanRule): _boolean_subset,
     (ObjectRule, ObjectRule): _object_subset,
     (ArrayRule, ArrayRule): _array_subset,
+    (MapRule, MapRule): _map_subset,
+    (ObjectRule, MapRule): _object_in_map,
 })
 # -- The contracts file: Value types -----------------------------------------------------------
 

@@ -285,10 +285,12 @@ NUMBER_OUT = {"type": "object", "properties": {"total": {"type": "number"}}, "re
 CENTS_IN = {"type": "object", "properties": {"amount": {"type": "number", "minimum": 0.5, "multipleOf": 0.01}},
             "required": ["amount"]}
 CENTS_OUT = {"type": "object", "properties": {"total": {"type": "number", "multipleOf": 0.01}}, "required": ["total"]}
-DATE_IN = {"type": "object", "properties": {"day": {"type": "string", "format": "date", "maxLength": 10}},
-           "required": ["day"]}
+# "duration" is a format the compiler refuses (no one exact reading): a host narrows it to a pattern.
+SPAN_IN = {"type": "object", "properties": {"span": {"type": "string", "format": "duration", "maxLength": 10}},
+           "required": ["span"]}
 INTEGER_AMOUNT = {"type": "integer", "minimum": 1, "maximum": 500}
 DAY = {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$", "maxLength": 10}
+DAYS = {"type": "string", "pattern": "^P[0-9]{1,3}D$", "maxLength": 5}
 
 
 def overlay(*tools):
@@ -338,12 +340,12 @@ class TestDraftUnits(unittest.TestCase):
 
     def test_a_refused_tool_keeps_its_raw_schemas_for_the_host(self):
         _, report = drafted({"name": "a", "inputSchema": CENTS_IN, "outputSchema": CENTS_OUT},
-                            {"name": "b", "inputSchema": DATE_IN}, {"name": "c"}, "junk")
+                            {"name": "b", "inputSchema": SPAN_IN}, {"name": "c"}, "junk")
         self.assertEqual(report["refused"], [
             {"index": 0, "tool": "a", "code": "SCHEMA_NUMBER", "at": "tools[0].inputSchema.properties[0].multipleOf",
              "input_schema": CENTS_IN, "output_schema": CENTS_OUT},
-            {"index": 1, "tool": "b", "code": "SCHEMA_FORMAT", "at": "tools[1].inputSchema.properties[0]",
-             "input_schema": DATE_IN, "output_schema": None},
+            {"index": 1, "tool": "b", "code": "SCHEMA_FORMAT", "at": "tools[1].inputSchema.properties[0].format",
+             "input_schema": SPAN_IN, "output_schema": None},
             {"index": 2, "tool": "c", "code": "TOOL_MALFORMED", "at": "tools[2]", "input_schema": None,
              "output_schema": None},
             {"index": 3, "tool": None, "code": "TOOL_MALFORMED", "at": "tools[3]", "input_schema": None,
@@ -404,9 +406,9 @@ class TestOverlay(unittest.TestCase):
     def test_a_number_and_a_format_narrowed_are_drafted_and_load_without_the_overlay(self):
         host = overlay(("pay", [(["amount"], INTEGER_AMOUNT)], [(["total"], {"type": "integer", "minimum": 0,
                                                                              "maximum": 10 ** 6})]),
-                       ("book", [(["day"], DAY)], []))
+                       ("book", [(["span"], DAYS)], []))
         document, report = drafted({"name": "pay", "inputSchema": NUMBER_IN, "outputSchema": NUMBER_OUT},
-                                   {"name": "book", "inputSchema": DATE_IN}, overlay=host)
+                                   {"name": "book", "inputSchema": SPAN_IN}, overlay=host)
         self.assertEqual((report["refused"], report["output_as_text"], report["drafted"]), ([], [], 2))
         contracts = loaded(document)  # no overlay: the narrowed schemas are the draft's own
         pay, book = contracts["pay"], contracts["book"]
@@ -415,12 +417,12 @@ class TestOverlay(unittest.TestCase):
         self.assertEqual([pay.input_contract.admits({"amount": value}) for value in (1, 500, 0, 501, 2.5, "3")],
                          [True, True, False, False, False, False])
         self.assertTrue(pay.output_contract.admits({"total": 7}))
-        self.assertEqual([book.input_contract.admits({"day": day}) for day in ("2026-12-05", "5 Dec", "2026-12-05\n")],
+        self.assertEqual([book.input_contract.admits({"span": span}) for span in ("P3D", "3 days", "P3D\n")],
                          [True, False, False])
         # The provenance keeps the server's raw schemas' digests, not the narrowed ones.
         self.assertEqual((pay.provenance["input_schema_sha256"], pay.provenance["output_schema_sha256"],
                           book.provenance["input_schema_sha256"]),
-                         tuple(tool_dispatcher.canonical_sha256(schema) for schema in (NUMBER_IN, NUMBER_OUT, DATE_IN)))
+                         tuple(tool_dispatcher.canonical_sha256(schema) for schema in (NUMBER_IN, NUMBER_OUT, SPAN_IN)))
 
     def test_a_narrowing_of_a_schema_that_compiles_tightens_it(self):
         document, _ = drafted({"name": "a", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}},
@@ -555,7 +557,7 @@ class TestPinnedText(unittest.TestCase):
         self.assertEqual((len(unchanged["tools"]), report["drift"]), (2, []))
 
     def test_a_draft_narrowed_by_an_overlay_does_not_drift_from_its_own_listing(self):
-        host, dated = overlay(("get", [(["day"], DAY)], [])), {**GET, "inputSchema": DATE_IN}
+        host, dated = overlay(("get", [(["span"], DAYS)], [])), {**GET, "inputSchema": SPAN_IN}
         contracts = reviewed(dated, overlay=host)
         self.assertEqual(importer.drift_fields(GET, contracts["get"]), ["inputSchema"])  # the raw schema is pinned
         document, report = drafted(dated, overlay=host, reviewed=contracts)
@@ -906,7 +908,7 @@ class TestInteropExpectedDrafts(unittest.TestCase):
         with open(HERE / "interop" / "expected-report-modern.json", encoding="ascii") as handle:
             report = json.load(handle)
         self.assertEqual([(item["tool"], item["code"], item["at"]) for item in report["refused"]],
-                         [("schedule_callback", "SCHEMA_FORMAT", "tools[5].inputSchema.properties[0]")])
+                         [("schedule_callback", "SCHEMA_FORMAT", "tools[5].inputSchema.properties[0].format")])
 
 
 if __name__ == "__main__":

@@ -65,10 +65,12 @@ from tool_dispatcher import (  # noqa: E402
     ArrayRule,
     BooleanRule,
     IntegerRule,
+    MapRule,
     NumberRule,
     NullableRule,
     ObjectRule,
     StringRule,
+    UnionRule,
     ENVELOPE_JSON,
     BoundaryError,
     CallContext,
@@ -903,7 +905,9 @@ _STRICT_EXACT: Final[Mapping[type, Callable[[Any, Sequence[Any]], bool]]] = Mapp
     BooleanRule: lambda _rule, _rules: True,
     ObjectRule: _exact_object,
     ArrayRule: lambda _rule, _rules: False,
+    MapRule: lambda _rule, _rules: False,  # strict modes require every object closed
     NullableRule: lambda _rule, _rules: True,
+    UnionRule: lambda _rule, _rules: True,  # emitted as anyOf, which strict modes keep; its branches are rules too
 })
 
 

@@ -91,7 +91,7 @@ CHECKS: Final = (
           key="partial-refund"),
     Check("malformed: a string for a number", "partial_refund", {"order_ref": "ORDER-7", "amount": "12.5"},
           "INVALID_ARGUMENTS", 0, approved=True, key="bad-number"),
-    Check("a tool the import refused is unknown", "schedule_callback", {"when": "2026-12-05T10:00:00Z"},
+    Check("a tool the import refused is unknown", "schedule_callback", {"when": "PT10M"},
           "UNKNOWN_TOOL", 0, key="refused"),
 )
 

@@ -64,7 +64,7 @@ def partial_refund(order_ref: str, amount: float) -> str:
 
 
 @server.tool(description="Schedule a callback.")
-def schedule_callback(when: Annotated[str, Field(json_schema_extra={"format": "date-time"})]) -> str:
+def schedule_callback(when: Annotated[str, Field(json_schema_extra={"format": "duration"})]) -> str:
     return "ok"
 
 

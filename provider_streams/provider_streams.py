@@ -765,7 +765,7 @@ ANTHROPIC_STOPS: Final = MappingProxyType({
 # interaction.completed, whose status says whether the turn waits on calls. The pre-May-2026
 # revision streamed `content.*` events and `outputs`: that is another revision, refused here.
 
-_GEMINI_LEGACY_EVENTS: Final = ("content.start", "content.delta", "content.stop")
+GEMINI_LEGACY_EVENTS: Final = ("content.start", "content.delta", "content.stop")
 
 
 def _gemini_interaction(event: Mapping[str, Any]) -> dict[str, Any]:
@@ -830,7 +830,7 @@ GEMINI_RULES: Final[Mapping[str, _Rule]] = MappingProxyType({
     "step.stop": _Rule(_OPEN, _close_indexed),
     "interaction.completed": _Rule(_OPEN, _gemini_completed),
     "error": _Rule(_ANY, _provider_error),
-    **{kind: _Rule(_ANY, _other_revision) for kind in _GEMINI_LEGACY_EVENTS},
+    **{kind: _Rule(_ANY, _other_revision) for kind in GEMINI_LEGACY_EVENTS},
 })
 # requires_continuation and budget_exceeded stop the turn at a limit, like incomplete: calls
 # in such a turn are refused as cut, and a turn without calls keeps its status as its stop, so

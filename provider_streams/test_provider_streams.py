@@ -2346,6 +2346,93 @@ class TestStreamTable(unittest.TestCase):
             "j_cut_mid_event": ("MISMATCH", "STREAM_SSE_INVALID (JSON_INVALID)", "file lacked its final blank line"),
         })
 
+    def documented_refusals(self):
+        """One small stream for each refusal the layer documents, with what the SDK would read."""
+        calls = [("call_1", "get_order", ORDER7)]
+
+        def anthropic_block(kind):
+            events = stream("anthropic", [])
+            events[1:1] = [{"type": "content_block_start", "index": 0, "content_block": {"type": kind}},
+                           {"type": "content_block_stop", "index": 0}]
+            return events
+
+        legacy = stream("gemini", [])
+        legacy[-1] = {**legacy[-1], "interaction": {**legacy[-1]["interaction"], "outputs": []}}
+        inside = stream("anthropic")
+        inside = inserted("anthropic", inside, position("anthropic", inside, "content_block_delta"),
+                          {"type": "content_block_future", "index": 0})
+        unlisted = openai_items([], call_index=1)
+        unlisted[-1] = {**unlisted[-1], "response": {"id": "resp_1", "status": "completed"}}
+        started = stream("anthropic")
+        started[0] = {**started[0], "message": {**started[0]["message"], "content": [{"type": "text", "text": "Hi"}]}}
+        empty = {"stop": "completed", "calls": [{"call_id": "call_1", "name": "get_order", "arguments": ""}],
+                 "results": [{"status": "error", "error_code": "UNKNOWN_TOOL", "delivery": "none"}]}
+        return {
+            "compaction": ("anthropic", anthropic_block("compaction"), sdk_expect([], "end_turn")),
+            "fallback": ("anthropic", anthropic_block("fallback"), sdk_expect([], "end_turn")),
+            "thinking": ("anthropic", anthropic_block("thinking"), sdk_expect([], "end_turn")),
+            "unlisted_block": ("anthropic", anthropic_block("block_added_later"), sdk_expect([], "end_turn")),
+            "unlisted_item": ("openai", openai_items(["item_added_later"]), sdk_expect(calls, "completed")),
+            "client_item": ("openai", openai_items(["apply_patch_call"]), sdk_expect(calls, "completed")),
+            "unknown_event_in_call": ("anthropic", inside, sdk_expect(calls, "tool_use")),
+            "another_revision": ("gemini", legacy, sdk_expect([], "completed")),
+            "skip_nothing_lists": ("anthropic", [{**event, "index": event["index"] + 1} if "index" in event else event
+                                                 for event in stream("anthropic")], sdk_expect(calls, "tool_use")),
+            "skip_output_missing": ("openai", unlisted, sdk_expect(calls, "completed")),
+            "empty_openai_arguments": ("openai", stream("openai", [("call_1", "get_order", "")]), empty),
+            "content_in_message_start": ("anthropic", started, sdk_expect(calls, "tool_use")),
+        }
+
+    def test_every_documented_refusal_is_reported_as_refused(self):
+        with tempfile.TemporaryDirectory() as folder:
+            for name, (provider, events, expect) in self.documented_refusals().items():
+                write_pair(folder, name, provider, events, expect)
+            rows = self.table(folder)
+        self.assertEqual({name: (row.seen, row.verdict) for name, row in rows.items()}, {
+            "compaction": ("STREAM_BLOCK_UNSUPPORTED", "refused"),
+            "fallback": ("STREAM_BLOCK_UNSUPPORTED", "refused"),
+            "thinking": ("STREAM_BLOCK_UNSUPPORTED", "refused"),
+            "unlisted_block": ("STREAM_BLOCK_UNSUPPORTED", "refused"),
+            "unlisted_item": ("STREAM_BLOCK_UNSUPPORTED", "refused"),
+            "client_item": ("STREAM_CALL_UNANSWERABLE", "refused"),
+            "unknown_event_in_call": ("STREAM_UNKNOWN_EVENT", "refused"),
+            "another_revision": ("STREAM_REVISION_MISMATCH", "refused"),
+            "skip_nothing_lists": ("STREAM_OUT_OF_ORDER", "refused"),
+            "skip_output_missing": ("STREAM_INCONSISTENT", "refused"),
+            "empty_openai_arguments": ("STREAM_ARGUMENTS_INVALID (JSON_INVALID)", "refused"),
+            "content_in_message_start": ("STREAM_EVENT_MALFORMED", "refused"),
+        })
+
+    def test_the_same_codes_for_other_reasons_stay_mismatches(self):
+        # Each code of RIGHT_REFUSALS, raised for a stream that breaks the protocol rather than for
+        # what the layer refuses by policy: the table must not excuse it.
+        calls = [("call_1", "get_order", ORDER7)]
+        explained = openai_items(["message"], call_index=2)
+        listed = explained[-1]["response"]["output"]
+        explained[-1] = {**explained[-1], "response": {
+            **explained[-1]["response"], "output": [listed[0], {"type": "reasoning"}, {**listed[1], "arguments": "{}"}]}}
+        after_end = stream("gemini")
+        after_end.append(dict(after_end[-1]))
+        malformed = edited("anthropic", stream("anthropic"), "content_block_start", index="0")
+        not_json = stream("openai", [("call_1", "get_order", '{"order_ref":')])
+        gap_malformed = openai_items(["message"], call_index=2)
+        gap_malformed.insert(-1, {"type": "response.output_text.delta", "output_index": 2, "delta": "x"})
+        cases = {
+            "gap_explained_other_contradiction": ("openai", explained, "STREAM_INCONSISTENT"),
+            "event_after_the_end": ("gemini", after_end, "STREAM_OUT_OF_ORDER"),
+            "index_not_an_integer": ("anthropic", malformed, "STREAM_EVENT_MALFORMED"),
+            "arguments_cut_json": ("openai", not_json, "STREAM_ARGUMENTS_INVALID (JSON_INVALID)"),
+            "second_channel_into_a_call": ("openai", renumber(gap_malformed), "STREAM_INCONSISTENT"),
+        }
+        with tempfile.TemporaryDirectory() as folder:
+            for name, (provider, events, _seen) in cases.items():
+                write_pair(folder, name, provider, events,
+                           sdk_expect(calls, "requires_action" if provider == "gemini" else
+                                      "tool_use" if provider == "anthropic" else "completed"))
+            rows = self.table(folder)
+        self.assertEqual({name: (row.seen, row.verdict) for name, row in rows.items()},
+                         {name: (seen, "MISMATCH") for name, (_provider, _events, seen) in cases.items()})
+
     def test_a_cut_turn_without_calls_expected_is_not_a_right_truncation(self):
         cut = stream("anthropic")
         cut[-2] = {**cut[-2], "delta": {"stop_reason": "max_tokens"}}

@@ -666,6 +666,20 @@ class TestAnthropicEvents(StreamTestCase):
             with self.subTest(block=block):
                 self.assertRefused("anthropic", self.turn_events([(block, [])]), "STREAM_EVENT_MALFORMED", event=1)
 
+    def test_every_block_the_readme_lists_as_unsupported_is_refused_where_it_opens(self):
+        with open(HERE / "README.md", encoding="utf-8") as handle:
+            section = handle.read().split("### Unsupported content blocks")[1].split("\n## ")[0]
+        rows = [line.split(" | ")[0] for line in section.splitlines() if line.startswith("| `")]
+        listed = [name for row in rows for name in re.findall(r"`([a-z_]+)`", row)]
+        self.assertEqual(len(listed), len(set(listed)))
+        self.assertLessEqual({"thinking", "server_tool_use", "compaction", "fallback"}, set(listed))
+        self.assertFalse({"text", "tool_use"} & set(listed))
+        deltas = {"compaction": [{"type": "compaction_delta", "content": "Summary."}]}
+        for kind in listed + ["block_added_later"]:
+            with self.subTest(block=kind):
+                events = self.turn_events([({"type": kind}, deltas.get(kind, [])), self.tool()])
+                self.assertRefused("anthropic", events, "STREAM_BLOCK_UNSUPPORTED", event=1)
+
     def test_tool_use_must_start_with_empty_input(self):
         for start in ({"order_ref": "ORDER-7"}, None, "{}"):
             with self.subTest(start=start):

@@ -105,7 +105,7 @@ SHAPES: Final[Mapping[str, Shape]] = MappingProxyType({
                     frozenset(ps.OPENAI_SILENT_ITEMS)),
     "anthropic": Shape("content_block_start", "index", "content_block", frozenset(), None, frozenset()),
     "gemini": Shape("step.start", "index", "step", frozenset({"interaction.completed"}), ("interaction", "steps"),
-                    frozenset()),
+                    frozenset({ps.GEMINI_INPUT_STEP})),
 })
 
 

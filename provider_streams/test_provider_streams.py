@@ -927,12 +927,103 @@ class TestGeminiEvents(StreamTestCase):
                 turn = ps.parse_stream("gemini", events)
                 self.assertEqual((turn.stop, turn.calls), (status, ()))
 
-    def test_the_first_step_must_be_at_index_zero(self):
-        # A step at index 1 first could mean a step 0 went missing; the interaction's final event
-        # does not list its steps, so nothing could show that no call stood there.
-        events = stream("gemini")
-        events = [{**event, "index": 1} if "index" in event else event for event in events]
-        self.assertRefused("gemini", events, "STREAM_OUT_OF_ORDER", event=1)
+    USER_INPUT = {"type": "user_input", "content": [{"type": "text", "text": "Where is ORDER-7?"}]}
+    LISTED_CALL = {"type": "function_call", "id": "call_1", "name": "get_order", "arguments": {"order_ref": "ORDER-7"}}
+
+    def counted_input(self, skipped=1, steps=None, calls=(("call_1", "get_order", ORDER7),)):
+        """A stream numbered as Google's SDK numbers it: its steps start at `skipped`; `steps`, if
+        given, is what interaction.completed lists."""
+        events = stream("gemini", calls)
+        events = [{**event, "index": event["index"] + skipped} if "index" in event else event for event in events]
+        if steps is not None:
+            events[-1] = {**events[-1], "interaction": {**events[-1]["interaction"], "steps": steps}}
+        return events
+
+    def test_steps_counting_the_users_input_are_read_where_the_final_list_shows_it(self):
+        # Google's SDK (google-genai 3.6.1, its test of streamed events feeding the next turn)
+        # counts the user's input as step 0 and lists it first in interaction.completed: the
+        # skipped index is shown to hold the input, so no call can have stood there.
+        turn = ps.parse_stream("gemini", self.counted_input(1, [self.USER_INPUT, self.LISTED_CALL]))
+        self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"})])
+        self.assertEqual((turn.stop, turn.response_id, turn.calls[0].index), ("requires_action", "resp_synthetic", 1))
+        run = ps.run_turn(turn, ps.demo_dispatcher(), ps.DEMO_HOST)
+        self.assertEqual(run.payload["previous_interaction_id"], "resp_synthetic")
+        self.assertEqual([(step["type"], step["call_id"], step["name"]) for step in run.payload["input"]],
+                         [("function_result", "call_1", "get_order")])
+        # Two inputs, then a text step and two calls, at indexes 2 to 4.
+        two = [("call_1", "get_order", ORDER7), ("call_2", "create_refund_draft", REFUND7)]
+        events = self.counted_input(2, calls=two, steps=[
+            self.USER_INPUT, self.USER_INPUT, {"type": "model_output"}, self.LISTED_CALL,
+            {"type": "function_call", "id": "call_2", "name": "create_refund_draft"}])
+        events[1:1] = [{"event_type": "step.start", "index": 2, "step": {"type": "model_output"}},
+                       {"event_type": "step.delta", "index": 2, "delta": {"type": "text", "text": "Checking."}},
+                       {"event_type": "step.stop", "index": 2}]
+        events = [{**event, "index": event["index"] + 1} if "index" in event and position > 3 else event
+                  for position, event in enumerate(events)]
+        turn = ps.parse_stream("gemini", events)
+        self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"}),
+                                ("call_2", "create_refund_draft", {"order_ref": "ORDER-7", "reason": "damaged"})])
+        self.assertEqual([call.index for call in turn.calls], [3, 4])
+        # The SDK test's own turn: one text step at index 1, status completed.
+        events = [{"event_type": "interaction.created", "interaction": {"id": "v1_turn", "status": "in_progress"}},
+                  {"event_type": "step.start", "index": 1, "step": {"type": "model_output", "content": []}},
+                  {"event_type": "step.delta", "index": 1, "delta": {"type": "text", "text": "Hello"}},
+                  {"event_type": "step.stop", "index": 1},
+                  {"event_type": "interaction.completed", "interaction": {
+                      "id": "v1_turn", "status": "completed", "steps": [self.USER_INPUT, {"type": "model_output"}]}}]
+        self.assertEqual((ps.parse_stream("gemini", events).stop, ps.parse_stream("gemini", events).calls),
+                         ("completed", ()))
+
+    def test_skipped_indexes_the_final_list_does_not_show_as_input_are_refused(self):
+        last = len(stream("gemini")) - 1
+        model_output = {"type": "model_output", "content": [{"type": "text", "text": "Hi"}]}
+        # No list: nothing shows that no call stood at index 0 (a refusal is a retry, a lost call is not).
+        self.assertRefused("gemini", self.counted_input(1), "STREAM_OUT_OF_ORDER", event=last)
+        text_only = [{"event_type": "interaction.created", "interaction": {"id": "v1_turn", "status": "in_progress"}},
+                     {"event_type": "step.start", "index": 1, "step": {"type": "model_output"}},
+                     {"event_type": "step.stop", "index": 1},
+                     {"event_type": "interaction.completed", "interaction": {"id": "v1_turn", "status": "completed"}}]
+        self.assertRefused("gemini", text_only, "STREAM_OUT_OF_ORDER", event=3)
+        refused = {
+            "a call never streamed at index 0": self.counted_input(1, [{**self.LISTED_CALL, "id": "call_0"},
+                                                                       self.LISTED_CALL]),
+            "model output at index 0": self.counted_input(1, [model_output, self.LISTED_CALL]),
+            "a thought at index 0": self.counted_input(1, [{"type": "thought"}, self.LISTED_CALL]),
+            "two inputs for one skipped index": self.counted_input(1, [self.USER_INPUT, self.USER_INPUT,
+                                                                       self.LISTED_CALL]),
+            "one input for two skipped indexes": self.counted_input(2, [self.USER_INPUT, self.LISTED_CALL]),
+            "input listed, indexes from 0": self.counted_input(0, [self.USER_INPUT, self.LISTED_CALL]),
+            "a listed step that never streamed": self.counted_input(1, [self.USER_INPUT, self.LISTED_CALL,
+                                                                        {"type": "future_step_kind"}]),
+            "input listed after the call": self.counted_input(1, [self.LISTED_CALL, self.USER_INPUT]),
+        }
+        for label, events in refused.items():
+            with self.subTest(label):
+                self.assertRefused("gemini", events, "STREAM_INCONSISTENT", event=last)
+        self.assertRefused("gemini", self.counted_input(1, {"0": self.USER_INPUT}), "STREAM_INCONSISTENT", event=last)
+
+    def test_only_the_indexes_before_the_first_step_may_be_skipped(self):
+        events = self.counted_input(1, calls=(("call_1", "get_order", ORDER7), ("call_2", "get_order", ORDER7)))
+        second = position("gemini", events, "step.start", 1)
+        events[second:] = [{**event, "index": 3} if "index" in event else event for event in events[second:]]
+        self.assertRefused("gemini", events, "STREAM_OUT_OF_ORDER", event=second)
+        events = self.counted_input(1, [self.USER_INPUT, self.LISTED_CALL])
+        self.assertRefused("gemini", inserted("gemini", events, 2, {"event_type": "step.delta", "index": 0,
+                                                                    "delta": {"type": "arguments_delta", "arguments": "{}"}}),
+                           "STREAM_NOT_OPEN", event=2)
+        self.assertRefused("gemini", inserted("gemini", events, 2, {"event_type": "step.start", "index": 0,
+                                                                    "step": {"type": "thought"}}),
+                           "STREAM_DUPLICATE", event=2)
+        # Never wider than the stream could have filled: a hostile index allocates nothing, and the
+        # event limit bounds the skip (both sides).
+        size = len(stream("gemini"))
+        for skipped in (size - 1, size, 10 ** 30):
+            with self.subTest(skipped=skipped):
+                events = self.counted_input(skipped, [self.USER_INPUT] * min(skipped, size) + [self.LISTED_CALL])
+                if skipped < size:
+                    self.assertEqual(ps.parse_stream("gemini", events, max_events=size).calls[0].index, skipped)
+                else:
+                    self.assertRefused("gemini", events, "STREAM_OUT_OF_ORDER", event=1, max_events=size)
 
     def test_server_steps_and_thoughts_pass_before_a_call(self):
         steps = [({"type": "google_search_call", "id": "s1"}, {"type": "google_search_call", "arguments": {"q": ["x"]}}),
@@ -2393,6 +2484,8 @@ class TestStreamTable(unittest.TestCase):
             "skip_nothing_lists": ("anthropic", [{**event, "index": event["index"] + 1} if "index" in event else event
                                                  for event in stream("anthropic")], sdk_expect(calls, "tool_use")),
             "skip_output_missing": ("openai", unlisted, sdk_expect(calls, "completed")),
+            "skip_input_unlisted": ("gemini", [{**event, "index": event["index"] + 1} if "index" in event else event
+                                               for event in stream("gemini")], sdk_expect(calls, "requires_action")),
             "empty_openai_arguments": ("openai", stream("openai", [("call_1", "get_order", "")]), empty),
             "content_in_message_start": ("anthropic", started, sdk_expect(calls, "tool_use")),
         }
@@ -2413,6 +2506,7 @@ class TestStreamTable(unittest.TestCase):
             "another_revision": ("STREAM_REVISION_MISMATCH", "refused"),
             "skip_nothing_lists": ("STREAM_OUT_OF_ORDER", "refused"),
             "skip_output_missing": ("STREAM_INCONSISTENT", "refused"),
+            "skip_input_unlisted": ("STREAM_OUT_OF_ORDER", "refused"),
             "empty_openai_arguments": ("STREAM_ARGUMENTS_INVALID (JSON_INVALID)", "refused"),
             "content_in_message_start": ("STREAM_EVENT_MALFORMED", "refused"),
         })
@@ -2431,8 +2525,14 @@ class TestStreamTable(unittest.TestCase):
         not_json = stream("openai", [("call_1", "get_order", '{"order_ref":')])
         gap_malformed = openai_items(["message"], call_index=2)
         gap_malformed.insert(-1, {"type": "response.output_text.delta", "output_index": 2, "delta": "x"})
+        input_then_other_call = stream("gemini")
+        input_then_other_call = [{**event, "index": event["index"] + 1} if "index" in event else event
+                                 for event in input_then_other_call]
+        input_then_other_call[-1]["interaction"]["steps"] = [
+            {"type": "user_input"}, {"type": "function_call", "id": "call_2", "name": "get_order"}]
         cases = {
             "gap_explained_other_contradiction": ("openai", explained, "STREAM_INCONSISTENT"),
+            "input_explained_other_contradiction": ("gemini", input_then_other_call, "STREAM_INCONSISTENT"),
             "event_after_the_end": ("gemini", after_end, "STREAM_OUT_OF_ORDER"),
             "index_not_an_integer": ("anthropic", malformed, "STREAM_EVENT_MALFORMED"),
             "arguments_cut_json": ("openai", not_json, "STREAM_ARGUMENTS_INVALID (JSON_INVALID)"),

@@ -13,6 +13,7 @@ import math
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -2628,6 +2629,36 @@ class TestSdkConformanceSetup(unittest.TestCase):
             readme = handle.read()
         extras = readme.split("<!-- ci-extras:start -->")[1].split("<!-- ci-extras:end -->")[0]
         self.assertIn("\nbash provider_streams/sdk_conformance/run.sh\n", extras)
+
+    def run_script_with(self, interpreters):
+        """run.sh with a PATH holding only these stub interpreters (each records how it was called
+        and fails, so nothing is installed) and the few tools the script needs."""
+        bash = shutil.which("bash")
+        if bash is None:
+            self.skipTest("bash is not installed")
+        with tempfile.TemporaryDirectory() as work:
+            tools, scratch = Path(work) / "bin", Path(work) / "tmp"
+            tools.mkdir()
+            scratch.mkdir()
+            for tool in ("dirname", "mktemp", "rm"):
+                (tools / tool).symlink_to(shutil.which(tool))
+            for name in interpreters:
+                stub = tools / name
+                stub.write_text(f'#!{bash}\necho "{name} $*" >"{work}/called"\nexit 3\n', encoding="utf-8")
+                stub.chmod(0o755)
+            done = subprocess.run([bash, str(HERE / "sdk_conformance" / "run.sh")], capture_output=True, text=True,
+                                  env={"PATH": str(tools), "TMPDIR": str(scratch)}, timeout=60)
+            called = (Path(work) / "called").read_text(encoding="utf-8") if (Path(work) / "called").exists() else ""
+            return done.returncode, done.stderr, called.replace(str(scratch), "TMPDIR"), sorted(os.listdir(scratch))
+
+    def test_the_script_finds_python_or_python3_and_leaves_no_environment(self):
+        status, _stderr, called, left = self.run_script_with(["python3"])
+        self.assertEqual((status, left), (3, []))
+        self.assertRegex(called, r"^python3 -m venv TMPDIR/provider-streams-sdk\.[A-Za-z0-9]{6}\n$")
+        status, _stderr, called, left = self.run_script_with(["python", "python3"])
+        self.assertEqual((status, called.split(" ")[:3], left), (3, ["python", "-m", "venv"], []))
+        status, stderr, called, left = self.run_script_with([])
+        self.assertEqual((status, stderr, called, left), (1, "FAIL neither python nor python3 is on PATH\n", "", []))
 
     def test_the_layer_itself_imports_no_sdk(self):
         for path in (HERE / "provider_streams.py", HERE / "stream_table.py"):

@@ -10,6 +10,7 @@ import importlib.util
 import io
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -660,6 +661,41 @@ class TestCommandLine(unittest.TestCase):
             status, summary, _ = self.run_cli("--server-command", self.server("clean"), "--out", out,
                                               "--report", report, "--protocol", "modern")
             self.assertEqual((status, summary["passed"], summary["drafted"], summary["codes"]), (0, True, 2, {}))
+
+    def readme_examples(self, path, heading):
+        """The (command, output) pairs of a README section: each command block and the block after it."""
+        with open(path, encoding="utf-8") as handle:
+            section = handle.read().split(heading, 1)[1].split("\n## ", 1)[0]
+        blocks = section.split("```\n")[1::2]
+        return [(block.strip(), blocks[at + 1]) for at, block in enumerate(blocks[:-1])
+                if block.startswith("python -B mcp_bridge/mcp_bridge.py import ")]
+
+    def run_as_shown(self, line, folder):
+        """A README command run here: its interpreter this one, its two outputs in `folder`."""
+        words = shlex.split(line)
+        server = shlex.split(words[words.index("--server-command") + 1])
+        self.assertEqual((words[:4], server[0]), (["python", "-B", "mcp_bridge/mcp_bridge.py", "import"], "python"))
+        words[words.index("--server-command") + 1] = shlex.join([sys.executable] + server[1:])
+        for flag in ("--out", "--report"):
+            at = words.index(flag) + 1
+            self.assertTrue(words[at].startswith("/tmp/"), "a README example writes into the checkout")
+            words[at] = os.path.join(folder, os.path.basename(words[at]))
+        return subprocess.run([sys.executable] + words[1:], capture_output=True, text=True, timeout=60,
+                              cwd=str(HERE.parent))
+
+    def test_the_readmes_import_examples_run_as_shown(self):
+        # The demo server drafts all its tools (exit 0); the fault server refuses one (exit 1 by design).
+        examples = self.readme_examples(HERE / "README.md", "## Run it")
+        self.assertEqual([line.split('"')[1] for line, _ in examples],
+                         ["python -B mcp_bridge/demo_server.py", "python -B mcp_bridge/fault_server.py"])
+        top = self.readme_examples(HERE.parent / "README.md", "## The layers around the boundary")
+        self.assertEqual(top, examples[:1])
+        for (line, shown), status in zip(examples, (0, 1)):
+            with self.subTest(line=line), tempfile.TemporaryDirectory() as folder:
+                done = self.run_as_shown(line, folder)
+                self.assertEqual((done.returncode, done.stdout, done.stderr), (status, shown, ""))
+                self.assertEqual(sorted(os.listdir(folder)), sorted(
+                    os.path.basename(word) for word in shlex.split(line) if word.startswith("/tmp/")))
 
     def test_exit_two_no_traceback_no_path_nothing_written(self):
         with tempfile.TemporaryDirectory() as folder:

@@ -276,7 +276,13 @@ _ANY: Final = "any"  # a rule phase: any phase before the end
 _CALL: Final = "call"
 _TEXT: Final = "text"  # text kept for an echo
 _OTHER: Final = "other"  # an item whose content this layer does not need
-_GAP: Final = "gap"  # an index the stream skipped (OpenAI only): never open, checked at the end
+_GAP: Final = "gap"  # an index the stream skipped: never open, checked against the terminal event's list
+
+# Where a provider's indexes may skip (Protocol.index_gaps): only where the terminal event can
+# show what stood at a skipped index, so that no call can hide there.
+_GAPS_NONE: Final = "none"  # Anthropic: nothing is listed at the end
+_GAPS_ANYWHERE: Final = "anywhere"  # OpenAI: the final response lists every output item again
+_GAPS_LEADING: Final = "leading"  # Gemini: before the first step only, for the user's input
 
 _OVER_BUDGET: Final = MappingProxyType({_CALL: "STREAM_ARGUMENTS_TOO_LARGE", _TEXT: "STREAM_TEXT_TOO_LARGE"})
 
@@ -336,10 +342,12 @@ class _State:
         if index < count:
             raise StreamError("STREAM_DUPLICATE")
         if index > count:
-            # A skipped index is accepted only where the terminal event lists every item again
-            # (OpenAI), so a call whose opening went missing is still caught there; and never
-            # wider than the stream could have filled, so a hostile index allocates nothing.
-            if not self.protocol.index_gaps or index >= self.limits.events:
+            # A skipped index is accepted only where the terminal event can list what stood there
+            # (OpenAI: every item; Gemini: the user's input before the first step), so a call
+            # whose opening went missing is still caught there; and never wider than the stream
+            # could have filled, so a hostile index allocates nothing.
+            gaps = self.protocol.index_gaps
+            if gaps == _GAPS_NONE or (gaps == _GAPS_LEADING and count) or index >= self.limits.events:
                 raise StreamError("STREAM_OUT_OF_ORDER")
             for _ in range(index - count):
                 gap = _Slot(_GAP)
@@ -766,8 +774,14 @@ ANTHROPIC_STOPS: Final = MappingProxyType({
 # function call {"type": "arguments_delta", "arguments": "<partial JSON>"}), step.stop; finally
 # interaction.completed, whose status says whether the turn waits on calls. The pre-May-2026
 # revision streamed `content.*` events and `outputs`: that is another revision, refused here.
+#
+# Two numberings of steps are in use. Google's documented streams count the model's steps from 0
+# and list nothing at the end. Google's SDK counts the user's input too: the model's first step
+# streams at index 1, and interaction.completed lists every step, the user_input first. The second
+# is accepted only where that list shows it: the indexes skipped before the first step must hold
+# user_input steps there, never a call that did not stream.
 
-_GEMINI_LEGACY_EVENTS: Final = ("content.start", "content.delta", "content.stop")
+GEMINI_LEGACY_EVENTS: Final = ("content.start", "content.delta", "content.stop")
 
 
 def _gemini_interaction(event: Mapping[str, Any]) -> dict[str, Any]:
@@ -790,10 +804,15 @@ def _gemini_status_update(state: _State, event: Mapping[str, Any]) -> None:
         raise StreamError("STREAM_INCONSISTENT")
 
 
+GEMINI_INPUT_STEP: Final = "user_input"  # the only step that may stand at an index skipped before the first
+
+
 def _gemini_step_matches(step: Any, slot: _Slot, limits: Limits) -> bool:
     """Whether a step the final interaction lists says what the stream said about its slot."""
     if type(step) is not dict:
         raise StreamError("STREAM_EVENT_MALFORMED")
+    if slot.kind == _GAP:  # never streamed: only the user's input may stand there
+        return step.get("type") == GEMINI_INPUT_STEP
     if slot.kind != _CALL:
         return step.get("type") == slot.item_type
     if (step.get("type"), step.get("id"), step.get("name")) != ("function_call", slot.call_id, slot.name):
@@ -815,12 +834,16 @@ def _gemini_completed(state: _State, event: Mapping[str, Any]) -> None:
         raise StreamError("STREAM_INCONSISTENT")
     state.finish(interaction.get("status"))
     # The final interaction need not list its steps; when it does, they must be the streamed ones,
-    # step by step, so that a call listed there and never streamed is not dropped.
+    # step by step (after the user's input where the indexes counted it), so that a call listed
+    # there and never streamed is not dropped. Indexes skipped before the first step need that
+    # list: without it, nothing shows that no call stood there.
     if "steps" in interaction:
         steps = interaction["steps"]
         if type(steps) is not list or len(steps) != len(state.slots) or not all(
                 _gemini_step_matches(step, slot, state.limits) for step, slot in zip(steps, state.slots)):
             raise StreamError("STREAM_INCONSISTENT")
+    elif state.slots and state.slots[0].kind == _GAP:
+        raise StreamError("STREAM_OUT_OF_ORDER")
 
 
 GEMINI_RULES: Final[Mapping[str, _Rule]] = MappingProxyType({
@@ -832,7 +855,7 @@ GEMINI_RULES: Final[Mapping[str, _Rule]] = MappingProxyType({
     "step.stop": _Rule(_OPEN, _close_indexed),
     "interaction.completed": _Rule(_OPEN, _gemini_completed),
     "error": _Rule(_ANY, _provider_error),
-    **{kind: _Rule(_ANY, _other_revision) for kind in _GEMINI_LEGACY_EVENTS},
+    **{kind: _Rule(_ANY, _other_revision) for kind in GEMINI_LEGACY_EVENTS},
 })
 # requires_continuation and budget_exceeded stop the turn at a limit, like incomplete: calls
 # in such a turn are refused as cut, and a turn without calls keeps its status as its stop, so
@@ -1086,7 +1109,7 @@ class Protocol:
     stop_rules: Mapping[str, str]
     check_event: Callable[[_State, dict[str, Any]], None]  # run on every event before its rule
     echoes_content: bool  # whether the continuation echoes the assistant content
-    index_gaps: bool  # whether an index may be skipped (only where the terminal event lists every item)
+    index_gaps: str  # where an index may be skipped: _GAPS_NONE, _GAPS_ANYWHERE or _GAPS_LEADING
     empty_is_object: bool  # whether a call with no argument fragment at all reads as {}
     done_frame: str | None  # the SSE data that ends the stream after its terminal event, if any
     build: Callable[[str, Sequence[tuple[str, str, str]], int], list[dict[str, Any]]]
@@ -1099,13 +1122,13 @@ PROTOCOLS: Final[Mapping[str, Protocol]] = MappingProxyType({
     protocol.name: protocol
     for protocol in (
         Protocol("openai", PROVIDER_PROFILES["openai-responses-v1"], "type", OPENAI_RULES, OPENAI_STOPS,
-                 _openai_sequence, False, True, False, None, _openai_events, _openai_tool,
+                 _openai_sequence, False, _GAPS_ANYWHERE, False, None, _openai_events, _openai_tool,
                  tool_dispatcher.to_openai_responses, _openai_continuation),
         Protocol("anthropic", PROVIDER_PROFILES["anthropic-messages-v1"], "type", ANTHROPIC_RULES,
-                 ANTHROPIC_STOPS, _ignore, True, False, True, None, _anthropic_events, _anthropic_tool,
+                 ANTHROPIC_STOPS, _ignore, True, _GAPS_NONE, True, None, _anthropic_events, _anthropic_tool,
                  tool_dispatcher.to_anthropic_messages, _anthropic_continuation),
         Protocol("gemini", PROVIDER_PROFILES["gemini-interactions-v1"], "event_type", GEMINI_RULES,
-                 GEMINI_STOPS, _ignore, False, False, True, "[DONE]", _gemini_events, _gemini_tool,
+                 GEMINI_STOPS, _ignore, False, _GAPS_LEADING, True, "[DONE]", _gemini_events, _gemini_tool,
                  tool_dispatcher.to_gemini_interactions, _gemini_continuation),
     )
 })

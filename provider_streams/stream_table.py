@@ -7,7 +7,9 @@ this prints one row: the stream, the provider, what was expected, what parse_sse
 
 Verdicts, from the closed table VERDICTS:
     match     the same calls (call id, name, arguments, in order) and the same stop
-    refused   a stable refusal where refusing is right (RIGHT_REFUSALS says when)
+    refused   a refusal the layer documents, for what the event it names really holds (a call cut
+              at a limit, a block or item type it does not handle, ...: RIGHT_REFUSALS), or the
+              error the fixture itself expects
     MISMATCH  anything else: other calls, another stop, or a refusal that is not right
 
 Exit 0 when no row is a MISMATCH, 1 otherwise, 2 when the folder or the command line cannot be
@@ -48,15 +50,6 @@ MAX_PAIRS: Final = 512  # pairs in one folder: a corpus, not a data lake
 MAX_PAIR_BYTES: Final = ps.MAX_SSE_BYTES  # one .sse body or .json fixture (a fixture repeats every event)
 MAX_FIXTURE_DEPTH: Final = 64  # a fixture nests its events, whose envelopes carry tool schemas
 
-# Content blocks this layer documents as unsupported (README, "What this layer refuses"): an
-# Anthropic turn is echoed back whole, and these cannot be echoed faithfully without state this
-# layer does not keep (thinking signatures, the provider's own tool runs and their results).
-UNSUPPORTED_BLOCKS: Final = frozenset({
-    "thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result",
-    "web_fetch_tool_result", "code_execution_tool_result", "mcp_tool_use", "mcp_tool_result",
-    "container_upload",
-})
-
 
 @dataclass(frozen=True, slots=True)
 class Pair:
@@ -77,31 +70,165 @@ class Row:
     note: str
 
 
-def _cut_with_calls(pair: Pair, _code: str) -> bool:
+# -- When a refusal is the layer's documented answer ----------------------------------------
+# A refusal is right when it is a policy the README documents for something a provider really
+# sends, and the event the refusal names holds that very thing: a call cut at a limit, an item or
+# block the layer does not handle, an unknown event inside a call, an index skip nothing checks,
+# another revision, OpenAI's "" arguments, content in an Anthropic message_start. A refusal for
+# anything else (a stream that breaks the protocol, or a reading the SDK does not share) is a
+# MISMATCH: against a recorded stream it means the layer misreads the provider.
+
+# What the layer handles, as its README states it; it refuses every other type by policy.
+ANTHROPIC_ECHOED_BLOCKS: Final = frozenset({"text", "tool_use"})  # "Unsupported content blocks"
+OPENAI_HANDLED_ITEMS: Final = frozenset({"function_call"}) | ps.OPENAI_SILENT_ITEMS | ps.OPENAI_CLIENT_ITEMS
+HANDLED_TYPES: Final[Mapping[str, frozenset[str] | None]] = MappingProxyType({
+    "openai": OPENAI_HANDLED_ITEMS, "anthropic": ANTHROPIC_ECHOED_BLOCKS,
+    "gemini": None,  # every step type is tracked: none is refused for its type
+})
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """Where a provider's stream opens its items, and what its terminal event lists again."""
+
+    opening: str  # the event type that opens an item, block or step
+    index_key: str
+    item_key: str
+    terminal: frozenset[str]  # terminal event types that may list every item again
+    listing: tuple[str, str] | None  # (envelope key, list key) of that list
+    fills_skip: frozenset[str]  # the types that list may show at a skipped index
+
+
+SHAPES: Final[Mapping[str, Shape]] = MappingProxyType({
+    "openai": Shape("response.output_item.added", "output_index", "item",
+                    frozenset({"response.completed", "response.incomplete"}), ("response", "output"),
+                    frozenset(ps.OPENAI_SILENT_ITEMS)),
+    "anthropic": Shape("content_block_start", "index", "content_block", frozenset(), None, frozenset()),
+    "gemini": Shape("step.start", "index", "step", frozenset({"interaction.completed"}), ("interaction", "steps"),
+                    frozenset({ps.GEMINI_INPUT_STEP})),
+})
+
+
+def _named_event(error: ps.StreamError, events: Sequence[Any]) -> dict[str, Any] | None:
+    at = error.event
+    if at is None or not 0 <= at < len(events) or type(events[at]) is not dict:
+        return None
+    return events[at]
+
+
+def _event_type(pair: Pair, event: Mapping[str, Any]) -> Any:
+    return event.get(ps.protocol_for(pair.provider).type_key)
+
+
+def _opened_item(pair: Pair, event: Mapping[str, Any]) -> dict[str, Any] | None:
+    shape = SHAPES[pair.provider]
+    item = event.get(shape.item_key)
+    return item if _event_type(pair, event) == shape.opening and type(item) is dict else None
+
+
+def _cut_with_calls(pair: Pair, _error: ps.StreamError, _events: Sequence[Any]) -> bool:
     # The SDK keeps whatever the limit left; a call cut by the token limit is never dispatched here.
     stop = pair.expect.get("stop")
     return (bool(pair.expect.get("calls")) and type(stop) is str
             and ps.protocol_for(pair.provider).stop_rules.get(stop) == "cut")
 
 
-def _holds_block(types: frozenset[str], keys: tuple[str, ...]) -> Callable[[Pair, str], bool]:
-    def check(pair: Pair, _code: str) -> bool:
-        for event in pair.events:
-            if type(event) is not dict:
-                continue
-            for key in keys:
-                item = event.get(key)
-                if type(item) is dict and type(item.get("type")) is str and item["type"] in types:
-                    return True
+def _opens_client_item(pair: Pair, error: ps.StreamError, events: Sequence[Any]) -> bool:
+    event = _named_event(error, events)
+    item = None if event is None or pair.provider != "openai" else _opened_item(pair, event)
+    return item is not None and item.get("type") in ps.OPENAI_CLIENT_ITEMS
+
+
+def _opens_unhandled_type(pair: Pair, error: ps.StreamError, events: Sequence[Any]) -> bool:
+    event = _named_event(error, events)
+    item = None if event is None else _opened_item(pair, event)
+    handled = HANDLED_TYPES[pair.provider]
+    return (item is not None and handled is not None and type(item.get("type")) is str
+            and item["type"] not in handled)
+
+
+def _unknown_event_type(pair: Pair, error: ps.StreamError, events: Sequence[Any]) -> bool:
+    event = _named_event(error, events)
+    kind = None if event is None else _event_type(pair, event)
+    return type(kind) is str and kind not in ps.protocol_for(pair.provider).rules
+
+
+def _other_revision(pair: Pair, error: ps.StreamError, events: Sequence[Any]) -> bool:
+    event = _named_event(error, events)
+    if event is None or pair.provider != "gemini":
         return False
-    return check
+    interaction = event.get("interaction")
+    return (_event_type(pair, event) in ps.GEMINI_LEGACY_EVENTS
+            or (type(interaction) is dict and "outputs" in interaction))
+
+
+def _unchecked_skip(pair: Pair, error: ps.StreamError, events: Sequence[Any]) -> bool:
+    # An index skipped, refused where it opens, or at a terminal event that does not show an item
+    # needing no answer at every skipped index: no call could be ruled out there.
+    event = _named_event(error, events)
+    if event is None:
+        return False
+    shape = SHAPES[pair.provider]
+    before = [earlier for earlier in events[:error.event]
+              if type(earlier) is dict and _event_type(pair, earlier) == shape.opening]
+    indexes = [earlier.get(shape.index_key) for earlier in before]
+    if not all(type(index) is int for index in indexes):
+        return False
+    if _opened_item(pair, event) is not None:
+        index = event.get(shape.index_key)
+        return type(index) is int and index > (max(indexes) + 1 if indexes else 0)
+    if _event_type(pair, event) not in shape.terminal or shape.listing is None or not indexes:
+        return False
+    # An opening event without an item (OpenAI's "empty added") opens nothing: its index is skipped too.
+    opened = {earlier[shape.index_key] for earlier in before if _opened_item(pair, earlier) is not None}
+    skipped = sorted(set(range(max(indexes) + 1)) - opened)
+    envelope = event.get(shape.listing[0])
+    listing = envelope.get(shape.listing[1]) if type(envelope) is dict else None
+    if not skipped:
+        return False
+    if type(listing) is not list:
+        return True
+    return any(position >= len(listing) or type(listing[position]) is not dict
+               or listing[position].get("type") not in shape.fills_skip for position in skipped)
+
+
+def _empty_openai_arguments(pair: Pair, error: ps.StreamError, events: Sequence[Any]) -> bool:
+    # OpenAI's "" is no JSON: the first call, in output order, whose arguments do not decode
+    # must be one whose arguments are exactly "".
+    if pair.provider != "openai" or error.detail != "JSON_INVALID":
+        return False
+    done = {event.get("output_index"): event.get("arguments") for event in events
+            if type(event) is dict and event.get("type") == "response.function_call_arguments.done"}
+    for index in sorted(key for key in done if type(key) is int):
+        text = done[index]
+        if type(text) is not str:
+            return False
+        try:
+            decode_strict_json(text.encode("utf-8", "surrogatepass"))
+        except BoundaryError:
+            return text == ""
+    return False
+
+
+def _content_in_message_start(pair: Pair, error: ps.StreamError, events: Sequence[Any]) -> bool:
+    event = _named_event(error, events)
+    if event is None or pair.provider != "anthropic" or _event_type(pair, event) != "message_start":
+        return False
+    message = event.get("message")
+    return type(message) is dict and type(message.get("content")) is list and bool(message["content"])
 
 
 # When a refusal is the right answer to a stream the SDK reads: code -> the predicate that says so.
-RIGHT_REFUSALS: Final[Mapping[str, Callable[[Pair, str], bool]]] = MappingProxyType({
+RIGHT_REFUSALS: Final[Mapping[str, Callable[[Pair, ps.StreamError, Sequence[Any]], bool]]] = MappingProxyType({
     "STREAM_TRUNCATED": _cut_with_calls,
-    "STREAM_CALL_UNANSWERABLE": _holds_block(frozenset(ps.OPENAI_CLIENT_ITEMS), ("item",)),
-    "STREAM_BLOCK_UNSUPPORTED": _holds_block(UNSUPPORTED_BLOCKS, ("content_block",)),
+    "STREAM_CALL_UNANSWERABLE": _opens_client_item,
+    "STREAM_BLOCK_UNSUPPORTED": _opens_unhandled_type,
+    "STREAM_UNKNOWN_EVENT": _unknown_event_type,
+    "STREAM_REVISION_MISMATCH": _other_revision,
+    "STREAM_OUT_OF_ORDER": _unchecked_skip,
+    "STREAM_INCONSISTENT": _unchecked_skip,
+    "STREAM_ARGUMENTS_INVALID": _empty_openai_arguments,
+    "STREAM_EVENT_MALFORMED": _content_in_message_start,
 })
 VERDICTS: Final = ("match", "refused", "MISMATCH")
 
@@ -160,7 +287,8 @@ def judge(pair: Pair) -> Row:
         seen = error.code + (f" ({error.detail})" if error.detail else "")
         right = RIGHT_REFUSALS.get(error.code)
         wanted = pair.expect.get("error") == error.code and pair.expect.get("detail") == error.detail
-        verdict = "refused" if wanted or (right is not None and right(pair, error.code)) else "MISMATCH"
+        verdict = ("refused" if wanted or (right is not None and right(pair, error, _events(pair.provider, body)))
+                   else "MISMATCH")
         return Row(pair.name, pair.provider, expected, seen, verdict, note)
     calls = [{"call_id": call.call_id, "name": call.name, "arguments": call.arguments} for call in turn.calls]
     seen = f"{len(calls)} call(s), stop {turn.stop}"
@@ -168,6 +296,15 @@ def judge(pair: Pair) -> Row:
               for call in pair.expect.get("calls", ()) if type(call) is dict]
     same = "error" not in pair.expect and (calls, turn.stop) == (wanted, pair.expect.get("stop"))
     return Row(pair.name, pair.provider, expected, seen, "match" if same else "MISMATCH", note)
+
+
+def _events(provider: str, body: bytes) -> list[Any]:
+    """The events parse_sse read from a body (none when the SSE text itself was refused)."""
+    try:
+        pairs = ps.split_sse(body, done_frame=ps.protocol_for(provider).done_frame)
+    except ps.StreamError:
+        return []
+    return [payload for _, payload in pairs]
 
 
 def _summary(expect: Mapping[str, Any]) -> str:

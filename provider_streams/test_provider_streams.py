@@ -13,6 +13,7 @@ import math
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -666,6 +667,20 @@ class TestAnthropicEvents(StreamTestCase):
             with self.subTest(block=block):
                 self.assertRefused("anthropic", self.turn_events([(block, [])]), "STREAM_EVENT_MALFORMED", event=1)
 
+    def test_every_block_the_readme_lists_as_unsupported_is_refused_where_it_opens(self):
+        with open(HERE / "README.md", encoding="utf-8") as handle:
+            section = handle.read().split("### Unsupported content blocks")[1].split("\n## ")[0]
+        rows = [line.split(" | ")[0] for line in section.splitlines() if line.startswith("| `")]
+        listed = [name for row in rows for name in re.findall(r"`([a-z_]+)`", row)]
+        self.assertEqual(len(listed), len(set(listed)))
+        self.assertLessEqual({"thinking", "server_tool_use", "compaction", "fallback"}, set(listed))
+        self.assertFalse({"text", "tool_use"} & set(listed))
+        deltas = {"compaction": [{"type": "compaction_delta", "content": "Summary."}]}
+        for kind in listed + ["block_added_later"]:
+            with self.subTest(block=kind):
+                events = self.turn_events([({"type": kind}, deltas.get(kind, [])), self.tool()])
+                self.assertRefused("anthropic", events, "STREAM_BLOCK_UNSUPPORTED", event=1)
+
     def test_tool_use_must_start_with_empty_input(self):
         for start in ({"order_ref": "ORDER-7"}, None, "{}"):
             with self.subTest(start=start):
@@ -913,12 +928,103 @@ class TestGeminiEvents(StreamTestCase):
                 turn = ps.parse_stream("gemini", events)
                 self.assertEqual((turn.stop, turn.calls), (status, ()))
 
-    def test_the_first_step_must_be_at_index_zero(self):
-        # A step at index 1 first could mean a step 0 went missing; the interaction's final event
-        # does not list its steps, so nothing could show that no call stood there.
-        events = stream("gemini")
-        events = [{**event, "index": 1} if "index" in event else event for event in events]
-        self.assertRefused("gemini", events, "STREAM_OUT_OF_ORDER", event=1)
+    USER_INPUT = {"type": "user_input", "content": [{"type": "text", "text": "Where is ORDER-7?"}]}
+    LISTED_CALL = {"type": "function_call", "id": "call_1", "name": "get_order", "arguments": {"order_ref": "ORDER-7"}}
+
+    def counted_input(self, skipped=1, steps=None, calls=(("call_1", "get_order", ORDER7),)):
+        """A stream numbered as Google's SDK numbers it: its steps start at `skipped`; `steps`, if
+        given, is what interaction.completed lists."""
+        events = stream("gemini", calls)
+        events = [{**event, "index": event["index"] + skipped} if "index" in event else event for event in events]
+        if steps is not None:
+            events[-1] = {**events[-1], "interaction": {**events[-1]["interaction"], "steps": steps}}
+        return events
+
+    def test_steps_counting_the_users_input_are_read_where_the_final_list_shows_it(self):
+        # Google's SDK (google-genai 3.6.1, its test of streamed events feeding the next turn)
+        # counts the user's input as step 0 and lists it first in interaction.completed: the
+        # skipped index is shown to hold the input, so no call can have stood there.
+        turn = ps.parse_stream("gemini", self.counted_input(1, [self.USER_INPUT, self.LISTED_CALL]))
+        self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"})])
+        self.assertEqual((turn.stop, turn.response_id, turn.calls[0].index), ("requires_action", "resp_synthetic", 1))
+        run = ps.run_turn(turn, ps.demo_dispatcher(), ps.DEMO_HOST)
+        self.assertEqual(run.payload["previous_interaction_id"], "resp_synthetic")
+        self.assertEqual([(step["type"], step["call_id"], step["name"]) for step in run.payload["input"]],
+                         [("function_result", "call_1", "get_order")])
+        # Two inputs, then a text step and two calls, at indexes 2 to 4.
+        two = [("call_1", "get_order", ORDER7), ("call_2", "create_refund_draft", REFUND7)]
+        events = self.counted_input(2, calls=two, steps=[
+            self.USER_INPUT, self.USER_INPUT, {"type": "model_output"}, self.LISTED_CALL,
+            {"type": "function_call", "id": "call_2", "name": "create_refund_draft"}])
+        events[1:1] = [{"event_type": "step.start", "index": 2, "step": {"type": "model_output"}},
+                       {"event_type": "step.delta", "index": 2, "delta": {"type": "text", "text": "Checking."}},
+                       {"event_type": "step.stop", "index": 2}]
+        events = [{**event, "index": event["index"] + 1} if "index" in event and position > 3 else event
+                  for position, event in enumerate(events)]
+        turn = ps.parse_stream("gemini", events)
+        self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"}),
+                                ("call_2", "create_refund_draft", {"order_ref": "ORDER-7", "reason": "damaged"})])
+        self.assertEqual([call.index for call in turn.calls], [3, 4])
+        # The SDK test's own turn: one text step at index 1, status completed.
+        events = [{"event_type": "interaction.created", "interaction": {"id": "v1_turn", "status": "in_progress"}},
+                  {"event_type": "step.start", "index": 1, "step": {"type": "model_output", "content": []}},
+                  {"event_type": "step.delta", "index": 1, "delta": {"type": "text", "text": "Hello"}},
+                  {"event_type": "step.stop", "index": 1},
+                  {"event_type": "interaction.completed", "interaction": {
+                      "id": "v1_turn", "status": "completed", "steps": [self.USER_INPUT, {"type": "model_output"}]}}]
+        self.assertEqual((ps.parse_stream("gemini", events).stop, ps.parse_stream("gemini", events).calls),
+                         ("completed", ()))
+
+    def test_skipped_indexes_the_final_list_does_not_show_as_input_are_refused(self):
+        last = len(stream("gemini")) - 1
+        model_output = {"type": "model_output", "content": [{"type": "text", "text": "Hi"}]}
+        # No list: nothing shows that no call stood at index 0 (a refusal is a retry, a lost call is not).
+        self.assertRefused("gemini", self.counted_input(1), "STREAM_OUT_OF_ORDER", event=last)
+        text_only = [{"event_type": "interaction.created", "interaction": {"id": "v1_turn", "status": "in_progress"}},
+                     {"event_type": "step.start", "index": 1, "step": {"type": "model_output"}},
+                     {"event_type": "step.stop", "index": 1},
+                     {"event_type": "interaction.completed", "interaction": {"id": "v1_turn", "status": "completed"}}]
+        self.assertRefused("gemini", text_only, "STREAM_OUT_OF_ORDER", event=3)
+        refused = {
+            "a call never streamed at index 0": self.counted_input(1, [{**self.LISTED_CALL, "id": "call_0"},
+                                                                       self.LISTED_CALL]),
+            "model output at index 0": self.counted_input(1, [model_output, self.LISTED_CALL]),
+            "a thought at index 0": self.counted_input(1, [{"type": "thought"}, self.LISTED_CALL]),
+            "two inputs for one skipped index": self.counted_input(1, [self.USER_INPUT, self.USER_INPUT,
+                                                                       self.LISTED_CALL]),
+            "one input for two skipped indexes": self.counted_input(2, [self.USER_INPUT, self.LISTED_CALL]),
+            "input listed, indexes from 0": self.counted_input(0, [self.USER_INPUT, self.LISTED_CALL]),
+            "a listed step that never streamed": self.counted_input(1, [self.USER_INPUT, self.LISTED_CALL,
+                                                                        {"type": "future_step_kind"}]),
+            "input listed after the call": self.counted_input(1, [self.LISTED_CALL, self.USER_INPUT]),
+        }
+        for label, events in refused.items():
+            with self.subTest(label):
+                self.assertRefused("gemini", events, "STREAM_INCONSISTENT", event=last)
+        self.assertRefused("gemini", self.counted_input(1, {"0": self.USER_INPUT}), "STREAM_INCONSISTENT", event=last)
+
+    def test_only_the_indexes_before_the_first_step_may_be_skipped(self):
+        events = self.counted_input(1, calls=(("call_1", "get_order", ORDER7), ("call_2", "get_order", ORDER7)))
+        second = position("gemini", events, "step.start", 1)
+        events[second:] = [{**event, "index": 3} if "index" in event else event for event in events[second:]]
+        self.assertRefused("gemini", events, "STREAM_OUT_OF_ORDER", event=second)
+        events = self.counted_input(1, [self.USER_INPUT, self.LISTED_CALL])
+        self.assertRefused("gemini", inserted("gemini", events, 2, {"event_type": "step.delta", "index": 0,
+                                                                    "delta": {"type": "arguments_delta", "arguments": "{}"}}),
+                           "STREAM_NOT_OPEN", event=2)
+        self.assertRefused("gemini", inserted("gemini", events, 2, {"event_type": "step.start", "index": 0,
+                                                                    "step": {"type": "thought"}}),
+                           "STREAM_DUPLICATE", event=2)
+        # Never wider than the stream could have filled: a hostile index allocates nothing, and the
+        # event limit bounds the skip (both sides).
+        size = len(stream("gemini"))
+        for skipped in (size - 1, size, 10 ** 30):
+            with self.subTest(skipped=skipped):
+                events = self.counted_input(skipped, [self.USER_INPUT] * min(skipped, size) + [self.LISTED_CALL])
+                if skipped < size:
+                    self.assertEqual(ps.parse_stream("gemini", events, max_events=size).calls[0].index, skipped)
+                else:
+                    self.assertRefused("gemini", events, "STREAM_OUT_OF_ORDER", event=1, max_events=size)
 
     def test_server_steps_and_thoughts_pass_before_a_call(self):
         steps = [({"type": "google_search_call", "id": "s1"}, {"type": "google_search_call", "arguments": {"q": ["x"]}}),
@@ -2346,6 +2452,102 @@ class TestStreamTable(unittest.TestCase):
             "j_cut_mid_event": ("MISMATCH", "STREAM_SSE_INVALID (JSON_INVALID)", "file lacked its final blank line"),
         })
 
+    def documented_refusals(self):
+        """One small stream for each refusal the layer documents, with what the SDK would read."""
+        calls = [("call_1", "get_order", ORDER7)]
+
+        def anthropic_block(kind):
+            events = stream("anthropic", [])
+            events[1:1] = [{"type": "content_block_start", "index": 0, "content_block": {"type": kind}},
+                           {"type": "content_block_stop", "index": 0}]
+            return events
+
+        legacy = stream("gemini", [])
+        legacy[-1] = {**legacy[-1], "interaction": {**legacy[-1]["interaction"], "outputs": []}}
+        inside = stream("anthropic")
+        inside = inserted("anthropic", inside, position("anthropic", inside, "content_block_delta"),
+                          {"type": "content_block_future", "index": 0})
+        unlisted = openai_items([], call_index=1)
+        unlisted[-1] = {**unlisted[-1], "response": {"id": "resp_1", "status": "completed"}}
+        started = stream("anthropic")
+        started[0] = {**started[0], "message": {**started[0]["message"], "content": [{"type": "text", "text": "Hi"}]}}
+        empty = {"stop": "completed", "calls": [{"call_id": "call_1", "name": "get_order", "arguments": ""}],
+                 "results": [{"status": "error", "error_code": "UNKNOWN_TOOL", "delivery": "none"}]}
+        return {
+            "compaction": ("anthropic", anthropic_block("compaction"), sdk_expect([], "end_turn")),
+            "fallback": ("anthropic", anthropic_block("fallback"), sdk_expect([], "end_turn")),
+            "thinking": ("anthropic", anthropic_block("thinking"), sdk_expect([], "end_turn")),
+            "unlisted_block": ("anthropic", anthropic_block("block_added_later"), sdk_expect([], "end_turn")),
+            "unlisted_item": ("openai", openai_items(["item_added_later"]), sdk_expect(calls, "completed")),
+            "client_item": ("openai", openai_items(["apply_patch_call"]), sdk_expect(calls, "completed")),
+            "unknown_event_in_call": ("anthropic", inside, sdk_expect(calls, "tool_use")),
+            "another_revision": ("gemini", legacy, sdk_expect([], "completed")),
+            "skip_nothing_lists": ("anthropic", [{**event, "index": event["index"] + 1} if "index" in event else event
+                                                 for event in stream("anthropic")], sdk_expect(calls, "tool_use")),
+            "skip_output_missing": ("openai", unlisted, sdk_expect(calls, "completed")),
+            "skip_input_unlisted": ("gemini", [{**event, "index": event["index"] + 1} if "index" in event else event
+                                               for event in stream("gemini")], sdk_expect(calls, "requires_action")),
+            "empty_openai_arguments": ("openai", stream("openai", [("call_1", "get_order", "")]), empty),
+            "content_in_message_start": ("anthropic", started, sdk_expect(calls, "tool_use")),
+        }
+
+    def test_every_documented_refusal_is_reported_as_refused(self):
+        with tempfile.TemporaryDirectory() as folder:
+            for name, (provider, events, expect) in self.documented_refusals().items():
+                write_pair(folder, name, provider, events, expect)
+            rows = self.table(folder)
+        self.assertEqual({name: (row.seen, row.verdict) for name, row in rows.items()}, {
+            "compaction": ("STREAM_BLOCK_UNSUPPORTED", "refused"),
+            "fallback": ("STREAM_BLOCK_UNSUPPORTED", "refused"),
+            "thinking": ("STREAM_BLOCK_UNSUPPORTED", "refused"),
+            "unlisted_block": ("STREAM_BLOCK_UNSUPPORTED", "refused"),
+            "unlisted_item": ("STREAM_BLOCK_UNSUPPORTED", "refused"),
+            "client_item": ("STREAM_CALL_UNANSWERABLE", "refused"),
+            "unknown_event_in_call": ("STREAM_UNKNOWN_EVENT", "refused"),
+            "another_revision": ("STREAM_REVISION_MISMATCH", "refused"),
+            "skip_nothing_lists": ("STREAM_OUT_OF_ORDER", "refused"),
+            "skip_output_missing": ("STREAM_INCONSISTENT", "refused"),
+            "skip_input_unlisted": ("STREAM_OUT_OF_ORDER", "refused"),
+            "empty_openai_arguments": ("STREAM_ARGUMENTS_INVALID (JSON_INVALID)", "refused"),
+            "content_in_message_start": ("STREAM_EVENT_MALFORMED", "refused"),
+        })
+
+    def test_the_same_codes_for_other_reasons_stay_mismatches(self):
+        # Each code of RIGHT_REFUSALS, raised for a stream that breaks the protocol rather than for
+        # what the layer refuses by policy: the table must not excuse it.
+        calls = [("call_1", "get_order", ORDER7)]
+        explained = openai_items(["message"], call_index=2)
+        listed = explained[-1]["response"]["output"]
+        explained[-1] = {**explained[-1], "response": {
+            **explained[-1]["response"], "output": [listed[0], {"type": "reasoning"}, {**listed[1], "arguments": "{}"}]}}
+        after_end = stream("gemini")
+        after_end.append(dict(after_end[-1]))
+        malformed = edited("anthropic", stream("anthropic"), "content_block_start", index="0")
+        not_json = stream("openai", [("call_1", "get_order", '{"order_ref":')])
+        gap_malformed = openai_items(["message"], call_index=2)
+        gap_malformed.insert(-1, {"type": "response.output_text.delta", "output_index": 2, "delta": "x"})
+        input_then_other_call = stream("gemini")
+        input_then_other_call = [{**event, "index": event["index"] + 1} if "index" in event else event
+                                 for event in input_then_other_call]
+        input_then_other_call[-1]["interaction"]["steps"] = [
+            {"type": "user_input"}, {"type": "function_call", "id": "call_2", "name": "get_order"}]
+        cases = {
+            "gap_explained_other_contradiction": ("openai", explained, "STREAM_INCONSISTENT"),
+            "input_explained_other_contradiction": ("gemini", input_then_other_call, "STREAM_INCONSISTENT"),
+            "event_after_the_end": ("gemini", after_end, "STREAM_OUT_OF_ORDER"),
+            "index_not_an_integer": ("anthropic", malformed, "STREAM_EVENT_MALFORMED"),
+            "arguments_cut_json": ("openai", not_json, "STREAM_ARGUMENTS_INVALID (JSON_INVALID)"),
+            "second_channel_into_a_call": ("openai", renumber(gap_malformed), "STREAM_INCONSISTENT"),
+        }
+        with tempfile.TemporaryDirectory() as folder:
+            for name, (provider, events, _seen) in cases.items():
+                write_pair(folder, name, provider, events,
+                           sdk_expect(calls, "requires_action" if provider == "gemini" else
+                                      "tool_use" if provider == "anthropic" else "completed"))
+            rows = self.table(folder)
+        self.assertEqual({name: (row.seen, row.verdict) for name, row in rows.items()},
+                         {name: (seen, "MISMATCH") for name, (_provider, _events, seen) in cases.items()})
+
     def test_a_cut_turn_without_calls_expected_is_not_a_right_truncation(self):
         cut = stream("anthropic")
         cut[-2] = {**cut[-2], "delta": {"stop_reason": "max_tokens"}}
@@ -2427,6 +2629,36 @@ class TestSdkConformanceSetup(unittest.TestCase):
             readme = handle.read()
         extras = readme.split("<!-- ci-extras:start -->")[1].split("<!-- ci-extras:end -->")[0]
         self.assertIn("\nbash provider_streams/sdk_conformance/run.sh\n", extras)
+
+    def run_script_with(self, interpreters):
+        """run.sh with a PATH holding only these stub interpreters (each records how it was called
+        and fails, so nothing is installed) and the few tools the script needs."""
+        bash = shutil.which("bash")
+        if bash is None:
+            self.skipTest("bash is not installed")
+        with tempfile.TemporaryDirectory() as work:
+            tools, scratch = Path(work) / "bin", Path(work) / "tmp"
+            tools.mkdir()
+            scratch.mkdir()
+            for tool in ("dirname", "mktemp", "rm"):
+                (tools / tool).symlink_to(shutil.which(tool))
+            for name in interpreters:
+                stub = tools / name
+                stub.write_text(f'#!{bash}\necho "{name} $*" >"{work}/called"\nexit 3\n', encoding="utf-8")
+                stub.chmod(0o755)
+            done = subprocess.run([bash, str(HERE / "sdk_conformance" / "run.sh")], capture_output=True, text=True,
+                                  env={"PATH": str(tools), "TMPDIR": str(scratch)}, timeout=60)
+            called = (Path(work) / "called").read_text(encoding="utf-8") if (Path(work) / "called").exists() else ""
+            return done.returncode, done.stderr, called.replace(str(scratch), "TMPDIR"), sorted(os.listdir(scratch))
+
+    def test_the_script_finds_python_or_python3_and_leaves_no_environment(self):
+        status, _stderr, called, left = self.run_script_with(["python3"])
+        self.assertEqual((status, left), (3, []))
+        self.assertRegex(called, r"^python3 -m venv TMPDIR/provider-streams-sdk\.[A-Za-z0-9]{6}\n$")
+        status, _stderr, called, left = self.run_script_with(["python", "python3"])
+        self.assertEqual((status, called.split(" ")[:3], left), (3, ["python", "-m", "venv"], []))
+        status, stderr, called, left = self.run_script_with([])
+        self.assertEqual((status, stderr, called, left), (1, "FAIL neither python nor python3 is on PATH\n", "", []))
 
     def test_the_layer_itself_imports_no_sdk(self):
         for path in (HERE / "provider_streams.py", HERE / "stream_table.py"):

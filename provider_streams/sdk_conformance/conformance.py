@@ -12,7 +12,8 @@ Anthropic Messages and Gemini Interactions:
    body that arrives must equal the request built here;
 3. streams: every well-formed fixture stream is served as SSE by that server to the SDK's
    streaming client, and the calls the SDK reconstructs (call id, name, arguments) must equal
-   those of provider_streams.parse_sse.
+   those of provider_streams.parse_sse (for Gemini, joined from its typed events, and equal to
+   the calls its typed `steps` list after the user's input where interaction.completed lists them).
 
 Prints one line per check ("ok ..." or "FAIL ..."), NOTE lines for what a check cannot cover,
 and exits 1 on any failure. Any connection to an address other than 127.0.0.1 is refused.
@@ -277,17 +278,28 @@ def gemini_sdk(server: Loopback) -> tuple[Any, Callable[[dict[str, Any]], Any], 
 
     def stream(sse: bytes) -> list[tuple]:
         # The SDK parses each event into its typed model but keeps no running interaction: the
-        # calls are joined here from its typed step.start / step.delta events, by index.
+        # calls are joined here from its typed step.start / step.delta events, by index. Where
+        # interaction.completed lists the steps, the SDK's typed list is the turn (the user's
+        # input first); the calls it holds after the last user_input step must be the same.
         server.answer("text/event-stream", sse)
         calls: dict[int, list[Any]] = {}
+        listed: list[Any] = []
         for event in client.interactions.create(model=MODELS["gemini"], input="x", stream=True):
             kind = getattr(event, "event_type", None)
             if kind == "step.start" and getattr(event.step, "type", None) == "function_call":
                 calls[event.index] = [event.step.id, event.step.name, ""]
             elif kind == "step.delta" and event.index in calls and getattr(event.delta, "type", None) == "arguments_delta":
                 calls[event.index][2] += event.delta.arguments
-        return [(call_id, name, json.loads(text) if text else {}) for call_id, name, text in
-                (calls[index] for index in sorted(calls))]
+            elif kind == "interaction.completed":
+                listed = list(getattr(event.interaction, "steps", None) or [])
+        joined = [(call_id, name, json.loads(text) if text else {}) for call_id, name, text in
+                  (calls[index] for index in sorted(calls))]
+        inputs = [at for at, step in enumerate(listed) if getattr(step, "type", None) == "user_input"]
+        named = [(step.id, step.name, step.arguments) for step in listed[inputs[-1] + 1 if inputs else 0:]
+                 if getattr(step, "type", None) == "function_call"]
+        if listed and named != joined:
+            raise ValueError(f"its typed steps list {named!r:.120}, its typed events give {joined!r:.120}")
+        return joined
 
     return interactions.CreateModelInteractionParam, send, stream
 
@@ -340,7 +352,8 @@ def main() -> int:
         check_provider(provider, server, report)
     server.server.shutdown()
     print("NOTE gemini streams: google-genai parses each Interactions event into its typed model but keeps no "
-          "running interaction; the calls are joined from its typed events")
+          "running interaction; the calls are joined from its typed events, and checked against its typed "
+          "steps where interaction.completed lists them")
     print(f"{count - failures}/{count} checks passed")
     return 1 if failures else 0
 

@@ -18,7 +18,7 @@ if ! command -v pg_ctl >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/pg_ctl 
 fi
 
 venv=${TMPDIR:-/tmp}/td-durable-pg-venv
-if [ ! -x "$venv/bin/python" ]; then python -m venv "$venv" || exit 1; fi
+if [ ! -x "$venv/bin/python" ]; then "$(command -v python || command -v python3)" -m venv "$venv" || exit 1; fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "$PSYCOPG_PIN" || { echo "FAIL pip install"; exit 1; }
 py="$venv/bin/python"
 

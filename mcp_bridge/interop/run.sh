@@ -27,14 +27,16 @@ unavailable() {
   exit 0
 }
 
-python -m venv "$work/venv" >/dev/null 2>&1 || unavailable "no virtual environment could be created"
+py=$(command -v python || command -v python3 || true)  # "python", else "python3"
+[ -n "$py" ] || unavailable "neither python nor python3 is on PATH"
+"$py" -m venv "$work/venv" >/dev/null 2>&1 || unavailable "no virtual environment could be created"
 "$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$here/requirements.txt" \
   >"$work/pip.log" 2>&1 || { tail -n 20 "$work/pip.log"; unavailable "the pinned SDK could not be installed"; }
 echo "NOTE: $("$work/venv/bin/python" -c 'import importlib.metadata as m; print("mcp", m.version("mcp"), "pydantic", m.version("pydantic"))')"
 
 status=0
 for era in modern legacy; do
-  python -B -W error mcp_bridge/mcp_bridge.py import \
+  "$py" -B -W error mcp_bridge/mcp_bridge.py import \
     --server-command "\"$work/venv/bin/python\" -B $here/sdk_server.py" --protocol "$era" \
     --read-only get_order --role orders.tools \
     --out "$work/draft-$era.json" --report "$work/report-$era.json" >"$work/summary-$era.json"
@@ -61,7 +63,7 @@ done
 
 # The same server's tools behind the boundary: forwarded, dispatched and adapted, in both eras
 # (forward_check.py, standard library and the project only; its summary says what it checked).
-python -B -W error "$here/forward_check.py" -- "$work/venv/bin/python" -B "$here/sdk_server.py" \
+"$py" -B -W error "$here/forward_check.py" -- "$work/venv/bin/python" -B "$here/sdk_server.py" \
   >"$work/forward.json" 2>"$work/forward.err"
 code=$?
 cat "$work/forward.json"

@@ -292,6 +292,7 @@ SPAN_IN = {"type": "object", "properties": {"span": {"type": "string", "format":
 INTEGER_AMOUNT = {"type": "integer", "minimum": 1, "maximum": 500}
 DAY = {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$", "maxLength": 10}
 DAYS = {"type": "string", "pattern": "^P[0-9]{1,3}D$", "maxLength": 5}
+SPAN_TEXT_IN = {"type": "object", "properties": {"span": {"type": "string", "maxLength": 10}}, "required": ["span"]}
 
 
 def overlay(*tools):
@@ -404,12 +405,12 @@ class TestDraftUnits(unittest.TestCase):
 class TestOverlay(unittest.TestCase):
     """The host's tool-contract-overlay-v1 narrowings, applied while drafting (tool_dispatcher.narrow)."""
 
-    def test_a_number_and_a_format_narrowed_are_drafted_and_load_without_the_overlay(self):
+    def test_a_number_and_a_string_narrowed_are_drafted_and_load_without_the_overlay(self):
         host = overlay(("pay", [(["amount"], INTEGER_AMOUNT)], [(["total"], {"type": "integer", "minimum": 0,
                                                                              "maximum": 10 ** 6})]),
                        ("book", [(["span"], DAYS)], []))
         document, report = drafted({"name": "pay", "inputSchema": NUMBER_IN, "outputSchema": NUMBER_OUT},
-                                   {"name": "book", "inputSchema": SPAN_IN}, overlay=host)
+                                   {"name": "book", "inputSchema": SPAN_TEXT_IN}, overlay=host)
         self.assertEqual((report["refused"], report["output_as_text"], report["drafted"]), ([], [], 2))
         contracts = loaded(document)  # no overlay: the narrowed schemas are the draft's own
         pay, book = contracts["pay"], contracts["book"]
@@ -423,7 +424,14 @@ class TestOverlay(unittest.TestCase):
         # The provenance keeps the server's raw schemas' digests, not the narrowed ones.
         self.assertEqual((pay.provenance["input_schema_sha256"], pay.provenance["output_schema_sha256"],
                           book.provenance["input_schema_sha256"]),
-                         tuple(tool_dispatcher.canonical_sha256(schema) for schema in (NUMBER_IN, NUMBER_OUT, SPAN_IN)))
+                         tuple(tool_dispatcher.canonical_sha256(schema) for schema in (NUMBER_IN, NUMBER_OUT,
+                                                                                       SPAN_TEXT_IN)))
+
+    def test_a_format_the_compiler_refuses_is_narrowed_by_nothing(self):
+        # A server asserting "duration" may read it as it likes: no host pattern is proved inside it.
+        _, report = drafted({"name": "book", "inputSchema": SPAN_IN}, overlay=overlay(("book", [(["span"], DAYS)], [])))
+        self.assertEqual(([(item["tool"], item["code"], item["at"]) for item in report["refused"]], report["drafted"]),
+                         ([("book", "OVERLAY_WIDENS", "overlay.tools[0].input[0]")], 0))
 
     def test_a_narrowing_of_a_schema_that_compiles_tightens_it(self):
         document, _ = drafted({"name": "a", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}},
@@ -558,7 +566,7 @@ class TestPinnedText(unittest.TestCase):
         self.assertEqual((len(unchanged["tools"]), report["drift"]), (2, []))
 
     def test_a_draft_narrowed_by_an_overlay_does_not_drift_from_its_own_listing(self):
-        host, dated = overlay(("get", [(["span"], DAYS)], [])), {**GET, "inputSchema": SPAN_IN}
+        host, dated = overlay(("get", [(["span"], DAYS)], [])), {**GET, "inputSchema": SPAN_TEXT_IN}
         contracts = reviewed(dated, overlay=host)
         self.assertEqual(importer.drift_fields(GET, contracts["get"]), ["inputSchema"])  # the raw schema is pinned
         document, report = drafted(dated, overlay=host, reviewed=contracts)

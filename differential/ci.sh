@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# CI extras for the differential layer: the contract language against an independent validator.
+#
+# Installs the oracle, pinned, into a virtual environment outside the checkout: jsonschema with the
+# two format checkers it needs for date-time, time and uri (rfc3339-validator, rfc3986-validator;
+# date, uuid, ipv4, ipv6 and email need none), and regress for ECMA-262 patterns. Fetches the
+# official JSON Schema Test Suite from PyPI alone, inside the jsonschema sdist (json/tests/), checked
+# against its SHA-256. Then runs the seeded differential (a few seeds), the official suite's compiled
+# groups, and the layer's suite in the four test modes. Under CI=true nothing skips: a missing oracle
+# fails. Each command prints one "ok" or "FAIL" line; the failures are listed again at the end.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+export PYTHONDONTWRITEBYTECODE=1
+ORACLE_PINS=(
+  'jsonschema==4.26.0' 'attrs==26.1.0' 'jsonschema-specifications==2025.9.1' 'referencing==0.37.0'
+  'rpds-py==2026.9.1' 'typing_extensions==4.16.0' 'rfc3339-validator==0.1.4' 'six==1.17.0'
+  'rfc3986-validator==0.1.1' 'regress==2026.9.1'
+)
+SUITE_SDIST=jsonschema-4.26.0.tar.gz  # the same release as the oracle: its json/tests/ is the official suite
+SUITE_SDIST_SHA256=0c26707e2efad8aa1bfc5b7ce170f3fccc2e4918ff85989ba9ffa9facb2be326
+SEEDS=(1 2 3 4)
+SCHEMAS_PER_SEED=500  # and half as many overlays: about 5 s a seed on one core
+
+py=$(command -v python || command -v python3)
+if [ -z "$py" ]; then echo "FAIL python is needed"; exit 1; fi
+venv=${TMPDIR:-/tmp}/td-differential-venv
+if [ ! -x "$venv/bin/python" ]; then "$py" -m venv "$venv" || { echo "FAIL python -m venv"; exit 1; }; fi
+vpy=$venv/bin/python
+"$vpy" -m pip install -q --disable-pip-version-check "${ORACLE_PINS[@]}" 2>/dev/null \
+  || { echo "FAIL pip install ${ORACLE_PINS[*]}"; exit 1; }
+sdist=$venv/suite/$SUITE_SDIST
+if [ ! -f "$sdist" ]; then
+  "$vpy" -m pip download -q --disable-pip-version-check --no-binary :all: --no-deps "${ORACLE_PINS[0]}" \
+    -d "$venv/suite" >/dev/null 2>&1 || { echo "FAIL pip download ${ORACLE_PINS[0]} (the sdist)"; exit 1; }
+fi
+if [ "$(sha256sum "$sdist" | cut -d ' ' -f 1)" != "$SUITE_SDIST_SHA256" ]; then
+  rm -f "$sdist"; echo "FAIL $SUITE_SDIST is not the pinned file (SHA-256)"; exit 1
+fi
+echo "NOTE the differential runs on Python $("$vpy" -c 'import sys; print(sys.version.split()[0])'), $(
+  "$vpy" -c 'from importlib import metadata as m; print(", ".join(n + " " + m.version(n) for n in
+  ("jsonschema", "rfc3339-validator", "rfc3986-validator", "regress")))')"
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/td-differential.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+status=0
+failures=$tmp/failures
+: >"$failures"
+fail() { status=1; echo "FAIL $*"; echo "FAIL $*" >>"$failures"; }
+
+# A command that must exit 0; its output is shown whole when it fails, a SKIP or NOTE line always.
+run() {
+  local start=$(date +%s)
+  if "$@" >"$tmp/out" 2>&1; then
+    grep -E '^(SKIP|NOTE)' "$tmp/out"; echo "ok   $(( $(date +%s) - start ))s  ${*:2}"
+  else
+    cat "$tmp/out"; fail "$(( $(date +%s) - start ))s  ${*:2}"
+    grep -E '^(FAIL|ERROR):|"kind":' "$tmp/out" | head -n 12 | sed 's/^/  /' >>"$failures"
+  fi
+}
+
+# One line of a report's counts (the report itself is shown whole when the command fails).
+summary() {
+  "$vpy" -B -c '
+import json, sys
+report = json.load(open(sys.argv[1], encoding="utf-8"))
+if "schemas" in report:
+    for side in ("schemas", "overlays"):
+        c = report[side]
+        print("NOTE   seed %s %s: %s of %s compiled, %s refused; %s values, %s admitted, %s narrowed, %s unsound" % (
+            report["seed"], side, c["compiled"], c["generated"], sum(c["refused"].values()), c["values"],
+            c["admitted"], c["narrowed"], c["unsound"]))
+else:
+    a = report["oracle_agreement"]
+    print("NOTE   official suite: %s groups, %s with a remote $ref skipped, %s compiled, %s sound; %s tests, "
+          "%s invalid refused, %s narrowed, %s unsound; the oracle against the suite: %s looser, %s stricter of %s"
+          % (report["groups"], report["skipped_remote_ref"], report["compiled"], report["sound"], report["tests"],
+             report["invalid_refused"], report["narrowed"], report["unsound"], a["looser"], a["stricter"], a["tests"]))
+    t = report["typed"]
+    print("NOTE   official suite, typed: %s groups, %s compiled, %s sound; %s tests, %s invalid refused, %s narrowed, "
+          "%s unsound" % (t["groups"], t["compiled"], t["sound"], t["tests"], t["invalid_refused"], t["narrowed"],
+                          t["unsound"]))
+' "$1" 2>/dev/null || true
+}
+
+for seed in "${SEEDS[@]}"; do
+  run "$vpy" -B differential/differential.py --seed "$seed" --schemas "$SCHEMAS_PER_SEED"
+  summary "$tmp/out"
+done
+run "$vpy" -B differential/differential.py --suite "$sdist"
+summary "$tmp/out"
+
+for mode in "-B" "-O -B" "-B -W error" "-O -B -W error"; do
+  # shellcheck disable=SC2086  # the mode is several flags
+  run "$vpy" $mode -m unittest discover -s differential -p 'test_differential.py'
+done
+
+if [ -n "$(find differential -name __pycache__ -print -quit)" ]; then fail "a __pycache__ folder was written"; fi
+if [ "$status" -ne 0 ]; then echo "== what failed"; cat "$failures"; fi
+exit $status

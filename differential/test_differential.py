@@ -1,0 +1,679 @@
+"""The differential layer: each section of differential/differential.py, in its order.
+
+The oracle needs ``jsonschema`` (with rfc3339-validator and rfc3986-validator, so formats are
+asserted) and ``regress``; ``bash differential/ci.sh`` installs them into a virtual environment
+outside the checkout and runs this file. Without them the tests that need the oracle are skipped
+with one SKIP line; under CI=true they fail instead, never skip.
+"""
+from __future__ import annotations
+
+import ast
+import io
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import unittest
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+import differential as dif  # noqa: E402
+import tool_dispatcher as td  # noqa: E402
+
+ORACLE = dif.load_oracle()
+if ORACLE is None and os.environ.get("CI") != "true":
+    sys.stdout.write("SKIP the oracle's tests: jsonschema or regress is not installed (run bash differential/ci.sh)\n")
+
+
+def oracle() -> dif.Oracle:
+    """The oracle, or a skip (a failure under CI=true) when it is not installed."""
+    if ORACLE is not None:
+        return ORACLE
+    if os.environ.get("CI") == "true":
+        raise RuntimeError("the differential suite must run under CI: jsonschema or regress is not installed")
+    raise unittest.SkipTest("jsonschema or regress is not installed")
+
+
+class AdmitsEverything:
+    """A deliberately unsound compiled check."""
+
+    def admits(self, _value: Any) -> bool:
+        return True
+
+
+def compile_unsoundly(schema: Any, *, require_object: bool = False) -> AdmitsEverything:
+    td.compile_schema(schema, require_object=require_object)  # refuses what the core refuses
+    return AdmitsEverything()
+
+
+def narrow_unsoundly(server: Any, overlay: Any) -> AdmitsEverything:
+    td.narrow(server, overlay)
+    return AdmitsEverything()
+
+
+def write_json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(value, handle)
+
+
+# A tiny suite in the official layout: every count of run_suite is known in advance.
+TINY_SUITE = {
+    "maximum.json": [
+        {"description": "an integer at most 3", "schema": {"type": "integer", "maximum": 3},
+         "tests": [{"description": "3", "data": 3, "valid": True},
+                   {"description": "4", "data": 4, "valid": False},
+                   {"description": "1.0 is an integer", "data": 1.0, "valid": True},
+                   {"description": "a string", "data": "x", "valid": False}]},
+        {"description": "a remote reference", "schema": {"$ref": "http://localhost:1234/integer.json"},
+         "tests": [{"description": "1", "data": 1, "valid": True}]},
+        {"description": "a conditional", "schema": {"if": {"type": "integer"}, "then": {"minimum": 0}},
+         "tests": [{"description": "-1", "data": -1, "valid": False}]},
+    ],
+    "optional/maxLength.json": [
+        {"description": "at most two characters", "schema": {"type": "string", "maxLength": 2},
+         "tests": [{"description": "two", "data": "ab", "valid": True},
+                   {"description": "three", "data": "abc", "valid": False},
+                   {"description": "two astral characters", "data": "\U0001F600\U0001F600", "valid": True}]},
+        {"description": "no type: run typed as a string (and refused as a number)", "schema": {"maxLength": 2},
+         "tests": [{"description": "ab untyped", "data": "ab", "valid": True},
+                   {"description": "abc untyped", "data": "abc", "valid": False},
+                   {"description": "a number", "data": 5, "valid": True}]},
+    ],
+}
+
+
+def tiny_suite_folder(root: Path) -> Path:
+    folder = root / "draft2020-12"
+    for name, groups in TINY_SUITE.items():
+        write_json(folder / name, groups)
+    return folder
+
+
+# ============================================================================================
+# 1. Limits and constants
+# ============================================================================================
+
+
+class TestLimitsAndConstants(unittest.TestCase):
+
+    def test_every_feature_has_a_builder_and_a_weight(self):
+        self.assertEqual(list(dif.FEATURE_WEIGHTS), list(dif._BUILDERS))
+        self.assertTrue(all(type(weight) is int and weight > 0 for weight in dif.FEATURE_WEIGHTS.values()))
+
+    def test_the_features_being_added_to_the_compiler_are_generated(self):
+        for feature in ("format", "union-types", "union-scalars", "union-int-number", "union-tagged",
+                        "union-null", "union-nested", "map"):
+            with self.subTest(feature=feature):
+                self.assertIn(feature, dif.FEATURE_WEIGHTS)
+        self.assertEqual(dif.FORMATS, ("date", "date-time", "time", "uuid", "ipv4", "ipv6", "email", "uri"))
+
+    def test_the_host_bounds_are_the_cores_and_one_past_them(self):
+        self.assertEqual(dif.MAX_GENERATED_LENGTH, td.DEFAULT_MAX_LENGTH + 1)
+        self.assertEqual(dif.MAX_GENERATED_ITEMS, td.DEFAULT_MAX_ITEMS + 1)
+        self.assertEqual(dif.SAFE, 2**53 - 1)
+
+    def test_one_test_case_for_each_section_in_the_modules_order(self):
+        with open(HERE / "differential.py", encoding="utf-8") as handle:
+            titles = re.findall(r"^# ([0-9]+)\. (.+)$", handle.read(), re.MULTILINE)
+        self.assertEqual([int(number) for number, _ in titles], list(range(1, 11)))
+        expected = ["Test" + "".join(word.capitalize() for word in title.split()) for _, title in titles]
+        with open(HERE / "test_differential.py", encoding="utf-8") as handle:
+            found = re.findall(r"^class (Test\w+)\(unittest\.TestCase\):$", handle.read(), re.MULTILINE)
+        self.assertEqual(found, expected)
+
+    def test_the_layer_reaches_only_for_the_cores_public_names(self):
+        with open(HERE / "differential.py", encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+        used = [node.attr for node in ast.walk(tree)
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "td"]
+        self.assertGreater(len(used), 10)
+        for name in used:
+            with self.subTest(name=name):
+                self.assertIn(name, td.__all__)
+        imports = [node for node in ast.walk(tree)
+                   if isinstance(node, ast.ImportFrom) and node.module == "tool_dispatcher"]
+        self.assertEqual(imports, [])
+
+
+# ============================================================================================
+# 2. JSON values
+# ============================================================================================
+
+
+class TestJsonValues(unittest.TestCase):
+
+    def test_same_json_keeps_one_true_and_one_point_zero_apart(self):
+        self.assertFalse(dif.same_json(1, True))
+        self.assertFalse(dif.same_json(1, 1.0))
+        self.assertFalse(dif.same_json(0.0, -0.0))
+        self.assertFalse(dif.same_json({"a": 1, "b": 2}, {"b": 2, "a": 1}))  # member order is part of a document
+        self.assertTrue(dif.same_json({"a": [1, 1.0, True, None]}, {"a": [1, 1.0, True, None]}))
+
+    def test_a_json_value_is_what_json_loads_could_produce(self):
+        for value in (None, True, 0, -0.0, 2**64, 1e308, "\ud800", {"": [[]]}):
+            with self.subTest(value=repr(value)):
+                self.assertTrue(dif.is_json_value(value))
+        for value in ((1,), math.nan, math.inf, {1: "a"}, {"a": (1,)}, {1, 2}, b"a", 1j):
+            with self.subTest(value=repr(value)):
+                self.assertFalse(dif.is_json_value(value))
+
+    def test_the_twin_spells_each_number_the_other_way(self):
+        self.assertTrue(dif.same_json(dif.json_twin([1, 2.0, True, {"a": -3}]), [1.0, 2, True, {"a": -3.0}]))
+        self.assertTrue(dif.same_json(dif.json_twin(2**60), 2**60))  # no double holds it exactly
+
+    def test_unique_values_keep_every_spelling(self):
+        self.assertEqual(dif.json_text(dif.unique_values([1, True, 1.0, 1, -0.0, 0.0, True])), "[1,true,1.0,-0.0,0.0]")
+
+
+# ============================================================================================
+# 3. The oracle
+# ============================================================================================
+
+
+class TestTheOracle(unittest.TestCase):
+
+    def test_patterns_are_searched_as_ecma_262_does(self):
+        judge = oracle()
+        self.assertTrue(judge.search("b", "abc"))  # a search, not a whole-string match
+        self.assertFalse(judge.search("^a$", "a\n"))  # $ is the end, not the end before a newline
+        self.assertFalse(judge.search("^\\d$", "\u0663"))  # \d is ASCII
+        self.assertTrue(judge.search("^a\\-b$", "a-b"))  # outside the u grammar: read without the flag
+        self.assertTrue(judge.search("^\\p{L}$", "\u00e9"))  # with it, where it parses
+        self.assertTrue(judge.search("^.$", "\U0001F600"))
+        self.assertFalse(judge.search("^[a-z]$", "\ud800"))  # a lone surrogate, shown as U+FFFD
+
+    def test_types_are_json_schemas(self):
+        judge = oracle().judge({"type": "integer"})
+        self.assertEqual([judge(value) for value in (1, 1.0, True, 1.5, "1")], [True, True, False, False, False])
+        unique = oracle().judge({"uniqueItems": True})
+        self.assertEqual([unique(value) for value in ([1, True], [1, 1.0], [0, False], [[1], [1.0]])],
+                         [True, False, True, False])
+
+    def test_every_format_is_asserted(self):
+        cases = {"date": ("2024-02-29", "2023-02-29"), "date-time": ("2024-01-01T00:00:00Z", "2024-01-01T00:00:00"),
+                 "time": ("12:00:00Z", "12:00:00"), "uuid": ("123e4567-e89b-12d3-a456-426614174000", "123e4567"),
+                 "ipv4": ("192.168.0.1", "01.2.3.4"), "ipv6": ("::1", "1::2::3"), "email": ("a@b.c", "a.b.c"),
+                 "uri": ("http://example.com", "//example.com")}
+        self.assertEqual(tuple(cases), dif.FORMATS)
+        for name, (good, bad) in cases.items():
+            with self.subTest(format=name):
+                judge = oracle().judge({"format": name})
+                self.assertTrue(judge(good))
+                self.assertFalse(judge(bad))
+                self.assertTrue(judge(7))  # a format says nothing of a number
+
+    def test_a_format_is_ascii_even_where_the_librarys_checker_is_not(self):
+        from rfc3339_validator import validate_rfc3339
+        self.assertTrue(validate_rfc3339("2024-01-01T00:00:00Z\n"))  # why the oracle adds the alphabet
+        judge = oracle().judge({"format": "date-time"})
+        self.assertFalse(judge("2024-01-01T00:00:00Z\n"))
+        self.assertFalse(oracle().valid({"format": "email"}, "\u00fc@b.c"))
+        self.assertTrue(oracle().valid({"format": "email"}, "\"a b\"@c.d"))
+
+    def test_a_leap_second_is_valid_at_2359_utc_only(self):
+        judge = oracle().judge({"format": "time"})
+        self.assertEqual([judge(text) for text in ("23:59:60Z", "01:29:60+01:30", "15:59:60-08:00", "22:59:60Z",
+                                                   "23:58:60Z", "23:59:61Z")],
+                         [True, True, True, False, False, False])
+        self.assertTrue(oracle().valid({"format": "date-time"}, "1998-12-31T23:59:60Z"))
+        self.assertFalse(oracle().valid({"format": "date-time"}, "1998-12-31T22:59:60Z"))
+
+    def test_validators_are_kept_by_the_schemas_text(self):
+        judge = oracle()
+        self.assertIs(judge.judge({"type": "integer"}).__self__, judge.judge({"type": "integer"}).__self__)
+        self.assertIsNot(judge.judge({"const": 1}).__self__, judge.judge({"const": 1.0}).__self__)
+        self.assertEqual(sorted(judge.versions), ["jsonschema", "regress"])
+
+
+# ============================================================================================
+# 4. Patterns
+# ============================================================================================
+
+
+class TestPatterns(unittest.TestCase):
+
+    def test_the_same_seed_makes_the_same_patterns(self):
+        first, second = dif.PatternMaker(random.Random(4)), dif.PatternMaker(random.Random(4))
+        self.assertEqual([first.pattern() for _ in range(50)], [second.pattern() for _ in range(50)])
+        self.assertEqual(first.examples, second.examples)
+
+    def test_an_anchored_patterns_examples_match_it_whole(self):
+        maker = dif.PatternMaker(random.Random(9))
+        outside = {text for text, _ in dif._OUTSIDE_SUBSET}  # not all of them Python's syntax
+        checked = 0
+        for _ in range(300):
+            text = maker.pattern()
+            if text not in outside and re.fullmatch(r"\^[^|^$]*\$", text):  # one anchored sequence
+                for example in maker.examples[text]:
+                    checked += 1
+                    with self.subTest(pattern=text, example=example):
+                        self.assertIsNotNone(re.fullmatch(text[1:-1], example, re.ASCII))
+        self.assertGreater(checked, 100)
+
+    def test_examples_match_under_the_oracle(self):
+        judge = oracle()
+        maker = dif.PatternMaker(random.Random(10))
+        texts = [maker.pattern() for _ in range(200)]
+        for text in texts:
+            for example in maker.examples[text]:
+                with self.subTest(pattern=text, example=example):
+                    self.assertTrue(judge.search(text, example))
+
+
+# ============================================================================================
+# 5. Schemas
+# ============================================================================================
+
+
+class TestSchemas(unittest.TestCase):
+
+    def schemas(self, seed: int, count: int) -> list[tuple[str, Any]]:
+        maker = dif.SchemaMaker(random.Random(seed))
+        return [maker.schema() for _ in range(count)]
+
+    def test_the_same_seed_makes_the_same_schemas(self):
+        self.assertEqual(dif.json_text(self.schemas(11, 80)), dif.json_text(self.schemas(11, 80)))
+        self.assertNotEqual(dif.json_text(self.schemas(11, 80)), dif.json_text(self.schemas(12, 80)))
+
+    def test_every_feature_is_generated_and_every_schema_is_json(self):
+        schemas = self.schemas(1, 600)
+        self.assertEqual({feature for feature, _ in schemas}, set(dif.FEATURE_WEIGHTS))
+        for feature, schema in schemas:
+            with self.subTest(feature=feature, schema=dif.json_text(schema)[:200]):
+                self.assertTrue(dif.is_json_value(schema))
+                self.assertIs(type(schema), dict)
+
+    def test_most_schemas_stay_within_the_compilers_limits(self):
+        limits = {"SCHEMA_TOO_LARGE", "SCHEMA_TOO_DEEP", "SCHEMA_TOO_MANY_NODES", "SCHEMA_TOO_MANY_PROPERTIES",
+                  "SCHEMA_ENUM_TOO_LARGE", "SCHEMA_PATTERN_TOO_LONG"}
+        over = 0
+        for _, schema in self.schemas(2, 300):
+            try:
+                td.prescan(schema)
+            except td.BoundaryError as refusal:
+                over += refusal.code in limits
+        self.assertLess(over, 3)
+
+    def test_a_tagged_union_has_pydantics_shape(self):
+        maker = dif.SchemaMaker(random.Random(5))
+        for _ in range(40):
+            maker.defs = {}
+            union = maker.union_tagged(0)
+            keyword = next(iter(union))
+            self.assertIn(keyword, ("oneOf", "anyOf"))
+            branches = [maker.defs[branch["$ref"].rsplit("/", 1)[1]] if "$ref" in branch else branch
+                        for branch in union[keyword] if branch != {"type": "null"}]
+            for branch in branches:
+                tag = branch["properties"]["pet_type"]
+                self.assertIn(tag.get("const", (tag.get("enum") or [None])[0]), ("cat", "dog", "lizard"))
+            if "discriminator" in union:
+                self.assertEqual(union["discriminator"]["propertyName"], "pet_type")
+
+    def test_definitions_live_at_the_root_only(self):
+        for feature, schema in self.schemas(3, 300):
+            if feature == "near-subset":
+                continue  # it may add a nested $defs on purpose
+            nested = [node for node in _nodes(schema) if node is not schema and type(node) is dict
+                      and ("$defs" in node or "definitions" in node) and "properties" not in node]
+            with self.subTest(schema=dif.json_text(schema)[:200]):
+                self.assertEqual(nested, [])
+
+
+def _nodes(value: Any) -> list[Any]:
+    out, stack = [], [value]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if type(node) is dict:
+            stack.extend(node.values())
+        elif type(node) is list:
+            stack.extend(node)
+    return out
+
+
+# ============================================================================================
+# 6. Values
+# ============================================================================================
+
+
+class TestValues(unittest.TestCase):
+
+    def values(self, schema: Any, **options: Any) -> list[Any]:
+        return dif.ValueMaker(random.Random(0), schema, examples={}, **options).values()
+
+    def test_every_generated_value_is_a_json_value(self):
+        maker = dif.SchemaMaker(random.Random(6))
+        for index in range(150):
+            _, schema = maker.schema()
+            values = dif.ValueMaker(random.Random(index), schema, examples=maker.patterns.examples).values()
+            self.assertLessEqual(len(values), dif.MAX_VALUES_PER_SCHEMA)
+            for value in values:
+                if not dif.is_json_value(value):
+                    self.fail(f"not a JSON value: {value!r:.200}")
+
+    def test_a_strings_lengths_are_met_on_both_sides(self):
+        values = self.values({"type": "string", "minLength": 2, "maxLength": 3})
+        lengths = {len(value) for value in values if type(value) is str}
+        self.assertTrue({1, 2, 3, 4, td.DEFAULT_MAX_LENGTH, td.DEFAULT_MAX_LENGTH + 1} <= lengths)
+        self.assertIn("\U0001F600", values)  # one character, two UTF-16 code units: below minLength 2
+        self.assertIn("\U0001F600" * 3, values)  # three characters, six code units: within maxLength 3
+        self.assertIn("a\n", values)
+        self.assertIn("\ud800", values)
+
+    def test_a_numbers_edges_and_spellings(self):
+        values = self.values({"type": "number", "exclusiveMinimum": 0.5, "maximum": 3, "multipleOf": 0.5})
+        for expected in (0.5, math.nextafter(0.5, math.inf), 1, 1.0, True, -0.0, 3, 3.0, 3.5, 2.5, 2**53 - 1,
+                         2**53, float(2**53), 2**53 + 1, 1.5, 0.25, 0.75):
+            with self.subTest(value=expected):
+                self.assertTrue(any(dif.same_json(value, expected) for value in values))
+
+    def test_enum_members_and_their_near_misses(self):
+        values = self.values({"enum": ["cat", 1, None]})
+        for expected in ("cat", "cat\n", "CAT", " cat", 1, 1.0, True, "1", None, "null", 0, False):
+            with self.subTest(value=expected):
+                self.assertTrue(any(dif.same_json(value, expected) for value in values))
+
+    def test_an_object_loses_gains_and_changes_one_member_at_a_time(self):
+        schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+                  "required": ["a"], "additionalProperties": False}
+        judge = oracle()
+        values = dif.ValueMaker(random.Random(0), schema, examples={}, judge=judge.valid).values()
+        texts = {dif.json_text(value) for value in values}
+        self.assertIn("{}", texts)
+        self.assertIn('{"a":0,"b":""}', texts)
+        self.assertIn('{"a":0,"b":"","zz":1}', texts)
+        self.assertIn('{"a":1.0,"b":""}', texts)
+        self.assertIn('{"a":true,"b":""}', texts)
+
+    def test_unique_items_meet_one_and_one_point_zero_and_true(self):
+        values = self.values({"type": "array", "items": {"type": "number"}, "uniqueItems": True})
+        texts = {dif.json_text(value) for value in values}
+        for pair in ("[1,1.0]", "[1,true]", "[0,false]", "[0,-0.0]", "[[1],[1.0]]", '[{"a":1},{"a":1.0}]'):
+            self.assertIn(pair, texts)
+        self.assertIn(td.DEFAULT_MAX_ITEMS + 1, {len(value) for value in values if type(value) is list})
+
+    def test_formats_meet_valid_and_invalid_samples(self):
+        values = self.values({"type": "string", "format": "date"})
+        self.assertIn("2024-02-29", values)
+        self.assertIn("2023-02-29", values)
+        self.assertIn("2024-01-01\n", values)
+
+    def test_the_same_random_makes_the_same_values(self):
+        schema = {"type": "array", "items": {"type": "string", "pattern": "^[a-z]{1,3}$"}, "maxItems": 4}
+        examples = {"^[a-z]{1,3}$": ("abc",)}
+        first = dif.ValueMaker(random.Random(8), schema, examples=examples).values()
+        second = dif.ValueMaker(random.Random(8), schema, examples=examples).values()
+        self.assertEqual(dif.json_text(first), dif.json_text(second))
+        self.assertTrue(all(type(value) is not list or len(value) <= td.DEFAULT_MAX_ITEMS + 1 for value in first))
+        near_misses = {value[0] for value in first if type(value) is list and len(value) == 1 and type(value[0]) is str}
+        self.assertLessEqual({"abc", "abc\n", "zzabc"}, near_misses, "the pattern's example and its near misses")
+
+
+# ============================================================================================
+# 7. Overlays
+# ============================================================================================
+
+
+class TestOverlays(unittest.TestCase):
+
+    def test_the_same_seed_makes_the_same_cases(self):
+        def cases(seed: int) -> str:
+            maker = dif.OverlayMaker(dif.SchemaMaker(random.Random(seed)))
+            return dif.json_text([[case.feature, case.server, list(case.path), case.host]
+                                  for case in (maker.case() for _ in range(60))])
+        self.assertEqual(cases(3), cases(3))
+
+    def test_cases_are_tighter_looser_or_other(self):
+        maker = dif.OverlayMaker(dif.SchemaMaker(random.Random(4)))
+        cases = [maker.case() for _ in range(200)]
+        features = {case.feature for case in cases}
+        self.assertLessEqual({"tighter", "looser", "other", "drop-null"}, features)
+        self.assertLessEqual(features, {"tighter", "looser", "other", "same", "drop-null"})
+        self.assertTrue(all(case.path in (("p",), ("p", "r"), ("missing",)) for case in cases))
+        self.assertTrue(all(dif.is_json_value(case.server) and dif.is_json_value(case.host) for case in cases))
+
+    def test_the_patched_schema_holds_the_host_rule_in_place(self):
+        server = {"type": "object", "properties": {"p": {"type": "object", "properties": {"r": {"type": "integer"}}}}}
+        patched = dif.patched_schema(server, ("p", "r"), {"type": "integer", "maximum": 3})
+        self.assertEqual(patched["properties"]["p"]["properties"]["r"], {"type": "integer", "maximum": 3})
+        self.assertEqual(server["properties"]["p"]["properties"]["r"], {"type": "integer"})  # not changed
+        through_ref = {"type": "object", "properties": {"p": {"$ref": "#/$defs/P"}},
+                       "$defs": {"P": {"type": "object", "properties": {"r": {"type": "integer"}}}}}
+        self.assertIsNone(dif.patched_schema(through_ref, ("p", "r"), {"type": "integer"}))
+        self.assertIsNone(dif.patched_schema(server, ("missing",), {"type": "integer"}))
+
+    def test_a_value_is_placed_at_its_path(self):
+        base = {"p": {"s": "x"}, "q": "y"}
+        self.assertEqual(dif.place(base, ("p", "r"), 1), {"p": {"s": "x", "r": 1}, "q": "y"})
+        self.assertEqual(dif.place(None, ("p", "r"), 1), {"p": {"r": 1}})
+        self.assertEqual(base, {"p": {"s": "x"}, "q": "y"})
+
+
+# ============================================================================================
+# 8. The differential run
+# ============================================================================================
+
+
+class TestTheDifferentialRun(unittest.TestCase):
+
+    SCHEMA = {"type": "integer", "minimum": 0}
+    VALUES = (0, -1, "a", 1.5, 1.0, True)  # the oracle admits 0 and 1.0
+
+    def test_a_check_that_admits_everything_is_caught_on_each_value(self):
+        tally = dif.Tally()
+        unsound = dif.check_values(lambda value: True, oracle().judge(self.SCHEMA), self.VALUES, tally, {})
+        self.assertEqual(dif.json_text(unsound), '[-1,"a",1.5,true]')
+        self.assertEqual((tally.values, tally.admitted, tally.unsound, tally.narrowed, tally.raised), (6, 6, 4, 0, 0))
+
+    def test_the_cores_check_is_sound_here_and_narrows_one_point_zero(self):
+        tally = dif.Tally()
+        compiled = td.compile_schema(self.SCHEMA, require_object=False)
+        unsound = dif.check_values(compiled.admits, oracle().judge(self.SCHEMA), self.VALUES, tally, {})
+        self.assertEqual(unsound, [])
+        self.assertEqual((tally.values, tally.admitted, tally.unsound, tally.narrowed), (6, 1, 0, 1))
+
+    def test_a_check_or_an_oracle_that_raises_is_a_finding(self):
+        def refuse_to_answer(_value: Any) -> bool:
+            raise KeyError("no answer")
+        tally = dif.Tally()
+        dif.check_values(refuse_to_answer, lambda value: True, [1, 2], tally, {"check": "schema"})
+        dif.check_values(lambda value: True, refuse_to_answer, [3], tally, {"check": "schema"})
+        self.assertEqual(tally.raised, 3)
+        self.assertEqual([finding["kind"] for finding in tally.findings],
+                         ["check-raised", "check-raised", "oracle-raised"])
+        self.assertEqual(tally.findings[0]["error"], "KeyError")
+
+    def test_a_value_that_is_not_json_stops_the_run(self):
+        with self.assertRaises(ValueError):
+            dif.check_values(lambda value: True, lambda value: True, [(1, 2)], dif.Tally(), {})
+
+    def test_refusals_are_counted_by_code_and_a_crash_is_a_finding(self):
+        tally = dif.Tally()
+        self.assertIsNone(dif.compile_or_refuse(td.compile_schema, {"if": {}}, tally, {}))
+        self.assertIsNone(dif.compile_or_refuse(td.compile_schema, {"if": {}, "then": {}}, tally, {}))
+
+        def crash(_schema: Any, **_options: Any) -> Any:
+            raise TypeError("a bug")
+        self.assertIsNone(dif.compile_or_refuse(crash, {}, tally, {"check": "schema"}))
+        self.assertEqual(tally.refused, {"SCHEMA_CONDITIONAL": 2, "TypeError": 1})
+        self.assertEqual((tally.compiled, tally.raised, tally.findings[0]["kind"]), (0, 1, "compiler-raised"))
+
+    def test_the_same_seed_gives_the_same_report_bytes(self):
+        first = dif.render(dif.run_seed(21, 40, 20, oracle()))
+        self.assertEqual(first, dif.render(dif.run_seed(21, 40, 20, oracle())))
+        self.assertNotEqual(first, dif.render(dif.run_seed(22, 40, 20, oracle())))
+
+    def test_the_report_counts_add_up(self):
+        report = dif.run_seed(23, 60, 30, oracle())
+        self.assertEqual(list(report), ["format", "seed", "oracle", "schemas", "features", "overlays",
+                                        "findings_total", "findings"])
+        for side, generated in (("schemas", 60), ("overlays", 30)):
+            counts = report[side]
+            self.assertEqual(counts["generated"], generated)
+            self.assertEqual(counts["compiled"] + sum(counts["refused"].values()), generated)
+            self.assertLessEqual(counts["admitted"] + counts["narrowed"], counts["values"])
+        self.assertEqual(sum(feature["generated"] for feature in report["features"].values()), 60)
+        self.assertEqual(sum(feature["compiled"] for feature in report["features"].values()),
+                         report["schemas"]["compiled"])
+        self.assertEqual((report["findings_total"], report["findings"]), (0, []))
+
+    def test_an_unsound_compiler_is_reported_with_a_minimal_schema(self):
+        report = dif.run_seed(5, 30, 10, oracle(), compile_schema=compile_unsoundly, narrow=narrow_unsoundly)
+        self.assertGreater(report["schemas"]["unsound"], 100)
+        self.assertGreater(report["overlays"]["unsound"], 10)
+        self.assertEqual(len(report["findings"]), dif.MAX_FINDINGS)
+        shown = {(finding["check"], finding["index"]) for finding in report["findings"]}
+        self.assertEqual(len(shown), dif.MAX_FINDINGS)
+        first = report["findings"][0]
+        self.assertEqual(first["kind"], "unsound")
+        self.assertFalse(oracle().valid(first["schema"], first["value"]))
+        self.assertLessEqual(len(dif.json_text(first["schema"])), 80)  # shrunk to a keyword or two
+
+    def test_a_finding_is_shrunk_to_what_it_needs(self):
+        finding = {"check": "schema", "index": 0, "kind": "unsound", "value": 5,
+                   "schema": {"type": "string", "maxLength": 3, "title": "t", "description": "d"}}
+        shrunk = dif.minimize_finding(finding, oracle(), compile_schema=compile_unsoundly)
+        # Without "type" the core refuses the schema, so the finding needs it; nothing else.
+        self.assertEqual((shrunk["schema"], shrunk["value"]), ({"type": "string"}, 5))
+        self.assertEqual(finding["schema"]["maxLength"], 3)  # the finding itself is not changed
+
+    def test_shrinking_drops_whatever_the_finding_does_not_need(self):
+        case = {"schema": {"type": "string", "maxLength": 3, "title": "t", "enum": ["a", "abcd"]}, "value": "abcd"}
+
+        def still(candidate: dict[str, Any]) -> bool:
+            return candidate["schema"].get("maxLength") == 3 and len(candidate["value"]) > 3
+        self.assertEqual(dif.shrink(case, still, keys=("schema", "value")),
+                         {"schema": {"maxLength": 3}, "value": "abcd"})
+
+    def test_one_finding_is_shown_for_each_schema(self):
+        findings = [{"check": "schema", "index": 1, "value": 1}, {"check": "schema", "index": 1, "value": 2},
+                    {"check": "overlay", "index": 1, "value": 3}, {"check": "schema", "index": 4, "value": 4}]
+        self.assertEqual([finding["value"] for finding in dif.first_of_each_schema(findings)], [1, 3, 4])
+
+
+# ============================================================================================
+# 9. The official suite
+# ============================================================================================
+
+
+class TestTheOfficialSuite(unittest.TestCase):
+
+    def test_a_tiny_suite_is_counted_exactly(self):
+        with tempfile.TemporaryDirectory() as root:
+            report = dif.run_suite(dif.read_suite(tiny_suite_folder(Path(root))))
+        # The typed runs: the conditional as a number (refused), {"maxLength": 2} as a string (its two
+        # string tests) and as a number (refused: maxLength is no number's keyword).
+        typed = {"groups": 3, "compiled": 1, "sound": 1, "tests": 2, "invalid_refused": 1, "unsound": 0,
+                 "narrowed": 0, "raised": 0, "refused": {"SCHEMA_CONDITIONAL": 1, "SCHEMA_KEYWORD": 1}}
+        expected = {"format": "differential-suite-report-v1", "files": 2, "groups": 5, "skipped_remote_ref": 1,
+                    "compiled": 2, "sound": 2, "tests": 7, "invalid_refused": 3, "unsound": 0, "narrowed": 1,
+                    "raised": 0, "refused": {"SCHEMA_CONDITIONAL": 1, "SCHEMA_TYPE": 1}, "typed": typed,
+                    "findings_total": 0, "findings": []}
+        self.assertEqual(report, expected)  # 1.0 refused as an integer: the one narrowing
+
+    def test_an_unsound_check_fails_the_invalid_tests_of_its_groups(self):
+        with tempfile.TemporaryDirectory() as root:
+            report = dif.run_suite(dif.read_suite(tiny_suite_folder(Path(root))), compile_schema=compile_unsoundly)
+        self.assertEqual((report["compiled"], report["sound"], report["unsound"], report["narrowed"]), (2, 0, 3, 0))
+        self.assertEqual((report["typed"]["compiled"], report["typed"]["unsound"]), (1, 1))
+        self.assertEqual([finding["test"] for finding in report["findings"]], ["4", "a string", "three", "abc untyped"])
+        self.assertEqual(report["findings"][0]["file"], "maximum.json")
+        self.assertEqual(report["findings"][3]["typed"], "string")
+        self.assertEqual(report["findings"][3]["schema"], {"maxLength": 2, "type": "string"})
+
+    def test_the_sdist_is_read_in_place(self):
+        with tempfile.TemporaryDirectory() as root:
+            folder = tiny_suite_folder(Path(root) / "jsonschema-9.9.9" / "json" / "tests")
+            write_json(Path(root) / "jsonschema-9.9.9" / "json" / "tests" / "draft7" / "other.json", [])
+            sdist = Path(root) / "jsonschema-9.9.9.tar.gz"
+            with tarfile.open(sdist, "w:gz") as archive:
+                archive.add(Path(root) / "jsonschema-9.9.9", arcname="jsonschema-9.9.9")
+            from_sdist = dif.read_suite(sdist)
+            self.assertEqual(from_sdist, dif.read_suite(folder))
+        self.assertEqual([name for name, _ in from_sdist], ["maximum.json", "optional/maxLength.json"])
+
+    def test_a_remote_reference_is_found_anywhere(self):
+        self.assertTrue(dif.has_remote_ref({"items": [{"$ref": "item.json"}]}))
+        self.assertTrue(dif.has_remote_ref({"$dynamicRef": "http://x/y#meta"}))
+        self.assertFalse(dif.has_remote_ref({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#"}}}))
+
+    def test_the_oracle_is_held_to_the_suite(self):
+        with tempfile.TemporaryDirectory() as root:
+            report = dif.run_suite(dif.read_suite(tiny_suite_folder(Path(root))), oracle())
+        # Every test of the groups that stay local, the one the compiler refuses included.
+        self.assertEqual(report["oracle_agreement"], {"tests": 11, "looser": 0, "stricter": 0, "raised": 0})
+        self.assertEqual(report["oracle_disagreements"], {})
+
+
+# ============================================================================================
+# 10. CLI
+# ============================================================================================
+
+
+class TestCli(unittest.TestCase):
+
+    def run_main(self, *argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                status = dif.main(list(argv))
+            except SystemExit as stop:
+                status = stop.code if type(stop.code) is int else 2
+        return status, out.getvalue(), err.getvalue()
+
+    def test_a_count_must_be_ascii_digits_within_the_limit(self):
+        for argv in (["--schemas", "-1"], ["--schemas", "\u0665"], ["--seed", "x"], ["--schemas", "100001"]):
+            with self.subTest(argv=argv):
+                status, out, _ = self.run_main(*argv)
+                self.assertEqual((status, out), (2, ""))
+
+    def test_the_suite_mode_prints_its_report_and_exits_0(self):
+        with tempfile.TemporaryDirectory() as root:
+            status, out, _ = self.run_main("--suite", str(tiny_suite_folder(Path(root))))
+        self.assertEqual(status, 0)
+        self.assertEqual(json.loads(out)["compiled"], 2)
+        status, _, _ = self.run_main("--suite", "/nonexistent/suite")
+        self.assertEqual(status, 2)
+
+    def test_without_the_oracle_a_seeded_run_exits_2(self):
+        saved = dif.load_oracle
+        dif.load_oracle = lambda: None
+        try:
+            status, out, _ = self.run_main("--seed", "1", "--schemas", "5")
+        finally:
+            dif.load_oracle = saved
+        self.assertEqual(status, 2)
+        self.assertIn("bash differential/ci.sh", out)
+
+    def test_the_report_is_json_with_a_line_for_each_finding(self):
+        report = {"format": "x", "counts": {"a": 1, "b": {"c": [1, 2]}}, "empty": {},
+                  "findings": [{"v": 1.0}, {"v": True}]}
+        text = dif.render(report)
+        self.assertEqual(json.loads(text), report)
+        self.assertEqual(text.splitlines()[-5:], ['  "findings": [', '    {"v":1.0},', '    {"v":true}', "  ]", "}"])
+
+    def test_the_command_line_is_deterministic_and_exits_0_when_sound(self):
+        oracle()
+        command = [sys.executable, "-B", str(HERE / "differential.py"), "--seed", "7", "--schemas", "30",
+                   "--overlays", "0"]
+        environment = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        first = subprocess.run(command, capture_output=True, env=environment, check=False)
+        second = subprocess.run(command, capture_output=True, env=environment, check=False)
+        self.assertEqual((first.returncode, first.stderr), (0, b""))
+        self.assertEqual(first.stdout, second.stdout)
+        report = json.loads(first.stdout)
+        self.assertEqual((report["seed"], report["schemas"]["generated"], report["overlays"]["generated"]), (7, 30, 0))
+
+
+if __name__ == "__main__":
+    unittest.main()

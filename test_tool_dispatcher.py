@@ -5320,9 +5320,12 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
     SHAPES = {
         "authorization_header": (
             ("Bearer abc", "  bearer abc", "BASIC x", "Basic dXNlcjpwYXNz\n", "Bearer  a.b~c+d/e=", "\tBearer x ",
-             "Basic plan"),  # borderline, refused: one word after the scheme is a credential's shape
+             "Basic plan",  # borderline, refused: one word after the scheme is a credential's shape
+             "Bearer: x", "bearer:x", "bearer\tx", "Bearer:\tabc", "Authorization: Bearer abc",
+             "authorization:basic dXNlcjpwYXNz"),
             ("Bearer", "Bearer ", "Basic plan is included", "The bearer of this note", "bearerish text",
-             "the basics", "Bearer abc def", "x Bearer abc", "Bearer abc@def"),
+             "the basics", "Bearer abc def", "x Bearer abc", "Bearer abc@def", "Bearer:", "Bearer::x",
+             "Bearer\nx", "Authorization: Bearer", "Authorization: see the docs", "Bearer: two words"),
         ),
         "jwt": (
             ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln", "token=eyJa.eyJb.", "see eyJa.eyJb.c and more"),
@@ -9265,8 +9268,17 @@ class TestCli(unittest.TestCase):
             self.assertEqual((status, failure["index"], failure["code"], failure["at"]),
                              (1, 0, "AUDIT_ENTRY_EDITED", "entries[0]"))
             self.assertNotIn(folder, out)
-            # An existing log is never overwritten; a missing one is unreadable: exit 2 both.
+            # An existing log is never overwritten (and left as it was); a missing one is unreadable:
+            # exit 2 both, each with its own code.
             status, out = run_main("--fixture", FIXTURE_PATH, "--audit-log", log_path)
+            self.assertEqual((status, json.loads(out)["error"]), (2, {
+                "code": "AUDIT_LOG_EXISTS", "message": td.ERROR_CATALOG["AUDIT_LOG_EXISTS"].message,
+                "retryable": False}))
+            with open(log_path, "rb") as handle:
+                self.assertEqual(handle.read(), data.replace(b'"effects":0', b'"effects":1', 1))
+            status, out = run_main("--fixture", FIXTURE_PATH, "--audit-log", folder)  # a folder: no file made
+            self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "AUDIT_LOG_EXISTS"))
+            status, out = run_main("--fixture", FIXTURE_PATH, "--audit-log", os.path.join(folder, "no", "log.jsonl"))
             self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "AUDIT_LOG_UNREADABLE"))
             status, out = run_main("--verify-audit", os.path.join(folder, "missing.jsonl"))
             self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "AUDIT_LOG_UNREADABLE"))

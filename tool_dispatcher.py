@@ -408,6 +408,7 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
     **error_specs(
         "audit", False,
         AUDIT_LOG_UNREADABLE="The audit log could not be read.",
+        AUDIT_LOG_EXISTS="The audit log already exists: a run writes a new file, never over one.",
         AUDIT_MALFORMED="An audit log line is not a canonical entry of this format.",
         AUDIT_ENTRY_EDITED="An audit entry was changed after it was written.",
         AUDIT_ENTRY_DELETED="An audit entry is missing from the chain.",
@@ -4518,9 +4519,12 @@ def _at_word_start(literal: str) -> str:
 
 _WORD_END: Final = r"(?![A-Za-z0-9_-])"
 SECRET_VALUE_SHAPES: Final[Mapping[str, str]] = MappingProxyType({
-    # The whole value is an HTTP authorization header value: a scheme, spaces, one credential
-    # (token68). "Basic support is included" is prose and passes; "Basic plan" does not.
-    "authorization_header": r"\A\s*+(?i:bearer|basic) ++[A-Za-z0-9._~+/=-]++\s*+\Z",
+    # The whole value is an HTTP authorization header value, or the header line itself: a scheme,
+    # spaces or tabs or a colon, one credential (token68); "Bearer: x" and "bearer<TAB>x" are how
+    # logs and configs write it too. "Basic support is included" is prose and passes; "Basic plan"
+    # does not.
+    "authorization_header": (r"\A\s*+(?i:authorization[ \t]*+:[ \t]*+)?(?i:bearer|basic)(?::[ \t]*+|[ \t]++)"
+                             r"[A-Za-z0-9._~+/=-]++\s*+\Z"),
     # A JSON Web Token: base64url header and payload, both JSON objects ("eyJ" is '{"'), then a dot.
     "jwt": _at_word_start("eyJ") + r"[A-Za-z0-9_-]++\.eyJ[A-Za-z0-9_-]++\.",
     # A PEM private key block of any key type that writes one.
@@ -6884,6 +6888,8 @@ def _write_audit_log(path: str, reports: Sequence[StepReport], seal_keys: SealKe
             for report in reports:
                 log.append(report.package)
             head = log.close()
+    except FileExistsError:
+        raise BoundaryError("AUDIT_LOG_EXISTS") from None
     except OSError:
         raise BoundaryError("AUDIT_LOG_UNREADABLE") from None
     return {"entries": len(reports), "head_sha256": head, "sealed": seal_keys is not None}

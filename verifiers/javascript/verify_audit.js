@@ -48,9 +48,11 @@ const CONSTANTS = Object.freeze({
   MAX_IDENTIFIER_LENGTH: 64, // a key id
 });
 
-// The catalog entries this verifier can print: code -> the module's fixed message. None is retryable.
+// The catalog's audit scope: code -> the module's fixed message. None is retryable. AUDIT_LOG_EXISTS
+// is the writer's (a run never writes over a log): the table holds it, the verifier never prints it.
 const MESSAGES = Object.freeze({
   AUDIT_LOG_UNREADABLE: 'The audit log could not be read.',
+  AUDIT_LOG_EXISTS: 'The audit log already exists: a run writes a new file, never over one.',
   AUDIT_MALFORMED: 'An audit log line is not a canonical entry of this format.',
   AUDIT_ENTRY_EDITED: 'An audit entry was changed after it was written.',
   AUDIT_ENTRY_DELETED: 'An audit entry is missing from the chain.',

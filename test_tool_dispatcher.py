@@ -9362,6 +9362,45 @@ class TestCli(unittest.TestCase):
                              "retryable": False}}, ""))
         self.assertEqual(td.EXIT_INTERRUPTED, 130)
 
+    # Every command-line script of the project: each answers a Ctrl-C during its own imports.
+    CLI_SCRIPTS = ("tool_dispatcher.py", "provider_streams/provider_streams.py", "provider_streams/stream_table.py",
+                   "durable/durable_dispatcher.py", "durable/bench_durable.py", "mcp_bridge/mcp_bridge.py",
+                   "mcp_bridge/census.py", "tool-transaction-bench/transaction_bench.py",
+                   "benchmarks/bench_dispatcher.py", "benchmarks/bench_contracts.py", "signatures/audit_signatures.py")
+    # Sends the script SIGINT at its first import after it took SIGINT over, deterministically:
+    # the moment a person's Ctrl-C lands in the slow part of starting up.
+    INTERRUPT_DURING_IMPORTS = """
+import os, runpy, signal, sys
+class Trip:
+    def find_spec(self, name, path=None, target=None):
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler runs first and ends the process
+        return None
+import time
+sys.meta_path.insert(0, Trip())
+sys.argv = [sys.argv[1], "--help"]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+    def test_an_interrupt_while_any_cli_still_imports_is_its_failure_shape_not_a_traceback(self):
+        expected = io.StringIO()
+        with contextlib.redirect_stdout(expected):
+            td.cli_failure(BoundaryError("CLI_INTERRUPTED"))
+        procs = {script: subprocess.Popen([sys.executable, "-B", "-c", self.INTERRUPT_DURING_IMPORTS,
+                                           os.path.join(ROOT, script)], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, cwd=ROOT)
+                 for script in self.CLI_SCRIPTS if os.path.exists(os.path.join(ROOT, script))}
+        self.assertEqual(len(procs), len(self.CLI_SCRIPTS))
+        for script, proc in procs.items():
+            out, err = proc.communicate(timeout=120)
+            with self.subTest(script=script):
+                self.assertEqual((proc.returncode, out.decode("ascii"), err), (130, expected.getvalue(), b""))
+        # Without the trip, the same scripts run as usual: each prints its help and exits 0.
+        done = subprocess.run([sys.executable, "-B", os.path.join(ROOT, "tool_dispatcher.py"), "--help"],
+                              capture_output=True, cwd=ROOT, timeout=120)
+        self.assertEqual((done.returncode, done.stderr), (0, b""))
+
     def test_check_contracts_answers_a_hostile_contracts_file_with_its_code(self):
         # A list as a tool's effect was a TypeError out of the loader: INTERNAL_ERROR, exit 2.
         status, out, err = self.runs["hostile contracts"]

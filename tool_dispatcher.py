@@ -34,6 +34,15 @@ Sections, in the order data flows:
 """
 from __future__ import annotations
 
+if __name__ == "__main__":
+    # Ctrl-C while the imports below still run (a good part of a second on a cold machine): the
+    # CLI's own answer, CLI_INTERRUPTED and exit 130, never a traceback. run_cli takes SIGINT back.
+    import os as _os
+    import signal as _signal
+    _INTERRUPTED = (b'{\n  "passed": false,\n  "error": {\n    "code": "CLI_INTERRUPTED",\n    "message": "The command '
+                    b'was interrupted before it finished.",\n    "retryable": false\n  }\n}\n')
+    _signal.signal(_signal.SIGINT, lambda _number, _frame: (_os.write(1, _INTERRUPTED), _os._exit(130)))
+
 import argparse
 import functools
 import hashlib
@@ -43,6 +52,7 @@ import json
 import math
 import os
 import re
+import signal
 import stat
 import sys
 import threading
@@ -6774,6 +6784,8 @@ def cli_failure(error: CatalogError) -> int:
 
 def run_cli(command: Callable[[], int]) -> int:
     """Run a CLI body: its own exit status, or 2 and the failure shape for any error at all."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C is KeyboardInterrupt, below
     try:
         try:
             return command()

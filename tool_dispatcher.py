@@ -105,7 +105,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "pattern_length_bounds", "prescan", "Bounds", "compile_schema", "CompiledSchema", "narrow", "ToolSpec",
     "ContractSet", "load_contracts", "parse_contracts", "declare_tool", "declare_contracts", "ContractOverlay", "load_overlay", "parse_overlay",
     # 9. Registry and input contracts
-    "SHIPPED_CONTRACTS", "REGISTRY", "check_input",
+    "shipped_contracts_document", "REGISTRY", "check_input",
     # 10. Host hooks and authorization
     "MAX_RESOURCE_REF_LENGTH", "PRECONDITION_CODES", "EFFECT_REPORTS", "STATUS_FINDINGS", "Resource",
     "ExecuteCall", "Execution", "StatusQuery", "StatusAnswer", "ToolHooks", "authorize", "check_precondition",
@@ -3746,29 +3746,101 @@ def _overlay_entries(raw: Any, at: str) -> tuple[tuple[tuple[str, ...], Any], ..
 # ============================================================================================
 # 9. Registry and input contracts
 # ============================================================================================
-# The shipped tools are a contract set like any other, read from tool-contracts.json beside this
-# module when it is imported. A broken file stops an import with its CONTRACTS_* code (or
-# a SCHEMA_* one, or the decoder's JSON_* code); run as the command line, the module imports and
-# main() answers the failure shape instead of a traceback.
+# The shipped tools are a contract set like any other, declared here in the contracts file's own
+# format (tool-contracts-v1) and loaded by the loader a host's file goes through, bytes and all: so
+# the module runs alone, copied beside tool-cases.json, with no other file. tool-contracts.json in
+# the repository is this document written out (a test holds the two equal): the template a host
+# copies for its own tools, and what --check-contracts shows.
 
-# Beside the module in a checkout; under the environment's prefix once installed (pip puts data
-# files there, not beside a single module), and only when the checkout's file is absent.
-_BESIDE_MODULE: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tool-contracts.json")
-SHIPPED_CONTRACTS: Final = (_BESIDE_MODULE if os.path.exists(_BESIDE_MODULE)
-                            else os.path.join(sys.prefix, "share", "tool-dispatcher", "tool-contracts.json"))
+# A tool the host declares itself: no server to name, and no hints for anyone to trust.
+_HOST_DECLARED: Final = {
+    "provenance": {"source": "host", "server_name": None, "server_version": None, "protocol_version": None,
+                   "input_schema_sha256": None, "output_schema_sha256": None},
+    "hints": {"read_only": None, "destructive": None, "idempotent": None, "open_world": None},
+}
+_SHIPPED_DOCUMENT: Final = {
+    "format": "tool-contracts-v1",
+    "tools": [
+        {
+            "name": "get_order",
+            "description": "Read one of the caller's orders and its payment status.",
+            "effect": "read",
+            "required_role": "orders.read",
+            "resource_field": "order_ref",
+            "input_schema": {
+                "type": "object",
+                "properties": {"order_ref": {"type": "string", "pattern": "^ORDER-[0-9]{1,12}$", "maxLength": 18}},
+                "required": ["order_ref"],
+                "additionalProperties": False,
+            },
+            "output_schema": {
+                "type": "object",
+                "properties": {
+                    "order_ref": {"type": "string", "pattern": "^ORDER-[0-9]{1,12}$", "maxLength": 18},
+                    "status": {"type": "string", "enum": ["paid", "pending", "refunded"], "maxLength": 64},
+                },
+                "required": ["order_ref", "status"],
+                "additionalProperties": False,
+            },
+            "bound_fields": ["order_ref"],
+            "revisions": {
+                "contract": "get_order.contract.v2",
+                "input": "get_order.input.v2",
+                "output": "get_order.output.v2",
+                "effect": "effect.none.v1",
+                "handler": "get_order.handler.v1",
+                "producer": "orders-producer-v3",
+            },
+            "producer": "orders-service",
+            **_HOST_DECLARED,
+        },
+        {
+            "name": "create_refund_draft",
+            "description": "Create a refund draft for one of the caller's paid orders; submits nothing.",
+            "effect": "write",
+            "required_role": "refunds.draft",
+            "resource_field": "order_ref",
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "order_ref": {"type": "string", "pattern": "^ORDER-[0-9]{1,12}$", "maxLength": 18},
+                    "reason": {"type": "string", "enum": ["damaged", "duplicate", "other"], "maxLength": 64},
+                },
+                "required": ["order_ref", "reason"],
+                "additionalProperties": False,
+            },
+            "output_schema": {
+                "type": "object",
+                "properties": {
+                    "draft_id": {"type": "string", "pattern": "^DRAFT-[0-9a-f]{16}$", "maxLength": 22},
+                    "order_ref": {"type": "string", "pattern": "^ORDER-[0-9]{1,12}$", "maxLength": 18},
+                    "reason": {"type": "string", "enum": ["damaged", "duplicate", "other"], "maxLength": 64},
+                },
+                "required": ["draft_id", "order_ref", "reason"],
+                "additionalProperties": False,
+            },
+            "bound_fields": ["order_ref", "reason"],
+            "revisions": {
+                "contract": "create_refund_draft.contract.v2",
+                "input": "create_refund_draft.input.v2",
+                "output": "create_refund_draft.output.v2",
+                "effect": "effect.refund_draft.v1",
+                "handler": "create_refund_draft.handler.v1",
+                "producer": "refunds-producer-v2",
+            },
+            "producer": "refunds-service",
+            **_HOST_DECLARED,
+        },
+    ],
+}
 
 
-def _shipped_registry(path: str) -> tuple[ContractSet, CatalogError | None]:
-    try:
-        return load_contracts(path), None
-    except CatalogError as failure:
-        return ContractSet(MappingProxyType({})), failure
+def shipped_contracts_document() -> dict[str, Any]:
+    """The shipped tools' contracts as a decoded tool-contracts-v1 document: a fresh copy each call."""
+    return json_copy(_SHIPPED_DOCUMENT)
 
 
-_SHIPPED: Final = _shipped_registry(SHIPPED_CONTRACTS)
-if _SHIPPED[1] is not None and __name__ != "__main__":
-    raise _SHIPPED[1]
-REGISTRY: Final[ContractSet] = _SHIPPED[0]
+REGISTRY: Final[ContractSet] = parse_contracts(canonical_json(_SHIPPED_DOCUMENT))
 
 
 def check_input(spec: ToolSpec, arguments: Any) -> dict[str, Any]:
@@ -6839,9 +6911,6 @@ def _cli_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    failure = _SHIPPED[1]
-    if failure is not None:  # the shipped contracts file did not load: nothing can be dispatched
-        return cli_failure(failure)
     return run_cli(lambda: _cli_run(argv))
 
 

@@ -2256,8 +2256,7 @@ class TestApprovalsPerRealm(StoreCase):
 
 def upgraded_registry() -> Mapping[str, td.ToolSpec]:
     """The shipped contracts, the refund tool moved to a new contract revision by its host."""
-    with open(td.SHIPPED_CONTRACTS, "rb") as handle:
-        document = json.loads(handle.read())
+    document = td.shipped_contracts_document()
     for tool in document["tools"]:
         if tool["name"] == "create_refund_draft":
             tool["revisions"]["contract"] += ".upgraded"

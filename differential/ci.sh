@@ -5,8 +5,10 @@
 # two format checkers it needs for date-time, time and uri (rfc3339-validator, rfc3986-validator;
 # date, uuid, ipv4, ipv6 and email need none), and regress for ECMA-262 patterns. Fetches the
 # official JSON Schema Test Suite from PyPI alone, inside the jsonschema sdist (json/tests/), checked
-# against its SHA-256. Then runs the seeded differential (a few seeds), the official suite's compiled
-# groups, and the layer's suite in the four test modes. Under CI=true nothing skips: a missing oracle
+# against its SHA-256. Installs pydantic, pinned, for the census of typical Pydantic tool models
+# (pydantic_census.py: how many compile, and a soundness spot check of those that do). Then runs the
+# seeded differential (a few seeds), the official suite's compiled groups, the census, and the
+# layer's suite in the four test modes. Under CI=true nothing skips: a missing oracle or pydantic
 # fails. Each command prints one "ok" or "FAIL" line; the failures are listed again at the end.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -16,6 +18,9 @@ ORACLE_PINS=(
   'rpds-py==2026.9.1' 'typing_extensions==4.16.0' 'rfc3339-validator==0.1.4' 'six==1.17.0'
   'rfc3986-validator==0.1.1' 'regress==2026.9.1'
 )
+# pydantic with its core pinned too (pydantic requires the exact core it was released with), and
+# its two other dependencies; typing_extensions is pinned above.
+CENSUS_PINS=('pydantic==2.14.3' 'pydantic-core==2.50.4' 'annotated-types==0.8.0' 'typing-inspection==0.4.5')
 SUITE_SDIST=jsonschema-4.26.0.tar.gz  # the same release as the oracle: its json/tests/ is the official suite
 SUITE_SDIST_SHA256=0c26707e2efad8aa1bfc5b7ce170f3fccc2e4918ff85989ba9ffa9facb2be326
 SEEDS=(1 2 3 4)
@@ -26,8 +31,8 @@ if [ -z "$py" ]; then echo "FAIL python is needed"; exit 1; fi
 venv=${TMPDIR:-/tmp}/td-differential-venv
 if [ ! -x "$venv/bin/python" ]; then "$py" -m venv "$venv" || { echo "FAIL python -m venv"; exit 1; }; fi
 vpy=$venv/bin/python
-"$vpy" -m pip install -q --disable-pip-version-check "${ORACLE_PINS[@]}" 2>/dev/null \
-  || { echo "FAIL pip install ${ORACLE_PINS[*]}"; exit 1; }
+"$vpy" -m pip install -q --disable-pip-version-check "${ORACLE_PINS[@]}" "${CENSUS_PINS[@]}" 2>/dev/null \
+  || { echo "FAIL pip install ${ORACLE_PINS[*]} ${CENSUS_PINS[*]}"; exit 1; }
 sdist=$venv/suite/$SUITE_SDIST
 if [ ! -f "$sdist" ]; then
   "$vpy" -m pip download -q --disable-pip-version-check --no-binary :all: --no-deps "${ORACLE_PINS[0]}" \
@@ -38,7 +43,7 @@ if [ "$(sha256sum "$sdist" | cut -d ' ' -f 1)" != "$SUITE_SDIST_SHA256" ]; then
 fi
 echo "NOTE the differential runs on Python $("$vpy" -c 'import sys; print(sys.version.split()[0])'), $(
   "$vpy" -c 'from importlib import metadata as m; print(", ".join(n + " " + m.version(n) for n in
-  ("jsonschema", "rfc3339-validator", "rfc3986-validator", "regress")))')"
+  ("jsonschema", "rfc3339-validator", "rfc3986-validator", "regress", "pydantic", "pydantic-core")))')"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/td-differential.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -69,6 +74,12 @@ if "schemas" in report:
         print("NOTE   seed %s %s: %s of %s compiled, %s refused; %s values, %s admitted, %s narrowed, %s unsound" % (
             report["seed"], side, c["compiled"], c["generated"], sum(c["refused"].values()), c["values"],
             c["admitted"], c["narrowed"], c["unsound"]))
+elif report.get("format") == "pydantic-census-report-v1":
+    c, s = report["counts"], report["spot_check"]
+    print("NOTE   pydantic census: %s of %s models compile; refused %s; spot check: %s values, %s admitted, "
+          "%s narrowed, %s unsound, %s admitted that Pydantic refuses, %s strict-only" % (
+              c["compiled"], c["models"], ", ".join("%s %s" % item for item in c["refused"].items()) or "none",
+              s["values"], s["admitted"], s["narrowed"], s["unsound"], s["pydantic_refuses"], s["strict_only"]))
 else:
     a = report["oracle_agreement"]
     print("NOTE   official suite: %s groups, %s with a remote $ref skipped, %s compiled, %s sound; %s tests, "
@@ -87,6 +98,8 @@ for seed in "${SEEDS[@]}"; do
   summary "$tmp/out"
 done
 run "$vpy" -B differential/differential.py --suite "$sdist"
+summary "$tmp/out"
+run "$vpy" -B differential/pydantic_census.py
 summary "$tmp/out"
 
 for mode in "-B" "-O -B" "-B -W error" "-O -B -W error"; do

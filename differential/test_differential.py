@@ -1,9 +1,10 @@
-"""The differential layer: each section of differential/differential.py, in its order.
+"""The differential layer: each section of differential/differential.py, in its order, then the
+Pydantic census (differential/pydantic_census.py).
 
 The oracle needs ``jsonschema`` (with rfc3339-validator and rfc3986-validator, so formats are
-asserted) and ``regress``; ``bash differential/ci.sh`` installs them into a virtual environment
-outside the checkout and runs this file. Without them the tests that need the oracle are skipped
-with one SKIP line; under CI=true they fail instead, never skip.
+asserted) and ``regress``, the census ``pydantic``; ``bash differential/ci.sh`` installs them into a
+virtual environment outside the checkout and runs this file. Without them the tests that need them
+are skipped with one SKIP line each; under CI=true they fail instead, never skip.
 """
 from __future__ import annotations
 
@@ -33,6 +34,16 @@ ORACLE = dif.load_oracle()
 if ORACLE is None and os.environ.get("CI") != "true":
     sys.stdout.write("SKIP the oracle's tests: jsonschema or regress is not installed (run bash differential/ci.sh)\n")
 
+PYDANTIC_PACKAGES = ("pydantic", "pydantic_core", "annotated_types", "typing_inspection")
+try:
+    import pydantic_census as CENSUS  # noqa: E402
+except ModuleNotFoundError as missing:
+    if missing.name not in PYDANTIC_PACKAGES:
+        raise  # the census itself is broken: that is a failure, not a skip
+    CENSUS = None
+    if os.environ.get("CI") != "true":
+        sys.stdout.write("SKIP the Pydantic census's tests: pydantic is not installed (run bash differential/ci.sh)\n")
+
 
 def oracle() -> dif.Oracle:
     """The oracle, or a skip (a failure under CI=true) when it is not installed."""
@@ -41,6 +52,15 @@ def oracle() -> dif.Oracle:
     if os.environ.get("CI") == "true":
         raise RuntimeError("the differential suite must run under CI: jsonschema or regress is not installed")
     raise unittest.SkipTest("jsonschema or regress is not installed")
+
+
+def census() -> Any:
+    """The census module, or a skip (a failure under CI=true) when pydantic is not installed."""
+    if CENSUS is not None:
+        return CENSUS
+    if os.environ.get("CI") == "true":
+        raise RuntimeError("the Pydantic census must run under CI: pydantic is not installed")
+    raise unittest.SkipTest("pydantic is not installed")
 
 
 class AdmitsEverything:
@@ -127,22 +147,24 @@ class TestLimitsAndConstants(unittest.TestCase):
             titles = re.findall(r"^# ([0-9]+)\. (.+)$", handle.read(), re.MULTILINE)
         self.assertEqual([int(number) for number, _ in titles], list(range(1, 11)))
         expected = ["Test" + "".join(word.capitalize() for word in title.split()) for _, title in titles]
+        expected.append("TestPydanticCensus")  # pydantic_census.py, after the differential's sections
         with open(HERE / "test_differential.py", encoding="utf-8") as handle:
             found = re.findall(r"^class (Test\w+)\(unittest\.TestCase\):$", handle.read(), re.MULTILINE)
         self.assertEqual(found, expected)
 
     def test_the_layer_reaches_only_for_the_cores_public_names(self):
-        with open(HERE / "differential.py", encoding="utf-8") as handle:
-            tree = ast.parse(handle.read())
-        used = [node.attr for node in ast.walk(tree)
-                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "td"]
-        self.assertGreater(len(used), 10)
-        for name in used:
-            with self.subTest(name=name):
-                self.assertIn(name, td.__all__)
-        imports = [node for node in ast.walk(tree)
-                   if isinstance(node, ast.ImportFrom) and node.module == "tool_dispatcher"]
-        self.assertEqual(imports, [])
+        for module, at_least in (("differential.py", 10), ("pydantic_census.py", 3)):
+            with open(HERE / module, encoding="utf-8") as handle:
+                tree = ast.parse(handle.read())
+            used = [node.attr for node in ast.walk(tree)
+                    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "td"]
+            self.assertGreater(len(used), at_least)
+            for name in used:
+                with self.subTest(module=module, name=name):
+                    self.assertIn(name, td.__all__)
+            imports = [node for node in ast.walk(tree)
+                       if isinstance(node, ast.ImportFrom) and node.module == "tool_dispatcher"]
+            self.assertEqual(imports, [])
 
 
 # ============================================================================================
@@ -673,6 +695,141 @@ class TestCli(unittest.TestCase):
         self.assertEqual(first.stdout, second.stdout)
         report = json.loads(first.stdout)
         self.assertEqual((report["seed"], report["schemas"]["generated"], report["overlays"]["generated"]), (7, 30, 0))
+
+
+
+# ============================================================================================
+# The Pydantic census (differential/pydantic_census.py)
+# ============================================================================================
+
+
+class TestPydanticCensus(unittest.TestCase):
+
+    def line(self, name: str) -> dict[str, Any]:
+        module = census()
+        model, inputs = module.CENSUS[name]
+        return module.census_model(name, model, inputs, ORACLE)["line"]
+
+    def test_discriminated_unions_compile_alone_and_in_a_list(self):
+        for name in ("DrawShape", "BrowserActions"):
+            with self.subTest(name=name):
+                line = self.line(name)
+                self.assertIs(line.get("compiled"), True)
+                self.assertGreater(line["admitted"], 0)
+                self.assertEqual((line["unsound"], line["pydantic_refuses"], line["strict_only"]), (0, 0, 0))
+
+    def test_a_recursive_model_is_refused_at_the_root(self):
+        # A cycle is found in the compiled rule graph, after every $ref was followed: at the root,
+        # whether the root itself is the $ref (Category) or a property's model is (SearchWithFilter).
+        for name in ("Category", "SearchWithFilter"):
+            with self.subTest(name=name):
+                self.assertEqual(self.line(name), {"name": name, "code": "SCHEMA_REF_RECURSIVE", "at": "schema"})
+
+    def test_deliberate_refusals_name_their_code_and_place(self):
+        expected = {
+            "HttpRequest": ("SCHEMA_FORMAT", "schema.properties[0].format"),  # HttpUrl is format uri
+            "UploadFile": ("SCHEMA_FORMAT", "schema.properties[1].format"),  # bytes is format binary
+            "TransferFunds": ("SCHEMA_NUMBER", "schema.properties[2].multipleOf"),  # multiple_of=0.01
+            "AddPaymentMethod": ("SCHEMA_COMBINATOR", "schema.properties[1]"),  # a tag with a default is optional
+            "Notify": ("SCHEMA_COMBINATOR", "schema.properties[0]"),  # a plain Union of models has no tag
+            "GeoSearch": ("SCHEMA_TUPLE", "schema.properties[0]"),  # tuple[float, float] is prefixItems
+            "ScheduleSlots": ("SCHEMA_KEYWORD", "schema"),  # a set of frozen models: uniqueItems over objects
+            "UpsertDocument": ("SCHEMA_OPEN_OBJECT", "schema.properties[2]"),  # dict[str, Any]
+        }
+        for name, (code, at) in expected.items():
+            with self.subTest(name=name):
+                self.assertEqual(self.line(name), {"name": name, "code": code, "at": at})
+
+    def test_a_decimal_fields_schema_admits_text_that_pydantic_refuses(self):
+        module = census()
+        schema = module.schema_of(module.InvoiceLine)
+        self.assertEqual(schema["properties"]["unit_price"]["anyOf"], [{"type": "number"}, {"type": "string"}])
+        value = {"description": "Widget", "unit_price": "nine"}
+        self.assertTrue(td.compile_schema(schema).admits(value))
+        self.assertTrue(oracle().valid(schema, value))  # sound: the schema admits it too
+        self.assertEqual(module.pydantic_verdict(module.InvoiceLine, value), ("refused", "decimal_parsing at unit_price"))
+
+    def test_pydantic_is_asked_strict_then_lax(self):
+        module = census()
+        self.assertEqual(module.pydantic_verdict(module.GetWeather, {"city": "Oslo"}), ("strict", ""))
+        self.assertEqual(module.pydantic_verdict(module.GetWeather, {"city": "Oslo", "days": "3"}),
+                         ("lax", "int_type at days"))
+        self.assertEqual(module.pydantic_verdict(module.GetWeather, {"city": 7}), ("refused", "string_type at city"))
+
+    def test_a_sets_dump_is_sorted_and_a_naive_datetimes_dump_is_refused(self):
+        module = census()
+        dumped = module.dumps(module.CreateTicket, [{"title": "VPN", "labels": ["vpn", "net", "ops"]}])
+        self.assertEqual(dumped[0]["labels"], ["net", "ops", "vpn"])
+        naive = module.dumps(module.CreateCalendarEvent,
+                             [{"title": "x", "start": "2024-05-08T12:00:00", "end": "2024-05-08T13:00:00"}])[0]
+        self.assertEqual(naive["end"], "2024-05-08T13:00:00")  # Pydantic's own dump: no offset, not RFC 3339
+        with self.assertRaises(td.BoundaryError) as refused:
+            td.compile_schema(module.schema_of(module.CreateCalendarEvent)).check(naive)
+        self.assertEqual((refused.exception.code, refused.exception.at), ("VALUE_FORMAT", "value.properties[2]"))
+
+    def test_mutations_change_one_place_at_a_time(self):
+        module = census()
+        sample = {"a": 1, "b": ["x"]}
+        values = module.mutations([sample])
+        self.assertTrue(dif.same_json(values[0], sample))
+        for expected in ({"b": ["x"]}, {"a": 1}, {"a": 1.0, "b": ["x"]}, {"a": True, "b": ["x"]}, {"a": 1, "b": []},
+                         {"a": 1, "b": ["x\n"]}, {"a": 1, "b": ["x"], "extra": 1}):
+            with self.subTest(expected=expected):
+                self.assertTrue(any(dif.same_json(value, expected) for value in values))
+        self.assertTrue(all(dif.is_json_value(value) for value in values))
+        self.assertEqual(len(values), len(dif.unique_values(values)))
+        self.assertEqual(len(module.mutations([sample], limit=5)), 5)
+        # a place that another sample holds takes its value there: a union's tag from another branch
+        tagged = module.mutations([{"kind": "circle", "r": 1}, {"kind": "square", "w": 2}])
+        self.assertTrue(any(dif.same_json(value, {"kind": "square", "r": 1}) for value in tagged))
+
+    def test_a_check_that_admits_what_the_schema_refuses_is_unsound_and_exits_1(self):
+        module = census()
+        model, inputs = module.CENSUS["GetWeather"]
+        result = module.spot_check("GetWeather", model, module.schema_of(model), AdmitsEverything(),
+                                   module.dumps(model, inputs), oracle())
+        self.assertGreater(result["line"]["unsound"], 0)
+        self.assertEqual(result["findings"][0]["kind"], "unsound")
+        self.assertEqual(module.exit_status({"counts": {"raised": 0}, "findings": result["findings"]}), 1)
+
+    def test_a_model_without_a_json_schema_is_raised_and_exits_1(self):
+        module = census()
+
+        class Opaque:
+            pass
+
+        class Holder(module.BaseModel):
+            model_config = module.ConfigDict(arbitrary_types_allowed=True)
+            thing: Opaque
+
+        report = module.run_census(census={"Holder": (Holder, ({"thing": Opaque()},))})
+        self.assertEqual(report["counts"], {"models": 1, "compiled": 0, "refused": {}, "raised": 1})
+        self.assertEqual(report["findings"][0]["kind"], "raised")
+        self.assertEqual(module.exit_status(report), 1)
+
+    def test_the_census_counts_add_up_and_nothing_admitted_is_refused_by_its_schema(self):
+        module = census()
+        report = module.run_census(oracle=oracle())
+        counts = report["counts"]
+        self.assertEqual([line["name"] for line in report["models"]], list(module.CENSUS))
+        self.assertEqual(counts["models"], len(module.CENSUS))
+        self.assertEqual(counts["compiled"] + sum(counts["refused"].values()), counts["models"])
+        self.assertEqual((counts["raised"], report["spot_check"]["unsound"]), (0, 0))
+        self.assertLessEqual({found["kind"] for found in report["findings"]}, {"pydantic-refuses", "strict-only"})
+        self.assertEqual(module.exit_status(report), 0)
+
+    def test_the_command_line_prints_the_same_bytes_under_any_hash_seed(self):
+        census()
+        command = [sys.executable, "-B", str(HERE / "pydantic_census.py")]
+        runs = [subprocess.run(command, capture_output=True, check=False,
+                               env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": seed})
+                for seed in ("1", "2")]
+        self.assertEqual((runs[0].returncode, runs[0].stderr), (0, b""))
+        self.assertEqual(runs[0].stdout, runs[1].stdout)
+        self.assertEqual(json.loads(runs[0].stdout)["format"], "pydantic-census-report-v1")
+        refused = subprocess.run(command + ["--models", "3"], capture_output=True, check=False,
+                                 env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        self.assertEqual(refused.returncode, 2)
 
 
 if __name__ == "__main__":

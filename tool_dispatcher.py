@@ -35,7 +35,7 @@ Sections, in the order data flows:
 Reading it first: the boundary proper is sections 7, 9-11 and 13-19, the path a call takes from
 proposal to provider item; 1-6 are its vocabulary (limits, codes, values, canonical JSON, the
 strict decoder, the fixture), 20-22 what a host builds around it (audit log, fixture runner, CLI).
-Section 8, the contract language, is a third of the file and support a first reader may skip: it
+Section 8, the contract language, is nearly a third of the file, support a first reader may skip: it
 turns JSON Schema into the exact checks section 9 calls (CompiledSchema.check), and nothing else
 in the boundary depends on how. It stands where the data flows (the registry is compiled from
 it), not later in the file, so that every name is defined before it is used.

@@ -9155,6 +9155,59 @@ class TestCli(unittest.TestCase):
         _, reports = td.run_fixture(td.load_fixture(FIXTURE_PATH))
         self.assertEqual((reports[0].case_id, shown), ("own-order-read", json.dumps(reports[0].package, indent=2)))
 
+    def test_the_self_test_shows_real_digests_packages_and_report(self):
+        with open(os.path.join(ROOT, "docs", "self-test.md"), encoding="utf-8") as handle:
+            text = handle.read()
+        fixture = td.load_fixture(FIXTURE_PATH)
+        packages = {case: td.run_fixture(fixture, case_id=case)[1][-1].package for case in (
+            "own-order-read", "idempotent-local-replay", "unknown-then-receipt-query")}
+        # Q2: each line's bytes are the envelope built by hand from the README's package; each prints its digest.
+        package = packages["own-order-read"]
+        audit, contract = package["protected_audit"], package["protected_audit"]["tool_contract"]
+        envelopes = {
+            "request_sha256": {"domain": "tool-dispatcher/request/v3", "principal": audit["principal"],
+                               "tool": contract["tool"], "arguments": audit["arguments"],
+                               **{name: contract[name] for name in ("input_revision", "output_revision",
+                                                                    "effect_revision")}},
+            "result_sha256": {"domain": "tool-dispatcher/result/v3", "model_result": package["model_result"]},
+            "call_binding_sha256": {
+                "domain": "tool-dispatcher/call-binding/v4", "provider_context": audit["provider_context"],
+                "tool_contract": contract, "request_sha256": audit["request_sha256"],
+                "result_sha256": audit["result_sha256"], "downstream": audit["downstream"],
+                "approval": audit["approval"], "evidence": {"execution": package["execution"],
+                                                            "redactions": audit["redactions"],
+                                                            "resource_revision": audit["resource_revision"]}},
+        }
+        shown = re.findall(r"^\$ python3 -c '(.*)'\n([0-9a-f]{64})$", text, re.M)
+        self.assertEqual(len(shown), 3)
+        for (code, digest), (field, envelope) in zip(shown, envelopes.items()):
+            with self.subTest(digest=field):
+                self.assertEqual(code.split('b"""')[1].split('"""')[0],
+                                 json.dumps(envelope, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+                with contextlib.redirect_stdout(io.StringIO()) as out:
+                    exec(compile(code, "<self-test>", "exec"), {})
+                self.assertEqual((out.getvalue(), digest), (audit[field] + "\n", audit[field]))
+
+        # Q4: the two packages side by side, every field in the package's order.
+        def leaves(value, path=""):
+            if type(value) is dict and value:
+                for name, item in value.items():
+                    yield from leaves(item, f"{path}.{name}" if path else name)
+            else:
+                yield path, json.dumps(value, ensure_ascii=False)
+
+        rows = ["| field | local_replay | receipt_reconciled |", "|---|---|---|"]
+        for (path, replay), (_, reconciled) in zip(leaves(packages["idempotent-local-replay"]),
+                                                  leaves(packages["unknown-then-receipt-query"])):
+            rows.append(f"| {f'`{path}`' if replay == reconciled else f'**`{path}`**'} | `{replay}` | `{reconciled}` |")
+        self.assertIn("\n" + "\n".join(rows) + "\n\n", text)
+        self.assertEqual([packages[case]["model_result"]["delivery"] for case in packages],
+                         ["fresh", "local_replay", "receipt_reconciled"])
+        # Q1: the report, as the CLI prints it.
+        status, out = run_main("--fixture", FIXTURE_PATH, "--case", "unknown-then-receipt-query", "--report")
+        self.assertEqual(status, 0)
+        self.assertIn("```\n" + out + "```\n", text)
+
     def test_shipped_fixture_passes_in_normal_mode(self):
         status, out, err = self.runs["normal"]
         self.assertEqual(status, 0)

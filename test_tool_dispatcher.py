@@ -9154,6 +9154,35 @@ class TestCli(unittest.TestCase):
         shown = section[section.index("```json\n") + len("```json\n"):section.index("\n```\n")]
         _, reports = td.run_fixture(td.load_fixture(FIXTURE_PATH))
         self.assertEqual((reports[0].case_id, shown), ("own-order-read", json.dumps(reports[0].package, indent=2)))
+        run = readme[readme.index("## Run it"):readme.index("## One whole result package")].split("```\n")
+        self.assertEqual((run[1], run[3]), ("python -B -W error tool_dispatcher.py --fixture tool-cases.json\n",
+                                            self.runs["normal"][1]))
+
+    def test_the_readmes_attack_table_names_real_codes_sections_cases_and_tests(self):
+        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
+            readme = handle.read()
+        start = readme.index("| attack | code | stopped in | replayed by |")
+        rows = readme[start:readme.index("\n\n", start)].splitlines()[2:]
+        self.assertLess(readme[:start].count("\n") + len(rows), 300)  # on the README's first screen
+        sections = dict(re.findall(r"(\d+)\. (.+?)(?:\s{2,}|\n)", td.__doc__.split("data flows:")[1]))
+        tests = {name for case in unittest.TestCase.__subclasses__() for name in dir(case) if name.startswith("test_")}
+        fixture = td.load_fixture(FIXTURE_PATH)
+        expected = {case.id: {step.expect.error_code for step in case.steps} for case in fixture.cases}
+        for row in rows:
+            attack, codes, stopped, replayed = row.strip("|").split(" | ")
+            with self.subTest(attack=attack):
+                codes = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", codes))
+                self.assertTrue(codes and codes <= set(td.ERROR_CATALOG))
+                cited = re.findall(r"\b(\d+)\. ", stopped)
+                self.assertTrue(cited)
+                for number in cited:
+                    self.assertIn(f"{number}. {sections[number]}", stopped)
+                named = re.findall(r"`(test_\w+)`", replayed)
+                cases = re.findall(r"`([a-z0-9-]+)`", replayed.split(";")[0]) if "case" in replayed else []
+                self.assertTrue(named or cases)
+                self.assertLessEqual(set(named), tests)
+                for case in cases:
+                    self.assertTrue(expected[case] & codes, case)
 
     def test_the_self_test_shows_real_digests_packages_and_report(self):
         with open(os.path.join(ROOT, "docs", "self-test.md"), encoding="utf-8") as handle:
@@ -9207,6 +9236,25 @@ class TestCli(unittest.TestCase):
         status, out = run_main("--fixture", FIXTURE_PATH, "--case", "unknown-then-receipt-query", "--report")
         self.assertEqual(status, 0)
         self.assertIn("```\n" + out + "```\n", text)
+
+    def test_every_link_in_the_readme_and_docs_resolves(self):
+        def anchors(path):
+            with open(path, encoding="utf-8") as handle:
+                return {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+                        for line in handle if line.startswith("#")}
+
+        documents = [os.path.join(ROOT, "README.md")] + sorted(
+            os.path.join(ROOT, "docs", name) for name in os.listdir(os.path.join(ROOT, "docs")))
+        for document in documents:
+            with open(document, encoding="utf-8") as handle:
+                links = re.findall(r"\]\(([^)\s]+)\)", handle.read())
+            for link in links:
+                with self.subTest(document=os.path.basename(document), link=link):
+                    target, _, anchor = link.partition("#")
+                    path = os.path.normpath(os.path.join(os.path.dirname(document), target)) if target else document
+                    self.assertTrue(path.startswith(ROOT) and os.path.exists(path))
+                    if anchor:
+                        self.assertIn(anchor, anchors(path))
 
     def test_shipped_fixture_passes_in_normal_mode(self):
         status, out, err = self.runs["normal"]

@@ -9154,6 +9154,107 @@ class TestCli(unittest.TestCase):
         shown = section[section.index("```json\n") + len("```json\n"):section.index("\n```\n")]
         _, reports = td.run_fixture(td.load_fixture(FIXTURE_PATH))
         self.assertEqual((reports[0].case_id, shown), ("own-order-read", json.dumps(reports[0].package, indent=2)))
+        run = readme[readme.index("## Run it"):readme.index("## One whole result package")].split("```\n")
+        self.assertEqual((run[1], run[3]), ("python -B -W error tool_dispatcher.py --fixture tool-cases.json\n",
+                                            self.runs["normal"][1]))
+
+    def test_the_readmes_attack_table_names_real_codes_sections_cases_and_tests(self):
+        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
+            readme = handle.read()
+        start = readme.index("| attack | code | stopped in | replayed by |")
+        rows = readme[start:readme.index("\n\n", start)].splitlines()[2:]
+        self.assertLess(readme[:start].count("\n") + len(rows), 300)  # on the README's first screen
+        sections = dict(re.findall(r"(\d+)\. (.+?)(?:\s{2,}|\n)", td.__doc__.split("data flows:")[1]))
+        tests = {name for case in unittest.TestCase.__subclasses__() for name in dir(case) if name.startswith("test_")}
+        fixture = td.load_fixture(FIXTURE_PATH)
+        expected = {case.id: {step.expect.error_code for step in case.steps} for case in fixture.cases}
+        for row in rows:
+            attack, codes, stopped, replayed = row.strip("|").split(" | ")
+            with self.subTest(attack=attack):
+                codes = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", codes))
+                self.assertTrue(codes and codes <= set(td.ERROR_CATALOG))
+                cited = re.findall(r"\b(\d+)\. ", stopped)
+                self.assertTrue(cited)
+                for number in cited:
+                    self.assertIn(f"{number}. {sections[number]}", stopped)
+                named = re.findall(r"`(test_\w+)`", replayed)
+                cases = re.findall(r"`([a-z0-9-]+)`", replayed.split(";")[0]) if "case" in replayed else []
+                self.assertTrue(named or cases)
+                self.assertLessEqual(set(named), tests)
+                for case in cases:
+                    self.assertTrue(expected[case] & codes, case)
+
+    def test_the_self_test_shows_real_digests_packages_and_report(self):
+        with open(os.path.join(ROOT, "docs", "self-test.md"), encoding="utf-8") as handle:
+            text = handle.read()
+        fixture = td.load_fixture(FIXTURE_PATH)
+        packages = {case: td.run_fixture(fixture, case_id=case)[1][-1].package for case in (
+            "own-order-read", "idempotent-local-replay", "unknown-then-receipt-query")}
+        # Q2: each line's bytes are the envelope built by hand from the README's package; each prints its digest.
+        package = packages["own-order-read"]
+        audit, contract = package["protected_audit"], package["protected_audit"]["tool_contract"]
+        envelopes = {
+            "request_sha256": {"domain": "tool-dispatcher/request/v3", "principal": audit["principal"],
+                               "tool": contract["tool"], "arguments": audit["arguments"],
+                               **{name: contract[name] for name in ("input_revision", "output_revision",
+                                                                    "effect_revision")}},
+            "result_sha256": {"domain": "tool-dispatcher/result/v3", "model_result": package["model_result"]},
+            "call_binding_sha256": {
+                "domain": "tool-dispatcher/call-binding/v4", "provider_context": audit["provider_context"],
+                "tool_contract": contract, "request_sha256": audit["request_sha256"],
+                "result_sha256": audit["result_sha256"], "downstream": audit["downstream"],
+                "approval": audit["approval"], "evidence": {"execution": package["execution"],
+                                                            "redactions": audit["redactions"],
+                                                            "resource_revision": audit["resource_revision"]}},
+        }
+        shown = re.findall(r"^\$ python3 -c '(.*)'\n([0-9a-f]{64})$", text, re.M)
+        self.assertEqual(len(shown), 3)
+        for (code, digest), (field, envelope) in zip(shown, envelopes.items()):
+            with self.subTest(digest=field):
+                self.assertEqual(code.split('b"""')[1].split('"""')[0],
+                                 json.dumps(envelope, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+                with contextlib.redirect_stdout(io.StringIO()) as out:
+                    exec(compile(code, "<self-test>", "exec"), {})
+                self.assertEqual((out.getvalue(), digest), (audit[field] + "\n", audit[field]))
+
+        # Q4: the two packages side by side, every field in the package's order.
+        def leaves(value, path=""):
+            if type(value) is dict and value:
+                for name, item in value.items():
+                    yield from leaves(item, f"{path}.{name}" if path else name)
+            else:
+                yield path, json.dumps(value, ensure_ascii=False)
+
+        rows = ["| field | local_replay | receipt_reconciled |", "|---|---|---|"]
+        for (path, replay), (_, reconciled) in zip(leaves(packages["idempotent-local-replay"]),
+                                                  leaves(packages["unknown-then-receipt-query"])):
+            rows.append(f"| {f'`{path}`' if replay == reconciled else f'**`{path}`**'} | `{replay}` | `{reconciled}` |")
+        self.assertIn("\n" + "\n".join(rows) + "\n\n", text)
+        self.assertEqual([packages[case]["model_result"]["delivery"] for case in packages],
+                         ["fresh", "local_replay", "receipt_reconciled"])
+        # Q1: the report, as the CLI prints it.
+        status, out = run_main("--fixture", FIXTURE_PATH, "--case", "unknown-then-receipt-query", "--report")
+        self.assertEqual(status, 0)
+        self.assertIn("```\n" + out + "```\n", text)
+
+    def test_every_link_in_the_readme_and_docs_resolves(self):
+        def anchors(path):
+            with open(path, encoding="utf-8") as handle:
+                return {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+                        for line in handle if line.startswith("#")}
+
+        documents = [os.path.join(ROOT, "README.md")] + sorted(
+            os.path.join(ROOT, "docs", name) for name in os.listdir(os.path.join(ROOT, "docs")))
+        for document in documents:
+            with open(document, encoding="utf-8") as handle:
+                links = re.findall(r"\]\(([^)\s]+)\)", handle.read())
+            for link in links:
+                with self.subTest(document=os.path.basename(document), link=link):
+                    target, _, anchor = link.partition("#")
+                    path = os.path.normpath(os.path.join(os.path.dirname(document), target)) if target else document
+                    self.assertTrue(path.startswith(ROOT) and os.path.exists(path))
+                    if anchor:
+                        self.assertIn(anchor, anchors(path))
 
     def test_shipped_fixture_passes_in_normal_mode(self):
         status, out, err = self.runs["normal"]

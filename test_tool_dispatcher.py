@@ -8998,7 +8998,7 @@ def run_main(*argv) -> tuple[int, str]:
 
 
 def hostile_files(folder) -> dict[str, tuple[str, str]]:
-    """The issue-2 list of hostile fixtures: name -> (path, expected code)."""
+    """The hostile fixtures: name -> (path, expected code)."""
     text = SHIPPED_BYTES.decode("utf-8")
     document = shipped_document()
 

@@ -20,7 +20,7 @@ What this module never does:
   explicit status query reconciles it against a downstream receipt.
 
 Sections, in the order data flows:
-    1. Limits and constants          12. Handlers and the mock downstream
+    1. Limits and constants          12. The demo host: orders, refunds
     2. Errors and the code catalog   13. Output contracts
     3. Value types                   14. Projections
     4. Canonical JSON                15. Digests and seals
@@ -1580,7 +1580,7 @@ def _principal_text(tenant: str, subject: str, roles: tuple[str, ...]) -> str:
 # prove linear (patterns are parsed into a small portable subset and re-emitted, ASCII only, for
 # fullmatch), and never puts text from a schema or a value into a message or an ``at`` path:
 # ``at`` is built from known keywords and indices (schema.properties[1].items, value.properties[0]).
-# mcp_import/README.md has the table of what is accepted and what is refused, and why.
+# mcp_bridge/README.md has the table of what is accepted and what is refused, and why.
 
 # -- Limits and constants ----------------------------------------------------------------------
 # Checked before compiling, on the raw schema, by one iterative walk that stops at the first

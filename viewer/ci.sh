@@ -51,7 +51,7 @@ run() {
 run "$vpy" -B viewer/build_viewer.py --check
 for mode in "-B" "-O -B" "-B -W error" "-O -B -W error"; do
   # shellcheck disable=SC2086  # the mode is several flags
-  CI=${CI:-} run "$vpy" $mode -m unittest discover -s viewer -p 'test_viewer.py'
+  run "$vpy" $mode -m unittest discover -s viewer -p 'test_viewer.py'
 done
 
 if [ "$status" -ne 0 ]; then echo "== what failed"; cat "$failures"; fi

@@ -61,6 +61,7 @@ SEEN: Final = """(() => {
     positions: rows.map((row) => Number(row.dataset.position)),
     deliveries: [...document.querySelectorAll('#timeline .badge.delivery')].map((badge) => badge.dataset.value),
     gaps: [...document.querySelectorAll('#timeline > li.gap')].map((gap) => gap.textContent),
+    showBreak: !document.getElementById('show-break').hidden,
     resources: performance.getEntriesByType('resource').length,
   };
 })()"""
@@ -229,9 +230,9 @@ class BrowserCase(unittest.TestCase):
             self.assertEqual(seen["verdict"], expected)
         failure = json.loads(output).get("failure")
         if failure is not None and failure["at"].startswith("entries["):
-            self.assertEqual(seen["broken"], [[failure["index"], failure["code"]]])
+            self.assertEqual((seen["broken"], seen["showBreak"]), ([[failure["index"], failure["code"]]], True))
         else:
-            self.assertEqual(seen["broken"], [])
+            self.assertEqual((seen["broken"], seen["showBreak"]), ([], False))
         self.assertEqual(seen["problems"], [])
         self.assertEqual(seen["resources"], 0)
 

@@ -460,11 +460,13 @@
     showVerdict(result, files);
     const place = byId('run');
     place.replaceChildren();
+    byId('show-break').hidden = true;
     if (result.data === undefined || result.status === 2) return;
     const failure = result.output.failure !== undefined && result.output.failure.at.startsWith('entries[')
       ? result.output.failure : null;
     const lines = decodedLines(result.data);
     place.append(summaryOf(lines), timeline(lines, failure));
+    byId('show-break').hidden = failure === null;
   }
 
   function idle(message) {
@@ -476,6 +478,7 @@
     byId('cli-output').textContent = '';
     byId('cli-status').textContent = '';
     byId('run').replaceChildren();
+    byId('show-break').hidden = true;
     delete root.dataset.verdict;
     delete root.dataset.status;
     delete root.dataset.checkpoints;
@@ -526,6 +529,10 @@
       const input = inputOf(role);
       input.addEventListener('change', () => choose(role, input.files.length ? input.files[0] : null));
     }
+    byId('show-break').addEventListener('click', () => {
+      const broken = document.querySelector('#timeline .broken');
+      if (broken !== null) broken.scrollIntoView({ block: 'center' });
+    });
     byId('clear').addEventListener('click', () => {
       for (const role of ROLES) {
         inputOf(role).value = '';

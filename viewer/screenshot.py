@@ -2,16 +2,16 @@
 
     python -B viewer/screenshot.py [OUT.png]      (default: viewer/screenshot.png)
 
-Runs the fixture through the command line into a temporary directory (a seal-keys file with a
-throwaway key, the sealed log), opens viewer/audit-viewer.html in headless Chromium, picks the two
-files as a person would, and captures the top of the page. Nothing is written but OUT.png.
+Runs the fixture through the command line into a temporary directory, sealed with a fixed key
+(the 32 bytes 00..1f under id k-a: never use a key like it), so every run draws the same page;
+opens viewer/audit-viewer.html in headless Chromium, picks the two files as a person would, and
+captures the top of the page. Nothing is written but OUT.png.
 """
 from __future__ import annotations
 
 import contextlib
 import io
 import json
-import secrets
 import sys
 import tempfile
 from pathlib import Path
@@ -33,8 +33,8 @@ RUNS: Final = "Number(document.documentElement.dataset.runs || 0)"
 def sealed_log(folder: Path) -> tuple[str, str]:
     keys = folder / "keys.json"
     with open(keys, "w", encoding="utf-8") as handle:
-        json.dump({"format": "seal-keys-v1", "current": "k-2026-12",
-                   "keys": [{"key_id": "k-2026-12", "secret_hex": secrets.token_hex(32)}]}, handle)
+        json.dump({"format": "seal-keys-v1", "current": "k-a",
+                   "keys": [{"key_id": "k-a", "secret_hex": bytes(range(32)).hex()}]}, handle)
     log = folder / "audit.jsonl"
     with contextlib.redirect_stdout(io.StringIO()):
         status = tool_dispatcher.main(["--fixture", str(HERE.parent / "tool-cases.json"), "--audit-log", str(log),

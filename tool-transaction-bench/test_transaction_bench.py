@@ -22,7 +22,9 @@ import unittest
 from collections import Counter
 from fractions import Fraction
 from pathlib import Path
+from typing import Final
 from unittest import mock
+from xml.etree import ElementTree
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import transaction_bench as tb  # noqa: E402
@@ -2650,6 +2652,94 @@ class TestResponseShapes(unittest.TestCase):
 
 
 # ================================================================================================
+# 14b. The headline chart
+# ================================================================================================
+
+SVG: Final = "{http://www.w3.org/2000/svg}"
+
+
+def chart_parts(data: bytes) -> tuple[list[ElementTree.Element], list[str]]:
+    """The chart's bars and the text of every label, in drawing order."""
+    root = ElementTree.fromstring(data)
+    bars = [rect for rect in root.iter(SVG + "rect") if rect.get("width") == str(tb.BAR_WIDTH)]
+    return bars, [text.text for text in root.iter(SVG + "text")]
+
+
+class TestHeadlineChart(unittest.TestCase):
+    def test_the_committed_chart_is_drawn_from_the_committed_summary(self):
+        with open(tb.RESULTS_DIR / tb.SUMMARY_FILE, "rb") as handle:
+            summary = json.loads(handle.read())
+        with open(tb.RESULTS_DIR / tb.HEADLINE_FILE, "rb") as handle:
+            self.assertEqual(handle.read(), tb.headline_svg(summary))
+
+    def test_a_fresh_run_draws_the_committed_chart(self):
+        self.assertEqual(bench().headline_bytes(), tb.headline_svg(json.loads(bench().summary_bytes())))
+        with open(tb.RESULTS_DIR / tb.HEADLINE_FILE, "rb") as handle:
+            self.assertEqual(handle.read(), bench().headline_bytes())
+
+    def test_the_chart_is_the_same_bytes_under_any_hash_seed(self):
+        script = ("import hashlib, json, sys; sys.path.insert(0, sys.argv[1]); import transaction_bench as tb; "
+                  "summary = json.loads((tb.RESULTS_DIR / tb.SUMMARY_FILE).read_bytes()); "
+                  "print(hashlib.sha256(tb.headline_svg(summary)).hexdigest())")
+        digests = set()
+        for seed in ("0", "1", "4242"):
+            env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONDONTWRITEBYTECODE="1")
+            result = subprocess.run([sys.executable, "-B", "-c", script, str(HERE)], capture_output=True, text=True,
+                                    env=env, timeout=120)
+            self.assertEqual((result.returncode, result.stderr), (0, ""))
+            digests.add(result.stdout.strip())
+        self.assertEqual(digests, {hashlib.sha256(bench().headline_bytes()).hexdigest()})
+
+    def test_each_bar_is_its_share_in_whole_pixels(self):
+        bars, _ = chart_parts(bench().headline_bytes())
+        rows = {(row["depth"], row["orchestrator"]): row for row in bench().summary["sweep"]["depths"]}
+        expected = [tb.scaled(rows[depth, name]["unsafe"], rows[depth, name]["runs"], tb.PLOT_HEIGHT)
+                    for depth in range(4) for name, _ in tb.SERIES]
+        expected += [tb.scaled(rows[depth, name]["live"], rows[depth, name]["completable"], tb.PLOT_HEIGHT)
+                     for depth in range(4) for name, _ in tb.SERIES]
+        self.assertEqual([int(bar.get("height")) for bar in bars], expected)
+        self.assertEqual([bar.get("fill") for bar in bars], [colour for _ in range(8) for _, colour in tb.SERIES])
+        self.assertEqual(expected[:8], [0, 0, 64, 0, 104, 0, 119, 0])  # naive 18/56, 827/1596, 1397/2340; guarded 0
+        for bar in bars:
+            self.assertEqual(int(bar.get("y")) + int(bar.get("height")), tb.PLOT_TOP + tb.PLOT_HEIGHT)
+
+    def test_the_labels_say_what_the_summary_says(self):
+        _, texts = chart_parts(bench().headline_bytes())
+        for label in ("0%", "32%", "52%", "60%", "0.904", "0.819", "0.754", "0.992", "1.000", "floor 9/10",
+                      "depth 3", "2340 of 30856", "1 run", "56 runs",
+                      "Sweep verdict guarded: PASS, 0 unsafe runs of 3993, liveness 3319/3335 = 0.995 (floor 9/10)",
+                      "Sweep verdict naive: FAIL, 2242 unsafe runs of 3993, liveness 2611/3335 = 0.783 (floor 9/10)"):
+            self.assertIn(label, texts)
+        self.assertTrue(texts[0].startswith("tool-transaction-bench fault sweep, seed 20240531: 3993 fault sets"))
+
+    def test_scaled_rounds_half_up_in_integers(self):
+        for part, whole, size, expected in ((1, 2, 1, 1), (1, 3, 200, 67), (2, 3, 200, 133), (0, 5, 200, 0),
+                                            (5, 5, 200, 200), (1, 0, 200, 0), (827, 1596, 100, 52)):
+            with self.subTest(part=part, whole=whole, size=size):
+                self.assertEqual(tb.scaled(part, whole, size), expected)
+
+    def test_text_from_the_summary_is_escaped(self):
+        summary = json.loads(bench().summary_bytes())
+        summary["sweep"]["depths"][3]["liveness"] = "<b>&</b>"
+        data = tb.headline_svg(summary)
+        self.assertIn(b"&lt;b&gt;&amp;&lt;/b&gt;", data)
+        self.assertIn("<b>&</b>", chart_parts(data)[1])
+
+    def test_a_changed_chart_fails_the_check(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            tb.write_results(bench(), Path(scratch))
+            chart = Path(scratch) / tb.HEADLINE_FILE
+            with open(chart, "rb") as handle:
+                data = handle.read()
+            with open(chart, "wb") as handle:
+                handle.write(data.replace(b">32%<", b">33%<", 1))
+            line = data[:data.index(b">32%<")].count(b"\n") + 1
+            self.assertEqual(tb.check_results(Path(scratch), bench()), [f"headline.svg: line {line} differs from a fresh run"])
+            os.remove(chart)
+            self.assertEqual(tb.check_results(Path(scratch), bench()), ["headline.svg: missing or unreadable"])
+
+
+# ================================================================================================
 # 15. Bench: run_all, result files, check
 # ================================================================================================
 
@@ -2696,7 +2786,7 @@ class TestBenchResults(unittest.TestCase):
         with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
             tb.write_results(first_run, Path(first))
             tb.write_results(again, Path(second))
-            for name in (tb.RAW_FILE, tb.SUMMARY_FILE):
+            for name in (tb.RAW_FILE, tb.SUMMARY_FILE, tb.HEADLINE_FILE):
                 with open(Path(first) / name, "rb") as a, open(Path(second) / name, "rb") as b:
                     self.assertEqual(a.read(), b.read())
 

@@ -44,7 +44,7 @@ from txbench.limits import (  # noqa: E402,F401
     BENCH_FORMAT, BUSINESS_TABLES, GUARDED_MAX_ATTEMPTS, HIGH_VALUE_CENTS, INITIAL_STOCK, LIVENESS_FLOOR,
     MAX_ARGUMENT_BYTES, MAX_CALLS, MAX_DELIVERIES, MAX_EXPECTED_CALLS, MAX_FINDINGS, MAX_NAME_CHARS,
     MAX_NESTING, MAX_RESULTS_FILE_BYTES, NAIVE_MAX_ATTEMPTS, PLAN_ORDER, PLAN_TOOLS, RAW_FILE, RESULTS_DIR, SEED, SEEDED_ORDER,
-    SUMMARY_FILE, SWEEP_EXHAUSTIVE_DEPTH, BOX_RUN_SECONDS, BOX_START_SECONDS, BOX_SWEEP_SECONDS, MAX_BOX_DEPTH,
+    SUMMARY_FILE, HEADLINE_FILE, SWEEP_EXHAUSTIVE_DEPTH, BOX_RUN_SECONDS, BOX_START_SECONDS, BOX_SWEEP_SECONDS, MAX_BOX_DEPTH,
     MAX_BOX_LINE_BYTES, SWEEP_MAX_DEPTH, SWEEP_SAMPLE, canonical_json, canonical_sha256
 )
 from txbench.errors import (  # noqa: E402,F401
@@ -115,6 +115,11 @@ from txbench.scorer import (  # noqa: E402,F401
     _plan_response, _provider_call, _ratio, _response_calls, _responses_calls, _scored_calls, _shape_of,
     _tool_call, _typed_items, _verdict, _with_ids, calls_from_response, optimal_matching, plan_vetoes,
     read_response, run_scorer_case, score_response, scorer_config
+)
+from txbench.chart import (  # noqa: E402,F401
+    BAR_GAP, BAR_WIDTH, CHART_HEIGHT, CHART_WIDTH, FONT, GROUP_WIDTH, PANEL_LEFT, PLOT_HEIGHT, PLOT_TOP, SERIES,
+    _axis, _bar, _bar_x, _depth_labels, _legend, _liveness_panel, _rows, _text, _unsafe_panel, _verdict_lines,
+    headline_svg, scaled
 )
 from txbench.bench import (  # noqa: E402,F401
     BenchOutcome, _dimension_counts, _failures, _first_difference, _read, _scenario_rows, _scorer_summary,

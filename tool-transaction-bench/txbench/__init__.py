@@ -11,6 +11,7 @@
     scenarios      the 14 scenarios and 5 paired controls
     sweep          the fault sweep per depth, liveness, efficiency, verdicts
     scorer         the full-plan scorer: response shapes, matching, vetoes, its cases
+    chart          the sweep's headline as an SVG chart, from the summary (integer geometry)
     bench          run_all, result files, the byte-for-byte check
     plansfile      scoring a user's JSONL plans file with pass^k
     cli            the command line (transaction_bench.py beside this folder is its entry point)

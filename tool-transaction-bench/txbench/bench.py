@@ -14,8 +14,8 @@ from typing import Any
 import tool_dispatcher
 
 from .limits import (
-    BENCH_FORMAT, LIVENESS_FLOOR, MAX_RESULTS_FILE_BYTES, PLAN_TOOLS, RAW_FILE, SEED, SUMMARY_FILE, canonical_json,
-    canonical_sha256
+    BENCH_FORMAT, HEADLINE_FILE, LIVENESS_FLOOR, MAX_RESULTS_FILE_BYTES, PLAN_TOOLS, RAW_FILE, SEED, SUMMARY_FILE,
+    canonical_json, canonical_sha256
 )
 from .errors import BenchError
 from .sandbox import SWEPT_KINDS
@@ -26,6 +26,7 @@ from .sweep import (
     sweep_verdicts
 )
 from .scorer import SCORER_CASES, run_scorer_case, scorer_config
+from .chart import headline_svg
 
 
 # ================================================================================================
@@ -44,6 +45,14 @@ class BenchOutcome:
 
     def summary_bytes(self) -> bytes:
         return (json.dumps(self.summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+    def headline_bytes(self) -> bytes:
+        """The sweep's headline as an SVG chart, drawn from the summary alone."""
+        return headline_svg(self.summary)
+
+    def files(self) -> tuple[tuple[str, bytes], ...]:
+        """Each results file's name and bytes, in the order they are written and checked."""
+        return ((RAW_FILE, self.raw), (SUMMARY_FILE, self.summary_bytes()), (HEADLINE_FILE, self.headline_bytes()))
 
 
 def _failures(scenarios: list, controls: list, table: dict, scorer: list,
@@ -137,10 +146,9 @@ def run_all(seed: int = SEED, sweep_plan: SweepPlan = SweepPlan()) -> BenchOutco
 def write_results(outcome: BenchOutcome, directory: Path) -> None:
     try:
         directory.mkdir(exist_ok=True)
-        with open(directory / RAW_FILE, "wb") as handle:
-            handle.write(outcome.raw)
-        with open(directory / SUMMARY_FILE, "wb") as handle:
-            handle.write(outcome.summary_bytes())
+        for name, data in outcome.files():
+            with open(directory / name, "wb") as handle:
+                handle.write(data)
     except (OSError, ValueError):
         raise BenchError("RESULTS_UNWRITABLE") from None
 
@@ -172,6 +180,6 @@ def check_results(directory: Path, outcome: BenchOutcome) -> list[str]:
         raise BenchError("RESULTS_UNREADABLE")
     with tempfile.TemporaryDirectory(prefix="txbench-") as scratch:
         write_results(outcome, Path(scratch))
-        pairs = [(name, _read(Path(scratch) / name), _read(directory / name)) for name in (RAW_FILE, SUMMARY_FILE)]
+        pairs = [(name, _read(Path(scratch) / name), _read(directory / name)) for name, _data in outcome.files()]
     return [problem for name, fresh, committed in pairs
             if (problem := _first_difference(name, fresh, committed)) is not None]

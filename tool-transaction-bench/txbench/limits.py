@@ -57,6 +57,7 @@ MAX_BOX_DEPTH: Final = MAX_NESTING + 2
 RESULTS_DIR: Final = Path(__file__).resolve().parent.parent / "results"
 RAW_FILE: Final = "raw_results.jsonl"
 SUMMARY_FILE: Final = "summary.json"
+HEADLINE_FILE: Final = "headline.svg"  # the sweep's headline as a chart, drawn from the summary
 MAX_RESULTS_FILE_BYTES: Final = 64 * 1024 * 1024  # the raw results are under 4 MiB; --check reads no more
 
 # The four-step plan every completeness, timeout, idempotency, saga and delivery scenario uses.

@@ -1,6 +1,11 @@
 // RFC 8785 (JSON Canonicalization Scheme) and the strict decoder of tool_dispatcher.py, in
-// JavaScript with node's standard library only: a second implementation that shares no code with
-// the Python module, so that a bug in one shows up as a disagreement with the other.
+// JavaScript with no library at all: a second implementation that shares no code with the Python
+// module, so that a bug in one shows up as a disagreement with the other.
+//
+// It runs unchanged in node (require) and in a browser (a module script, as
+// viewer/audit-viewer.html inlines it, where it is globalThis.ToolDispatcherJcs): bytes are
+// Uint8Arrays (a node Buffer is one), text goes through TextDecoder and TextEncoder, and nothing
+// here hashes (audit_core.js asks its caller for digests).
 //
 // Sections: 1. limits and error codes; 2. the strict decoder (byte cap, UTF-8, nesting scan,
 // a tokenizer that refuses what the Python decoder refuses, in the same order, then the portable
@@ -11,8 +16,6 @@
 // integer beyond 2**53 - 1 (it rounds), 1e400 (it answers Infinity); and it cannot tell 1.0 from 1,
 // which the log's checks do (an index is an integer, never 1.0).
 'use strict';
-
-const crypto = require('node:crypto');
 
 // ============================================================================================
 // 1. Limits and error codes
@@ -71,7 +74,7 @@ function isDigit(c) {
 // the string bodies between quote pairs. The same scan as the Python module's, on the same bytes,
 // so a malformed text gets the same answer from both.
 function exceedsNesting(data, maxDepth) {
-  let text = data.toString('latin1');
+  let text = latin1Text(data);
   if (text.includes('\\')) text = text.replace(/\\[\\"]/g, '');
   let outline = text.replace(/[^"[\]{}]/g, '');
   if (outline.includes('"')) {
@@ -83,6 +86,17 @@ function exceedsNesting(data, maxDepth) {
     if (depth > maxDepth) return true;
   }
   return false;
+}
+
+// One character a byte, as node's Buffer#toString('latin1') (TextDecoder's "latin1" is
+// windows-1252, which maps some bytes elsewhere).
+const LATIN1_CHUNK = 8192; // arguments a call to String.fromCharCode takes at once
+function latin1Text(data) {
+  let text = '';
+  for (let at = 0; at < data.length; at += LATIN1_CHUNK) {
+    text += String.fromCharCode.apply(null, data.subarray(at, at + LATIN1_CHUNK));
+  }
+  return text;
 }
 
 class Tokenizer {
@@ -306,7 +320,7 @@ function safeInteger(written) {
 // Decode untrusted JSON bytes as the Python module's decode_strict_json does under its portable
 // policy: the value, or a JsonError with the code the Python decoder gives the same bytes.
 function decodeStrictJson(data, { maxBytes = MAX_DOCUMENT_BYTES, maxDepth = MAX_NESTING_DEPTH } = {}) {
-  if (!Buffer.isBuffer(data)) throw new JsonError('JSON_INVALID');
+  if (!(data instanceof Uint8Array)) throw new JsonError('JSON_INVALID');
   if (data.length > maxBytes) throw new JsonError('JSON_TOO_LARGE');
   let text;
   try {
@@ -356,19 +370,18 @@ function isPlainObject(value) {
   return prototype === null || prototype === Object.prototype;
 }
 
+const UTF8_ENCODER = new TextEncoder();
+
 function canonicalBytes(value) {
-  return Buffer.from(canonicalText(value), 'utf8');
+  return UTF8_ENCODER.encode(canonicalText(value));
 }
 
-function sha256Hex(bytes) {
-  return crypto.createHash('sha256').update(bytes).digest('hex');
-}
-
-function canonicalSha256(value) {
-  return sha256Hex(canonicalBytes(value));
-}
-
-module.exports = {
+const API = Object.freeze({
   MAX_SAFE_INTEGER, MAX_NESTING_DEPTH, MAX_DOCUMENT_BYTES, JSON_CODES, JsonError, Double,
-  decodeStrictJson, exceedsNesting, numberText, canonicalText, canonicalBytes, canonicalSha256, sha256Hex,
-};
+  decodeStrictJson, exceedsNesting, latin1Text, numberText, canonicalText, canonicalBytes,
+});
+if (typeof module === 'object' && module !== null && typeof module.exports === 'object') {
+  module.exports = API;
+} else {
+  globalThis.ToolDispatcherJcs = API;
+}

@@ -7,6 +7,7 @@ const crypto = require('node:crypto');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
+const vm = require('node:vm');
 const { after, describe, test } = require('node:test');
 const jcs = require('./jcs.js');
 const audit = require('./verify_audit.js');
@@ -38,8 +39,8 @@ describe('RFC 8785 vectors', () => {
     test(`${name} canonicalizes to its output, from JSON.parse and from the strict decoder`, () => {
       const input = fs.readFileSync(path.join(VECTORS, 'jcs', 'input', name));
       const expected = fs.readFileSync(path.join(VECTORS, 'jcs', 'output', name));
-      assert.deepEqual(jcs.canonicalBytes(JSON.parse(input.toString('utf8'))), expected);
-      assert.deepEqual(jcs.canonicalBytes(jcs.decodeStrictJson(input)), expected);
+      assert.deepEqual(Buffer.from(jcs.canonicalBytes(JSON.parse(input.toString('utf8')))), expected);
+      assert.deepEqual(Buffer.from(jcs.canonicalBytes(jcs.decodeStrictJson(input))), expected);
     });
   }
 });
@@ -346,5 +347,39 @@ describe('checkpoints', () => {
     }
     for (const file of refused) assert.throws(() => audit.loadPublicKey(file), { code: 'PUBLIC_KEY_INVALID' }, file);
     assert.throws(() => audit.loadPublicKey(path.join(folder, 'absent.pem')), { code: 'PUBLIC_KEY_UNREADABLE' });
+  });
+});
+
+describe('the rules outside node', () => {
+  // What a browser offers and node's own modules do not: no require, no module, no Buffer, no
+  // process, no crypto. The rules load there and give the answer the command line gives.
+  // Each file runs in a scope of its own, as a module script does (viewer/audit-viewer.html).
+  const context = vm.createContext({ TextEncoder, TextDecoder, atob, btoa });
+  for (const name of ['jcs.js', 'audit_core.js']) {
+    const source = fs.readFileSync(path.join(__dirname, name), 'utf8');
+    vm.runInContext(`(function () {\n${source}\n})();`, context, { filename: name });
+  }
+  const core = vm.runInContext('globalThis.ToolDispatcherAuditCore', context);
+  const Bytes = vm.runInContext('Uint8Array', context);
+  const answer = (request) => {
+    if (request.op !== 'sha256') throw new TypeError(request.op);
+    return crypto.createHash('sha256').update(request.data).digest('hex');
+  };
+
+  test('they load with none of node, and find the jcs module beside them', () => {
+    assert.equal(vm.runInContext('typeof require + typeof module + typeof Buffer + typeof process', context),
+      'undefinedundefinedundefinedundefined');
+    assert.equal(typeof core.verifyAnswer, 'function');
+  });
+
+  test('a log verifies there as on the command line, and an edit is named the same way', () => {
+    const log = asLog(miniLog());
+    const there = core.runSync(core.verifyAnswer(new Bytes(log), null), answer);
+    const here = audit.verifyAuditLog(log);
+    assert.deepEqual(JSON.parse(core.answerText(there.output)),
+      { passed: true, entries: here.entries, head_sha256: here.head_sha256, sealed: false });
+    const edited = Buffer.from(log.toString('latin1').replace('ORDER-7', 'ORDER-9'), 'latin1');
+    const refused = core.runSync(core.verifyAnswer(new Bytes(edited), null), answer);
+    assert.deepEqual([refused.status, refused.output.failure.code, refused.output.failure.at], [1, 'AUDIT_ENTRY_EDITED', 'entries[0]']);
   });
 });

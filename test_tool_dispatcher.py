@@ -8481,6 +8481,17 @@ class TestTheAuditLog(unittest.TestCase):
         cls.sealed = fixture_log(cls.KEYS)
         cls.unsealed = fixture_log()
 
+    def test_the_audit_pages_known_answers_are_the_codes(self):
+        # docs/audit-and-seals.md shows a worked run (key "k-2026-12", the bytes 00..1f) and the
+        # known answers above, abridged: each is what the code gives today.
+        with open(os.path.join(ROOT, "docs", "audit-and-seals.md"), encoding="utf-8") as handle:
+            page = handle.read()
+        worked = td.SealKeys("k-2026-12", {"k-2026-12": KEY_A})
+        head = td.verify_audit_log(fixture_log(worked), seal_keys=worked).head_sha256
+        self.assertEqual(page.count(f'"head_sha256": "{head}"'), 2)
+        for known in (KNOWN_SEALED_HEAD, KNOWN_UNSEALED_HEAD):
+            self.assertIn(f"`{known[:8]}...{known[-7:]}`", page)
+
     def assertBad(self, code, index, data, **options):
         with self.assertRaises(BoundaryError) as caught:
             td.verify_audit_log(data, **options)

@@ -2581,7 +2581,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                     {"oneOf": [{"type": ["string", "null"]}, {"type": "null"}]},
                     {"anyOf": [{"type": ["string", "null"]}, {"type": "null"}]},
                     {"oneOf": [tagged, schema_object({"k": {"enum": ["a", "b"]}}, ["k"])]},  # the tags overlap
-                    {"oneOf": [tagged, schema_object({"k": {"const": "b"}})]},  # the tag not required
+                    {"oneOf": [tagged, schema_object({"j": {"const": "b"}}, ["j"])]},  # no tag in common
                     {"oneOf": [tagged, schema_object({"k": {"type": "string"}}, ["k"])]},  # a tag of any text
                     {"oneOf": [tagged, {"type": "object", "additionalProperties": string}]},  # a map has no tag
                     {"oneOf": [string, {"type": "integer"}], "type": "string"}, {"oneOf": [string], "maxLength": 2}):
@@ -2618,6 +2618,19 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                                                                  {"type": "null"}]})
         self.assertEqual(emitted["$defs"]["d1"]["properties"]["pet_type"], {"type": "string", "enum": ["dog", "puppy"]})
         self.assertEqual(td.compile_schema(emitted).to_schema(), emitted)  # what is emitted compiles to itself
+
+    def test_union_tag_left_optional_is_required_by_the_compiled_rule(self):
+        # pydantic writes a Literal tag with a default as optional; a value without it matches no
+        # branch here (as pydantic refuses it), and the rule and its emitted schema require it.
+        optional = schema_object({"k": {"const": "b", "type": "string"}, "n": {"type": "integer"}})
+        compiled = td.compile_schema(schema_field({"oneOf": [schema_object({"k": {"const": "a"}}, ["k"]), optional]}))
+        self.admitted(compiled, {"f": {"k": "b", "n": 1}})
+        for value in ({"n": 1}, {}):
+            with self.subTest(value=value):
+                self.value_refused(compiled, {"f": value}, "VALUE_UNION", "value.properties[0]")
+        self.assertEqual([branch["required"] for branch in compiled.to_schema()["properties"]["f"]["anyOf"]],
+                         [["k"], ["k"]])
+        self.assertNotIn("required", optional)  # the source schema is not changed
 
     def test_union_overlay_narrows_to_branches_inside_the_servers(self):
         server = schema_object({"v": {"anyOf": [{"type": "string", "maxLength": 8}, {"type": "integer"},

@@ -2705,19 +2705,25 @@ def _route_unions(rules: list[Any], paths: Sequence[str], nullable: Sequence[tup
         rules[slot] = replace(rule, routes=MappingProxyType(routes), tag=tag, tags=MappingProxyType(tags))
 
 
-def _union_tag(members: Sequence[int], rules: Sequence[Any], at: str) -> tuple[str, dict[str, int]]:
-    """The first property, in the first branch's order, that tells every object branch apart."""
+def _union_tag(members: Sequence[int], rules: list[Any], at: str) -> tuple[str, dict[str, int]]:
+    """The first property, in the first branch's order, that tells every object branch apart: a
+    string with choices in each, no choice in two. A branch that leaves it optional (pydantic's
+    Literal tag with a default) is made to require it, in place: the dispatch refuses an object
+    without its tag anyway, as pydantic does, and the rule and its emitted schema then say so."""
     first = rules[members[0]]
     for name, _ in first.properties if type(first) is ObjectRule else ():
         tags: dict[str, int] = {}
         for member in members:
             rule = rules[member]
-            entry = rule.index.get(name) if type(rule) is ObjectRule and name in rule.required else None
+            entry = rule.index.get(name) if type(rule) is ObjectRule else None
             choices = rules[entry[1]].choices if entry and type(rules[entry[1]]) is StringRule else None
             if choices is None or not tags.keys().isdisjoint(choices):
                 break
             tags.update(dict.fromkeys(choices, member))
         else:
+            for member in members:
+                if name not in rules[member].required:
+                    rules[member] = replace(rules[member], required=rules[member].required | {name})
             return name, tags
     raise BoundaryError("SCHEMA_COMBINATOR", at)
 

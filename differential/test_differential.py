@@ -741,12 +741,17 @@ class TestPydanticCensus(unittest.TestCase):
             with self.subTest(name=name):
                 self.assertEqual(self.line(name), {"name": name, "code": "SCHEMA_REF_RECURSIVE", "at": "schema"})
 
+    def test_a_discriminated_union_whose_tags_have_defaults_compiles_and_requires_its_tag(self):
+        # Literal["card"] = "card": pydantic leaves the tag out of "required" but refuses a value
+        # without it (union_tag_not_found); the compiled check requires it too.
+        line = self.line("AddPaymentMethod")
+        self.assertEqual((line["compiled"], line["unsound"], line["pydantic_refuses"]), (True, 0, 0))
+
     def test_deliberate_refusals_name_their_code_and_place(self):
         expected = {
             "HttpRequest": ("SCHEMA_FORMAT", "schema.properties[0].format"),  # HttpUrl is format uri
             "UploadFile": ("SCHEMA_FORMAT", "schema.properties[1].format"),  # bytes is format binary
             "TransferFunds": ("SCHEMA_NUMBER", "schema.properties[2].multipleOf"),  # multiple_of=0.01
-            "AddPaymentMethod": ("SCHEMA_COMBINATOR", "schema.properties[1]"),  # a tag with a default is optional
             "Notify": ("SCHEMA_COMBINATOR", "schema.properties[0]"),  # a plain Union of models has no tag
             "GeoSearch": ("SCHEMA_TUPLE", "schema.properties[0]"),  # tuple[float, float] is prefixItems
             "ScheduleSlots": ("SCHEMA_KEYWORD", "schema"),  # a set of frozen models: uniqueItems over objects

@@ -8825,6 +8825,67 @@ class TestTheAuditLog(unittest.TestCase):
         self.assertLessEqual({"AUDIT_MALFORMED", "AUDIT_ENTRY_EDITED", "AUDIT_TRUNCATED"}, set(outcomes))
         self.assertLess(time.perf_counter() - started, 2.0)
 
+    def test_a_log_of_exactly_max_audit_log_bytes_is_read_and_one_byte_more_is_not(self):
+        # Built cheaply, with no newline at all: a log of the limit's size is read, and found cut
+        # inside its first line; one byte more is refused before any line is read.
+        self.assertEqual(td.MAX_AUDIT_LOG_BYTES, 256 * 1024 * 1024)
+        at_limit = b"x" * td.MAX_AUDIT_LOG_BYTES
+        self.assertBad("AUDIT_TRUNCATED", 0, at_limit)
+        with self.assertRaises(BoundaryError) as caught:
+            td.verify_audit_log(at_limit + b"x")
+        self.assertEqual((caught.exception.code, caught.exception.at), ("AUDIT_LOG_UNREADABLE", ""))
+
+    def test_a_log_of_max_audit_entries_and_its_closing_entry_is_read_and_one_line_more_is_not(self):
+        # Empty lines, built cheaply: MAX_AUDIT_ENTRIES packages and a closing entry are as many
+        # lines as one verification reads, so the lines are read (the first, empty, is malformed);
+        # one line more is refused by the count, named at the first line past the limit.
+        self.assertEqual(td.MAX_AUDIT_ENTRIES, 1_000_000)
+        self.assertBad("AUDIT_MALFORMED", 0, b"\n" * (td.MAX_AUDIT_ENTRIES + 1))
+        self.assertBad("AUDIT_MALFORMED", td.MAX_AUDIT_ENTRIES + 1, b"\n" * (td.MAX_AUDIT_ENTRIES + 2))
+
+    def test_an_entry_index_of_max_audit_entries_is_read_and_one_more_is_malformed(self):
+        # A full log's closing entry has index MAX_AUDIT_ENTRIES: a well-formed entry (here at
+        # position 0, so the entries before it are missing); one more is no entry at all.
+        stream = io.BytesIO()
+        td.AuditLog(stream, index=td.MAX_AUDIT_ENTRIES, head="c" * 64).close()
+        closing = stream.getvalue()
+        self.assertEqual(json.loads(closing)["index"], td.MAX_AUDIT_ENTRIES)
+        self.assertBad("AUDIT_ENTRY_DELETED", 0, closing)
+        past = closing.replace(b'"index":%d' % td.MAX_AUDIT_ENTRIES, b'"index":%d' % (td.MAX_AUDIT_ENTRIES + 1), 1)
+        self.assertNotEqual(past, closing)
+        self.assertBad("AUDIT_MALFORMED", 0, past)
+
+    def test_an_entry_line_of_exactly_max_audit_line_bytes_verifies_and_one_byte_more_is_malformed(self):
+        package = json.loads(self.unsealed.split(b"\n")[0])["package"]
+
+        def open_chain(padding):
+            # A member no package digest covers and the entry digest binds: it sets the line's length.
+            return chained([{"format": td.AUDIT_LOG_FORMAT, "index": 0, "package": {**package, "padding": padding}}])
+
+        padding = "p" * (td.MAX_AUDIT_LINE_BYTES - (len(open_chain("")) - 1))
+        at_limit = open_chain(padding)
+        self.assertEqual(len(at_limit), td.MAX_AUDIT_LINE_BYTES + 1)  # the line and its newline
+        self.assertEqual(td.verify_audit_log(at_limit, closed=False).entries, 1)
+        self.assertBad("AUDIT_MALFORMED", 0, open_chain(padding + "p"), closed=False)
+        # The limit is the audit line's own, read at each verification (the fixture's limit is as
+        # large today, and may not stay so): one byte under this line's length, it is refused.
+        with mock.patch.object(td, "MAX_AUDIT_LINE_BYTES", td.MAX_AUDIT_LINE_BYTES - 1):
+            self.assertBad("AUDIT_MALFORMED", 0, at_limit, closed=False)
+
+    def test_a_forged_entry_just_before_the_closing_entry_is_named_inserted(self):
+        # Chained to the last package entry and given the closing entry's index, without the key:
+        # the entry after it, the last line, holds that index too, so the forgery was inserted.
+        lines = self.sealed.split(b"\n")[:-1]
+        mallory = seal_keys(keys=(("k-a", bytes(32)),))  # the right key id, the wrong key
+        closing = json.loads(lines[-1])
+        forged = json.loads(lines[-2])
+        forged["index"], forged["previous_sha256"] = closing["index"], closing["previous_sha256"]
+        forged["entry_sha256"] = td.audit_entry_sha256(
+            {name: value for name, value in forged.items() if name not in ("entry_sha256", "seal")})
+        forged["seal"] = mallory.seal("audit-entry", forged["entry_sha256"])
+        data = b"\n".join(lines[:-1] + [td.canonical_json(forged), lines[-1]]) + b"\n"
+        self.assertBad("AUDIT_ENTRY_INSERTED", len(lines) - 1, data, seal_keys=self.KEYS)
+
 
 # ============================================================================================
 # 21. Fixture runner

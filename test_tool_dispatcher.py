@@ -8105,6 +8105,25 @@ class TestPackageVerification(unittest.TestCase):
         self.assertRefused("PACKAGE_MALFORMED", resealed(package, (("protected_audit", "principal", "roles"),
                                                                    [*roles, "zz-role"])))
 
+    def test_a_registry_fault_is_named_at_the_registry(self):
+        # No mapping at all, or a mapping whose tool is no ToolSpec: the host's fault, at "registry".
+        for registry in ([td.REGISTRY["get_order"]], None, {"get_order": "get_order"},
+                         {"get_order": dict(td.REGISTRY)}):
+            with self.subTest(registry=registry), self.assertRaises(BoundaryError) as caught:
+                td.verify_package(self.read_package, registry=registry)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("REGISTRY_INVALID", "registry"))
+
+    def test_a_package_refused_before_the_registry_that_claims_success_is_a_provenance_mismatch(self):
+        # The boundary's own answer, with no tool contract, only ever refuses: a successful
+        # result under it (the boundary as its source) names no tool that could have produced it.
+        unknown = make_dispatcher().dispatch({"name": "delete_everything", "arguments": {}}, context(), ALICE, now=NOW)
+        self.assertEqual(code_of(unknown), "UNKNOWN_TOOL")
+        claimed = copy.deepcopy(unknown)
+        claimed["model_result"] = {**copy.deepcopy(self.read_package["model_result"]),
+                                   "source": dict(unknown["model_result"]["source"])}
+        self.assertEqual(claimed["model_result"]["source"], {"tool": None, "producer": "tool-dispatcher"})
+        self.assertRefused("PROVENANCE_MISMATCH", claimed)
+
 
 # ============================================================================================
 # 18. Result sets

@@ -7661,6 +7661,193 @@ class TestTheDispatcher(unittest.TestCase):
             store.reconcile(key, td.advance(current, "receipt_confirmed"), {})
         self.assertEqual((caught.exception.code, store.find(key)), ("LIFECYCLE_VIOLATION", reconciled))
 
+    def test_an_approval_spent_between_its_check_and_the_claim_is_refused_under_the_claims_lock(self):
+        # This copy checks the approval (unused); before its claim, another copy of the same call
+        # runs whole: its tool fails and commits nothing, so the key is free again and the
+        # approval spent. The claim reads the approval again under its lock: APPROVAL_CONSUMED,
+        # and the tool never runs a second time on one approval.
+        class SpentMeanwhile(td.MemoryOperations):
+            rival = None  # the other copy, run once between this copy's approval check and its claim
+
+            def claim(self, call, record, approval_ref):
+                rival, self.rival = self.rival, None
+                if rival is not None:
+                    rival()
+                return super().claim(call, record, approval_ref)
+
+        host = NotesHost("not_committed")
+        store = SpentMeanwhile()
+        dispatcher = host.dispatcher(operations=store)
+        ctx = write_context()
+        approval = note_approval(ctx)
+        rivals = []
+        store.rival = lambda: rivals.append(note_write(dispatcher, ctx, approval=approval))
+        package = note_write(dispatcher, ctx, approval=approval)
+        self.assertEqual(code_of(rivals[0]), "TOOL_FAILED")
+        self.assertEqual(package["model_result"], error_result("APPROVAL_CONSUMED", tool="append_note"))
+        self.assertEqual(package["execution"], {"operation_state": "none", "handler_invoked": False, "effects": 0})
+        self.assertEqual(len(host.executed), 1)  # the other copy's run only
+        self.assertEqual(dispatcher.operation_state(NOTER, "append_note", "idem-1"), "none")
+        td.verify_package(package, context=ctx, principal=NOTER, registry=NOTES)
+
+    def test_a_store_claim_consumes_an_approval_once_whatever_key_claims_it(self):
+        store = td.MemoryOperations()
+        dispatcher = make_dispatcher(operations=store)
+        ctx, other = write_context(), write_context(key="idem-2")
+        call, record, reference = self.claim_arguments(dispatcher, ctx, approval_for(ctx))
+        self.assertIs(type(store.claim(call, record, reference)), td.Claim)
+        other_call, other_record, _ = self.claim_arguments(dispatcher, other, approval_for(other))
+        with self.assertRaises(BoundaryError) as caught:
+            store.claim(other_call, other_record, reference)  # the first key's approval
+        self.assertEqual(caught.exception.code, "APPROVAL_CONSUMED")
+        self.assertEqual((store.answer(other_call), store.approval_used(reference)), (None, True))
+        self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-2"), "none")
+
+    def test_a_claim_moves_the_key_from_the_record_the_store_holds(self):
+        # A released key is claimed from the released record the store keeps, whatever state the
+        # caller's copy of the record says (here: the claim that was released, then the write
+        # whose outcome was unknown): the store's own record is what the lifecycle moves.
+        store = td.MemoryOperations()
+        dispatcher = make_dispatcher(operations=store)
+        ctx = write_context()
+        approval = approval_for(ctx)
+        call, record, reference = self.claim_arguments(dispatcher, ctx, approval)
+        first = store.claim(call, record, reference)
+        store.release(first)  # a retryable refusal before the downstream: the approval unused again
+        again = store.claim(call, first.record, reference)
+        self.assertIs(type(again), td.Claim)
+        self.assertEqual((first.record.state, again.record.state), ("claimed", "claimed"))
+        # In progress, unknown, then found absent with authority: released, the approval spent.
+        started = store.start(again)
+        lost = td.advance(started.record, "outcome_lost")
+        store.settle(started, "outcome_lost", lost, {})
+        self.assertIs(store.confirm_absent(call.record_key, lost), True)
+        self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "none")
+        with self.assertRaises(BoundaryError) as caught:
+            store.claim(call, lost, reference)
+        self.assertEqual(caught.exception.code, "APPROVAL_CONSUMED")
+        fresh = store.claim(call, lost, td.approval_ref(approval_for(ctx, expires_at=EXPIRES + 1)))
+        self.assertEqual((type(fresh), fresh.record.state), (td.Claim, "claimed"))
+
+    def test_a_status_query_of_a_settled_write_asks_no_status_hook(self):
+        # A settled record answers from itself: the hook (here one that would answer "conflict")
+        # is never asked. Only an unknown write asks it.
+        settled = NotesHost(status=lambda query: td.StatusAnswer("conflict"))
+        dispatcher = settled.dispatcher()
+        note_write(dispatcher)
+        package = note_query(dispatcher)
+        self.assertEqual((package["model_result"]["status"], package["model_result"]["delivery"], settled.queried),
+                         ("ok", "local_replay", []))
+        lost = NotesHost("lost", status=lambda query: td.StatusAnswer("absent"))
+        dispatcher = lost.dispatcher()
+        note_write(dispatcher)
+        self.assertEqual((code_of(note_query(dispatcher)), len(lost.queried)), ("OPERATION_NOT_EXECUTED", 1))
+
+    def test_the_store_is_handed_the_very_package_each_write_answers_and_the_record_found_absent(self):
+        # A durable store keeps the first answer's package beside its record (settle), and moves
+        # the record a status query found absent (confirm_absent): each is the dispatcher's own.
+        class Recording(td.MemoryOperations):
+            def __init__(self):
+                super().__init__()
+                self.settled, self.absent = [], []
+
+            def settle(self, claim, event, record, package):
+                self.settled.append((event, package))
+                super().settle(claim, event, record, package)
+
+            def confirm_absent(self, key, record):
+                self.absent.append((key, record))
+                return super().confirm_absent(key, record)
+
+        key = ("tenant-a", "alice", "append_note", "idem-1")
+        for effect, event in (("committed", "committed"), ("not_committed", "failed"), ("lost", "outcome_lost")):
+            with self.subTest(effect=effect):
+                store = Recording()
+                dispatcher = NotesHost(effect, status=lambda query: td.StatusAnswer("absent")).dispatcher(
+                    operations=store)
+                package = note_write(dispatcher)
+                self.assertEqual([found for found, _ in store.settled], [event])
+                self.assertIs(store.settled[0][1], package)
+        unknown = store.find(key)  # the lost answer's record
+        self.assertEqual(unknown.state, "unknown")
+        self.assertEqual(code_of(note_query(dispatcher)), "OPERATION_NOT_EXECUTED")
+        self.assertEqual(store.absent, [(key, unknown)])
+
+    def test_a_read_hands_its_hooks_the_resource_and_the_deadline_and_its_failure_keeps_the_revision(self):
+        seen = []
+
+        def precondition(resource, arguments):
+            seen.append(("precondition", resource, arguments))
+            return None
+
+        def lines(call):
+            seen.append(("execute", call.resource, call.deadline))
+            return td.Execution(None, "not_committed") if call.arguments.get("limit") == 1 else order_lines(call)
+
+        hooks = {**IMPORTED_HOOKS, "order_lines": td.ToolHooks(execute=lines, resolve=resolve_order,
+                                                               precondition=precondition)}
+        dispatcher = Dispatcher(approvers=APPROVERS, registry=imported_contracts(), hooks=hooks)
+        resource = WORLD_RESOURCES[("tenant-a", "ORDER-7")]
+        package = dispatcher.dispatch({"name": "order_lines", "arguments": {"order_ref": "ORDER-7"}}, context(), ALICE,
+                                      now=NOW, deadline=NOW + 30)
+        self.assertEqual(package["model_result"]["status"], "ok")
+        self.assertEqual(seen, [("precondition", resource, {"order_ref": "ORDER-7"}),
+                                ("execute", resource, NOW + 30)])
+        failed = dispatcher.dispatch({"name": "order_lines", "arguments": {"order_ref": "ORDER-7", "limit": 1}},
+                                     context(call="call_2"), ALICE, now=NOW)
+        self.assertEqual((code_of(failed), failed["protected_audit"]["resource_revision"]),
+                         ("TOOL_FAILED", resource.revision))
+        td.verify_package(failed, registry=imported_contracts())
+
+    def test_a_failed_write_keeps_its_resource_revision_and_a_write_of_no_resource_has_none(self):
+        failed = note_write(NotesHost("not_committed").dispatcher())
+        self.assertEqual((code_of(failed), failed["protected_audit"]["resource_revision"]), ("TOOL_FAILED", 4))
+        document = notes_document()
+        document["tools"][0]["resource_field"] = None  # a write that names no resource
+        registry = td.parse_contracts(encode(document))
+        host = NotesHost()
+        dispatcher = Dispatcher(approvers=APPROVERS, registry=registry,
+                                hooks={**host.hooks(), "append_note": td.ToolHooks(execute=host.append)})
+        ctx = write_context()
+        approval = td.approval_for_call(approver="approver-lee", principal=NOTER, context=ctx,
+                                        spec=registry["append_note"], arguments=note_proposal()["arguments"],
+                                        expires_at=EXPIRES)
+        package = note_write(dispatcher, ctx, approval=approval)
+        self.assertEqual((package["model_result"]["status"], package["execution"]["effects"],
+                          package["protected_audit"]["resource_revision"], host.executed[0].resource),
+                         ("ok", 1, None, None))
+        td.verify_package(package, context=ctx, principal=NOTER, registry=registry)
+
+    def test_a_tool_name_that_is_no_identifier_is_still_a_registry_name(self):
+        # MCP's alphabet lets a name begin with "_", "." or "-", which no identifier does: the
+        # registry takes such a name as it is (only the contract's revisions are identifiers).
+        for name in ("_list_notes", ".list_notes", "-list_notes"):
+            with self.subTest(name=name):
+                document = notes_document()
+                document["tools"][1]["name"] = name
+                registry = td.parse_contracts(encode(document))
+                self.assertIs(td.is_identifier(name), False)
+                host = NotesHost()
+                dispatcher = Dispatcher(registry=registry, hooks={"append_note": host.hooks()["append_note"],
+                                                                 name: td.ToolHooks(execute=host.list_notes)})
+                package = dispatcher.dispatch({"name": name, "arguments": {}}, context(), NOTER, now=NOW)
+                self.assertEqual((package["model_result"]["status"], package["model_result"]["source"]["tool"]),
+                                 ("ok", name))
+
+    def test_a_claims_downstream_refuses_another_requests_references_with_its_code(self):
+        # Raised inside the handler, the refusal is contained as HANDLER_FAILED; here, its own code.
+        downstream = td.MockDownstream()
+        own = td.CountingDownstream(downstream, "rq-own", "st-own")
+        request = {"order_ref": "ORDER-7", "reason": "other", "effect_revision": "e", "producer_revision": "p"}
+        for refs in ({"request_ref": "rq-other", "status_ref": "st-own"}, {"request_ref": "rq-own", "status_ref": "st-x"},
+                     {"request_ref": "rq-own"}, {"request_ref": "rq-own", "status_ref": Agreeable("st-own")}):
+            with self.subTest(refs=refs), self.assertRaises(BoundaryError) as caught:
+                own.commit_refund_draft(**refs, **request)
+            self.assertEqual(caught.exception.code, "OUTPUT_BINDING_MISMATCH")
+        self.assertEqual((own.created, downstream.effect_count), (0, 0))
+        own.commit_refund_draft(request_ref="rq-own", status_ref="st-own", **request)
+        self.assertEqual((own.created, downstream.effect_count), (1, 1))
+
 
 # ============================================================================================
 # 17. Package verification

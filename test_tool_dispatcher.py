@@ -5508,6 +5508,63 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
                     self.assertOutputRefused("OUTPUT_BINDING_MISMATCH", result, spec=spec,
                                              arguments={"order_ref": argument})
 
+    def test_output_is_encoded_only_when_its_scanned_bound_exceeds_the_limit(self):
+        # The scan's upper bound proves an output within any limit it does not exceed, without
+        # encoding it; past that bound the output is encoded once, and its exact length decides.
+        spec = td.REGISTRY["get_order"]
+        output = {"order_ref": "ORDER-7", "status": "paid"}
+        bound, length = td.scan_output(output), len(td.canonical_json(output))
+        self.assertLess(length, bound)
+        for max_bytes, encodings, admitted in ((bound, 0, True), (bound - 1, 1, True), (length, 1, True),
+                                               (length - 1, 1, False)):
+            with self.subTest(max_bytes=max_bytes), mock.patch.object(td, "canonical_json",
+                                                                      wraps=td.canonical_json) as encoder:
+                def check():
+                    return td.check_output(spec, td.Execution(dict(output), "none"), {"order_ref": "ORDER-7"}, 3,
+                                           max_bytes=max_bytes)
+
+                if admitted:
+                    self.assertEqual(check(), output)
+                else:
+                    with self.assertRaises(BoundaryError) as caught:
+                        check()
+                    self.assertEqual(caught.exception.code, "OUTPUT_TOO_LARGE")
+                self.assertEqual(encoder.call_count, encodings)
+
+    def test_admitted_output_shares_no_container_with_the_hooks_output(self):
+        # What the package carries is the boundary's own copy: a hook that keeps its output and
+        # changes it later changes nothing admitted. A flat output needs only a shallow copy.
+        nested = {"order_ref": "ORDER-7", "lines": [7, 8, 9]}
+        flat = {"order_ref": "ORDER-7", "status": "paid"}
+        for spec, output, deep in ((imported_contracts()["order_lines"], nested, True),
+                                   (td.REGISTRY["get_order"], flat, False)):
+            with self.subTest(tool=spec.name), mock.patch.object(td, "json_copy", wraps=td.json_copy) as copier:
+                data = td.check_output(spec, td.Execution(output, "none"), {"order_ref": "ORDER-7"}, 3)
+                self.assertEqual(data, output)
+                self.assertIsNot(data, output)
+                self.assertIs(copier.called, deep)
+                if deep:
+                    self.assertIsNot(data["lines"], output["lines"])
+                    output["lines"].append(10)
+                    self.assertEqual(data["lines"], [7, 8, 9])
+
+    def test_approved_text_arguments_never_match_a_str_subclass_of_the_same_text(self):
+        # JSON equality of text mappings (an approval's arguments against the call's): a host's
+        # str subclass is no JSON string, whatever it claims to equal, so nothing binds it.
+        class Text(str):
+            pass
+
+        ctx = write_context()
+        approval = approval_for(ctx)
+        checks = dict(principal=ALICE, context=ctx, spec=td.REGISTRY["create_refund_draft"], approvers=APPROVERS,
+                      now=NOW)
+        self.assertEqual(td.check_approval(approval, arguments=refund_proposal()["arguments"], **checks),
+                         td.approval_ref(approval))
+        for kind in (Text, Agreeable):
+            with self.subTest(kind=kind.__name__), self.assertRaises(BoundaryError) as caught:
+                td.check_approval(approval, arguments={"order_ref": kind("ORDER-7"), "reason": "duplicate"}, **checks)
+            self.assertEqual(caught.exception.code, "APPROVAL_MISMATCH")
+
 
 # ============================================================================================
 # 14. Projections

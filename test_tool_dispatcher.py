@@ -4647,6 +4647,73 @@ class TestOperationLifecycleApprovalBusinessStateDeadline(unittest.TestCase):
         done = td.advance(moved, "receipt_confirmed", data={"x": "y"})
         self.assertEqual((done.state, done.data), ("reconciled", {"x": "y"}))
 
+    def approval_refusal(self, approval, **changes) -> str:
+        """The code check_approval refuses a refund approval with, for write_context() and alice."""
+        options = dict(principal=ALICE, context=write_context(), spec=td.REGISTRY["create_refund_draft"],
+                       arguments=refund_proposal()["arguments"], approvers=APPROVERS, now=NOW)
+        with self.assertRaises(BoundaryError) as caught:
+            td.check_approval(approval, **{**options, **changes})
+        return caught.exception.code
+
+    def test_an_expiry_at_min_time_is_inside_the_clocks_domain_and_one_second_before_is_not(self):
+        # Both are expired at any instant; what tells them apart is which check refuses first. An
+        # expiry at MIN_TIME is a time: the approval is read further (its use, its binding) before
+        # its expiry refuses it. One second earlier it is no time at all, refused before anything.
+        self.assertEqual(td.MIN_TIME, 0)
+        at_min = approval_for(write_context(), expires_at=td.MIN_TIME)
+        self.assertEqual(self.approval_refusal(at_min), "APPROVAL_EXPIRED")
+        self.assertEqual(self.approval_refusal(at_min, consumed=lambda reference: True), "APPROVAL_CONSUMED")
+        self.assertEqual(self.approval_refusal(dataclasses.replace(at_min, call_id="call_other")),
+                         "APPROVAL_MISMATCH")
+        before = approval_for(write_context(), expires_at=td.MIN_TIME - 1)
+        self.assertEqual(self.approval_refusal(before, consumed=lambda reference: True), "APPROVAL_EXPIRED")
+        self.assertEqual(self.approval_refusal(dataclasses.replace(before, call_id="call_other")),
+                         "APPROVAL_EXPIRED")
+
+    def test_approved_arguments_as_deep_as_the_output_limit_bind_and_one_level_deeper_do_not(self):
+        # The arguments object is level 0; an approval's arguments may nest, in objects or in
+        # arrays, down to MAX_OUTPUT_DEPTH, like a tool output: one level deeper binds nothing.
+        def nested(kind, depth):
+            value = {} if kind == "object" else []
+            for _ in range(depth - 1):
+                value = {"next": value} if kind == "object" else [value]
+            return {"order_ref": value}  # the innermost container at level `depth`
+
+        spec = td.REGISTRY["create_refund_draft"]
+        for kind in ("object", "array"):
+            for depth, binds in ((td.MAX_OUTPUT_DEPTH, True), (td.MAX_OUTPUT_DEPTH + 1, False)):
+                with self.subTest(kind=kind, depth=depth):
+                    arguments = nested(kind, depth)
+                    approval = approval_for(write_context(), arguments=arguments)
+                    if binds:
+                        built = td.approval_for_call(approver="approver-lee", principal=ALICE,
+                                                     context=write_context(), spec=spec, arguments=arguments,
+                                                     expires_at=EXPIRES)
+                        self.assertEqual(built.arguments, arguments)
+                        self.assertEqual(td.check_approval(approval, principal=ALICE, context=write_context(),
+                                                           spec=spec, arguments=arguments, approvers=APPROVERS,
+                                                           now=NOW), td.approval_ref(approval))
+                    else:
+                        with self.assertRaises(BoundaryError) as caught:
+                            td.approval_for_call(approver="approver-lee", principal=ALICE, context=write_context(),
+                                                 spec=spec, arguments=arguments, expires_at=EXPIRES)
+                        self.assertEqual(caught.exception.code, "APPROVAL_MISMATCH")
+                        self.assertEqual(self.approval_refusal(approval, arguments=arguments), "APPROVAL_MISMATCH")
+
+    def test_approval_ref_is_pinned_to_a_known_answer(self):
+        # Every field, under its own name, beside the domain: recomputed here without the module,
+        # and pinned, so a renamed member or domain is a new digest that this test names.
+        approval = Approval(approver="approver-lee", tenant="tenant-a", subject="alice", provider="OpenAI",
+                            api_family="Responses", adapter_revision="openai-responses-v1", response_id="resp_1",
+                            call_id="call_1", operation_id="op-1", idempotency_key="idem-1",
+                            arguments={"order_ref": "ORDER-7", "reason": "duplicate"},
+                            contract_revision="create_refund_draft.contract.v2", expires_at=1_800_000_000)
+        fields = {name: getattr(approval, name) for name in Approval.__slots__}
+        self.assertEqual(len(fields), 13)
+        self.assertEqual(td.approval_ref(approval), independent_sha256(
+            {"domain": "tool-dispatcher/approval-ref/v2", "approval": fields}))
+        self.assertEqual(td.approval_ref(approval), "d5f7467aea1f12565e8474d5739592a114a7433cfd71a1e81d12b84e413f248e")
+
 
 # ============================================================================================
 # 12. The demo host: orders, refunds and their hooks; injected faults

@@ -1757,6 +1757,26 @@ class TestProposalAndContextBinding(unittest.TestCase):
         self.assertHostError("PRINCIPAL_INVALID", lambda: td.check_principal(over))
         self.assertHostError("PRINCIPAL_INVALID", lambda: read(make_dispatcher(), principal=over))
 
+    FRESH_SUBJECTS = itertools.count()  # subjects no other test has viewed, so never cached yet
+
+    def test_a_plain_principals_subject_reference_is_computed_once_and_any_other_every_time(self):
+        # Counted, not timed: the second view of a plain principal runs fewer of the module's
+        # lines (its reference is remembered); a principal of str subclasses, never cached,
+        # costs the same each time. The views are the same either way.
+        class Text(str):
+            pass
+
+        subject = f"cache-probe-{next(self.FRESH_SUBJECTS)}"
+        costs = {}
+        for name, principal in (("plain", Principal("tenant-a", subject, ())),
+                                ("subclass", Principal(Text("tenant-a"), Text(subject), ()))):
+            views = []
+            costs[name] = [module_lines_run(lambda: views.append(td.principal_view(principal))) for _ in range(2)]
+            self.assertEqual(views[0], views[1])
+        self.assertEqual(costs["subclass"][0], costs["subclass"][1])
+        self.assertLess(costs["plain"][1], costs["plain"][0])
+        self.assertLess(costs["plain"][1], costs["subclass"][1])
+
 
 # ============================================================================================
 # 8. The contract language

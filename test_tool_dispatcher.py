@@ -1757,6 +1757,26 @@ class TestProposalAndContextBinding(unittest.TestCase):
         self.assertHostError("PRINCIPAL_INVALID", lambda: td.check_principal(over))
         self.assertHostError("PRINCIPAL_INVALID", lambda: read(make_dispatcher(), principal=over))
 
+    FRESH_SUBJECTS = itertools.count()  # subjects no other test has viewed, so never cached yet
+
+    def test_a_plain_principals_subject_reference_is_computed_once_and_any_other_every_time(self):
+        # Counted, not timed: the second view of a plain principal runs fewer of the module's
+        # lines (its reference is remembered); a principal of str subclasses, never cached,
+        # costs the same each time. The views are the same either way.
+        class Text(str):
+            pass
+
+        subject = f"cache-probe-{next(self.FRESH_SUBJECTS)}"
+        costs = {}
+        for name, principal in (("plain", Principal("tenant-a", subject, ())),
+                                ("subclass", Principal(Text("tenant-a"), Text(subject), ()))):
+            views = []
+            costs[name] = [module_lines_run(lambda: views.append(td.principal_view(principal))) for _ in range(2)]
+            self.assertEqual(views[0], views[1])
+        self.assertEqual(costs["subclass"][0], costs["subclass"][1])
+        self.assertLess(costs["plain"][1], costs["plain"][0])
+        self.assertLess(costs["plain"][1], costs["subclass"][1])
+
 
 # ============================================================================================
 # 8. The contract language
@@ -4660,6 +4680,73 @@ class TestOperationLifecycleApprovalBusinessStateDeadline(unittest.TestCase):
         done = td.advance(moved, "receipt_confirmed", data={"x": "y"})
         self.assertEqual((done.state, done.data), ("reconciled", {"x": "y"}))
 
+    def approval_refusal(self, approval, **changes) -> str:
+        """The code check_approval refuses a refund approval with, for write_context() and alice."""
+        options = dict(principal=ALICE, context=write_context(), spec=td.REGISTRY["create_refund_draft"],
+                       arguments=refund_proposal()["arguments"], approvers=APPROVERS, now=NOW)
+        with self.assertRaises(BoundaryError) as caught:
+            td.check_approval(approval, **{**options, **changes})
+        return caught.exception.code
+
+    def test_an_expiry_at_min_time_is_inside_the_clocks_domain_and_one_second_before_is_not(self):
+        # Both are expired at any instant; what tells them apart is which check refuses first. An
+        # expiry at MIN_TIME is a time: the approval is read further (its use, its binding) before
+        # its expiry refuses it. One second earlier it is no time at all, refused before anything.
+        self.assertEqual(td.MIN_TIME, 0)
+        at_min = approval_for(write_context(), expires_at=td.MIN_TIME)
+        self.assertEqual(self.approval_refusal(at_min), "APPROVAL_EXPIRED")
+        self.assertEqual(self.approval_refusal(at_min, consumed=lambda reference: True), "APPROVAL_CONSUMED")
+        self.assertEqual(self.approval_refusal(dataclasses.replace(at_min, call_id="call_other")),
+                         "APPROVAL_MISMATCH")
+        before = approval_for(write_context(), expires_at=td.MIN_TIME - 1)
+        self.assertEqual(self.approval_refusal(before, consumed=lambda reference: True), "APPROVAL_EXPIRED")
+        self.assertEqual(self.approval_refusal(dataclasses.replace(before, call_id="call_other")),
+                         "APPROVAL_EXPIRED")
+
+    def test_approved_arguments_as_deep_as_the_output_limit_bind_and_one_level_deeper_do_not(self):
+        # The arguments object is level 0; an approval's arguments may nest, in objects or in
+        # arrays, down to MAX_OUTPUT_DEPTH, like a tool output: one level deeper binds nothing.
+        def nested(kind, depth):
+            value = {} if kind == "object" else []
+            for _ in range(depth - 1):
+                value = {"next": value} if kind == "object" else [value]
+            return {"order_ref": value}  # the innermost container at level `depth`
+
+        spec = td.REGISTRY["create_refund_draft"]
+        for kind in ("object", "array"):
+            for depth, binds in ((td.MAX_OUTPUT_DEPTH, True), (td.MAX_OUTPUT_DEPTH + 1, False)):
+                with self.subTest(kind=kind, depth=depth):
+                    arguments = nested(kind, depth)
+                    approval = approval_for(write_context(), arguments=arguments)
+                    if binds:
+                        built = td.approval_for_call(approver="approver-lee", principal=ALICE,
+                                                     context=write_context(), spec=spec, arguments=arguments,
+                                                     expires_at=EXPIRES)
+                        self.assertEqual(built.arguments, arguments)
+                        self.assertEqual(td.check_approval(approval, principal=ALICE, context=write_context(),
+                                                           spec=spec, arguments=arguments, approvers=APPROVERS,
+                                                           now=NOW), td.approval_ref(approval))
+                    else:
+                        with self.assertRaises(BoundaryError) as caught:
+                            td.approval_for_call(approver="approver-lee", principal=ALICE, context=write_context(),
+                                                 spec=spec, arguments=arguments, expires_at=EXPIRES)
+                        self.assertEqual(caught.exception.code, "APPROVAL_MISMATCH")
+                        self.assertEqual(self.approval_refusal(approval, arguments=arguments), "APPROVAL_MISMATCH")
+
+    def test_approval_ref_is_pinned_to_a_known_answer(self):
+        # Every field, under its own name, beside the domain: recomputed here without the module,
+        # and pinned, so a renamed member or domain is a new digest that this test names.
+        approval = Approval(approver="approver-lee", tenant="tenant-a", subject="alice", provider="OpenAI",
+                            api_family="Responses", adapter_revision="openai-responses-v1", response_id="resp_1",
+                            call_id="call_1", operation_id="op-1", idempotency_key="idem-1",
+                            arguments={"order_ref": "ORDER-7", "reason": "duplicate"},
+                            contract_revision="create_refund_draft.contract.v2", expires_at=1_800_000_000)
+        fields = {name: getattr(approval, name) for name in Approval.__slots__}
+        self.assertEqual(len(fields), 13)
+        self.assertEqual(td.approval_ref(approval), independent_sha256(
+            {"domain": "tool-dispatcher/approval-ref/v2", "approval": fields}))
+        self.assertEqual(td.approval_ref(approval), "d5f7467aea1f12565e8474d5739592a114a7433cfd71a1e81d12b84e413f248e")
+
 
 # ============================================================================================
 # 12. The demo host: orders, refunds and their hooks; injected faults
@@ -5520,6 +5607,63 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
                 else:
                     self.assertOutputRefused("OUTPUT_BINDING_MISMATCH", result, spec=spec,
                                              arguments={"order_ref": argument})
+
+    def test_output_is_encoded_only_when_its_scanned_bound_exceeds_the_limit(self):
+        # The scan's upper bound proves an output within any limit it does not exceed, without
+        # encoding it; past that bound the output is encoded once, and its exact length decides.
+        spec = td.REGISTRY["get_order"]
+        output = {"order_ref": "ORDER-7", "status": "paid"}
+        bound, length = td.scan_output(output), len(td.canonical_json(output))
+        self.assertLess(length, bound)
+        for max_bytes, encodings, admitted in ((bound, 0, True), (bound - 1, 1, True), (length, 1, True),
+                                               (length - 1, 1, False)):
+            with self.subTest(max_bytes=max_bytes), mock.patch.object(td, "canonical_json",
+                                                                      wraps=td.canonical_json) as encoder:
+                def check():
+                    return td.check_output(spec, td.Execution(dict(output), "none"), {"order_ref": "ORDER-7"}, 3,
+                                           max_bytes=max_bytes)
+
+                if admitted:
+                    self.assertEqual(check(), output)
+                else:
+                    with self.assertRaises(BoundaryError) as caught:
+                        check()
+                    self.assertEqual(caught.exception.code, "OUTPUT_TOO_LARGE")
+                self.assertEqual(encoder.call_count, encodings)
+
+    def test_admitted_output_shares_no_container_with_the_hooks_output(self):
+        # What the package carries is the boundary's own copy: a hook that keeps its output and
+        # changes it later changes nothing admitted. A flat output needs only a shallow copy.
+        nested = {"order_ref": "ORDER-7", "lines": [7, 8, 9]}
+        flat = {"order_ref": "ORDER-7", "status": "paid"}
+        for spec, output, deep in ((imported_contracts()["order_lines"], nested, True),
+                                   (td.REGISTRY["get_order"], flat, False)):
+            with self.subTest(tool=spec.name), mock.patch.object(td, "json_copy", wraps=td.json_copy) as copier:
+                data = td.check_output(spec, td.Execution(output, "none"), {"order_ref": "ORDER-7"}, 3)
+                self.assertEqual(data, output)
+                self.assertIsNot(data, output)
+                self.assertIs(copier.called, deep)
+                if deep:
+                    self.assertIsNot(data["lines"], output["lines"])
+                    output["lines"].append(10)
+                    self.assertEqual(data["lines"], [7, 8, 9])
+
+    def test_approved_text_arguments_never_match_a_str_subclass_of_the_same_text(self):
+        # JSON equality of text mappings (an approval's arguments against the call's): a host's
+        # str subclass is no JSON string, whatever it claims to equal, so nothing binds it.
+        class Text(str):
+            pass
+
+        ctx = write_context()
+        approval = approval_for(ctx)
+        checks = dict(principal=ALICE, context=ctx, spec=td.REGISTRY["create_refund_draft"], approvers=APPROVERS,
+                      now=NOW)
+        self.assertEqual(td.check_approval(approval, arguments=refund_proposal()["arguments"], **checks),
+                         td.approval_ref(approval))
+        for kind in (Text, Agreeable):
+            with self.subTest(kind=kind.__name__), self.assertRaises(BoundaryError) as caught:
+                td.check_approval(approval, arguments={"order_ref": kind("ORDER-7"), "reason": "duplicate"}, **checks)
+            self.assertEqual(caught.exception.code, "APPROVAL_MISMATCH")
 
 
 # ============================================================================================
@@ -7674,6 +7818,193 @@ class TestTheDispatcher(unittest.TestCase):
             store.reconcile(key, td.advance(current, "receipt_confirmed"), {})
         self.assertEqual((caught.exception.code, store.find(key)), ("LIFECYCLE_VIOLATION", reconciled))
 
+    def test_an_approval_spent_between_its_check_and_the_claim_is_refused_under_the_claims_lock(self):
+        # This copy checks the approval (unused); before its claim, another copy of the same call
+        # runs whole: its tool fails and commits nothing, so the key is free again and the
+        # approval spent. The claim reads the approval again under its lock: APPROVAL_CONSUMED,
+        # and the tool never runs a second time on one approval.
+        class SpentMeanwhile(td.MemoryOperations):
+            rival = None  # the other copy, run once between this copy's approval check and its claim
+
+            def claim(self, call, record, approval_ref):
+                rival, self.rival = self.rival, None
+                if rival is not None:
+                    rival()
+                return super().claim(call, record, approval_ref)
+
+        host = NotesHost("not_committed")
+        store = SpentMeanwhile()
+        dispatcher = host.dispatcher(operations=store)
+        ctx = write_context()
+        approval = note_approval(ctx)
+        rivals = []
+        store.rival = lambda: rivals.append(note_write(dispatcher, ctx, approval=approval))
+        package = note_write(dispatcher, ctx, approval=approval)
+        self.assertEqual(code_of(rivals[0]), "TOOL_FAILED")
+        self.assertEqual(package["model_result"], error_result("APPROVAL_CONSUMED", tool="append_note"))
+        self.assertEqual(package["execution"], {"operation_state": "none", "handler_invoked": False, "effects": 0})
+        self.assertEqual(len(host.executed), 1)  # the other copy's run only
+        self.assertEqual(dispatcher.operation_state(NOTER, "append_note", "idem-1"), "none")
+        td.verify_package(package, context=ctx, principal=NOTER, registry=NOTES)
+
+    def test_a_store_claim_consumes_an_approval_once_whatever_key_claims_it(self):
+        store = td.MemoryOperations()
+        dispatcher = make_dispatcher(operations=store)
+        ctx, other = write_context(), write_context(key="idem-2")
+        call, record, reference = self.claim_arguments(dispatcher, ctx, approval_for(ctx))
+        self.assertIs(type(store.claim(call, record, reference)), td.Claim)
+        other_call, other_record, _ = self.claim_arguments(dispatcher, other, approval_for(other))
+        with self.assertRaises(BoundaryError) as caught:
+            store.claim(other_call, other_record, reference)  # the first key's approval
+        self.assertEqual(caught.exception.code, "APPROVAL_CONSUMED")
+        self.assertEqual((store.answer(other_call), store.approval_used(reference)), (None, True))
+        self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-2"), "none")
+
+    def test_a_claim_moves_the_key_from_the_record_the_store_holds(self):
+        # A released key is claimed from the released record the store keeps, whatever state the
+        # caller's copy of the record says (here: the claim that was released, then the write
+        # whose outcome was unknown): the store's own record is what the lifecycle moves.
+        store = td.MemoryOperations()
+        dispatcher = make_dispatcher(operations=store)
+        ctx = write_context()
+        approval = approval_for(ctx)
+        call, record, reference = self.claim_arguments(dispatcher, ctx, approval)
+        first = store.claim(call, record, reference)
+        store.release(first)  # a retryable refusal before the downstream: the approval unused again
+        again = store.claim(call, first.record, reference)
+        self.assertIs(type(again), td.Claim)
+        self.assertEqual((first.record.state, again.record.state), ("claimed", "claimed"))
+        # In progress, unknown, then found absent with authority: released, the approval spent.
+        started = store.start(again)
+        lost = td.advance(started.record, "outcome_lost")
+        store.settle(started, "outcome_lost", lost, {})
+        self.assertIs(store.confirm_absent(call.record_key, lost), True)
+        self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "none")
+        with self.assertRaises(BoundaryError) as caught:
+            store.claim(call, lost, reference)
+        self.assertEqual(caught.exception.code, "APPROVAL_CONSUMED")
+        fresh = store.claim(call, lost, td.approval_ref(approval_for(ctx, expires_at=EXPIRES + 1)))
+        self.assertEqual((type(fresh), fresh.record.state), (td.Claim, "claimed"))
+
+    def test_a_status_query_of_a_settled_write_asks_no_status_hook(self):
+        # A settled record answers from itself: the hook (here one that would answer "conflict")
+        # is never asked. Only an unknown write asks it.
+        settled = NotesHost(status=lambda query: td.StatusAnswer("conflict"))
+        dispatcher = settled.dispatcher()
+        note_write(dispatcher)
+        package = note_query(dispatcher)
+        self.assertEqual((package["model_result"]["status"], package["model_result"]["delivery"], settled.queried),
+                         ("ok", "local_replay", []))
+        lost = NotesHost("lost", status=lambda query: td.StatusAnswer("absent"))
+        dispatcher = lost.dispatcher()
+        note_write(dispatcher)
+        self.assertEqual((code_of(note_query(dispatcher)), len(lost.queried)), ("OPERATION_NOT_EXECUTED", 1))
+
+    def test_the_store_is_handed_the_very_package_each_write_answers_and_the_record_found_absent(self):
+        # A durable store keeps the first answer's package beside its record (settle), and moves
+        # the record a status query found absent (confirm_absent): each is the dispatcher's own.
+        class Recording(td.MemoryOperations):
+            def __init__(self):
+                super().__init__()
+                self.settled, self.absent = [], []
+
+            def settle(self, claim, event, record, package):
+                self.settled.append((event, package))
+                super().settle(claim, event, record, package)
+
+            def confirm_absent(self, key, record):
+                self.absent.append((key, record))
+                return super().confirm_absent(key, record)
+
+        key = ("tenant-a", "alice", "append_note", "idem-1")
+        for effect, event in (("committed", "committed"), ("not_committed", "failed"), ("lost", "outcome_lost")):
+            with self.subTest(effect=effect):
+                store = Recording()
+                dispatcher = NotesHost(effect, status=lambda query: td.StatusAnswer("absent")).dispatcher(
+                    operations=store)
+                package = note_write(dispatcher)
+                self.assertEqual([found for found, _ in store.settled], [event])
+                self.assertIs(store.settled[0][1], package)
+        unknown = store.find(key)  # the lost answer's record
+        self.assertEqual(unknown.state, "unknown")
+        self.assertEqual(code_of(note_query(dispatcher)), "OPERATION_NOT_EXECUTED")
+        self.assertEqual(store.absent, [(key, unknown)])
+
+    def test_a_read_hands_its_hooks_the_resource_and_the_deadline_and_its_failure_keeps_the_revision(self):
+        seen = []
+
+        def precondition(resource, arguments):
+            seen.append(("precondition", resource, arguments))
+            return None
+
+        def lines(call):
+            seen.append(("execute", call.resource, call.deadline))
+            return td.Execution(None, "not_committed") if call.arguments.get("limit") == 1 else order_lines(call)
+
+        hooks = {**IMPORTED_HOOKS, "order_lines": td.ToolHooks(execute=lines, resolve=resolve_order,
+                                                               precondition=precondition)}
+        dispatcher = Dispatcher(approvers=APPROVERS, registry=imported_contracts(), hooks=hooks)
+        resource = WORLD_RESOURCES[("tenant-a", "ORDER-7")]
+        package = dispatcher.dispatch({"name": "order_lines", "arguments": {"order_ref": "ORDER-7"}}, context(), ALICE,
+                                      now=NOW, deadline=NOW + 30)
+        self.assertEqual(package["model_result"]["status"], "ok")
+        self.assertEqual(seen, [("precondition", resource, {"order_ref": "ORDER-7"}),
+                                ("execute", resource, NOW + 30)])
+        failed = dispatcher.dispatch({"name": "order_lines", "arguments": {"order_ref": "ORDER-7", "limit": 1}},
+                                     context(call="call_2"), ALICE, now=NOW)
+        self.assertEqual((code_of(failed), failed["protected_audit"]["resource_revision"]),
+                         ("TOOL_FAILED", resource.revision))
+        td.verify_package(failed, registry=imported_contracts())
+
+    def test_a_failed_write_keeps_its_resource_revision_and_a_write_of_no_resource_has_none(self):
+        failed = note_write(NotesHost("not_committed").dispatcher())
+        self.assertEqual((code_of(failed), failed["protected_audit"]["resource_revision"]), ("TOOL_FAILED", 4))
+        document = notes_document()
+        document["tools"][0]["resource_field"] = None  # a write that names no resource
+        registry = td.parse_contracts(encode(document))
+        host = NotesHost()
+        dispatcher = Dispatcher(approvers=APPROVERS, registry=registry,
+                                hooks={**host.hooks(), "append_note": td.ToolHooks(execute=host.append)})
+        ctx = write_context()
+        approval = td.approval_for_call(approver="approver-lee", principal=NOTER, context=ctx,
+                                        spec=registry["append_note"], arguments=note_proposal()["arguments"],
+                                        expires_at=EXPIRES)
+        package = note_write(dispatcher, ctx, approval=approval)
+        self.assertEqual((package["model_result"]["status"], package["execution"]["effects"],
+                          package["protected_audit"]["resource_revision"], host.executed[0].resource),
+                         ("ok", 1, None, None))
+        td.verify_package(package, context=ctx, principal=NOTER, registry=registry)
+
+    def test_a_tool_name_that_is_no_identifier_is_still_a_registry_name(self):
+        # MCP's alphabet lets a name begin with "_", "." or "-", which no identifier does: the
+        # registry takes such a name as it is (only the contract's revisions are identifiers).
+        for name in ("_list_notes", ".list_notes", "-list_notes"):
+            with self.subTest(name=name):
+                document = notes_document()
+                document["tools"][1]["name"] = name
+                registry = td.parse_contracts(encode(document))
+                self.assertIs(td.is_identifier(name), False)
+                host = NotesHost()
+                dispatcher = Dispatcher(registry=registry, hooks={"append_note": host.hooks()["append_note"],
+                                                                 name: td.ToolHooks(execute=host.list_notes)})
+                package = dispatcher.dispatch({"name": name, "arguments": {}}, context(), NOTER, now=NOW)
+                self.assertEqual((package["model_result"]["status"], package["model_result"]["source"]["tool"]),
+                                 ("ok", name))
+
+    def test_a_claims_downstream_refuses_another_requests_references_with_its_code(self):
+        # Raised inside the handler, the refusal is contained as HANDLER_FAILED; here, its own code.
+        downstream = td.MockDownstream()
+        own = td.CountingDownstream(downstream, "rq-own", "st-own")
+        request = {"order_ref": "ORDER-7", "reason": "other", "effect_revision": "e", "producer_revision": "p"}
+        for refs in ({"request_ref": "rq-other", "status_ref": "st-own"}, {"request_ref": "rq-own", "status_ref": "st-x"},
+                     {"request_ref": "rq-own"}, {"request_ref": "rq-own", "status_ref": Agreeable("st-own")}):
+            with self.subTest(refs=refs), self.assertRaises(BoundaryError) as caught:
+                own.commit_refund_draft(**refs, **request)
+            self.assertEqual(caught.exception.code, "OUTPUT_BINDING_MISMATCH")
+        self.assertEqual((own.created, downstream.effect_count), (0, 0))
+        own.commit_refund_draft(request_ref="rq-own", status_ref="st-own", **request)
+        self.assertEqual((own.created, downstream.effect_count), (1, 1))
+
 
 # ============================================================================================
 # 17. Package verification
@@ -8117,6 +8448,25 @@ class TestPackageVerification(unittest.TestCase):
         self.assertIsNone(td.verify_package(package))
         self.assertRefused("PACKAGE_MALFORMED", resealed(package, (("protected_audit", "principal", "roles"),
                                                                    [*roles, "zz-role"])))
+
+    def test_a_registry_fault_is_named_at_the_registry(self):
+        # No mapping at all, or a mapping whose tool is no ToolSpec: the host's fault, at "registry".
+        for registry in ([td.REGISTRY["get_order"]], None, {"get_order": "get_order"},
+                         {"get_order": dict(td.REGISTRY)}):
+            with self.subTest(registry=registry), self.assertRaises(BoundaryError) as caught:
+                td.verify_package(self.read_package, registry=registry)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("REGISTRY_INVALID", "registry"))
+
+    def test_a_package_refused_before_the_registry_that_claims_success_is_a_provenance_mismatch(self):
+        # The boundary's own answer, with no tool contract, only ever refuses: a successful
+        # result under it (the boundary as its source) names no tool that could have produced it.
+        unknown = make_dispatcher().dispatch({"name": "delete_everything", "arguments": {}}, context(), ALICE, now=NOW)
+        self.assertEqual(code_of(unknown), "UNKNOWN_TOOL")
+        claimed = copy.deepcopy(unknown)
+        claimed["model_result"] = {**copy.deepcopy(self.read_package["model_result"]),
+                                   "source": dict(unknown["model_result"]["source"])}
+        self.assertEqual(claimed["model_result"]["source"], {"tool": None, "producer": "tool-dispatcher"})
+        self.assertRefused("PROVENANCE_MISMATCH", claimed)
 
 
 # ============================================================================================
@@ -8848,6 +9198,67 @@ class TestTheAuditLog(unittest.TestCase):
         self.assertEqual(sum(outcomes.values()), 300)
         self.assertLessEqual({"AUDIT_MALFORMED", "AUDIT_ENTRY_EDITED", "AUDIT_TRUNCATED"}, set(outcomes))
         self.assertLess(time.perf_counter() - started, 2.0)
+
+    def test_a_log_of_exactly_max_audit_log_bytes_is_read_and_one_byte_more_is_not(self):
+        # Built cheaply, with no newline at all: a log of the limit's size is read, and found cut
+        # inside its first line; one byte more is refused before any line is read.
+        self.assertEqual(td.MAX_AUDIT_LOG_BYTES, 256 * 1024 * 1024)
+        at_limit = b"x" * td.MAX_AUDIT_LOG_BYTES
+        self.assertBad("AUDIT_TRUNCATED", 0, at_limit)
+        with self.assertRaises(BoundaryError) as caught:
+            td.verify_audit_log(at_limit + b"x")
+        self.assertEqual((caught.exception.code, caught.exception.at), ("AUDIT_LOG_UNREADABLE", ""))
+
+    def test_a_log_of_max_audit_entries_and_its_closing_entry_is_read_and_one_line_more_is_not(self):
+        # Empty lines, built cheaply: MAX_AUDIT_ENTRIES packages and a closing entry are as many
+        # lines as one verification reads, so the lines are read (the first, empty, is malformed);
+        # one line more is refused by the count, named at the first line past the limit.
+        self.assertEqual(td.MAX_AUDIT_ENTRIES, 1_000_000)
+        self.assertBad("AUDIT_MALFORMED", 0, b"\n" * (td.MAX_AUDIT_ENTRIES + 1))
+        self.assertBad("AUDIT_MALFORMED", td.MAX_AUDIT_ENTRIES + 1, b"\n" * (td.MAX_AUDIT_ENTRIES + 2))
+
+    def test_an_entry_index_of_max_audit_entries_is_read_and_one_more_is_malformed(self):
+        # A full log's closing entry has index MAX_AUDIT_ENTRIES: a well-formed entry (here at
+        # position 0, so the entries before it are missing); one more is no entry at all.
+        stream = io.BytesIO()
+        td.AuditLog(stream, index=td.MAX_AUDIT_ENTRIES, head="c" * 64).close()
+        closing = stream.getvalue()
+        self.assertEqual(json.loads(closing)["index"], td.MAX_AUDIT_ENTRIES)
+        self.assertBad("AUDIT_ENTRY_DELETED", 0, closing)
+        past = closing.replace(b'"index":%d' % td.MAX_AUDIT_ENTRIES, b'"index":%d' % (td.MAX_AUDIT_ENTRIES + 1), 1)
+        self.assertNotEqual(past, closing)
+        self.assertBad("AUDIT_MALFORMED", 0, past)
+
+    def test_an_entry_line_of_exactly_max_audit_line_bytes_verifies_and_one_byte_more_is_malformed(self):
+        package = json.loads(self.unsealed.split(b"\n")[0])["package"]
+
+        def open_chain(padding):
+            # A member no package digest covers and the entry digest binds: it sets the line's length.
+            return chained([{"format": td.AUDIT_LOG_FORMAT, "index": 0, "package": {**package, "padding": padding}}])
+
+        padding = "p" * (td.MAX_AUDIT_LINE_BYTES - (len(open_chain("")) - 1))
+        at_limit = open_chain(padding)
+        self.assertEqual(len(at_limit), td.MAX_AUDIT_LINE_BYTES + 1)  # the line and its newline
+        self.assertEqual(td.verify_audit_log(at_limit, closed=False).entries, 1)
+        self.assertBad("AUDIT_MALFORMED", 0, open_chain(padding + "p"), closed=False)
+        # The limit is the audit line's own, read at each verification (the fixture's limit is as
+        # large today, and may not stay so): one byte under this line's length, it is refused.
+        with mock.patch.object(td, "MAX_AUDIT_LINE_BYTES", td.MAX_AUDIT_LINE_BYTES - 1):
+            self.assertBad("AUDIT_MALFORMED", 0, at_limit, closed=False)
+
+    def test_a_forged_entry_just_before_the_closing_entry_is_named_inserted(self):
+        # Chained to the last package entry and given the closing entry's index, without the key:
+        # the entry after it, the last line, holds that index too, so the forgery was inserted.
+        lines = self.sealed.split(b"\n")[:-1]
+        mallory = seal_keys(keys=(("k-a", bytes(32)),))  # the right key id, the wrong key
+        closing = json.loads(lines[-1])
+        forged = json.loads(lines[-2])
+        forged["index"], forged["previous_sha256"] = closing["index"], closing["previous_sha256"]
+        forged["entry_sha256"] = td.audit_entry_sha256(
+            {name: value for name, value in forged.items() if name not in ("entry_sha256", "seal")})
+        forged["seal"] = mallory.seal("audit-entry", forged["entry_sha256"])
+        data = b"\n".join(lines[:-1] + [td.canonical_json(forged), lines[-1]]) + b"\n"
+        self.assertBad("AUDIT_ENTRY_INSERTED", len(lines) - 1, data, seal_keys=self.KEYS)
 
 
 # ============================================================================================

@@ -1,0 +1,246 @@
+"""The mutants of tool_dispatcher.py that mutmut left alive, each with its diff.
+
+    python -B mutation/survivors.py verify_audit_log _audit_entry        # the last run's results
+    python -B mutation/survivors.py --run approval_ref 'MemoryOperations.*'  # run mutmut first
+    python -B mutation/survivors.py --counts                               # every function run, counts
+
+A FUNCTION is a module-level function's name or Class.method, with fnmatch wildcards. --run calls
+mutmut (from the virtual environment README.md sets up: --mutmut, or $MUTMUT) over those functions
+only, two workers unless --jobs says otherwise, and without writing bytecode; mutmut keeps its
+results in mutants/ at the checkout's root (git-ignored), and this script reads them there.
+
+A survivor is a mutant no test failed on; "no tests" (no test reaches the function) is reported
+with them. A survivor whose changed lines mutation/EQUIVALENT.md lists for its function is counted
+as equivalent instead, and not listed. Exit status 1 when a survivor is left that the file does not
+list, 2 when there are no results to read. Standard library only.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import fnmatch
+import json
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODULE = "tool_dispatcher"
+MUTANTS = os.path.join(ROOT, "mutants")
+EQUIVALENT = os.path.join(ROOT, "mutation", "EQUIVALENT.md")
+DEFAULT_MUTMUT = "/tmp/td-mutmut-venv/bin/mutmut"
+SEPARATOR = "\u01c1"  # mutmut's name for Class.method is x<SEP>Class<SEP>method
+
+# mutmut's own reading of a worker's exit status (mutmut/stats.py), folded into five outcomes.
+OUTCOMES = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped",
+            36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout", None: "not checked"}
+COLUMNS = ("killed", "timeout", "survived", "equivalent", "no tests", "not checked", "other")
+
+
+def key_of(function: str) -> str:
+    """verify_audit_log -> x_verify_audit_log; MemoryOperations.claim -> x<SEP>MemoryOperations<SEP>claim."""
+    if "." in function:
+        cls, method = function.split(".", 1)
+        return "x" + SEPARATOR + cls + SEPARATOR + method
+    return "x_" + function
+
+
+def function_of(key: str) -> str:
+    if key.startswith("x" + SEPARATOR):
+        _, cls, method = key.split(SEPARATOR)
+        return cls + "." + method
+    return key[2:]
+
+
+def mutmut_globs(functions: list[str]) -> list[str]:
+    return [MODULE + "." + key_of(function) + "__mutmut_*" for function in functions]
+
+
+def run_mutmut(mutmut: str, functions: list[str], jobs: int) -> int:
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    command = [mutmut, "run", "--max-children", str(jobs), *mutmut_globs(functions)]
+    print("$ " + " ".join(command), flush=True)
+    return subprocess.run(command, cwd=ROOT, env=env).returncode
+
+
+def load_results() -> tuple[dict[str, int | None], dict[str, tuple[int, int]]]:
+    with open(os.path.join(MUTANTS, MODULE + ".py.meta"), encoding="utf-8") as handle:
+        exit_codes = json.load(handle)["exit_code_by_key"]
+    with open(os.path.join(MUTANTS, MODULE + ".py.spans"), encoding="utf-8") as handle:
+        spans = {name: (start, end) for name, (start, end) in json.load(handle)["spans"].items()}
+    return exit_codes, spans
+
+
+def definition_lines() -> dict[str, int]:
+    """Function or Class.method -> the line of its def in the checkout's (unmutated) module."""
+    with open(os.path.join(ROOT, MODULE + ".py"), encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
+    lines = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines[node.name] = node.lineno
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines[node.name + "." + item.name] = item.lineno
+    return lines
+
+
+def read_spans(wanted: dict[str, tuple[int, int]]) -> dict[str, list[str]]:
+    """The lines of each named span of mutmut's rewritten module, read in one pass."""
+    by_start = sorted((start, end, name) for name, (start, end) in wanted.items())
+    found: dict[str, list[str]] = {name: [] for name in wanted}
+    index = 0
+    with open(os.path.join(MUTANTS, MODULE + ".py"), encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            while index < len(by_start) and by_start[index][1] < number:
+                index += 1
+            if index == len(by_start):
+                break
+            for start, end, name in by_start[index:]:
+                if start > number:
+                    break
+                if number <= end:
+                    found[name].append(line)
+    return found
+
+
+def as_original(lines: list[str], key: str, name: str) -> tuple[list[str], int]:
+    """A copy mutmut made of a function, with the function's own name back in its def line, from
+    its first decorator or def on; and where the def line is in what is returned."""
+    while lines and not lines[0].strip():
+        lines = lines[1:]
+    at = next(index for index, line in enumerate(lines) if line.lstrip().startswith(("def ", "async def ")))
+    head = re.sub(re.escape(key) + r"__mutmut_\w+", name, lines[at], count=1)
+    return lines[:at] + [head] + lines[at + 1:], at
+
+
+def diff(original: list[str], mutant: list[str], first_line: int) -> list[str]:
+    """A unified diff whose line numbers are those of the checkout's module."""
+    out = []
+    for line in difflib.unified_diff(original, mutant, MODULE + ".py", MODULE + ".py (mutant)", n=1):
+        hunk = re.match(r"@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@", line)
+        if hunk:
+            old, new = int(hunk.group(1)) + first_line - 1, int(hunk.group(3)) + first_line - 1
+            line = "@@ -%d%s +%d%s @@\n" % (old, hunk.group(2) or "", new, hunk.group(4) or "")
+        out.append(line if line.endswith("\n") else line + "\n")
+    return out
+
+
+def changed_lines(patch: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    removed = tuple(line[1:].strip() for line in patch if line.startswith("-") and not line.startswith("---"))
+    added = tuple(line[1:].strip() for line in patch if line.startswith("+") and not line.startswith("+++"))
+    return removed, added
+
+
+def load_equivalents(path: str = EQUIVALENT) -> dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]]:
+    """EQUIVALENT.md: under a '### FUNCTION' heading, each ```diff block is one equivalent mutant,
+    named by the lines it removes (-) and adds (+), compared without their indentation."""
+    listed: dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]] = {}
+    if not os.path.exists(path):
+        return listed
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    function = None
+    for match in re.finditer(r"^### `?([\w.]+)`?[ \t]*$|^```diff\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+        if match.group(1):
+            function = match.group(1)
+        elif function is not None:
+            lines = match.group(2).splitlines()
+            removed = tuple(line[1:].strip() for line in lines if line.startswith("-"))
+            added = tuple(line[1:].strip() for line in lines if line.startswith("+"))
+            listed.setdefault(function, []).append((removed, added))
+    return listed
+
+
+def report(functions: list[str], *, show_diffs: bool) -> int:
+    try:
+        exit_codes, spans = load_results()
+    except FileNotFoundError:
+        print("no mutmut results in %s: run this with --run first (README.md, Mutation testing)" % MUTANTS)
+        return 2
+    by_function: dict[str, list[tuple[int, str, int | None]]] = {}
+    for name, code in exit_codes.items():
+        key, _, number = name[len(MODULE) + 1:].rpartition("__mutmut_")
+        function = function_of(key)
+        if functions and not any(fnmatch.fnmatchcase(function, pattern) for pattern in functions):
+            continue
+        if not functions and code is None:
+            continue  # with no FUNCTION named: only the functions some run has checked
+        by_function.setdefault(function, []).append((int(number), name, code))
+    if not by_function:
+        print("no mutants match %s" % " ".join(functions))
+        return 2
+    equivalents = load_equivalents()
+    lines = definition_lines()
+    wanted = {}
+    for function, mutants in by_function.items():
+        key = key_of(function)
+        wanted[key + "__mutmut_orig"] = spans[key + "__mutmut_orig"]
+        for number, name, code in mutants:
+            if OUTCOMES.get(code, "other") in ("survived", "no tests"):
+                wanted[key + "__mutmut_%d" % number] = spans[key + "__mutmut_%d" % number]
+    sources = read_spans(wanted)
+    totals = dict.fromkeys(COLUMNS, 0)
+    rows = []
+    unlisted = 0
+    for function in sorted(by_function, key=lambda f: lines.get(f, 0)):
+        key = key_of(function)
+        name = function.rpartition(".")[2]
+        original, at = as_original(sources[key + "__mutmut_orig"], key, name)
+        counts = dict.fromkeys(COLUMNS, 0)
+        for number, mutant_name, code in sorted(by_function[function]):
+            outcome = OUTCOMES.get(code, "other")
+            if outcome in ("survived", "no tests"):
+                mutant, _ = as_original(sources[key + "__mutmut_%d" % number], key, name)
+                patch = diff(original, mutant, lines.get(function, 1 + at) - at)
+                if changed_lines(patch) in equivalents.get(function, ()):
+                    outcome = "equivalent"
+                else:
+                    unlisted += 1
+                    if show_diffs:
+                        print("%s  %s (%s)" % (outcome.upper(), mutant_name, function))
+                        sys.stdout.writelines("    " + line for line in patch)
+                        print()
+            counts[outcome] += 1
+        rows.append((function, counts))
+        for column in COLUMNS:
+            totals[column] += counts[column]
+    width = max(len(function) for function, _ in rows + [("total", None)])
+    shown = [column for column in COLUMNS if totals[column] or column in ("killed", "survived")]
+    print("%-*s %6s  %s" % (width, "function", "of", "  ".join("%9s" % column for column in shown)))
+    for function, counts in rows + [("total", totals)]:
+        print("%-*s %6d  %s" % (width, function, sum(counts.values()),
+                               "  ".join("%9d" % counts[column] for column in shown)))
+    checked = totals["killed"] + totals["timeout"] + totals["survived"] + totals["equivalent"] + totals["no tests"]
+    if checked:
+        print("killed or timed out: %d of %d checked (%.1f%%), %d equivalent, %d left"
+              % (totals["killed"] + totals["timeout"], checked,
+                 100.0 * (totals["killed"] + totals["timeout"]) / checked, totals["equivalent"], unlisted))
+    return 1 if unlisted else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="List the mutants of tool_dispatcher.py that mutmut left alive.")
+    parser.add_argument("functions", nargs="*", metavar="FUNCTION",
+                        help="a function or Class.method, fnmatch wildcards allowed; none: every function run")
+    parser.add_argument("--run", action="store_true", help="run mutmut over the FUNCTIONs first")
+    parser.add_argument("--jobs", type=int, default=2, help="mutmut's workers (default 2)")
+    parser.add_argument("--mutmut", default=os.environ.get("MUTMUT", DEFAULT_MUTMUT),
+                        help="the mutmut executable (default $MUTMUT, else %s)" % DEFAULT_MUTMUT)
+    parser.add_argument("--counts", action="store_true", help="the counts only, no diffs")
+    args = parser.parse_args(argv)
+    if args.run:
+        if not args.functions:
+            parser.error("--run needs at least one FUNCTION (a whole-module run takes hours)")
+        status = run_mutmut(args.mutmut, args.functions, args.jobs)
+        if status != 0:
+            print("mutmut exited with status %d" % status)
+            return status
+    return report(args.functions, show_diffs=not args.counts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7997,8 +7997,9 @@ class TestTheDispatcher(unittest.TestCase):
         downstream = td.MockDownstream()
         own = td.CountingDownstream(downstream, "rq-own", "st-own")
         request = {"order_ref": "ORDER-7", "reason": "other", "effect_revision": "e", "producer_revision": "p"}
-        for refs in ({"request_ref": "rq-other", "status_ref": "st-own"}, {"request_ref": "rq-own", "status_ref": "st-x"},
-                     {"request_ref": "rq-own"}, {"request_ref": "rq-own", "status_ref": Agreeable("st-own")}):
+        for refs in ({"request_ref": "rq-other", "status_ref": "st-own"},
+                     {"request_ref": "rq-own", "status_ref": "st-x"}, {"request_ref": "rq-own"},
+                     {"request_ref": "rq-own", "status_ref": Agreeable("st-own")}):
             with self.subTest(refs=refs), self.assertRaises(BoundaryError) as caught:
                 own.commit_refund_draft(**refs, **request)
             self.assertEqual(caught.exception.code, "OUTPUT_BINDING_MISMATCH")

@@ -4747,6 +4747,20 @@ class TestOperationLifecycleApprovalBusinessStateDeadline(unittest.TestCase):
             {"domain": "tool-dispatcher/approval-ref/v2", "approval": fields}))
         self.assertEqual(td.approval_ref(approval), "d5f7467aea1f12565e8474d5739592a114a7433cfd71a1e81d12b84e413f248e")
 
+    def test_an_approval_for_a_call_without_a_key_names_the_empty_key_and_binds_no_call(self):
+        # A call without an idempotency key (a read's context) still gets an approval of every
+        # field: its key is "", which no call's key (None, or an identifier) ever equals.
+        ctx = context()
+        self.assertIsNone(ctx.idempotency_key)
+        approval = td.approval_for_call(approver="approver-lee", principal=ALICE, context=ctx,
+                                        spec=td.REGISTRY["create_refund_draft"],
+                                        arguments=refund_proposal()["arguments"], expires_at=EXPIRES)
+        self.assertEqual(approval.idempotency_key, "")
+        self.assertEqual(td.approval_ref(approval), independent_sha256(
+            {"domain": "tool-dispatcher/approval-ref/v2",
+             "approval": {name: getattr(approval, name) for name in Approval.__slots__}}))
+        self.assertEqual(self.approval_refusal(approval, context=ctx), "APPROVAL_MISMATCH")
+
 
 # ============================================================================================
 # 12. The demo host: orders, refunds and their hooks; injected faults
@@ -7996,8 +8010,9 @@ class TestTheDispatcher(unittest.TestCase):
         downstream = td.MockDownstream()
         own = td.CountingDownstream(downstream, "rq-own", "st-own")
         request = {"order_ref": "ORDER-7", "reason": "other", "effect_revision": "e", "producer_revision": "p"}
-        for refs in ({"request_ref": "rq-other", "status_ref": "st-own"}, {"request_ref": "rq-own", "status_ref": "st-x"},
-                     {"request_ref": "rq-own"}, {"request_ref": "rq-own", "status_ref": Agreeable("st-own")}):
+        for refs in ({"request_ref": "rq-other", "status_ref": "st-own"},
+                     {"request_ref": "rq-own", "status_ref": "st-x"}, {"request_ref": "rq-own"},
+                     {"request_ref": "rq-own", "status_ref": Agreeable("st-own")}):
             with self.subTest(refs=refs), self.assertRaises(BoundaryError) as caught:
                 own.commit_refund_draft(**refs, **request)
             self.assertEqual(caught.exception.code, "OUTPUT_BINDING_MISMATCH")

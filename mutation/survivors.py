@@ -2,9 +2,11 @@
 
     python -B mutation/survivors.py verify_audit_log _audit_entry        # the last run's results
     python -B mutation/survivors.py --run approval_ref 'MemoryOperations.*'  # run mutmut first
+    python -B mutation/survivors.py --run --section 20                     # every function of section 20
     python -B mutation/survivors.py --counts                               # every function run, counts
 
-A FUNCTION is a module-level function's name or Class.method, with fnmatch wildcards. --run calls
+A FUNCTION is a module-level function's name or Class.method, with fnmatch wildcards; --section N
+names every function and method defined under the module's banner "N. ...". --run calls
 mutmut (from the virtual environment README.md sets up: --mutmut, or $MUTMUT) over those functions
 only, two workers unless --jobs says otherwise, and without writing bytecode; mutmut keeps its
 results in mutants/ at the checkout's root (git-ignored), and this script reads them there.
@@ -71,6 +73,18 @@ def load_results() -> tuple[dict[str, int | None], dict[str, tuple[int, int]]]:
     with open(os.path.join(MUTANTS, MODULE + ".py.spans"), encoding="utf-8") as handle:
         spans = {name: (start, end) for name, (start, end) in json.load(handle)["spans"].items()}
     return exit_codes, spans
+
+
+def section_functions(numbers: list[int]) -> list[str]:
+    """Every function and Class.method defined under the banners of these sections, in order."""
+    with open(os.path.join(ROOT, MODULE + ".py"), encoding="utf-8") as handle:
+        source = handle.read()
+    banners = [(source.count("\n", 0, match.start()) + 2, int(match.group(1)))
+               for match in re.finditer(r"^# =+\n# (\d+)\. .+\n# =+$", source, re.MULTILINE)]
+    wanted = [(start, next((line for line, _ in banners if line > start), 10**9))
+              for start, number in banners if number in numbers]
+    return [function for function, line in definition_lines().items()
+            if any(start < line < end for start, end in wanted)]
 
 
 def definition_lines() -> dict[str, int]:
@@ -159,7 +173,7 @@ def report(functions: list[str], *, show_diffs: bool) -> int:
     try:
         exit_codes, spans = load_results()
     except FileNotFoundError:
-        print("no mutmut results in %s: run this with --run first (README.md, Mutation testing)" % MUTANTS)
+        print("no mutmut results in %s: run this with --run first (docs/mutation-testing.md)" % MUTANTS)
         return 2
     by_function: dict[str, list[tuple[int, str, int | None]]] = {}
     for name, code in exit_codes.items():
@@ -226,12 +240,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="List the mutants of tool_dispatcher.py that mutmut left alive.")
     parser.add_argument("functions", nargs="*", metavar="FUNCTION",
                         help="a function or Class.method, fnmatch wildcards allowed; none: every function run")
+    parser.add_argument("--section", type=int, action="append", default=[], metavar="N",
+                        help="every function of the module's section N (repeatable)")
     parser.add_argument("--run", action="store_true", help="run mutmut over the FUNCTIONs first")
     parser.add_argument("--jobs", type=int, default=2, help="mutmut's workers (default 2)")
     parser.add_argument("--mutmut", default=os.environ.get("MUTMUT", DEFAULT_MUTMUT),
                         help="the mutmut executable (default $MUTMUT, else %s)" % DEFAULT_MUTMUT)
     parser.add_argument("--counts", action="store_true", help="the counts only, no diffs")
     args = parser.parse_args(argv)
+    if args.section:
+        found = section_functions(args.section)
+        if not found:
+            parser.error("no function under section %s" % ", ".join(map(str, args.section)))
+        args.functions += found
     if args.run:
         if not args.functions:
             parser.error("--run needs at least one FUNCTION (a whole-module run takes hours)")

@@ -54,11 +54,13 @@ PROFILES = {
     "openai": ("OpenAI", "Responses", "openai-responses-v1"),
     "anthropic": ("Anthropic", "Messages", "anthropic-messages-v1"),
     "gemini": ("Google", "Interactions", "gemini-interactions-v1"),
+    "mcp": ("MCP", "ToolsCall", "mcp-tools-call-v1"),
 }
 ADAPTER_FUNCTIONS = {
     "openai": td.to_openai_responses,
     "anthropic": td.to_anthropic_messages,
     "gemini": td.to_gemini_interactions,
+    "mcp": td.to_mcp_tool_result,
 }
 ALICE = Principal("tenant-a", "alice", ("orders.read", "refunds.draft"))
 BOB = Principal("tenant-a", "bob", ("orders.read", "refunds.draft"))
@@ -1628,7 +1630,7 @@ class TestProposalAndContextBinding(unittest.TestCase):
                 profile = td.check_context(context(name))
                 self.assertIs(profile, td.PROVIDER_PROFILES[revision])
                 self.assertEqual((profile.provider, profile.api_family), (provider, family))
-        self.assertEqual(len(td.PROVIDER_PROFILES), 3)
+        self.assertEqual(len(td.PROVIDER_PROFILES), 4)
 
     def test_mixed_or_unknown_profiles_are_refused(self):
         for fields in (("OpenAI", "Messages", "openai-responses-v1"), ("Anthropic", "Messages", "openai-responses-v1"),
@@ -8634,6 +8636,16 @@ class TestProviderAdapters(unittest.TestCase):
                 self.assertEqual(td.to_anthropic_messages(package, ctx, principal=ALICE), {
                     "type": "tool_result", "tool_use_id": ctx.call_id,
                     "content": td.model_result_text(package), "is_error": is_error})
+
+    def test_mcp_tool_result_shape(self):
+        # What an MCP server answers its client: the model_result as one text block, isError set
+        # on every answer that is not ok; no call id (the JSON-RPC id pairs the answer).
+        for kind, is_error in (("read", False), ("write", False), ("error", True), ("unknown", True),
+                               ("reconciled", False)):
+            with self.subTest(kind=kind):
+                ctx, package = self.packages["mcp"][kind]
+                self.assertEqual(td.to_mcp_tool_result(package, ctx, principal=ALICE, approvers=APPROVERS), {
+                    "content": [{"type": "text", "text": td.model_result_text(package)}], "isError": is_error})
 
     def test_gemini_function_result_shape(self):
         for kind, name, is_error in (("write", "create_refund_draft", False), ("error", "get_order", True)):

@@ -147,7 +147,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "verify_result_set",
     # 19. Provider adapters
     "UNREGISTERED_TOOL_NAME", "model_result_text", "ADAPTERS", "adapt", "to_openai_responses",
-    "to_anthropic_messages", "to_gemini_interactions",
+    "to_anthropic_messages", "to_gemini_interactions", "to_mcp_tool_result",
     # 20. The audit log
     "GENESIS_SHA256", "audit_entry_sha256", "audit_entry_line", "audit_entry_from_text", "AuditLog",
     "AuditReport", "read_audit_log", "verify_audit_log",
@@ -520,6 +520,8 @@ PROVIDER_PROFILES: Final[Mapping[str, ProviderProfile]] = MappingProxyType({
         ProviderProfile("OpenAI", "Responses", "openai-responses-v1"),
         ProviderProfile("Anthropic", "Messages", "anthropic-messages-v1"),
         ProviderProfile("Google", "Interactions", "gemini-interactions-v1"),
+        # A model behind an MCP client: the answer is a tools/call result (mcp_bridge's guard).
+        ProviderProfile("MCP", "ToolsCall", "mcp-tools-call-v1"),
     )
 })
 
@@ -6393,10 +6395,17 @@ def _gemini_turn(package: Mapping[str, Any], context: CallContext) -> dict[str, 
     }
 
 
+def _mcp_result(package: Mapping[str, Any], _context: CallContext) -> dict[str, Any]:
+    # The JSON-RPC id and the request it answers are the MCP server's to pair: the result is all.
+    return {"content": [{"type": "text", "text": model_result_text(package)}],
+            "isError": package["model_result"]["status"] != "ok"}
+
+
 ADAPTERS: Final[Mapping[str, Callable[[Mapping[str, Any], CallContext], dict[str, Any]]]] = MappingProxyType({
     "openai-responses-v1": _openai_item,
     "anthropic-messages-v1": _anthropic_block,
     "gemini-interactions-v1": _gemini_turn,
+    "mcp-tools-call-v1": _mcp_result,
 })
 
 
@@ -6431,6 +6440,12 @@ def to_gemini_interactions(package: Any, context: CallContext, **options: Any) -
     """An Interactions continuation: previous_interaction_id and one `function_result` step.
     Options as adapt() takes them: principal, approvers, seal_keys, require_seal, registry."""
     return adapt(package, context, "gemini-interactions-v1", **options)
+
+
+def to_mcp_tool_result(package: Any, context: CallContext, **options: Any) -> dict[str, Any]:
+    """An MCP ``tools/call`` result: one text block and isError, as an MCP server answers its
+    client. Options as adapt() takes them: principal, approvers, seal_keys, require_seal, registry."""
+    return adapt(package, context, "mcp-tools-call-v1", **options)
 
 
 # ============================================================================================

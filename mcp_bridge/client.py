@@ -298,6 +298,7 @@ class Channel:
         self.request_total = 0  # what was read since the last request was sent
         self.request_messages = 0
         self.next_id = 0
+        self.tools_changed = False  # the server announced a changed tool list since the last listing
         self.abandoned: set[int] = set()  # requests whose deadline passed: their late answers are read past
         self.chunks: queue.Queue[bytes] = queue.Queue(maxsize=limits.read_ahead_chunks)
         self.closing = threading.Event()  # close(): what the server still writes is read and dropped
@@ -381,7 +382,9 @@ class Channel:
             if type(message) is not dict or message.get("jsonrpc") != "2.0":
                 raise ClientError("CLIENT_PROTOCOL")
             if "id" not in message and "method" in message:
-                continue  # a notification (log, list_changed, progress): read past, counted
+                if message["method"] == "notifications/tools/list_changed":
+                    self.tools_changed = True  # the caller lists again before its next call
+                continue  # a notification (log, progress, list_changed): read past, counted
             if "method" in message:
                 if not _is_request_id(message["id"]):
                     raise ClientError("CLIENT_PROTOCOL")
@@ -689,6 +692,7 @@ class McpClient:
         (monotonic seconds; DEFAULT_CALL_TIMEOUT from now when None)."""
         if deadline is None:
             deadline = time.monotonic() + DEFAULT_CALL_TIMEOUT
+        self._channel.tools_changed = False  # this listing is read after the announcement
         return list_tools(self._request, self._session(), deadline=deadline, max_pages=max_pages, max_tools=max_tools)
 
     def call_tool(self, name: str, arguments: Mapping[str, Any], *, meta: Mapping[str, Any] | None = None,
@@ -748,6 +752,12 @@ class McpClient:
                                  self._session().params(requestId=request_id, reason=CANCEL_REASON))
 
     # -- state and stopping ------------------------------------------------------------------------
+
+    @property
+    def tools_changed(self) -> bool:
+        """Whether the server announced a changed tool list (notifications/tools/list_changed)
+        since the last list_tools(): notifications are read while an answer is awaited."""
+        return self._channel.tools_changed
 
     @property
     def usable(self) -> bool:

@@ -231,6 +231,11 @@ class McpForwarder:
         until = time.monotonic() + timeout
         with self._lock:
             server = self._server(until)
+            if self._pinned is not None and server.tools_changed:
+                try:  # the server announced a changed list: compared again before anything is sent
+                    self._compare(server, until)
+                except ClientError:
+                    raise ToolWithheld() from None  # every pinned tool stays withheld; nothing was sent
             if any(checked_name in self._drift for checked_name in checked):  # as this start found it
                 raise ToolWithheld()
             try:
@@ -260,7 +265,7 @@ class McpForwarder:
             raise ServerNotStarted(error.code) from error
         if self._pinned is not None:
             try:  # the listing is part of the start: a start without it failed, and sends nothing
-                self._drift = drift_of(self._pinned, client.list_tools(deadline=start_deadline))
+                self._compare(client, start_deadline)
             except ClientError as error:
                 client.stop()
                 raise ServerNotStarted(error.code) from error
@@ -269,6 +274,22 @@ class McpForwarder:
                 raise
         self._client = client
         return self._client
+
+    def _compare(self, client: McpClient, deadline: float) -> None:
+        # A listing that fails withholds every pinned tool until one succeeds: nothing unreviewed runs.
+        try:
+            self._drift = drift_of(self._pinned or {}, client.list_tools(deadline=deadline))
+        except ClientError:
+            self._drift = {name: ["unlisted"] for name in self._pinned or {}}
+            raise
+
+    def start(self, *, timeout: float | None = None) -> dict[str, list[str]]:
+        """Start the server now (not at the first call) and answer what its listing drifted
+        (``drift``); ServerNotStarted when it cannot start. A running server is left as it is."""
+        until = time.monotonic() + (self._call_timeout if timeout is None else timeout)
+        with self._lock:
+            self._server(until)
+        return self.drift
 
     def stderr_tail(self) -> str:
         """The running (or last) server's stderr tail: for a person's diagnosis, never for a model."""

@@ -2,7 +2,8 @@
 
     python -B mcp_bridge/mcp_bridge.py import --server-command "python server.py" --out DRAFT.json --report REPORT.json
 
-Verbs: ``import`` (importer.py: a server's tools as a contract draft and a report). A missing or
+Verbs: ``import`` (importer.py: a server's tools as a contract draft and a report), ``guard``
+(guard.py: an MCP server to a client that runs every call through the boundary). A missing or
 unknown verb is CLI_USAGE in the one failure shape (exit 2), like any other bad command line.
 
 This file is only the entry point: a module named like its folder would be shadowed by the
@@ -26,13 +27,16 @@ from typing import Callable, Final, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import guard  # noqa: E402
 import importer  # noqa: E402  (it puts the repository root on sys.path for tool_dispatcher)
 import tool_dispatcher  # noqa: E402
 
-VERBS: Final[Mapping[str, Callable[[Sequence[str]], int]]] = MappingProxyType({"import": importer.main})
+VERBS: Final[Mapping[str, Callable[[Sequence[str]], int]]] = MappingProxyType({"import": importer.main,
+                                                                               "guard": guard.main})
 USAGE: Final = ("usage: mcp_bridge.py VERB [OPTIONS]\n\n"
                 "verbs:\n"
-                "  import    list an MCP server's tools and write a tool-contracts-v1 draft and a report\n\n"
+                "  import    list an MCP server's tools and write a tool-contracts-v1 draft and a report\n"
+                "  guard     serve MCP to a client and run every tools/call through the boundary first\n\n"
                 "'mcp_bridge.py VERB --help' describes a verb's options.\n")
 
 

@@ -741,7 +741,7 @@ class TestCommandLine(unittest.TestCase):
         spec = importlib.util.spec_from_file_location("mcp_bridge_entry", CLI)
         entry = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(entry)
-        self.assertEqual(sorted(entry.VERBS), ["import"])
+        self.assertEqual(sorted(entry.VERBS), ["guard", "import"])
         for arguments in ((), ("export",), ("Import",), ("--server-command", "x", "--out", "a", "--report", "b")):
             with self.subTest(arguments=arguments), contextlib.redirect_stdout(io.StringIO()) as out:
                 self.assertEqual(entry.main(list(arguments)), 2)
@@ -749,6 +749,7 @@ class TestCommandLine(unittest.TestCase):
         with contextlib.redirect_stdout(io.StringIO()) as out:
             self.assertEqual(entry.main(["--help"]), 0)
         self.assertIn("  import ", out.getvalue())
+        self.assertIn("  guard ", out.getvalue())
 
     def test_the_draft_and_the_report_cannot_be_one_file(self):
         # The report was written over the draft: exit 1, a summary, and the draft gone.

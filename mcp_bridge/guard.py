@@ -1,0 +1,899 @@
+"""The guard: an MCP server to its client, a guarded MCP client to the real servers.
+
+    python -B mcp_bridge/mcp_bridge.py guard --host HOST.json [--audit-log FILE] [--seal-key FILE] [--store DB]
+    python -B mcp_bridge/mcp_bridge.py guard --host HOST.json --contracts REVIEWED.json -- SERVER COMMAND...
+
+Any MCP client (a desktop app, an agent framework's MCP toolset) starts the guard as if it were
+the server. The guard serves MCP over stdio in both protocol eras, lists only the reviewed, pinned
+tools of its servers, and runs every tools/call through the whole boundary (tool_dispatcher's
+Dispatcher, or durable/'s with --store) before anything reaches a server (forward.McpForwarder).
+
+The trust split. The client is the model's side: a call's name, arguments and _meta are untrusted
+and nothing in them chooses a principal, a role, an approval or a key. The principal, the
+approver and the servers come from the host's file; approvals from the person, asked through the
+client (elicitation, when the client declared it) or through the host's approval command.
+
+Retries never write twice. MCP has no idempotency key, and a client re-sends a call after a
+timeout or a reconnect under a new request id. The guard derives the key from what the call is:
+a keyed digest of the tool, the principal and the canonical arguments, in a window of
+``retry_window`` seconds (retry_key). A call is looked up under the key of the window before and
+the current one; a call found there is the same call again and is answered from the ledger (the
+first answer, replayed; an unknown outcome is reconciled through the tool's status tool), with no
+new approval and no second effect. A call found nowhere is a new intent: it needs a new approval,
+and runs under the current window's key. So the same write, sent again within at least one window
+(at most two), runs once; sent again later, it is a new write and asks the person again.
+
+Sections, in the order a call flows:
+    1. Limits and constants     5. Approvals: elicitation and the host's command
+    2. Errors                   6. The guard: listing, calls, the ledger
+    3. The host file            7. Serving MCP over stdio
+    4. Retry keys               8. The command line
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, BinaryIO, Callable, Final, Mapping, Sequence
+
+_HERE: Final = Path(__file__).resolve().parent
+for _path in (str(_HERE.parent), str(_HERE)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+import tool_dispatcher as td  # noqa: E402
+from client import (LEGACY_VERSIONS, MAX_MESSAGE_DEPTH, MAX_REQUEST_ID_LENGTH, MESSAGE_JSON,  # noqa: E402
+                    MODERN_VERSION, PROTOCOL_VERSION_KEY)
+from forward import McpForwarder, ServerNotStarted  # noqa: E402
+
+__all__ = ["GUARD_CATALOG", "GuardError", "GuardHost", "GuardServer", "Guard", "load_host", "parse_host",
+           "retry_key", "serve", "main"]
+
+# ============================================================================================
+# 1. Limits and constants
+# ============================================================================================
+
+HOST_FORMAT: Final = "mcp-guard-host-v1"
+MAX_HOST_BYTES: Final = 65_536  # the host's file: a principal, an approver and a few servers
+MAX_SERVERS: Final = 16
+MAX_COMMAND_PARTS: Final = 64
+MAX_LINE_BYTES: Final = 1_048_576  # one message from the client: a call's arguments at their limits
+MAX_IN_FLIGHT: Final = 16  # tools/call requests running at once; past it a call is refused at once
+DEFAULT_RETRY_WINDOW: Final = 600  # seconds: a client's retries come within minutes
+MAX_RETRY_WINDOW: Final = 86_400
+DEFAULT_CALL_TIMEOUT: Final = 30  # seconds from a call's admission to its deadline
+MAX_CALL_TIMEOUT: Final = 600
+DEFAULT_APPROVAL_TIMEOUT: Final = 120  # seconds the person gets to answer
+MAX_APPROVAL_TIMEOUT: Final = 3_600
+APPROVAL_LIFETIME: Final = 60  # seconds an approval stays valid once given: it is used at once
+MAX_APPROVAL_TEXT: Final = 4_000  # characters of a call shown to the person; a longer call is not asked
+MAX_APPROVAL_ANSWER: Final = 4_096  # bytes the approval command may print
+RETRY_KEY_DOMAIN: Final = "tool-dispatcher/mcp-guard-retry-key/v1"
+PROFILE: Final = td.PROVIDER_PROFILES["mcp-tools-call-v1"]
+SERVER_INFO: Final = MappingProxyType({"name": "tool-dispatcher-guard", "version": "1"})
+INSTRUCTIONS: Final = ("Tools behind a guard: every call is checked against its reviewed contract, and a "
+                       "write needs a person's approval.")
+APPROVAL_SCHEMA: Final = '{"type":"object","properties":{"approve":{"type":"boolean","title":"Run this call"}},"required":["approve"]}'
+
+# JSON-RPC errors the guard answers: fixed messages, never a word of the request.
+PARSE_ERROR: Final = (-32700, "Parse error")
+INVALID_REQUEST: Final = (-32600, "Invalid request")
+METHOD_NOT_FOUND: Final = (-32601, "Method not found")
+INVALID_PARAMS: Final = (-32602, "Invalid params")
+
+# ============================================================================================
+# 2. Errors
+# ============================================================================================
+
+GUARD_CATALOG: Final = MappingProxyType({
+    **td.error_specs(
+        "guard", False,
+        GUARD_HOST_UNREADABLE="The guard's host file cannot be read.",
+        GUARD_HOST_INVALID="The guard's host file is not a valid mcp-guard-host-v1 document.",
+        GUARD_CONTRACTS_INVALID="A server's reviewed contracts cannot be loaded.",
+        GUARD_USAGE="The guard's command line is not valid; see --help.",
+    ),
+    **td.error_specs(
+        "guard", True,
+        GUARD_BUSY="The guard is running as many calls as it takes; nothing was run. Try again.",
+        GUARD_APPROVAL_UNANSWERED="Nobody answered the approval request in time; nothing was run.",
+    ),
+})
+
+
+class GuardError(td.CatalogError):
+    """A guard failure: a code from GUARD_CATALOG (never a path or a word of the input)."""
+
+    CATALOG = GUARD_CATALOG
+
+
+# ============================================================================================
+# 3. The host file
+# ============================================================================================
+
+
+@dataclass(frozen=True, slots=True)
+class GuardServer:
+    """One server behind the guard: its command, its reviewed contracts (names as the server
+    lists them), the prefix its tools get toward the client, and each write's status tool."""
+
+    name: str
+    prefix: str
+    command: tuple[str, ...]
+    contracts: td.ContractSet
+    document: Mapping[str, Any]  # the reviewed contracts as written: what tools/list declares
+    status_tools: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class GuardHost:
+    principal: td.Principal
+    approver: str  # whom an approval the guard obtains is from: the person at the client
+    approval_command: tuple[str, ...] | None
+    servers: tuple[GuardServer, ...]
+    retry_window: int = DEFAULT_RETRY_WINDOW
+    call_timeout: int = DEFAULT_CALL_TIMEOUT
+    approval_timeout: int = DEFAULT_APPROVAL_TIMEOUT
+
+
+_HOST_FIELDS: Final = frozenset({"format", "principal", "approval", "servers", "retry_window", "call_timeout"})
+_HOST_REQUIRED: Final = frozenset({"format", "principal", "servers"})
+_PRINCIPAL_FIELDS: Final = frozenset({"tenant", "subject", "roles"})
+_APPROVAL_FIELDS: Final = frozenset({"approver", "command", "timeout"})
+_SERVER_FIELDS: Final = frozenset({"name", "prefix", "command", "contracts", "status_tools"})
+_SERVER_REQUIRED: Final = frozenset({"name", "command", "contracts"})
+
+
+def load_host(path: str | os.PathLike[str], *, extra: Sequence[Mapping[str, Any]] = ()) -> GuardHost:
+    """Read the host's file; a server's relative contracts path is read from the file's folder.
+    ``extra`` adds servers given on the command line (their contracts paths as given)."""
+    try:
+        data = td.read_bounded(path, max_bytes=MAX_HOST_BYTES)
+    except td.BoundaryError:
+        raise GuardError("GUARD_HOST_UNREADABLE") from None
+    return parse_host(data, folder=Path(path).resolve().parent, extra=extra)
+
+
+def parse_host(data: bytes, *, folder: Path, extra: Sequence[Mapping[str, Any]] = ()) -> GuardHost:
+    try:
+        root = td.decode_strict_json(data, max_bytes=MAX_HOST_BYTES, max_depth=8)
+    except td.CatalogError:
+        raise GuardError("GUARD_HOST_INVALID") from None
+    _fields(root, _HOST_FIELDS, _HOST_REQUIRED, "")
+    if root["format"] != HOST_FORMAT:
+        raise GuardError("GUARD_HOST_INVALID", "format")
+    principal = _principal(root["principal"])
+    approval = root.get("approval", {})
+    _fields(approval, _APPROVAL_FIELDS, frozenset({"approver"}), "approval")
+    if not td.is_identifier(approval["approver"]) or len(approval["approver"]) > td.MAX_IDENTIFIER_LENGTH:
+        raise GuardError("GUARD_HOST_INVALID", "approval.approver")
+    command = approval.get("command")
+    if command is not None and not _is_command(command):
+        raise GuardError("GUARD_HOST_INVALID", "approval.command")
+    raw_servers = root["servers"]
+    if type(raw_servers) is not list or len(raw_servers) + len(extra) > MAX_SERVERS:
+        raise GuardError("GUARD_HOST_INVALID", "servers")
+    servers = [_server(entry, folder, f"servers[{index}]") for index, entry in enumerate(raw_servers)]
+    servers += [_server(entry, Path.cwd(), f"command_line[{index}]") for index, entry in enumerate(extra)]
+    if not servers:
+        raise GuardError("GUARD_HOST_INVALID", "servers")
+    names = [tool for server in servers for tool in _exposed(server)]
+    if len(set(names)) != len(names) or len({server.name for server in servers}) != len(servers):
+        raise GuardError("GUARD_HOST_INVALID", "servers")  # two tools, or two servers, under one name
+    host = GuardHost(principal, approval["approver"], None if command is None else tuple(command), tuple(servers),
+                     retry_window=_seconds(root, "retry_window", DEFAULT_RETRY_WINDOW, MAX_RETRY_WINDOW, ""),
+                     call_timeout=_seconds(root, "call_timeout", DEFAULT_CALL_TIMEOUT, MAX_CALL_TIMEOUT, ""),
+                     approval_timeout=_seconds(approval, "timeout", DEFAULT_APPROVAL_TIMEOUT,
+                                               MAX_APPROVAL_TIMEOUT, "approval."))
+    if host.retry_window <= host.approval_timeout + host.call_timeout:
+        # A first try may wait for the person and then run: all of it must fit in one window, or a
+        # retry two windows on would not find it (retry_key).
+        raise GuardError("GUARD_HOST_INVALID", "retry_window")
+    return host
+
+
+def _fields(value: Any, allowed: frozenset[str], required: frozenset[str], at: str) -> None:
+    if type(value) is not dict or not required <= value.keys() <= allowed:
+        raise GuardError("GUARD_HOST_INVALID", at)
+
+
+def _principal(value: Any) -> td.Principal:
+    _fields(value, _PRINCIPAL_FIELDS, _PRINCIPAL_FIELDS, "principal")
+    roles = value["roles"]
+    principal = td.Principal(value["tenant"], value["subject"],
+                             tuple(sorted(set(roles))) if type(roles) is list and all(
+                                 type(role) is str for role in roles) else ())
+    try:
+        td.check_principal(principal)
+    except td.BoundaryError:
+        raise GuardError("GUARD_HOST_INVALID", "principal") from None
+    if type(roles) is not list or len(principal.roles) != len(roles):
+        raise GuardError("GUARD_HOST_INVALID", "principal.roles")
+    return principal
+
+
+def _seconds(value: Mapping[str, Any], name: str, default: int, most: int, at: str) -> int:
+    found = value.get(name, default)
+    if type(found) is not int or not 1 <= found <= most:
+        raise GuardError("GUARD_HOST_INVALID", at + name)
+    return found
+
+
+def _is_command(value: Any) -> bool:
+    return (type(value) is list and 1 <= len(value) <= MAX_COMMAND_PARTS
+            and all(type(part) is str and part and "\0" not in part for part in value))
+
+
+def _server(entry: Any, folder: Path, at: str) -> GuardServer:
+    _fields(entry, _SERVER_FIELDS, _SERVER_REQUIRED, at)
+    name, prefix = entry["name"], entry.get("prefix", "")
+    if not td.is_identifier(name) or len(name) > td.MAX_IDENTIFIER_LENGTH:
+        raise GuardError("GUARD_HOST_INVALID", at + ".name")
+    if type(prefix) is not str or len(prefix) > 32 or (prefix and td.TOOL_NAME.fullmatch(prefix + "x") is None):
+        raise GuardError("GUARD_HOST_INVALID", at + ".prefix")
+    if not _is_command(entry["command"]):
+        raise GuardError("GUARD_HOST_INVALID", at + ".command")
+    if type(entry["contracts"]) is not str or not entry["contracts"]:
+        raise GuardError("GUARD_HOST_INVALID", at + ".contracts")
+    try:
+        data = td.read_bounded(folder / entry["contracts"], max_bytes=td.MAX_CONTRACTS_BYTES)
+        contracts = td.parse_contracts(data)
+        document = td.decode_strict_json(data, max_bytes=td.MAX_CONTRACTS_BYTES, max_depth=td.MAX_CONTRACTS_DEPTH)
+    except td.CatalogError:
+        raise GuardError("GUARD_CONTRACTS_INVALID", at + ".contracts") from None
+    status_tools = entry.get("status_tools", {})
+    if type(status_tools) is not dict or not all(
+            write in contracts and contracts[write].effect == "write" and status in contracts
+            for write, status in status_tools.items()):
+        raise GuardError("GUARD_HOST_INVALID", at + ".status_tools")
+    server = GuardServer(name, prefix, tuple(entry["command"]), contracts, document,
+                         MappingProxyType(dict(status_tools)))
+    if any(td.TOOL_NAME.fullmatch(tool) is None for tool in _exposed(server)):
+        raise GuardError("GUARD_HOST_INVALID", at + ".prefix")  # a prefixed name no provider accepts
+    return server
+
+
+def _exposed(server: GuardServer) -> list[str]:
+    return [server.prefix + name for name in server.contracts]
+
+
+def _prefixed_registry(servers: Sequence[GuardServer]) -> td.ContractSet:
+    """One contract set of every server's tools under their prefixed names (the revisions as reviewed)."""
+    tools = []
+    for server in servers:
+        for entry in server.document["tools"]:
+            tools.append({**entry, "name": server.prefix + entry["name"]})
+    return td.parse_contracts(td.canonical_json({"format": td.CONTRACTS_FORMAT, "tools": tools}))
+
+
+# ============================================================================================
+# 4. Retry keys
+# ============================================================================================
+
+
+def retry_key(principal: td.Principal, tool: str, arguments: Any, window: int) -> str:
+    """The idempotency key of a call in one retry window: a digest of the principal, the tool, the
+    canonical arguments and the window. It is a pure function of what the call is, so a guard that
+    restarts, or another guard on the same ledger, finds the same key for the same call. Nothing
+    is secret in it (the audit holds the arguments anyway), and nobody but the guard writes under
+    it. Arguments no canonical form holds get a key no call can share: the boundary refuses them
+    before a key is read."""
+    try:
+        text = td.canonical_text([RETRY_KEY_DOMAIN, principal.tenant, principal.subject, tool, arguments, window])
+    except (TypeError, ValueError, RecursionError, td.BoundaryError):
+        return "g-" + secrets.token_hex(20)
+    return "g-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
+
+
+def operation_of(key: str) -> str:
+    """The operation id of a keyed write: fixed by its key, so a retry answers the same operation."""
+    return "op-" + key[2:26]
+
+
+# ============================================================================================
+# 5. Approvals: elicitation and the host's command
+# ============================================================================================
+
+
+def approval_text(tool: str, arguments: Any) -> str | None:
+    """What the person is asked: the tool and its exact arguments (canonical JSON); None when it
+    would be longer than a person can read in full, so the call is not asked (nor run)."""
+    try:
+        text = f"Allow the tool {tool} to run with these arguments?\n{td.canonical_text(arguments)}"
+    except (TypeError, ValueError, RecursionError, td.BoundaryError):
+        return None
+    return text if len(text) <= MAX_APPROVAL_TEXT else None
+
+
+def ask_command(command: Sequence[str], tool: str, arguments: Any, principal: td.Principal, timeout: float) -> bool:
+    """The host's approval command: the call on its stdin as JSON, the person's yes as exactly
+    {"approve": true} on its stdout with exit status 0. Anything else, a timeout included, is no."""
+    question = td.canonical_text({"tool": tool, "arguments": arguments, "tenant": principal.tenant,
+                                  "subject": principal.subject})
+    try:
+        done = subprocess.run(list(command), input=question.encode("utf-8"), capture_output=True,
+                              timeout=timeout, check=False)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return False
+    if done.returncode != 0 or len(done.stdout) > MAX_APPROVAL_ANSWER:
+        return False
+    try:
+        answer = td.decode_strict_json(done.stdout.strip() or b"null", max_bytes=MAX_APPROVAL_ANSWER, max_depth=4)
+    except td.CatalogError:
+        return False
+    return type(answer) is dict and answer.keys() == {"approve"} and answer["approve"] is True
+
+
+def elicited_yes(answer: Any) -> bool:
+    """A client's elicitation answer that says yes: accepted, with approve exactly true."""
+    return (type(answer) is dict and answer.get("action") == "accept" and type(answer.get("content")) is dict
+            and answer["content"].get("approve") is True)
+
+
+# ============================================================================================
+# 6. The guard: listing, calls, the ledger
+# ============================================================================================
+
+
+class Guard:
+    """The boundary in front of the host's servers. ``call`` takes one tools/call's name and
+    arguments and answers an MCP result; ``ask`` is how the person is asked (None: nobody can be)."""
+
+    def __init__(self, host: GuardHost, *, store: str | None = None, seal_keys: td.SealKeys | None = None,
+                 audit: BinaryIO | None = None,
+                 report: Callable[[dict[str, Any]], None] = lambda _event: None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.host = host
+        self._clock = clock
+        # One write flow per retry key at a time: a retry that arrives while its first try waits
+        # for the person, or runs, waits for it, and is then answered from the ledger.
+        self._flows: dict[str, threading.Lock] = {}
+        self._flows_lock = threading.Lock()
+        self._closed = False
+        self._report = report
+        self._seal_keys = seal_keys
+        self._registry = _prefixed_registry(host.servers)
+        self.forwarders: dict[str, McpForwarder] = {}
+        self._started: set[str] = set()
+        self._hooks: dict[str, td.ToolHooks] = {}
+        for server in host.servers:
+            # Pinned to its review: a tool whose listing drifted is withheld, and never runs.
+            forwarder = McpForwarder(list(server.command), pinned=server.contracts,
+                                     call_timeout=float(host.call_timeout))
+            self.forwarders[server.name] = forwarder
+            for name, spec in server.contracts.items():
+                self._hooks[server.prefix + name] = forwarder.hooks(
+                    server.prefix + name, remote_name=name, text_output=spec.output_contract is None,
+                    status_tool=server.status_tools.get(name))
+        # Every dispatch runs on one thread: a store's connection (SQLite) belongs to the thread
+        # that opened it, and the ledger's order is the order of this queue.
+        self._ledger = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="guard-ledger")
+        self._audit = None
+        self._sequence = 0
+        self._sequence_lock = threading.Lock()
+        self._session = "s-" + secrets.token_hex(12)  # this run's response id: call identities never repeat
+        self.dispatcher = self._ledger.submit(self._build, store, audit).result()
+
+    def _build(self, store: str | None, audit: BinaryIO | None) -> td.Dispatcher:
+        if audit is not None:
+            self._audit = td.AuditLog(audit, seal_keys=self._seal_keys)
+        options: dict[str, Any] = dict(approvers=[self.host.approver], hooks=self._hooks, registry=self._registry,
+                                       seal_keys=self._seal_keys)
+        if store is None:
+            return td.Dispatcher(**options)
+        durable = str(_HERE.parent / "durable")
+        if durable not in sys.path:
+            sys.path.insert(0, durable)
+        import durable_dispatcher  # noqa: PLC0415  (the durable layer only when a ledger is asked for)
+        return durable_dispatcher.DurableDispatcher(store=durable_dispatcher.open_store(store), **options)
+
+    # -- the listing ------------------------------------------------------------------------------
+
+    def start(self) -> dict[str, Any]:
+        """Start every server and compare its listing with its review: the report of what is withheld."""
+        found: dict[str, Any] = {}
+        for server in self.host.servers:
+            forwarder = self.forwarders[server.name]
+            try:
+                drift = forwarder.start(timeout=float(self.host.call_timeout))
+            except ServerNotStarted as error:
+                found[server.name] = {"started": False, "code": error.code}
+                continue
+            self._started.add(server.name)
+            found[server.name] = {"started": True, "withheld": drift}
+        return found
+
+    def withheld(self) -> frozenset[str]:
+        """The exposed names of the tools withheld now: their server's last listing drifted from the
+        review, or the server never started (a call to such a tool starts it, and compares first)."""
+        names = set()
+        for server in self.host.servers:
+            drift = self.forwarders[server.name].drift
+            for name in server.contracts:
+                if name in drift or server.name not in self._started:
+                    names.add(server.prefix + name)
+        return frozenset(names)
+
+    def tools(self) -> list[dict[str, Any]]:
+        """tools/list: each reviewed tool not withheld, as reviewed (never as the server lists it now)."""
+        withheld = self.withheld()
+        listed = []
+        for server in self.host.servers:
+            for entry in server.document["tools"]:
+                name = server.prefix + entry["name"]
+                if name in withheld:
+                    continue
+                listed.append({"name": name, "description": entry["description"],
+                               "inputSchema": entry["input_schema"],
+                               "annotations": {"readOnlyHint": entry["effect"] == "read"}})
+        return listed
+
+    # -- a call -----------------------------------------------------------------------------------
+
+    def call(self, name: Any, arguments: Any, *, ask: Callable[[str], bool | None] | None,
+             cancelled: threading.Event | None = None) -> dict[str, Any] | None:
+        """One tools/call through the boundary: the MCP result the client gets (None when the call
+        was cancelled before anything ran). ``ask(text)`` asks the person (True: yes; None: nobody
+        answered); without it the host's approval command is asked, and without that, nobody."""
+        proposal = {"name": name, "arguments": arguments}
+        spec = self._registry.get(name) if type(name) is str else None
+        now = int(self._clock())
+        if spec is None or spec.effect != "write":
+            return self._run(lambda: self._dispatch(proposal, None, now))
+        windows = (now // self.host.retry_window - 1, now // self.host.retry_window)
+        keys = [retry_key(self.host.principal, name, arguments, window) for window in windows]
+        # Both windows' flows, the earlier first: a try that began in the window before holds it.
+        with self._flow(keys[0]), self._flow(keys[1]):
+            return self._write(proposal, spec, keys, ask=ask, cancelled=cancelled)
+
+    def operation_state(self, name: str, arguments: Any) -> str:
+        """What the ledger holds for this write now (its retry windows, as a call would look it up):
+        "none", or the operation's state ("committed", "unknown", ...)."""
+        now = int(self._clock())
+        windows = (now // self.host.retry_window - 1, now // self.host.retry_window)
+        keys = [retry_key(self.host.principal, name, arguments, window) for window in windows]
+        return self._run(lambda: self._found(name, keys))[0]
+
+    def _flow(self, key: str) -> threading.Lock:
+        with self._flows_lock:
+            if len(self._flows) > 4 * MAX_IN_FLIGHT:  # drop the idle ones: a flow lock is only for calls in flight
+                self._flows = {held: lock for held, lock in self._flows.items() if lock.locked()}
+            return self._flows.setdefault(key, threading.Lock())
+
+    def _write(self, proposal: dict[str, Any], spec: td.ToolSpec, keys: Sequence[str], *,
+               ask: Callable[[str], bool | None] | None, cancelled: threading.Event | None) -> dict[str, Any] | None:
+        name, arguments, principal = proposal["name"], proposal["arguments"], self.host.principal
+        now = int(self._clock())
+        state, key = self._run(lambda: self._found(name, keys))
+        if state == "unknown":  # a try whose answer was lost: the status tool settles it, once
+            return self._run(lambda: self._query(proposal, key, now))
+        context = self._context(key)
+        first = self._run(lambda: self._dispatch_in(proposal, context, None, now))
+        if first[0]["model_result"].get("error", {}).get("code") != "APPROVAL_REQUIRED":
+            return first[1]  # answered from the ledger (a retry), or refused before an approval was needed
+        text = approval_text(name, arguments)
+        if cancelled is not None and cancelled.is_set():
+            return None
+        answer = None if text is None else self._ask(ask, text, name, arguments)
+        if cancelled is not None and cancelled.is_set():
+            return None  # asked, but the client gave the call up: nothing runs
+        if answer is None:
+            return _refusal(GuardError("GUARD_APPROVAL_UNANSWERED")) if text is not None else first[1]
+        if answer is False:
+            return first[1]  # the person said no: APPROVAL_REQUIRED stands
+        now = int(self._clock())
+        approval = td.approval_for_call(approver=self.host.approver, principal=principal, context=context,
+                                        spec=spec, arguments=arguments, expires_at=now + APPROVAL_LIFETIME)
+        return self._run(lambda: self._dispatch_in(proposal, context, approval, now))[1]
+
+    def _ask(self, ask: Callable[[str], bool | None] | None, text: str, name: str, arguments: Any) -> bool | None:
+        if ask is not None:
+            return ask(text)
+        if self.host.approval_command is not None:
+            return ask_command(self.host.approval_command, name, arguments, self.host.principal,
+                               float(self.host.approval_timeout))
+        return False
+
+    def _run(self, work: Callable[[], Any]) -> Any:
+        return self._ledger.submit(work).result()
+
+    def _context(self, key: str | None, *, operation: str | None = None) -> td.CallContext:
+        with self._sequence_lock:
+            self._sequence += 1
+            call_id = f"c{self._sequence}"
+        return td.CallContext(PROFILE.provider, PROFILE.api_family, PROFILE.adapter_revision, self._session, call_id,
+                              operation or (operation_of(key) if key is not None else f"op-{call_id}"), key)
+
+    def _found(self, name: str, keys: Sequence[str]) -> tuple[str, str]:
+        """(state, key): the earliest window whose key the ledger holds, else ("none", the current key)."""
+        for key in keys:
+            state = self.dispatcher.operation_state(self.host.principal, name, key)
+            if state != "none":
+                return state, key
+        return "none", keys[-1]
+
+    def _dispatch(self, proposal: dict[str, Any], key: str | None, now: int) -> dict[str, Any]:
+        return self._dispatch_in(proposal, self._context(key), None, now)[1]
+
+    def _dispatch_in(self, proposal: dict[str, Any], context: td.CallContext, approval: td.Approval | None,
+                     now: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        try:
+            package = self.dispatcher.dispatch(proposal, context, self.host.principal, approval=approval, now=now,
+                                               deadline=now + self.host.call_timeout)
+        except td.CatalogError as error:  # the host's to hear (a call in progress, a store fault): no package
+            return {"model_result": {}}, _refusal(error)
+        return package, self._answer(package, context)
+
+    def _query(self, proposal: dict[str, Any], key: str, now: int) -> dict[str, Any]:
+        context = self._context(key)
+        try:
+            package = self.dispatcher.query_operation_status(proposal, context, self.host.principal, now=now)
+        except td.CatalogError as error:
+            return _refusal(error)
+        return self._answer(package, context)
+
+    def _answer(self, package: dict[str, Any], context: td.CallContext) -> dict[str, Any]:
+        if self._audit is not None:
+            self._audit.append(package)
+        result = td.to_mcp_tool_result(package, context, principal=self.host.principal,
+                                       approvers=frozenset({self.host.approver}), seal_keys=self._seal_keys,
+                                       require_seal=self._seal_keys is not None, registry=self._registry)
+        self._report({"event": "call", "tool": package["model_result"]["source"]["tool"],
+                      "status": package["model_result"]["status"],
+                      "code": package["model_result"].get("error", {}).get("code")})
+        return result
+
+    def close(self) -> None:
+        """Finish the ledger's queue, close the audit log (its closing entry) and stop every server.
+        Idempotent."""
+        with self._flows_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._ledger.submit(self._close_audit).result()
+        self._ledger.shutdown(wait=True)
+        for forwarder in self.forwarders.values():
+            forwarder.close()
+
+    def _close_audit(self) -> None:
+        if self._audit is not None:
+            self._audit.close()
+            self._audit = None
+        closer = getattr(getattr(self.dispatcher.operations, "store", None), "close", None)
+        if callable(closer):
+            closer()
+
+
+def _refusal(error: td.CatalogError) -> dict[str, Any]:
+    """A refusal the guard itself answers (no package: nothing reached the boundary's write path)."""
+    body = {"status": "error", "error": {"code": error.code, "message": error.message, "retryable": error.retryable}}
+    return {"content": [{"type": "text", "text": td.canonical_text(body)}], "isError": True}
+
+
+# ============================================================================================
+# 7. Serving MCP over stdio
+# ============================================================================================
+
+
+class _Pending:
+    """A tools/call in flight: its cancellation, and the elicitation it waits on."""
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+
+
+class GuardConnection:
+    """The guard's side of one client over a pair of byte streams: newline-delimited JSON-RPC."""
+
+    def __init__(self, guard: Guard, reader: BinaryIO, writer: BinaryIO) -> None:
+        self.guard = guard
+        self._reader = reader
+        self._writer = writer
+        self._write_lock = threading.Lock()
+        self._era: str | None = None
+        self._elicitation = False
+        self._pending: dict[Any, _Pending] = {}
+        self._asked: dict[str, tuple[threading.Event, list[Any]]] = {}
+        self._asked_lock = threading.Lock()
+        self._next_ask = 0
+        self._workers: list[threading.Thread] = []
+        self._withheld = guard.withheld()
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def _send(self, message: Mapping[str, Any]) -> None:
+        line = json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+        with self._write_lock:
+            try:
+                self._writer.write(line)
+                self._writer.flush()
+            except (OSError, ValueError):
+                pass  # the client went away: what ran is in the ledger
+
+    def _answer(self, request_id: Any, result: Mapping[str, Any]) -> None:
+        if self._era == "modern":
+            result = {**result, "resultType": "complete"}
+        self._send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    def _error(self, request_id: Any, error: tuple[int, str]) -> None:
+        self._send({"jsonrpc": "2.0", "id": request_id, "error": {"code": error[0], "message": error[1]}})
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Read the client until its stream ends; then let the calls in flight finish (each has its
+        deadline), so that what they did is in the ledger."""
+        while True:
+            try:
+                line = self._reader.readline(MAX_LINE_BYTES + 1)
+            except (OSError, ValueError):
+                break
+            if not line:
+                break
+            if len(line) > MAX_LINE_BYTES:
+                self._error(None, INVALID_REQUEST)
+                if not self._skip_rest():
+                    break
+                continue
+            if line.strip():
+                self._handle(line)
+        with self._asked_lock:
+            for event, _answer in self._asked.values():
+                event.set()  # nobody is left to answer: each waiting call is not approved
+        for worker in self._workers:
+            worker.join()
+
+    def _skip_rest(self) -> bool:
+        while True:
+            chunk = self._reader.readline(MAX_LINE_BYTES)
+            if not chunk:
+                return False
+            if chunk.endswith(b"\n"):
+                return True
+
+    def _handle(self, line: bytes) -> None:
+        try:
+            message = td.decode_strict_json(line, max_bytes=MAX_LINE_BYTES, max_depth=MAX_MESSAGE_DEPTH,
+                                            policy=MESSAGE_JSON)
+        except td.CatalogError:
+            self._error(None, PARSE_ERROR)
+            return
+        if type(message) is not dict or message.get("jsonrpc") != "2.0":
+            self._error(None, INVALID_REQUEST)
+            return
+        if "method" not in message:
+            self._answered(message)
+            return
+        method = message["method"]
+        if type(method) is not str:
+            self._error(message.get("id") if _is_id(message.get("id")) else None, INVALID_REQUEST)
+            return
+        params = message.get("params", {})
+        if "id" not in message:
+            if method == "notifications/cancelled" and type(params) is dict:
+                pending = self._pending.get(_id_key(params.get("requestId")))
+                if pending is not None:
+                    pending.cancelled.set()
+            return  # initialized, cancelled, anything else: nothing to answer
+        request_id = message["id"]
+        if not _is_id(request_id):
+            self._error(None, INVALID_REQUEST)
+            return
+        if type(params) is not dict:
+            self._error(request_id, INVALID_PARAMS)
+            return
+        handler = _METHODS.get(method)
+        if handler is None:
+            self._error(request_id, METHOD_NOT_FOUND)
+            return
+        if self._era == "modern" and method != "server/discover" and (
+                type(params.get("_meta")) is not dict or params["_meta"].get(PROTOCOL_VERSION_KEY) != MODERN_VERSION):
+            self._error(request_id, INVALID_PARAMS)
+            return
+        handler(self, request_id, params)
+
+    def _answered(self, message: Mapping[str, Any]) -> None:
+        # The client's answer to one of the guard's own requests (an elicitation).
+        with self._asked_lock:
+            waiting = self._asked.get(message.get("id")) if type(message.get("id")) is str else None
+        if waiting is not None:
+            event, slot = waiting
+            slot.append(message.get("result"))
+            event.set()
+
+    # -- methods ----------------------------------------------------------------------------------
+
+    def _discover(self, request_id: Any, _params: dict[str, Any]) -> None:
+        self._era = "modern"
+        self._answer(request_id, {"supportedVersions": [MODERN_VERSION],
+                                  "capabilities": {"tools": {"listChanged": True}},
+                                  "instructions": INSTRUCTIONS,
+                                  "_meta": {"io.modelcontextprotocol/serverInfo": dict(SERVER_INFO)}})
+
+    def _initialize(self, request_id: Any, params: dict[str, Any]) -> None:
+        self._era = "legacy"
+        asked = params.get("protocolVersion")
+        capabilities = params.get("capabilities")
+        self._elicitation = type(capabilities) is dict and type(capabilities.get("elicitation")) is dict
+        self._answer(request_id, {"protocolVersion": asked if asked in LEGACY_VERSIONS else LEGACY_VERSIONS[0],
+                                  "capabilities": {"tools": {"listChanged": True}},
+                                  "serverInfo": dict(SERVER_INFO), "instructions": INSTRUCTIONS})
+
+    def _ping(self, request_id: Any, _params: dict[str, Any]) -> None:
+        self._answer(request_id, {})
+
+    def _list(self, request_id: Any, _params: dict[str, Any]) -> None:
+        self._answer(request_id, {"tools": self.guard.tools()})
+
+    def _call(self, request_id: Any, params: dict[str, Any]) -> None:
+        if self._era is None:
+            self._error(request_id, INVALID_REQUEST)  # no handshake yet
+            return
+        self._workers = [worker for worker in self._workers if worker.is_alive()]
+        if len(self._workers) >= MAX_IN_FLIGHT:
+            self._answer(request_id, _refusal(GuardError("GUARD_BUSY")))
+            return
+        key = _id_key(request_id)
+        if key in self._pending:
+            self._error(request_id, INVALID_REQUEST)  # an id already in flight
+            return
+        pending = self._pending[key] = _Pending()
+        name, arguments = params.get("name"), params.get("arguments", {})
+        worker = threading.Thread(target=self._run_call, args=(request_id, key, pending, name, arguments),
+                                  daemon=True)
+        self._workers.append(worker)
+        worker.start()
+
+    def _run_call(self, request_id: Any, key: Any, pending: _Pending, name: Any, arguments: Any) -> None:
+        try:
+            ask = self._elicit if self._elicitation else None
+            try:
+                result = self.guard.call(name, arguments, ask=ask, cancelled=pending.cancelled)
+            except Exception:  # noqa: BLE001 - the last line: a fault is a refusal, never a traceback
+                result = _refusal(td.BoundaryError("INTERNAL_ERROR"))
+            if result is not None and not pending.cancelled.is_set():
+                self._answer(request_id, result)
+            withheld = self.guard.withheld()
+            if withheld != self._withheld:
+                self._withheld = withheld
+                self._send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        finally:
+            self._pending.pop(key, None)
+
+    def _elicit(self, text: str) -> bool | None:
+        with self._asked_lock:
+            self._next_ask += 1
+            ask_id = f"guard-{self._next_ask}"
+            event, slot = self._asked[ask_id] = (threading.Event(), [])
+        self._send({"jsonrpc": "2.0", "id": ask_id, "method": "elicitation/create",
+                    "params": {"message": text, "requestedSchema": json.loads(APPROVAL_SCHEMA)}})
+        answered = event.wait(self.guard.host.approval_timeout)
+        with self._asked_lock:
+            self._asked.pop(ask_id, None)
+        if not answered or not slot:
+            return None
+        return elicited_yes(slot[0])
+
+
+_METHODS: Final[Mapping[str, Callable[[GuardConnection, Any, dict[str, Any]], None]]] = MappingProxyType({
+    "server/discover": GuardConnection._discover,
+    "initialize": GuardConnection._initialize,
+    "ping": GuardConnection._ping,
+    "tools/list": GuardConnection._list,
+    "tools/call": GuardConnection._call,
+})
+
+
+def _is_id(value: Any) -> bool:
+    return type(value) is int or (type(value) is str and len(value) <= MAX_REQUEST_ID_LENGTH)
+
+
+def _id_key(value: Any) -> Any:
+    return (type(value).__name__, value) if _is_id(value) else None
+
+
+def serve(guard: Guard, reader: BinaryIO, writer: BinaryIO) -> None:
+    """Serve one client until its stream ends."""
+    GuardConnection(guard, reader, writer).serve()
+
+
+# ============================================================================================
+# 8. The command line
+# ============================================================================================
+
+USAGE: Final = """usage: mcp_bridge.py guard --host HOST.json [--contracts REVIEWED.json [--prefix P] -- SERVER COMMAND...]
+                           [--audit-log FILE] [--seal-key FILE] [--store DB]
+
+Serve MCP over stdio to one client; run every tools/call through the boundary before it reaches a server.
+  --host FILE        the host's mcp-guard-host-v1 file: the principal, the approver, the servers
+  --contracts FILE   with -- COMMAND: one more server, its reviewed tool-contracts-v1 file
+  --prefix P         that server's tools' prefix toward the client (default: none)
+  --audit-log FILE   a new file: every package, hash-chained (sealed with --seal-key)
+  --seal-key FILE    a seal-keys-v1 file: seal packages and the log
+  --store DB         the durable ledger (a SQLite path or a postgresql:// DSN): a restart replays
+The guard's own reports go to stderr as JSON lines; stdout is the client's.
+"""
+
+
+def _arguments(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    argv = list(argv)
+    command: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, command = argv[:cut], argv[cut + 1:]
+    options: dict[str, str] = {}
+    allowed = {"--host", "--contracts", "--prefix", "--audit-log", "--seal-key", "--store"}
+    while argv:
+        flag = argv.pop(0)
+        if flag not in allowed or flag in options or not argv:
+            raise GuardError("GUARD_USAGE")
+        options[flag] = argv.pop(0)
+    if "--host" not in options or ("--contracts" in options) != bool(command) or (
+            "--prefix" in options and "--contracts" not in options):
+        raise GuardError("GUARD_USAGE")
+    return options, command
+
+
+def _emit(stream: Any, value: Mapping[str, Any]) -> None:
+    try:
+        stream.write(json.dumps(value, ensure_ascii=True, sort_keys=True) + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
+         stderr: Any = None) -> int:
+    """The guard's command: 0 when the client's stream ended; 2 (a JSON line on stderr) when it
+    could not start. Nothing but MCP is ever written to stdout."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    errors = sys.stderr if stderr is None else stderr
+    if argv[:1] in (["-h"], ["--help"]):
+        errors.write(USAGE)
+        return 0
+    guard = None
+    try:
+        options, command = _arguments(argv)
+        extra = [] if not command else [{"name": "server", "prefix": options.get("--prefix", ""),
+                                         "command": command, "contracts": options["--contracts"]}]
+        host = load_host(options["--host"], extra=extra)
+        seal_keys = None if "--seal-key" not in options else td.load_seal_keys(options["--seal-key"])
+        audit = None
+        if "--audit-log" in options:
+            try:
+                audit = open(options["--audit-log"], "xb")  # noqa: SIM115 - closed by the guard's close()
+            except FileExistsError:
+                raise td.BoundaryError("AUDIT_LOG_EXISTS") from None
+            except OSError:
+                raise td.BoundaryError("AUDIT_LOG_UNREADABLE") from None
+        guard = Guard(host, store=options.get("--store"), seal_keys=seal_keys, audit=audit,
+                      report=lambda event: _emit(errors, event))
+        _emit(errors, {"event": "started", "servers": guard.start()})
+        serve(guard, stdin if stdin is not None else sys.stdin.buffer,
+              stdout if stdout is not None else sys.stdout.buffer)
+        return 0
+    except td.CatalogError as error:
+        _emit(errors, {"passed": False, "error": error.to_json()})
+        return 2
+    except KeyboardInterrupt:
+        _emit(errors, {"passed": False, "error": td.BoundaryError("CLI_INTERRUPTED").to_json()})
+        return td.EXIT_INTERRUPTED
+    except Exception:  # noqa: BLE001 - never a traceback, never a path
+        _emit(errors, {"passed": False, "error": td.BoundaryError("INTERNAL_ERROR").to_json()})
+        return 2
+    finally:
+        if guard is not None:
+            guard.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,637 @@
+"""The guard (guard.py): an MCP server to a client that runs every tools/call through the boundary.
+
+The guard is driven in process over a pair of pipes by a small client written here (it declares
+elicitation or not, answers the guard's questions, sends cancellations), in front of the project's
+own servers: demo_server.py, whose note store (--dir) counts the writes that took effect, and
+fault_server.py, whose --calls file counts every call that reached it. The command line is driven
+as a child process. The official SDK's client drives it in interop/guard_check.py.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import tool_dispatcher as td  # noqa: E402
+import guard as gd  # noqa: E402
+from importer import HostChoices, import_server  # noqa: E402
+
+PYTHON = [sys.executable, "-B"]
+DEMO = [*PYTHON, str(HERE / "demo_server.py")]
+FAULT = [*PYTHON, str(HERE / "fault_server.py")]
+ROLE = "mcp.tools"
+WAIT = 60  # seconds any one answer may take on a loaded machine: a bound, never a measure
+SEAL_KEYS = td.SealKeys("k1", {"k1": bytes(range(32))})
+
+
+def reviewed(command, read_only=()):
+    draft, _report = import_server(command, host=HostChoices(read_only=frozenset(read_only), role=ROLE))
+    return draft
+
+
+class Folder:
+    """A temporary folder with the reviewed contracts of both servers and a host file per test."""
+
+    def __init__(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.path = Path(self.tmp.name)
+
+    def write(self, name, value):
+        path = self.path / name
+        path.write_text(json.dumps(value), encoding="utf-8")
+        return path
+
+    def host(self, servers, *, approval=None, **fields):
+        document = {"format": gd.HOST_FORMAT, "principal": {"tenant": "tenant-a", "subject": "alice",
+                                                              "roles": [ROLE]},
+                    "approval": approval or {"approver": "alice-at-client"}, "servers": servers, **fields}
+        return self.write("host.json", document)
+
+
+class Peer:
+    """The client's side of an in-process guard: requests by id, the guard's own requests answered
+    by ``answer_elicitation`` (None: never answered), notifications kept."""
+
+    def __init__(self, guard, *, era="legacy", elicitation=False, answer_elicitation=None):
+        client_in, guard_out = os.pipe()
+        guard_in, client_out = os.pipe()
+        self._to_guard = os.fdopen(client_out, "wb")
+        self._from_guard = os.fdopen(client_in, "rb")
+        self._guard_streams = (os.fdopen(guard_in, "rb"), os.fdopen(guard_out, "wb"))
+        self.answers = {}
+        self.notifications = []
+        self.asked = []
+        self._answer_elicitation = answer_elicitation
+        self._arrived = threading.Condition()
+        self._next = 0
+        self.server = threading.Thread(target=self._serve, args=(guard,), daemon=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.server.start()
+        self.reader.start()
+        if era == "legacy":
+            capabilities = {"elicitation": {}} if elicitation else {}
+            self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": capabilities,
+                                        "clientInfo": {"name": "test", "version": "1"}})
+            self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        else:
+            self.request("server/discover", {})
+        self.era = era
+
+    def _serve(self, guard):
+        reader, writer = self._guard_streams
+        try:
+            gd.serve(guard, reader, writer)
+        finally:
+            writer.close()
+            reader.close()
+
+    def _read(self):
+        for line in self._from_guard:
+            message = json.loads(line)
+            if "method" in message and "id" in message:
+                self.asked.append(message)
+                answer = None if self._answer_elicitation is None else self._answer_elicitation(message)
+                if answer is not None:
+                    self.send({"jsonrpc": "2.0", "id": message["id"], "result": answer})
+                continue
+            with self._arrived:
+                if "id" in message:
+                    self.answers[json.dumps(message["id"])] = message
+                else:
+                    self.notifications.append(message)
+                self._arrived.notify_all()
+
+    def send(self, message):
+        self._to_guard.write(json.dumps(message).encode("utf-8") + b"\n")
+        self._to_guard.flush()
+
+    def send_raw(self, data):
+        self._to_guard.write(data)
+        self._to_guard.flush()
+
+    def start(self, method, params=None, *, request_id=None):
+        self._next += 1
+        request_id = self._next if request_id is None else request_id
+        params = dict(params or {})
+        if getattr(self, "era", None) == "modern":
+            params["_meta"] = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                               "io.modelcontextprotocol/clientCapabilities": {}}
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        return request_id
+
+    def wait(self, request_id, timeout=WAIT):
+        key = json.dumps(request_id)
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: key in self.answers, timeout):
+                raise AssertionError(f"no answer to request {request_id!r} within {timeout} s")
+            return self.answers[key]
+
+    def request(self, method, params=None, **options):
+        return self.wait(self.start(method, params, **options))
+
+    def call(self, name, arguments):
+        return self.request("tools/call", {"name": name, "arguments": arguments})["result"]
+
+    def close(self):
+        self._to_guard.close()
+        self.server.join(WAIT)
+        self.reader.join(WAIT)
+        self._from_guard.close()
+
+
+def body(result):
+    """The model_result the client's model reads, and whether it is an error."""
+    return json.loads(result["content"][0]["text"]), result["isError"]
+
+
+def code_of(result):
+    found, is_error = body(result)
+    return found.get("error", {}).get("code") if is_error else None
+
+
+def yes(_message):
+    return {"action": "accept", "content": {"approve": True}}
+
+
+def no(_message):
+    return {"action": "decline"}
+
+
+class GuardCase(unittest.TestCase):
+    """A folder with the demo server's reviewed contracts (--dir: its note store counts writes) and
+    the fault server's (--calls: its file counts every call that reached it)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.demo_contracts = reviewed(DEMO, read_only=("read_note", "note_write_status"))
+        cls.fault_contracts = reviewed(FAULT, read_only=("get_order", "ping_tool"))
+
+    def setUp(self):
+        self.folder = Folder()
+        self.addCleanup(self.folder.tmp.cleanup)
+        self.notes = self.folder.path / "notes"
+        self.notes.mkdir()
+        self.calls_file = self.folder.path / "calls.jsonl"
+        self.folder.write("notes.json", self.demo_contracts)
+        self.folder.write("fault.json", self.fault_contracts)
+
+    def demo_server(self, *flags, prefix="notes_"):
+        return {"name": "notes", "prefix": prefix, "command": [*DEMO, "--dir", str(self.notes), *flags],
+                "contracts": "notes.json", "status_tools": {"write_note": "note_write_status"}}
+
+    def fault_server(self, fault="none", prefix="orders_"):
+        return {"name": "orders", "prefix": prefix, "contracts": "fault.json",
+                "command": [*FAULT, "--fault", fault, "--calls", str(self.calls_file)]}
+
+    def guard(self, servers, *, approval=None, start=True, **options):
+        host = gd.load_host(self.folder.host(servers, approval=approval,
+                                             **{k: v for k, v in options.items() if k in ("retry_window",)}))
+        guard = gd.Guard(host, **{k: v for k, v in options.items() if k not in ("retry_window",)})
+        self.addCleanup(guard.close)
+        if start:
+            self.started = guard.start()
+        return guard
+
+    def peer(self, guard, **options):
+        peer = Peer(guard, **options)
+        self.addCleanup(peer.close)
+        return peer
+
+    def server_calls(self):
+        if not self.calls_file.exists():
+            return []
+        return [json.loads(line) for line in self.calls_file.read_text(encoding="utf-8").splitlines()]
+
+    def note_revisions(self):
+        path = self.notes / "notes.json"
+        if not path.exists():
+            return {}
+        document = json.loads(path.read_text(encoding="utf-8"))
+        return {name: note["revision"] for name, note in document["notes"].items()}
+
+    def note_writes(self):
+        path = self.notes / "notes.json"
+        return 0 if not path.exists() else len(json.loads(path.read_text(encoding="utf-8"))["writes"])
+
+
+class TestListing(GuardCase):
+
+    def test_the_reviewed_tools_are_listed_under_their_prefix_as_reviewed(self):
+        peer = self.peer(self.guard([self.demo_server(), self.fault_server()]))
+        tools = peer.request("tools/list")["result"]["tools"]
+        self.assertEqual([tool["name"] for tool in tools],
+                         ["notes_read_note", "notes_write_note", "notes_note_write_status",
+                          "orders_get_order", "orders_ping_tool", "orders_refund"])
+        by_name = {tool["name"]: tool for tool in tools}
+        entry = next(tool for tool in self.demo_contracts["tools"] if tool["name"] == "write_note")
+        self.assertEqual(by_name["notes_write_note"], {"name": "notes_write_note", "description": entry["description"],
+                                                       "inputSchema": entry["input_schema"],
+                                                       "annotations": {"readOnlyHint": False}})
+        self.assertEqual(by_name["orders_get_order"]["annotations"], {"readOnlyHint": True})
+        self.assertEqual(self.started, {"notes": {"started": True, "withheld": {}},
+                                        "orders": {"started": True, "withheld": {}}})
+
+    def test_a_tool_whose_listing_drifted_is_withheld_at_start_and_never_runs(self):
+        drifted = json.loads(json.dumps(self.fault_contracts))
+        drifted["tools"][0]["description"] = "Read one order (as the person reviewed it)."
+        self.folder.write("fault.json", drifted)
+        guard = self.guard([self.fault_server()])
+        self.assertEqual(self.started, {"orders": {"started": True, "withheld": {"get_order": ["description"]}}})
+        peer = self.peer(guard)
+        names = [tool["name"] for tool in peer.request("tools/list")["result"]["tools"]]
+        self.assertEqual(names, ["orders_ping_tool", "orders_refund"])
+        self.assertEqual(code_of(peer.call("orders_get_order", {"order_ref": "ORDER-7"})), "TOOL_FAILED")
+        self.assertEqual(self.server_calls(), [])
+
+    def test_a_server_that_announces_a_changed_list_has_the_tool_withheld_and_the_client_told(self):
+        peer = self.peer(self.guard([self.fault_server("rug_pull")]))
+        first = body(peer.call("orders_ping_tool", {}))[0]  # answered, after the server announced a change
+        self.assertEqual((first["status"], first["data"]["text"][:9]), ("ok", '{"tool": '))
+        self.assertEqual(code_of(peer.call("orders_get_order", {"order_ref": "ORDER-8"})), "TOOL_FAILED")
+        self.assertEqual(body(peer.call("orders_ping_tool", {}))[0]["status"], "ok")  # unchanged: still served
+        self.assertEqual([call["tool"] for call in self.server_calls()], ["ping_tool", "ping_tool"])
+        with peer._arrived:
+            self.assertTrue(peer._arrived.wait_for(lambda: peer.notifications, WAIT))
+        self.assertEqual(peer.notifications, [{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}])
+        names = [tool["name"] for tool in peer.request("tools/list")["result"]["tools"]]
+        self.assertEqual(names, ["orders_ping_tool", "orders_refund"])
+
+    def test_a_server_that_cannot_start_has_its_tools_withheld_and_the_others_serve(self):
+        broken = {**self.fault_server("crash_at_start"), "name": "broken", "prefix": "broken_"}
+        guard = self.guard([broken, self.demo_server()])
+        self.assertEqual(self.started["broken"], {"started": False, "code": "CLIENT_SERVER_EXITED"})
+        names = [tool["name"] for tool in self.peer(guard).request("tools/list")["result"]["tools"]]
+        self.assertEqual(names, ["notes_read_note", "notes_write_note", "notes_note_write_status"])
+
+
+class TestMalformedCalls(GuardCase):
+    """What clients forward today reaches no server through the guard."""
+
+    CASES = (
+        ("a string for a number", "orders_refund", {"amount": "3"}, "INVALID_ARGUMENTS"),
+        ("an extra field", "orders_get_order", {"order_ref": "ORDER-7", "note": "x"}, "INVALID_ARGUMENTS"),
+        ("a newline after a pattern", "orders_get_order", {"order_ref": "ORDER-7\n"}, "INVALID_ARGUMENTS"),
+        ("a missing required field", "orders_get_order", {}, "INVALID_ARGUMENTS"),
+        ("a non-ASCII digit", "orders_get_order", {"order_ref": "ORDER-\u0667"}, "INVALID_ARGUMENTS"),
+        ("arguments that are no object", "orders_get_order", ["ORDER-7"], "INVALID_PROPOSAL"),
+        ("an amount below the minimum", "orders_refund", {"amount": 0.25}, "INVALID_ARGUMENTS"),
+        ("an unknown tool", "orders_delete_everything", {"order_ref": "ORDER-7"}, "UNKNOWN_TOOL"),
+        ("a tool of the server under its own name", "get_order", {"order_ref": "ORDER-7"}, "UNKNOWN_TOOL"),
+    )
+
+    def test_each_malformed_call_is_refused_with_its_code_and_reaches_the_server_zero_times(self):
+        peer = self.peer(self.guard([self.fault_server()]))
+        for label, name, arguments, code in self.CASES:
+            with self.subTest(label):
+                result = peer.call(name, arguments)
+                self.assertEqual(code_of(result), code)
+                text = result["content"][0]["text"]
+                for echoed in ("ORDER-7", "delete_everything", "note"):
+                    self.assertNotIn(echoed, text)
+        self.assertEqual(self.server_calls(), [])
+
+    def test_the_well_formed_calls_reach_the_server_once_each(self):
+        peer = self.peer(self.guard([self.fault_server()]), elicitation=True, answer_elicitation=yes)
+        found, is_error = body(peer.call("orders_refund", {"amount": 2.5}))
+        self.assertEqual((found["status"], found["data"], is_error), ("ok", {"refunded": 2.5}, False))
+        self.assertEqual(self.server_calls(), [{"tool": "refund", "arguments": {"amount": 2.5}}])
+
+    def test_the_clients_meta_chooses_nothing(self):
+        # A key, a principal or an approval in the request's _meta is the model's side: ignored.
+        peer = self.peer(self.guard([self.demo_server()]))
+        answer = peer.request("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"},
+                                             "_meta": {"dev.tool-dispatcher/idempotency-key": "mine",
+                                                       "approval": {"approver": "alice-at-client"}}})
+        self.assertEqual(code_of(answer["result"]), "APPROVAL_REQUIRED")
+        self.assertEqual(self.note_revisions(), {})
+
+    def test_a_server_error_text_never_reaches_the_client(self):
+        peer = self.peer(self.guard([self.fault_server("call_is_error")]))
+        result = peer.call("orders_get_order", {"order_ref": "ORDER-7"})
+        self.assertEqual(code_of(result), "TOOL_FAILED")
+        self.assertNotIn("SECRET", json.dumps(result))
+
+
+class TestApprovals(GuardCase):
+
+    def test_an_unapproved_write_reaches_the_server_zero_times(self):
+        for label, options in (("no way to ask", {}), ("the client declined", {"elicitation": True,
+                                                                                "answer_elicitation": no})):
+            with self.subTest(label):
+                peer = self.peer(self.guard([self.demo_server()]), **options)
+                self.assertEqual(code_of(peer.call("notes_write_note", {"name": "a", "text": "b"})),
+                                 "APPROVAL_REQUIRED")
+                self.assertEqual(self.note_revisions(), {})
+
+    def test_an_approved_write_runs_once_and_its_retries_zero_more_times(self):
+        peer = self.peer(self.guard([self.demo_server()]), elicitation=True, answer_elicitation=yes)
+        first = body(peer.call("notes_write_note", {"name": "a", "text": "b"}))
+        self.assertEqual((first[0]["status"], first[0]["delivery"], first[0]["data"]),
+                         ("ok", "fresh", {"name": "a", "revision": 1}))
+        self.assertEqual(len(peer.asked), 1)
+        self.assertEqual(peer.asked[0]["method"], "elicitation/create")
+        self.assertEqual(peer.asked[0]["params"]["message"],
+                         'Allow the tool notes_write_note to run with these arguments?\n{"name":"a","text":"b"}')
+        for _ in range(3):  # the client's retries: new request ids, the same call
+            again = body(peer.call("notes_write_note", {"name": "a", "text": "b"}))
+            self.assertEqual((again[0]["status"], again[0]["delivery"], again[0]["data"]),
+                             ("ok", "local_replay", {"name": "a", "revision": 1}))
+        self.assertEqual(len(peer.asked), 1)  # never asked again
+        self.assertEqual((self.note_revisions(), self.note_writes()), ({"a": 1}, 1))
+        other = body(peer.call("notes_write_note", {"name": "a", "text": "c"}))  # another call: asked, run
+        self.assertEqual((other[0]["delivery"], other[0]["data"]), ("fresh", {"name": "a", "revision": 2}))
+        self.assertEqual((len(peer.asked), self.note_revisions()), (2, {"a": 2}))
+
+    def test_two_copies_of_one_call_at_once_ask_once_and_write_once(self):
+        release = threading.Event()
+
+        def slow_yes(message):
+            release.wait(WAIT)
+            return yes(message)
+
+        peer = self.peer(self.guard([self.demo_server()]), elicitation=True, answer_elicitation=slow_yes)
+        first = peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
+        second = peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
+        deadline = time.monotonic() + WAIT
+        while not peer.asked and time.monotonic() < deadline:
+            time.sleep(0.01)
+        release.set()
+        deliveries = sorted(body(peer.wait(request)["result"])[0]["delivery"] for request in (first, second))
+        self.assertEqual(deliveries, ["fresh", "local_replay"])
+        self.assertEqual((len(peer.asked), self.note_revisions()), (1, {"a": 1}))
+
+    def test_the_host_approval_command_is_asked_when_the_client_cannot_be(self):
+        script = self.folder.write("approve.py", None)
+        script.write_text("import json, sys\n"
+                          "call = json.load(sys.stdin)\n"
+                          "print(json.dumps({'approve': call['arguments']['text'] == 'ok'}))\n", encoding="utf-8")
+        guard = self.guard([self.demo_server()], approval={"approver": "alice-at-client",
+                                                           "command": [*PYTHON, str(script)]})
+        for era in ("modern", "legacy"):
+            with self.subTest(era=era):
+                peer = self.peer(guard, era=era)
+                self.assertEqual(code_of(peer.call("notes_write_note", {"name": f"n-{era}", "text": "no"})),
+                                 "APPROVAL_REQUIRED")
+                found = body(peer.call("notes_write_note", {"name": f"n-{era}", "text": "ok"}))[0]
+                self.assertEqual((found["status"], found["data"]), ("ok", {"name": f"n-{era}", "revision": 1}))
+        self.assertEqual(self.note_revisions(), {"n-modern": 1, "n-legacy": 1})
+
+    def test_an_approval_command_that_fails_or_says_more_is_no(self):
+        for label, source in (("exit 1", "import sys; print('{\"approve\": true}'); sys.exit(1)"),
+                              ("another field", "print('{\"approve\": true, \"approver\": \"root\"}')"),
+                              ("true as a string", "print('{\"approve\": \"true\"}')"),
+                              ("not JSON", "print('yes')")):
+            with self.subTest(label):
+                self.assertFalse(gd.ask_command([*PYTHON, "-c", source], "t", {}, td.Principal("a", "b"), WAIT))
+        self.assertTrue(gd.ask_command([*PYTHON, "-c", "print('{\"approve\": true}')"], "t", {},
+                                       td.Principal("a", "b"), WAIT))
+
+    def test_a_call_cancelled_while_the_person_decides_never_runs_and_is_not_answered(self):
+        asked = threading.Event()
+        release = threading.Event()
+
+        def late_yes(message):
+            asked.set()
+            release.wait(WAIT)
+            return yes(message)
+
+        peer = self.peer(self.guard([self.demo_server()]), elicitation=True, answer_elicitation=late_yes)
+        request = peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
+        self.assertTrue(asked.wait(WAIT))
+        peer.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request}})
+        time.sleep(0.2)  # the notification is read before the answer below (one stream, in order)
+        release.set()
+        ping = peer.request("ping")  # answered after the cancelled call's flow had its answer
+        self.assertEqual(ping["result"], {})
+        peer.close()
+        self.assertNotIn(json.dumps(request), peer.answers)
+        self.assertEqual(self.note_revisions(), {})
+
+    def test_a_call_too_long_to_show_is_not_asked(self):
+        self.assertIsNone(gd.approval_text("t", {"text": "x" * gd.MAX_APPROVAL_TEXT}))
+        shown = gd.approval_text("t", {"text": "x" * 100})
+        self.assertEqual(shown, 'Allow the tool t to run with these arguments?\n{"text":"' + "x" * 100 + '"}')
+        self.assertIsNone(gd.approval_text("t", {"x": float("nan")}))
+
+    def test_an_elicitation_answer_is_yes_only_when_it_says_exactly_so(self):
+        for answer, expected in ((yes(None), True), ({"action": "accept", "content": {"approve": "true"}}, False),
+                                 ({"action": "accept", "content": {"approve": False}}, False),
+                                 ({"action": "decline", "content": {"approve": True}}, False),
+                                 ({"action": "accept"}, False), (None, False), ([], False)):
+            with self.subTest(answer=answer):
+                self.assertIs(gd.elicited_yes(answer), expected)
+
+
+class TestRetriesAndRecovery(GuardCase):
+
+    def test_a_server_killed_mid_write_gives_unknown_which_reconciles_exactly_once(self):
+        guard = self.guard([self.demo_server("--crash-on-write")])
+        peer = self.peer(guard, elicitation=True, answer_elicitation=yes)
+        lost = body(peer.call("notes_write_note", {"name": "a", "text": "b"}))[0]
+        self.assertEqual((lost["status"], lost["error"]["code"], lost["outcome"]),
+                         ("unknown", "OUTCOME_UNKNOWN", "unknown"))
+        self.assertEqual(self.note_revisions(), {"a": 1})  # it did write, and died before answering
+        settled = body(peer.call("notes_write_note", {"name": "a", "text": "b"}))[0]
+        self.assertEqual((settled["status"], settled["delivery"], settled["data"]),
+                         ("ok", "receipt_reconciled", {"name": "a", "revision": 1}))
+        again = body(peer.call("notes_write_note", {"name": "a", "text": "b"}))[0]
+        self.assertEqual((again["status"], again["delivery"]), ("ok", "local_replay"))
+        self.assertEqual((self.note_revisions(), len(peer.asked)), ({"a": 1}, 1))
+
+    def test_a_restarted_guard_with_a_ledger_replays_instead_of_writing_again(self):
+        store = str(self.folder.path / "ledger.sqlite3")
+        first = self.guard([self.demo_server()], store=store, seal_keys=SEAL_KEYS)
+        peer = self.peer(first, elicitation=True, answer_elicitation=yes)
+        self.assertEqual(body(peer.call("notes_write_note", {"name": "a", "text": "b"}))[0]["delivery"], "fresh")
+        peer.close()
+        first.close()
+        second = self.guard([self.demo_server()], store=store, seal_keys=SEAL_KEYS)
+        peer = self.peer(second, elicitation=True, answer_elicitation=yes)
+        again = body(peer.call("notes_write_note", {"name": "a", "text": "b"}))[0]
+        self.assertEqual((again["status"], again["delivery"], again["data"]),
+                         ("ok", "local_replay", {"name": "a", "revision": 1}))
+        self.assertEqual((self.note_revisions(), peer.asked), ({"a": 1}, []))
+
+    def test_a_client_gone_mid_write_leaves_the_write_in_the_ledger(self):
+        store = str(self.folder.path / "ledger.sqlite3")
+        guard = self.guard([self.demo_server()], store=store, seal_keys=SEAL_KEYS)
+        peer = self.peer(guard, elicitation=True, answer_elicitation=yes)
+        peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
+        deadline = time.monotonic() + WAIT
+        while not peer.asked and time.monotonic() < deadline:
+            time.sleep(0.01)
+        peer.close()  # the client leaves while its call runs: the guard finishes it, then stops serving
+        self.assertEqual(guard.operation_state("notes_write_note", {"name": "a", "text": "b"}), "succeeded")
+        self.assertEqual(guard.operation_state("notes_write_note", {"name": "a", "text": "c"}), "none")
+        self.assertEqual(self.note_revisions(), {"a": 1})
+
+    def test_the_retry_window_the_same_call_later_is_a_new_write(self):
+        clock = [1_800_000_000.0]
+        guard = self.guard([self.demo_server()], clock=lambda: clock[0])
+        peer = self.peer(guard, elicitation=True, answer_elicitation=yes)
+        window = guard.host.retry_window
+        clock[0] = (clock[0] // window) * window + window - 1  # the last second of a window
+        self.assertEqual(body(peer.call("notes_write_note", {"name": "a", "text": "b"}))[0]["delivery"], "fresh")
+        clock[0] += window  # the last second of the next window: still the same call
+        self.assertEqual(body(peer.call("notes_write_note", {"name": "a", "text": "b"}))[0]["delivery"],
+                         "local_replay")
+        clock[0] += 1  # two windows on: a new intent
+        self.assertEqual(body(peer.call("notes_write_note", {"name": "a", "text": "b"}))[0]["delivery"], "fresh")
+        self.assertEqual((self.note_revisions(), len(peer.asked)), ({"a": 2}, 2))
+
+    def test_retry_keys_are_keyed_and_bound_to_the_principal_the_tool_the_arguments_and_the_window(self):
+        alice, bob = td.Principal("t", "alice"), td.Principal("t", "bob")
+        key = gd.retry_key(alice, "w", {"a": 1, "b": [1, 2]}, 7)
+        text = td.canonical_text([gd.RETRY_KEY_DOMAIN, "t", "alice", "w", {"a": 1, "b": [1, 2]}, 7])
+        self.assertEqual(key, "g-" + hashlib.sha256(text.encode()).hexdigest()[:40])  # a known answer
+        self.assertEqual(key, gd.retry_key(alice, "w", {"b": [1, 2], "a": 1}, 7))  # canonical: key order is no matter
+        for other in (gd.retry_key(bob, "w", {"a": 1, "b": [1, 2]}, 7), gd.retry_key(alice, "v", {"a": 1, "b": [1, 2]}, 7),
+                      gd.retry_key(alice, "w", {"a": 1, "b": [2, 1]}, 7), gd.retry_key(alice, "w", {"a": 1, "b": [1, 2]}, 8)):
+            self.assertNotEqual(other, key)
+        unkeyable = [gd.retry_key(alice, "w", {"a": float("nan")}, 7) for _ in range(2)]
+        self.assertNotEqual(unkeyable[0], unkeyable[1])
+        self.assertEqual(gd.operation_of(key), "op-" + key[2:26])
+
+
+class TestAuditAndHostFile(GuardCase):
+
+    def test_every_package_is_in_the_sealed_audit_log(self):
+        stream = io.BytesIO()
+        guard = gd.Guard(gd.load_host(self.folder.host([self.demo_server()])), audit=stream, seal_keys=SEAL_KEYS)
+        guard.start()
+        peer = Peer(guard, elicitation=True, answer_elicitation=yes)
+        peer.call("notes_write_note", {"name": "a", "text": "b"})
+        peer.call("notes_read_note", {"name": "a", "x": 1})
+        peer.close()
+        guard.close()
+        report = td.verify_audit_log(stream.getvalue(), seal_keys=SEAL_KEYS, require_seal=True)
+        # the write's first try (APPROVAL_REQUIRED), its approved run, the refused read
+        self.assertEqual((report.entries, report.sealed), (3, True))
+
+    def test_each_host_field_out_of_bounds_is_named(self):
+        good = {"format": gd.HOST_FORMAT, "principal": {"tenant": "t", "subject": "s", "roles": [ROLE]},
+                "approval": {"approver": "lee"}, "servers": [self.demo_server()]}
+        cases = (
+            ({"format": "other"}, "format"),
+            ({"principal": {"tenant": "t", "subject": "s"}}, "principal"),
+            ({"principal": {"tenant": "t", "subject": "s", "roles": ["b", "b"]}}, "principal.roles"),
+            ({"principal": {"tenant": "t/x", "subject": "s", "roles": []}}, "principal"),
+            ({"approval": {"approver": "lee", "command": []}}, "approval.command"),
+            ({"approval": {"approver": "lee", "timeout": 0}}, "approval.timeout"),
+            ({"approval": {"approver": "lee", "timeout": 600}}, "retry_window"),
+            ({"retry_window": gd.DEFAULT_APPROVAL_TIMEOUT + gd.DEFAULT_CALL_TIMEOUT}, "retry_window"),
+            ({"call_timeout": gd.MAX_CALL_TIMEOUT + 1}, "call_timeout"),
+            ({"servers": []}, "servers"),
+            ({"servers": [{**self.demo_server(), "prefix": "bad prefix"}]}, "servers[0].prefix"),
+            ({"servers": [{**self.demo_server(), "status_tools": {"read_note": "note_write_status"}}]},
+             "servers[0].status_tools"),
+            ({"servers": [self.demo_server(), self.demo_server()]}, "servers"),
+            ({"extra": 1}, ""),
+        )
+        for change, at in cases:
+            with self.subTest(at=at, change=change):
+                with self.assertRaises(gd.GuardError) as caught:
+                    gd.parse_host(json.dumps({**good, **change}).encode(), folder=self.folder.path)
+                self.assertEqual((caught.exception.code, caught.exception.at), ("GUARD_HOST_INVALID", at))
+        # the limits' good sides
+        edge = {**good, "retry_window": gd.DEFAULT_APPROVAL_TIMEOUT + gd.DEFAULT_CALL_TIMEOUT + 1,
+                "call_timeout": gd.DEFAULT_CALL_TIMEOUT}
+        self.assertEqual(gd.parse_host(json.dumps(edge).encode(), folder=self.folder.path).retry_window, 151)
+        with self.assertRaises(gd.GuardError) as caught:
+            gd.parse_host(json.dumps({**good, "servers": [{**self.demo_server(), "contracts": "missing.json"}]}).encode(),
+                          folder=self.folder.path)
+        self.assertEqual((caught.exception.code, caught.exception.at), ("GUARD_CONTRACTS_INVALID", "servers[0].contracts"))
+
+
+class TestServing(GuardCase):
+
+    def test_hostile_messages_get_fixed_json_rpc_errors_and_the_guard_serves_on(self):
+        peer = self.peer(self.guard([self.demo_server()]))
+        peer.send_raw(b"not json\n")
+        peer.send_raw(b'{"jsonrpc": "2.0", "id": 1, "id": 2, "method": "ping"}\n')
+        peer.send_raw(b"[1, 2]\n")
+        peer.send_raw(b'{"jsonrpc": "2.0", "id": {"x": 1}, "method": "ping"}\n')
+        peer.send_raw(b'{"jsonrpc": "2.0", "id": "' + b"i" * 300 + b'", "method": "ping"}\n')
+        peer.send_raw(b'{"jsonrpc": "2.0", "id": 77, "method": "tools/call", "params": []}\n')
+        peer.send_raw(b'{"jsonrpc": "2.0", "id": 78, "method": "resources/list"}\n')
+        peer.send_raw(b'{"jsonrpc": "2.0", "id": 79, "method": "tools/call", "params": {"name": "' + b"x" * (
+            gd.MAX_LINE_BYTES) + b'"}}\n')
+        self.assertEqual(peer.request("ping")["result"], {})
+        with peer._arrived:
+            errors = [message["error"] for key, message in peer.answers.items() if key == "null"]
+        self.assertEqual(errors[-1], {"code": -32600, "message": "Invalid request"})
+        self.assertEqual(peer.wait(77)["error"], {"code": -32602, "message": "Invalid params"})
+        self.assertEqual(peer.wait(78)["error"], {"code": -32601, "message": "Method not found"})
+
+    def test_a_modern_request_without_its_version_is_refused(self):
+        peer = self.peer(self.guard([self.demo_server()]), era="modern")
+        peer.send({"jsonrpc": "2.0", "id": "x", "method": "tools/list", "params": {}})
+        self.assertEqual(peer.wait("x")["error"], {"code": -32602, "message": "Invalid params"})
+        answer = peer.request("tools/list")
+        self.assertEqual((answer["result"]["resultType"], len(answer["result"]["tools"])), ("complete", 3))
+
+    def test_the_command_line_serves_a_client_and_says_nothing_but_mcp_on_stdout(self):
+        host = self.folder.host([self.demo_server()])
+        messages = [{"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                     "params": {"protocolVersion": "2025-06-18", "capabilities": {}}},
+                    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                     "params": {"name": "notes_read_note", "arguments": {"name": "a"}}}]
+        log = self.folder.path / "audit.jsonl"
+        done = subprocess.run([*PYTHON, str(HERE / "mcp_bridge.py"), "guard", "--host", str(host),
+                               "--audit-log", str(log)],
+                              input="".join(json.dumps(m) + "\n" for m in messages).encode(),
+                              capture_output=True, timeout=WAIT, check=False)
+        self.assertEqual(done.returncode, 0)
+        answers = [json.loads(line) for line in done.stdout.splitlines()]
+        self.assertEqual([answer["id"] for answer in answers], [1, 2])
+        self.assertEqual(code_of(answers[1]["result"]), "TOOL_FAILED")  # no such note: the server's isError
+        reports = [json.loads(line) for line in done.stderr.splitlines()]
+        self.assertEqual(reports[0], {"event": "started", "servers": {"notes": {"started": True, "withheld": {}}}})
+        self.assertEqual(td.verify_audit_log(log.read_bytes()).entries, 1)
+
+    def test_the_command_line_refuses_a_bad_start_in_its_one_failure_shape_on_stderr(self):
+        host = self.folder.host([self.demo_server()])
+        (self.folder.path / "exists.jsonl").write_bytes(b"")
+        cases = ((["--host", str(self.folder.path / "missing.json")], "GUARD_HOST_UNREADABLE"),
+                 (["--host", str(host), "--contracts", "x.json"], "GUARD_USAGE"),
+                 (["--host", str(host), "--bogus", "1"], "GUARD_USAGE"),
+                 (["--host", str(host), "--audit-log", str(self.folder.path / "exists.jsonl")], "AUDIT_LOG_EXISTS"))
+        for argv, code in cases:
+            with self.subTest(code=code):
+                done = subprocess.run([*PYTHON, str(HERE / "mcp_bridge.py"), "guard", *argv], input=b"",
+                                      capture_output=True, timeout=WAIT, check=False)
+                self.assertEqual((done.returncode, done.stdout), (2, b""))
+                failure = json.loads(done.stderr)
+                self.assertEqual(failure["error"]["code"], code)
+                self.assertNotIn(str(self.folder.path), done.stderr.decode())
+                self.assertNotIn("Traceback", done.stderr.decode())
+
+    def test_one_server_from_the_command_line_keeps_its_tools_names(self):
+        host = self.folder.host([])
+        messages = [{"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}},
+                    {"jsonrpc": "2.0", "id": 2, "method": "tools/list",
+                     "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}]
+        done = subprocess.run([*PYTHON, str(HERE / "mcp_bridge.py"), "guard", "--host", str(host),
+                               "--contracts", str(self.folder.path / "notes.json"), "--", *DEMO],
+                              input="".join(json.dumps(m) + "\n" for m in messages).encode(),
+                              capture_output=True, timeout=WAIT, check=False)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        tools = json.loads(done.stdout.splitlines()[1])["result"]["tools"]
+        self.assertEqual([tool["name"] for tool in tools], ["read_note", "write_note", "note_write_status"])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -51,7 +52,7 @@ for _path in (str(_HERE.parent), str(_HERE)):
         sys.path.insert(0, _path)
 
 import tool_dispatcher as td  # noqa: E402
-from client import (LEGACY_VERSIONS, MAX_MESSAGE_DEPTH, MAX_REQUEST_ID_LENGTH, MESSAGE_JSON,  # noqa: E402
+from client import (CAPABILITIES_KEY, LEGACY_VERSIONS, MAX_MESSAGE_DEPTH, MAX_REQUEST_ID_LENGTH, MESSAGE_JSON,  # noqa: E402
                     MODERN_VERSION, PROTOCOL_VERSION_KEY)
 from forward import McpForwarder, ServerNotStarted  # noqa: E402
 
@@ -78,6 +79,8 @@ APPROVAL_LIFETIME: Final = 60  # seconds an approval stays valid once given: it 
 MAX_APPROVAL_TEXT: Final = 4_000  # characters of a call shown to the person; a longer call is not asked
 MAX_APPROVAL_ANSWER: Final = 4_096  # bytes the approval command may print
 RETRY_KEY_DOMAIN: Final = "tool-dispatcher/mcp-guard-retry-key/v1"
+REQUEST_STATE_DOMAIN: Final = "tool-dispatcher/mcp-guard-request-state/v1"
+MAX_REQUEST_STATE: Final = 256  # characters of a request state read back from a client
 PROFILE: Final = td.PROVIDER_PROFILES["mcp-tools-call-v1"]
 SERVER_INFO: Final = MappingProxyType({"name": "tool-dispatcher-guard", "version": "1"})
 INSTRUCTIONS: Final = ("Tools behind a guard: every call is checked against its reviewed contract, and a "
@@ -101,6 +104,7 @@ GUARD_CATALOG: Final = MappingProxyType({
         GUARD_HOST_INVALID="The guard's host file is not a valid mcp-guard-host-v1 document.",
         GUARD_CONTRACTS_INVALID="A server's reviewed contracts cannot be loaded.",
         GUARD_USAGE="The guard's command line is not valid; see --help.",
+        GUARD_TOOL_WITHHELD="This tool is withheld: its server no longer lists it as it was reviewed. Nothing was run.",
     ),
     **td.error_specs(
         "guard", True,
@@ -359,6 +363,8 @@ class Guard:
         self._flows: dict[str, threading.Lock] = {}
         self._flows_lock = threading.Lock()
         self._closed = False
+        self._state_secret = secrets.token_bytes(32)  # request states of this run only
+        self._redeemed: dict[str, int] = {}  # nonce -> expiry: each state answers once
         self._report = report
         self._seal_keys = seal_keys
         self._registry = _prefixed_registry(host.servers)
@@ -423,6 +429,18 @@ class Guard:
                     names.add(server.prefix + name)
         return frozenset(names)
 
+    def _withheld_now(self, name: str) -> frozenset[str]:
+        # A server that could not start is tried again when one of its tools is called.
+        for server in self.host.servers:
+            if server.name not in self._started and name.startswith(server.prefix) and (
+                    name[len(server.prefix):] in server.contracts):
+                try:
+                    self.forwarders[server.name].start(timeout=float(self.host.call_timeout))
+                    self._started.add(server.name)
+                except ServerNotStarted:
+                    pass
+        return self.withheld()
+
     def tools(self) -> list[dict[str, Any]]:
         """tools/list: each reviewed tool not withheld, as reviewed (never as the server lists it now)."""
         withheld = self.withheld()
@@ -439,13 +457,18 @@ class Guard:
 
     # -- a call -----------------------------------------------------------------------------------
 
-    def call(self, name: Any, arguments: Any, *, ask: Callable[[str], bool | None] | None,
-             cancelled: threading.Event | None = None) -> dict[str, Any] | None:
+    def call(self, name: Any, arguments: Any, *, ask: Callable[[str], bool | None] | None = None,
+             cancelled: threading.Event | None = None, answered: bool | None = None,
+             defer: bool = False) -> dict[str, Any] | None:
         """One tools/call through the boundary: the MCP result the client gets (None when the call
-        was cancelled before anything ran). ``ask(text)`` asks the person (True: yes; None: nobody
-        answered); without it the host's approval command is asked, and without that, nobody."""
+        was cancelled before anything ran). When a write needs the person: ``answered`` is their
+        answer this request carries (a redeemed request state); else ``defer`` answers an
+        input_required result that asks them (the 2026-07-28 round trip); else ``ask(text)`` asks
+        them now (True: yes; None: nobody answered); else the host's approval command; else nobody."""
         proposal = {"name": name, "arguments": arguments}
         spec = self._registry.get(name) if type(name) is str else None
+        if spec is not None and name in self._withheld_now(name):
+            return _refusal(GuardError("GUARD_TOOL_WITHHELD"))  # nobody is asked for a tool that may not run
         now = int(self._clock())
         if spec is None or spec.effect != "write":
             return self._run(lambda: self._dispatch(proposal, None, now))
@@ -453,7 +476,7 @@ class Guard:
         keys = [retry_key(self.host.principal, name, arguments, window) for window in windows]
         # Both windows' flows, the earlier first: a try that began in the window before holds it.
         with self._flow(keys[0]), self._flow(keys[1]):
-            return self._write(proposal, spec, keys, ask=ask, cancelled=cancelled)
+            return self._write(proposal, spec, keys, ask=ask, cancelled=cancelled, answered=answered, defer=defer)
 
     def operation_state(self, name: str, arguments: Any) -> str:
         """What the ledger holds for this write now (its retry windows, as a call would look it up):
@@ -470,7 +493,8 @@ class Guard:
             return self._flows.setdefault(key, threading.Lock())
 
     def _write(self, proposal: dict[str, Any], spec: td.ToolSpec, keys: Sequence[str], *,
-               ask: Callable[[str], bool | None] | None, cancelled: threading.Event | None) -> dict[str, Any] | None:
+               ask: Callable[[str], bool | None] | None, cancelled: threading.Event | None,
+               answered: bool | None, defer: bool) -> dict[str, Any] | None:
         name, arguments, principal = proposal["name"], proposal["arguments"], self.host.principal
         now = int(self._clock())
         state, key = self._run(lambda: self._found(name, keys))
@@ -481,19 +505,63 @@ class Guard:
         if first[0]["model_result"].get("error", {}).get("code") != "APPROVAL_REQUIRED":
             return first[1]  # answered from the ledger (a retry), or refused before an approval was needed
         text = approval_text(name, arguments)
+        if text is None:
+            return first[1]  # too long to show in full: nobody is asked, and APPROVAL_REQUIRED stands
         if cancelled is not None and cancelled.is_set():
             return None
-        answer = None if text is None else self._ask(ask, text, name, arguments)
+        if answered is None and defer:
+            return self._input_required(text, name, arguments)
+        answer = answered if answered is not None else self._ask(ask, text, name, arguments)
         if cancelled is not None and cancelled.is_set():
             return None  # asked, but the client gave the call up: nothing runs
         if answer is None:
-            return _refusal(GuardError("GUARD_APPROVAL_UNANSWERED")) if text is not None else first[1]
+            return _refusal(GuardError("GUARD_APPROVAL_UNANSWERED"))
         if answer is False:
             return first[1]  # the person said no: APPROVAL_REQUIRED stands
         now = int(self._clock())
         approval = td.approval_for_call(approver=self.host.approver, principal=principal, context=context,
                                         spec=spec, arguments=arguments, expires_at=now + APPROVAL_LIFETIME)
         return self._run(lambda: self._dispatch_in(proposal, context, approval, now))[1]
+
+    # -- asking in the 2026-07-28 round trip -------------------------------------------------------
+
+    def _input_required(self, text: str, name: str, arguments: Any) -> dict[str, Any]:
+        """The result that asks the person through the client, which calls again with the answer
+        and this request state: keyed by this run's secret, bound to the principal, the tool and
+        the exact arguments, single use, and valid for approval_timeout seconds."""
+        nonce = secrets.token_hex(12)
+        expires = int(self._clock()) + self.host.approval_timeout
+        state = f"{nonce}.{expires}.{self._state_mac(nonce, expires, name, arguments)}"
+        return {"resultType": "input_required", "requestState": state,
+                "inputRequests": {"approval": {"method": "elicitation/create", "params": {
+                    "mode": "form", "message": text, "requestedSchema": json.loads(APPROVAL_SCHEMA)}}}}
+
+    def redeem(self, state: Any, name: Any, arguments: Any) -> bool:
+        """Whether a request state is one this run issued for exactly this call, unexpired and not
+        used before (it is used now). Anything else carries no answer: the call is asked again."""
+        if type(state) is not str or len(state) > MAX_REQUEST_STATE or type(name) is not str:
+            return False
+        parts = state.split(".")
+        if len(parts) != 3 or not parts[1].isdigit() or len(parts[1]) > 12:
+            return False
+        nonce, expires = parts[0], int(parts[1])
+        now = int(self._clock())
+        if expires < now or not hmac.compare_digest(parts[2], self._state_mac(nonce, expires, name, arguments)):
+            return False
+        with self._flows_lock:
+            self._redeemed = {used: until for used, until in self._redeemed.items() if until >= now}
+            if nonce in self._redeemed:
+                return False
+            self._redeemed[nonce] = expires
+        return True
+
+    def _state_mac(self, nonce: str, expires: int, name: str, arguments: Any) -> str:
+        try:
+            text = td.canonical_text([REQUEST_STATE_DOMAIN, self.host.principal.tenant, self.host.principal.subject,
+                                      nonce, expires, name, arguments])
+        except (TypeError, ValueError, RecursionError, td.BoundaryError):
+            return ""  # no canonical form: no state was issued for it, and none matches
+        return hmac.new(self._state_secret, text.encode("utf-8"), hashlib.sha256).hexdigest()
 
     def _ask(self, ask: Callable[[str], bool | None] | None, text: str, name: str, arguments: Any) -> bool | None:
         if ask is not None:
@@ -620,7 +688,7 @@ class GuardConnection:
                 pass  # the client went away: what ran is in the ledger
 
     def _answer(self, request_id: Any, result: Mapping[str, Any]) -> None:
-        if self._era == "modern":
+        if self._era == "modern" and "resultType" not in result:
             result = {**result, "resultType": "complete"}
         self._send({"jsonrpc": "2.0", "id": request_id, "result": result})
 
@@ -732,7 +800,10 @@ class GuardConnection:
         self._answer(request_id, {})
 
     def _list(self, request_id: Any, _params: dict[str, Any]) -> None:
-        self._answer(request_id, {"tools": self.guard.tools()})
+        listing: dict[str, Any] = {"tools": self.guard.tools()}
+        if self._era == "modern":  # a cacheable result in 2026-07-28: never cached, a tool may be withheld later
+            listing.update(ttlMs=0, cacheScope="private")
+        self._answer(request_id, listing)
 
     def _call(self, request_id: Any, params: dict[str, Any]) -> None:
         if self._era is None:
@@ -748,16 +819,24 @@ class GuardConnection:
             return
         pending = self._pending[key] = _Pending()
         name, arguments = params.get("name"), params.get("arguments", {})
-        worker = threading.Thread(target=self._run_call, args=(request_id, key, pending, name, arguments),
+        options: dict[str, Any] = {"ask": self._elicit if self._elicitation else None}
+        if self._era == "modern":  # the person is asked through an input_required round trip
+            capabilities = params["_meta"].get(CAPABILITIES_KEY)
+            options = {"defer": type(capabilities) is dict and type(capabilities.get("elicitation")) is dict}
+            responses = params.get("inputResponses")
+            if (type(responses) is dict and "approval" in responses
+                    and self.guard.redeem(params.get("requestState"), name, arguments)):
+                options["answered"] = elicited_yes(responses["approval"])
+        worker = threading.Thread(target=self._run_call, args=(request_id, key, pending, name, arguments, options),
                                   daemon=True)
         self._workers.append(worker)
         worker.start()
 
-    def _run_call(self, request_id: Any, key: Any, pending: _Pending, name: Any, arguments: Any) -> None:
+    def _run_call(self, request_id: Any, key: Any, pending: _Pending, name: Any, arguments: Any,
+                  options: dict[str, Any]) -> None:
         try:
-            ask = self._elicit if self._elicitation else None
             try:
-                result = self.guard.call(name, arguments, ask=ask, cancelled=pending.cancelled)
+                result = self.guard.call(name, arguments, cancelled=pending.cancelled, **options)
             except Exception:  # noqa: BLE001 - the last line: a fault is a refusal, never a traceback
                 result = _refusal(td.BoundaryError("INTERNAL_ERROR"))
             if result is not None and not pending.cancelled.is_set():

@@ -252,7 +252,7 @@ class TestListing(GuardCase):
         peer = self.peer(guard)
         names = [tool["name"] for tool in peer.request("tools/list")["result"]["tools"]]
         self.assertEqual(names, ["orders_ping_tool", "orders_refund"])
-        self.assertEqual(code_of(peer.call("orders_get_order", {"order_ref": "ORDER-7"})), "TOOL_FAILED")
+        self.assertEqual(code_of(peer.call("orders_get_order", {"order_ref": "ORDER-7"})), "GUARD_TOOL_WITHHELD")
         self.assertEqual(self.server_calls(), [])
 
     def test_a_server_that_announces_a_changed_list_has_the_tool_withheld_and_the_client_told(self):
@@ -260,6 +260,8 @@ class TestListing(GuardCase):
         first = body(peer.call("orders_ping_tool", {}))[0]  # answered, after the server announced a change
         self.assertEqual((first["status"], first["data"]["text"][:9]), ("ok", '{"tool": '))
         self.assertEqual(code_of(peer.call("orders_get_order", {"order_ref": "ORDER-8"})), "TOOL_FAILED")
+        # the next call sees the comparison the last one made: refused before the boundary
+        self.assertEqual(code_of(peer.call("orders_get_order", {"order_ref": "ORDER-8"})), "GUARD_TOOL_WITHHELD")
         self.assertEqual(body(peer.call("orders_ping_tool", {}))[0]["status"], "ok")  # unchanged: still served
         self.assertEqual([call["tool"] for call in self.server_calls()], ["ping_tool", "ping_tool"])
         with peer._arrived:
@@ -330,10 +332,13 @@ class TestApprovals(GuardCase):
         for label, options in (("no way to ask", {}), ("the client declined", {"elicitation": True,
                                                                                 "answer_elicitation": no})):
             with self.subTest(label):
-                peer = self.peer(self.guard([self.demo_server()]), **options)
+                guard = self.guard([self.demo_server()])
+                peer = self.peer(guard, **options)
                 self.assertEqual(code_of(peer.call("notes_write_note", {"name": "a", "text": "b"})),
                                  "APPROVAL_REQUIRED")
                 self.assertEqual(self.note_revisions(), {})
+                peer.close()
+                guard.close()  # its server holds the note store's folder until it stops
 
     def test_an_approved_write_runs_once_and_its_retries_zero_more_times(self):
         peer = self.peer(self.guard([self.demo_server()]), elicitation=True, answer_elicitation=yes)
@@ -371,6 +376,57 @@ class TestApprovals(GuardCase):
         deliveries = sorted(body(peer.wait(request)["result"])[0]["delivery"] for request in (first, second))
         self.assertEqual(deliveries, ["fresh", "local_replay"])
         self.assertEqual((len(peer.asked), self.note_revisions()), (1, {"a": 1}))
+
+    def test_a_modern_client_is_asked_through_the_input_required_round_trip(self):
+        peer = self.peer(self.guard([self.demo_server()]), era="modern")
+        meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}}
+
+        def call(arguments, **extra):
+            request = {"jsonrpc": "2.0", "id": f"r{len(peer.answers)}", "method": "tools/call",
+                       "params": {"name": "notes_write_note", "arguments": arguments, "_meta": meta, **extra}}
+            peer.send(request)
+            return peer.wait(request["id"])["result"]
+
+        asked = call({"name": "a", "text": "b"})
+        self.assertEqual(sorted(asked), ["inputRequests", "requestState", "resultType"])
+        self.assertEqual(asked["resultType"], "input_required")
+        self.assertEqual(asked["inputRequests"], {"approval": {"method": "elicitation/create", "params": {
+            "mode": "form", "message": 'Allow the tool notes_write_note to run with these arguments?\n'
+                                       '{"name":"a","text":"b"}',
+            "requestedSchema": json.loads(gd.APPROVAL_SCHEMA)}}})
+        state = asked["requestState"]
+        accept = {"approval": {"action": "accept", "content": {"approve": True}}}
+        # the answer does not carry over to other arguments, nor does a forged or altered state
+        for arguments, forged in (({"name": "a", "text": "c"}, state), ({"name": "a", "text": "b"}, state + "0"),
+                                  ({"name": "a", "text": "b"}, "x.1.y"), ({"name": "a", "text": "b"}, None)):
+            with self.subTest(arguments=arguments, state=forged):
+                again = call(arguments, inputResponses=accept, requestState=forged)
+                self.assertEqual(again["resultType"], "input_required")
+        self.assertEqual(self.note_revisions(), {})
+        written = call({"name": "a", "text": "b"}, inputResponses=accept, requestState=state)
+        self.assertEqual((written["resultType"], body(written)[0]["delivery"]), ("complete", "fresh"))
+        # the state is spent; the same call again is a retry, answered from the ledger without asking
+        replay = call({"name": "a", "text": "b"}, inputResponses=accept, requestState=state)
+        self.assertEqual((replay["resultType"], body(replay)[0]["delivery"]), ("complete", "local_replay"))
+        self.assertEqual(self.note_revisions(), {"a": 1})
+        declined = call({"name": "b", "text": "b"})
+        no_thanks = call({"name": "b", "text": "b"}, requestState=declined["requestState"],
+                         inputResponses={"approval": {"action": "decline"}})
+        self.assertEqual(code_of(no_thanks), "APPROVAL_REQUIRED")
+        self.assertEqual(self.note_revisions(), {"a": 1})
+
+    def test_a_request_state_expires_and_is_used_once(self):
+        clock = [1_800_000_000.0]
+        guard = self.guard([self.demo_server()], clock=lambda: clock[0])
+        asked = guard.call("notes_write_note", {"name": "a", "text": "b"}, defer=True)
+        state = asked["requestState"]
+        clock[0] += guard.host.approval_timeout + 1
+        self.assertFalse(guard.redeem(state, "notes_write_note", {"name": "a", "text": "b"}))
+        clock[0] -= 1  # the last second it holds
+        self.assertTrue(guard.redeem(state, "notes_write_note", {"name": "a", "text": "b"}))
+        self.assertFalse(guard.redeem(state, "notes_write_note", {"name": "a", "text": "b"}))
+        self.assertFalse(guard.redeem("a" * (gd.MAX_REQUEST_STATE + 1), "notes_write_note", {}))
 
     def test_the_host_approval_command_is_asked_when_the_client_cannot_be(self):
         script = self.folder.write("approve.py", None)
@@ -579,8 +635,10 @@ class TestServing(GuardCase):
         peer = self.peer(self.guard([self.demo_server()]), era="modern")
         peer.send({"jsonrpc": "2.0", "id": "x", "method": "tools/list", "params": {}})
         self.assertEqual(peer.wait("x")["error"], {"code": -32602, "message": "Invalid params"})
-        answer = peer.request("tools/list")
-        self.assertEqual((answer["result"]["resultType"], len(answer["result"]["tools"])), ("complete", 3))
+        answer = peer.request("tools/list")["result"]
+        self.assertEqual((answer["resultType"], answer["ttlMs"], answer["cacheScope"], len(answer["tools"])),
+                         ("complete", 0, "private", 3))
+        self.assertEqual(peer.request("ping")["result"], {"resultType": "complete"})
 
     def test_the_command_line_serves_a_client_and_says_nothing_but_mcp_on_stdout(self):
         host = self.folder.host([self.demo_server()])

@@ -6,7 +6,8 @@
 # `mcp_bridge.py import` (standard library only) in both protocol eras, and compares each draft and
 # report with the checked-in expected files byte for byte; then puts the drafted tools behind the
 # boundary with forward_check.py (both eras: forwarded calls, approved writes, malformed calls
-# refused before the server, every package adapted for the three providers). Nothing writes
+# refused before the server, every package adapted for the three providers); then drives the guard
+# (mcp_bridge.py guard) with the SDK's own client with guard_check.py. Nothing writes
 # __pycache__ into the checkout.
 #
 #   bash mcp_bridge/interop/run.sh             compare (exit 0 on a match)
@@ -72,6 +73,18 @@ if [ "$code" -eq 0 ]; then
 else
   tail -n 20 "$work/forward.err"
   echo "FAIL: forward_check.py exited $code"
+  status=1
+fi
+# The guard in front of the SDK's server and the project's own, driven by the SDK's own client in
+# both eras (guard_check.py runs in the SDK's environment; the guard itself with the system Python).
+"$work/venv/bin/python" -B "$here/guard_check.py" --python "$py" >"$work/guard.json" 2>"$work/guard.err"
+code=$?
+if [ "$code" -eq 0 ]; then
+  echo "ok   the guard (modern, legacy) under the SDK's client: every check passed"
+else
+  cat "$work/guard.json"
+  tail -n 20 "$work/guard.err"
+  echo "FAIL: guard_check.py exited $code"
   status=1
 fi
 exit $status

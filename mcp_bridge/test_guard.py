@@ -34,6 +34,7 @@ FAULT = [*PYTHON, str(HERE / "fault_server.py")]
 ROLE = "mcp.tools"
 WAIT = 60  # seconds any one answer may take on a loaded machine: a bound, never a measure
 SEAL_KEYS = td.SealKeys("k1", {"k1": bytes(range(32))})
+POSTGRES = os.environ.get("GUARD_PG_DSN", "")  # a DSN whose search_path is an empty schema of its own
 
 
 def reviewed(command, read_only=()):
@@ -507,7 +508,13 @@ class TestRetriesAndRecovery(GuardCase):
         self.assertEqual((self.note_revisions(), len(peer.asked)), ({"a": 1}, 1))
 
     def test_a_restarted_guard_with_a_ledger_replays_instead_of_writing_again(self):
-        store = str(self.folder.path / "ledger.sqlite3")
+        self.restart_replays(str(self.folder.path / "ledger.sqlite3"))
+
+    @unittest.skipUnless(POSTGRES, "GUARD_PG_DSN is not set: durable/pg/ci.sh runs this with a throwaway server")
+    def test_a_restarted_guard_on_postgresql_replays_instead_of_writing_again(self):
+        self.restart_replays(POSTGRES)
+
+    def restart_replays(self, store):
         first = self.guard([self.demo_server()], store=store, seal_keys=SEAL_KEYS)
         peer = self.peer(first, elicitation=True, answer_elicitation=yes)
         self.assertEqual(body(peer.call("notes_write_note", {"name": "a", "text": "b"}))[0]["delivery"], "fresh")

@@ -56,5 +56,9 @@ run "$py" -B -W error durable/durable_dispatcher.py run --fixture tool-cases.jso
 run "$py" -B -W error durable/durable_dispatcher.py recover --store "$demo"
 run "$py" -B -W error durable/durable_dispatcher.py verify-chain --store "$demo"
 run "$py" -B -W error durable/bench_durable.py --quick --pg "$dsn"
+# The MCP guard's ledger on the same server: a restarted guard replays instead of writing again.
+psql "$dsn" -qc 'CREATE SCHEMA guard' >/dev/null
+GUARD_PG_DSN="$dsn&options=-csearch_path%3Dguard" run "$py" -B -W error -m unittest discover -s mcp_bridge \
+  -p 'test_guard.py' -k postgresql
 if [ "$status" -ne 0 ]; then echo "== what failed"; cat "$failures"; fi
 exit $status

@@ -147,12 +147,13 @@ class GuardHost:
     retry_window: int = DEFAULT_RETRY_WINDOW
     call_timeout: int = DEFAULT_CALL_TIMEOUT
     approval_timeout: int = DEFAULT_APPROVAL_TIMEOUT
+    ask_client: bool = True  # False: the client is never asked, only the host's approval command
 
 
 _HOST_FIELDS: Final = frozenset({"format", "principal", "approval", "servers", "retry_window", "call_timeout"})
 _HOST_REQUIRED: Final = frozenset({"format", "principal", "servers"})
 _PRINCIPAL_FIELDS: Final = frozenset({"tenant", "subject", "roles"})
-_APPROVAL_FIELDS: Final = frozenset({"approver", "command", "timeout"})
+_APPROVAL_FIELDS: Final = frozenset({"approver", "command", "timeout", "ask_client"})
 _SERVER_FIELDS: Final = frozenset({"name", "prefix", "command", "contracts", "status_tools"})
 _SERVER_REQUIRED: Final = frozenset({"name", "command", "contracts"})
 
@@ -183,6 +184,9 @@ def parse_host(data: bytes, *, folder: Path, extra: Sequence[Mapping[str, Any]] 
     command = approval.get("command")
     if command is not None and not _is_command(command):
         raise GuardError("GUARD_HOST_INVALID", "approval.command")
+    ask_client = approval.get("ask_client", True)
+    if type(ask_client) is not bool:
+        raise GuardError("GUARD_HOST_INVALID", "approval.ask_client")
     raw_servers = root["servers"]
     if type(raw_servers) is not list or len(raw_servers) + len(extra) > MAX_SERVERS:
         raise GuardError("GUARD_HOST_INVALID", "servers")
@@ -197,7 +201,7 @@ def parse_host(data: bytes, *, folder: Path, extra: Sequence[Mapping[str, Any]] 
                      retry_window=_seconds(root, "retry_window", DEFAULT_RETRY_WINDOW, MAX_RETRY_WINDOW, ""),
                      call_timeout=_seconds(root, "call_timeout", DEFAULT_CALL_TIMEOUT, MAX_CALL_TIMEOUT, ""),
                      approval_timeout=_seconds(approval, "timeout", DEFAULT_APPROVAL_TIMEOUT,
-                                               MAX_APPROVAL_TIMEOUT, "approval."))
+                                               MAX_APPROVAL_TIMEOUT, "approval."), ask_client=ask_client)
     if host.retry_window <= host.approval_timeout + host.call_timeout:
         # A first try may wait for the person and then run: all of it must fit in one window, or a
         # retry two windows on would not find it (retry_key).
@@ -512,6 +516,7 @@ class Guard:
         if answered is None and defer:
             return self._input_required(text, name, arguments)
         answer = answered if answered is not None else self._ask(ask, text, name, arguments)
+        self._report({"event": "approval", "tool": name, "answer": {True: "yes", False: "no", None: "none"}[answer]})
         if cancelled is not None and cancelled.is_set():
             return None  # asked, but the client gave the call up: nothing runs
         if answer is None:
@@ -791,7 +796,8 @@ class GuardConnection:
         self._era = "legacy"
         asked = params.get("protocolVersion")
         capabilities = params.get("capabilities")
-        self._elicitation = type(capabilities) is dict and type(capabilities.get("elicitation")) is dict
+        self._elicitation = (self.guard.host.ask_client and type(capabilities) is dict
+                             and type(capabilities.get("elicitation")) is dict)
         self._answer(request_id, {"protocolVersion": asked if asked in LEGACY_VERSIONS else LEGACY_VERSIONS[0],
                                   "capabilities": {"tools": {"listChanged": True}},
                                   "serverInfo": dict(SERVER_INFO), "instructions": INSTRUCTIONS})
@@ -822,7 +828,8 @@ class GuardConnection:
         options: dict[str, Any] = {"ask": self._elicit if self._elicitation else None}
         if self._era == "modern":  # the person is asked through an input_required round trip
             capabilities = params["_meta"].get(CAPABILITIES_KEY)
-            options = {"defer": type(capabilities) is dict and type(capabilities.get("elicitation")) is dict}
+            options = {"defer": self.guard.host.ask_client and type(capabilities) is dict
+                       and type(capabilities.get("elicitation")) is dict}
             responses = params.get("inputResponses")
             if (type(responses) is dict and "approval" in responses
                     and self.guard.redeem(params.get("requestState"), name, arguments)):

@@ -445,6 +445,13 @@ class TestApprovals(GuardCase):
                 self.assertEqual((found["status"], found["data"]), ("ok", {"name": f"n-{era}", "revision": 1}))
         self.assertEqual(self.note_revisions(), {"n-modern": 1, "n-legacy": 1})
 
+    def test_a_host_that_never_asks_the_client_asks_its_command_even_when_the_client_could_answer(self):
+        guard = self.guard([self.demo_server()], approval={"approver": "alice-at-client", "ask_client": False,
+                                                           "command": [*PYTHON, "-c", "print('{\"approve\": false}')"]})
+        peer = self.peer(guard, elicitation=True, answer_elicitation=yes)
+        self.assertEqual(code_of(peer.call("notes_write_note", {"name": "a", "text": "b"})), "APPROVAL_REQUIRED")
+        self.assertEqual((peer.asked, self.note_revisions()), ([], {}))
+
     def test_an_approval_command_that_fails_or_says_more_is_no(self):
         for label, source in (("exit 1", "import sys; print('{\"approve\": true}'); sys.exit(1)"),
                               ("another field", "print('{\"approve\": true, \"approver\": \"root\"}')"),
@@ -593,6 +600,7 @@ class TestAuditAndHostFile(GuardCase):
             ({"principal": {"tenant": "t/x", "subject": "s", "roles": []}}, "principal"),
             ({"approval": {"approver": "lee", "command": []}}, "approval.command"),
             ({"approval": {"approver": "lee", "timeout": 0}}, "approval.timeout"),
+            ({"approval": {"approver": "lee", "ask_client": 1}}, "approval.ask_client"),
             ({"approval": {"approver": "lee", "timeout": 600}}, "retry_window"),
             ({"retry_window": gd.DEFAULT_APPROVAL_TIMEOUT + gd.DEFAULT_CALL_TIMEOUT}, "retry_window"),
             ({"call_timeout": gd.MAX_CALL_TIMEOUT + 1}, "call_timeout"),

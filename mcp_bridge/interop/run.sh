@@ -7,8 +7,10 @@
 # report with the checked-in expected files byte for byte; then puts the drafted tools behind the
 # boundary with forward_check.py (both eras: forwarded calls, approved writes, malformed calls
 # refused before the server, every package adapted for the three providers); then drives the guard
-# (mcp_bridge.py guard) with the SDK's own client with guard_check.py. Nothing writes
-# __pycache__ into the checkout.
+# (mcp_bridge.py guard) with the SDK's own client (guard_check.py). Last, an agent framework's own
+# MCP client in front of the guard: the OpenAI Agents SDK, pinned in a second virtual environment
+# (requirements-agents.txt), driven by its Runner with a scripted model (agents_check.py: no model,
+# no network, no key). Nothing writes __pycache__ into the checkout.
 #
 #   bash mcp_bridge/interop/run.sh             compare (exit 0 on a match)
 #   UPDATE=1 bash mcp_bridge/interop/run.sh    rewrite the expected files after a reviewed change
@@ -86,5 +88,39 @@ else
   tail -n 20 "$work/guard.err"
   echo "FAIL: guard_check.py exited $code"
   status=1
+fi
+
+# The OpenAI Agents SDK's MCP client (MCPServerStdio, Runner) through the guard, in its own virtual
+# environment; the guard and the demo server run with the system Python (agents_check.py says what
+# it checked). Under CI=true a missing install fails, as above; elsewhere it is skipped.
+agents_missing() {
+  if [ "${CI:-}" = "true" ]; then
+    echo "FAIL: $1 (CI=true: the interop check must run)"
+    status=1
+  else
+    echo "SKIP: $1"
+  fi
+}
+agents="$work/agents-venv/bin/python"
+started=$SECONDS
+if ! "$py" -m venv "$work/agents-venv" >/dev/null 2>&1; then
+  agents_missing "no virtual environment could be created for the OpenAI Agents SDK"
+elif ! "$agents" -m pip install --quiet --disable-pip-version-check -r "$here/requirements-agents.txt" \
+    >"$work/pip-agents.log" 2>&1; then
+  tail -n 20 "$work/pip-agents.log"
+  agents_missing "the pinned OpenAI Agents SDK could not be installed"
+else
+  echo "NOTE: $("$agents" -c 'import importlib.metadata as m; print("openai-agents", m.version("openai-agents"), "mcp", m.version("mcp"))')"
+  "$agents" -B "$here/agents_check.py" --python "$("$py" -c 'import sys; print(sys.executable)')" \
+    >"$work/agents.json" 2>"$work/agents.err"
+  code=$?
+  cat "$work/agents.json"
+  if [ "$code" -eq 0 ]; then
+    echo "ok   the OpenAI Agents SDK through the guard: every check passed ($((SECONDS - started)) s, its install included)"
+  else
+    tail -n 20 "$work/agents.err"
+    echo "FAIL: agents_check.py exited $code"
+    status=1
+  fi
 fi
 exit $status

@@ -6,7 +6,8 @@ the trusted call context, checks the registry and an exact input contract, autho
 principal, requires idempotency, approval, the current business state and a live deadline for
 writes, runs a mock handler, checks an exact output contract, and splits the result into what the
 model may see (``model_result``) and what it never sees (``protected_audit``, with three SHA-256
-digests). Adapters then shape a verified package for three provider APIs.
+digests). Adapters then shape a verified package for three provider APIs, or as the result an
+MCP server answers its client.
 
 What this module never does:
 - talk to a network, an SDK, a model or a real business service: handlers are mocks over an

@@ -353,8 +353,8 @@ def elicited_yes(answer: Any) -> bool:
 
 
 class Guard:
-    """The boundary in front of the host's servers. ``call`` takes one tools/call's name and
-    arguments and answers an MCP result; ``ask`` is how the person is asked (None: nobody can be)."""
+    """The boundary in front of the host's servers: ``tools`` is what the client is shown,
+    ``call`` runs one tools/call's name and arguments and answers its MCP result."""
 
     def __init__(self, host: GuardHost, *, store: str | None = None, seal_keys: td.SealKeys | None = None,
                  audit: BinaryIO | None = None,

@@ -76,6 +76,7 @@ class Peer:
         self.asked = []
         self._answer_elicitation = answer_elicitation
         self._arrived = threading.Condition()
+        self._sending = threading.Lock()
         self._next = 0
         self.server = threading.Thread(target=self._serve, args=(guard,), daemon=True)
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -103,9 +104,7 @@ class Peer:
             message = json.loads(line)
             if "method" in message and "id" in message:
                 self.asked.append(message)
-                answer = None if self._answer_elicitation is None else self._answer_elicitation(message)
-                if answer is not None:
-                    self.send({"jsonrpc": "2.0", "id": message["id"], "result": answer})
+                threading.Thread(target=self._answer, args=(message,), daemon=True).start()  # a person takes time
                 continue
             with self._arrived:
                 if "id" in message:
@@ -114,13 +113,23 @@ class Peer:
                     self.notifications.append(message)
                 self._arrived.notify_all()
 
+    def _answer(self, message):
+        answer = None if self._answer_elicitation is None else self._answer_elicitation(message)
+        if answer is not None:
+            try:
+                self.send({"jsonrpc": "2.0", "id": message["id"], "result": answer})
+            except (OSError, ValueError):
+                pass  # the client closed meanwhile: the guard has no one to hear it from
+
     def send(self, message):
-        self._to_guard.write(json.dumps(message).encode("utf-8") + b"\n")
-        self._to_guard.flush()
+        with self._sending:
+            self._to_guard.write(json.dumps(message).encode("utf-8") + b"\n")
+            self._to_guard.flush()
 
     def send_raw(self, data):
-        self._to_guard.write(data)
-        self._to_guard.flush()
+        with self._sending:
+            self._to_guard.write(data)
+            self._to_guard.flush()
 
     def start(self, method, params=None, *, request_id=None):
         self._next += 1
@@ -645,6 +654,41 @@ class TestServing(GuardCase):
         self.assertEqual(errors[-1], {"code": -32600, "message": "Invalid request"})
         self.assertEqual(peer.wait(77)["error"], {"code": -32602, "message": "Invalid params"})
         self.assertEqual(peer.wait(78)["error"], {"code": -32601, "message": "Method not found"})
+
+    def test_odd_calls_and_answers_are_refused_or_read_past(self):
+        peer = self.peer(self.guard([self.demo_server()]), elicitation=True, answer_elicitation=lambda _m: None)
+        self.assertEqual(code_of(peer.call(5, {"name": "a"})), "INVALID_PROPOSAL")
+        self.assertEqual(code_of(peer.request("tools/call", {"name": "notes_read_note"})["result"]),
+                         "INVALID_ARGUMENTS")  # no arguments: an empty object, refused by the contract
+        peer.send({"jsonrpc": "2.0", "id": "guard-999", "result": {"action": "accept"}})  # no such question
+        peer.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": {"x": 1}}})
+        request = peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
+        deadline = time.monotonic() + WAIT
+        while not peer.asked and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # an error in place of the person's answer is no answer that says yes
+        peer.send({"jsonrpc": "2.0", "id": peer.asked[0]["id"], "error": {"code": -1, "message": "no"}})
+        self.assertEqual(code_of(peer.wait(request)["result"]), "APPROVAL_REQUIRED")
+        self.assertEqual(self.note_revisions(), {})
+
+    def test_at_most_sixteen_calls_run_at_once(self):
+        release = threading.Event()
+
+        def later(message):
+            release.wait(WAIT)
+            return no(message)
+
+        peer = self.peer(self.guard([self.demo_server()]), elicitation=True, answer_elicitation=later)
+        waiting = [peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": f"n{i}", "text": "b"}})
+                   for i in range(gd.MAX_IN_FLIGHT)]
+        deadline = time.monotonic() + WAIT
+        while len(peer.asked) < gd.MAX_IN_FLIGHT and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(len(peer.asked), gd.MAX_IN_FLIGHT)  # every one of them is in flight, asking
+        self.assertEqual(code_of(peer.call("notes_read_note", {"name": "a"})), "GUARD_BUSY")
+        release.set()
+        self.assertEqual({code_of(peer.wait(request)["result"]) for request in waiting}, {"APPROVAL_REQUIRED"})
+        self.assertEqual(code_of(peer.call("notes_read_note", {"name": "a"})), "TOOL_FAILED")  # served again
 
     def test_a_modern_request_without_its_version_is_refused(self):
         peer = self.peer(self.guard([self.demo_server()]), era="modern")

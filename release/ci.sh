@@ -114,8 +114,9 @@ if [ -n "$newest" ]; then
   fi
 fi
 
-if [ -n "$(find "$root" \( -name __pycache__ -o -name '*.egg-info' -o -name build -o -name dist \) -not -path '*/.git/*' -print -quit)" ]; then
-  fail "something was written into the checkout (__pycache__, build/, dist/ or *.egg-info)"
+# What a build in place would leave (setuptools' build/ and *.egg-info) or an import (__pycache__).
+if [ -e "$root/build" ] || [ -n "$(find "$root" \( -name __pycache__ -o -name '*.egg-info' \) -not -path '*/.git/*' -print -quit)" ]; then
+  fail "something was written into the checkout (__pycache__, build/ or *.egg-info)"
 fi
 echo "NOTE release/ci.sh took $(( $(date +%s) - started ))s"
 exit $status

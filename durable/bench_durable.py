@@ -54,8 +54,11 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, Callable, Final, NamedTuple, NoReturn, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import durable_dispatcher as dd  # noqa: E402
+if __package__:  # the installed package tool_dispatcher_durable
+    from . import durable_dispatcher as dd
+else:  # run or imported by path from a checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import durable_dispatcher as dd  # noqa: E402
 
 td = dd.td
 

@@ -63,12 +63,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Collection, Final, Mapping, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if not __package__:  # run or imported by path from a checkout: the core is at the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tool_dispatcher as td  # noqa: E402  (the boundary this layer makes durable)
 
-# The PostgreSQL store (postgres_store.py, beside this file) imports this module by this name:
+# The PostgreSQL store (postgres_store.py, beside this file) imports this module by this name (the
+# installed package's tool_dispatcher_durable.durable_dispatcher, or the plain name in a checkout):
 # whether this file runs as a script or is imported, it is one module, with one DurableError.
-sys.modules.setdefault("durable_dispatcher", sys.modules[__name__])
+sys.modules.setdefault(f"{__package__}.durable_dispatcher" if __package__ else "durable_dispatcher",
+                       sys.modules[__name__])
 _HERE: Final = str(Path(__file__).resolve().parent)
 
 # ============================================================================================
@@ -933,9 +936,12 @@ def open_store(target: Any, **options: Any) -> Any:
     """The store a target names: a ``postgresql://`` DSN opens the PostgreSQL store (psycopg, the
     optional extra, is imported only then); anything else is a SQLite file path."""
     if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
-        if _HERE not in sys.path:
-            sys.path.insert(0, _HERE)
-        import postgres_store  # its psycopg import is guarded: a missing driver is STORE_DRIVER_MISSING
+        if __package__:  # the installed package: the store is its sibling module, never a top-level name
+            from . import postgres_store
+        else:
+            if _HERE not in sys.path:
+                sys.path.insert(0, _HERE)
+            import postgres_store  # its psycopg import is guarded: a missing driver is STORE_DRIVER_MISSING
         return postgres_store.PostgresStore.open(target, **options)
     return DurableStore.open(target, **options)
 

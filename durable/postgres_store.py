@@ -35,7 +35,10 @@ except ImportError:  # pragma: no cover - exercised only where the extra is miss
     psycopg = None  # type: ignore[assignment]
     pq = None  # type: ignore[assignment]
 
-import durable_dispatcher as dd
+if __package__:  # the installed package tool_dispatcher_durable
+    from . import durable_dispatcher as dd
+else:  # a checkout: durable_dispatcher put this folder on sys.path before importing this module
+    import durable_dispatcher as dd
 
 td = dd.td
 

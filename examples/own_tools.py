@@ -2,7 +2,9 @@
 
     python -B examples/own_tools.py
 
-The server is the project's small note store (mcp_bridge/demo_server.py); put your own server's
+It runs from a checkout as it is, or copied anywhere once `pip install tool-dispatcher` is done (it
+then imports the installed packages). The server is the project's small note store
+(mcp_bridge/demo_server.py, installed as tool_dispatcher_mcp.demo_server); put your own server's
 command in SERVER. The program imports the server's tools as contracts, forwards calls to it with
 hooks, dispatches a model's read and write (the write with a person's approval and an idempotency
 key), shapes each result for the three providers, writes a sealed audit log and verifies it, then
@@ -15,12 +17,16 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "mcp_bridge")]
+if (ROOT / "mcp_bridge" / "forward.py").is_file():  # in a checkout: its own modules, nothing installed
+    sys.path[:0] = [str(ROOT), str(ROOT / "mcp_bridge")]
+    from forward import McpForwarder  # noqa: E402
+    from importer import HostChoices, import_server  # noqa: E402
+    SERVER = [sys.executable, "-B", str(ROOT / "mcp_bridge" / "demo_server.py")]
+else:  # anywhere else: the installed packages (pip install tool-dispatcher)
+    from tool_dispatcher_mcp.forward import McpForwarder
+    from tool_dispatcher_mcp.importer import HostChoices, import_server
+    SERVER = [sys.executable, "-B", "-m", "tool_dispatcher_mcp.demo_server"]
 import tool_dispatcher as td  # noqa: E402
-from forward import McpForwarder  # noqa: E402
-from importer import HostChoices, import_server  # noqa: E402
-
-SERVER = [sys.executable, "-B", str(ROOT / "mcp_bridge" / "demo_server.py")]
 NOW = 1_800_000_000  # the host's clock, in seconds
 
 

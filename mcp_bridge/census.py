@@ -38,15 +38,19 @@ from pathlib import Path
 from typing import Any, Final, Sequence
 
 _HERE: Final = Path(__file__).resolve().parent
-for _path in (str(_HERE.parent), str(_HERE)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if not __package__:  # by path from a checkout: the repository root (the core) and this folder
+    for _path in (str(_HERE.parent), str(_HERE)):
+        if _path not in sys.path:
+            sys.path.insert(0, _path)
 
 import tool_dispatcher  # noqa: E402
 from tool_dispatcher import BoundaryError, CatalogError, CliParser, error_specs  # noqa: E402
 
-import client  # noqa: E402
-import importer  # noqa: E402
+if __package__:  # installed as tool_dispatcher_mcp: its siblings are the package's, never top-level names
+    from . import client, importer
+else:
+    import client  # noqa: E402
+    import importer  # noqa: E402
 
 MAX_FILES: Final = 1_000  # listings read in one census
 MAX_FILE_BYTES: Final = client.MAX_LINE_BYTES  # one saved listing: one JSON-RPC message

@@ -40,9 +40,10 @@ from types import MappingProxyType
 from typing import Any, Callable, Final, Mapping, Sequence
 
 _HERE: Final = Path(__file__).resolve().parent
-for _path in (str(_HERE.parent), str(_HERE)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if not __package__:  # by path from a checkout: the repository root (the core) and this folder
+    for _path in (str(_HERE.parent), str(_HERE)):
+        if _path not in sys.path:
+            sys.path.insert(0, _path)
 
 import tool_dispatcher  # noqa: E402
 from tool_dispatcher import CatalogError, JsonPolicy, error_specs  # noqa: E402

@@ -62,14 +62,19 @@ from pathlib import Path
 from typing import Any, Callable, Final, Mapping, Sequence
 
 _HERE: Final = Path(__file__).resolve().parent
-for _path in (str(_HERE.parent), str(_HERE)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if not __package__:  # by path from a checkout: the repository root (the core) and this folder
+    for _path in (str(_HERE.parent), str(_HERE)):
+        if _path not in sys.path:
+            sys.path.insert(0, _path)
 
 import tool_dispatcher as td  # noqa: E402
 
-from client import IDEMPOTENCY_KEY_META, RECEIPT_META, ClientError, McpClient  # noqa: E402
-from importer import drift_of  # noqa: E402
+if __package__:  # installed as tool_dispatcher_mcp: its siblings are the package's, never top-level names
+    from .client import IDEMPOTENCY_KEY_META, RECEIPT_META, ClientError, McpClient
+    from .importer import drift_of
+else:
+    from client import IDEMPOTENCY_KEY_META, RECEIPT_META, ClientError, McpClient  # noqa: E402
+    from importer import drift_of  # noqa: E402
 
 __all__ = ["DEFAULT_CALL_TIMEOUT", "DEFAULT_START_TIMEOUT", "REFUSED_BEFORE_RUNNING", "NOTHING_SENT",
            "McpForwarder", "ServerNotStarted", "ToolWithheld", "execution_of", "status_of"]

@@ -47,14 +47,20 @@ from types import MappingProxyType
 from typing import Any, BinaryIO, Callable, Final, Mapping, Sequence
 
 _HERE: Final = Path(__file__).resolve().parent
-for _path in (str(_HERE.parent), str(_HERE)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if not __package__:  # by path from a checkout: the repository root (the core) and this folder
+    for _path in (str(_HERE.parent), str(_HERE)):
+        if _path not in sys.path:
+            sys.path.insert(0, _path)
 
 import tool_dispatcher as td  # noqa: E402
-from client import (CAPABILITIES_KEY, LEGACY_VERSIONS, MAX_MESSAGE_DEPTH, MAX_REQUEST_ID_LENGTH, MESSAGE_JSON,  # noqa: E402
-                    MODERN_VERSION, PROTOCOL_VERSION_KEY)
-from forward import McpForwarder, ServerNotStarted  # noqa: E402
+if __package__:  # installed as tool_dispatcher_mcp: its siblings are the package's, never top-level names
+    from .client import (CAPABILITIES_KEY, LEGACY_VERSIONS, MAX_MESSAGE_DEPTH, MAX_REQUEST_ID_LENGTH, MESSAGE_JSON,
+                         MODERN_VERSION, PROTOCOL_VERSION_KEY)
+    from .forward import McpForwarder, ServerNotStarted
+else:
+    from client import (CAPABILITIES_KEY, LEGACY_VERSIONS, MAX_MESSAGE_DEPTH, MAX_REQUEST_ID_LENGTH,  # noqa: E402
+                        MESSAGE_JSON, MODERN_VERSION, PROTOCOL_VERSION_KEY)
+    from forward import McpForwarder, ServerNotStarted  # noqa: E402
 
 __all__ = ["GUARD_CATALOG", "GuardError", "GuardHost", "GuardServer", "Guard", "load_host", "parse_host",
            "retry_key", "serve", "main"]
@@ -400,10 +406,13 @@ class Guard:
                                        seal_keys=self._seal_keys)
         if store is None:
             return td.Dispatcher(**options)
-        durable = str(_HERE.parent / "durable")
-        if durable not in sys.path:
-            sys.path.insert(0, durable)
-        import durable_dispatcher  # noqa: PLC0415  (the durable layer only when a ledger is asked for)
+        if __package__:  # installed: the durable layer is its own package beside this one
+            import tool_dispatcher_durable.durable_dispatcher as durable_dispatcher  # noqa: PLC0415
+        else:
+            durable = str(_HERE.parent / "durable")
+            if durable not in sys.path:
+                sys.path.insert(0, durable)
+            import durable_dispatcher  # noqa: PLC0415  (the durable layer only when a ledger is asked for)
         return durable_dispatcher.DurableDispatcher(store=durable_dispatcher.open_store(store), **options)
 
     # -- the listing ------------------------------------------------------------------------------

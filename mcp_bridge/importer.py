@@ -44,17 +44,22 @@ from types import MappingProxyType
 from typing import Any, Final, Mapping, Sequence
 
 _HERE: Final = Path(__file__).resolve().parent
-for _path in (str(_HERE.parent), str(_HERE)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if not __package__:  # by path from a checkout: the repository root (the core) and this folder
+    for _path in (str(_HERE.parent), str(_HERE)):
+        if _path not in sys.path:
+            sys.path.insert(0, _path)
 
 import tool_dispatcher  # noqa: E402
 from tool_dispatcher import (  # noqa: E402
     BoundaryError, CatalogError, CliParser, emit_json, error_specs, is_identifier,
 )
 
-import client  # noqa: E402
-from client import ClientError, Limits, McpClient, Session  # noqa: E402
+if __package__:  # installed as tool_dispatcher_mcp: its siblings are the package's, never top-level names
+    from . import client
+    from .client import ClientError, Limits, McpClient, Session
+else:
+    import client  # noqa: E402
+    from client import ClientError, Limits, McpClient, Session  # noqa: E402
 
 
 # ============================================================================================

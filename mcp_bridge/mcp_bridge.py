@@ -25,10 +25,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Final, Mapping, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import guard  # noqa: E402
-import importer  # noqa: E402  (it puts the repository root on sys.path for tool_dispatcher)
+if __package__:  # installed as tool_dispatcher_mcp (the tool-dispatcher-mcp command, python -m tool_dispatcher_mcp)
+    from . import guard, importer
+else:  # run by path from a checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import guard  # noqa: E402
+    import importer  # noqa: E402  (it puts the repository root on sys.path for tool_dispatcher)
 import tool_dispatcher  # noqa: E402
 
 VERBS: Final[Mapping[str, Callable[[Sequence[str]], int]]] = MappingProxyType({"import": importer.main,

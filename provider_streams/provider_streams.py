@@ -61,7 +61,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Final, Mapping, NoReturn, Sequence
 
 _REPOSITORY: Final = str(Path(__file__).resolve().parent.parent)
-if _REPOSITORY not in sys.path:
+if not __package__ and _REPOSITORY not in sys.path:  # by path from a checkout; installed, the core is beside it
     sys.path.insert(0, _REPOSITORY)
 
 import tool_dispatcher  # noqa: E402  (the trusted boundary this layer drives; never copied)

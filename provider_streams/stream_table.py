@@ -37,13 +37,13 @@ from types import MappingProxyType
 from typing import Any, Callable, Final, Mapping, Sequence
 
 _HERE: Final = Path(__file__).resolve().parent
-# The repository root for tool_dispatcher, then this folder first of all, so that the name
-# provider_streams is this folder's module and not the package the folder also is.
-sys.path[:0] = [str(_HERE), str(_HERE.parent)]
-
-if __package__:  # imported as provider_streams.stream_table (unittest discovery from the root)
+if __package__:  # imported as tool_dispatcher_streams.stream_table (installed), or as
+    # provider_streams.stream_table (unittest discovery from the root): no folder goes on sys.path
     from . import provider_streams as ps
 else:  # run as a script, or imported from this folder
+    # The repository root for tool_dispatcher, then this folder first of all, so that the name
+    # provider_streams is this folder's module and not the package the folder also is.
+    sys.path[:0] = [str(_HERE), str(_HERE.parent)]
     import provider_streams as ps  # noqa: E402
 from tool_dispatcher import (  # noqa: E402
     ENVELOPE_JSON,

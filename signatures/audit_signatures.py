@@ -48,7 +48,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Mapping, NamedTuple, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if not __package__:  # by path from a checkout: the core is at the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tool_dispatcher as td  # noqa: E402  (the chain this layer signs)
 
 # ============================================================================================

@@ -16,14 +16,17 @@
     plansfile      scoring a user's JSONL plans file with pass^k
     cli            the command line (transaction_bench.py beside this folder is its entry point)
 
-Each module imports only the modules above it. The repository root goes on sys.path here, so the
-core (`tool_dispatcher`) imports wherever the package is imported from.
+Each module imports only the modules above it. In a checkout (the package named txbench) the
+repository root goes on sys.path here, so the core (`tool_dispatcher`) imports wherever the package
+is imported from. Installed, the same folder is the package `tool_dispatcher_bench` (its command is
+`tool-dispatcher-bench`, or `python -m tool_dispatcher_bench`), and the core is installed beside it.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-_REPO_ROOT = str(Path(__file__).resolve().parent.parent.parent)
-if _REPO_ROOT not in sys.path:
-    sys.path.insert(0, _REPO_ROOT)
+if __name__ == "txbench":  # a checkout: the core is at the repository root
+    _REPO_ROOT = str(Path(__file__).resolve().parent.parent.parent)
+    if _REPO_ROOT not in sys.path:
+        sys.path.insert(0, _REPO_ROOT)

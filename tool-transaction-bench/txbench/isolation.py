@@ -42,10 +42,11 @@ from .orchestrators import (
 
 BENCH_DIR: Final = Path(__file__).resolve().parent.parent
 # The child's whole program (run with -P, so no directory is put before the standard library): the
-# bench's folder first on its path and the caller's directory last, as for the command itself, then
-# the serving loop.
+# bench's folder first on its path (installed, the folder that holds the package) and the caller's
+# directory last, as for the command itself, then the serving loop of this very package (txbench in a
+# checkout, tool_dispatcher_bench installed).
 CHILD_BOOT: Final = ("import sys; sys.path.insert(0, sys.argv[1]); sys.path.append(sys.argv[2]); "
-                     "from txbench.isolation import serve_child; sys.exit(serve_child(sys.argv[3]))")
+                     f"from {__package__}.isolation import serve_child; sys.exit(serve_child(sys.argv[3]))")
 
 # What a receive gives besides a message: the child is gone (its output ended), the deadline passed,
 # or a line that is not the protocol (too long, not strict JSON).

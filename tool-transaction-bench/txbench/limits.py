@@ -54,7 +54,10 @@ MAX_BOX_LINE_BYTES: Final = 1_048_576
 # BAD_REQUEST in the child and nothing is sent.
 MAX_BOX_DEPTH: Final = MAX_NESTING + 2
 
-RESULTS_DIR: Final = Path(__file__).resolve().parent.parent / "results"
+# The committed results beside this package in a checkout (tool-transaction-bench/results). Installed
+# as tool_dispatcher_bench, results/ in the current directory: a run never writes into site-packages.
+RESULTS_DIR: Final = (Path(__file__).resolve().parent.parent / "results" if __package__ == "txbench"
+                      else Path("results"))
 RAW_FILE: Final = "raw_results.jsonl"
 SUMMARY_FILE: Final = "summary.json"
 HEADLINE_FILE: Final = "headline.svg"  # the sweep's headline as a chart, drawn from the summary

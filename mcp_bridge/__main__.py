@@ -1,0 +1,24 @@
+"""``python -m tool_dispatcher_mcp``: the MCP bridge's command line (verbs: import, guard), the same
+as the ``tool-dispatcher-mcp`` command.
+
+The code is the package's module mcp_bridge.py; this file only calls its main(), so that module is
+imported once, under its package name, never a second time as __main__. Every failure is the
+one shape, {"passed": false, "error": {...}} on stdout with exit 2, as when it runs by path.
+"""
+from __future__ import annotations
+
+if __name__ == "__main__":
+    # Ctrl-C while the imports below still run (a good part of a second on a cold machine): the
+    # CLI's own answer, CLI_INTERRUPTED and exit 130, never a traceback. run_cli takes SIGINT back.
+    import os as _os
+    import signal as _signal
+    _INTERRUPTED = (b'{\n  "passed": false,\n  "error": {\n    "code": "CLI_INTERRUPTED",\n    "message": "The command '
+                    b'was interrupted before it finished.",\n    "retryable": false\n  }\n}\n')
+    _signal.signal(_signal.SIGINT, lambda _number, _frame: (_os.write(1, _INTERRUPTED), _os._exit(130)))
+
+import sys
+
+from .mcp_bridge import main
+
+if __name__ == "__main__":
+    sys.exit(main())

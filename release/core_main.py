@@ -1,0 +1,23 @@
+"""``python -m tool_dispatcher`` for the installed core (the wheel's tool_dispatcher/__main__.py).
+
+In a checkout the core is the one module tool_dispatcher.py, run by path; installed, release/build_py.py
+makes it a package so that it can carry py.typed, and this file runs its main() like the
+``tool-dispatcher`` command: the one failure shape, exit 2, as when the module runs by path.
+"""
+from __future__ import annotations
+
+if __name__ == "__main__":
+    # Ctrl-C while the imports below still run (a good part of a second on a cold machine): the
+    # CLI's own answer, CLI_INTERRUPTED and exit 130, never a traceback. run_cli takes SIGINT back.
+    import os as _os
+    import signal as _signal
+    _INTERRUPTED = (b'{\n  "passed": false,\n  "error": {\n    "code": "CLI_INTERRUPTED",\n    "message": "The command '
+                    b'was interrupted before it finished.",\n    "retryable": false\n  }\n}\n')
+    _signal.signal(_signal.SIGINT, lambda _number, _frame: (_os.write(1, _INTERRUPTED), _os._exit(130)))
+
+import sys
+
+from tool_dispatcher import main
+
+if __name__ == "__main__":
+    sys.exit(main())

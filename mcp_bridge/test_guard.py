@@ -74,6 +74,7 @@ class Peer:
         self.answers = {}
         self.notifications = []
         self.asked = []
+        self.replied = []  # the ids of the guard's questions answered, once each answer is sent
         self._answer_elicitation = answer_elicitation
         self._arrived = threading.Condition()
         self._sending = threading.Lock()
@@ -119,7 +120,8 @@ class Peer:
             try:
                 self.send({"jsonrpc": "2.0", "id": message["id"], "result": answer})
             except (OSError, ValueError):
-                pass  # the client closed meanwhile: the guard has no one to hear it from
+                return  # the client closed meanwhile: the guard has no one to hear it from
+            self.replied.append(message["id"])
 
     def send(self, message):
         with self._sending:
@@ -484,8 +486,7 @@ class TestApprovals(GuardCase):
         request = peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
         self.assertTrue(asked.wait(WAIT))
         peer.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request}})
-        time.sleep(0.2)  # the notification is read before the answer below (one stream, in order)
-        release.set()
+        release.set()  # the answer follows the notification on the one stream: the guard reads it second
         ping = peer.request("ping")  # answered after the cancelled call's flow had its answer
         self.assertEqual(ping["result"], {})
         peer.close()
@@ -549,9 +550,9 @@ class TestRetriesAndRecovery(GuardCase):
         peer = self.peer(guard, elicitation=True, answer_elicitation=yes)
         peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
         deadline = time.monotonic() + WAIT
-        while not peer.asked and time.monotonic() < deadline:
+        while not peer.replied and time.monotonic() < deadline:
             time.sleep(0.01)
-        peer.close()  # the client leaves while its call runs: the guard finishes it, then stops serving
+        peer.close()  # the client leaves once it said yes, its call running: the guard finishes it
         self.assertEqual(guard.operation_state("notes_write_note", {"name": "a", "text": "b"}), "succeeded")
         self.assertEqual(guard.operation_state("notes_write_note", {"name": "a", "text": "c"}), "none")
         self.assertEqual(self.note_revisions(), {"a": 1})

@@ -7,18 +7,26 @@ one shape, {"passed": false, "error": {...}} on stdout with exit 2, as when it r
 """
 from __future__ import annotations
 
-if __name__ == "__main__":
-    # Ctrl-C while the imports below still run (a good part of a second on a cold machine): the
-    # CLI's own answer, CLI_INTERRUPTED and exit 130, never a traceback. run_cli takes SIGINT back.
-    import os as _os
-    import signal as _signal
-    _INTERRUPTED = (b'{\n  "passed": false,\n  "error": {\n    "code": "CLI_INTERRUPTED",\n    "message": "The command '
-                    b'was interrupted before it finished.",\n    "retryable": false\n  }\n}\n')
-    _signal.signal(_signal.SIGINT, lambda _number, _frame: (_os.write(1, _INTERRUPTED), _os._exit(130)))
-
 import sys
 
-from .mcp_bridge import main
+
+def _answer_an_interrupt() -> None:
+    # Ctrl-C while the command's module still imports (a good part of a second on a cold machine):
+    # the CLI's own answer, CLI_INTERRUPTED and exit 130, never a traceback. run_cli takes SIGINT back.
+    import os
+    import signal
+    interrupted = (b'{\n  "passed": false,\n  "error": {\n    "code": "CLI_INTERRUPTED",\n    "message": "The command '
+                   b'was interrupted before it finished.",\n    "retryable": false\n  }\n}\n')
+    signal.signal(signal.SIGINT, lambda _number, _frame: (os.write(1, interrupted), os._exit(130)))
+
+
+def run() -> int:
+    """The installed command (pyproject's [project.scripts]) and ``python -m``: the module is
+    imported only once the interrupt is answered."""
+    _answer_an_interrupt()
+    from .mcp_bridge import main
+    return main()
+
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -37,6 +37,7 @@ import hmac
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import threading
@@ -952,6 +953,9 @@ def main(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None, st
     could not start. Nothing but MCP is ever written to stdout."""
     argv = list(sys.argv[1:] if argv is None else argv)
     errors = sys.stderr if stderr is None else stderr
+    if threading.current_thread() is threading.main_thread():
+        # Ctrl-C is KeyboardInterrupt from here on, answered on stderr below: stdout is the client's.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if argv[:1] in (["-h"], ["--help"]):
         errors.write(USAGE)
         return 0

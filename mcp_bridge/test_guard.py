@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -736,6 +737,19 @@ class TestServing(GuardCase):
                 self.assertEqual(failure["error"]["code"], code)
                 self.assertNotIn(str(self.folder.path), done.stderr.decode())
                 self.assertNotIn("Traceback", done.stderr.decode())
+
+    def test_ctrl_c_while_serving_is_cli_interrupted_on_stderr_and_nothing_on_stdout(self):
+        host = self.folder.host([self.demo_server()])
+        child = subprocess.Popen([*PYTHON, str(HERE / "mcp_bridge.py"), "guard", "--host", str(host)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(child.kill)
+        started = json.loads(child.stderr.readline())  # serving from here on
+        self.assertEqual(started["event"], "started")
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=WAIT)
+        self.assertEqual((child.returncode, out), (td.EXIT_INTERRUPTED, b""))
+        self.assertEqual(json.loads(err)["error"]["code"], "CLI_INTERRUPTED")
+        self.assertNotIn(b"Traceback", err)
 
     def test_one_server_from_the_command_line_keeps_its_tools_names(self):
         host = self.folder.host([])

@@ -182,6 +182,19 @@ class StoreCase(unittest.TestCase):
             principal: td.Principal = ALICE) -> dd.LedgerRow | None:
         return dispatcher.ledger_row(principal, "create_refund_draft", key)
 
+    def admitted(self, dispatcher: dd.DurableDispatcher, tag: str, **options: Any) -> tuple[Any, td.OperationRecord]:
+        """The admitted call and the fresh record a write of `tag` claims with (the write runs)."""
+        seen: list[tuple[Any, td.OperationRecord]] = []
+        original = dispatcher.operations.claim
+
+        def spy(call: Any, record: td.OperationRecord, approval_ref: str) -> Any:
+            seen.append((call, record))
+            return original(call, record, approval_ref)
+        dispatcher.operations.claim = spy  # type: ignore[method-assign]
+        write(dispatcher, tag, **options)
+        dispatcher.operations.claim = original  # type: ignore[method-assign]
+        return seen[0]
+
     def tamper(self, sql: str) -> None:
         """Change the database behind the layer's back (another writer, a damaged downstream)."""
         with contextlib.closing(sqlite3.connect(self.path)) as connection:
@@ -1786,6 +1799,40 @@ class TestLeasesAndFencing(StoreCase):
         holder, _other, pause = self.holders("after_downstream_commit", spy, raw=True)
         write(holder, "a")
         self.assertEqual((pause.result, expired), (["OPERATION_IN_PROGRESS"] * 2, []))
+
+    def test_an_expired_claim_of_the_same_intent_is_taken_over_at_the_next_epoch(self) -> None:
+        # A row left claimed (not started) by a dead holder: only the same intent takes it over, and
+        # only once its lease is dead; the new lease is one epoch above, still a claim.
+        store = self.open_store()
+        dispatcher = self.dispatcher(store, lease_ms=100)
+        call, record = self.admitted(dispatcher, "a")
+        other_call, _ = self.admitted(self.dispatcher(store, realm="other"), "b", reason="other")
+        key = dd.OperationKey("spare", ALICE.tenant, ALICE.subject, "create_refund_draft", KEY)
+        intent = dd.Intent.of(call, record)
+        ledger = dispatcher.operations.ledger
+        with store.transaction() as tx:
+            first = ledger.claim(tx, key, intent, owner="one", lease_ms=100)
+        self.assertEqual((first.state, first.epoch), ("claimed", 1))
+        row = ledger.read(key)
+        expiry = row.lease_expires_at
+        self.assertEqual(dd.claim_event(row, call, expiry - 1), None)  # still live
+        self.assertEqual(dd.claim_event(row, call, expiry), "take_over")
+        self.assertEqual(dd.claim_event(row, None, expiry), None)  # no call to compare with
+        self.assertEqual(dd.claim_event(row, other_call, expiry), None)  # another intent: answered
+        self.assertEqual(dd.claim_event(replace(row, state="in_progress"), call, expiry), None)
+        self.assertEqual(dd.claim_event(replace(row, state="released", lease_expires_at=None), None, 0), "claim")
+        self.clock.advance(99)
+        with store.transaction() as tx:
+            live = ledger.claim(tx, key, intent, owner="two", lease_ms=100)
+        self.assertIsInstance(live, dd.LedgerRow)
+        self.assertEqual((live.state, live.lease_epoch, live.lease_owner), ("claimed", 1, "one"))
+        self.clock.advance(1)
+        with store.transaction() as tx:
+            taken = ledger.claim(tx, key, intent, owner="two", lease_ms=100)
+        self.assertEqual((taken.state, taken.epoch, taken.owner), ("claimed", 2, "two"))
+        row = ledger.read(key)
+        self.assertEqual((row.state, row.lease_epoch, row.lease_owner, row.lease_expires_at),
+                         ("claimed", 2, "two", self.clock.now + 100))
 
     def test_answer_gives_up_after_bounded_attempts(self) -> None:
         dispatcher = self.dispatcher(checkpoint=raise_at("after_claim"))

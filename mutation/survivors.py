@@ -39,6 +39,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from typing import Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MUTMUT = "/tmp/td-mutmut-venv/bin/mutmut"
@@ -231,10 +232,21 @@ def changed_lines(patch: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return removed, added
 
 
-def load_equivalents(path: str | None = None) -> dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]]:
+Listed = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+
+
+def is_listed(patch: list[str], listed: Sequence[Listed]) -> bool:
+    shown = {line[1:].strip() for line in patch if line.startswith(" ")}
+    return any(changed_lines(patch) == (removed, added) and shown.issuperset(context)
+               for removed, added, context in listed)
+
+
+def load_equivalents(path: str | None = None) -> dict[str, list[Listed]]:
     """EQUIVALENT.md (a layer's: EQUIVALENT-LAYER.md): under a '### FUNCTION' heading, each ```diff
-    block is one equivalent mutant, named by the lines it removes (-) and adds (+), compared without their indentation."""
-    listed: dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]] = {}
+    block is one equivalent mutant, named by the lines it removes (-) and adds (+), compared
+    without their indentation; a line starting with a space is context the mutant's diff must
+    also show (where one function has two alike changes, it tells them apart)."""
+    listed: dict[str, list[Listed]] = {}
     path = path or TARGET.equivalent
     if not os.path.exists(path):
         return listed
@@ -248,7 +260,8 @@ def load_equivalents(path: str | None = None) -> dict[str, list[tuple[tuple[str,
             lines = match.group(2).splitlines()
             removed = tuple(line[1:].strip() for line in lines if line.startswith("-"))
             added = tuple(line[1:].strip() for line in lines if line.startswith("+"))
-            listed.setdefault(function, []).append((removed, added))
+            context = tuple(line[1:].strip() for line in lines if line.startswith(" "))
+            listed.setdefault(function, []).append((removed, added, context))
     return listed
 
 
@@ -294,7 +307,7 @@ def report(functions: list[str], *, show_diffs: bool) -> int:
             if outcome in ("survived", "no tests"):
                 mutant, _ = as_original(sources[key + "__mutmut_%d" % number], key, name)
                 patch = diff(original, mutant, lines.get(function, 1 + at) - at)
-                if changed_lines(patch) in equivalents.get(function, ()):
+                if is_listed(patch, equivalents.get(function, ())):
                     outcome = "equivalent"
                 else:
                     unlisted += 1

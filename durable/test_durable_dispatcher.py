@@ -1460,6 +1460,14 @@ class TestSealedLedger(StoreCase):
                          ("default", 0, "AUDIT_UNSEALED", None))
         self.assertIsNone(self.verify_chain(None).fault)
 
+    def test_a_chain_past_the_logs_byte_limit_is_unreadable_at_no_entry(self) -> None:
+        self.chained(1)
+        size = len(rows(self.path, "SELECT entry FROM audit_chain")[0][0].encode("utf-8")) + 1
+        for limit, fault in ((size, None), (size - 1, ("AUDIT_LOG_UNREADABLE", None))):
+            with self.subTest(limit=limit), mock.patch.object(td, "MAX_AUDIT_LOG_BYTES", limit):
+                report = self.verify_chain()
+                self.assertEqual(None if report.fault is None else (report.fault.error.code, report.fault.index), fault)
+
     def test_a_sealed_entry_holding_an_unsealed_package_fails_at_its_row(self) -> None:
         # A host that gave the ledger its keys and the boundary none: every entry is sealed, no
         # package is, and a stored package must hold its seal when the store has keys.

@@ -1960,6 +1960,21 @@ class TestLeasesAndFencing(StoreCase):
                 self.assertEqual((row.state, row.lease_owner, row.lease_expires_at),
                                  (state, "dead", self.clock.now + 100))
 
+    def test_moving_another_claim_while_one_is_open_is_misuse_and_rolls_the_open_one_back(self) -> None:
+        store = self.open_store()
+        call, record = self.admitted(self.dispatcher(store, realm="calls"), "a")
+        operations = dd.LedgerOperations(store, realm="spare")
+        key = operations.key(call.record_key)
+        for event in ("start", "release"):
+            with self.subTest(event=event):
+                claim = operations.claim(call, record, "e" * 64)  # its transaction left open
+                foreign = td.Claim(call.record_key, claim.record, replace(claim.token, owner="someone"))
+                move = operations.start if event == "start" else operations.release
+                self.assertDurable("STORE_MISUSE", lambda: move(foreign))
+                self.assertEqual((store.in_transaction, operations.ledger.read(key)), (False, None))
+                self.assertFalse(operations.approval_used("e" * 64))
+                operations.finish()
+
     def test_a_holders_own_moves_outside_the_dispatcher(self) -> None:
         # Ledger.advance used alone: a start keeps the holder's lease (lease_ms from now, none
         # given: dead at once), a release in a transaction of its own frees the approval.

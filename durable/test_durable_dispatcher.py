@@ -182,6 +182,19 @@ class StoreCase(unittest.TestCase):
             principal: td.Principal = ALICE) -> dd.LedgerRow | None:
         return dispatcher.ledger_row(principal, "create_refund_draft", key)
 
+    def admitted(self, dispatcher: dd.DurableDispatcher, tag: str, **options: Any) -> tuple[Any, td.OperationRecord]:
+        """The admitted call and the fresh record a write of `tag` claims with (the write runs)."""
+        seen: list[tuple[Any, td.OperationRecord]] = []
+        original = dispatcher.operations.claim
+
+        def spy(call: Any, record: td.OperationRecord, approval_ref: str) -> Any:
+            seen.append((call, record))
+            return original(call, record, approval_ref)
+        dispatcher.operations.claim = spy  # type: ignore[method-assign]
+        write(dispatcher, tag, **options)
+        dispatcher.operations.claim = original  # type: ignore[method-assign]
+        return seen[0]
+
     def tamper(self, sql: str) -> None:
         """Change the database behind the layer's back (another writer, a damaged downstream)."""
         with contextlib.closing(sqlite3.connect(self.path)) as connection:
@@ -1430,6 +1443,42 @@ class TestSealedLedger(StoreCase):
                             "subject = 'alice' WHERE idempotency_key = 'idem-1'")
                 self.assertEqual(self.verify_cli(SEAL_KEYS)[0], 0)
 
+    def test_a_settled_row_whose_approval_column_was_emptied_is_tampered(self) -> None:
+        dispatcher = self.sealed()
+        write(dispatcher, "a")
+        row = self.row(dispatcher)
+        self.assertIsNone(replace(row, approval=None).record().approval)
+        self.tamper("UPDATE operations SET approval = NULL")
+        self.assertTampered(dispatcher)
+        fault = self.verify_chain().fault
+        self.assertEqual((fault.error.code, fault.index, fault.request_ref), ("STORE_TAMPERED", 0, row.request_ref))
+
+    def test_an_unsealed_chain_verified_with_keys_fails_at_its_first_entry(self) -> None:
+        write(self.dispatcher(), "a")  # written without keys
+        fault = self.verify_chain(SEAL_KEYS).fault
+        self.assertEqual((fault.realm, fault.index, fault.error.code, fault.request_ref),
+                         ("default", 0, "AUDIT_UNSEALED", None))
+        self.assertIsNone(self.verify_chain(None).fault)
+
+    def test_a_chain_past_the_logs_byte_limit_is_unreadable_at_no_entry(self) -> None:
+        self.chained(1)
+        size = len(rows(self.path, "SELECT entry FROM audit_chain")[0][0].encode("utf-8")) + 1
+        for limit, fault in ((size, None), (size - 1, ("AUDIT_LOG_UNREADABLE", None))):
+            with self.subTest(limit=limit), mock.patch.object(td, "MAX_AUDIT_LOG_BYTES", limit):
+                report = self.verify_chain()
+                self.assertEqual(None if report.fault is None else (report.fault.error.code, report.fault.index), fault)
+
+    def test_a_sealed_entry_holding_an_unsealed_package_fails_at_its_row(self) -> None:
+        # A host that gave the ledger its keys and the boundary none: every entry is sealed, no
+        # package is, and a stored package must hold its seal when the store has keys.
+        store = self.open_store()
+        operations = dd.LedgerOperations(store, seal_keys=SEAL_KEYS, defer_bindings=True)
+        package = write(td.Dispatcher(ORDERS, approvers=APPROVERS, operations=operations), "a")
+        self.assertEqual(package["seal"], {"key_id": None, "hmac_sha256": None})
+        report = self.verify_chain(SEAL_KEYS)
+        self.assertEqual((report.fault.index, report.fault.error.code, report.rows),
+                         (0, "STORE_TAMPERED", 0))
+
     def test_verify_chain_reads_one_snapshot_while_writers_go_on(self) -> None:
         self.chained(2)
         writer = self.sealed()
@@ -1775,6 +1824,41 @@ class TestLeasesAndFencing(StoreCase):
         self.assertEqual(pause.result, {"answer": "OPERATION_IN_PROGRESS", "retryable": True})
         self.assertEqual(holder.effect_count, 1)
 
+    def test_a_settled_key_found_at_claim_after_a_stale_read_is_replayed(self) -> None:
+        store = self.open_store()
+        self.assertAnswer(write(self.dispatcher(store), "a"), "fresh")
+        late = self.dispatcher(store)
+        late.operations.ledger.read = lambda key: None  # type: ignore[method-assign]  # read before it settled
+        self.assertAnswer(write(late, "b"), "local_replay")
+        self.assertEqual(late.effect_count, 1)
+
+    def test_a_release_whose_commit_fails_says_the_key_is_as_it_was(self) -> None:
+        store = self.open_store()
+        dispatcher = self.dispatcher(store)
+        real_commit = store.commit
+
+        def commit() -> None:  # the claim-and-release commit fails; the call binding's after it does not
+            store.commit = real_commit  # type: ignore[method-assign]
+            store.rollback()
+            raise dd.DurableError("STORE_UNREACHABLE")
+
+        store.commit = commit  # type: ignore[method-assign]
+        error = self.assertDurable("STORE_UNREACHABLE", lambda: write(dispatcher, "a", fault="rate_limited"))
+        self.assertEqual((error.to_json()["operation_state"], error.to_json()["effect_possible"]), ("none", False))
+        self.assertEqual((dispatcher.effect_count, self.row(dispatcher)), (0, None))
+
+    def test_a_binding_written_by_another_process_after_our_read_is_a_call_conflict(self) -> None:
+        # The call identity was free when this dispatch read it; another process bound it to another
+        # request before this claim: the claim's transaction refuses it, and nothing is claimed.
+        store = self.open_store()
+        self.assertAnswer(write(self.dispatcher(store), "a", key="k-other", reason="other"), "fresh")
+        late = self.dispatcher(store)
+        late.operations._calls.read = lambda identity: None  # type: ignore[method-assign]
+        self.assertEqual(answer_of(lambda: write(late, "a"))["answer"], "CALL_CONFLICT")
+        self.assertIsNone(late.operations._pending)
+        self.assertIsNone(self.row(late))
+        self.assertAnswer(write(late, "c", key="k-next"), "fresh")
+
     def test_a_live_lease_is_never_expired_by_a_reader(self) -> None:
         expired: list[str] = []
 
@@ -1786,6 +1870,204 @@ class TestLeasesAndFencing(StoreCase):
         holder, _other, pause = self.holders("after_downstream_commit", spy, raw=True)
         write(holder, "a")
         self.assertEqual((pause.result, expired), (["OPERATION_IN_PROGRESS"] * 2, []))
+
+    def test_an_expired_claim_of_the_same_intent_is_taken_over_at_the_next_epoch(self) -> None:
+        # A row left claimed (not started) by a dead holder: only the same intent takes it over, and
+        # only once its lease is dead; the new lease is one epoch above, still a claim.
+        store = self.open_store()
+        dispatcher = self.dispatcher(store, lease_ms=100)
+        call, record = self.admitted(dispatcher, "a")
+        other_call, _ = self.admitted(self.dispatcher(store, realm="other"), "b", reason="other")
+        key = dd.OperationKey("spare", ALICE.tenant, ALICE.subject, "create_refund_draft", KEY)
+        intent = dd.Intent.of(call, record)
+        ledger = dispatcher.operations.ledger
+        with store.transaction() as tx:
+            first = ledger.claim(tx, key, intent, owner="one", lease_ms=100)
+        self.assertEqual((first.state, first.epoch), ("claimed", 1))
+        row = ledger.read(key)
+        self.assertEqual((row.state, row.lease_owner), ("claimed", "one"))  # not written started
+        expiry = row.lease_expires_at
+        self.assertEqual(dd.claim_event(row, call, expiry - 1), None)  # still live
+        self.assertEqual(dd.claim_event(row, call, expiry), "take_over")
+        self.assertEqual(dd.claim_event(row, None, expiry), None)  # no call to compare with
+        self.assertEqual(dd.claim_event(row, other_call, expiry), None)  # another intent: answered
+        self.assertEqual(dd.claim_event(replace(row, state="in_progress"), call, expiry), None)
+        self.assertEqual(dd.claim_event(replace(row, state="released", lease_expires_at=None), None, 0), "claim")
+        self.clock.advance(99)
+        with store.transaction() as tx:
+            live = ledger.claim(tx, key, intent, owner="two", lease_ms=100)
+        self.assertIsInstance(live, dd.LedgerRow)
+        self.assertEqual((live.state, live.lease_epoch, live.lease_owner), ("claimed", 1, "one"))
+        self.clock.advance(1)
+        with store.transaction() as tx:
+            taken = ledger.claim(tx, key, intent, owner="two", lease_ms=100)
+        self.assertEqual((taken.state, taken.epoch, taken.owner), ("claimed", 2, "two"))
+        row = ledger.read(key)
+        self.assertEqual((row.state, row.lease_epoch, row.lease_owner, row.lease_expires_at),
+                         ("claimed", 2, "two", self.clock.now + 100))
+
+    def claimed_and_expired(self, realm: str) -> tuple[dd.LedgerOperations, Any, td.OperationRecord]:
+        """A store for `realm` holding a key claimed (not started) by a holder that died; its lease
+        (100 ms) dies on the shared clock's next 100 ms. With the call and record that claimed it."""
+        store = self.open_store()
+        call, record = self.admitted(self.dispatcher(store, realm=f"{realm}-calls"), "a")
+        operations = dd.LedgerOperations(store, realm=realm, lease_ms=100)
+        key = operations.key(call.record_key)
+        with store.transaction() as tx:
+            operations.ledger.claim(tx, key, dd.Intent.of(call, record), owner="dead", lease_ms=100)
+        return operations, call, record
+
+    def test_the_store_takes_over_an_expired_claim_only_once_its_lease_is_dead(self) -> None:
+        operations, call, record = self.claimed_and_expired("spare")
+        self.assertBoundary("OPERATION_IN_PROGRESS", lambda: operations.answer(call))  # live: in progress
+        self.clock.advance(100)
+        self.assertIsNone(operations.answer(call))  # dead: the write may claim it
+        claim = operations.claim(call, record, "b" * 64)
+        self.assertEqual((claim.key, claim.record.state, claim.token.state, claim.token.epoch),
+                         (call.record_key, "claimed", "claimed", 2))
+        started = operations.start(claim)
+        self.assertEqual((started.key, started.record.state, started.token),
+                         (call.record_key, "in_progress", dd.Lease(claim.token.key, "in_progress", 2,
+                                                                   claim.token.owner, claim.token.request_ref)))
+        row = operations.ledger.read(claim.token.key)
+        self.assertEqual((row.state, row.lease_epoch, row.lease_owner), ("in_progress", 2, claim.token.owner))
+        self.assertTrue(operations.approval_used("b" * 64))
+
+    def test_a_status_query_releases_an_expired_claim(self) -> None:
+        operations, call, _record = self.claimed_and_expired("spare")
+        self.clock.advance(100)
+        self.assertIsNone(operations.find(call.record_key))
+        row = operations.ledger.read(operations.key(call.record_key))
+        self.assertEqual((row.state, row.lease_epoch, row.lease_owner), ("released", 2, None))
+
+    def test_a_claim_written_apart_is_started_or_released_in_a_transaction_of_its_own(self) -> None:
+        for event, state in (("start", "in_progress"), ("release", "released")):
+            with self.subTest(event=event):
+                operations, call, record = self.claimed_and_expired(event)
+                row = operations.ledger.read(operations.key(call.record_key))
+                lease = dd.Lease(row.key, "claimed", 1, "dead", row.request_ref)
+                claim = td.Claim(call.record_key, replace(record, state="claimed"), lease)
+                if event == "release":
+                    self.assertIsNone(operations.release(claim))
+                    row = operations.ledger.read(row.key)
+                    self.assertEqual((row.state, row.lease_epoch, row.lease_owner, row.lease_expires_at),
+                                     ("released", 1, None, None))
+                    continue
+                started = operations.start(claim)
+                self.assertEqual((started.key, started.record.state, started.token),
+                                 (call.record_key, state, dd.Lease(row.key, state, 1, "dead", row.request_ref)))
+                row = operations.ledger.read(row.key)
+                self.assertEqual((row.state, row.lease_owner, row.lease_expires_at),
+                                 (state, "dead", self.clock.now + 100))
+
+    def test_moving_another_claim_while_one_is_open_is_misuse_and_rolls_the_open_one_back(self) -> None:
+        store = self.open_store()
+        call, record = self.admitted(self.dispatcher(store, realm="calls"), "a")
+        operations = dd.LedgerOperations(store, realm="spare")
+        key = operations.key(call.record_key)
+        for event in ("start", "release"):
+            with self.subTest(event=event):
+                claim = operations.claim(call, record, "e" * 64)  # its transaction left open
+                foreign = td.Claim(call.record_key, claim.record, replace(claim.token, owner="someone"))
+                move = operations.start if event == "start" else operations.release
+                self.assertDurable("STORE_MISUSE", lambda: move(foreign))
+                self.assertEqual((store.in_transaction, operations.ledger.read(key)), (False, None))
+                self.assertFalse(operations.approval_used("e" * 64))
+                operations.finish()
+
+    def test_a_holders_own_moves_outside_the_dispatcher(self) -> None:
+        # Ledger.advance used alone: a start keeps the holder's lease (lease_ms from now, none
+        # given: dead at once), a release in a transaction of its own frees the approval.
+        store = self.open_store()
+        ledger = dd.Ledger(store)
+        intent = dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st")
+        key = dd.OperationKey("default", "t", "s", "tool", "k")
+        with store.transaction() as tx:
+            lease = ledger.claim(tx, key, intent, owner="one", lease_ms=100, approval_ref="c" * 64)
+        self.assertTrue(ledger.approval_used("default", "c" * 64))
+        released = ledger.advance(lease, "release")
+        self.assertEqual(released, dd.Lease(key, "released", 1, "one", "rq"))
+        row = ledger.read(key)
+        self.assertEqual((row.state, row.lease_owner, row.lease_expires_at), ("released", None, None))
+        self.assertFalse(ledger.approval_used("default", "c" * 64))
+        for name, options, expiry in (("k2", {"lease_ms": 50}, 50), ("k3", {}, 0)):
+            other = dd.OperationKey("default", "t", "s", "tool", name)
+            with store.transaction() as tx:
+                lease = ledger.claim(tx, other, intent, owner="two", lease_ms=100)
+            started = ledger.advance(lease, "start", **options)
+            self.assertEqual(started, dd.Lease(other, "in_progress", 1, "two", "rq"))
+            row = ledger.read(other)
+            self.assertEqual((row.state, row.lease_owner, row.lease_expires_at),
+                             ("in_progress", "two", self.clock.now + expiry))
+            self.assertEqual(row.lease_live(self.clock.now), expiry > 0)
+
+    def test_a_settle_inside_the_callers_transaction_writes_its_event(self) -> None:
+        store = self.open_store()
+        ledger = dd.Ledger(store)
+        intent = dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st")
+        key = dd.OperationKey("default", "t", "s", "tool", "k")
+        with store.transaction() as tx:
+            lease = ledger.claim(tx, key, intent, owner="one", lease_ms=100, started=True)
+            ledger.advance(lease, "start", tx=tx, stored="in_progress")
+        with store.transaction() as tx:
+            settled = ledger.advance(dd.Lease(key, "in_progress", 1, "one", "rq"), "committed",
+                                     data={"draft_id": "D-1"}, tx=tx)
+        self.assertEqual(settled.state, "succeeded")
+        (payload,) = rows(self.path, "SELECT payload FROM outbox")[0]
+        self.assertEqual((json.loads(payload)["state"], json.loads(payload)["data"]), ("succeeded", {"draft_id": "D-1"}))
+
+    def test_a_claim_whose_store_answers_epoch_zero_is_store_invalid(self) -> None:
+        class EpochZero:
+            def __init__(self, tx: Any) -> None:
+                self.tx = tx
+
+            def execute(self, sql: str, params: Any = ()) -> Any:
+                cursor = self.tx.execute(sql, params)
+                return type("Zero", (), {"fetchall": lambda _self: [(0,)]})() if sql is dd.SQL_CLAIM else cursor
+        store = self.open_store()
+        ledger = dd.Ledger(store)
+        intent = dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st")
+        with self.assertRaises(dd.DurableError) as caught:
+            with store.transaction() as tx:
+                ledger.claim(EpochZero(tx), dd.OperationKey("default", "t", "s", "tool", "k"), intent,
+                             owner="one", lease_ms=100)
+        self.assertEqual(caught.exception.code, "STORE_INVALID")
+
+    def test_a_call_without_a_key_is_neither_answered_nor_claimed_nor_found(self) -> None:
+        store = self.open_store()
+        call, record = self.admitted(self.dispatcher(store), "a")
+        operations = dd.LedgerOperations(store)
+        keyless = call._replace(context=replace(call.context, idempotency_key=None))
+        self.assertEqual(keyless.record_key, call.record_key[:3] + (None,))
+        self.assertIsNone(operations.answer(keyless))
+        self.assertIsNone(operations.find(keyless.record_key))
+        self.assertFalse(operations.confirm_absent(keyless.record_key, record))
+        self.assertBoundary("IDEMPOTENCY_KEY_REQUIRED", lambda: operations.claim(keyless, record, "d" * 64))
+        self.assertFalse(store.in_transaction)
+
+    def test_a_row_that_vanishes_after_its_takeover_answers_in_progress(self) -> None:
+        store = self.open_store()
+        dispatcher = self.dispatcher(store)
+        call, _record = self.admitted(dispatcher, "a")
+        stuck = replace(self.row(dispatcher), state="in_progress", lease_expires_at=0, package=None, data=None)
+        reads = iter([stuck, None])
+        dispatcher.operations.ledger.read = lambda key: next(reads)  # type: ignore[method-assign]
+        dispatcher.operations.ledger.expire = lambda row, event: True  # type: ignore[method-assign]
+        self.assertBoundary("OPERATION_IN_PROGRESS", lambda: dispatcher.operations.answer(call))
+
+    def test_confirm_absent_refuses_when_the_row_moved_or_a_receipt_exists(self) -> None:
+        dispatcher = self.dispatcher(lease_ms=100)
+        write(dispatcher, "a", fault="timeout_after_commit")  # unknown, its receipt on disk
+        operations, row = dispatcher.operations, self.row(dispatcher)
+        record_key = (ALICE.tenant, ALICE.subject, "create_refund_draft", KEY)
+        self.assertEqual(row.state, "unknown")
+        self.assertFalse(operations.confirm_absent(record_key, row.record()))  # the receipt is there
+        after = self.row(dispatcher)
+        self.assertEqual((after.state, after.lease_epoch), ("unknown", 2))  # fenced, not released
+        self.tamper("DELETE FROM downstream_receipts")
+        operations.ledger.fence_unknown = lambda moved: None  # type: ignore[method-assign]  # moved meanwhile
+        self.assertFalse(operations.confirm_absent(record_key, row.record()))
+        self.assertEqual(self.row(dispatcher).state, "unknown")
 
     def test_answer_gives_up_after_bounded_attempts(self) -> None:
         dispatcher = self.dispatcher(checkpoint=raise_at("after_claim"))
@@ -1817,6 +2099,12 @@ class TestDownstream(StoreCase):
         again, created_again = downstream.commit(epoch=1, **self.FIELDS)
         self.assertEqual((created, created_again, again, downstream.effect_count), (True, False, first, 1))
         self.assertEqual(downstream.effects_for("rq-1"), 1)
+
+    def test_a_second_commit_of_a_key_answers_the_stored_receipt_not_its_own(self) -> None:
+        downstream = self.downstream()
+        first, _ = downstream.commit(epoch=1, **self.FIELDS)
+        again, created = downstream.commit(epoch=1, **{**self.FIELDS, "reason": "other", "effect_revision": "e2"})
+        self.assertEqual((again, created, again.reason, again.effect_revision), (first, False, "duplicate", "e1"))
 
     def test_receipt_equals_the_in_memory_receipt(self) -> None:
         receipt, _ = self.downstream().commit(epoch=1, **self.FIELDS)
@@ -1928,6 +2216,16 @@ def raise_at(point: str) -> Callable[[str], None]:
 
 
 class TestOutbox(StoreCase):
+    def test_the_checkpoints_of_a_write_in_their_order(self) -> None:
+        for fault, points in (("none", ["after_claim", "after_downstream_commit", "after_outbox_write",
+                                        "after_ledger_commit"]),
+                              ("timeout_after_commit", ["after_claim", "after_downstream_commit"])):
+            with self.subTest(fault=fault):
+                reached: list[str] = []
+                write(self.dispatcher(realm=f"r-{fault}".replace("_", "-"), checkpoint=reached.append), "a",
+                      fault=fault)
+                self.assertEqual(reached, points)
+
     def test_completion_writes_exactly_one_event(self) -> None:
         dispatcher = self.dispatcher()
         package = write(dispatcher, "a")
@@ -1939,6 +2237,17 @@ class TestOutbox(StoreCase):
         self.assertEqual((body["state"], body["data"], body["tool"], body["request_ref"]),
                          ("succeeded", package["model_result"]["data"], "create_refund_draft", row.request_ref))
         self.assertNotIn("alice", payload)
+
+    def test_a_reconciled_operation_writes_its_event_with_the_receipts_data(self) -> None:
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a", fault="timeout_after_commit")  # unknown: no event yet
+        self.assertEqual(count(self.path, "SELECT COUNT(*) FROM outbox"), 0)
+        answer = query(dispatcher, "q", op_tag="a")
+        self.assertAnswer(answer, "receipt_reconciled")
+        [(payload,)] = rows(self.path, "SELECT payload FROM outbox")
+        body = json.loads(payload)
+        self.assertEqual((body["state"], body["data"]), ("reconciled", answer["model_result"]["data"]))
+        self.assertEqual(body["data"]["draft_id"], json.loads(self.row(dispatcher).data)["draft_id"])
 
     def test_unknown_and_released_write_no_event(self) -> None:
         dispatcher = self.dispatcher()
@@ -2074,6 +2383,8 @@ class TestRecovery(StoreCase):
         write(dispatcher, "a", fault="timeout_after_commit")
         self.tamper("UPDATE downstream_receipts SET producer_revision = 'someone-else'")
         self.assertEqual(self.outcomes(), [("unknown", "escalated", "operator")])
+        row = self.row(dispatcher)
+        self.assertEqual((row.state, row.recovery_hint, row.lease_epoch), ("escalated", "operator", 2))
         self.assertEqual(self.outcomes(), [("escalated", "escalated", "operator")])
         self.assertAnswer(write(dispatcher, "b"), "OUTCOME_UNKNOWN")
         self.assertAnswer(query(dispatcher, "q", op_tag="a"), "STATUS_CONFLICT")
@@ -2315,6 +2626,23 @@ class TestContractUpgrade(StoreCase):
         self.assertDurable("STORE_TAMPERED", lambda: write(self.dispatcher(store, registry=upgraded), "b"))
         self.assertEqual(dd.verify_chain(store, registry=upgraded).fault.error.code, "STORE_TAMPERED")
 
+
+    def test_an_old_row_whose_package_lost_its_contract_or_its_digests_is_still_tampering(self):
+        upgraded = upgraded_registry()
+        for name in ("no contract", "digests not recomputed"):
+            with self.subTest(tamper=name):
+                self.new_store(name.replace(" ", "-"))
+                store = self.open_store()
+                write(self.dispatcher(store), "a")
+                (text,) = rows(self.path, "SELECT package FROM operations")[0]
+                package = json.loads(text)
+                if name == "no contract":
+                    package["protected_audit"]["tool_contract"] = None
+                else:  # edited where no column looks; without keys only its own digests can tell
+                    package["protected_audit"]["redactions"] = ["handler_output"]
+                self.tamper(f"UPDATE operations SET package = {sql_text(package)}")
+                self.assertDurable("STORE_TAMPERED", lambda: write(self.dispatcher(store, registry=upgraded), "b"))
+                self.assertEqual(dd.verify_chain(store, registry=upgraded).fault.error.code, "STORE_TAMPERED")
 
 class TestHostTools(StoreCase):
     """A host's own write tool, run by its execute hook: this store cannot ask its downstream."""

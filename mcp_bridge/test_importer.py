@@ -328,8 +328,9 @@ class TestDraftUnits(unittest.TestCase):
                 self.assertEqual(len(loaded(document)["a"].description), limit)  # the loader takes it whole
         self.assertEqual(importer.HostChoices(max_description=1).max_description, 1)
         for value in (0, ceiling + 1, True, 2048.0, "2048"):
-            with self.subTest(value=value), self.assertRaises(ValueError):
+            with self.subTest(value=value), self.assertRaises(ValueError) as caught:
                 importer.HostChoices(max_description=value)
+            self.assertEqual(str(caught.exception), "max_description out of range")
 
     def test_malformed_tools(self):
         _, report = drafted({"name": "a", "description": 3, "inputSchema": OBJECT},
@@ -387,6 +388,37 @@ class TestDraftUnits(unittest.TestCase):
                          [True, True, True, True, False, False, False, False])
         self.assertEqual([tool.output_contract.admits({"total": value}) for value in (-1.25, 7, 1e300, None, "7")],
                          [True, True, True, False, False])
+
+    def test_the_places_only_the_hosts_bounds_hold_on_both_sides(self):
+        open_text = {"type": "object", "properties": {"q": {"type": "string"}, "tags": {
+            "type": "array", "items": {"type": "string", "maxLength": 8}}}}
+        document, report = drafted({"name": "a", "inputSchema": NUMBER_IN},
+                                   {"name": "b", "inputSchema": open_text, "outputSchema": open_text})
+        self.assertEqual(report["host_bounds"], [
+            {"tool": "b", "at": "tools[1].inputSchema.properties[0].maxLength"},
+            {"tool": "b", "at": "tools[1].inputSchema.properties[1].maxItems"},
+            {"tool": "b", "at": "tools[1].outputSchema.properties[0].maxLength"},
+            {"tool": "b", "at": "tools[1].outputSchema.properties[1].maxItems"}])
+        self.assertEqual(len(document["tools"]), 2)
+
+    def test_the_revisions_pin_what_the_draft_was_made_of(self):
+        tool = {"name": "a", "title": "A", "description": "Does a.", "inputSchema": NUMBER_IN,
+                "outputSchema": NUMBER_OUT, "annotations": {"readOnlyHint": True}}
+        for read_only in (frozenset(), frozenset({"a"})):
+            with self.subTest(read_only=sorted(read_only)):
+                document, _ = drafted(tool, read_only=read_only)
+                entry = document["tools"][0]
+                effect = "read" if read_only else "write"
+                digest = tool_dispatcher.canonical_sha256({
+                    "tool": "a", "effect": effect, "input": entry["input_schema"], "output": entry["output_schema"],
+                    "text": importer.text_sha256(tool)})
+                title, annotations = importer.text_pins(tool)
+                self.assertEqual(entry["revisions"], {
+                    "contract": f"contract.{digest[:16]}.{title}.{annotations}",
+                    "input": "input." + tool_dispatcher.canonical_sha256(entry["input_schema"])[:16],
+                    "output": "output." + tool_dispatcher.canonical_sha256(entry["output_schema"])[:16],
+                    "effect": f"effect.{effect}.draft", "handler": "handler.mcp-stdio.v1", "producer": "1"})
+                self.assertIsNotNone(entry["output_schema"])
 
     def test_names_and_versions_that_are_no_identifiers(self):
         session = importer.Session("modern", "2026-07-28", "my server", "1 0")
@@ -550,6 +582,8 @@ class TestPinnedText(unittest.TestCase):
         contracts = loaded(document)
         listing = [{**GET, "description": "new"}, {"name": "ping", "inputSchema": OBJECT}, "junk", {"name": 3}]
         self.assertEqual(importer.drift_of(contracts, listing), {"get": ["description"], "gone": ["missing"]})
+        first = {"mine": contracts["mine"], "gone": contracts["gone"], "get": contracts["get"]}
+        self.assertEqual(importer.drift_of(first, listing), {"gone": ["missing"], "get": ["description"]})
         twice = [{"name": "ping", "inputSchema": OBJECT}, {"name": "ping", "title": "t", "inputSchema": OBJECT}]
         self.assertEqual(importer.drift_of({"ping": contracts["ping"]}, twice), {"ping": ["title"]})
 

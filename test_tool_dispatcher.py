@@ -2680,6 +2680,29 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                 td.narrow(server, {path: host})
             self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_WIDENS", "overlay[0]"))
 
+    def test_union_overlay_finds_the_one_branch_each_host_rule_lies_inside(self):
+        # Several string branches are tried in turn; tagged objects go to the branch all their
+        # tags name. A host rule inside no single branch widens, even when the union admits all
+        # it admits ("b" and "wxyz" lie in different branches).
+        server = schema_object({"s": {"anyOf": [{"type": "string", "enum": ["a", "b"]}, {"type": "string", "maxLength": 3}]},
+                                "pet": self.PET_SCHEMA["properties"]["pet"]}, **{"$defs": self.PET_SCHEMA["$defs"]})
+        puppy = schema_object({"pet_type": {"const": "puppy"}, "bark": {"type": "string", "maxLength": 5}}, ["pet_type"])
+        for path, host, inside, outside in (
+                (("s",), {"const": "a"}, "a", "b"),
+                (("s",), {"type": "string", "maxLength": 2}, "xy", "xyz"),
+                (("s",), {"enum": ["a", "xyz"]}, "xyz", "b"),
+                (("pet",), puppy, {"pet_type": "puppy", "bark": "woof"}, {"pet_type": "dog"})):
+            with self.subTest(path=path, host=host):
+                narrowed = td.narrow(server, {path: host})
+                good = {"s": "a", "pet": None, path[0]: inside}
+                self.assertEqual((narrowed.admits(good), narrowed.admits({**good, path[0]: outside})), (True, False))
+        for path, host in ((("s",), {"type": "string", "maxLength": 4}), (("s",), {"enum": ["b", "wxyz"]}),
+                           (("pet",), {"type": "object", "additionalProperties": {"type": "string"}}),  # a map: no tag
+                           (("pet",), schema_object({"pet_type": {"const": "dog"}}))):  # the tag optional
+            with self.subTest(path=path, host=host), self.assertRaises(BoundaryError) as caught:
+                td.narrow(server, {path: host})
+            self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_WIDENS", "overlay[0]"))
+
     # -- Maps
     def test_map_checks_every_value_and_the_count_of_entries(self):
         compiled = td.compile_schema(schema_field({"type": "object", "additionalProperties": {"type": "string",
@@ -2733,7 +2756,8 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         for host in ({"type": "object", "additionalProperties": {"type": "string", "maxLength": 2}, "maxProperties": 1},
                      schema_object({"a": {"type": "string", "maxLength": 10}, "b": {"type": "string", "enum": ["x"]}}),
                      {"type": "object", "additionalProperties": {"type": "string", "format": "date", "maxLength": 10},
-                      "maxProperties": 4, "minProperties": 2}):
+                      "maxProperties": 4, "minProperties": 2},
+                     schema_object({name: {"type": "string", "maxLength": 1} for name in "abcd"})):  # 4 of 4
             with self.subTest(host=host):
                 td.narrow(server, {("m",): host})
         for host in ({"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 4},
@@ -3138,6 +3162,20 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                 with self.assertRaises(BoundaryError) as caught:
                     td.narrow(stepped, {("n",): host})
                 self.assertEqual(caught.exception.code, "OVERLAY_WIDENS")
+        # An integer without a step steps by 1: inside a number's multipleOf 0.5, not 2.
+        even = schema_object({"n": {"type": "number", "multipleOf": 2}})
+        td.narrow(even, {("n",): {"type": "integer", "multipleOf": 4}})
+        # A number with choices holds only host choices it admits, never bounds.
+        chosen = schema_object({"n": {"type": "number", "enum": [1, 2.5]}})
+        td.narrow(chosen, {("n",): {"type": "integer", "enum": [1]}})
+        td.narrow(chosen, {("n",): {"type": "number", "enum": [2.5]}})
+        for server, host in ((even, {"type": "integer", "minimum": 0, "maximum": 10}),
+                             (chosen, {"type": "integer", "minimum": 1, "maximum": 1}),
+                             (chosen, {"type": "number", "minimum": 1, "maximum": 1}),
+                             (chosen, {"type": "integer", "enum": [2]})):
+            with self.subTest(server=server, host=host), self.assertRaises(BoundaryError) as caught:
+                td.narrow(server, {("n",): host})
+            self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_WIDENS", "overlay[0]"))
 
     def test_a_tool_declared_in_code_is_a_contract_like_a_files(self):
         schema = schema_object({"q": {"type": "string", "maxLength": 50}}, ["q"])
@@ -3214,6 +3252,9 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
 
     def test_overlay_host_schema_with_a_reference_refused(self):
         self.widens(("ref",), {"$ref": "#/$defs/S", "$defs": {"S": {"type": "string", "maxLength": 3}}})
+        # One inside a list (a union's branches) too.
+        self.widens(("opt",), {"anyOf": [{"$ref": "#/$defs/S"}, {"type": "null"}],
+                               "$defs": {"S": {"type": "string", "maxLength": 3}}})
 
     def test_overlay_nullable_host_under_a_plain_server_rule_widens(self):
         self.widens(("ref",), {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]})
@@ -3254,6 +3295,82 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         with self.assertRaises(BoundaryError) as caught:
             self.narrowed(("ref",), {"type": "string", "format": "email"})
         self.assertEqual(caught.exception.code, "SCHEMA_FORMAT")
+
+    def test_overlay_server_schema_is_held_to_the_schema_limits_before_any_path(self):
+        # The limits are checked on the server's whole schema, as compile_schema would, before
+        # a path is read or a node is proved against: not as a node's OVERLAY_WIDENS.
+        host = {"type": "string", "maxLength": 3}
+        for node, code in (({"type": "string", "description": "x" * (td.MAX_SCHEMA_BYTES + 1)}, "SCHEMA_TOO_LARGE"),
+                           ({"type": "string", 1: "x"}, "SCHEMA_NOT_PORTABLE"),
+                           ({"type": "string", "default": float("nan")}, "SCHEMA_NOT_PORTABLE")):
+            with self.subTest(code=code), self.assertRaises(BoundaryError) as caught:
+                td.narrow(schema_object({"a": node}), {("a",): host})
+            self.assertEqual((caught.exception.code, caught.exception.at, caught.exception.scope),
+                             (code, "schema", "schema"))
+
+    def test_overlay_proved_and_compiled_under_the_hosts_bounds(self):
+        # Both sides of the proof, and the schema it returns, take the bounds narrow() is given:
+        # a string or a map the server leaves unbounded is bounded by them.
+        bounds = td.Bounds(max_length=10, max_entries=3)
+        server = schema_object({"p": {"type": "string"}, "m": {"type": "object", "additionalProperties": {"type": "string"}}})
+        narrowed = td.narrow(server, {("p",): {"type": "string", "minLength": 1}}, bounds=bounds)
+        self.assertEqual((narrowed.admits({"p": "x" * 10}), narrowed.admits({"p": "x" * 11})), (True, False))
+        self.assertEqual(narrowed.rules[narrowed.rules[0].index["m"][1]].max_entries, 3)
+        string = {"type": "string"}
+        for path, host, proved in ((("p",), {"enum": ["x" * 10]}, True), (("p",), {"enum": ["x" * 11]}, False),
+                                   (("m",), schema_object({name: string for name in "abc"}), True),
+                                   (("m",), schema_object({name: string for name in "abcd"}), False)):
+            with self.subTest(path=path, host=host):
+                if proved:
+                    td.narrow(server, {path: host}, bounds=bounds)
+                    continue
+                with self.assertRaises(BoundaryError) as caught:
+                    td.narrow(server, {path: host}, bounds=bounds)
+                self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_WIDENS", "overlay[0]"))
+                td.narrow(server, {path: host})  # the default bounds hold it
+
+    def test_overlay_path_names_are_plain_strings_in_a_plain_tuple(self):
+        # A str subclass that equals a property's name, a one-name path written as the name
+        # itself, a tuple subclass: none is a path, though each would find the property.
+        server = schema_object({"a": {"type": "string"}})
+        host = {"type": "string", "maxLength": 3}
+        self.assertEqual(td.narrow(server, {("a",): host}).to_schema()["properties"]["a"]["maxLength"], 3)
+        for path in ((Agreeable("a"),), "a", type("Path", (tuple,), {})(("a",)), ("a", 1)):
+            with self.subTest(path=path), self.assertRaises(BoundaryError) as caught:
+                td.narrow(server, {path: host})
+            self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_PATH", "overlay[0]"))
+
+    def test_overlay_server_node_that_is_no_schema_object_names_no_property(self):
+        # A boolean or a number where a property's schema (or its definition) should be: no
+        # rule to prove against and no properties to walk through.
+        server = {"type": "object", "properties": {"t": True, "n": 5, "r": {"$ref": "#/$defs/F"}},
+                  "$defs": {"F": False}}
+        for path in (("t",), ("n",), ("r",), ("t", "x"), ("n", "x"), ("r", "x")):
+            with self.subTest(path=path), self.assertRaises(BoundaryError) as caught:
+                td.narrow(server, {path: {"type": "string"}})
+            self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_PATH", "overlay[0]"))
+
+    def test_overlay_follows_a_chain_of_references_up_to_its_bound(self):
+        # narrow() follows one chain of at most MAX_DEFINITIONS references to the server's rule;
+        # a longer one (it can only span both tables) is refused as a loop would be.
+        for links, proved in ((td.MAX_DEFINITIONS, True), (td.MAX_DEFINITIONS + 1, False)):
+            names = [f"D{number}" for number in range(links)]
+            where = {name: ("$defs" if number < td.MAX_DEFINITIONS else "definitions")
+                     for number, name in enumerate(names)}
+            tables = {"$defs": {}, "definitions": {}}
+            for name, following in zip(names, names[1:] + [None]):
+                tables[where[name]][name] = ({"type": "string", "maxLength": 8} if following is None
+                                             else {"$ref": f"#/{where[following]}/{following}"})
+            server = schema_object({"p": {"$ref": "#/$defs/D0"}}, **{key: table for key, table in tables.items() if table})
+            overlay = {("p",): {"type": "string", "maxLength": 3}}
+            with self.subTest(links=links):
+                if proved:
+                    narrowed = td.narrow(server, overlay)
+                    self.assertEqual((narrowed.admits({"p": "abc"}), narrowed.admits({"p": "abcd"})), (True, False))
+                    continue
+                with self.assertRaises(BoundaryError) as caught:
+                    td.narrow(server, overlay)
+                self.assertEqual((caught.exception.code, caught.exception.at), ("SCHEMA_REF_RECURSIVE", "overlay[0]"))
 
     # -- HostileSchemas (moved from mcp_import)
     def test_hostile_deep_wide_and_recursive_refused_quickly(self):

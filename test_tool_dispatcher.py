@@ -3244,7 +3244,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         self.assertEqual((plain.admits({"when": "2026-12-06"}), plain.admits({"when": "soon"})), (True, False))
 
     def test_overlay_bad_paths_refused(self):
-        for path in (("nope",), ("inner", "nope"), (), ("ref", "x"), "ref"):
+        for path in (("nope",), ("inner", "nope"), ("nope", "x"), (), ("ref", "x"), "ref"):
             with self.subTest(path=path):
                 with self.assertRaises(BoundaryError) as caught:
                     td.narrow(self.OVERLAY_SERVER, {path: {"type": "string"}})

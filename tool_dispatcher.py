@@ -3197,18 +3197,22 @@ def _overlay_parent(root: dict[str, Any], path: tuple[str, ...], at: str) -> tup
     if type(path) is not tuple or not path or any(type(name) is not str for name in path):
         raise BoundaryError("OVERLAY_PATH", at)
     node = root
-    for depth, name in enumerate(path):
-        properties = node.get("properties") if type(node) is dict else None
-        if type(properties) is not dict or name not in properties:
-            raise BoundaryError("OVERLAY_PATH", at)
-        if depth == len(path) - 1:
-            return properties, name
+    for name in path[:-1]:
+        properties = _overlay_properties(node, name, at)
         child = properties[name]
         if type(child) is dict and "$ref" in child:
             child = json_copy(_resolved(child, root, at))  # this use only: the definition stays
             properties[name] = child
         node = child
-    raise BoundaryError("OVERLAY_PATH", at)  # unreachable: the loop returns at the last name
+    return _overlay_properties(node, path[-1], at), path[-1]
+
+
+def _overlay_properties(node: Any, name: str, at: str) -> dict[str, Any]:
+    """The properties table of a schema node that names ``name``, or OVERLAY_PATH."""
+    properties = node.get("properties") if type(node) is dict else None
+    if type(properties) is not dict or name not in properties:
+        raise BoundaryError("OVERLAY_PATH", at)
+    return properties
 
 
 def _prove_narrower(host: CompiledSchema, server_node: dict[str, Any], bounds: Bounds, at: str) -> None:

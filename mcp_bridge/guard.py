@@ -92,7 +92,9 @@ PROFILE: Final = td.PROVIDER_PROFILES["mcp-tools-call-v1"]
 SERVER_INFO: Final = MappingProxyType({"name": "tool-dispatcher-guard", "version": "1"})
 INSTRUCTIONS: Final = ("Tools behind a guard: every call is checked against its reviewed contract, and a "
                        "write needs a person's approval.")
-APPROVAL_SCHEMA: Final = '{"type":"object","properties":{"approve":{"type":"boolean","title":"Run this call"}},"required":["approve"]}'
+# The one yes-or-no question (JSON text: each request gets a fresh copy of it).
+APPROVAL_SCHEMA: Final = ('{"type":"object","properties":{"approve":{"type":"boolean","title":"Run this call"}},'
+                          '"required":["approve"]}')
 
 # JSON-RPC errors the guard answers: fixed messages, never a word of the request.
 PARSE_ERROR: Final = (-32700, "Parse error")
@@ -485,7 +487,7 @@ class Guard:
             return _refusal(GuardError("GUARD_TOOL_WITHHELD"))  # nobody is asked for a tool that may not run
         now = int(self._clock())
         if spec is None or spec.effect != "write":
-            return self._run(lambda: self._dispatch(proposal, None, now))
+            return self._run(lambda: self._dispatch_in(proposal, self._context(None), None, now)[1])
         windows = (now // self.host.retry_window - 1, now // self.host.retry_window)
         keys = [retry_key(self.host.principal, name, arguments, window) for window in windows]
         # Both windows' flows, the earlier first: a try that began in the window before holds it.
@@ -604,9 +606,6 @@ class Guard:
                 return state, key
         return "none", keys[-1]
 
-    def _dispatch(self, proposal: dict[str, Any], key: str | None, now: int) -> dict[str, Any]:
-        return self._dispatch_in(proposal, self._context(key), None, now)[1]
-
     def _dispatch_in(self, proposal: dict[str, Any], context: td.CallContext, approval: td.Approval | None,
                      now: int) -> tuple[dict[str, Any], dict[str, Any]]:
         try:
@@ -667,13 +666,6 @@ def _refusal(error: td.CatalogError) -> dict[str, Any]:
 # ============================================================================================
 
 
-class _Pending:
-    """A tools/call in flight: its cancellation, and the elicitation it waits on."""
-
-    def __init__(self) -> None:
-        self.cancelled = threading.Event()
-
-
 class GuardConnection:
     """The guard's side of one client over a pair of byte streams: newline-delimited JSON-RPC."""
 
@@ -684,7 +676,7 @@ class GuardConnection:
         self._write_lock = threading.Lock()
         self._era: str | None = None
         self._elicitation = False
-        self._pending: dict[Any, _Pending] = {}
+        self._pending: dict[Any, threading.Event] = {}  # each call in flight: set when the client cancels it
         self._asked: dict[str, tuple[threading.Event, list[Any]]] = {}
         self._asked_lock = threading.Lock()
         self._next_ask = 0
@@ -763,9 +755,9 @@ class GuardConnection:
         params = message.get("params", {})
         if "id" not in message:
             if method == "notifications/cancelled" and type(params) is dict:
-                pending = self._pending.get(_id_key(params.get("requestId")))
-                if pending is not None:
-                    pending.cancelled.set()
+                cancelled = self._pending.get(_id_key(params.get("requestId")))
+                if cancelled is not None:
+                    cancelled.set()
             return  # initialized, cancelled, anything else: nothing to answer
         request_id = message["id"]
         if not _is_id(request_id):
@@ -833,7 +825,7 @@ class GuardConnection:
         if key in self._pending:
             self._error(request_id, INVALID_REQUEST)  # an id already in flight
             return
-        pending = self._pending[key] = _Pending()
+        cancelled = self._pending[key] = threading.Event()
         name, arguments = params.get("name"), params.get("arguments", {})
         options: dict[str, Any] = {"ask": self._elicit if self._elicitation else None}
         if self._era == "modern":  # the person is asked through an input_required round trip
@@ -844,19 +836,19 @@ class GuardConnection:
             if (type(responses) is dict and "approval" in responses
                     and self.guard.redeem(params.get("requestState"), name, arguments)):
                 options["answered"] = elicited_yes(responses["approval"])
-        worker = threading.Thread(target=self._run_call, args=(request_id, key, pending, name, arguments, options),
+        worker = threading.Thread(target=self._run_call, args=(request_id, key, cancelled, name, arguments, options),
                                   daemon=True)
         self._workers.append(worker)
         worker.start()
 
-    def _run_call(self, request_id: Any, key: Any, pending: _Pending, name: Any, arguments: Any,
+    def _run_call(self, request_id: Any, key: Any, cancelled: threading.Event, name: Any, arguments: Any,
                   options: dict[str, Any]) -> None:
         try:
             try:
-                result = self.guard.call(name, arguments, cancelled=pending.cancelled, **options)
+                result = self.guard.call(name, arguments, cancelled=cancelled, **options)
             except Exception:  # noqa: BLE001 - the last line: a fault is a refusal, never a traceback
                 result = _refusal(td.BoundaryError("INTERNAL_ERROR"))
-            if result is not None and not pending.cancelled.is_set():
+            if result is not None and not cancelled.is_set():
                 self._answer(request_id, result)
             withheld = self.guard.withheld()
             if withheld != self._withheld:

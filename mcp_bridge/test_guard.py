@@ -151,6 +151,15 @@ class Peer:
                 raise AssertionError(f"no answer to request {request_id!r} within {timeout} s")
             return self.answers[key]
 
+    def until(self, holds, timeout=WAIT):
+        """Whether ``holds()`` came true within timeout seconds (what another thread does)."""
+        deadline = time.monotonic() + timeout
+        while not holds():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
     def request(self, method, params=None, **options):
         return self.wait(self.start(method, params, **options))
 
@@ -277,8 +286,7 @@ class TestListing(GuardCase):
         self.assertEqual(code_of(peer.call("orders_get_order", {"order_ref": "ORDER-8"})), "GUARD_TOOL_WITHHELD")
         self.assertEqual(body(peer.call("orders_ping_tool", {}))[0]["status"], "ok")  # unchanged: still served
         self.assertEqual([call["tool"] for call in self.server_calls()], ["ping_tool", "ping_tool"])
-        with peer._arrived:
-            self.assertTrue(peer._arrived.wait_for(lambda: peer.notifications, WAIT))
+        self.assertTrue(peer.until(lambda: peer.notifications))
         self.assertEqual(peer.notifications, [{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}])
         names = [tool["name"] for tool in peer.request("tools/list")["result"]["tools"]]
         self.assertEqual(names, ["orders_ping_tool", "orders_refund"])
@@ -382,9 +390,7 @@ class TestApprovals(GuardCase):
         peer = self.peer(self.guard([self.demo_server()]), elicitation=True, answer_elicitation=slow_yes)
         first = peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
         second = peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
-        deadline = time.monotonic() + WAIT
-        while not peer.asked and time.monotonic() < deadline:
-            time.sleep(0.01)
+        self.assertTrue(peer.until(lambda: peer.asked))
         release.set()
         deliveries = sorted(body(peer.wait(request)["result"])[0]["delivery"] for request in (first, second))
         self.assertEqual(deliveries, ["fresh", "local_replay"])
@@ -550,9 +556,7 @@ class TestRetriesAndRecovery(GuardCase):
         guard = self.guard([self.demo_server()], store=store, seal_keys=SEAL_KEYS)
         peer = self.peer(guard, elicitation=True, answer_elicitation=yes)
         peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
-        deadline = time.monotonic() + WAIT
-        while not peer.replied and time.monotonic() < deadline:
-            time.sleep(0.01)
+        self.assertTrue(peer.until(lambda: peer.replied))
         peer.close()  # the client leaves once it said yes, its call running: the guard finishes it
         self.assertEqual(guard.operation_state("notes_write_note", {"name": "a", "text": "b"}), "succeeded")
         self.assertEqual(guard.operation_state("notes_write_note", {"name": "a", "text": "c"}), "none")
@@ -578,8 +582,9 @@ class TestRetriesAndRecovery(GuardCase):
         text = td.canonical_text([gd.RETRY_KEY_DOMAIN, "t", "alice", "w", {"a": 1, "b": [1, 2]}, 7])
         self.assertEqual(key, "g-" + hashlib.sha256(text.encode()).hexdigest()[:40])  # a known answer
         self.assertEqual(key, gd.retry_key(alice, "w", {"b": [1, 2], "a": 1}, 7))  # canonical: key order is no matter
-        for other in (gd.retry_key(bob, "w", {"a": 1, "b": [1, 2]}, 7), gd.retry_key(alice, "v", {"a": 1, "b": [1, 2]}, 7),
-                      gd.retry_key(alice, "w", {"a": 1, "b": [2, 1]}, 7), gd.retry_key(alice, "w", {"a": 1, "b": [1, 2]}, 8)):
+        same = {"a": 1, "b": [1, 2]}
+        for other in (gd.retry_key(bob, "w", same, 7), gd.retry_key(alice, "v", same, 7),
+                      gd.retry_key(alice, "w", {"a": 1, "b": [2, 1]}, 7), gd.retry_key(alice, "w", same, 8)):
             self.assertNotEqual(other, key)
         unkeyable = [gd.retry_key(alice, "w", {"a": float("nan")}, 7) for _ in range(2)]
         self.assertNotEqual(unkeyable[0], unkeyable[1])
@@ -632,9 +637,10 @@ class TestAuditAndHostFile(GuardCase):
                 "call_timeout": gd.DEFAULT_CALL_TIMEOUT}
         self.assertEqual(gd.parse_host(json.dumps(edge).encode(), folder=self.folder.path).retry_window, 151)
         with self.assertRaises(gd.GuardError) as caught:
-            gd.parse_host(json.dumps({**good, "servers": [{**self.demo_server(), "contracts": "missing.json"}]}).encode(),
-                          folder=self.folder.path)
-        self.assertEqual((caught.exception.code, caught.exception.at), ("GUARD_CONTRACTS_INVALID", "servers[0].contracts"))
+            missing = {**good, "servers": [{**self.demo_server(), "contracts": "missing.json"}]}
+            gd.parse_host(json.dumps(missing).encode(), folder=self.folder.path)
+        self.assertEqual((caught.exception.code, caught.exception.at),
+                         ("GUARD_CONTRACTS_INVALID", "servers[0].contracts"))
 
 
 class TestServing(GuardCase):
@@ -665,9 +671,7 @@ class TestServing(GuardCase):
         peer.send({"jsonrpc": "2.0", "id": "guard-999", "result": {"action": "accept"}})  # no such question
         peer.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": {"x": 1}}})
         request = peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
-        deadline = time.monotonic() + WAIT
-        while not peer.asked and time.monotonic() < deadline:
-            time.sleep(0.01)
+        self.assertTrue(peer.until(lambda: peer.asked))
         # an error in place of the person's answer is no answer that says yes
         peer.send({"jsonrpc": "2.0", "id": peer.asked[0]["id"], "error": {"code": -1, "message": "no"}})
         self.assertEqual(code_of(peer.wait(request)["result"]), "APPROVAL_REQUIRED")
@@ -683,10 +687,7 @@ class TestServing(GuardCase):
         peer = self.peer(self.guard([self.demo_server()]), elicitation=True, answer_elicitation=later)
         waiting = [peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": f"n{i}", "text": "b"}})
                    for i in range(gd.MAX_IN_FLIGHT)]
-        deadline = time.monotonic() + WAIT
-        while len(peer.asked) < gd.MAX_IN_FLIGHT and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self.assertEqual(len(peer.asked), gd.MAX_IN_FLIGHT)  # every one of them is in flight, asking
+        self.assertTrue(peer.until(lambda: len(peer.asked) == gd.MAX_IN_FLIGHT))  # every one in flight, asking
         self.assertEqual(code_of(peer.call("notes_read_note", {"name": "a"})), "GUARD_BUSY")
         release.set()
         self.assertEqual({code_of(peer.wait(request)["result"]) for request in waiting}, {"APPROVAL_REQUIRED"})

@@ -11,6 +11,7 @@ import base64
 import copy
 import hashlib
 import json
+import re
 import struct
 import sys
 import unittest
@@ -126,6 +127,18 @@ PAYLOAD = {"openai-responses-v1": lambda part: (part.get("image_url") or part["f
            "anthropic-messages-v1": lambda part: part["source"]["data"],
            "gemini-interactions-v1": lambda part: part["data"],
            "mcp-tools-call-v1": lambda part: part.get("data") or part["resource"]["blob"]}
+
+
+class TestLayerRules(unittest.TestCase):
+
+    def test_the_core_only_through_public_names_and_no_other_layer(self):
+        with open(HERE / "multimodal.py", encoding="utf-8") as handle:
+            source = handle.read()
+        self.assertEqual(re.findall(r"\btd\._\w+", source), [])
+        self.assertEqual(sorted(set(re.findall(r"\btd\.(\w+)", source)) - set(td.__all__)), [])
+        self.assertEqual(re.findall(r"^\s*(?:import|from) (?!__future__)(\S+)", source, re.M),
+                         ["base64", "hashlib", "re", "sys", "dataclasses", "pathlib", "types", "typing",
+                          "tool_dispatcher"])
 
 
 class TestFixtures(unittest.TestCase):

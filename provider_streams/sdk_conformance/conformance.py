@@ -14,6 +14,10 @@ Anthropic Messages and Gemini Interactions:
    streaming client, and the calls the SDK reconstructs (call id, name, arguments) must equal
    those of provider_streams.parse_sse (for Gemini, joined from its typed events, and equal to
    the calls its typed `steps` list after the user's input where interaction.completed lists them).
+4. multimodal: the continuation holding a tool result with an image and a PDF attached
+   (artifacts/multimodal.attach, over a real package whose output references them) passes the
+   checks of 1 and 2, and the media types the layer's table takes for the provider are ones the
+   SDK's own image and document types list.
 
 Prints one line per check ("ok ..." or "FAIL ..."), NOTE lines for what a check cannot cover,
 and exits 1 on any failure. Any connection to an address other than 127.0.0.1 is refused.
@@ -35,8 +39,11 @@ from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent)]  # the module first, then the repository root
+sys.path.insert(2, str(HERE.parent.parent / "artifacts"))  # the multimodal layer and the package its tests build
 
+import multimodal as mm  # noqa: E402
 import provider_streams as ps  # noqa: E402
+import test_multimodal as mmt  # noqa: E402
 import typing_extensions  # noqa: E402  (installed with the SDKs)
 
 LOOPBACK = "127.0.0.1"
@@ -217,6 +224,65 @@ def requests(provider: str) -> list[tuple[str, dict[str, Any]]]:
     return built
 
 
+REVISIONS = {"openai": "openai-responses-v1", "anthropic": "anthropic-messages-v1", "gemini": "gemini-interactions-v1"}
+# Each of the layer's media types once: the four image types and PDF (no sniffing: bytes stand in).
+EVERY_TYPE = (mm.Attachment(mmt.PNG, "image/png"), mm.Attachment(b"\xff\xd8\xff\xe0jpeg", "image/jpeg"),
+              mm.Attachment(b"GIF89a", "image/gif"), mm.Attachment(b"RIFF\0\0\0\0WEBP", "image/webp"),
+              mm.Attachment(mmt.PDF, "application/pdf"))
+
+
+def multimodal_requests(provider: str) -> list[tuple[str, dict[str, Any]]]:
+    """The continuation a host sends with a multimodal tool result, as it would send it."""
+    revision, model = REVISIONS[provider], MODELS[provider]
+    built = []
+    for label, attachments in (("png + pdf", mmt.BOTH), ("every media type", EVERY_TYPE)):
+        package, context = mmt.build_turn(revision, [mmt.reference(item.data, item.media_type) for item in attachments])
+        item = mm.attach(package, context, revision, attachments, principal=mmt.PRINCIPAL, registry=mmt.REGISTRY)
+        if provider == "openai":
+            body = {"model": model, "previous_response_id": context.response_id, "input": [item]}
+        elif provider == "anthropic":
+            call = {"type": "tool_use", "id": context.call_id, "name": "render_report", "input": {"report": "q3"}}
+            body = {"model": model, "max_tokens": 1024, "messages": [
+                HOST_TURN, {"role": "assistant", "content": [call]}, {"role": "user", "content": [item]}]}
+        else:
+            body = {"model": model, **item}
+        built.append((f"multimodal tool result ({label})", body))
+    return built
+
+
+def media_parts(provider: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The media parts of a multimodal continuation (the text part is the first of its list)."""
+    if provider == "openai":
+        return body["input"][0]["output"][1:]
+    if provider == "anthropic":
+        return body["messages"][-1]["content"][0]["content"][1:]
+    return body["input"][0]["result"][1:]
+
+
+def sdk_media_types(provider: str) -> dict[str, frozenset[str]] | None:
+    """The media types the SDK's own image and document part types list (None: it lists none)."""
+    if provider == "anthropic":
+        from anthropic.types import Base64ImageSourceParam, Base64PDFSourceParam
+        kinds = {"image": Base64ImageSourceParam, "document": Base64PDFSourceParam}
+        return {kind: _literals(_fields(cls)[0]["media_type"]) for kind, cls in kinds.items()}
+    if provider == "gemini":
+        from google.genai import interactions
+        kinds = {"image": interactions.ImageContentParam, "document": interactions.DocumentContentParam}
+        return {kind: _literals(_fields(cls)[0]["mime_type"]) for kind, cls in kinds.items()}
+    return None  # openai: input_image takes any image_url, input_file any file_data
+
+
+def _literals(kind: Any) -> frozenset[str]:
+    found, stack = set(), [kind]
+    while stack:
+        item = stack.pop()
+        if _origin(item) in (typing.Literal, typing_extensions.Literal):
+            found.update(typing.get_args(item))
+        elif _origin(item) in (typing.Union, types.UnionType):
+            stack.extend(typing.get_args(item))
+    return frozenset(found)
+
+
 # -- one provider at a time: its request type, its client, its stream reader ------------------
 
 
@@ -310,7 +376,7 @@ DONE = {"gemini": b"event: done\ndata: [DONE]\n\n"}  # Google's documented termi
 
 def check_provider(provider: str, server: Loopback, report: Callable[[bool, str], None]) -> None:
     request_type, send, stream = SDKS[provider](server)
-    for label, body in requests(provider):
+    for label, body in requests(provider) + multimodal_requests(provider):
         problems = strict(body, request_type)
         report(not problems, f"{provider} payload  {label}: " + ("; ".join(problems[:3]) or "conforms"))
         send(body)
@@ -324,6 +390,7 @@ def check_provider(provider: str, server: Loopback, report: Callable[[bool, str]
                         ("a name that is not a string", {**declared, "tools": [{**tool, "name": 7}]})):
         problems = strict(body, request_type)
         report(bool(problems), f"{provider} control  {label}: " + ("refused" if problems else "ACCEPTED"))
+    check_media(provider, request_type, report)
     for case in well_formed(provider):
         sse = ps.render_sse(provider, case.events).encode("utf-8") + DONE.get(provider, b"")
         ours = [(call.call_id, call.name, call.arguments) for call in ps.parse_sse(provider, sse).calls]
@@ -334,6 +401,42 @@ def check_provider(provider: str, server: Loopback, report: Callable[[bool, str]
             continue
         report(theirs == ours, f"{provider} stream   {case.name}: {len(ours)} call(s)"
                + ("" if theirs == ours else f", the SDK reconstructs {theirs!r:.200}"))
+
+
+def check_media(provider: str, request_type: Any, report: Callable[[bool, str], None]) -> None:
+    """The layer's media table against the SDK's lists, and controls on a multimodal payload."""
+    listed = sdk_media_types(provider)
+    rules = mm.MEDIA_RULES[REVISIONS[provider]]
+    for kind in ("image", "document") if listed is not None else ():
+        ours = frozenset(media_type for media_type, taken in rules.accepts.items() if taken == kind)
+        report(ours <= listed[kind], f"{provider} media    {kind} types {sorted(ours)}: "
+               + ("listed by the SDK" if ours <= listed[kind] else f"the SDK lists only {sorted(listed[kind])}"))
+    _, body = multimodal_requests(provider)[0]
+    image = media_parts(provider, body)[0]
+    for label, change in (("an unknown key on a media part", lambda part: {**part, "unknown_key": True}),
+                          MEDIA_CONTROLS[provider]):
+        problems = strict(_replaced(body, image, change(image)), request_type)
+        report(bool(problems), f"{provider} control  multimodal: {label}: " + ("refused" if problems else "ACCEPTED"))
+
+
+# A change to a multimodal payload's image part that the SDK's types must refuse, per provider.
+MEDIA_CONTROLS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
+    "openai": ("an image_url that is not a string", lambda part: {**part, "image_url": 7}),
+    "anthropic": ("an image media type its source does not list",
+                  lambda part: {**part, "source": {**part["source"], "media_type": "image/bmp"}}),
+    "gemini": ("a mime type its image part does not list", lambda part: {**part, "mime_type": "image/x-unlisted"}),
+}
+
+
+def _replaced(root: Any, old: Any, new: Any) -> Any:
+    """A copy of `root` with the one object that is `old` replaced by `new`."""
+    if root is old:
+        return new
+    if type(root) is dict:
+        return {key: _replaced(value, old, new) for key, value in root.items()}
+    if type(root) is list:
+        return [_replaced(value, old, new) for value in root]
+    return root
 
 
 def main() -> int:
@@ -354,6 +457,10 @@ def main() -> int:
     print("NOTE gemini streams: google-genai parses each Interactions event into its typed model but keeps no "
           "running interaction; the calls are joined from its typed events, and checked against its typed "
           "steps where interaction.completed lists them")
+    print("NOTE multimodal: openai's input_image and input_file types list no media type (any data: URL is "
+          "typed str), so its media types are held to the provider's documentation only; no MCP SDK is pinned, so "
+          "the MCP shape is checked by artifacts/test_multimodal.py alone; no check here sends bytes to a provider, "
+          "so its size limits and what a model makes of an image are not covered")
     print(f"{count - failures}/{count} checks passed")
     return 1 if failures else 0
 

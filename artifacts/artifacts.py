@@ -31,6 +31,7 @@ import hmac
 import html
 import io
 import re
+import struct
 import sys
 import tarfile
 import zipfile
@@ -54,7 +55,8 @@ __all__ = [
     "MIN_PAGE_SIZE", "MAX_PAGE_SIZE", "DEFAULT_PAGE_SIZE", "MAX_POSITION", "CURSOR_FIELD",
     "MAX_ARCHIVE_ENTRIES", "MAX_ARCHIVE_TOTAL", "MAX_ARCHIVE_RATIO", "MAX_ARCHIVE_DEPTH", "MAX_ENTRY_NAME",
     "KINDS", "MEDIA_TYPES", "ARCHIVE_TYPES", "MARKUP_TYPES", "TEXT_TYPES",
-    "ARTIFACT_CATALOG", "ArtifactError", "ArchivePolicy", "MediaPolicy", "Admitted", "sniff", "admit_bytes",
+    "ARTIFACT_CATALOG", "ArtifactError", "MediaType", "ArchivePolicy", "MediaPolicy", "Admitted", "sniff",
+    "admit_bytes",
     "REFERENCE_SCHEMA", "ACCESS_PATTERN", "CURSOR_PATTERN", "CURSOR_SCHEMA", "reference", "is_reference",
     "ArtifactKeys", "mint_access", "open_access", "call_scope", "current_call_id",
     "mint_cursor", "open_cursor", "Page", "page_of",
@@ -124,6 +126,7 @@ ARTIFACT_CATALOG: Final = MappingProxyType({
         ARTIFACT_ARCHIVE_DUPLICATE="The archive holds two entries with the same name.",
         ARTIFACT_ARCHIVE_NESTED="The archive holds archives nested deeper than its limit.",
         ARTIFACT_ARCHIVE_ENCRYPTED="The archive holds an encrypted entry, which cannot be inspected.",
+        ARTIFACT_ARCHIVE_METHOD="The archive holds an entry compressed by a method read here only unbounded.",
         ARTIFACT_REFERENCE_INVALID="The artifact reference is not valid.",
         ARTIFACT_KEYS_INVALID="The artifact keys are not valid.",
     ),
@@ -282,7 +285,7 @@ def _text_kind(text: str) -> str:
 
 def sniff(data: bytes) -> str:
     """The media type the bytes' own signature says (JSON sniffs as text/plain), or
-    ARTIFACT_TYPE_UNKNOWN (ARTIFACT_TEXT_INVALID for bytes with no signature that are not text)."""
+    ARTIFACT_TYPE_UNKNOWN for bytes with no signature that are not text either."""
     found = _leading(data)
     if found is not None:
         return found
@@ -525,8 +528,12 @@ def _pdf_findings(data: bytes) -> tuple[str, ...]:
 # is read in full with a bounded read: its size is what came out, never what a header said.
 
 _DRIVE: Final = re.compile(r"[A-Za-z]:")
-_ARCHIVE_FAULTS: Final = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, zlib.error, EOFError, OSError,
-                          ValueError, UnicodeError, NotImplementedError, OverflowError, KeyError)
+_ARCHIVE_FAULTS: Final = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, zlib.error, struct.error,
+                          EOFError, OSError, ValueError, UnicodeError, NotImplementedError, OverflowError, KeyError,
+                          IndexError)
+# zipfile bounds each read of a deflated entry by the bytes asked for; a bzip2 or LZMA entry it
+# decompresses a whole input chunk at a time, which a crafted chunk makes gigabytes.
+_ZIP_METHODS: Final = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED})
 
 
 @dataclass(slots=True)
@@ -556,7 +563,7 @@ class _Budget:
 def _check_name(name: str, budget: _Budget, level: int) -> None:
     parts = name.rstrip("/").split("/")
     if (not 0 < len(name) <= MAX_ENTRY_NAME or name.startswith("/") or "\\" in name or _CONTROL.search(name)
-            or _DRIVE.match(name) or any(part in ("", ".", "..") for part in parts)):
+            or not td.is_portable_text(name) or _DRIVE.match(name) or any(part in ("", ".", "..") for part in parts)):
         raise ArtifactError("ARTIFACT_ARCHIVE_NAME")
     key = f"{level}/{name.rstrip('/').casefold()}"  # a case-insensitive file system folds them together
     if key in budget.names:
@@ -592,6 +599,8 @@ def _zip_entries(data: bytes, budget: _Budget, level: int) -> Iterator[bytes]:
                 raise ArtifactError("ARTIFACT_ARCHIVE_LINK")
             if info.flag_bits & 0x1:
                 raise ArtifactError("ARTIFACT_ARCHIVE_ENCRYPTED")
+            if info.compress_type not in _ZIP_METHODS:
+                raise ArtifactError("ARTIFACT_ARCHIVE_METHOD")
             if info.is_dir():
                 continue
             with archive.open(info) as stream:
@@ -647,12 +656,15 @@ def _open_archive(data: bytes, media_type: str, policy: ArchivePolicy) -> tuple[
     while work:
         held, kind, level = work.pop()
         try:
-            for entry in _OPENERS[kind](held, budget, level):
-                inner = _leading(entry)
-                if inner in ARCHIVE_TYPES:
-                    if level >= policy.max_depth:
-                        raise ArtifactError("ARTIFACT_ARCHIVE_NESTED")
-                    work.append((entry, inner, level + 1))
+            with contextlib.closing(_OPENERS[kind](held, budget, level)) as entries:  # its archive closed at once
+                for entry in entries:
+                    inner = _leading(entry)
+                    if inner in ARCHIVE_TYPES:
+                        if level >= policy.max_depth:
+                            raise ArtifactError("ARTIFACT_ARCHIVE_NESTED")
+                        if _STRUCTURE_ENDS[inner](entry) != len(entry):
+                            raise ArtifactError("ARTIFACT_POLYGLOT")
+                        work.append((entry, inner, level + 1))
         except _ARCHIVE_FAULTS:
             raise ArtifactError("ARTIFACT_ARCHIVE_INVALID") from None
     return budget.entries, budget.total
@@ -678,7 +690,8 @@ class Admitted:
     unpacked: int = 0  # their uncompressed bytes
 
 
-def _content_checks(data: bytes, media_type: str, policy: MediaPolicy) -> tuple[str | None, tuple[str, ...], int, int]:
+def _content_checks(data: bytes, media_type: str,
+                    policy: MediaPolicy) -> tuple[str | None, tuple[str, ...], int, int]:
     family = MEDIA_TYPES[media_type].family
     text = _text(data) if family in ("text", "markup") else None
     if media_type == "application/json":
@@ -985,7 +998,9 @@ def page_of(items: Sequence[Any], *, keys: ArtifactKeys, principal: td.Principal
     the first page), with the cursor to the next page. An execute hook returns it in its output."""
     if not _count_in(page_size, MIN_PAGE_SIZE, MAX_PAGE_SIZE):
         raise ArtifactError("PAGE_SIZE_INVALID")
-    cursor = arguments.get(cursor_field) if isinstance(arguments, Mapping) else None
+    if not isinstance(arguments, Mapping):
+        raise ArtifactError("PAGE_ARGUMENTS_INVALID")
+    cursor = arguments.get(cursor_field)
     position = 0 if cursor is None else open_cursor(keys, cursor, principal=principal, tool=tool,
                                                     arguments=arguments, now=now, cursor_field=cursor_field)
     if position and position >= len(items):

@@ -3,6 +3,7 @@ whole path through the core's dispatcher, package verification, seal and audit l
 
 Run from the repository root (any of -O, -W error, both):
     python -B -m unittest discover -s artifacts -p 'test_*.py'
+    python -B -m unittest discover -p 'test_artifacts.py'
 """
 from __future__ import annotations
 
@@ -21,9 +22,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE))  # before the repository root: the module, not the package folder
 
-import artifacts as art  # noqa: E402
+if __package__:  # discovered from the repository root, as the package artifacts
+    from . import artifacts as art
+else:
+    import artifacts as art
+
 import tool_dispatcher as td  # noqa: E402
 
 NOW = 1_800_000_000
@@ -261,10 +266,11 @@ class TestAdmission(Refusals):
     def test_sniff_names_the_leading_signature(self):
         self.assertEqual([art.sniff(data) for data in (png(), jpeg(), gif(), webp(), pdf(), zip_of([]),
                                                        gz(b"x"), tar_of([("a", b"a", tarfile.REGTYPE)]),
-                                                       b"{}", b"  <svg>", b"<div>", b"<3 you")],
+                                                       b"{}", b"  <svg>", b"<div>", b"<3 you",
+                                                       b"<!-- x --><html><svg></svg></html>")],
                          ["image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf", "application/zip",
                           "application/gzip", "application/x-tar", "text/plain", "image/svg+xml", "text/html",
-                          "text/plain"])
+                          "text/plain", "text/html"])
 
 
 # ============================================================================================
@@ -542,13 +548,13 @@ class TestReferences(Refusals):
         self.assertRefused("ARTIFACT_REFERENCE_INVALID", art.reference, {"media_type": "text/plain"}, kind="blob")
 
     def test_the_schemas_compile_in_the_core_contract_language(self):
-        compiled = td.compile_schema(dict(art.REFERENCE_SCHEMA))
+        compiled = td.compile_schema(td.json_copy(dict(art.REFERENCE_SCHEMA)))
         reference = {"kind": "blob", "media_type": "image/png", "size": 1, "sha256": SHA, "access": None}
         compiled.check(reference)
         with self.assertRaises(td.BoundaryError) as caught:
             compiled.check({**reference, "data": "iVBORw0KGgo="})
         self.assertEqual(caught.exception.code, "VALUE_FIELDS")
-        cursor = td.compile_schema({"type": "object", "properties": {"cursor": dict(art.CURSOR_SCHEMA)},
+        cursor = td.compile_schema({"type": "object", "properties": {"cursor": td.json_copy(dict(art.CURSOR_SCHEMA))},
                                     "additionalProperties": False})
         cursor.check({"cursor": None})
         cursor.check({"cursor": art.mint_cursor(KEYS, principal=ALICE, tool="t", arguments={}, position=5, now=NOW)})
@@ -769,16 +775,16 @@ EXPORT = td.declare_tool(
     required_role="files.read",
     input_schema={"type": "object", "properties": {"name": {"type": "string", "maxLength": 32}},
                   "required": ["name"], "additionalProperties": False},
-    output_schema={"type": "object", "properties": {"chart": dict(art.REFERENCE_SCHEMA)}, "required": ["chart"],
+    output_schema={"type": "object", "properties": {"chart": td.json_copy(dict(art.REFERENCE_SCHEMA))}, "required": ["chart"],
                    "additionalProperties": False})
 LISTING = td.declare_tool(
     "list_files", description="Lists a folder's files, a page at a time.", effect="read", required_role="files.read",
     input_schema={"type": "object", "properties": {"folder": {"type": "string", "maxLength": 32},
-                                                   "cursor": dict(art.CURSOR_SCHEMA)},
+                                                   "cursor": td.json_copy(dict(art.CURSOR_SCHEMA))},
                   "required": ["folder"], "additionalProperties": False},
     output_schema={"type": "object", "properties": {
         "files": {"type": "array", "items": {"type": "string", "maxLength": 32}, "maxItems": art.MAX_PAGE_SIZE},
-        "next_cursor": dict(art.CURSOR_SCHEMA)}, "required": ["files", "next_cursor"], "additionalProperties": False})
+        "next_cursor": td.json_copy(dict(art.CURSOR_SCHEMA))}, "required": ["files", "next_cursor"], "additionalProperties": False})
 REGISTRY = td.declare_contracts(EXPORT, LISTING)
 FILES = [f"report-{n}.pdf" for n in range(7)]
 

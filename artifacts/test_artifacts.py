@@ -1,0 +1,918 @@
+"""Tests of the artifacts layer: admission, polyglots, active content, archives, tokens, and the
+whole path through the core's dispatcher, package verification, seal and audit log.
+
+Run from the repository root (any of -O, -W error, both):
+    python -B -m unittest discover -s artifacts -p 'test_*.py'
+    python -B -m unittest discover -p 'test_artifacts.py'
+"""
+from __future__ import annotations
+
+import copy
+import gzip
+import io
+import random
+import struct
+import sys
+import tarfile
+import unittest
+import warnings
+import zipfile
+import zlib
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))  # before the repository root: the module, not the package folder
+
+if __package__:  # discovered from the repository root, as the package artifacts
+    from . import artifacts as art
+else:
+    import artifacts as art
+
+import tool_dispatcher as td  # noqa: E402
+
+NOW = 1_800_000_000
+ALICE = td.Principal("tenant-a", "alice", ("files.read",))
+BOB = td.Principal("tenant-a", "bob", ("files.read",))
+KEYS = art.ArtifactKeys("k1", {"k1": bytes(range(32))})
+SEAL_KEYS = td.SealKeys("s1", {"s1": bytes(range(32, 64))})
+SHA = "ab" * 32
+
+
+# -- Building valid and hostile bytes -----------------------------------------------------------
+
+def png_chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def png(*extra_chunks: bytes) -> bytes:
+    header = png_chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
+    pixels = png_chunk(b"IDAT", zlib.compress(b"\x00\x00"))
+    return b"\x89PNG\r\n\x1a\n" + header + b"".join(extra_chunks) + pixels + png_chunk(b"IEND", b"")
+
+
+def gif() -> bytes:
+    screen = b"GIF89a" + struct.pack("<HH", 1, 1) + b"\x00\x00\x00"
+    comment = b"\x21\xfe\x03abc\x00"
+    image = b"\x2c" + struct.pack("<HHHH", 0, 0, 1, 1) + b"\x00" + b"\x02\x02\x4c\x01\x00"
+    return screen + comment + image + b"\x3b"
+
+
+def jpeg() -> bytes:
+    app0 = b"\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"
+    scan = b"\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00" + b"\x12\x34\xff\x00\x56\xff\xd0\x78"
+    return b"\xff\xd8" + app0 + scan + b"\xff\xd9"
+
+
+def webp() -> bytes:
+    body = b"WEBP" + b"VP8L" + struct.pack("<I", 6) + b"\x2f\x00\x00\x00\x00\x00"
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def pdf(body: bytes = b"1 0 obj<<>>endobj\n") -> bytes:
+    return b"%PDF-1.4\n" + body + b"trailer<<>>\n%%EOF\n"
+
+
+def zip_of(entries, *, compression=zipfile.ZIP_DEFLATED) -> bytes:
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns about a duplicate name, which a test means
+        with zipfile.ZipFile(buffer, "w", compression) as archive:
+            for name, data in entries:
+                if isinstance(name, zipfile.ZipInfo):
+                    name.compress_type = compression
+                archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def tar_of(entries) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+        for name, data, kind in entries:
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            if kind == tarfile.REGTYPE:
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+            else:
+                info.linkname = "target" if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE) else ""
+                archive.addfile(info)
+    return buffer.getvalue()
+
+
+def gz(data: bytes) -> bytes:
+    return gzip.compress(data, mtime=0)
+
+
+def policy(*types: str, max_bytes: int = 65_536, **options) -> art.MediaPolicy:
+    return art.MediaPolicy(allowed=frozenset(types), max_bytes=max_bytes, **options)
+
+
+ALL_PLAIN = policy(*(art.TEXT_TYPES | art.MARKUP_TYPES | {"image/png", "image/jpeg", "image/gif", "image/webp",
+                                                          "application/pdf"}))
+ARCHIVES = art.ArchivePolicy(max_entries=8, max_total_bytes=4_096, max_ratio=50, max_depth=0)
+
+
+def archive_policy(archives: art.ArchivePolicy = ARCHIVES) -> art.MediaPolicy:
+    return policy(*art.ARCHIVE_TYPES, archives=archives)
+
+
+class Refusals(unittest.TestCase):
+    def assertRefused(self, code, call, *args, **kwargs):
+        with self.assertRaises(art.ArtifactError) as caught:
+            call(*args, **kwargs)
+        self.assertEqual(caught.exception.code, code)
+        return caught.exception
+
+
+# ============================================================================================
+# 2. Errors
+# ============================================================================================
+
+
+class TestErrors(Refusals):
+    def test_codes_carry_the_layer_prefixes_and_fixed_messages(self):
+        for code, spec in art.ARTIFACT_CATALOG.items():
+            self.assertTrue(code.startswith(("ARTIFACT_", "ACCESS_", "PAGE_")), code)
+            self.assertTrue(spec.message.endswith("."))
+            self.assertNotIn(code, td.ERROR_CATALOG)
+
+    def test_a_refusal_never_echoes_the_input(self):
+        error = self.assertRefused("ARTIFACT_TYPE_MISMATCH", art.admit_bytes, b"secret-words-here",
+                                   declared_type="application/pdf", policy=ALL_PLAIN)
+        self.assertEqual(error.to_json(), {"code": "ARTIFACT_TYPE_MISMATCH", "retryable": False,
+                                           "message": "The artifact's bytes are not of its declared media type."})
+
+    def test_an_unknown_code_is_a_programming_error(self):
+        with self.assertRaises(ValueError):
+            art.ArtifactError("NOT_A_CODE")
+
+
+# ============================================================================================
+# 3. Media types and policy
+# ============================================================================================
+
+
+class TestMediaPolicy(Refusals):
+    def test_policy_bounds_both_sides(self):
+        self.assertEqual(policy("text/plain", max_bytes=1).max_bytes, 1)
+        self.assertEqual(policy("text/plain", max_bytes=art.MAX_ARTIFACT_BYTES).max_bytes, art.MAX_ARTIFACT_BYTES)
+        self.assertRefused("ARTIFACT_POLICY_INVALID", policy, "text/plain", max_bytes=0)
+        self.assertRefused("ARTIFACT_POLICY_INVALID", policy, "text/plain", max_bytes=art.MAX_ARTIFACT_BYTES + 1)
+        self.assertRefused("ARTIFACT_POLICY_INVALID", policy, "text/plain", max_bytes=True)
+
+    def test_policy_types_come_from_the_closed_table(self):
+        self.assertRefused("ARTIFACT_POLICY_INVALID", policy, "image/bmp")
+        self.assertRefused("ARTIFACT_POLICY_INVALID", policy)
+        self.assertRefused("ARTIFACT_POLICY_INVALID", art.MediaPolicy, allowed={"text/plain"}, max_bytes=10)
+
+    def test_an_archive_type_needs_an_archive_policy(self):
+        self.assertRefused("ARTIFACT_POLICY_INVALID", policy, "application/zip")
+        self.assertEqual(archive_policy().archives, ARCHIVES)
+
+    def test_archive_policy_bounds_both_sides(self):
+        for name, ceiling, floor in (("max_entries", art.MAX_ARCHIVE_ENTRIES, 1),
+                                     ("max_total_bytes", art.MAX_ARCHIVE_TOTAL, 1),
+                                     ("max_ratio", art.MAX_ARCHIVE_RATIO, 1), ("max_depth", art.MAX_ARCHIVE_DEPTH, 0)):
+            with self.subTest(name):
+                self.assertEqual(getattr(art.ArchivePolicy(**{name: ceiling}), name), ceiling)
+                self.assertEqual(getattr(art.ArchivePolicy(**{name: floor}), name), floor)
+                self.assertRefused("ARTIFACT_POLICY_INVALID", art.ArchivePolicy, **{name: ceiling + 1})
+                self.assertRefused("ARTIFACT_POLICY_INVALID", art.ArchivePolicy, **{name: floor - 1})
+
+
+# ============================================================================================
+# 4. Sniffing and 8. Admission
+# ============================================================================================
+
+
+class TestAdmission(Refusals):
+    def test_each_valid_type_is_admitted_as_declared(self):
+        cases = [("image/png", png()), ("image/jpeg", jpeg()), ("image/gif", gif()), ("image/webp", webp()),
+                 ("application/pdf", pdf()), ("text/plain", "héllo\tworld\n".encode()),
+                 ("application/json", b'{"a": [1, 2.5, null]}'),
+                 ("image/svg+xml", b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg">'
+                                   b'<defs><linearGradient id="g"/></defs><rect fill="url(#g)"/></svg>'),
+                 ("text/html", b"<!doctype html><html><body><p>hi <a href='#top'>top</a></p></body></html>")]
+        for declared, data in cases:
+            with self.subTest(declared):
+                admitted = art.admit_bytes(data, declared_type=declared, policy=ALL_PLAIN)
+                self.assertEqual((admitted.media_type, admitted.size, admitted.active), (declared, len(data), ()))
+                self.assertEqual(admitted.sha256, __import__("hashlib").sha256(data).hexdigest())
+
+    def test_only_plain_text_and_json_become_text(self):
+        self.assertEqual(art.admit_bytes(b"hi", declared_type="text/plain", policy=ALL_PLAIN).text, "hi")
+        self.assertEqual(art.admit_bytes(b"[1]", declared_type="application/json", policy=ALL_PLAIN).text, "[1]")
+        self.assertIsNone(art.admit_bytes(b"<p>hi</p>", declared_type="text/html", policy=ALL_PLAIN).text)
+        self.assertIsNone(art.admit_bytes(png(), declared_type="image/png", policy=ALL_PLAIN).text)
+
+    def test_size_limit_both_sides(self):
+        tight = policy("text/plain", max_bytes=5)
+        self.assertEqual(art.admit_bytes(b"12345", declared_type="text/plain", policy=tight).size, 5)
+        self.assertRefused("ARTIFACT_TOO_LARGE", art.admit_bytes, b"123456", declared_type="text/plain", policy=tight)
+        self.assertEqual(art.admit_bytes(b"1", declared_type="text/plain", policy=tight).size, 1)
+        self.assertRefused("ARTIFACT_EMPTY", art.admit_bytes, b"", declared_type="text/plain", policy=tight)
+
+    def test_size_is_checked_before_any_parse(self):
+        # Bytes that would fail every later check still answer the size first.
+        self.assertRefused("ARTIFACT_TOO_LARGE", art.admit_bytes, b"\x00" * 11, declared_type="image/png",
+                           policy=policy("image/png", max_bytes=10))
+
+    def test_declared_type_known_then_allowed(self):
+        self.assertRefused("ARTIFACT_TYPE_UNSUPPORTED", art.admit_bytes, png(), declared_type="image/bmp",
+                           policy=ALL_PLAIN)
+        self.assertRefused("ARTIFACT_TYPE_UNSUPPORTED", art.admit_bytes, png(), declared_type="IMAGE/PNG",
+                           policy=ALL_PLAIN)
+        self.assertRefused("ARTIFACT_TYPE_NOT_ALLOWED", art.admit_bytes, pdf(), declared_type="application/pdf",
+                           policy=policy("image/png"))
+        self.assertRefused("ARTIFACT_TYPE_NOT_ALLOWED", art.admit_bytes, zip_of([("a", b"a")]),
+                           declared_type="application/zip", policy=ALL_PLAIN)
+        self.assertRefused("ARTIFACT_POLICY_INVALID", art.admit_bytes, png(), declared_type="image/png",
+                           policy={"allowed": ["image/png"]})
+
+    def test_declared_type_must_match_the_sniffed_one(self):
+        for data, declared in ((png(), "image/jpeg"), (jpeg(), "image/png"), (gif(), "image/webp"),
+                               (pdf(), "text/plain"), (b"<html><p>x</p></html>", "text/plain"),
+                               (b"<svg></svg>", "text/html"), (b"<p>x</p>", "image/svg+xml"),
+                               (b"plain", "image/svg+xml"), (b"plain", "text/html")):
+            with self.subTest(declared):
+                self.assertRefused("ARTIFACT_TYPE_MISMATCH", art.admit_bytes, data, declared_type=declared,
+                                   policy=ALL_PLAIN)
+
+    def test_bytes_with_no_signature(self):
+        self.assertRefused("ARTIFACT_TYPE_UNKNOWN", art.admit_bytes, b"\x00\x01\x02", declared_type="image/png",
+                           policy=ALL_PLAIN)
+        for data in (b"\xff\xfe", b"a\x00b", b"a\x1bb", b"\xed\xa0\x80"):  # not UTF-8, NUL, ESC, a surrogate
+            with self.subTest(data):
+                self.assertRefused("ARTIFACT_TEXT_INVALID", art.admit_bytes, data, declared_type="text/plain",
+                                   policy=ALL_PLAIN)
+
+    def test_json_is_strict(self):
+        for data in (b'{"a": 1, "a": 2}', b"{'a': 1}", b"[NaN]", b"[1,]", b"[9007199254740993]"):
+            with self.subTest(data):
+                self.assertRefused("ARTIFACT_JSON_INVALID", art.admit_bytes, data, declared_type="application/json",
+                                   policy=ALL_PLAIN)
+
+    def test_truncated_or_broken_structures_are_malformed(self):
+        broken_crc = bytearray(png())
+        broken_crc[30] ^= 1  # inside IHDR
+        for data, declared in ((png()[:-12], "image/png"), (bytes(broken_crc), "image/png"),
+                               (gif()[:-1], "image/gif"), (jpeg()[:-2], "image/jpeg"),
+                               (webp()[:-2], "image/webp"), (pdf()[:-7], "application/pdf")):
+            with self.subTest(declared):
+                self.assertRefused("ARTIFACT_MALFORMED", art.admit_bytes, data, declared_type=declared,
+                                   policy=ALL_PLAIN)
+
+    def test_sniff_names_the_leading_signature(self):
+        self.assertEqual([art.sniff(data) for data in (png(), jpeg(), gif(), webp(), pdf(), zip_of([]),
+                                                       gz(b"x"), tar_of([("a", b"a", tarfile.REGTYPE)]),
+                                                       b"{}", b"  <svg>", b"<div>", b"<3 you",
+                                                       b"<!-- x --><html><svg></svg></html>")],
+                         ["image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf", "application/zip",
+                          "application/gzip", "application/x-tar", "text/plain", "image/svg+xml", "text/html",
+                          "text/plain", "text/html"])
+
+
+# ============================================================================================
+# 5. Polyglots
+# ============================================================================================
+
+
+class TestPolyglots(Refusals):
+    def test_hostile_polyglots_are_refused(self):
+        zip_tail = zip_of([("a.txt", b"payload")])
+        cases = {
+            "png then zip": (png() + zip_tail, "image/png"),
+            "png with zip directory in a chunk": (png(png_chunk(b"tEXt", b"c\x00PK\x05\x06" + b"\x00" * 18)),
+                                                  "image/png"),
+            "png then html": (png() + b"<html><script>x()</script></html>", "image/png"),
+            "png with script in a text chunk": (png(png_chunk(b"tEXt", b"c\x00<script>x()</script>")), "image/png"),
+            "gif then zip": (gif() + zip_tail, "image/gif"),
+            "jpeg then zip": (jpeg() + zip_tail, "image/jpeg"),
+            "jpeg with zip inside a segment": (jpeg()[:2] + b"\xff\xe1\x00\x1aPK\x03\x04" + b"\x00" * 20 + jpeg()[2:],
+                                               "image/jpeg"),
+            "webp past its riff size": (webp() + b"\x00\x00", "image/webp"),
+            "pdf then zip": (pdf() + zip_tail, "application/pdf"),
+            "pdf holding a png": (pdf(b"1 0 obj<<>>stream\n" + png() + b"\nendstream endobj\n"), "application/pdf"),
+            "text with a pdf header": (b"notes\n%PDF-1.4\n", "text/plain"),
+            "zip with a comment": (zip_tail[:-2] + b"\x03\x00abc", "application/zip"),
+            "zip then bytes": (zip_tail + b"junk", "application/zip"),
+            "zip with a pdf header at its start": (zip_of([("a.pdf", pdf())], compression=zipfile.ZIP_STORED),
+                                                   "application/zip"),
+        }
+        pol = policy(*(ALL_PLAIN.allowed | art.ARCHIVE_TYPES), archives=ARCHIVES)
+        for name, (data, declared) in cases.items():
+            with self.subTest(name):
+                self.assertRefused("ARTIFACT_POLYGLOT", art.admit_bytes, data, declared_type=declared, policy=pol)
+
+    def test_zip_with_bytes_inserted_before_its_directory(self):
+        data = zip_of([("a", b"a")])
+        directory = data.index(b"PK\x01\x02")
+        shifted = data[:directory] + b"\x00\x00" + data[directory:]  # the end record still names the old offset
+        self.assertRefused("ARTIFACT_POLYGLOT", art.admit_bytes, shifted, declared_type="application/zip",
+                           policy=archive_policy())
+
+
+# ============================================================================================
+# 6. Active content
+# ============================================================================================
+
+
+class TestActiveContent(Refusals):
+    HOSTILE = {
+        "svg script": b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>',
+        "svg onload": b'<svg onload="alert(1)"></svg>',
+        "svg event after slash": b'<svg/onload=alert(1)>',
+        "svg javascript href": b'<svg><a href="javascript:alert(1)"><text>x</text></a></svg>',
+        "svg obfuscated scheme": b'<svg><a href="#" xlink:href="java&#x09;script:alert(1)"/></svg>',
+        "svg entity scheme": b'<svg><a href="#x" data-x="&#106;avascript:alert(1)"/></svg>',
+        "svg foreignObject": b'<svg><foreignObject><div>x</div></foreignObject></svg>',
+        "svg external image": b'<svg><image href="https://example.test/p.png"/></svg>',
+        "svg animated href": b'<svg><a><set attributeName="href" to="x"/></a></svg>',
+        "svg style import": b'<svg><style>@import "x.css";</style></svg>',
+        "svg entity declaration": b'<?xml version="1.0"?><!DOCTYPE svg [<!ENTITY a "b">]><svg>&a;</svg>',
+        "html iframe": b'<html><iframe src="x"></iframe></html>',
+        "html meta refresh": b'<html><meta http-equiv="refresh" content="0;url=x"></html>',
+        "html data url": b'<html><a href="#" style="background: URL( data:text/html,x)">x</a></html>',
+        "html form": b'<html><form><input></form></html>',
+    }
+
+    def test_active_markup_is_refused_by_default(self):
+        for name, data in self.HOSTILE.items():
+            declared = "text/html" if name.startswith("html") else "image/svg+xml"
+            with self.subTest(name):
+                self.assertRefused("ARTIFACT_ACTIVE_CONTENT", art.admit_bytes, data, declared_type=declared,
+                                   policy=ALL_PLAIN)
+
+    def test_allowed_active_content_is_admitted_with_its_findings_and_never_as_text(self):
+        allowing = policy("image/svg+xml", allow_active=True)
+        admitted = art.admit_bytes(self.HOSTILE["svg onload"], declared_type="image/svg+xml", policy=allowing)
+        self.assertEqual((admitted.active, admitted.text), (("event_attribute",), None))
+        admitted = art.admit_bytes(self.HOSTILE["svg script"], declared_type="image/svg+xml", policy=allowing)
+        self.assertEqual(admitted.active, ("script_element",))  # an xmlns URL names a namespace, it loads nothing
+
+    def test_prose_that_names_schemes_is_not_active(self):
+        data = b'<svg><text>metadata: on the one hand</text><rect fill="url(#g)"/></svg>'
+        self.assertEqual(art.admit_bytes(data, declared_type="image/svg+xml", policy=ALL_PLAIN).active, ())
+
+    def test_pdf_actions_are_active(self):
+        for body in (b"1 0 obj<</S/JavaScript/JS(app.alert(1))>>endobj\n", b"1 0 obj<</S/J#61vaScript>>endobj\n",
+                     b"1 0 obj<</Type/Action/S/Launch>>endobj\n", b"1 0 obj<</EmbeddedFile 2 0 R>>endobj\n"):
+            with self.subTest(body):
+                self.assertRefused("ARTIFACT_ACTIVE_CONTENT", art.admit_bytes, pdf(body),
+                                   declared_type="application/pdf", policy=ALL_PLAIN)
+        self.assertEqual(art.admit_bytes(pdf(b"1 0 obj<</JSON 1>>endobj\n"), declared_type="application/pdf",
+                                         policy=ALL_PLAIN).active, ())
+
+
+# ============================================================================================
+# 7. Archives
+# ============================================================================================
+
+
+class TestArchives(Refusals):
+    def admit(self, data, declared="application/zip", archives=ARCHIVES):
+        return art.admit_bytes(data, declared_type=declared, policy=archive_policy(archives))
+
+    def test_a_plain_archive_of_each_kind_is_opened(self):
+        self.assertEqual((self.admit(zip_of([("a/", b""), ("a/b.txt", b"hello")])).entries,
+                          self.admit(zip_of([("a/b.txt", b"hello")])).unpacked), (2, 5))
+        tar = tar_of([("d", b"", tarfile.DIRTYPE), ("d/f", b"hi", tarfile.REGTYPE)])
+        self.assertEqual(self.admit(tar, "application/x-tar").entries, 2)
+        self.assertEqual(self.admit(gz(b"hello"), "application/gzip").unpacked, 5)
+        self.assertEqual(self.admit(zip_of([])).entries, 0)
+
+    def test_entry_count_both_sides(self):
+        limit = art.ArchivePolicy(max_entries=3, max_ratio=1_000)
+        self.assertEqual(self.admit(zip_of([(str(n), b"x") for n in range(3)]), archives=limit).entries, 3)
+        self.assertRefused("ARTIFACT_ARCHIVE_ENTRIES", self.admit, zip_of([(str(n), b"x") for n in range(4)]),
+                           archives=limit)
+
+    def test_total_size_both_sides(self):
+        limit = art.ArchivePolicy(max_total_bytes=100, max_ratio=1_000)
+        stored = zipfile.ZIP_STORED
+        self.assertEqual(self.admit(zip_of([("a", b"x" * 60), ("b", b"y" * 40)], compression=stored),
+                                    archives=limit).unpacked, 100)
+        self.assertRefused("ARTIFACT_ARCHIVE_TOO_LARGE", self.admit,
+                           zip_of([("a", b"x" * 60), ("b", b"y" * 41)], compression=stored), archives=limit)
+        self.assertEqual(self.admit(gz(b"x" * 100), "application/gzip", archives=limit).unpacked, 100)
+        self.assertRefused("ARTIFACT_ARCHIVE_TOO_LARGE", self.admit, gz(b"x" * 101), "application/gzip",
+                           archives=limit)
+
+    def test_compression_ratio_both_sides_measured_by_reading(self):
+        data = zip_of([("bomb", b"\x00" * 4_000)])
+        compressed = zipfile.ZipFile(io.BytesIO(data)).infolist()[0].compress_size
+        ratio = -(-4_000 // compressed)  # the smallest whole ratio that admits it
+        self.assertEqual(self.admit(data, archives=art.ArchivePolicy(max_ratio=ratio)).unpacked, 4_000)
+        self.assertRefused("ARTIFACT_ARCHIVE_RATIO", self.admit, data, archives=art.ArchivePolicy(max_ratio=ratio - 1))
+        packed = gz(b"\x00" * 4_000)
+        ratio = -(-4_000 // len(packed))
+        self.assertEqual(self.admit(packed, "application/gzip", archives=art.ArchivePolicy(max_ratio=ratio)).unpacked,
+                         4_000)
+        self.assertRefused("ARTIFACT_ARCHIVE_RATIO", self.admit, packed, "application/gzip",
+                           archives=art.ArchivePolicy(max_ratio=ratio - 1))
+
+    def test_a_header_that_lies_about_the_size_is_not_trusted(self):
+        data = bytearray(zip_of([("a", b"x" * 500)], compression=zipfile.ZIP_STORED))
+        directory = data.index(b"PK\x01\x02")
+        for at in (22, directory + 24):  # the local header's and the directory's uncompressed size
+            data[at:at + 4] = struct.pack("<I", 5)
+        self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, bytes(data))
+
+    def test_entry_names_must_be_plain_relative_paths(self):
+        for name in ("../x", "a/../../x", "/etc/passwd", "C:x", "c:/x", "a\\b", "a//b", "./a", "a/./b",
+                     "x" * 256, "a\x01b"):
+            with self.subTest(name):
+                self.assertRefused("ARTIFACT_ARCHIVE_NAME", self.admit, zip_of([(name, b"x")]))
+        self.assertEqual(self.admit(zip_of([("x" * 255, b"x")])).entries, 1)
+        self.assertRefused("ARTIFACT_ARCHIVE_NAME", self.admit, tar_of([("../x", b"x", tarfile.REGTYPE)]),
+                           "application/x-tar")
+
+    def test_links_and_special_entries(self):
+        link = zipfile.ZipInfo("link")
+        link.external_attr = 0o120777 << 16
+        self.assertRefused("ARTIFACT_ARCHIVE_LINK", self.admit, zip_of([(link, b"target")]))
+        for kind, code in ((tarfile.SYMTYPE, "ARTIFACT_ARCHIVE_LINK"), (tarfile.LNKTYPE, "ARTIFACT_ARCHIVE_LINK"),
+                           (tarfile.FIFOTYPE, "ARTIFACT_ARCHIVE_SPECIAL"),
+                           (tarfile.CHRTYPE, "ARTIFACT_ARCHIVE_SPECIAL")):
+            with self.subTest(kind):
+                self.assertRefused(code, self.admit, tar_of([("x", b"", kind)]), "application/x-tar")
+
+    def test_duplicate_names_exact_and_case_folded(self):
+        self.assertRefused("ARTIFACT_ARCHIVE_DUPLICATE", self.admit, zip_of([("a", b"1"), ("a", b"2")]))
+        self.assertRefused("ARTIFACT_ARCHIVE_DUPLICATE", self.admit, zip_of([("Read.me", b"1"), ("READ.ME", b"2")]))
+        self.assertRefused("ARTIFACT_ARCHIVE_DUPLICATE", self.admit,
+                           tar_of([("a", b"1", tarfile.REGTYPE), ("a", b"2", tarfile.REGTYPE)]), "application/x-tar")
+
+    def test_encrypted_entries_cannot_be_inspected(self):
+        data = bytearray(zip_of([("a", b"x")]))
+        for at in (6, data.index(b"PK\x01\x02") + 8):  # both general-purpose flags
+            data[at] |= 1
+        self.assertRefused("ARTIFACT_ARCHIVE_ENCRYPTED", self.admit, bytes(data))
+
+    def test_nesting_is_depth_bounded(self):
+        tar = tar_of([("f", b"hello", tarfile.REGTYPE)])  # 10,240 bytes, mostly zeros
+        roomy = art.ArchivePolicy(max_ratio=1_000)
+        self.assertRefused("ARTIFACT_ARCHIVE_NESTED", self.admit, gz(tar), "application/gzip", archives=roomy)
+        self.assertEqual(self.admit(gz(tar), "application/gzip",
+                                    archives=art.ArchivePolicy(max_depth=1, max_ratio=1_000)).entries, 2)
+        twice = zip_of([("in.tar.gz", gz(tar))])  # a zip, a gzip inside it, a tar inside that
+        self.assertRefused("ARTIFACT_ARCHIVE_NESTED", self.admit, twice,
+                           archives=art.ArchivePolicy(max_depth=1, max_ratio=1_000))
+        self.assertEqual(self.admit(twice, archives=art.ArchivePolicy(max_depth=2, max_ratio=1_000)).entries, 3)
+        thrice = zip_of([("in.zip", twice)])
+        self.assertRefused("ARTIFACT_ARCHIVE_NESTED", self.admit, thrice,
+                           archives=art.ArchivePolicy(max_depth=art.MAX_ARCHIVE_DEPTH, max_ratio=1_000))
+
+    def test_methods_read_only_unbounded_are_refused(self):
+        self.assertRefused("ARTIFACT_ARCHIVE_METHOD", self.admit, zip_of([("a", b"x")], compression=zipfile.ZIP_BZIP2))
+        self.assertRefused("ARTIFACT_ARCHIVE_METHOD", self.admit, zip_of([("a", b"x")], compression=zipfile.ZIP_LZMA))
+        self.assertEqual(self.admit(zip_of([("a", b"x")], compression=zipfile.ZIP_STORED)).entries, 1)
+
+    def test_a_nested_archive_is_held_to_its_own_structure(self):
+        roomy = art.ArchivePolicy(max_depth=1, max_ratio=1_000)
+        self.assertRefused("ARTIFACT_POLYGLOT", self.admit, zip_of([("in.zip", zip_of([("a", b"a")]) + b"tail")]),
+                           archives=roomy)
+        self.assertRefused("ARTIFACT_POLYGLOT", self.admit, zip_of([("in.gz", gz(b"a") + b"tail")]), archives=roomy)
+
+    def test_broken_and_padded_archives(self):
+        data = bytearray(zip_of([("a", b"x" * 50)]))
+        data[40] ^= 0xFF  # inside the compressed data
+        self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, bytes(data))
+        self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, gz(b"hello")[:-4], "application/gzip")
+        self.assertRefused("ARTIFACT_POLYGLOT", self.admit, gz(b"a") + gz(b"b"), "application/gzip")
+        self.assertRefused("ARTIFACT_POLYGLOT", self.admit, gz(b"a") + b"junk", "application/gzip")
+        tar = tar_of([("f", b"hi", tarfile.REGTYPE)])
+        self.assertRefused("ARTIFACT_POLYGLOT", self.admit, tar[:-512] + b"PK" + b"\x00" * 510, "application/x-tar")
+        self.assertRefused("ARTIFACT_MALFORMED", self.admit, tar[:-1], "application/x-tar")
+        bad_checksum = bytearray(tar)
+        bad_checksum[148:156] = b"0000000\x00"
+        self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, bytes(bad_checksum), "application/x-tar")
+
+
+class TestMutatedBytes(unittest.TestCase):
+    def test_mutated_artifacts_are_admitted_or_refused_with_a_code(self):
+        # Seeded, so every run mutates the same bytes: each answer is an Admitted or an ArtifactError.
+        samples = [("image/png", png()), ("image/jpeg", jpeg()), ("image/gif", gif()), ("image/webp", webp()),
+                   ("application/pdf", pdf()), ("application/zip", zip_of([("a/b", b"hello" * 20), ("c", b"x")])),
+                   ("application/x-tar", tar_of([("a", b"hello", tarfile.REGTYPE)])),
+                   ("application/gzip", gz(b"hello" * 50)), ("image/svg+xml", b"<svg><rect/></svg>")]
+        everything = policy(*art.MEDIA_TYPES, archives=art.ArchivePolicy(max_depth=2, max_ratio=1_000))
+        chance = random.Random(20_260_101)
+        answers = {"admitted": 0, "refused": 0}
+        for declared, data in samples:
+            for _ in range(150):
+                mutated = bytearray(data)
+                for _ in range(chance.randint(1, 4)):
+                    mutated[chance.randrange(len(mutated))] = chance.randrange(256)
+                try:
+                    art.admit_bytes(bytes(mutated), declared_type=declared, policy=everything)
+                    answers["admitted"] += 1
+                except art.ArtifactError as refusal:
+                    self.assertIn(refusal.code, art.ARTIFACT_CATALOG)
+                    answers["refused"] += 1
+        self.assertEqual(sum(answers.values()), 150 * len(samples))
+        self.assertGreater(answers["refused"], 0)
+
+
+# ============================================================================================
+# 8. References
+# ============================================================================================
+
+
+class TestReferences(Refusals):
+    def test_a_reference_has_exactly_five_members(self):
+        admitted = art.admit_bytes(png(), declared_type="image/png", policy=ALL_PLAIN)
+        built = art.reference(admitted, kind="blob")
+        self.assertEqual(built, {"kind": "blob", "media_type": "image/png", "size": len(png()),
+                                 "sha256": admitted.sha256, "access": None})
+        self.assertTrue(art.is_reference(built))
+        token = art.mint_access(KEYS, principal=ALICE, call_id="call-1", sha256=admitted.sha256, now=NOW)
+        self.assertTrue(art.is_reference(art.reference(admitted, kind="file", access=token)))
+
+    def test_is_reference_refuses_every_other_shape(self):
+        good = {"kind": "url", "media_type": "text/plain", "size": 3, "sha256": SHA, "access": None}
+        for change in ({"extra": 1}, {"kind": "link"}, {"media_type": "Text/Plain"}, {"size": True}, {"size": -1},
+                       {"size": art.MAX_ARTIFACT_BYTES + 1}, {"sha256": SHA.upper()}, {"sha256": SHA[:-1]},
+                       {"access": "token"}, {"access": 1}):
+            with self.subTest(change):
+                self.assertFalse(art.is_reference({**good, **change}))
+        self.assertFalse(art.is_reference({key: value for key, value in good.items() if key != "access"}))
+        self.assertTrue(art.is_reference({**good, "size": art.MAX_ARTIFACT_BYTES}))
+        self.assertFalse(art.is_reference([good]))
+
+    def test_reference_needs_admitted_bytes_and_a_known_kind(self):
+        admitted = art.admit_bytes(b"x", declared_type="text/plain", policy=ALL_PLAIN)
+        self.assertRefused("ARTIFACT_REFERENCE_INVALID", art.reference, admitted, kind="path")
+        self.assertRefused("ARTIFACT_REFERENCE_INVALID", art.reference, admitted, kind="blob", access="forged")
+        self.assertRefused("ARTIFACT_REFERENCE_INVALID", art.reference, {"media_type": "text/plain"}, kind="blob")
+
+    def test_the_schemas_compile_in_the_core_contract_language(self):
+        compiled = td.compile_schema(td.json_copy(dict(art.REFERENCE_SCHEMA)))
+        reference = {"kind": "blob", "media_type": "image/png", "size": 1, "sha256": SHA, "access": None}
+        compiled.check(reference)
+        with self.assertRaises(td.BoundaryError) as caught:
+            compiled.check({**reference, "data": "iVBORw0KGgo="})
+        self.assertEqual(caught.exception.code, "VALUE_FIELDS")
+        cursor = td.compile_schema({"type": "object", "properties": {"cursor": td.json_copy(dict(art.CURSOR_SCHEMA))},
+                                    "additionalProperties": False})
+        cursor.check({"cursor": None})
+        cursor.check({"cursor": art.mint_cursor(KEYS, principal=ALICE, tool="t", arguments={}, position=5, now=NOW)})
+
+
+# ============================================================================================
+# 9. Keys and tokens, 10. Access references
+# ============================================================================================
+
+
+class TestKeys(Refusals):
+    def test_key_length_both_sides(self):
+        for size in (art.MIN_KEY_BYTES, art.MAX_KEY_BYTES):
+            self.assertEqual(len(art.ArtifactKeys("k", {"k": b"k" * size}).secrets["k"]), size)
+        for size in (art.MIN_KEY_BYTES - 1, art.MAX_KEY_BYTES + 1):
+            self.assertRefused("ARTIFACT_KEYS_INVALID", art.ArtifactKeys, "k", {"k": b"k" * size})
+
+    def test_key_count_and_ids(self):
+        many = {f"k{n}": b"k" * 32 for n in range(art.MAX_KEYS)}
+        self.assertEqual(len(art.ArtifactKeys("k0", many).secrets), art.MAX_KEYS)
+        self.assertRefused("ARTIFACT_KEYS_INVALID", art.ArtifactKeys, "k0", {**many, "extra": b"k" * 32})
+        for current, secrets in (("K1", {"K1": b"k" * 32}), ("sk-1", {"sk-1": b"k" * 32}), ("k2", {"k1": b"k" * 32}),
+                                 ("k1", {}), ("k1", {"k1": "k" * 32}), ("k" * 17, {"k" * 17: b"k" * 32})):
+            with self.subTest(current):
+                self.assertRefused("ARTIFACT_KEYS_INVALID", art.ArtifactKeys, current, secrets)
+
+    def test_keys_are_copied_and_never_printed(self):
+        secrets = {"k1": b"s" * 32}
+        keys = art.ArtifactKeys("k1", secrets)
+        secrets["k1"] = b"t" * 32
+        self.assertEqual(keys.secrets["k1"], b"s" * 32)
+        self.assertNotIn("sss", repr(keys))
+
+
+class TestAccess(Refusals):
+    def mint(self, **changes):
+        return art.mint_access(KEYS, **{"principal": ALICE, "call_id": "call-1", "sha256": SHA, "now": NOW, **changes})
+
+    def open(self, token, **changes):
+        return art.open_access(KEYS, token, **{"principal": ALICE, "call_id": "call-1", "sha256": SHA,
+                                               "now": NOW, **changes})
+
+    def test_round_trip_until_the_expiry(self):
+        token = self.mint(lifetime=60)
+        self.assertEqual(self.open(token, now=NOW + 59), NOW + 60)
+        self.assertRefused("ACCESS_EXPIRED", self.open, token, now=NOW + 60)
+
+    def test_token_text_is_bounded_ascii_and_names_no_one(self):
+        token = self.mint()
+        self.assertTrue(token.isascii() and len(token) <= art.MAX_TOKEN_LENGTH)
+        for word in ("tenant-a", "alice", "call-1", SHA[:16]):
+            self.assertNotIn(word, token)
+        self.assertFalse(td.is_secret_text(token))
+
+    def test_each_binding_has_its_own_code_once_the_mac_holds(self):
+        token = self.mint()
+        self.assertRefused("ACCESS_OTHER_PRINCIPAL", self.open, token, principal=BOB)
+        self.assertRefused("ACCESS_OTHER_PRINCIPAL", self.open, token,
+                           principal=td.Principal("tenant-b", "alice", ("files.read",)))
+        self.assertEqual(self.open(token, principal=td.Principal("tenant-a", "alice", ())), NOW + 300)  # roles unbound
+        self.assertRefused("ACCESS_OTHER_CALL", self.open, token, call_id="call-2")
+        self.assertRefused("ACCESS_OTHER_ARTIFACT", self.open, token, sha256="cd" * 32)
+
+    def test_forged_malformed_and_unknown_key_are_one_code(self):
+        token = self.mint()
+        parts = token.split(".")
+        forgeries = [
+            token[:-1] + ("0" if token[-1] != "0" else "1"),  # the MAC
+            ".".join([*parts[:2], str(NOW + 10_000), *parts[3:]]),  # a later expiry
+            ".".join([*parts[:2], "0" + parts[2], *parts[3:]]),  # the same expiry spelled twice
+            ".".join([parts[0], "k9", *parts[2:]]),  # a key this host never had
+            token + "0", token.upper(), "", None, 7, "x" * 300,
+            art.mint_cursor(KEYS, principal=ALICE, tool="t", arguments={}, position=0, now=NOW),
+        ]
+        for forged in forgeries:
+            with self.subTest(forged):
+                self.assertRefused("ACCESS_INVALID", self.open, forged)
+        # A forgery for another principal still answers ACCESS_INVALID: no binding is read before the MAC.
+        self.assertRefused("ACCESS_INVALID", self.open, forgeries[0], principal=BOB)
+
+    def test_rotation_keeps_old_tokens_until_their_key_is_dropped(self):
+        old = art.ArtifactKeys("k1", {"k1": b"1" * 32})
+        token = art.mint_access(old, principal=ALICE, call_id="c", sha256=SHA, now=NOW)
+        rotated = art.ArtifactKeys("k2", {"k1": b"1" * 32, "k2": b"2" * 32})
+        self.assertEqual(art.open_access(rotated, token, principal=ALICE, call_id="c", sha256=SHA, now=NOW), NOW + 300)
+        minted = art.mint_access(rotated, principal=ALICE, call_id="c", sha256=SHA, now=NOW)
+        self.assertEqual(minted.split(".")[:2], ["av1", "k2"])
+        dropped = art.ArtifactKeys("k2", {"k2": b"2" * 32})
+        self.assertRefused("ACCESS_INVALID", art.open_access, dropped, token, principal=ALICE, call_id="c",
+                           sha256=SHA, now=NOW)
+        same_id_other_key = art.ArtifactKeys("k1", {"k1": b"3" * 32})
+        self.assertRefused("ACCESS_INVALID", art.open_access, same_id_other_key, token, principal=ALICE,
+                           call_id="c", sha256=SHA, now=NOW)
+
+    def test_lifetime_both_sides(self):
+        self.assertEqual(self.open(self.mint(lifetime=1)), NOW + 1)
+        self.assertEqual(self.open(self.mint(lifetime=art.MAX_ACCESS_LIFETIME)), NOW + art.MAX_ACCESS_LIFETIME)
+        self.assertRefused("ACCESS_LIFETIME_INVALID", self.mint, lifetime=0)
+        self.assertRefused("ACCESS_LIFETIME_INVALID", self.mint, lifetime=art.MAX_ACCESS_LIFETIME + 1)
+
+    def test_host_values_are_checked(self):
+        self.assertRefused("ACCESS_INVALID", self.mint, call_id="")
+        self.assertRefused("ACCESS_INVALID", self.mint, sha256=SHA.upper())
+        self.assertRefused("ARTIFACT_KEYS_INVALID", art.mint_access, None, principal=ALICE, call_id="c", sha256=SHA,
+                           now=NOW)
+        for bad, code in (({"now": -1}, "CONTEXT_INVALID"), ({"principal": "alice"}, "PRINCIPAL_INVALID")):
+            with self.subTest(code), self.assertRaises(td.BoundaryError) as caught:
+                self.mint(**bad)
+            self.assertEqual(caught.exception.code, code)
+
+    def test_tokens_never_take_a_secret_shape(self):
+        for seed in range(200):
+            keys = art.ArtifactKeys("z9", {"z9": seed.to_bytes(2, "big") * 16})
+            token = art.mint_access(keys, principal=ALICE, call_id=f"c{seed}", sha256=SHA, now=NOW)
+            self.assertFalse(td.is_secret_text(token))
+
+    def test_call_scope(self):
+        self.assertRefused("ACCESS_NO_CALL", art.current_call_id)
+        context = td.CallContext("OpenAI", "Responses", "openai-responses-v1", "r", "call-9", "op")
+        with art.call_scope(context) as call_id:
+            self.assertEqual((call_id, art.current_call_id()), ("call-9", "call-9"))
+        self.assertRefused("ACCESS_NO_CALL", art.current_call_id)
+
+
+# ============================================================================================
+# 11. Page cursors
+# ============================================================================================
+
+
+class TestCursors(Refusals):
+    ARGS = {"folder": "docs", "cursor": None}
+
+    def mint(self, **changes):
+        return art.mint_cursor(KEYS, **{"principal": ALICE, "tool": "list_files", "arguments": self.ARGS,
+                                        "position": 3, "now": NOW, **changes})
+
+    def open(self, cursor, **changes):
+        return art.open_cursor(KEYS, cursor, **{"principal": ALICE, "tool": "list_files", "arguments": self.ARGS,
+                                                "now": NOW, **changes})
+
+    def test_round_trip_ignores_the_cursor_field_itself(self):
+        cursor = self.mint(lifetime=10)
+        self.assertEqual(self.open(cursor, arguments={"folder": "docs", "cursor": cursor}), 3)
+        self.assertEqual(self.open(cursor, arguments={"folder": "docs"}, now=NOW + 9), 3)
+        self.assertRefused("PAGE_CURSOR_EXPIRED", self.open, cursor, now=NOW + 10)
+
+    def test_bound_to_the_principal_tool_and_arguments(self):
+        cursor = self.mint()
+        self.assertRefused("PAGE_CURSOR_OTHER_PRINCIPAL", self.open, cursor, principal=BOB)
+        self.assertRefused("PAGE_CURSOR_OTHER_QUERY", self.open, cursor, arguments={"folder": "other"})
+        self.assertRefused("PAGE_CURSOR_OTHER_QUERY", self.open, cursor, arguments={"folder": "docs", "limit": 1})
+        self.assertRefused("PAGE_CURSOR_OTHER_QUERY", self.open, cursor, tool="list_mail")
+
+    def test_forged_cursors_are_one_code(self):
+        cursor = self.mint()
+        parts = cursor.split(".")
+        for forged in (".".join([*parts[:3], "0", *parts[4:]]), ".".join([*parts[:3], "03", *parts[4:]]),
+                       cursor[:-1] + ("0" if cursor[-1] != "0" else "1"), "", None, cursor + "x",
+                       art.mint_access(KEYS, principal=ALICE, call_id="c", sha256=SHA, now=NOW)):
+            with self.subTest(forged):
+                self.assertRefused("PAGE_CURSOR_INVALID", self.open, forged)
+
+    def test_cursor_text_names_no_one(self):
+        cursor = self.mint(arguments={"folder": "secret-folder"})
+        self.assertTrue(cursor.isascii() and len(cursor) <= art.MAX_TOKEN_LENGTH)
+        for word in ("alice", "tenant-a", "secret-folder", "list_files"):
+            self.assertNotIn(word, cursor)
+
+    def test_position_and_lifetime_bounds(self):
+        self.assertEqual(self.open(self.mint(position=art.MAX_POSITION)), art.MAX_POSITION)
+        self.assertRefused("PAGE_CURSOR_STALE", self.mint, position=art.MAX_POSITION + 1)
+        self.assertRefused("PAGE_CURSOR_STALE", self.mint, position=-1)
+        self.assertEqual(self.open(self.mint(lifetime=art.MAX_CURSOR_LIFETIME)), 3)
+        self.assertRefused("PAGE_LIFETIME_INVALID", self.mint, lifetime=art.MAX_CURSOR_LIFETIME + 1)
+        self.assertRefused("PAGE_LIFETIME_INVALID", self.mint, lifetime=0)
+        self.assertRefused("PAGE_ARGUMENTS_INVALID", self.mint, arguments={"x": float("nan")})
+        self.assertRefused("PAGE_ARGUMENTS_INVALID", self.mint, arguments=["docs"])
+
+    def test_page_of_walks_a_list(self):
+        items = list(range(7))
+        seen, cursor = [], None
+        while True:
+            page = art.page_of(items, keys=KEYS, principal=ALICE, tool="list_files", now=NOW, page_size=3,
+                               arguments={"folder": "docs", "cursor": cursor})
+            seen.append((page.position, page.items))
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        self.assertEqual(seen, [(0, [0, 1, 2]), (3, [3, 4, 5]), (6, [6])])
+
+    def test_page_size_both_sides(self):
+        items = list(range(art.MAX_PAGE_SIZE + 1))
+        for size in (art.MIN_PAGE_SIZE, art.MAX_PAGE_SIZE):
+            page = art.page_of(items, keys=KEYS, principal=ALICE, tool="t", arguments={}, now=NOW, page_size=size)
+            self.assertEqual(len(page.items), size)
+        for size in (art.MIN_PAGE_SIZE - 1, art.MAX_PAGE_SIZE + 1, True):
+            self.assertRefused("PAGE_SIZE_INVALID", art.page_of, items, keys=KEYS, principal=ALICE, tool="t",
+                               arguments={}, now=NOW, page_size=size)
+        last = art.page_of(items[:3], keys=KEYS, principal=ALICE, tool="t", arguments={}, now=NOW, page_size=3)
+        self.assertEqual((last.items, last.next_cursor), ([0, 1, 2], None))
+
+    def test_a_cursor_past_a_shrunken_list_is_stale(self):
+        cursor = art.mint_cursor(KEYS, principal=ALICE, tool="t", arguments={}, position=3, now=NOW)
+        self.assertRefused("PAGE_CURSOR_STALE", art.page_of, [1, 2, 3], keys=KEYS, principal=ALICE, tool="t",
+                           arguments={"cursor": cursor}, now=NOW)
+        self.assertEqual(art.page_of([1, 2, 3, 4], keys=KEYS, principal=ALICE, tool="t", arguments={"cursor": cursor},
+                                     now=NOW).items, [4])
+
+
+# ============================================================================================
+# The whole path: a tool behind the core's dispatcher
+# ============================================================================================
+
+CHART = png(png_chunk(b"tEXt", b"Title\x00Quarterly revenue"))
+PNG_ONLY = policy("image/png", max_bytes=4_096)
+EXPORT = td.declare_tool(
+    "export_chart", description="Renders a chart and returns it as an artifact.", effect="read",
+    required_role="files.read",
+    input_schema={"type": "object", "properties": {"name": {"type": "string", "maxLength": 32}},
+                  "required": ["name"], "additionalProperties": False},
+    output_schema={"type": "object", "properties": {"chart": td.json_copy(dict(art.REFERENCE_SCHEMA))}, "required": ["chart"],
+                   "additionalProperties": False})
+LISTING = td.declare_tool(
+    "list_files", description="Lists a folder's files, a page at a time.", effect="read", required_role="files.read",
+    input_schema={"type": "object", "properties": {"folder": {"type": "string", "maxLength": 32},
+                                                   "cursor": td.json_copy(dict(art.CURSOR_SCHEMA))},
+                  "required": ["folder"], "additionalProperties": False},
+    output_schema={"type": "object", "properties": {
+        "files": {"type": "array", "items": {"type": "string", "maxLength": 32}, "maxItems": art.MAX_PAGE_SIZE},
+        "next_cursor": td.json_copy(dict(art.CURSOR_SCHEMA))}, "required": ["files", "next_cursor"], "additionalProperties": False})
+REGISTRY = td.declare_contracts(EXPORT, LISTING)
+FILES = [f"report-{n}.pdf" for n in range(7)]
+
+
+class TestThroughTheDispatcher(unittest.TestCase):
+    def setUp(self):
+        self.refusals = []
+        self.dispatcher = td.Dispatcher(registry=REGISTRY, seal_keys=SEAL_KEYS, hooks={
+            "export_chart": td.ToolHooks(execute=self.export_chart),
+            "list_files": td.ToolHooks(execute=self.list_files)})
+        self.calls = 0
+
+    def export_chart(self, call):
+        admitted = art.admit_bytes(CHART, declared_type="image/png", policy=PNG_ONLY)
+        access = art.mint_access(KEYS, principal=call.principal, call_id=art.current_call_id(),
+                                 sha256=admitted.sha256, now=call.now)
+        return td.Execution({"chart": art.reference(admitted, kind="blob", access=access)}, "none")
+
+    def list_files(self, call):
+        try:
+            page = art.page_of(FILES, keys=KEYS, principal=call.principal, tool=call.tool, arguments=call.arguments,
+                               now=call.now, page_size=3)
+        except art.ArtifactError as refusal:  # the host keeps the code; the model hears TOOL_FAILED
+            self.refusals.append(refusal.code)
+            return td.Execution(None, "not_committed")
+        return td.Execution({"files": page.items, "next_cursor": page.next_cursor}, "none")
+
+    def dispatch(self, proposal, principal=ALICE):
+        self.calls += 1
+        context = td.CallContext("OpenAI", "Responses", "openai-responses-v1", f"resp-{self.calls}",
+                                 f"call-{self.calls}", f"op-{self.calls}")
+        with art.call_scope(context):
+            package = self.dispatcher.dispatch(proposal, context, principal, now=NOW, deadline=NOW + 10)
+        return context, package
+
+    def verify(self, package, context=None):
+        td.verify_package(package, context=context, registry=REGISTRY, seal_keys=SEAL_KEYS, require_seal=True)
+
+    def assertPackageRefused(self, code, package):
+        with self.assertRaises(td.BoundaryError) as caught:
+            self.verify(package)
+        self.assertEqual(caught.exception.code, code)
+
+    def test_the_model_sees_only_the_reference(self):
+        context, package = self.dispatch({"name": "export_chart", "arguments": {"name": "q3"}})
+        self.verify(package, context)
+        result = package["model_result"]
+        self.assertEqual(result["status"], "ok")
+        chart = result["data"]["chart"]
+        self.assertTrue(art.is_reference(chart))
+        self.assertEqual((chart["kind"], chart["media_type"], chart["size"]), ("blob", "image/png", len(CHART)))
+        text = td.model_result_text(package)
+        for leaked in ("Quarterly", "IHDR", "tenant-a", "alice", KEYS.secrets["k1"].hex()):
+            self.assertNotIn(leaked, text)
+        # The host (never the model) opens the access for this very call.
+        self.assertEqual(art.open_access(KEYS, chart["access"], principal=ALICE, call_id=context.call_id,
+                                         sha256=chart["sha256"], now=NOW + 1), NOW + art.DEFAULT_ACCESS_LIFETIME)
+        with self.assertRaises(art.ArtifactError) as caught:
+            art.open_access(KEYS, chart["access"], principal=ALICE, call_id="call-2", sha256=chart["sha256"], now=NOW)
+        self.assertEqual(caught.exception.code, "ACCESS_OTHER_CALL")
+
+    def test_a_changed_reference_breaks_the_package(self):
+        _context, package = self.dispatch({"name": "export_chart", "arguments": {"name": "q3"}})
+        for member, value in (("sha256", "cd" * 32), ("size", 1), ("access", None)):
+            with self.subTest(member):
+                changed = copy.deepcopy(package)
+                changed["model_result"]["data"]["chart"][member] = value
+                self.assertPackageRefused("RESULT_DIGEST_MISMATCH", changed)
+
+    def test_the_seal_covers_the_reference_even_with_digests_recomputed(self):
+        _context, package = self.dispatch({"name": "export_chart", "arguments": {"name": "q3"}})
+        changed = copy.deepcopy(package)
+        changed["model_result"]["data"]["chart"]["sha256"] = "cd" * 32
+        audit = changed["protected_audit"]
+        _request, audit["result_sha256"], audit["call_binding_sha256"] = td.package_digests(changed)
+        self.assertPackageRefused("SEAL_MISMATCH", changed)
+
+    def test_the_audit_log_chains_the_reference(self):
+        _context, package = self.dispatch({"name": "export_chart", "arguments": {"name": "q3"}})
+        stream = io.BytesIO()
+        log = td.AuditLog(stream, seal_keys=SEAL_KEYS)
+        log.append(package)
+        log.close()
+        data = stream.getvalue()
+        report = td.verify_audit_log(data, seal_keys=SEAL_KEYS, require_seal=True)
+        self.assertEqual((report.entries, report.sealed), (1, True))
+        sha = package["model_result"]["data"]["chart"]["sha256"].encode()
+        self.assertEqual(data.count(sha), 1)  # the model_result's data: the audit keeps no copy of it
+        with self.assertRaises(td.BoundaryError) as caught:
+            td.verify_audit_log(data.replace(sha, b"cd" * 32), seal_keys=SEAL_KEYS, require_seal=True)
+        self.assertEqual((caught.exception.code, caught.exception.at), ("AUDIT_ENTRY_EDITED", "entries[0]"))
+
+    def test_a_refused_artifact_never_reaches_the_model(self):
+        self.dispatcher = td.Dispatcher(registry=REGISTRY, hooks={"export_chart": td.ToolHooks(
+            execute=lambda call: td.Execution({"chart": art.reference(art.admit_bytes(
+                png() + zip_of([("a", b"a")]), declared_type="image/png", policy=PNG_ONLY), kind="blob")}, "none")),
+            "list_files": td.ToolHooks(execute=self.list_files)})
+        _context, package = self.dispatch({"name": "export_chart", "arguments": {"name": "q3"}})
+        self.assertEqual(package["model_result"]["error"]["code"], "HANDLER_FAILED")
+        self.assertNotIn("data", package["model_result"])
+
+    def test_a_cursor_round_trips_for_the_next_page(self):
+        first_context, first = self.dispatch({"name": "list_files", "arguments": {"folder": "docs"}})
+        self.verify(first, first_context)
+        self.assertEqual(first["model_result"]["data"]["files"], FILES[:3])
+        cursor = first["model_result"]["data"]["next_cursor"]
+        _context, second = self.dispatch({"name": "list_files", "arguments": {"folder": "docs", "cursor": cursor}})
+        self.verify(second)
+        self.assertEqual(second["model_result"]["data"]["files"], FILES[3:6])
+        cursor = second["model_result"]["data"]["next_cursor"]
+        _context, third = self.dispatch({"name": "list_files", "arguments": {"folder": "docs", "cursor": cursor}})
+        self.assertEqual(third["model_result"]["data"], {"files": FILES[6:], "next_cursor": None})
+        self.assertEqual(self.refusals, [])
+
+    def test_a_cursor_is_refused_for_another_principal_or_other_arguments(self):
+        _context, first = self.dispatch({"name": "list_files", "arguments": {"folder": "docs"}})
+        cursor = first["model_result"]["data"]["next_cursor"]
+        codes = []
+        for principal, arguments in ((BOB, {"folder": "docs", "cursor": cursor}),
+                                     (ALICE, {"folder": "other", "cursor": cursor}),
+                                     (ALICE, {"folder": "docs", "cursor": cursor[:-1] + "x"})):
+            _context, package = self.dispatch({"name": "list_files", "arguments": arguments}, principal)
+            self.verify(package)
+            codes.append(package["model_result"]["error"]["code"])
+        # The last never reached the hook: a cursor's shape is part of the input contract.
+        self.assertEqual(codes, ["TOOL_FAILED", "TOOL_FAILED", "INVALID_ARGUMENTS"])
+        self.assertEqual(self.refusals, ["PAGE_CURSOR_OTHER_PRINCIPAL", "PAGE_CURSOR_OTHER_QUERY"])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -10,9 +10,11 @@ import socket
 import ssl
 import sys
 import threading
+import time
 import unittest
 import urllib.parse
 from pathlib import Path
+from unittest import mock
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -435,6 +437,7 @@ ROUTES = {
     "stall": lambda h, _a, _q: (h.plain(200, b"", [("Content-Length", "10")]), h.state.stop.wait(SERVER_CAP)),
     "slow-headers": route_slow_headers,
     "not-http": lambda h, _a, _q: h.wfile.write(b"NOT HTTP AT ALL\r\n\r\n"),
+    "bad-chunk": lambda h, _a, _q: h.wfile.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
 }
 
 
@@ -442,12 +445,14 @@ class LoopbackServer:
     """A ThreadingHTTPServer on 127.0.0.1, port 0. close() stops every endless route and joins
     every handler thread, so nothing outlives a test class."""
 
-    def __init__(self):
+    def __init__(self, address="127.0.0.1"):
         self.lock = threading.Lock()
         self.requests = []  # (path, header names in order, headers)
         self.stop = threading.Event()
         handler = type("BoundHandler", (Handler,), {"state": self})
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        server_class = type("Server", (http.server.ThreadingHTTPServer,), {"address_family": family})
+        self.httpd = server_class((address, 0), handler)
         self.httpd.daemon_threads = False
         self.httpd.block_on_close = True
         self.port = self.httpd.server_address[1]
@@ -559,7 +564,55 @@ class TestFetch(FetchCase):
         self.assertTrue(error.retryable)
 
     def test_a_server_that_does_not_speak_http(self):
-        self.fails("URL_RESPONSE_INVALID", f"{self.base}/not-http", requests=["/not-http"])
+        for route in ("not-http", "bad-chunk"):
+            with self.subTest(route):
+                self.server.reset()
+                self.fails("URL_RESPONSE_INVALID", f"{self.base}/{route}", requests=[f"/{route}"])
+
+
+class TestFetchSeams(FetchCase):
+    """The pieces fetch is made of, each at the seam where it decides."""
+
+    def test_the_system_resolver_never_sees_a_name(self):
+        real = socket.getaddrinfo
+        asked = []
+
+        def recording(host, *args, **kwargs):
+            asked.append(host)
+            return real(host, *args, **kwargs)
+
+        with mock.patch.object(socket, "getaddrinfo", side_effect=recording):
+            fetched = fetch(f"http://ok.test:{self.server.port}/ok", self.policy, DictResolver())
+            refused(self, "URL_NO_RESOLVER", fetch, f"http://ok.test:{self.server.port}/ok", self.policy)
+        self.assertEqual((fetched.data, asked), (b"hello", ["127.0.0.1"]))
+
+    def test_an_undeclared_body_is_read_to_one_byte_past_the_limit_and_no_further(self):
+        class Endless:
+            asked = 0
+
+            def read(self, amount):
+                self.asked += amount
+                return b"e" * amount
+
+        body = Endless()
+        with self.assertRaises(UrlError) as caught:
+            urls._read_bounded(body, 100_000)
+        self.assertEqual((caught.exception.code, body.asked), ("URL_RESPONSE_TOO_LARGE", 100_001))
+
+    def test_a_deadline_already_passed_sends_nothing(self):
+        checked = check_url(f"{self.base}/ok", self.policy)
+        with self.assertRaises(UrlError) as caught:
+            urls._exchange(checked, self.policy, time.monotonic() - 1, None)
+        self.assertEqual((caught.exception.code, self.server.paths()), ("URL_TIMEOUT", []))
+
+    def test_a_watchdog_that_fires_before_the_socket_exists_stops_the_connect(self):
+        connection = urls._PinnedConnection(check_url(f"{self.base}/ok", self.policy), WAIT, None)
+        connection.abort()
+        with self.assertRaises(TimeoutError):
+            connection.connect()
+        self.assertIsNotNone(connection.sock)
+        connection.close()
+        self.assertIsNone(connection.sock)
 
 
 class TestRedirects(FetchCase):
@@ -680,6 +733,37 @@ class TestBodies(FetchCase):
     def test_a_silent_server_stops_at_the_read_timeout(self):
         error = refused(self, "URL_TIMEOUT", fetch, f"{self.base}/stall", self.policy_with(timeout=0.3))
         self.assertTrue(error.retryable)
+
+
+class TestIpv6(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        try:
+            cls.server = LoopbackServer("::1")
+        except OSError:
+            raise unittest.SkipTest("no IPv6 loopback here") from None
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.close()
+
+    def setUp(self):
+        self.server.reset()
+        self.policy = UrlPolicy(schemes={"http"}, allowed_networks=("::1/128",), timeout=WAIT, deadline=WAIT)
+
+    def test_a_bracketed_literal_is_sent_bracketed_in_host(self):
+        fetched = fetch(f"http://[0:0::1]:{self.server.port}/ok", self.policy)
+        self.assertEqual((fetched.final_url, fetched.address), (f"http://[::1]:{self.server.port}/ok", "::1"))
+        self.assertEqual(self.server.requests[0][2]["Host"], f"[::1]:{self.server.port}")
+
+    def test_a_name_answering_ipv6_is_connected_to_its_address(self):
+        fetched = fetch(f"http://loop6.test:{self.server.port}/ok", self.policy, DictResolver())
+        self.assertEqual((fetched.data, fetched.address), (b"hello", "::1"))
+        self.assertEqual(self.server.requests[0][2]["Host"], f"loop6.test:{self.server.port}")
+
+    def test_reopening_ipv6_loopback_reopens_no_ipv4_spelling_of_it(self):
+        refused(self, "URL_ADDRESS_REFUSED", fetch, f"http://[::ffff:127.0.0.1]:{self.server.port}/ok", self.policy)
+        self.assertEqual(self.server.paths(), [])
 
 
 class TestTls(FetchCase):

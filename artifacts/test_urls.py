@@ -101,6 +101,11 @@ class TestPolicy(unittest.TestCase):
             with self.subTest(name):
                 refused(self, "URL_POLICY_INVALID", UrlPolicy, **arguments)
 
+    def test_scheme_and_port_lists_both_sides(self):
+        ports = list(range(1, urls.MAX_SCHEMES_AND_PORTS + 2))
+        self.assertEqual(len(UrlPolicy(ports=ports[:-1]).ports), urls.MAX_SCHEMES_AND_PORTS)
+        refused(self, "URL_POLICY_INVALID", UrlPolicy, ports=list(ports))
+
     def test_limits_at_their_ceilings_are_accepted(self):
         policy = UrlPolicy(max_redirects=urls.MAX_REDIRECTS_CEILING, max_response_bytes=urls.MAX_RESPONSE_BYTES_CEILING,
                            timeout=urls.MAX_DEADLINE, deadline=urls.MAX_DEADLINE,
@@ -775,14 +780,21 @@ class TestTls(FetchCase):
         seen = []
 
         class RecordingContext:
-            def wrap_socket(self, sock, server_hostname):
-                seen.append((server_hostname, sock.getpeername()[0]))
+            def wrap_socket(self, sock, server_hostname, do_handshake_on_connect):
+                seen.append((server_hostname, sock.getpeername()[0], do_handshake_on_connect))
                 raise ssl.SSLError("refused by the test")
 
         policy = self.policy_with(schemes={"https"})
         self.fails("URL_TLS_FAILED", f"https://ok.test:{self.server.port}/ok", policy, DictResolver(),
                    ssl_context=RecordingContext(), requests=[])
-        self.assertEqual(seen, [("ok.test", "127.0.0.1")])
+        self.assertEqual(seen, [("ok.test", "127.0.0.1", False)])
+
+    def test_a_handshake_that_never_ends_stops_at_the_deadline(self):
+        with socket.socket() as silent:  # accepts at the kernel's level, never answers a byte
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(1)
+            policy = self.policy_with(schemes={"https"}, timeout=urls.MAX_DEADLINE, deadline=0.5)
+            refused(self, "URL_TIMEOUT", fetch, f"https://127.0.0.1:{silent.getsockname()[1]}/", policy)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ import tool_dispatcher as td  # noqa: E402
 __all__ = ["DEFAULT_PORTS", "MAX_URL_LENGTH", "MAX_HOST_LENGTH", "MAX_LABEL_LENGTH", "MAX_ANSWERS",
            "DEFAULT_MAX_REDIRECTS", "MAX_REDIRECTS_CEILING", "DEFAULT_MAX_RESPONSE_BYTES",
            "MAX_RESPONSE_BYTES_CEILING", "DEFAULT_TIMEOUT", "DEFAULT_DEADLINE", "MAX_DEADLINE",
-           "MAX_ALLOWED_NETWORKS", "REDIRECT_STATUSES", "BODILESS_STATUSES", "REQUEST_HEADERS", "REFUSED_NETWORKS",
+           "MAX_ALLOWED_NETWORKS", "MAX_SCHEMES_AND_PORTS", "REDIRECT_STATUSES", "BODILESS_STATUSES", "REQUEST_HEADERS", "REFUSED_NETWORKS",
            "GLOBAL_UNICAST_V6", "URL_CATALOG", "UrlError", "UrlPolicy", "CheckedUrl", "Fetched",
            "Resolver", "address_class", "check_url", "fetch"]
 
@@ -456,16 +456,18 @@ class _PinnedConnection(http.client.HTTPConnection):
 
     def connect(self) -> None:
         sock = socket.create_connection((self.host, self.port), self.timeout)
-        try:
-            if self._tls is not None:
-                sock = self._tls.wrap_socket(sock, server_hostname=self._server_name)
-        except BaseException:
-            sock.close()
-            raise
+        if self._tls is not None:
+            try:  # the handshake waits until the watchdog can shut the socket it runs on
+                sock = self._tls.wrap_socket(sock, server_hostname=self._server_name, do_handshake_on_connect=False)
+            except BaseException:
+                sock.close()
+                raise
         with self._lock:
             self.sock = sock
             if self.timed_out:
                 raise TimeoutError
+        if self._tls is not None:
+            sock.do_handshake()
 
     def abort(self) -> None:
         """The deadline passed: shut the socket, so a read blocked on it returns at once."""

@@ -727,13 +727,17 @@ class TestBodies(FetchCase):
     def test_endless_body_stops_at_the_limit(self):
         self.fails("URL_RESPONSE_TOO_LARGE", f"{self.base}/endless", requests=["/endless"])
 
+
+class TestDeadlines(FetchCase):
+    """A deadline may pass before the server has logged the request: these tests count nothing,
+    and have a server of their own, so a late log never lands in another test's count."""
+
     def test_slow_endless_body_stops_at_the_deadline(self):
         policy = self.policy_with(max_response_bytes=urls.MAX_RESPONSE_BYTES_CEILING, deadline=0.5)
-        self.fails("URL_TIMEOUT", f"{self.base}/trickle", policy, requests=["/trickle"])
+        self.fails("URL_TIMEOUT", f"{self.base}/trickle", policy)
 
     def test_slow_headers_stop_at_the_deadline(self):
-        self.fails("URL_TIMEOUT", f"{self.base}/slow-headers", self.policy_with(deadline=0.5),
-                   requests=["/slow-headers"])
+        self.fails("URL_TIMEOUT", f"{self.base}/slow-headers", self.policy_with(deadline=0.5))
 
     def test_a_silent_server_stops_at_the_read_timeout(self):
         error = refused(self, "URL_TIMEOUT", fetch, f"{self.base}/stall", self.policy_with(timeout=0.3))

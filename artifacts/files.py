@@ -91,7 +91,7 @@ _DRIVE: Final = re.compile(r"[A-Za-z]:")  # C: or c:/... at the start: a Windows
 FILE_CATALOG: Final = MappingProxyType({
     **td.error_specs(
         "file", False,
-        FILE_PLATFORM_UNSUPPORTED="This platform cannot walk a path safely (no openat or O_NOFOLLOW); no file is admitted.",
+        FILE_PLATFORM_UNSUPPORTED="This platform cannot walk a path safely; no file is admitted.",
         FILE_ROOT_INVALID="The file root is not a usable directory with valid limits.",
         FILE_ROOT_CHANGED="The file root is no longer the directory it was declared as.",
         FILE_PATH_INVALID="The file path is not a non-empty UTF-8 text.",

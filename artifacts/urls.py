@@ -59,9 +59,9 @@ import tool_dispatcher as td  # noqa: E402
 __all__ = ["DEFAULT_PORTS", "MAX_URL_LENGTH", "MAX_HOST_LENGTH", "MAX_LABEL_LENGTH", "MAX_ANSWERS",
            "DEFAULT_MAX_REDIRECTS", "MAX_REDIRECTS_CEILING", "DEFAULT_MAX_RESPONSE_BYTES",
            "MAX_RESPONSE_BYTES_CEILING", "DEFAULT_TIMEOUT", "DEFAULT_DEADLINE", "MAX_DEADLINE",
-           "MAX_ALLOWED_NETWORKS", "MAX_SCHEMES_AND_PORTS", "REDIRECT_STATUSES", "BODILESS_STATUSES", "REQUEST_HEADERS", "REFUSED_NETWORKS",
-           "GLOBAL_UNICAST_V6", "URL_CATALOG", "UrlError", "UrlPolicy", "CheckedUrl", "Fetched",
-           "Resolver", "address_class", "check_url", "fetch"]
+           "MAX_ALLOWED_NETWORKS", "MAX_SCHEMES_AND_PORTS", "REDIRECT_STATUSES", "BODILESS_STATUSES",
+           "REQUEST_HEADERS", "REFUSED_NETWORKS", "GLOBAL_UNICAST_V6", "URL_CATALOG", "UrlError", "UrlPolicy",
+           "CheckedUrl", "Fetched", "Resolver", "address_class", "check_url", "fetch"]
 
 # ============================================================================================
 # 1. Limits and constants

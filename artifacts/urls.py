@@ -321,11 +321,14 @@ def check_url(url: str, policy: UrlPolicy, resolver: Resolver | None = None) -> 
     host_text, bracketed, port_text = _split_netloc(netloc)
     port = _port(port_text, scheme, policy)
     host, addresses = (_ipv6_host if bracketed else _host)(host_text, policy, resolver)
-    authority = f"[{host}]" if bracketed else host
-    if port != DEFAULT_PORTS[scheme]:
-        authority += f":{port}"
     target = (path or "/") + (f"?{query}" if query else "")
-    return CheckedUrl(f"{scheme}://{authority}{target}", scheme, host, port, target, addresses)
+    return CheckedUrl(f"{scheme}://{_authority(scheme, host, port)}{target}", scheme, host, port, target, addresses)
+
+
+def _authority(scheme: str, host: str, port: int) -> str:
+    """host[:port] as a URL and the Host header write it: IPv6 in brackets, no default port."""
+    authority = f"[{host}]" if ":" in host else host
+    return authority if port == DEFAULT_PORTS[scheme] else f"{authority}:{port}"
 
 
 def _split_netloc(netloc: str) -> tuple[str, bool, str | None]:
@@ -542,10 +545,8 @@ def _exchange(checked: CheckedUrl, policy: UrlPolicy, deadline: float, context: 
 
 
 def _request(connection: _PinnedConnection, checked: CheckedUrl, policy: UrlPolicy) -> _Answer:
-    authority = f"[{checked.host}]" if ":" in checked.host else checked.host
-    if checked.port != DEFAULT_PORTS[checked.scheme]:
-        authority += f":{checked.port}"
-    connection.request("GET", checked.target, headers={"Host": authority, **REQUEST_HEADERS})
+    host = _authority(checked.scheme, checked.host, checked.port)
+    connection.request("GET", checked.target, headers={"Host": host, **REQUEST_HEADERS})
     response = connection.getresponse()
     content_type = _single(response.headers.get_all("Content-Type"), "URL_RESPONSE_INVALID")
     if response.status in REDIRECT_STATUSES:

@@ -8,16 +8,13 @@ Run from the repository root (any of -O, -W error, both):
 from __future__ import annotations
 
 import copy
-import gzip
 import io
 import random
 import struct
 import sys
 import tarfile
 import unittest
-import warnings
 import zipfile
-import zlib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -39,69 +36,12 @@ SEAL_KEYS = td.SealKeys("s1", {"s1": bytes(range(32, 64))})
 SHA = "ab" * 32
 
 
-# -- Building valid and hostile bytes -----------------------------------------------------------
+# -- Building valid and hostile bytes: makers.py, shared with the hostile-artifact fixture --------
 
-def png_chunk(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-
-def png(*extra_chunks: bytes) -> bytes:
-    header = png_chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
-    pixels = png_chunk(b"IDAT", zlib.compress(b"\x00\x00"))
-    return b"\x89PNG\r\n\x1a\n" + header + b"".join(extra_chunks) + pixels + png_chunk(b"IEND", b"")
-
-
-def gif() -> bytes:
-    screen = b"GIF89a" + struct.pack("<HH", 1, 1) + b"\x00\x00\x00"
-    comment = b"\x21\xfe\x03abc\x00"
-    image = b"\x2c" + struct.pack("<HHHH", 0, 0, 1, 1) + b"\x00" + b"\x02\x02\x4c\x01\x00"
-    return screen + comment + image + b"\x3b"
-
-
-def jpeg() -> bytes:
-    app0 = b"\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"
-    scan = b"\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00" + b"\x12\x34\xff\x00\x56\xff\xd0\x78"
-    return b"\xff\xd8" + app0 + scan + b"\xff\xd9"
-
-
-def webp() -> bytes:
-    body = b"WEBP" + b"VP8L" + struct.pack("<I", 6) + b"\x2f\x00\x00\x00\x00\x00"
-    return b"RIFF" + struct.pack("<I", len(body)) + body
-
-
-def pdf(body: bytes = b"1 0 obj<<>>endobj\n") -> bytes:
-    return b"%PDF-1.4\n" + body + b"trailer<<>>\n%%EOF\n"
-
-
-def zip_of(entries, *, compression=zipfile.ZIP_DEFLATED) -> bytes:
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # zipfile warns about a duplicate name, which a test means
-        with zipfile.ZipFile(buffer, "w", compression) as archive:
-            for name, data in entries:
-                if isinstance(name, zipfile.ZipInfo):
-                    name.compress_type = compression
-                archive.writestr(name, data)
-    return buffer.getvalue()
-
-
-def tar_of(entries) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as archive:
-        for name, data, kind in entries:
-            info = tarfile.TarInfo(name)
-            info.type = kind
-            if kind == tarfile.REGTYPE:
-                info.size = len(data)
-                archive.addfile(info, io.BytesIO(data))
-            else:
-                info.linkname = "target" if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE) else ""
-                archive.addfile(info)
-    return buffer.getvalue()
-
-
-def gz(data: bytes) -> bytes:
-    return gzip.compress(data, mtime=0)
+if __package__:
+    from .makers import gif, gz, jpeg, pdf, png, png_chunk, tar_of, webp, zip_of
+else:
+    from makers import gif, gz, jpeg, pdf, png, png_chunk, tar_of, webp, zip_of  # noqa: E402
 
 
 def policy(*types: str, max_bytes: int = 65_536, **options) -> art.MediaPolicy:

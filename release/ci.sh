@@ -72,7 +72,7 @@ else
 fi
 
 # What the installed commands are run on, copied out of the checkout.
-cp tool-cases.json tool-transaction-bench/samples/plans.jsonl release/smoke.py "$tmp/data/"
+cp tool-cases.json tool-transaction-bench/samples/plans.jsonl artifacts/hostile-artifacts.json release/smoke.py "$tmp/data/"
 cp examples/own_tools.py "$tmp/data/example/"
 
 # 3. Each version: the wheel alone in a fresh environment, used from another folder.

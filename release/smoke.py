@@ -35,6 +35,7 @@ PACKAGES = {  # installed package: its folder in the checkout
     "tool_dispatcher_mcp": "mcp_bridge",
     "tool_dispatcher_bench": "tool-transaction-bench/txbench",
     "tool_dispatcher_signatures": "signatures",
+    "tool_dispatcher_artifacts": "artifacts",
 }
 NOT_INSTALLED = ("test_*", "fault_server", "checkpoint_cases")  # release/build_py.py's list
 COMMANDS = {  # command on PATH: what `python -m` runs the same
@@ -44,10 +45,12 @@ COMMANDS = {  # command on PATH: what `python -m` runs the same
     "tool-dispatcher-bench": "tool_dispatcher_bench",
     "tool-dispatcher-mcp": "tool_dispatcher_mcp",
     "tool-dispatcher-signatures": "tool_dispatcher_signatures",
+    "tool-dispatcher-artifacts": "tool_dispatcher_artifacts",
 }
 PLAIN_NAMES = ("client", "importer", "forward", "guard", "census", "demo_server", "fault_server", "mcp_bridge",
                "durable_dispatcher", "postgres_store", "bench_durable", "durable", "provider_streams",
-               "stream_table", "txbench", "transaction_bench", "audit_signatures", "signatures", "cli")
+               "stream_table", "txbench", "transaction_bench", "audit_signatures", "signatures", "cli",
+               "artifacts", "multimodal", "hostile", "makers", "files", "urls")
 EXTRAS = ("psycopg", "cryptography", "mcp", "openai", "anthropic", "google")
 EXPECTED_REQUIRES = {"postgres": ["psycopg[binary]>=3.1"], "mcp": [], "signatures": ["cryptography>=42"],
                      "sdk-checks": ["openai==3.57.0", "anthropic==2.14.0", "google-genai==3.6.1", "mcp==2.3.0"]}
@@ -76,6 +79,7 @@ def contents(wheel: str) -> None:
         expected |= {f"{package}/{path.name}" for path in Path(folder).glob("*.py") if installed_module(path.stem)}
         expected.add(f"{package}/py.typed")
     expected |= {f"tool_dispatcher_streams/fixtures/{path.name}" for path in Path("provider_streams/fixtures").glob("*.json")}
+    expected.add("tool_dispatcher_artifacts/hostile-artifacts.json")
     check(not expected - names, f"the wheel has every installed file (missing: {sorted(expected - names)})")
     check(not names - expected, f"the wheel has nothing else (extra: {sorted(names - expected)})")
     check(not any(fnmatch.fnmatchcase(Path(name).stem, "test_*") for name in names), "no test module in the wheel")
@@ -177,6 +181,9 @@ def commands(data: Path) -> None:
     done = run(str(bindir / "tool-dispatcher-mcp"), "import", "--server-command", server,
                "--out", "draft.json", "--report", "report.json")
     check(done.returncode == 0 and Path("draft.json").is_file(), f"tool-dispatcher-mcp import of the example server ({done.stdout[-300:]})")
+    done = run(str(bindir / "tool-dispatcher-artifacts"), "--fixture", str(data / "hostile-artifacts.json"))
+    check(done.returncode == 0 and json.loads(done.stdout)["passed"] is True,
+          f"tool-dispatcher-artifacts runs the hostile-artifact fixture ({done.stdout[-200:]})")
     done = run(str(bindir / "tool-dispatcher-signatures"), "keygen", "--out", "keys")
     check(failure_shape(done, "SIGNATURES_UNAVAILABLE"), "tool-dispatcher-signatures without its extra: SIGNATURES_UNAVAILABLE")
     done = run(sys.executable, "-B", str(data / "example" / "own_tools.py"))

@@ -73,7 +73,7 @@ fi
 
 # What the installed commands are run on, copied out of the checkout.
 cp tool-cases.json tool-transaction-bench/samples/plans.jsonl artifacts/hostile-artifacts.json release/smoke.py "$tmp/data/"
-cp examples/own_tools.py "$tmp/data/example/"
+cp examples/own_tools.py examples/artifact_tools.py "$tmp/data/example/"
 
 # 3. Each version: the wheel alone in a fresh environment, used from another folder.
 newest=""

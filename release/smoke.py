@@ -12,8 +12,9 @@ folder that is not the checkout: it imports every layer, checks that no module i
 under a plain name (``client``, ``durable_dispatcher``, ...), that the core imports only the standard
 library, runs each command's ``--help``, its failure shape, and a real job for each (the fixture,
 the durable ledger, a recorded stream, a bench scenario and a plans file with a user orchestrator in
-its child process, an MCP import of the example server), then examples/own_tools.py. DATA_DIR holds
-copies of tool-cases.json, samples/plans.jsonl, the bench's examples/ and own_tools.py.
+its child process, an MCP import of the example server, the hostile-artifact fixture), then
+examples/own_tools.py and examples/artifact_tools.py. DATA_DIR holds
+copies of tool-cases.json, samples/plans.jsonl, the bench's examples/, own_tools.py and artifact_tools.py.
 ``installed --extras`` checks instead that the postgres and signatures extras' layers work.
 Exit 0 when every check held; each failure is printed, and the exit is 1.
 """
@@ -189,6 +190,9 @@ def commands(data: Path) -> None:
     done = run(sys.executable, "-B", str(data / "example" / "own_tools.py"))
     check(done.returncode == 0 and json.loads(done.stdout)["passed"] is True,
           f"examples/own_tools.py against the installed packages ({done.stdout[-200:]} {done.stderr[-300:]})")
+    done = run(sys.executable, "-B", str(data / "example" / "artifact_tools.py"))
+    check(done.returncode == 0 and json.loads(done.stdout)["passed"] is True,
+          f"examples/artifact_tools.py against the installed packages ({done.stdout[-200:]} {done.stderr[-300:]})")
 
 
 def extras(data: Path) -> None:

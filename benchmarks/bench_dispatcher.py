@@ -639,8 +639,23 @@ RATIOS = (
 )
 
 
+def round_ratios(numerator: Measurement, denominator: Measurement) -> list[float]:
+    return [a / b for a, b in zip(numerator.samples, denominator.samples)]
+
+
 def paired_ratio(numerator: Measurement, denominator: Measurement) -> float:
-    return statistics.median(a / b for a, b in zip(numerator.samples, denominator.samples))
+    return statistics.median(round_ratios(numerator, denominator))
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 # ============================================================================================
@@ -672,10 +687,12 @@ def report(measurements: list[Measurement], facts: dict[str, Any], unavailable: 
     ratios: dict[str, Any] = {}
     for ratio in RATIOS:
         if ratio.numerator in by_key and ratio.denominator in by_key:
-            value = paired_ratio(by_key[ratio.numerator], by_key[ratio.denominator])
+            per_round = round_ratios(by_key[ratio.numerator], by_key[ratio.denominator])
+            value = statistics.median(per_round)
             of_mins = min(by_key[ratio.numerator].samples) / min(by_key[ratio.denominator].samples)
             ratios[ratio.key] = {
                 "value": round(value, 4), "value_of_mins": round(of_mins, 4),
+                "spread": [round(min(per_round), 4), round(max(per_round), 4)],
                 "of": ratio.numerator, "to": ratio.denominator,
                 "target": ratio.target, "holds": None if ratio.target is None else value <= ratio.target,
             }
@@ -683,6 +700,7 @@ def report(measurements: list[Measurement], facts: dict[str, Any], unavailable: 
         "benchmark": "tool_dispatcher",
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "load_average": [round(load, 2) for load in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "quick": quick,
@@ -708,11 +726,14 @@ def _micro(nanoseconds: float) -> str:
 def render_table(result: dict[str, Any]) -> str:
     ratios_by_numerator = {ratio["of"]: (key, ratio) for key, ratio in result["ratios"].items()}
     versus = {ratio.key: ratio.versus for ratio in RATIOS}
-    header = f"{'measurement':<54} {'median':>11} {'min':>11}  {'ratio':>7}  {'of':<17} {'target':<8}"
+    header = (f"{'measurement':<54} {'median':>11} {'min':>11}  {'ratio':>7}  {'spread':<13}  {'of':<17} "
+              f"{'target':<8}")
     lines = [
-        f"tool_dispatcher benchmark: Python {result['python']}, {result['rounds']} rounds after a warm-up"
+        f"tool_dispatcher benchmark: Python {result['python']}, {result['cpu_model']} ({result['cpu_count']} cores), "
+        f"{result['rounds']} rounds after a warm-up"
         f"{' (QUICK: figures mean nothing)' if result['quick'] else ''}, load {result['load_average']}",
-        "times per call (or per result / per event); ratio = median of same-round ratios",
+        "times per call (or per result / per event); ratio = median of same-round ratios, "
+        "spread = the lowest and the highest of them",
         header,
         "-" * len(header),
     ]
@@ -721,14 +742,15 @@ def render_table(result: dict[str, Any]) -> str:
         if m["section"] != section:
             section = m["section"]
             lines.append(f"[{section}]")
-        ratio_text = of = target = ""
+        ratio_text = spread = of = target = ""
         if key in ratios_by_numerator:
             ratio_key, ratio = ratios_by_numerator[key]
             ratio_text, of = f"{ratio['value']:.2f}x", versus[ratio_key]
+            spread = f"[{ratio['spread'][0]:.2f}, {ratio['spread'][1]:.2f}]"
             if ratio["target"] is not None:
                 target = f"<= {ratio['target']:g}x " + ("ok" if ratio["holds"] else "MISS")
         lines.append(f"  {m['label']:<52} {_micro(m['median_ns']):>11} {_micro(m['min_ns']):>11}  "
-                     f"{ratio_text:>7}  {of:<17} {target}")
+                     f"{ratio_text:>7}  {spread:<13}  {of:<17} {target}")
     for name, reason in result["unavailable"].items():
         lines.append(f"  {name:<52} not available: {reason}")
     facts = result["facts"]

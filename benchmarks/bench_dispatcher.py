@@ -53,6 +53,10 @@ if str(ROOT) not in sys.path:
 
 import tool_dispatcher as td  # noqa: E402  (the module measured lives one directory up)
 
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_contracts import cpu_model  # noqa: E402  (its sibling's: the processor's name, one way)
+
 # ============================================================================================
 # Workload: one world, one principal, the shipped fixture's shapes
 # ============================================================================================
@@ -641,21 +645,6 @@ RATIOS = (
 
 def round_ratios(numerator: Measurement, denominator: Measurement) -> list[float]:
     return [a / b for a, b in zip(numerator.samples, denominator.samples)]
-
-
-def paired_ratio(numerator: Measurement, denominator: Measurement) -> float:
-    return statistics.median(round_ratios(numerator, denominator))
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 # ============================================================================================

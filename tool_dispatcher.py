@@ -6086,14 +6086,28 @@ def _is_bool(value: Any) -> bool:
 
 def _sorted_set_of(check: _Check, limit: int) -> _Check:
     """A list of at most `limit` items, each passing `check`, sorted and without repeats."""
-    return lambda value: (type(value) is list and len(value) <= limit and all(check(item) for item in value)
-                          and value == sorted(set(value)))
+    def holds(value: Any) -> bool:
+        if type(value) is not list or len(value) > limit:
+            return False
+        for item in value:
+            if not check(item):
+                return False
+        return value == sorted(set(value))
+    return holds
 
 
 def _nested(table: _Table) -> _Check:
     """An object inside a table, as one check: exactly its fields (plain keys), each passing."""
-    return lambda value: (type(value) is dict and plain_keys(value) and value.keys() == table.fields
-                          and all(check(value[name]) for name, check in table.checks))
+    fields, checks = table.fields, table.checks
+
+    def holds(value: Any) -> bool:
+        if type(value) is not dict or not plain_keys(value) or value.keys() != fields:
+            return False
+        for name, check in checks:
+            if not check(value[name]):
+                return False
+        return True
+    return holds
 
 
 def _checked_later(_value: Any) -> bool:
@@ -6343,8 +6357,10 @@ def _check_digests(result: dict[str, Any], audit: dict[str, Any], execution: dic
 def _check_expected_context(provider_context: dict[str, Any], context: CallContext) -> None:
     check_context(context)
     expected = context.view(provider_context["purpose"])
-    _require_in_package(ProviderProfile(provider_context["provider"], provider_context["api_family"],
-                             provider_context["adapter_revision"]) == context.profile, "PROVIDER_MISMATCH")
+    # The profile's three fields, compared as ProviderProfile compares them, without building two.
+    _require_in_package((provider_context["provider"], provider_context["api_family"],
+                         provider_context["adapter_revision"])
+                        == (context.provider, context.api_family, context.adapter_revision), "PROVIDER_MISMATCH")
     _require_in_package(provider_context == expected, "CALL_BINDING_MISMATCH")
 
 

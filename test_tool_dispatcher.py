@@ -8714,7 +8714,240 @@ class TestResultSets(unittest.TestCase):
 # ============================================================================================
 
 
-class TestProviderAdapters(unittest.TestCase):
+def package_paths(value, path=()):
+    """Every place in a package: each key at every depth (dicts and lists), the root excluded."""
+    if type(value) is dict:
+        for key, item in value.items():
+            yield path + (key,)
+            yield from package_paths(item, path + (key,))
+    elif type(value) is list:
+        for index, item in enumerate(value):
+            yield path + (index,)
+            yield from package_paths(item, path + (index,))
+
+
+def changed_values(value) -> list:
+    """Values that differ from `value` (each by type or by content), for a place that held it."""
+    kind = type(value)
+    if kind is bool:
+        return [not value, int(value)]
+    if kind is int:
+        return [value + 1, str(value)]
+    if kind is str:
+        return [value + "x", None]
+    if value is None:
+        return ["x", 0]
+    if kind is dict:
+        return [{**value, "extra": None}, {}]
+    return [value + ["x"], []] if value else [["x"], None]
+
+
+def mutations(package):
+    """(label, change) for every place of the package: each value replaced, each key removed."""
+    for path in package_paths(package):
+        parent_path, key = path[:-1], path[-1]
+
+        def parent(target, parent_path=parent_path):
+            for step in parent_path:
+                target = target[step]
+            return target
+        for replacement in changed_values(parent(package)[key]):
+            def replace_value(target, parent=parent, key=key, replacement=replacement):
+                parent(target)[key] = copy.deepcopy(replacement)
+            yield f"{path} = {replacement!r}", replace_value
+        if type(parent(package)) is dict:
+            def remove(target, parent=parent, key=key):
+                del parent(target)[key]
+            yield f"del {path}", remove
+    def add_member(target):
+        target["extra"] = None
+    yield "package['extra']", add_member
+
+
+def container_ids(value) -> set[int]:
+    if type(value) is dict:
+        return {id(value)}.union(*(container_ids(item) for item in value.values()))
+    if type(value) is list:
+        return {id(value)}.union(*(container_ids(item) for item in value))
+    return set()
+
+
+class FastPathEverywhere(Dispatcher):
+    """A dispatcher whose every dispatch goes through dispatch_for_provider, keeping each answer
+    with a copy of its package taken as it was returned (the fixture runner adapts it after)."""
+
+    def __init__(self, *args, **options):
+        super().__init__(*args, **options)
+        self.answers = []
+        self._inner = False
+
+    def dispatch(self, proposal, context, principal, **options):
+        if self._inner:
+            return super().dispatch(proposal, context, principal, **options)
+        self._inner = True
+        try:
+            answer = self.dispatch_for_provider(proposal, context, principal, **options)
+        finally:
+            self._inner = False
+        self.answers.append((answer, td.json_copy(answer.package), context, principal))
+        return answer.package
+
+
+class ReturnsACopy(Dispatcher):
+    """A subclass whose dispatch hands back another dict than the one it built (changed by `edit`)."""
+
+    def __init__(self, *args, edit=lambda package: None, **options):
+        super().__init__(*args, **options)
+        self.edit = edit
+
+    def dispatch(self, *args, **options):
+        package = td.json_copy(super().dispatch(*args, **options))
+        self.edit(package)
+        return package
+
+
+class DispatchForProviderTests:
+    """Dispatcher.dispatch_for_provider: the package and its provider item from one call. The
+    item is shaped from the dispatcher's own values before the package is handed out, so it is
+    the item adapt() gives for the package as built, and no later change to the package reaches it."""
+
+    def fresh_answers(self):
+        """(label, answer, verification options) of each kind of package, each from a new dispatcher."""
+        keys = seal_keys()
+        read_ctx, write_ctx = context("anthropic"), write_context("gemini")
+        yield "read", make_dispatcher().dispatch_for_provider(read_proposal(), read_ctx, ALICE, now=NOW), \
+            read_ctx, {}
+        yield "write", make_dispatcher().dispatch_for_provider(
+            refund_proposal(), write_ctx, ALICE, approval=approval_for(write_ctx), now=NOW), write_ctx, {}
+        yield "refusal", make_dispatcher().dispatch_for_provider(
+            {"name": "drop_tables", "arguments": {}}, context("openai"), ALICE, now=NOW), context("openai"), {}
+        yield "sealed read", make_dispatcher(seal_keys=keys).dispatch_for_provider(
+            read_proposal(), context("mcp"), ALICE, now=NOW), context("mcp"), \
+            {"seal_keys": keys, "require_seal": True}
+
+    def test_the_item_is_adapts_item_for_every_step_of_the_shipped_fixture(self):
+        for keys in (None, seal_keys()):
+            with self.subTest(sealed=keys is not None):
+                built = []
+
+                def dispatcher_for(case, world, keys=keys):
+                    built.append(FastPathEverywhere.from_world(world, seal_keys=keys))
+                    return built[-1]
+                summary, reports = td.run_fixture(td.load_fixture(FIXTURE_PATH), dispatcher_for=dispatcher_for,
+                                                  seal_keys=keys)
+                self.assertTrue(summary["passed"], summary["failures"])
+                answers = [answer for dispatcher in built for answer in dispatcher.answers]
+                self.assertEqual(len(answers), sum(report.kind == "dispatch" for report in reports))
+                # The fixture's calls come from three profiles; the MCP one is in fresh_answers.
+                self.assertEqual({answer[2].adapter_revision for answer in answers},
+                                 set(td.PROVIDER_PROFILES) - {"mcp-tools-call-v1"})
+                for answer, as_returned, ctx, principal in answers:
+                    self.assertEqual(answer.item, td.adapt(as_returned, ctx, ctx.adapter_revision, principal=principal,
+                                                           seal_keys=keys, require_seal=keys is not None))
+
+    def test_the_item_shares_nothing_with_the_package(self):
+        for label, answer, ctx, options in self.fresh_answers():
+            with self.subTest(package=label):
+                self.assertEqual(container_ids(answer.item) & container_ids(answer.package), set())
+                self.assertEqual(answer.item, td.adapt(td.json_copy(answer.package), ctx, ctx.adapter_revision,
+                                                       principal=ALICE, **options))
+
+    def test_every_change_to_a_returned_package_leaves_its_item_and_fails_full_verification(self):
+        # Every key at every depth, the seal included: each value replaced (by another of its type
+        # and by one of another type), each key removed, and a key added. The item, shaped before
+        # the package was handed out, stays the item of the package as built; the changed package,
+        # handed to an adapter, takes full verification and is refused with verify_package's code.
+        checked = 0
+        for label, first, ctx, options in self.fresh_answers():
+            expected_item = td.json_copy(first.item)
+            for change, apply in mutations(first.package):
+                answer = next(found for found_label, found, _ctx, _options in self.fresh_answers()
+                              if found_label == label)
+                apply(answer.package)
+                with self.subTest(package=label, change=change):
+                    self.assertEqual(answer.item, expected_item)
+                    with self.assertRaises(BoundaryError) as verified:
+                        td.verify_package(answer.package, context=ctx, principal=ALICE, **options)
+                    with self.assertRaises(BoundaryError) as adapted:
+                        td.adapt(answer.package, ctx, ctx.adapter_revision, principal=ALICE, **options)
+                    self.assertEqual(adapted.exception.code, verified.exception.code)
+                checked += 1
+        self.assertGreater(checked, 400)
+
+    def test_no_verification_on_the_fast_path_and_one_for_every_package_an_adapter_gets(self):
+        ctx = context("openai")
+        with mock.patch.object(td, "verify_package", wraps=td.verify_package) as verify:
+            answer = make_dispatcher().dispatch_for_provider(read_proposal(), ctx, ALICE, now=NOW)
+            self.assertEqual(verify.call_count, 0)
+            # The very package the dispatcher returned, and a copy from elsewhere: both verified.
+            for package in (answer.package, json.loads(json.dumps(answer.package))):
+                self.assertEqual(td.to_openai_responses(package, ctx, principal=ALICE), answer.item)
+            self.assertEqual(verify.call_count, 2)
+
+    def test_a_package_the_call_did_not_see_built_is_verified_in_full(self):
+        ctx = context("gemini")
+        with mock.patch.object(td, "verify_package", wraps=td.verify_package) as verify:
+            answer = ReturnsACopy(world_orders()).dispatch_for_provider(read_proposal(), ctx, ALICE, now=NOW)
+            self.assertEqual(verify.call_count, 1)
+        self.assertEqual(answer.item, td.to_gemini_interactions(answer.package, ctx, principal=ALICE))
+
+        def tamper(package):
+            package["model_result"]["data"]["status"] = "refunded"
+        with self.assertRaises(BoundaryError) as caught:
+            ReturnsACopy(world_orders(), edit=tamper).dispatch_for_provider(read_proposal(), ctx, ALICE, now=NOW)
+        self.assertEqual(caught.exception.code, "RESULT_DIGEST_MISMATCH")
+
+    def test_the_full_path_verifies_with_the_dispatchers_registry_and_seal(self):
+        # A copy from a sealing dispatcher over its own contract set: verified against that set
+        # and with its seal required; an unsealed copy is refused.
+        keys = seal_keys()
+        registry = imported_contracts()
+        ctx = context("openai")
+        proposal = {"name": "order_lines", "arguments": {"order_ref": "ORDER-7", "limit": 2}}
+        dispatcher = ReturnsACopy(registry=registry, hooks=IMPORTED_HOOKS, seal_keys=keys)
+        answer = dispatcher.dispatch_for_provider(proposal, ctx, ALICE, now=NOW)
+        self.assertEqual(answer.package["model_result"]["status"], "ok")
+        self.assertEqual(answer.item, td.adapt(answer.package, ctx, ctx.adapter_revision, principal=ALICE,
+                                               registry=registry, seal_keys=keys, require_seal=True))
+
+        def unseal(package):
+            package["seal"] = {"key_id": None, "hmac_sha256": None}
+        dispatcher = ReturnsACopy(registry=registry, hooks=IMPORTED_HOOKS, seal_keys=keys, edit=unseal)
+        with self.assertRaises(BoundaryError) as caught:
+            dispatcher.dispatch_for_provider(proposal, ctx, ALICE, now=NOW)
+        self.assertEqual(caught.exception.code, "SEAL_REQUIRED")
+
+    def test_a_handler_that_dispatches_again_leaves_each_call_its_own_item(self):
+        inner_ctx, outer_ctx = context("anthropic", call="call_inner"), context("openai", call="call_outer")
+        inner = []
+
+        def handler(call):
+            if call.arguments["order_ref"] == "ORDER-7":  # the outer call's handler dispatches once more
+                inner.append(dispatcher.dispatch_for_provider(read_proposal("ORDER-11"), inner_ctx, ALICE, now=NOW))
+            return td.handle_get_order(call)
+        dispatcher = Dispatcher(world_orders(), handlers={**td.HANDLERS, "get_order": handler})
+        with mock.patch.object(td, "verify_package", wraps=td.verify_package) as verify:
+            outer = dispatcher.dispatch_for_provider(read_proposal(), outer_ctx, ALICE, now=NOW)
+            self.assertEqual(verify.call_count, 0)
+        self.assertEqual([answer.package["model_result"]["data"]["order_ref"] for answer in (inner[0], outer)],
+                         ["ORDER-11", "ORDER-7"])
+        for answer, ctx in ((inner[0], inner_ctx), (outer, outer_ctx)):
+            self.assertEqual(answer.item, td.adapt(answer.package, ctx, ctx.adapter_revision, principal=ALICE))
+
+    def test_a_plain_dispatch_collects_nothing(self):
+        dispatcher = make_dispatcher()
+        read(dispatcher)
+        self.assertIsNone(getattr(dispatcher._built, "packages", None))
+
+    def test_a_refusal_to_the_host_collects_nothing_afterwards(self):
+        dispatcher = make_dispatcher()
+        with self.assertRaises(BoundaryError) as caught:
+            dispatcher.dispatch_for_provider(read_proposal(), context(), ALICE, now="soon")
+        self.assertEqual(caught.exception.code, "CONTEXT_INVALID")
+        self.assertIsNone(getattr(dispatcher._built, "packages", None))
+
+
+class TestProviderAdapters(DispatchForProviderTests, unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):

@@ -141,13 +141,14 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "load_seal_keys", "parse_seal_keys", "checked_seal_keys", "seal_keys_from_environment",
     # 16. The dispatcher
     "AdmittedCall", "RecordKey", "same_intent", "receipt_binds", "downstream_refs", "Claim",
-    "OperationStore", "OPERATION_STORE_METHODS", "CountingDownstream", "MemoryOperations", "Dispatcher", "withheld",
+    "OperationStore", "OPERATION_STORE_METHODS", "CountingDownstream", "MemoryOperations", "AdaptedDispatch",
+    "Dispatcher", "withheld",
     # 17. Package verification
     "REDACTIONS", "verify_package",
     # 18. Result sets
     "verify_result_set",
     # 19. Provider adapters
-    "UNREGISTERED_TOOL_NAME", "model_result_text", "ADAPTERS", "adapt", "to_openai_responses",
+    "UNREGISTERED_TOOL_NAME", "model_result_text", "ModelView", "model_view", "SHAPES", "ADAPTERS", "adapt", "to_openai_responses",
     "to_anthropic_messages", "to_gemini_interactions", "to_mcp_tool_result",
     # 20. The audit log
     "GENESIS_SHA256", "audit_entry_sha256", "audit_entry_line", "audit_entry_from_text", "AuditLog",
@@ -5535,6 +5536,13 @@ def _approver_allowlist(approvers: Any) -> frozenset[str]:
     return frozenset(approvers)
 
 
+class AdaptedDispatch(NamedTuple):
+    """What Dispatcher.dispatch_for_provider returns: the result package, and the provider's item."""
+
+    package: dict[str, Any]
+    item: dict[str, Any]
+
+
 class Dispatcher:
     """The trusted boundary over one world and one operation store.
 
@@ -5565,6 +5573,9 @@ class Dispatcher:
         # this dispatcher wrote, under their own keys, and a replay must stay cheaper than a read.
         self._checks_answers = type(self.operations) is not MemoryOperations
         self._seal_keys = checked_seal_keys(seal_keys)  # None: every package says plainly that it is unsealed
+        # Per thread: while dispatch_for_provider runs, the list _package puts each package it
+        # builds in, with the ModelView of the values it built it from.
+        self._built = threading.local()
 
     @classmethod
     def from_world(cls, world: World, **options: Any) -> Dispatcher:
@@ -5616,6 +5627,32 @@ class Dispatcher:
             return self._refused(call, refusal)
         finally:
             self.operations.finish()
+
+    def dispatch_for_provider(self, proposal: Any, context: CallContext, principal: Principal, *,
+                              approval: Approval | None = None, now: int, deadline: int | None = None,
+                              fault: str = "none") -> AdaptedDispatch:
+        """dispatch(), and the provider's item for the package, as the adapter of the context's
+        profile shapes it (adapt() with this principal, this dispatcher's registry and its seal keys).
+
+        The item is shaped from the values the package was built from, inside this call, before
+        the package is handed to anyone but the operation store: nothing the caller does to the
+        package afterwards can reach the item, so the package is not verified again. A package
+        this call did not see built (a subclass's dispatch that returns another one) is verified
+        in full, as adapt() does.
+        """
+        local = self._built
+        outer = getattr(local, "packages", None)  # a hook that dispatches again, on this thread
+        local.packages = built = []
+        try:
+            package = self.dispatch(proposal, context, principal, approval=approval, now=now, deadline=deadline,
+                                    fault=fault)
+        finally:
+            local.packages = outer
+        if built and built[-1][0] is package:
+            return AdaptedDispatch(package, SHAPES[context.adapter_revision](built[-1][1], context))
+        return AdaptedDispatch(package, adapt(package, context, context.adapter_revision, principal=principal,
+                                              registry=self._registry, seal_keys=self._seal_keys,
+                                              require_seal=self._seal_keys is not None))
 
     def query_operation_status(self, proposal: Any, context: CallContext, principal: Principal, *,
                                now: int, fault: str = "none") -> dict[str, Any]:
@@ -5931,7 +5968,8 @@ class Dispatcher:
         execution = {"operation_state": state, "handler_invoked": handler_invoked, "effects": effects}
         redacted = sorted(redactions)
         evidence = {"execution": execution, "redactions": redacted, "resource_revision": revision}
-        result_digest = model_result_sha256(model_result)
+        result_text = canonical_text(model_result)
+        result_digest = _RESULT_TEMPLATE.sha256(result_text)
         if spec is None:  # refused before the registry named a tool: the definitions, no template
             request_digest = request_sha256(principal, None, None)
             binding_digest = call_binding_sha256(provider_context, None, request_digest, result_digest, downstream,
@@ -5954,13 +5992,18 @@ class Dispatcher:
             "result_sha256": result_digest,
             "call_binding_sha256": binding_digest,
         }
-        return {
+        package = {
             "format": PACKAGE_FORMAT,
             "model_result": model_result,
             "protected_audit": audit,
             "execution": execution,
             "seal": seal_view(self._seal_keys, "package", binding_digest),
         }
+        built = getattr(self._built, "packages", None)
+        if built is not None:  # nothing has left the dispatcher yet: these are its own values
+            built.append((package, ModelView(result_text, model_result["status"] != "ok",
+                                             model_result["source"]["tool"])))
+        return package
 
 
 def _as_data(spec: ToolSpec, output: Any) -> Any:
@@ -6043,14 +6086,28 @@ def _is_bool(value: Any) -> bool:
 
 def _sorted_set_of(check: _Check, limit: int) -> _Check:
     """A list of at most `limit` items, each passing `check`, sorted and without repeats."""
-    return lambda value: (type(value) is list and len(value) <= limit and all(check(item) for item in value)
-                          and value == sorted(set(value)))
+    def holds(value: Any) -> bool:
+        if type(value) is not list or len(value) > limit:
+            return False
+        for item in value:
+            if not check(item):
+                return False
+        return value == sorted(set(value))
+    return holds
 
 
 def _nested(table: _Table) -> _Check:
     """An object inside a table, as one check: exactly its fields (plain keys), each passing."""
-    return lambda value: (type(value) is dict and plain_keys(value) and value.keys() == table.fields
-                          and all(check(value[name]) for name, check in table.checks))
+    fields, checks = table.fields, table.checks
+
+    def holds(value: Any) -> bool:
+        if type(value) is not dict or not plain_keys(value) or value.keys() != fields:
+            return False
+        for name, check in checks:
+            if not check(value[name]):
+                return False
+        return True
+    return holds
 
 
 def _checked_later(_value: Any) -> bool:
@@ -6300,8 +6357,10 @@ def _check_digests(result: dict[str, Any], audit: dict[str, Any], execution: dic
 def _check_expected_context(provider_context: dict[str, Any], context: CallContext) -> None:
     check_context(context)
     expected = context.view(provider_context["purpose"])
-    _require_in_package(ProviderProfile(provider_context["provider"], provider_context["api_family"],
-                             provider_context["adapter_revision"]) == context.profile, "PROVIDER_MISMATCH")
+    # The profile's three fields, compared as ProviderProfile compares them, without building two.
+    _require_in_package((provider_context["provider"], provider_context["api_family"],
+                         provider_context["adapter_revision"])
+                        == (context.provider, context.api_family, context.adapter_revision), "PROVIDER_MISMATCH")
     _require_in_package(provider_context == expected, "CALL_BINDING_MISMATCH")
 
 
@@ -6377,40 +6436,64 @@ def model_result_text(package: Mapping[str, Any]) -> str:
     return canonical_json(package["model_result"]).decode("utf-8")
 
 
-def _openai_item(package: Mapping[str, Any], context: CallContext) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": context.call_id, "output": model_result_text(package)}
+class ModelView(NamedTuple):
+    """All an adapter reads of a package: the model_result's canonical text, whether it is an
+    error, and the tool its source names. Nothing of protected_audit is in it."""
+
+    text: str
+    is_error: bool
+    tool: str | None
 
 
-def _anthropic_block(package: Mapping[str, Any], context: CallContext) -> dict[str, Any]:
-    return {"type": "tool_result", "tool_use_id": context.call_id, "content": model_result_text(package),
-            "is_error": package["model_result"]["status"] != "ok"}
-
-
-def _gemini_turn(package: Mapping[str, Any], context: CallContext) -> dict[str, Any]:
+def model_view(package: Mapping[str, Any]) -> ModelView:
     result = package["model_result"]
+    return ModelView(model_result_text(package), result["status"] != "ok", result["source"]["tool"])
+
+
+def _openai_item(view: ModelView, context: CallContext) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": context.call_id, "output": view.text}
+
+
+def _anthropic_block(view: ModelView, context: CallContext) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": context.call_id, "content": view.text, "is_error": view.is_error}
+
+
+def _gemini_turn(view: ModelView, context: CallContext) -> dict[str, Any]:
     return {
         "previous_interaction_id": context.response_id,
         "input": [{
             "type": "function_result",
             "call_id": context.call_id,
-            "name": result["source"]["tool"] or UNREGISTERED_TOOL_NAME,
-            "result": [{"type": "text", "text": model_result_text(package)}],
-            "is_error": result["status"] != "ok",
+            "name": view.tool or UNREGISTERED_TOOL_NAME,
+            "result": [{"type": "text", "text": view.text}],
+            "is_error": view.is_error,
         }],
     }
 
 
-def _mcp_result(package: Mapping[str, Any], _context: CallContext) -> dict[str, Any]:
+def _mcp_result(view: ModelView, _context: CallContext) -> dict[str, Any]:
     # The JSON-RPC id and the request it answers are the MCP server's to pair: the result is all.
-    return {"content": [{"type": "text", "text": model_result_text(package)}],
-            "isError": package["model_result"]["status"] != "ok"}
+    return {"content": [{"type": "text", "text": view.text}], "isError": view.is_error}
 
 
-ADAPTERS: Final[Mapping[str, Callable[[Mapping[str, Any], CallContext], dict[str, Any]]]] = MappingProxyType({
+# Each adapter's shape, from the ModelView alone: adapt() takes the view from a package it has
+# verified, Dispatcher.dispatch_for_provider from the values it built the package from.
+SHAPES: Final[Mapping[str, Callable[[ModelView, CallContext], dict[str, Any]]]] = MappingProxyType({
     "openai-responses-v1": _openai_item,
     "anthropic-messages-v1": _anthropic_block,
     "gemini-interactions-v1": _gemini_turn,
     "mcp-tools-call-v1": _mcp_result,
+})
+
+
+def _on_package(shape: Callable[[ModelView, CallContext], dict[str, Any]]
+                ) -> Callable[[Mapping[str, Any], CallContext], dict[str, Any]]:
+    return lambda package, context: shape(model_view(package), context)
+
+
+# The same shapes over a (verified) package.
+ADAPTERS: Final[Mapping[str, Callable[[Mapping[str, Any], CallContext], dict[str, Any]]]] = MappingProxyType({
+    revision: _on_package(shape) for revision, shape in SHAPES.items()
 })
 
 
@@ -6426,7 +6509,7 @@ def adapt(package: Any, context: CallContext, adapter_revision: str, *,
         raise BoundaryError("PROVIDER_MISMATCH")
     verify_package(package, context=context, principal=principal, registry=registry, approvers=approvers,
                    seal_keys=seal_keys, require_seal=require_seal)
-    return ADAPTERS[adapter_revision](package, context)
+    return SHAPES[adapter_revision](model_view(package), context)
 
 
 def to_openai_responses(package: Any, context: CallContext, **options: Any) -> dict[str, Any]:

@@ -133,6 +133,19 @@ def round_seed(number: int) -> int:
     return number * PATTERNS_PER_FILE
 
 
+# The linearity line: each round also loads files of fewer tools (the same shapes and
+# properties), with pattern texts of their own, after every round's file's: a smaller file must
+# not meet texts a larger one proved (nor the other way round).
+SWEEP_TOOLS: Final = (TOOLS // 8, TOOLS // 4)
+SWEEP_PATTERNS: Final = sum(SWEEP_TOOLS) * 2 * PROPERTIES  # per round
+
+
+def sweep_seed(number: int, tools: int) -> int:
+    """The first pattern seed of round `number`'s file of `tools` tools (one of SWEEP_TOOLS)."""
+    before = sum(SWEEP_TOOLS[:SWEEP_TOOLS.index(tools)]) * 2 * PROPERTIES
+    return round_seed(MAX_ROUNDS + 1) + number * SWEEP_PATTERNS + before
+
+
 # ============================================================================================
 # Measuring
 # ============================================================================================
@@ -168,8 +181,16 @@ def measure_round(number: int) -> dict[str, float]:
     if len(contracts) != TOOLS:
         raise SystemExit("bench: the worst-case file did not load whole")
     first_seconds, _ = _timed(lambda: _first_checks(contracts))
+    sizes = {}
+    for tools in SWEEP_TOOLS:
+        smaller = build_contracts(sweep_seed(number, tools), tools=tools)
+        seconds, loaded = _timed(lambda smaller=smaller: td.parse_contracts(smaller))
+        if len(loaded) != tools:
+            raise SystemExit("bench: a smaller file did not load whole")
+        sizes[tools] = (len(smaller), seconds)
+    sizes[TOOLS] = (len(data), load_seconds)
     return {"bytes": len(data), "json_loads": json_seconds, "parse_contracts": load_seconds,
-            "first_checks": first_seconds}
+            "first_checks": first_seconds, "sizes": sizes}
 
 
 def collect(rounds: int, *, quick: bool) -> list[dict[str, float]]:
@@ -222,15 +243,33 @@ def report(rounds: list[dict[str, float]], *, quick: bool, load_before: list[flo
         "ratio_to_json_loads": round(statistics.median(entry["parse_contracts"] / entry["json_loads"]
                                                        for entry in rounds), 1),
         "us_per_byte": round(statistics.median(entry["parse_contracts"] / entry["bytes"] for entry in rounds) * 1e6, 3),
+        # Linear: the cost of a byte does not grow with the file. Per size, us per byte (the
+        # median of the rounds); the ratio of the largest file's to the smallest's, per round, then
+        # the median, with the lowest and the highest.
+        "sizes": [{"tools": tools, "bytes": int(statistics.median(entry["sizes"][tools][0] for entry in rounds)),
+                   "us_per_byte": round(statistics.median(entry["sizes"][tools][1] / entry["sizes"][tools][0]
+                                                          for entry in rounds) * 1e6, 3)}
+                  for tools in (*SWEEP_TOOLS, TOOLS)],
+        "linearity": _linearity([per_byte(entry, TOOLS) / per_byte(entry, SWEEP_TOOLS[0]) for entry in rounds]),
         "ratio_method": "median of per-round ratios, both sides timed in the same round on the same bytes",
     }
+
+
+def per_byte(entry: dict[str, Any], tools: int) -> float:
+    size, seconds = entry["sizes"][tools]
+    return seconds / size
+
+
+def _linearity(ratios: list[float]) -> dict[str, Any]:
+    return {"of": f"{TOOLS} tools", "to": f"{SWEEP_TOOLS[0]} tools", "ratio": round(statistics.median(ratios), 3),
+            "spread": [round(min(ratios), 3), round(max(ratios), 3)]}
 
 
 def render(result: dict[str, Any]) -> str:
     def times(name: str) -> str:
         return f"median {result[name]['median_ms']:,.2f} ms, min {result[name]['min_ms']:,.2f} ms"
 
-    file = result["file"]
+    file, linearity = result["file"], result["linearity"]
     return "\n".join([
         f"contracts loader benchmark: Python {result['python']}, {result['cpu_model']} ({result['cpu_count']} cores), "
         f"{result['rounds']} round(s){' (QUICK: figures mean little)' if result['quick'] else ''}, "
@@ -241,6 +280,11 @@ def render(result: dict[str, Any]) -> str:
         f"  ratio to json.loads                 {result['ratio_to_json_loads']:,.1f}x "
         f"({result['us_per_byte']:.3f} us per byte)",
         f"  first check of a pattern (its regex is built then, not at load)   {times('first_check_per_pattern')}",
+        "linear: the cost of a byte by file size (same shapes, new texts): "
+        + ", ".join(f"{size['tools']} tools ({size['bytes']:,} B) {size['us_per_byte']:.3f} us"
+                    for size in result["sizes"]),
+        f"  a byte of {linearity['of']} against a byte of {linearity['to']}: {linearity['ratio']:.2f}x "
+        f"[{linearity['spread'][0]:.2f}, {linearity['spread'][1]:.2f}] (1x: linear)",
     ])
 
 
@@ -250,7 +294,7 @@ def render(result: dict[str, Any]) -> str:
 
 # Each round's patterns are new texts: a shape has SHAPE_SEEDS of them, and the rounds after the
 # warm-up must not run out.
-MAX_ROUNDS: Final = min(50, SHAPE_SEEDS * len(SHAPES) // PATTERNS_PER_FILE - 1)
+MAX_ROUNDS: Final = min(50, SHAPE_SEEDS * len(SHAPES) // (PATTERNS_PER_FILE + SWEEP_PATTERNS) - 1)
 
 
 def _arguments(argv: list[str] | None) -> Any:

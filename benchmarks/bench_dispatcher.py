@@ -53,6 +53,10 @@ if str(ROOT) not in sys.path:
 
 import tool_dispatcher as td  # noqa: E402  (the module measured lives one directory up)
 
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_contracts import cpu_model  # noqa: E402  (its sibling's: the processor's name, one way)
+
 # ============================================================================================
 # Workload: one world, one principal, the shipped fixture's shapes
 # ============================================================================================
@@ -394,6 +398,18 @@ def verification_measurements() -> list[Measurement]:
         measurements.append(Measurement(key, "verification", label + " (verifies, then shapes)", repeat(
             lambda adapter=adapter, revision=revision: adapter(packages[revision], CONTEXTS[revision],
                                                                principal=PRINCIPAL))))
+    # The whole path a host runs, a model's call in and the provider's item out, on the dispatcher
+    # of the dispatch lines: dispatch then the adapter (which verifies the package in full), and
+    # dispatch_for_provider (the item shaped from the dispatcher's own values, no verification).
+    fast = dispatcher.dispatch_for_provider(READ, READ_CONTEXT, PRINCIPAL, now=NOW, deadline=DEADLINE)
+    if fast.item != td.to_openai_responses(fast.package, READ_CONTEXT, principal=PRINCIPAL):
+        raise SystemExit("bench: dispatch_for_provider's item is not the adapter's")
+    measurements += [
+        Measurement("path_full", "whole path", "dispatch, then the OpenAI adapter (full verification)", repeat(
+            lambda: td.to_openai_responses(read_once(dispatcher), READ_CONTEXT, principal=PRINCIPAL))),
+        Measurement("path_fast", "whole path", "dispatch_for_provider (OpenAI item, no re-verification)", repeat(
+            lambda: dispatcher.dispatch_for_provider(READ, READ_CONTEXT, PRINCIPAL, now=NOW, deadline=DEADLINE))),
+    ]
     return measurements
 
 
@@ -603,16 +619,18 @@ class Ratio:
 
 RATIOS = (
     Ratio("dispatch_vs_floor", "dispatch_read", "floor", "floor", 1.5),
-    Ratio("write_vs_read", "write_fresh", "dispatch_read", "fresh read"),
+    Ratio("write_vs_read", "write_fresh", "dispatch_read", "fresh read", 2.0),
     Ratio("replay_vs_read", "write_replay", "dispatch_read", "fresh read", 1.0),
     Ratio("reconcile_vs_read", "query_reconcile", "dispatch_read", "fresh read"),
-    Ratio("verify_vs_dispatch", "verify_package", "dispatch_read", "fresh read", 0.5),
+    Ratio("verify_vs_dispatch", "verify_package", "dispatch_read", "fresh read", 0.6),
     Ratio("verify_digests_vs_dispatch", "verify_digests", "dispatch_read", "fresh read"),
     Ratio("openai_vs_dispatch", "adapter_openai", "dispatch_read", "fresh read"),
     Ratio("anthropic_vs_dispatch", "adapter_anthropic", "dispatch_read", "fresh read"),
     Ratio("gemini_vs_dispatch", "adapter_gemini", "dispatch_read", "fresh read"),
+    Ratio("full_path_vs_dispatch", "path_full", "dispatch_read", "fresh read"),
+    Ratio("fast_path_vs_dispatch", "path_fast", "dispatch_read", "fresh read", 1.15),
     Ratio("scan_vs_loads", "nesting_scan", "json_loads", "json.loads", 1.0),
-    Ratio("loader_vs_loads", "parse_fixture", "json_loads", "json.loads", 2.5),
+    Ratio("loader_vs_loads", "parse_fixture", "json_loads", "json.loads", 3.0),
     Ratio("reject_vs_loads", "reject_deep", "json_loads", "json.loads", 0.05),
     Ratio("seal_vs_read", "dispatch_sealed", "dispatch_read", "fresh read"),
     Ratio("verify_sealed_vs_read", "verify_sealed", "dispatch_read", "fresh read"),
@@ -625,8 +643,8 @@ RATIOS = (
 )
 
 
-def paired_ratio(numerator: Measurement, denominator: Measurement) -> float:
-    return statistics.median(a / b for a, b in zip(numerator.samples, denominator.samples))
+def round_ratios(numerator: Measurement, denominator: Measurement) -> list[float]:
+    return [a / b for a, b in zip(numerator.samples, denominator.samples)]
 
 
 # ============================================================================================
@@ -658,10 +676,12 @@ def report(measurements: list[Measurement], facts: dict[str, Any], unavailable: 
     ratios: dict[str, Any] = {}
     for ratio in RATIOS:
         if ratio.numerator in by_key and ratio.denominator in by_key:
-            value = paired_ratio(by_key[ratio.numerator], by_key[ratio.denominator])
+            per_round = round_ratios(by_key[ratio.numerator], by_key[ratio.denominator])
+            value = statistics.median(per_round)
             of_mins = min(by_key[ratio.numerator].samples) / min(by_key[ratio.denominator].samples)
             ratios[ratio.key] = {
                 "value": round(value, 4), "value_of_mins": round(of_mins, 4),
+                "spread": [round(min(per_round), 4), round(max(per_round), 4)],
                 "of": ratio.numerator, "to": ratio.denominator,
                 "target": ratio.target, "holds": None if ratio.target is None else value <= ratio.target,
             }
@@ -669,6 +689,7 @@ def report(measurements: list[Measurement], facts: dict[str, Any], unavailable: 
         "benchmark": "tool_dispatcher",
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "load_average": [round(load, 2) for load in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "quick": quick,
@@ -694,11 +715,14 @@ def _micro(nanoseconds: float) -> str:
 def render_table(result: dict[str, Any]) -> str:
     ratios_by_numerator = {ratio["of"]: (key, ratio) for key, ratio in result["ratios"].items()}
     versus = {ratio.key: ratio.versus for ratio in RATIOS}
-    header = f"{'measurement':<54} {'median':>11} {'min':>11}  {'ratio':>7}  {'of':<17} {'target':<8}"
+    header = (f"{'measurement':<54} {'median':>11} {'min':>11}  {'ratio':>7}  {'spread':<13}  {'of':<17} "
+              f"{'target':<8}")
     lines = [
-        f"tool_dispatcher benchmark: Python {result['python']}, {result['rounds']} rounds after a warm-up"
+        f"tool_dispatcher benchmark: Python {result['python']}, {result['cpu_model']} ({result['cpu_count']} cores), "
+        f"{result['rounds']} rounds after a warm-up"
         f"{' (QUICK: figures mean nothing)' if result['quick'] else ''}, load {result['load_average']}",
-        "times per call (or per result / per event); ratio = median of same-round ratios",
+        "times per call (or per result / per event); ratio = median of same-round ratios, "
+        "spread = the lowest and the highest of them",
         header,
         "-" * len(header),
     ]
@@ -707,14 +731,15 @@ def render_table(result: dict[str, Any]) -> str:
         if m["section"] != section:
             section = m["section"]
             lines.append(f"[{section}]")
-        ratio_text = of = target = ""
+        ratio_text = spread = of = target = ""
         if key in ratios_by_numerator:
             ratio_key, ratio = ratios_by_numerator[key]
             ratio_text, of = f"{ratio['value']:.2f}x", versus[ratio_key]
+            spread = f"[{ratio['spread'][0]:.2f}, {ratio['spread'][1]:.2f}]"
             if ratio["target"] is not None:
                 target = f"<= {ratio['target']:g}x " + ("ok" if ratio["holds"] else "MISS")
         lines.append(f"  {m['label']:<52} {_micro(m['median_ns']):>11} {_micro(m['min_ns']):>11}  "
-                     f"{ratio_text:>7}  {of:<17} {target}")
+                     f"{ratio_text:>7}  {spread:<13}  {of:<17} {target}")
     for name, reason in result["unavailable"].items():
         lines.append(f"  {name:<52} not available: {reason}")
     facts = result["facts"]

@@ -58,18 +58,48 @@ class TestWorkload(unittest.TestCase):
         self.assertEqual(round_patterns(last - 1) & round_patterns(last), set())
         self.assertLess(bench.round_seed(last + 1) // len(bench.SHAPES), bench.SHAPE_SEEDS)
 
+    def test_the_smaller_files_share_no_pattern_with_any_round_nor_each_other(self):
+        def patterns(seed: int, tools: int) -> set[str]:
+            return set(patterns_of(bench.build_contracts(seed, tools=tools)))
+
+        last = bench.MAX_ROUNDS
+        small, quarter = bench.SWEEP_TOOLS
+        self.assertEqual(bench.SWEEP_TOOLS, (16, 32))
+        rounds = set().union(*(patterns(bench.round_seed(number), bench.TOOLS) for number in (0, 1, last)))
+        sweeps = [patterns(bench.sweep_seed(number, tools), tools)
+                  for number in (0, 1, last) for tools in (small, quarter)]
+        self.assertEqual([len(found) for found in sweeps],
+                         [2 * bench.PROPERTIES * tools for tools in (small, quarter)] * 3)
+        self.assertEqual(len(set().union(*sweeps)), sum(len(found) for found in sweeps))
+        self.assertEqual(rounds & set().union(*sweeps), set())
+        # The last round's last smaller file still draws texts no other seed gave.
+        self.assertLess((bench.sweep_seed(last, quarter) + 2 * bench.PROPERTIES * quarter) // len(bench.SHAPES),
+                        bench.SHAPE_SEEDS)
+
 
 class TestReport(unittest.TestCase):
     def test_the_ratio_is_the_median_of_same_round_ratios(self):
-        rounds = [{"bytes": 1_000_000, "json_loads": 0.004, "parse_contracts": 0.4, "first_checks": 0.028},
-                  {"bytes": 1_000_000, "json_loads": 0.002, "parse_contracts": 0.3, "first_checks": 0.014},
-                  {"bytes": 1_000_000, "json_loads": 0.010, "parse_contracts": 0.5, "first_checks": 0.028}]
+        def sizes(load: float, small: float) -> dict[int, tuple[int, float]]:
+            return {16: (100_000, small), 32: (200_000, 2 * small), 128: (1_000_000, load)}
+
+        rounds = [{"bytes": 1_000_000, "json_loads": 0.004, "parse_contracts": 0.4, "first_checks": 0.028,
+                   "sizes": sizes(0.4, 0.04)},
+                  {"bytes": 1_000_000, "json_loads": 0.002, "parse_contracts": 0.3, "first_checks": 0.014,
+                   "sizes": sizes(0.3, 0.02)},
+                  {"bytes": 1_000_000, "json_loads": 0.010, "parse_contracts": 0.5, "first_checks": 0.028,
+                   "sizes": sizes(0.5, 0.1)}]
         result = bench.report(rounds, quick=False, load_before=[0.5, 0.5, 0.5])
         self.assertEqual(result["ratio_to_json_loads"], 100.0)  # 100x, 150x and 50x
         self.assertEqual(result["parse_contracts"], {"median_ms": 400.0, "min_ms": 300.0})
         self.assertEqual(result["first_check_per_pattern"], {"median_ms": 1.0, "min_ms": 0.5})
         self.assertEqual(result["us_per_byte"], 0.4)
         self.assertIn("100.0x", bench.render(result))
+        # Per byte: 0.4, 0.2 and 1.0 us at 16 tools, 0.4, 0.3 and 0.5 us at 128: ratios 1, 1.5 and 0.5.
+        self.assertEqual(result["sizes"], [{"tools": 16, "bytes": 100_000, "us_per_byte": 0.4},
+                                           {"tools": 32, "bytes": 200_000, "us_per_byte": 0.4},
+                                           {"tools": 128, "bytes": 1_000_000, "us_per_byte": 0.4}])
+        self.assertEqual(result["linearity"], {"of": "128 tools", "to": "16 tools", "ratio": 1.0, "spread": [0.5, 1.5]})
+        self.assertIn("1.00x [0.50, 1.50] (1x: linear)", bench.render(result))
 
 
 class TestCommandLine(unittest.TestCase):

@@ -46,7 +46,7 @@ if not __package__:  # by path from a checkout: this folder, then the repository
         sys.path.insert(sys.path.index(str(_HERE)) + 1, str(_HERE.parent))
 
 import tool_dispatcher as td  # noqa: E402
-if __package__:  # installed, or discovered from the repository root: the sibling is this package's
+if __package__:  # a package's module (discovered from the repository root): its sibling is the package's
     from .artifacts import MAX_ARTIFACT_BYTES, ArtifactError, MediaPolicy, admit_bytes, is_reference
 else:
     from artifacts import MAX_ARTIFACT_BYTES, ArtifactError, MediaPolicy, admit_bytes, is_reference  # noqa: E402

@@ -6,13 +6,17 @@ bytes there: an artifact appears only as a reference, exactly the five keys
 referenced bytes themselves to a provider that reads images and PDFs in a tool result. It
 verifies the package as the core's ``adapt`` does (the same options, the same codes), takes only
 attachments whose digest, size and media type one reference in that very model_result names,
-holds each to the provider's closed table of media types and its documented inline limits, and
-builds the provider's tool result: the core's text part first, exactly as its adapter wrote it,
-then one inline base64 part per attachment, in the order given.
+holds each to the provider's closed table of media types and its documented inline limits (never
+past the layer's artifacts.MAX_ARTIFACT_BYTES), passes each through the layer's one admission
+(artifacts.admit_bytes, for its own media type alone), and builds the provider's tool result: the
+core's text part first, exactly as its adapter wrote it, then one inline base64 part per
+attachment, in the order given.
 
 What this module never does:
-- attach bytes that no reference in the verified model_result binds, or anything to a result
-  whose status is not "ok" (an error or an unknown outcome carries no media);
+- attach bytes that no reference in the verified model_result binds, bytes admit_bytes refuses (a
+  polyglot, active content, a signature that is not their media type: a reference a host built
+  by hand proves nothing about its bytes), or anything to a result whose status is not "ok" (an
+  error or an unknown outcome carries no media);
 - read a file, a URL or a network: the host hands the bytes in;
 - change the package, or name an attachment's bytes, digest or media type in a refusal;
 - judge what an image or a PDF shows: pixels and document text can carry instructions aimed at
@@ -26,7 +30,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,26 +37,31 @@ from types import MappingProxyType
 from typing import Any, Callable, Final, Mapping, Sequence
 
 _HERE: Final = Path(__file__).resolve().parent
-if not __package__:  # by path from a checkout: the repository root (the core) and this folder
-    for _path in (str(_HERE.parent), str(_HERE)):
-        if _path not in sys.path:
-            sys.path.insert(0, _path)
+if not __package__:  # by path from a checkout: this folder, then the repository root (the core)
+    # This folder ahead of the root: there the name artifacts is this folder's artifacts.py, not
+    # the folder itself read as a package.
+    if str(_HERE) not in sys.path:
+        sys.path.insert(0, str(_HERE))
+    if str(_HERE.parent) not in sys.path:
+        sys.path.insert(sys.path.index(str(_HERE)) + 1, str(_HERE.parent))
 
 import tool_dispatcher as td  # noqa: E402
+if __package__:  # a package's module (discovered from the repository root): its sibling is the package's
+    from .artifacts import MAX_ARTIFACT_BYTES, ArtifactError, MediaPolicy, admit_bytes, is_reference
+else:
+    from artifacts import MAX_ARTIFACT_BYTES, ArtifactError, MediaPolicy, admit_bytes, is_reference  # noqa: E402
 
-__all__ = ["MAX_ATTACHMENTS", "REFERENCE_KINDS", "IMAGE_TYPES", "DOCUMENT_TYPES", "MULTIMODAL_CATALOG",
+__all__ = ["MAX_ATTACHMENTS", "IMAGE_TYPES", "DOCUMENT_TYPES", "MULTIMODAL_CATALOG",
            "MultimodalError", "Attachment", "MediaRules", "MEDIA_RULES", "references", "attach"]
 
 # ============================================================================================
 # 1. Limits and constants
 # ============================================================================================
 # Sizes are raw bytes before base64, which adds a third. Each provider's limits are in its row of
-# MEDIA_RULES (section 4), with where they come from.
+# MEDIA_RULES (section 4), with where they come from; no attachment is ever larger than
+# MAX_ARTIFACT_BYTES, the artifacts layer's ceiling of any artifact.
 
 MAX_ATTACHMENTS: Final = 16  # per tool result: a few artifacts; Anthropic lowers each image's pixel cap past 20 images
-REFERENCE_KINDS: Final = frozenset({"file", "url", "blob"})
-_REFERENCE_KEYS: Final = frozenset({"kind", "media_type", "size", "sha256", "access"})
-_MEDIA_TYPE: Final = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}")
 IMAGE_TYPES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 DOCUMENT_TYPES: Final = frozenset({"application/pdf"})
 
@@ -73,6 +81,7 @@ MULTIMODAL_CATALOG: Final = MappingProxyType(td.error_specs(
     ATTACHMENT_UNBOUND="An attachment's bytes are not bound by any artifact reference in the result.",
     ATTACHMENT_MISMATCH="An attachment's digest is referenced, but with another size or media type.",
     ATTACHMENT_DUPLICATE="An artifact is attached more than once.",
+    ATTACHMENT_NOT_ADMITTED="An attachment's bytes do not pass the artifact layer's admission for their media type.",
 ))
 
 
@@ -96,23 +105,14 @@ class Attachment:
     media_type: str
 
 
-def _is_reference(value: Any) -> bool:
-    # Exactly the shared reference shape; artifacts.is_reference is the layer's own check.
-    return (type(value) is dict and value.keys() == _REFERENCE_KEYS
-            and type(value["kind"]) is str and value["kind"] in REFERENCE_KINDS
-            and type(value["media_type"]) is str and _MEDIA_TYPE.fullmatch(value["media_type"]) is not None
-            and type(value["size"]) is int and value["size"] >= 0
-            and type(value["sha256"]) is str and td.DIGEST_PATTERN.fullmatch(value["sha256"]) is not None
-            and (value["access"] is None or type(value["access"]) is str))
-
-
 def references(model_result: Any) -> list[dict[str, Any]]:
-    """Every artifact reference inside a model_result, in document order (no recursion: the
-    core already bounded its depth and size when it verified the package)."""
+    """Every artifact reference inside a model_result (what artifacts.is_reference takes), in
+    document order (no recursion: the core already bounded its depth and size when it verified
+    the package)."""
     found, stack = [], [model_result]
     while stack:
         value = stack.pop()
-        if _is_reference(value):
+        if is_reference(value):
             found.append(value)
         elif type(value) is dict:
             stack.extend(reversed(list(value.values())))
@@ -144,6 +144,11 @@ class MediaRules:
 _AS_IMAGE: Final = MappingProxyType({media_type: "image" for media_type in IMAGE_TYPES})
 _IMAGES_AND_PDF: Final = MappingProxyType({**_AS_IMAGE, "application/pdf": "document"})
 _EXTENSIONS: Final = MappingProxyType({"application/pdf": "pdf"})  # a file part's name needs one
+
+
+def _capped(*, image: int, document: int) -> Mapping[str, int]:
+    # A row's per-attachment limits: the provider's, never past the layer's ceiling.
+    return MappingProxyType({"image": min(image, MAX_ARTIFACT_BYTES), "document": min(document, MAX_ARTIFACT_BYTES)})
 
 
 def _openai_part(kind: str, media_type: str, text: str, sha256: str) -> dict[str, Any]:
@@ -184,6 +189,11 @@ def _mcp_shape(result: dict[str, Any], parts: list[dict[str, Any]]) -> dict[str,
     return {**result, "content": [*result["content"], *parts]}
 
 
+# Each row states the provider's documented per-attachment limits, and _capped holds them to
+# artifacts.MAX_ARTIFACT_BYTES (16 MiB): every attached byte passes admit_bytes, and the layer
+# holds no artifact larger (an artifact is held in memory whole; is_reference refuses a larger
+# size, so no reference could bind one). So OpenAI's 20 MB images and 32 MB files, Anthropic's
+# 24 MB and Gemini's 50 MB documents are 16 MiB each here. The totals are the providers' own.
 MEDIA_RULES: Final[Mapping[str, MediaRules]] = MappingProxyType({
     # Responses function_call_output: output as input_text / input_image (a data: URL) /
     # input_file (a data: URL and a file name) parts. Images: PNG, JPEG, WEBP and non-animated
@@ -192,26 +202,26 @@ MEDIA_RULES: Final[Mapping[str, MediaRules]] = MappingProxyType({
     # no per-file inline limit; 32 MB, its earlier bound for file content per request, is the
     # conservative pick.
     "openai-responses-v1": MediaRules(
-        accepts=_IMAGES_AND_PDF, max_bytes=MappingProxyType({"image": 20_000_000, "document": 32_000_000}),
+        accepts=_IMAGES_AND_PDF, max_bytes=_capped(image=20_000_000, document=32_000_000),
         max_total_bytes=50_000_000, part=_openai_part, shape=_openai_shape),
     # Messages tool_result: content as text / image / document blocks with a base64 source. The
     # SDK's image source lists exactly these four types, its PDF source application/pdf. An
     # image's base64 text may hold 5 MiB, so 3,932,160 raw bytes; a request holds 32 MB, so at
     # most 24,000,000 raw bytes (32,000,000 as base64) for all attachments together.
     "anthropic-messages-v1": MediaRules(
-        accepts=_IMAGES_AND_PDF, max_bytes=MappingProxyType({"image": 3_932_160, "document": 24_000_000}),
+        accepts=_IMAGES_AND_PDF, max_bytes=_capped(image=3_932_160, document=24_000_000),
         max_total_bytes=24_000_000, part=_anthropic_part, shape=_anthropic_shape),
     # Interactions function_result: result as text / image / document parts (data, mime_type).
     # The SDK also lists image/heic, heif, bmp and tiff and office documents; this layer's set is
     # the four image types and PDF. Inline data: 50 MB for a PDF (the file input guide); the
     # request's inline limit is 100 MB, so 75,000,000 raw bytes together.
     "gemini-interactions-v1": MediaRules(
-        accepts=_IMAGES_AND_PDF, max_bytes=MappingProxyType({"image": 50_000_000, "document": 50_000_000}),
+        accepts=_IMAGES_AND_PDF, max_bytes=_capped(image=50_000_000, document=50_000_000),
         max_total_bytes=75_000_000, part=_gemini_part, shape=_gemini_shape),
     # MCP tools/call result: an image content block; a PDF as an embedded resource blob. MCP sets
     # no size limit; a client reads each message whole, so 10 MB in all is this layer's own bound.
     "mcp-tools-call-v1": MediaRules(
-        accepts=_IMAGES_AND_PDF, max_bytes=MappingProxyType({"image": 10_000_000, "document": 10_000_000}),
+        accepts=_IMAGES_AND_PDF, max_bytes=_capped(image=10_000_000, document=10_000_000),
         max_total_bytes=10_000_000, part=_mcp_part, shape=_mcp_shape),
 })
 
@@ -263,6 +273,17 @@ def _bound(attachments: Sequence[Attachment], model_result: Mapping[str, Any]) -
     return digests
 
 
+def _admitted(attachments: Sequence[Attachment]) -> None:
+    """Each attachment through the layer's one admission, for its own media type alone: its size
+    was held to the row already, so the policy's bound is the layer's ceiling."""
+    for index, attachment in enumerate(attachments):
+        try:
+            admit_bytes(attachment.data, declared_type=attachment.media_type, policy=MediaPolicy(
+                allowed=frozenset({attachment.media_type}), max_bytes=MAX_ARTIFACT_BYTES))
+        except ArtifactError as refused:  # its fixed code stays the cause, for the host's log
+            raise MultimodalError("ATTACHMENT_NOT_ADMITTED", f"attachments[{index}]") from refused
+
+
 def attach(package: Any, context: td.CallContext, adapter_revision: str, attachments: Sequence[Attachment], *,
            max_attachments: int = MAX_ATTACHMENTS, media_rules: Mapping[str, MediaRules] = MEDIA_RULES,
            **adapt_options: Any) -> dict[str, Any]:
@@ -275,8 +296,10 @@ def attach(package: Any, context: td.CallContext, adapter_revision: str, attachm
     a media type the provider's row does not take (ATTACHMENT_MEDIA_TYPE); one attachment, or all
     together, past the row's limits (ATTACHMENT_TOO_LARGE); bytes no reference in model_result
     names by sha256 (ATTACHMENT_UNBOUND), or names with another size or media type
-    (ATTACHMENT_MISMATCH); the same artifact twice (ATTACHMENT_DUPLICATE). The result holds the
-    core's text first, then one part per attachment in the order given; the package is not changed.
+    (ATTACHMENT_MISMATCH); the same artifact twice (ATTACHMENT_DUPLICATE); bytes that
+    artifacts.admit_bytes refuses for their media type (ATTACHMENT_NOT_ADMITTED, the
+    ArtifactError as its __cause__). The result holds the core's text first, then one part per
+    attachment in the order given; the package is not changed.
     """
     item = td.adapt(package, context, adapter_revision, **adapt_options)
     rules = media_rules[adapter_revision]  # adapt accepted it: the core knows this revision
@@ -286,6 +309,7 @@ def attach(package: Any, context: td.CallContext, adapter_revision: str, attachm
         raise MultimodalError("ATTACHMENT_ERROR_RESULT")
     kinds = _checked(attachments, rules, max_attachments)
     digests = _bound(attachments, package["model_result"])
+    _admitted(attachments)
     parts = [rules.part(kind, attachment.media_type, base64.b64encode(attachment.data).decode("ascii"), digest)
              for kind, attachment, digest in zip(kinds, attachments, digests)]
     return rules.shape(item, parts)

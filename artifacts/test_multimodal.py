@@ -1,9 +1,11 @@
 """Tests for artifacts/multimodal.py: one TestCase per section, in the module's order.
 
     python -B -m unittest discover -s artifacts -p 'test_multimodal.py'
+    python -B -m unittest discover -p 'test_multimodal.py'      (from the repository root)
 
 Every package is a real one: a host tool declared with td.declare_tool and run through
-td.Dispatcher, whose output references a PNG and a PDF the tests build here.
+td.Dispatcher, whose output references a PNG and a PDF the tests build here (the other image types
+and the hostile bytes come from test_artifacts' builders).
 """
 from __future__ import annotations
 
@@ -20,37 +22,49 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE))  # before the repository root: the module artifacts, not the package folder
+
+if __package__:  # discovered from the repository root, as the package artifacts
+    from . import artifacts as art
+    from . import multimodal as mm
+    from . import test_artifacts as builders
+else:
+    import artifacts as art
+    import multimodal as mm
+    import test_artifacts as builders
 
 import tool_dispatcher as td  # noqa: E402
-import multimodal as mm  # noqa: E402
 
 NOW = 1_800_000_000
 REVISIONS = ("openai-responses-v1", "anthropic-messages-v1", "gemini-interactions-v1", "mcp-tools-call-v1")
 PRINCIPAL = td.Principal("tenant-a", "alice", ("reports.read",))
 
 
-def png_chunk(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+png_chunk = builders.png_chunk
 
 
-def make_png() -> bytes:
-    """A valid 1x1 8-bit greyscale PNG: signature, IHDR, one IDAT row (filter 0, one grey pixel), IEND."""
+def make_png(padding: bytes = b"") -> bytes:
+    """A valid 1x1 8-bit greyscale PNG: signature, IHDR, the padding as a private ancillary chunk
+    (a reader skips it) when there is any, one IDAT row (filter 0, one grey pixel), IEND."""
     header = struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", header) + png_chunk(b"IDAT", zlib.compress(b"\x00\x80"))
-            + png_chunk(b"IEND", b""))
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", header) + (png_chunk(b"paDd", padding) if padding else b"")
+            + png_chunk(b"IDAT", zlib.compress(b"\x00\x80")) + png_chunk(b"IEND", b""))
 
 
-def make_pdf() -> bytes:
-    """A valid one-page PDF 1.4 with its cross-reference table at the byte offsets it names."""
+def make_pdf(padding: bytes = b"", *, open_action: bytes | None = None) -> bytes:
+    """A valid one-page PDF 1.4 with its cross-reference table at the byte offsets it names; the
+    padding as a comment line after the header when there is any; an /OpenAction dictionary on
+    the catalog, as a sixth object, when one is given."""
     stream = b"BT /F1 12 Tf 20 20 Td (Report) Tj ET"
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
+    catalog = b"/Type /Catalog /Pages 2 0 R" + (b"" if open_action is None else b" /OpenAction 6 0 R")
+    objects = [b"<< %s >>" % catalog,
                b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
                b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 60] /Contents 4 0 R "
                b"/Resources << /Font << /F1 5 0 R >> >> >>",
                b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream),
-               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    out = bytearray(b"%PDF-1.4\n")
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+               *(() if open_action is None else (open_action,))]
+    out = bytearray(b"%PDF-1.4\n" + (b"%" + padding + b"\n" if padding else b""))
     offsets = []
     for number, body in enumerate(objects, 1):
         offsets.append(len(out))
@@ -64,6 +78,24 @@ def make_pdf() -> bytes:
 
 PNG = make_png()
 PDF = make_pdf()
+JPEG, GIF, WEBP = builders.jpeg(), builders.gif(), builders.webp()
+BUILT = {"image/png": PNG, "image/jpeg": JPEG, "image/gif": GIF, "image/webp": WEBP, "application/pdf": PDF}
+
+
+def png_of_size(size: int, fill: int = 0) -> bytes:
+    """A valid PNG of exactly `size` bytes, padded with `fill` (different fills: different images)."""
+    return make_png(bytes([fill]) * (size - len(PNG) - 12))
+
+
+def pdf_of_size(size: int, fill: int = 0x30) -> bytes:
+    """A valid PDF of exactly `size` bytes, padded with a comment of `fill` bytes."""
+    padding = size - len(PDF) - 2
+    while len(built := make_pdf(bytes([fill]) * padding)) != size:  # startxref may gain a digit
+        padding -= len(built) - size
+    return built
+
+
+OF_SIZE = {"image/png": png_of_size, "application/pdf": pdf_of_size}
 
 
 def reference(data: bytes, media_type: str, *, kind: str = "blob", size: int | None = None) -> dict:
@@ -75,16 +107,7 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-REFERENCE_SCHEMA = {
-    "type": "object",
-    "properties": {"kind": {"type": "string", "enum": ["file", "url", "blob"]},
-                   "media_type": {"type": "string", "maxLength": 100},
-                   "size": {"type": "integer", "minimum": 0, "maximum": 1_000_000_000},
-                   "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-                   "access": {"type": ["string", "null"], "maxLength": 200}},
-    "required": ["kind", "media_type", "size", "sha256", "access"],
-    "additionalProperties": False,
-}
+REFERENCE_SCHEMA = td.json_copy(dict(art.REFERENCE_SCHEMA))  # the layer's own, embedded as a copy
 REPORT_TOOL = td.declare_tool(
     "render_report", description="Render a report as an image and a PDF.", effect="read",
     required_role="reports.read",
@@ -120,6 +143,7 @@ def attach(package: dict, context: td.CallContext, attachments, **options) -> di
 
 
 BOTH = [mm.Attachment(PNG, "image/png"), mm.Attachment(PDF, "application/pdf")]
+EVERY_TYPE = [mm.Attachment(data, media_type) for media_type, data in BUILT.items()]  # each type the rows take
 # Where each revision's item holds its parts, and where one media part holds its base64 text.
 PARTS = {"openai-responses-v1": lambda item: item["output"], "anthropic-messages-v1": lambda item: item["content"],
          "gemini-interactions-v1": lambda item: item["input"][0]["result"], "mcp-tools-call-v1": lambda item: item["content"]}
@@ -137,8 +161,17 @@ class TestLayerRules(unittest.TestCase):
         self.assertEqual(re.findall(r"\btd\._\w+", source), [])
         self.assertEqual(sorted(set(re.findall(r"\btd\.(\w+)", source)) - set(td.__all__)), [])
         self.assertEqual(re.findall(r"^\s*(?:import|from) (?!__future__)(\S+)", source, re.M),
-                         ["base64", "hashlib", "re", "sys", "dataclasses", "pathlib", "types", "typing",
-                          "tool_dispatcher"])
+                         ["base64", "hashlib", "sys", "dataclasses", "pathlib", "types", "typing",
+                          "tool_dispatcher", ".artifacts", "artifacts"])
+
+    def test_the_sibling_is_the_layers_one_module_loaded_once(self):
+        for name in ("MAX_ARTIFACT_BYTES", "ArtifactError", "MediaPolicy", "admit_bytes", "is_reference"):
+            self.assertIs(getattr(mm, name), getattr(art, name))
+        for file in ("artifacts.py", "multimodal.py"):
+            with self.subTest(file=file):
+                loaded = [name for name, module in list(sys.modules.items())
+                          if getattr(module, "__file__", None) and Path(module.__file__).resolve() == HERE / file]
+                self.assertEqual(len(loaded), 1, loaded)
 
 
 class TestFixtures(unittest.TestCase):
@@ -168,23 +201,26 @@ class TestValuesAndReferences(unittest.TestCase):
 
     def test_references_are_found_in_document_order(self):
         png, pdf = reference(PNG, "image/png"), reference(PDF, "application/pdf", kind="file")
-        pdf["access"] = "tok-1"
+        keys = art.ArtifactKeys("k1", {"k1": bytes(range(32))})
+        pdf["access"] = art.mint_access(keys, principal=PRINCIPAL, call_id="call_mm", sha256=pdf["sha256"], now=NOW)
         found = mm.references({"data": {"a": [png, {"b": pdf}], "c": "x"}, "d": [png]})
         self.assertEqual(found, [png, pdf, png])
 
-    def test_only_the_exact_five_key_shape_is_a_reference(self):
+    def test_a_reference_is_what_the_layers_is_reference_takes(self):
         good = reference(PNG, "image/png")
-        self.assertTrue(mm._is_reference(good))
+        self.assertEqual(mm.references({"data": [{**good, "size": art.MAX_ARTIFACT_BYTES}]}),
+                         [{**good, "size": art.MAX_ARTIFACT_BYTES}])
         changes = ({"extra": 1}, {"kind": "dir"}, {"kind": 1}, {"media_type": "Image/PNG"}, {"media_type": "png"},
-                   {"size": True}, {"size": -1}, {"size": 1.0}, {"sha256": good["sha256"].upper()},
-                   {"sha256": good["sha256"][:63]}, {"access": 7}, {"access": ["t"]})
+                   {"media_type": "image/x-unlisted"}, {"size": True}, {"size": -1}, {"size": 1.0},
+                   {"size": art.MAX_ARTIFACT_BYTES + 1}, {"sha256": good["sha256"].upper()},
+                   {"sha256": good["sha256"][:63]}, {"access": "tok-1"}, {"access": 7}, {"access": ["t"]})
         for change in changes:
             with self.subTest(change=change):
-                self.assertFalse(mm._is_reference({**good, **change}))
+                self.assertFalse(art.is_reference({**good, **change}))
                 self.assertEqual(mm.references({"data": [{**good, **change}]}), [])
         missing = dict(good)
         del missing["access"]
-        self.assertFalse(mm._is_reference(missing))
+        self.assertEqual(mm.references([missing]), [])
 
 
 class TestProviderTables(unittest.TestCase):
@@ -198,12 +234,14 @@ class TestProviderTables(unittest.TestCase):
                 self.assertEqual(dict(rules.accepts), {"image/png": "image", "image/jpeg": "image", "image/gif": "image",
                                                        "image/webp": "image", "application/pdf": "document"})
 
-    def test_the_limits_are_the_documented_ones(self):
+    def test_the_limits_are_the_documented_ones_capped_at_the_layers_ceiling(self):
+        ceiling = art.MAX_ARTIFACT_BYTES
+        self.assertEqual(ceiling, 16_777_216)
         self.assertEqual({revision: (dict(rules.max_bytes), rules.max_total_bytes)
                           for revision, rules in mm.MEDIA_RULES.items()}, {
-            "openai-responses-v1": ({"image": 20_000_000, "document": 32_000_000}, 50_000_000),
-            "anthropic-messages-v1": ({"image": 3_932_160, "document": 24_000_000}, 24_000_000),
-            "gemini-interactions-v1": ({"image": 50_000_000, "document": 50_000_000}, 75_000_000),
+            "openai-responses-v1": ({"image": ceiling, "document": ceiling}, 50_000_000),  # 20 MB, 32 MB
+            "anthropic-messages-v1": ({"image": 3_932_160, "document": ceiling}, 24_000_000),  # 24 MB
+            "gemini-interactions-v1": ({"image": ceiling, "document": ceiling}, 75_000_000),  # 50 MB, 50 MB
             "mcp-tools-call-v1": ({"image": 10_000_000, "document": 10_000_000}, 10_000_000)})
         # Anthropic's image limit is 5 MiB of base64 text; its request limit 32 MB of it.
         self.assertEqual(len(b64(bytes(3_932_160))), 5 * 1024 * 1024)
@@ -284,13 +322,14 @@ class TestAttachingShapes(unittest.TestCase):
                 self.assertEqual(package, before)
                 self.assertNotIn(json.dumps(package["protected_audit"]["principal"]), json.dumps(item))
 
-    def test_each_image_type_is_taken_as_an_image(self):
-        blobs = {"image/jpeg": b"\xff\xd8\xff\xe0jpeg", "image/gif": b"GIF89a", "image/webp": b"RIFF\0\0\0\0WEBP"}
-        refs = [reference(data, media_type) for media_type, data in blobs.items()]
-        package, context = build_turn("anthropic-messages-v1", refs)
-        content = attach(package, context, [mm.Attachment(data, media_type) for media_type, data in blobs.items()])
-        self.assertEqual([(part["type"], part["source"]["media_type"]) for part in content["content"][1:]],
-                         [("image", "image/jpeg"), ("image", "image/gif"), ("image", "image/webp")])
+    def test_each_media_type_is_taken_as_its_kind(self):
+        package, context = build_turn("anthropic-messages-v1", [reference(item.data, item.media_type)
+                                                                 for item in EVERY_TYPE])
+        content = attach(package, context, EVERY_TYPE)["content"][1:]
+        self.assertEqual([(part["type"], part["source"]["media_type"], base64.b64decode(part["source"]["data"]))
+                          for part in content],
+                         [("image", "image/png", PNG), ("image", "image/jpeg", JPEG), ("image", "image/gif", GIF),
+                          ("image", "image/webp", WEBP), ("document", "application/pdf", PDF)])
 
 
 class TestAttachingRefusals(unittest.TestCase):
@@ -338,7 +377,7 @@ class TestAttachingRefusals(unittest.TestCase):
                 self.refused("ATTACHMENT_INVALID", package, context, [BOTH[0], bad], "attachments[1]")
 
     def test_attachment_count_both_sides_of_the_limit(self):
-        blobs = [b"artifact-%d" % index for index in range(mm.MAX_ATTACHMENTS + 1)]
+        blobs = [make_png(b"%d" % index) for index in range(mm.MAX_ATTACHMENTS + 1)]
         package, context = build_turn("openai-responses-v1", [reference(blob, "image/png") for blob in blobs])
         attachments = [mm.Attachment(blob, "image/png") for blob in blobs]
         self.assertEqual(len(attach(package, context, attachments[:mm.MAX_ATTACHMENTS])["output"]),
@@ -348,31 +387,48 @@ class TestAttachingRefusals(unittest.TestCase):
         self.refused("ATTACHMENT_TOO_MANY", package, context, attachments[:3], max_attachments=2)
 
     def test_each_kinds_size_limit_both_sides_for_every_provider(self):
+        # At the limit: a valid PNG or PDF of exactly that many bytes, bound and admitted. One
+        # past: refused before a byte is read. Both at the real constants, the rows' capped limits.
         for revision, rules in mm.MEDIA_RULES.items():
             for media_type, kind in (("image/png", "image"), ("application/pdf", "document")):
                 limit = rules.max_bytes[kind]
                 with self.subTest(revision=revision, kind=kind):
-                    blob = bytes(limit)
+                    blob = OF_SIZE[media_type](limit)
+                    self.assertEqual(len(blob), limit)
                     package, context = build_turn(revision, [reference(blob, media_type)])
                     (_, part) = PARTS[revision](attach(package, context, [mm.Attachment(blob, media_type)]))
                     self.assertEqual(len(PAYLOAD[revision](part)), 4 * -(-limit // 3))
                     self.refused("ATTACHMENT_TOO_LARGE", package, context, [mm.Attachment(bytes(limit + 1), media_type)],
                                  "attachments[0]")
 
+    def test_no_row_takes_an_attachment_past_the_layers_ceiling(self):
+        for revision, rules in mm.MEDIA_RULES.items():
+            for media_type, kind in (("image/png", "image"), ("application/pdf", "document")):
+                with self.subTest(revision=revision, kind=kind):
+                    self.assertLessEqual(rules.max_bytes[kind], art.MAX_ARTIFACT_BYTES)
+                    package, context = build_turn(revision, [])
+                    self.refused("ATTACHMENT_TOO_LARGE", package, context,
+                                 [mm.Attachment(bytes(art.MAX_ARTIFACT_BYTES + 1), media_type)], "attachments[0]")
+
     def test_the_total_size_limit_both_sides_for_every_provider(self):
+        # Exactly the total: PNGs and PDFs in turn, each at most its kind's limit and half the
+        # total (so at least two attachments). One byte more: refused before a byte is read.
         for revision, rules in mm.MEDIA_RULES.items():
             with self.subTest(revision=revision):
-                total = rules.max_total_bytes
-                image = min(rules.max_bytes["image"], total // 2)
-                document = total - image
-                self.assertLessEqual(document, rules.max_bytes["document"])
-                blobs = [(bytes(image), "image/png"), (b"\1" * document, "application/pdf"),
-                         (b"\2", "image/png")]
-                package, context = build_turn(revision, [reference(data, media_type) for data, media_type in blobs])
-                attachments = [mm.Attachment(data, media_type) for data, media_type in blobs]
-                parts = PARTS[revision](attach(package, context, attachments[:2]))
-                self.assertEqual(sum(len(base64.b64decode(PAYLOAD[revision](part))) for part in parts[1:]), total)
-                self.refused("ATTACHMENT_TOO_LARGE", package, context, attachments)
+                total, sizes = rules.max_total_bytes, []
+                while sum(size for _, size in sizes) < total:
+                    media_type, kind = (("image/png", "image"), ("application/pdf", "document"))[len(sizes) % 2]
+                    sizes.append((media_type, min(rules.max_bytes[kind], total // 2,
+                                                  total - sum(size for _, size in sizes))))
+                attachments = [mm.Attachment(OF_SIZE[media_type](size, 0x30 + index), media_type)
+                               for index, (media_type, size) in enumerate(sizes)]
+                self.assertEqual(sum(len(item.data) for item in attachments), total)
+                package, context = build_turn(revision, [reference(item.data, item.media_type)
+                                                         for item in attachments])
+                parts = PARTS[revision](attach(package, context, attachments))
+                self.assertEqual([len(PAYLOAD[revision](part)) for part in parts[1:]],
+                                 [4 * -(-size // 3) for _, size in sizes])
+                self.refused("ATTACHMENT_TOO_LARGE", package, context, [*attachments, mm.Attachment(b"\0", "image/png")])
 
     def test_an_error_result_carries_no_media(self):
         for revision in REVISIONS:
@@ -422,6 +478,19 @@ class TestAttachingRefusals(unittest.TestCase):
                 self.assertEqual(error.to_json(), {"code": code, "message": mm.MULTIMODAL_CATALOG[code].message,
                                                    "retryable": False, "at": "attachments[0]"})
 
+    def test_a_refusal_of_admission_names_nothing_and_keeps_the_layers_code_as_its_cause(self):
+        secret = make_png(b"secret-words") + builders.zip_of([("secret.txt", b"secret")])
+        package, context = build_turn("openai-responses-v1", [reference(secret, "image/png")])
+        error = self.refused("ATTACHMENT_NOT_ADMITTED", package, context, [mm.Attachment(secret, "image/png")],
+                             "attachments[0]")
+        self.assertEqual(error.to_json(), {"code": "ATTACHMENT_NOT_ADMITTED", "retryable": False,
+                                           "message": mm.MULTIMODAL_CATALOG["ATTACHMENT_NOT_ADMITTED"].message,
+                                           "at": "attachments[0]"})
+        said = json.dumps(error.to_json()) + str(error) + repr(error.args)
+        for word in ("secret", "POLYGLOT", "image/", hashlib.sha256(secret).hexdigest()[:12], b64(secret)[:12]):
+            self.assertNotIn(word, said)
+        self.assertEqual((type(error.__cause__), error.__cause__.code), (art.ArtifactError, "ARTIFACT_POLYGLOT"))
+
     def test_a_host_can_narrow_the_table(self):
         narrow = {**mm.MEDIA_RULES, "openai-responses-v1": mm.MediaRules(
             accepts={"image/png": "image"}, max_bytes={"image": len(PNG)}, max_total_bytes=len(PNG),
@@ -429,6 +498,72 @@ class TestAttachingRefusals(unittest.TestCase):
         package, context = build_turn("openai-responses-v1")
         self.assertEqual(len(attach(package, context, BOTH[:1], media_rules=narrow)["output"]), 2)
         self.refused("ATTACHMENT_MEDIA_TYPE", package, context, BOTH, "attachments[1]", media_rules=narrow)
+
+
+class TestAttachingAdmission(unittest.TestCase):
+    """Every attached byte passes artifacts.admit_bytes for its own media type, after the binding:
+    a reference a host built by hand for hostile bytes binds them, and admission still refuses."""
+
+    def not_admitted(self, cause, attachments, revision="openai-responses-v1", media_rules=mm.MEDIA_RULES, at=1):
+        package, context = build_turn(revision, [reference(item.data, item.media_type) for item in attachments])
+        with self.assertRaises(mm.MultimodalError) as caught:
+            attach(package, context, attachments, media_rules=media_rules)
+        self.assertEqual((caught.exception.code, caught.exception.at), ("ATTACHMENT_NOT_ADMITTED", f"attachments[{at}]"))
+        self.assertEqual((type(caught.exception.__cause__), caught.exception.__cause__.code), (art.ArtifactError, cause))
+
+    def test_a_png_with_a_zip_appended_is_a_polyglot_for_every_provider(self):
+        polyglot = PNG + builders.zip_of([("payload.txt", b"run me")])
+        self.assertEqual(art.sniff(polyglot), "image/png")  # its signature alone says PNG
+        for revision in REVISIONS:
+            with self.subTest(revision=revision):
+                self.not_admitted("ARTIFACT_POLYGLOT", [BOTH[1], mm.Attachment(polyglot, "image/png")], revision)
+
+    def test_a_pdf_with_javascript_is_active_content(self):
+        hostile = make_pdf(open_action=b"<< /S /JavaScript /JS (app.alert(1)) >>")
+        self.assertIn(b"/JavaScript", hostile)
+        self.not_admitted("ARTIFACT_ACTIVE_CONTENT", [BOTH[0], mm.Attachment(hostile, "application/pdf")])
+        launch = make_pdf(open_action=b"<< /S /Launch /F (calc) >>")
+        self.not_admitted("ARTIFACT_ACTIVE_CONTENT", [BOTH[0], mm.Attachment(launch, "application/pdf")],
+                          "anthropic-messages-v1")
+        named = make_pdf(open_action=b"<< /S /URI /URI (https://example.invalid/) >>")  # a link: no action admission refuses
+        package, context = build_turn("anthropic-messages-v1", [reference(named, "application/pdf")])
+        self.assertEqual(len(attach(package, context, [mm.Attachment(named, "application/pdf")])["content"]), 2)
+
+    def test_bytes_whose_signature_is_not_their_media_type(self):
+        for data, media_type in ((PNG, "image/jpeg"), (PDF, "image/png"), (GIF, "image/webp"),
+                                 (JPEG, "application/pdf"), (b"plain words", "image/gif")):
+            with self.subTest(media_type=media_type):
+                companion = BOTH[0] if data == PDF else BOTH[1]  # other bytes, so never a duplicate
+                self.not_admitted("ARTIFACT_TYPE_MISMATCH", [companion, mm.Attachment(data, media_type)])
+        self.not_admitted("ARTIFACT_TYPE_UNKNOWN", [BOTH[1], mm.Attachment(bytes(64), "image/png")])
+
+    def test_broken_or_empty_bytes(self):
+        self.not_admitted("ARTIFACT_MALFORMED", [BOTH[1], mm.Attachment(PNG[:-4], "image/png")])
+        self.not_admitted("ARTIFACT_EMPTY", [BOTH[1], mm.Attachment(b"", "image/png")])
+
+    def test_an_svg_with_script_is_refused_even_by_a_row_that_takes_svg(self):
+        clean = b'<svg xmlns="http://www.w3.org/2000/svg" width="1" height="1"><rect width="1" height="1"/></svg>'
+        scripted = clean.replace(b"<rect", b"<script>alert(1)</script><rect")
+        package, context = build_turn("mcp-tools-call-v1", [reference(scripted, "image/svg+xml")])
+        with self.assertRaises(mm.MultimodalError) as caught:  # the table takes no SVG at all
+            attach(package, context, [mm.Attachment(scripted, "image/svg+xml")])
+        self.assertEqual((caught.exception.code, caught.exception.at), ("ATTACHMENT_MEDIA_TYPE", "attachments[0]"))
+        row = mm.MEDIA_RULES["mcp-tools-call-v1"]
+        wide = {**mm.MEDIA_RULES, "mcp-tools-call-v1": mm.MediaRules(
+            accepts={**row.accepts, "image/svg+xml": "image"}, max_bytes=row.max_bytes,
+            max_total_bytes=row.max_total_bytes, part=row.part, shape=row.shape)}
+        self.not_admitted("ARTIFACT_ACTIVE_CONTENT", [BOTH[0], mm.Attachment(scripted, "image/svg+xml")],
+                          "mcp-tools-call-v1", wide)
+        package, context = build_turn("mcp-tools-call-v1", [reference(clean, "image/svg+xml")])
+        self.assertEqual(attach(package, context, [mm.Attachment(clean, "image/svg+xml")], media_rules=wide)["content"][1],
+                         {"type": "image", "data": b64(clean), "mimeType": "image/svg+xml"})
+
+    def test_binding_comes_before_admission(self):
+        polyglot = PNG + builders.zip_of([("payload.txt", b"run me")])
+        package, context = build_turn("openai-responses-v1")
+        with self.assertRaises(mm.MultimodalError) as caught:
+            attach(package, context, [BOTH[0], mm.Attachment(polyglot, "image/png")])
+        self.assertEqual((caught.exception.code, caught.exception.at), ("ATTACHMENT_UNBOUND", "attachments[1]"))
 
 
 if __name__ == "__main__":

@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent)]  # the module first, then the repository root
-sys.path.insert(2, str(HERE.parent.parent / "artifacts"))  # the multimodal layer and the package its tests build
+# The module first; then the artifacts layer (multimodal.py, and the package its tests build), ahead
+# of the repository root, where the name artifacts would be that folder read as a package.
+sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent / "artifacts"), str(HERE.parent.parent)]
 
 import multimodal as mm  # noqa: E402
 import provider_streams as ps  # noqa: E402
@@ -225,17 +226,13 @@ def requests(provider: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 REVISIONS = {"openai": "openai-responses-v1", "anthropic": "anthropic-messages-v1", "gemini": "gemini-interactions-v1"}
-# Each of the layer's media types once: the four image types and PDF (no sniffing: bytes stand in).
-EVERY_TYPE = (mm.Attachment(mmt.PNG, "image/png"), mm.Attachment(b"\xff\xd8\xff\xe0jpeg", "image/jpeg"),
-              mm.Attachment(b"GIF89a", "image/gif"), mm.Attachment(b"RIFF\0\0\0\0WEBP", "image/webp"),
-              mm.Attachment(mmt.PDF, "application/pdf"))
 
 
 def multimodal_requests(provider: str) -> list[tuple[str, dict[str, Any]]]:
     """The continuation a host sends with a multimodal tool result, as it would send it."""
     revision, model = REVISIONS[provider], MODELS[provider]
     built = []
-    for label, attachments in (("png + pdf", mmt.BOTH), ("every media type", EVERY_TYPE)):
+    for label, attachments in (("png + pdf", mmt.BOTH), ("every media type", mmt.EVERY_TYPE)):
         package, context = mmt.build_turn(revision, [mmt.reference(item.data, item.media_type) for item in attachments])
         item = mm.attach(package, context, revision, attachments, principal=mmt.PRINCIPAL, registry=mmt.REGISTRY)
         if provider == "openai":

@@ -3936,6 +3936,7 @@ class ExecuteCall(NamedTuple):
     deadline: int | None  # the host's deadline, on the clock of `now`
     resource: Resource | None
     downstream: Any  # the operation store's view of its own downstream (the demo's ledger)
+    call_id: str = ""  # the provider's id of the call answered (the context's): what a hook binds a token to
 
 
 class Execution(NamedTuple):
@@ -5885,7 +5886,8 @@ class Dispatcher:
         try:
             # Positional: a frozen dataclass takes keywords measurably slower.
             result = execute(ExecuteCall(spec.name, call.principal, _own_copy(spec, call.arguments), refs["request_ref"],
-                                         refs["status_ref"], key, now, deadline, resource, downstream))
+                                         refs["status_ref"], key, now, deadline, resource, downstream,
+                                         call.context.call_id))
             inject = FAULTS_AFTER_HANDLER.get(fault)
             if inject is not None:
                 result = inject(result)

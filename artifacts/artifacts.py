@@ -25,7 +25,6 @@ Sections, in the order bytes flow:
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import hashlib
 import hmac
 import html
@@ -58,7 +57,7 @@ __all__ = [
     "ARTIFACT_CATALOG", "ArtifactError", "MediaType", "ArchivePolicy", "MediaPolicy", "Admitted", "sniff",
     "admit_bytes",
     "REFERENCE_SCHEMA", "ACCESS_PATTERN", "CURSOR_PATTERN", "CURSOR_SCHEMA", "reference", "is_reference",
-    "ArtifactKeys", "mint_access", "open_access", "call_scope", "current_call_id",
+    "ArtifactKeys", "mint_access", "open_access",
     "mint_cursor", "open_cursor", "Page", "page_of",
 ]
 
@@ -137,7 +136,6 @@ ARTIFACT_CATALOG: Final = MappingProxyType({
         ACCESS_OTHER_PRINCIPAL="The access reference was issued to another caller.",
         ACCESS_OTHER_CALL="The access reference was issued for another call.",
         ACCESS_OTHER_ARTIFACT="The access reference was issued for another artifact.",
-        ACCESS_NO_CALL="No call is in scope to bind an access reference to.",
         ACCESS_LIFETIME_INVALID="The access lifetime is outside its bounds.",
     ),
     **td.error_specs(
@@ -560,7 +558,7 @@ class _Budget:
             raise ArtifactError("ARTIFACT_ARCHIVE_TOO_LARGE")
 
 
-def _check_name(name: str, budget: _Budget, level: int) -> None:
+def _check_entry_name(name: str, budget: _Budget, level: int) -> None:
     parts = name.rstrip("/").split("/")
     if (not 0 < len(name) <= MAX_ENTRY_NAME or name.startswith("/") or "\\" in name or _CONTROL.search(name)
             or not td.is_portable_text(name) or _DRIVE.match(name) or any(part in ("", ".", "..") for part in parts)):
@@ -594,7 +592,7 @@ def _zip_entries(data: bytes, budget: _Budget, level: int) -> Iterator[bytes]:
         infos = archive.infolist()
         for info in infos:
             budget.count()
-            _check_name(info.filename, budget, level)
+            _check_entry_name(info.filename, budget, level)
             if (info.external_attr >> 16) & 0o170000 == 0o120000:
                 raise ArtifactError("ARTIFACT_ARCHIVE_LINK")
             if info.flag_bits & 0x1:
@@ -614,7 +612,7 @@ def _tar_entries(data: bytes, budget: _Budget, level: int) -> Iterator[bytes]:
             if member is None:
                 break
             budget.count()
-            _check_name(member.name, budget, level)
+            _check_entry_name(member.name, budget, level)
             if member.issym() or member.islnk():
                 raise ArtifactError("ARTIFACT_ARCHIVE_LINK")
             if member.isdir():
@@ -875,28 +873,8 @@ def _check_bound(keys: ArtifactKeys, key_id: str, checks: Sequence[tuple[str, An
 # ============================================================================================
 # 10. Access references
 # ============================================================================================
-# The core hands an execute hook no call id, so the host names the call in scope around each
-# dispatch (call_scope), and a hook mints access for it (current_call_id).
-
-_CALL_IN_SCOPE: Final[contextvars.ContextVar[str | None]] = contextvars.ContextVar("artifact_call", default=None)
-
-
-@contextlib.contextmanager
-def call_scope(context: td.CallContext) -> Iterator[str]:
-    """The call a dispatch runs for, in scope for the hooks it runs (this thread or task only)."""
-    td.check_context(context)
-    token = _CALL_IN_SCOPE.set(context.call_id)
-    try:
-        yield context.call_id
-    finally:
-        _CALL_IN_SCOPE.reset(token)
-
-
-def current_call_id() -> str:
-    call_id = _CALL_IN_SCOPE.get()
-    if call_id is None:
-        raise ArtifactError("ACCESS_NO_CALL")
-    return call_id
+# An execute hook mints access for the call it runs (ExecuteCall.call_id, the provider's id of
+# the call, which the trusted context carries); the host opens it for the same caller and call.
 
 
 def _access_body(parts: list[str]) -> dict[str, Any]:

@@ -611,12 +611,6 @@ class TestAccess(Refusals):
             token = art.mint_access(keys, principal=ALICE, call_id=f"c{seed}", sha256=SHA, now=NOW)
             self.assertFalse(td.is_secret_text(token))
 
-    def test_call_scope(self):
-        self.assertRefused("ACCESS_NO_CALL", art.current_call_id)
-        context = td.CallContext("OpenAI", "Responses", "openai-responses-v1", "r", "call-9", "op")
-        with art.call_scope(context) as call_id:
-            self.assertEqual((call_id, art.current_call_id()), ("call-9", "call-9"))
-        self.assertRefused("ACCESS_NO_CALL", art.current_call_id)
 
 
 # ============================================================================================
@@ -739,7 +733,7 @@ class TestThroughTheDispatcher(unittest.TestCase):
 
     def export_chart(self, call):
         admitted = art.admit_bytes(CHART, declared_type="image/png", policy=PNG_ONLY)
-        access = art.mint_access(KEYS, principal=call.principal, call_id=art.current_call_id(),
+        access = art.mint_access(KEYS, principal=call.principal, call_id=call.call_id,
                                  sha256=admitted.sha256, now=call.now)
         return td.Execution({"chart": art.reference(admitted, kind="blob", access=access)}, "none")
 
@@ -756,8 +750,7 @@ class TestThroughTheDispatcher(unittest.TestCase):
         self.calls += 1
         context = td.CallContext("OpenAI", "Responses", "openai-responses-v1", f"resp-{self.calls}",
                                  f"call-{self.calls}", f"op-{self.calls}")
-        with art.call_scope(context):
-            package = self.dispatcher.dispatch(proposal, context, principal, now=NOW, deadline=NOW + 10)
+        package = self.dispatcher.dispatch(proposal, context, principal, now=NOW, deadline=NOW + 10)
         return context, package
 
     def verify(self, package, context=None):

@@ -71,7 +71,7 @@ class ReportHost:
             self.refusals.append(refusal.code)
             return td.Execution(None, "not_committed")
         self.admitted[admitted.sha256] = admitted.data
-        access = art.mint_access(self.keys, principal=call.principal, call_id=art.current_call_id(),
+        access = art.mint_access(self.keys, principal=call.principal, call_id=call.call_id,
                                  sha256=admitted.sha256, now=call.now)
         return td.Execution({"report": art.reference(admitted, kind="file", access=access)}, "none")
 
@@ -120,8 +120,7 @@ def main() -> int:
             context = td.CallContext(profile.provider, profile.api_family, adapter, f"resp-{number}", f"call-{number}",
                                      f"op-{number}")
             before = len(host.refusals)
-            with art.call_scope(context):  # what binds an access token to this very call
-                package = dispatcher.dispatch({"name": name, "arguments": arguments}, context, principal, now=NOW)
+            package = dispatcher.dispatch({"name": name, "arguments": arguments}, context, principal, now=NOW)
             result = package["model_result"]
             steps.append({"caller": principal.subject, "provider": profile.provider, "tool": name, "arguments": arguments, "status": result["status"],
                           "model_sees": result.get("data", result.get("error", {}).get("code")),

@@ -534,7 +534,8 @@ class TestLimitsAndConstants(unittest.TestCase):
                 self.assertTrue(starts[index] < lines[case.__name__] < starts[index + 1],
                                 f"not under the banner of section {index + 1}")
 
-    LAYER_FOLDERS = ("durable", "provider_streams", "tool-transaction-bench", "benchmarks", "mcp_import")
+    LAYER_FOLDERS = ("durable", "provider_streams", "tool-transaction-bench", "benchmarks", "mcp_bridge", "artifacts",
+                     "signatures", "differential", "verifiers", "viewer", "examples", "release", "mutation")
 
     def test_all_names_exactly_the_public_definitions(self):
         self.assertEqual(len(td.__all__), len(set(td.__all__)))
@@ -555,6 +556,12 @@ class TestLimitsAndConstants(unittest.TestCase):
                 with self.subTest(file=os.path.relpath(path, ROOT), line=line, name=name):
                     self.assertIn(name, public)
         self.assertGreater(seen, 500)  # the scan found the uses, not nothing
+
+    def test_every_folder_that_holds_python_is_a_scanned_layer(self):
+        # A layer added or renamed must join the two scans here, or this fails (mutants/: mutmut's work copy).
+        holding = {name for name in os.listdir(ROOT) if not name.startswith(".") and name != "mutants"
+                   and os.path.isdir(os.path.join(ROOT, name)) and glob_python(os.path.join(ROOT, name))}
+        self.assertEqual(holding, set(self.LAYER_FOLDERS))
 
     def test_no_private_core_name_is_defined_again_by_a_layer(self):
         # A reader who meets _emit_rule or _RULE_CHECKS in a layer must not find a different one here.
@@ -7578,7 +7585,7 @@ class TestTheDispatcher(unittest.TestCase):
         other = note_read(dispatcher, context(call="call_b"), principal=Principal("tenant-b", "carol", ("notes.read",)))
         self.assertEqual((other["model_result"]["data"], len(host.executed)), ({"notes": ["first", "second"]}, 2))
 
-    def test_an_execute_hook_gets_the_admitted_arguments_as_its_own_copy_its_key_and_the_clock(self):
+    def test_an_execute_hook_gets_the_admitted_arguments_as_its_own_copy_its_key_the_clock_and_the_call(self):
         seen = []
 
         def meddling(call):
@@ -7595,9 +7602,10 @@ class TestTheDispatcher(unittest.TestCase):
         call, arguments = seen[0]
         downstream = package["protected_audit"]["downstream"]
         self.assertEqual((call.tool, call.principal, arguments, call.idempotency_key, call.now, call.deadline,
-                          call.resource, call.request_ref, call.status_ref),
+                          call.resource, call.request_ref, call.status_ref, call.call_id),
                          ("append_note", NOTER, {"notebook": "NB-1", "text": "hello"}, "idem-1", NOW, NOW + 30,
-                          host.notebooks[("tenant-a", "NB-1")], downstream["request_ref"], downstream["status_ref"]))
+                          host.notebooks[("tenant-a", "NB-1")], downstream["request_ref"], downstream["status_ref"],
+                          "call_w"))
         self.assertIsNot(call.arguments, proposal["arguments"])
         self.assertEqual(proposal["arguments"], {"notebook": "NB-1", "text": "hello"})
         self.assertEqual(package["protected_audit"]["arguments"], {"notebook": "NB-1", "text": "hello"})
@@ -7609,8 +7617,8 @@ class TestTheDispatcher(unittest.TestCase):
         note_read(dispatcher, context(call="call_r", key="idem-r"), now=NOW + 5)
         read_call = host.executed[-1]
         self.assertEqual((read_call.tool, read_call.idempotency_key, read_call.request_ref, read_call.status_ref,
-                          read_call.now, read_call.deadline, read_call.resource),
-                         ("list_notes", None, None, None, NOW + 5, None, None))
+                          read_call.now, read_call.deadline, read_call.resource, read_call.call_id),
+                         ("list_notes", None, None, None, NOW + 5, None, None, "call_r"))
 
     def test_a_committed_write_is_one_effect_on_the_hosts_word(self):
         for receipt in ("rc-note-1", None):  # None: the downstream issued no receipt of its own

@@ -253,7 +253,7 @@ def _checked(attachments: Sequence[Any], rules: MediaRules, max_attachments: int
     return kinds
 
 
-def _bound(attachments: Sequence[Attachment], model_result: Mapping[str, Any]) -> list[str]:
+def _bound_digests(attachments: Sequence[Attachment], model_result: Mapping[str, Any]) -> list[str]:
     """Each attachment's sha256, which a reference in the model_result must name with the same
     size and media type; each artifact at most once."""
     named: dict[str, list[tuple[int, str]]] = {}
@@ -308,7 +308,7 @@ def attach(package: Any, context: td.CallContext, adapter_revision: str, attachm
     if attachments and package["model_result"]["status"] != "ok":  # an error carries no media
         raise MultimodalError("ATTACHMENT_ERROR_RESULT")
     kinds = _checked(attachments, rules, max_attachments)
-    digests = _bound(attachments, package["model_result"])
+    digests = _bound_digests(attachments, package["model_result"])
     _admitted(attachments)
     parts = [rules.part(kind, attachment.media_type, base64.b64encode(attachment.data).decode("ascii"), digest)
              for kind, attachment, digest in zip(kinds, attachments, digests)]

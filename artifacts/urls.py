@@ -99,8 +99,8 @@ _URL_PARTS: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):(?://([^/?#]*))?([^?
 _PORT: Final = re.compile(r"[1-9][0-9]{0,4}")
 _LABEL: Final = re.compile(r"[a-z0-9](?:[a-z0-9\-]*[a-z0-9])?")
 _NUMERIC_LABEL: Final = re.compile(r"[0-9]+|0x[0-9a-f]*")
-_OCTET: Final = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-_CANONICAL_IPV4: Final = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")
+_IPV4_OCTET: Final = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_CANONICAL_IPV4: Final = re.compile(rf"{_IPV4_OCTET}(?:\.{_IPV4_OCTET}){{3}}")
 _IPV6_CHARACTERS: Final = re.compile(r"[0-9a-fA-F:.]+")
 
 # ============================================================================================

@@ -268,7 +268,7 @@ _ATOM_FAMILIES: Final = (
 )
 _QUANTIFIERS: Final = (("", 1, 1), ("", 1, 1), ("?", 0, 1), ("+", 1, None), ("*", 0, None), ("{2}", 2, 2),
                        ("{1,3}", 1, 3), ("{2,}", 2, None), ("{0,12}", 0, 12))
-_LITERALS: Final = (("ORDER-", "ORDER-"), ("id", "id"), ("A", "A"), ("v\\.", "v."))
+_LITERAL_VALUES: Final = (("ORDER-", "ORDER-"), ("id", "id"), ("A", "A"), ("v\\.", "v."))
 _OUTSIDE_SUBSET: Final = (  # (pattern, strings that match it): each refused today, and why matters
     ("^.+$", ("a", ASTRAL, "\u00e9")), ("^\\w+$", ("a_1",)), ("^[^,]+$", ("a", "\u00e9")),
     ("^\\p{L}+$", ("\u00e9t\u00e9",)), ("^\u00e9+$", ("\u00e9",)), ("^\\u00e9$", ("\u00e9",)),
@@ -310,7 +310,7 @@ class PatternMaker:
     def _sequence(self) -> tuple[str, list[str]]:
         parts: list[tuple[str, Sequence[str], int, int]] = []
         if self.rng.random() < 0.3:
-            text, literal = self.rng.choice(_LITERALS)
+            text, literal = self.rng.choice(_LITERAL_VALUES)
             parts.append((text, (literal,), 1, 1))
         family = -1
         for _ in range(self.rng.randint(1, 3)):
@@ -358,7 +358,7 @@ _REFUSED_EXTRAS: Final = (  # keywords outside the subset, added to an otherwise
     ("minContains", 1), ("contentEncoding", "base64"), ("propertyNames", {"maxLength": 3}), ("maximum", 5),
     ("minLength", 2), ("$defs", {"X": {}}), ("deprecated", True), ("examples", [1]),
 )
-_SCALARS: Final = ("string", "integer", "number", "boolean")
+_SCALAR_TYPE_NAMES: Final = ("string", "integer", "number", "boolean")
 
 
 class SchemaMaker:
@@ -393,7 +393,7 @@ class SchemaMaker:
     def node(self, depth: int) -> Any:
         """A subschema: scalars mostly, containers and references while depth allows."""
         if depth >= MAX_DEPTH:
-            return self.scalar(self.rng.choice(_SCALARS), depth)
+            return self.scalar(self.rng.choice(_SCALAR_TYPE_NAMES), depth)
         kinds = ("string", "integer", "number", "boolean", "object", "array", "ref", "nullable-type",
                  "nullable-anyOf", "format", "union-types", "union-scalars", "map", "enum-const")
         weights = (5, 4, 4, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1)
@@ -482,7 +482,7 @@ class SchemaMaker:
         return self.rng.choice(({"type": "null"}, {"enum": [None]}, {"const": None}, {"type": ["null"]}))
 
     def nullable_type(self, depth: int = 0) -> dict[str, Any]:
-        kind = self.rng.choice(_SCALARS + ("object", "array"))
+        kind = self.rng.choice(_SCALAR_TYPE_NAMES + ("object", "array"))
         node = dict(_BUILDERS[kind](self, depth + 1))
         node["type"] = [kind, "null"] if self.rng.random() < 0.7 else ["null", kind]
         if "enum" in node and self.rng.random() < 0.5:
@@ -490,7 +490,7 @@ class SchemaMaker:
         return node
 
     def nullable_any_of(self, depth: int = 0) -> dict[str, Any]:
-        inner = self.node(depth) if self.rng.random() < 0.4 else self.scalar(self.rng.choice(_SCALARS), depth)
+        inner = self.node(depth) if self.rng.random() < 0.4 else self.scalar(self.rng.choice(_SCALAR_TYPE_NAMES), depth)
         branches = [inner, {"type": "null"}]
         if self.rng.random() < 0.3:
             branches.reverse()
@@ -513,7 +513,7 @@ class SchemaMaker:
         elif roll < 0.4:
             node["additionalProperties"] = True
         elif roll < 0.5:
-            node["additionalProperties"] = self.scalar(self.rng.choice(_SCALARS), depth)
+            node["additionalProperties"] = self.scalar(self.rng.choice(_SCALAR_TYPE_NAMES), depth)
         if self.rng.random() < 0.12:
             node.update(self.lengths("minProperties", "maxProperties", 64, depth))
         return node
@@ -522,7 +522,7 @@ class SchemaMaker:
         node: dict[str, Any] = {"type": "array"}
         if not self.edgy(depth):
             node["items"] = self.node(depth) if self.rng.random() < 0.4 else \
-                self.scalar(self.rng.choice(_SCALARS), depth)
+                self.scalar(self.rng.choice(_SCALAR_TYPE_NAMES), depth)
         elif self.rng.random() < 0.5:
             node["items"] = [{"type": "string"}]
         node.update(self.lengths("minItems", "maxItems", td.DEFAULT_MAX_ITEMS, depth))
@@ -543,7 +543,7 @@ class SchemaMaker:
             return {"$ref": self.rng.choice(("#", "#/properties/v", "other.json#/a", prefix + name + "/type"))}
         target = self.defs.get(name)
         if target is None:
-            target = self.node(depth) if self.rng.random() < 0.5 else self.scalar(self.rng.choice(_SCALARS), depth)
+            target = self.node(depth) if self.rng.random() < 0.5 else self.scalar(self.rng.choice(_SCALAR_TYPE_NAMES), depth)
             self.defs[name] = target
         node: dict[str, Any] = {"$ref": prefix + name}
         roll = self.rng.random()
@@ -586,7 +586,7 @@ class SchemaMaker:
         return self.union([_BUILDERS[kind](self, depth + 1) for kind in kinds])
 
     def union_scalars(self, depth: int = 0) -> dict[str, Any]:
-        kind = self.rng.choice(_SCALARS)
+        kind = self.rng.choice(_SCALAR_TYPE_NAMES)
         return self.union([self.scalar(kind, depth + 1) for _ in range(self.rng.randint(2, 3))])
 
     def union_int_number(self, depth: int = 0) -> dict[str, Any]:
@@ -604,7 +604,7 @@ class SchemaMaker:
         for name, tag in zip(names, tags):
             tag_schema = self.rng.choice(({"const": tag, "type": "string"}, {"const": tag}, {"enum": [tag]},
                                           {"const": tag, "title": "Pet Type", "type": "string"}))
-            extra = {f"{tag}_name": self.scalar(self.rng.choice(_SCALARS), depth + 1)}
+            extra = {f"{tag}_name": self.scalar(self.rng.choice(_SCALAR_TYPE_NAMES), depth + 1)}
             branch: dict[str, Any] = {"type": "object", "title": name, "properties": {"pet_type": tag_schema, **extra}}
             branch["required"] = ["pet_type"] if self.rng.random() < 0.85 else []
             if self.rng.random() < 0.3:
@@ -627,8 +627,8 @@ class SchemaMaker:
 
     def union_null(self, depth: int = 0) -> dict[str, Any]:
         if self.rng.random() < 0.25:
-            return {"type": self.rng.sample(_SCALARS, 2) + ["null"]}
-        kinds = self.rng.sample(_SCALARS + ("object",), 2)
+            return {"type": self.rng.sample(_SCALAR_TYPE_NAMES, 2) + ["null"]}
+        kinds = self.rng.sample(_SCALAR_TYPE_NAMES + ("object",), 2)
         branches = [_BUILDERS[kind](self, depth + 1) for kind in kinds] + [{"type": "null"}]
         self.rng.shuffle(branches)
         return self.union(branches)
@@ -636,17 +636,17 @@ class SchemaMaker:
     def union_nested(self, depth: int = 0) -> dict[str, Any]:
         roll = self.rng.random()
         if roll < 0.3:
-            return self.union([self.union_types(depth + 1), self.scalar(self.rng.choice(_SCALARS), depth + 1)])
+            return self.union([self.union_types(depth + 1), self.scalar(self.rng.choice(_SCALAR_TYPE_NAMES), depth + 1)])
         if roll < 0.55:
             return {"type": "array", "items": self.union_types(depth + 1), "maxItems": self.rng.choice((2, 3))}
         if roll < 0.8:
-            items = self.rng.sample(_SCALARS, 2)
+            items = self.rng.sample(_SCALAR_TYPE_NAMES, 2)
             return self.union([{"type": "array", "items": {"type": kind}, "maxItems": 3} for kind in items])
         return self.union([self.object(depth + 1), self.object(depth + 1)])
 
     def map(self, depth: int = 0) -> dict[str, Any]:
         node: dict[str, Any] = {"type": "object", "additionalProperties": self.node(depth) if self.rng.random() < 0.3
-                                else self.scalar(self.rng.choice(_SCALARS), depth)}
+                                else self.scalar(self.rng.choice(_SCALAR_TYPE_NAMES), depth)}
         if self.rng.random() < 0.85:
             node["maxProperties"] = self.rng.choice((0, 1, 2, 3, 8, 64, 65))
         if self.rng.random() < 0.25:
@@ -825,8 +825,8 @@ class ValueMaker:
         return out
 
     def _strings(self, node: dict[str, Any], _depth: int) -> list[Any]:
-        low = _count(node.get("minLength"), 0)
-        high = _count(node.get("maxLength"), td.DEFAULT_MAX_LENGTH)
+        low = _count_of(node.get("minLength"), 0)
+        high = _count_of(node.get("maxLength"), td.DEFAULT_MAX_LENGTH)
         lengths = {0, 1, low - 1, low, low + 1, high - 1, high, high + 1, td.DEFAULT_MAX_LENGTH,
                    td.DEFAULT_MAX_LENGTH + 1}
         out: list[Any] = []
@@ -910,7 +910,7 @@ class ValueMaker:
             for value in extra_values[:3]:
                 out.append({**base, key: value})
         out += [{**base, key: value} for key, value in zip(("k1", "k2", "k3"), extra_values[3:6])]
-        for count in sorted({_count(node.get(name), -1) for name in ("minProperties", "maxProperties")}):
+        for count in sorted({_count_of(node.get(name), -1) for name in ("minProperties", "maxProperties")}):
             for size in (count - 1, count, count + 1):
                 if 0 <= size <= 70:
                     keys = list(full)[:size] + [f"k{index}" for index in range(max(size - len(full), 0))]
@@ -921,8 +921,8 @@ class ValueMaker:
         items = node.get("items")
         values = self.candidates(items, depth + 1) if type(items) is dict else list(GENERIC_VALUES)
         valid = values[:max(1, self._admitted_counts.get(id(items), len(values) // 2))]
-        low = _count(node.get("minItems"), 0)
-        high = _count(node.get("maxItems"), td.DEFAULT_MAX_ITEMS)
+        low = _count_of(node.get("minItems"), 0)
+        high = _count_of(node.get("maxItems"), td.DEFAULT_MAX_ITEMS)
         out: list[Any] = []
         for length in sorted({0, 1, 2, low - 1, low, low + 1, high - 1, high, high + 1}):
             if 0 <= length <= MAX_GENERATED_ITEMS:
@@ -943,7 +943,7 @@ _VALUE_MAKERS: Final[Mapping[str, Callable[[ValueMaker, dict[str, Any], int], li
 _LOOKALIKE_DIGITS: Final = str.maketrans("0123456789", "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669")
 
 
-def _count(value: Any, default: int) -> int:
+def _count_of(value: Any, default: int) -> int:
     return value if type(value) is int else default
 
 
@@ -1039,7 +1039,7 @@ class OverlayMaker:
     def _server_property(self, kind: str) -> dict[str, Any]:
         make = self.schemas
         if kind == "object":
-            return {"type": "object", "properties": {"r": make.scalar(self.rng.choice(_SCALARS), 2),
+            return {"type": "object", "properties": {"r": make.scalar(self.rng.choice(_SCALAR_TYPE_NAMES), 2),
                                                      "s": make.string()}, "required": ["r"]}
         if kind == "enum":
             return {"type": "string", "enum": self.rng.sample(_STRINGS, 3)}
@@ -1054,7 +1054,7 @@ class OverlayMaker:
         """A host rule for the server's: a tighter one, a looser one, or another altogether."""
         roll = self.rng.random()
         if roll < 0.15 or type(server) is not dict:
-            return "other", self.schemas.scalar(self.rng.choice(_SCALARS), 2)
+            return "other", self.schemas.scalar(self.rng.choice(_SCALAR_TYPE_NAMES), 2)
         host = copy.deepcopy(server)
         inner = host
         if "anyOf" in host:  # the nullable anyOf: change the non-null branch, or drop null
@@ -1079,9 +1079,9 @@ class OverlayMaker:
                 node["pattern"] = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
                 self.schemas.patterns.examples.setdefault(node["pattern"], ("2024-01-01", "9999-99-99"))
         elif roll < 0.4:
-            node["minLength"] = _count(node.get("minLength"), 0) + (1 if tighter else -1)
+            node["minLength"] = _count_of(node.get("minLength"), 0) + (1 if tighter else -1)
         elif roll < 0.75:
-            high = _count(node.get("maxLength"), td.DEFAULT_MAX_LENGTH)
+            high = _count_of(node.get("maxLength"), td.DEFAULT_MAX_LENGTH)
             node["maxLength"] = high - 1 if tighter else high + 1
         else:
             node["pattern"] = self.schemas.patterns.pattern()
@@ -1110,7 +1110,7 @@ class OverlayMaker:
         return True
 
     def change_array(self, node: dict[str, Any], tighter: bool) -> bool:
-        high = _count(node.get("maxItems"), td.DEFAULT_MAX_ITEMS)
+        high = _count_of(node.get("maxItems"), td.DEFAULT_MAX_ITEMS)
         node["maxItems"] = max(high - 1, 0) if tighter else high + 1
         return True
 

@@ -266,7 +266,7 @@ class Server:
                 "structuredContent": {"name": arguments["name"], "text": note["text"]}}
 
     def write_note(self, arguments: Any, meta: dict[str, Any]) -> dict[str, Any] | None:
-        if not _fits(arguments, {"name", "text"}) or not _is_name(arguments["name"]) or not _is_text(
+        if not _fits(arguments, {"name", "text"}) or not _is_name(arguments["name"]) or not _is_note_text(
                 arguments["text"]):
             return _refused("arguments")
         key = meta.get(IDEMPOTENCY_KEY_META)
@@ -340,7 +340,7 @@ def _is_key(value: Any) -> bool:
     return type(value) is str and KEY.fullmatch(value) is not None
 
 
-def _is_text(value: Any) -> bool:
+def _is_note_text(value: Any) -> bool:
     if type(value) is not str or len(value) > MAX_TEXT_LENGTH:
         return False
     try:

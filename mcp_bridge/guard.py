@@ -161,7 +161,7 @@ class GuardHost:
 
 _HOST_FIELDS: Final = frozenset({"format", "principal", "approval", "servers", "retry_window", "call_timeout"})
 _HOST_REQUIRED: Final = frozenset({"format", "principal", "servers"})
-_PRINCIPAL_FIELDS: Final = frozenset({"tenant", "subject", "roles"})
+_HOST_PRINCIPAL_FIELDS: Final = frozenset({"tenant", "subject", "roles"})
 _APPROVAL_FIELDS: Final = frozenset({"approver", "command", "timeout", "ask_client"})
 _SERVER_FIELDS: Final = frozenset({"name", "prefix", "command", "contracts", "status_tools"})
 _SERVER_REQUIRED: Final = frozenset({"name", "command", "contracts"})
@@ -224,7 +224,7 @@ def _fields(value: Any, allowed: frozenset[str], required: frozenset[str], at: s
 
 
 def _principal(value: Any) -> td.Principal:
-    _fields(value, _PRINCIPAL_FIELDS, _PRINCIPAL_FIELDS, "principal")
+    _fields(value, _HOST_PRINCIPAL_FIELDS, _HOST_PRINCIPAL_FIELDS, "principal")
     roles = value["roles"]
     principal = td.Principal(value["tenant"], value["subject"],
                              tuple(sorted(set(roles))) if type(roles) is list and all(

@@ -23,7 +23,7 @@ refused: another name for it may live outside the root.
 Names are compared as this platform's filesystem compares them; the module does not fold case.
 A path must be in Unicode NFC: on Linux a name is bytes, so an NFC and an NFD spelling of the
 same text are two different files, and admitting only NFC spellings means two admitted paths that
-look the same are the same path. See FILES_AND_URLS.md for the threat table.
+look the same are the same path. README.md beside it holds the threat table.
 
 Sections:
     1. Limits and constants     3. The root

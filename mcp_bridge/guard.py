@@ -609,11 +609,14 @@ class Guard:
     def _dispatch_in(self, proposal: dict[str, Any], context: td.CallContext, approval: td.Approval | None,
                      now: int) -> tuple[dict[str, Any], dict[str, Any]]:
         try:
-            package = self.dispatcher.dispatch(proposal, context, self.host.principal, approval=approval, now=now,
-                                               deadline=now + self.host.call_timeout)
+            # The answer is shaped inside the dispatch, from what the package was built from: nothing
+            # to verify again (a package read back from the ledger is verified in full there).
+            package, item = self.dispatcher.dispatch_for_provider(proposal, context, self.host.principal,
+                                                                  approval=approval, now=now,
+                                                                  deadline=now + self.host.call_timeout)
         except td.CatalogError as error:  # the host's to hear (a call in progress, a store fault): no package
             return {"model_result": {}}, _refusal(error)
-        return package, self._answer(package, context)
+        return package, self._answer(package, context, item)
 
     def _query(self, proposal: dict[str, Any], key: str, now: int) -> dict[str, Any]:
         context = self._context(key)
@@ -623,12 +626,13 @@ class Guard:
             return _refusal(error)
         return self._answer(package, context)
 
-    def _answer(self, package: dict[str, Any], context: td.CallContext) -> dict[str, Any]:
+    def _answer(self, package: dict[str, Any], context: td.CallContext,
+                item: dict[str, Any] | None = None) -> dict[str, Any]:
         if self._audit is not None:
             self._audit.append(package)
-        result = td.to_mcp_tool_result(package, context, principal=self.host.principal,
-                                       approvers=frozenset({self.host.approver}), seal_keys=self._seal_keys,
-                                       require_seal=self._seal_keys is not None, registry=self._registry)
+        result = item if item is not None else td.to_mcp_tool_result(
+            package, context, principal=self.host.principal, approvers=frozenset({self.host.approver}),
+            seal_keys=self._seal_keys, require_seal=self._seal_keys is not None, registry=self._registry)
         self._report({"event": "call", "tool": package["model_result"]["source"]["tool"],
                       "status": package["model_result"]["status"],
                       "code": package["model_result"].get("error", {}).get("code")})

@@ -15,6 +15,7 @@ import sys
 import tarfile
 import unittest
 import zipfile
+import zlib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -179,6 +180,12 @@ class TestAdmission(Refusals):
                 self.assertRefused("ARTIFACT_TYPE_MISMATCH", art.admit_bytes, data, declared_type=declared,
                                    policy=ALL_PLAIN)
 
+    def test_only_bytes_are_admitted(self):
+        for data in (bytearray(png()), memoryview(png()), "plain text"):
+            with self.subTest(type(data).__name__):
+                self.assertRefused("ARTIFACT_TYPE_UNKNOWN", art.admit_bytes, data, declared_type="image/png",
+                                   policy=ALL_PLAIN)
+
     def test_bytes_with_no_signature(self):
         self.assertRefused("ARTIFACT_TYPE_UNKNOWN", art.admit_bytes, b"\x00\x01\x02", declared_type="image/png",
                            policy=ALL_PLAIN)
@@ -202,6 +209,10 @@ class TestAdmission(Refusals):
             with self.subTest(declared):
                 self.assertRefused("ARTIFACT_MALFORMED", art.admit_bytes, data, declared_type=declared,
                                    policy=ALL_PLAIN)
+
+    def test_webp_needs_both_riff_and_its_form_type(self):
+        self.assertRefused("ARTIFACT_TYPE_UNKNOWN", art.sniff, b"RIFF" + struct.pack("<I", 4) + b"WAVE")
+        self.assertEqual(art.sniff(b"abcdefghWEBP, a word"), "text/plain")
 
     def test_sniff_names_the_leading_signature(self):
         self.assertEqual([art.sniff(data) for data in (png(), jpeg(), gif(), webp(), pdf(), zip_of([]),
@@ -244,6 +255,59 @@ class TestPolyglots(Refusals):
         for name, (data, declared) in cases.items():
             with self.subTest(name):
                 self.assertRefused("ARTIFACT_POLYGLOT", art.admit_bytes, data, declared_type=declared, policy=pol)
+
+    def admit(self, data, declared):
+        return art.admit_bytes(data, declared_type=declared, policy=archive_policy() if declared in art.ARCHIVE_TYPES
+                               else ALL_PLAIN)
+
+    def test_png_chunk_past_the_end_is_malformed_even_when_its_crc_fits(self):
+        # IEND cut one byte short: the three bytes left of its CRC read as the whole CRC when it is below 2**24.
+        body = next(n.to_bytes(4, "big") for n in range(1 << 16) if zlib.crc32(b"IEND" + n.to_bytes(4, "big")) < 1 << 24)
+        cut = png()[:-12] + struct.pack(">I", 4) + b"IEND" + body + zlib.crc32(b"IEND" + body).to_bytes(3, "big")
+        self.assertRefused("ARTIFACT_MALFORMED", self.admit, cut, "image/png")
+        whole = png()[:-12] + struct.pack(">I", 4) + b"IEND" + body + zlib.crc32(b"IEND" + body).to_bytes(4, "big")
+        self.assertEqual(self.admit(whole, "image/png").size, len(whole))
+
+    def test_gif_screen_and_blocks(self):
+        self.assertRefused("ARTIFACT_MALFORMED", self.admit, gif()[:10], "image/gif")  # shorter than its screen
+        unknown = bytearray(gif())
+        self.assertEqual(unknown[20], 0x2C)  # the image descriptor, after the 13-byte screen and the comment
+        unknown[20] = 0x2D
+        self.assertRefused("ARTIFACT_MALFORMED", self.admit, bytes(unknown), "image/gif")
+        self.assertRefused("ARTIFACT_MALFORMED", self.admit, gif()[:29], "image/gif")  # a descriptor cut short
+
+    def test_jpeg_marker_walk(self):
+        frame = jpeg()[:20]  # start of image and the JFIF segment
+        for name, data in {
+            "a stray byte where a marker belongs": frame + b"\x01" + jpeg()[20:],
+            "fill bytes to the end": frame + b"\xff\xff",
+            "no end of image": frame,
+            "a scan whose segment length is 0": b"\xff\xd8\xff\xda\x00\x00\xff\xd9",
+            "a scan whose segment length is 1": b"\xff\xd8\xff\xda\x00\x01\xff\xd9",
+            "a segment past the end": frame + b"\xff\xe1\x00\x10abc",
+            "scan data ending in 0xff": jpeg()[:-2] + b"\xff",
+        }.items():
+            with self.subTest(name):
+                self.assertRefused("ARTIFACT_MALFORMED", self.admit, data, "image/jpeg")
+        for name, data in {
+            "stand-alone markers between segments": b"\xff\xd8\xff\x01\xff\xd0\xff\xd7" + jpeg()[2:],
+            "a table segment (marker below the restarts)": b"\xff\xd8\xff\xc4\x00\x04\x00\x00" + jpeg()[2:],
+            "fill bytes before a marker": frame + b"\xff\xff" + jpeg()[20:],
+        }.items():
+            with self.subTest(name):
+                self.assertEqual(self.admit(data, "image/jpeg").size, len(data))
+
+    def test_zip_end_record(self):
+        data = zip_of([("a", b"a")])
+        record = len(data) - 22
+        self.assertRefused("ARTIFACT_MALFORMED", self.admit, data[:record], "application/zip")  # no end record
+        for name, at, value in (("disk", 4, b"\x01\x00"), ("directory's disk", 6, b"\x01\x00"),
+                                ("entries on this disk", 8, b"\x02\x00"), ("directory size", 12, b"\xff" * 4),
+                                ("directory offset", 16, b"\xff" * 4)):
+            with self.subTest(name):
+                changed = data[:record + at] + value + data[record + at + len(value):]
+                self.assertRefused("ARTIFACT_MALFORMED", self.admit, changed, "application/zip")
+        self.assertEqual(self.admit(data, "application/zip").entries, 1)
 
     def test_zip_with_bytes_inserted_before_its_directory(self):
         data = zip_of([("a", b"a")])
@@ -291,6 +355,13 @@ class TestActiveContent(Refusals):
         admitted = art.admit_bytes(self.HOSTILE["svg script"], declared_type="image/svg+xml", policy=allowing)
         self.assertEqual(admitted.active, ("script_element",))  # an xmlns URL names a namespace, it loads nothing
 
+    def test_text_naming_markup_is_text_not_active_content(self):
+        for data, declared in ((b"note: <script>alert(1)</script>", "text/plain"),
+                               (b'{"snippet": "<iframe src=x>"}', "application/json")):
+            with self.subTest(declared):
+                admitted = art.admit_bytes(data, declared_type=declared, policy=ALL_PLAIN)
+                self.assertEqual((admitted.active, admitted.text), ((), data.decode()))
+
     def test_prose_that_names_schemes_is_not_active(self):
         data = b'<svg><text>metadata: on the one hand</text><rect fill="url(#g)"/></svg>'
         self.assertEqual(art.admit_bytes(data, declared_type="image/svg+xml", policy=ALL_PLAIN).active, ())
@@ -321,6 +392,11 @@ class TestArchives(Refusals):
         self.assertEqual(self.admit(tar, "application/x-tar").entries, 2)
         self.assertEqual(self.admit(gz(b"hello"), "application/gzip").unpacked, 5)
         self.assertEqual(self.admit(zip_of([])).entries, 0)
+
+    def test_an_archive_policy_opens_only_archives(self):
+        both = policy("image/png", "application/zip", archives=ARCHIVES)
+        admitted = art.admit_bytes(png(), declared_type="image/png", policy=both)
+        self.assertEqual((admitted.media_type, admitted.entries, admitted.unpacked), ("image/png", 0, 0))
 
     def test_entry_count_both_sides(self):
         limit = art.ArchivePolicy(max_entries=3, max_ratio=1_000)
@@ -374,7 +450,8 @@ class TestArchives(Refusals):
         self.assertRefused("ARTIFACT_ARCHIVE_LINK", self.admit, zip_of([(link, b"target")]))
         for kind, code in ((tarfile.SYMTYPE, "ARTIFACT_ARCHIVE_LINK"), (tarfile.LNKTYPE, "ARTIFACT_ARCHIVE_LINK"),
                            (tarfile.FIFOTYPE, "ARTIFACT_ARCHIVE_SPECIAL"),
-                           (tarfile.CHRTYPE, "ARTIFACT_ARCHIVE_SPECIAL")):
+                           (tarfile.CHRTYPE, "ARTIFACT_ARCHIVE_SPECIAL"),
+                           (tarfile.GNUTYPE_SPARSE, "ARTIFACT_ARCHIVE_SPECIAL")):  # regular, but holes to fill
             with self.subTest(kind):
                 self.assertRefused(code, self.admit, tar_of([("x", b"", kind)]), "application/x-tar")
 
@@ -678,6 +755,12 @@ class TestCursors(Refusals):
             if cursor is None:
                 break
         self.assertEqual(seen, [(0, [0, 1, 2]), (3, [3, 4, 5]), (6, [6])])
+
+    def test_page_of_needs_a_mapping_of_arguments(self):
+        for arguments in (["cursor", None], None, "cursor"):
+            with self.subTest(arguments):
+                self.assertRefused("PAGE_ARGUMENTS_INVALID", art.page_of, [1, 2], keys=KEYS, principal=ALICE,
+                                   tool="t", arguments=arguments, now=NOW)
 
     def test_page_size_both_sides(self):
         items = list(range(art.MAX_PAGE_SIZE + 1))

@@ -112,6 +112,14 @@ class TestOutcomes(unittest.TestCase):
             result = hostile.run_fixture(fixture, case_id="png-control")["results"][0]
         self.assertEqual((result["got"], result["passed"]), ("UNEXPECTED_ERROR", False))
 
+    def test_a_scene_makes_every_folder_above_its_entries(self):
+        document = shipped()
+        case = next(case for case in document["cases"] if case["id"] == "file-control")
+        case["target"] = "notes/deeper/still/a.txt"  # two folders the scene's root does not hold yet
+        case["setting"] = [{"kind": "file", "name": "root/notes/deeper/still/a.txt", "size": 12}]
+        result = hostile.run_fixture(parse(document), case_id="file-control")["results"][0]
+        self.assertEqual((result["got"], result["passed"]), (hostile.ADMITTED, True))
+
     def test_an_unknown_case_id(self):
         with self.assertRaises(hostile.FixtureError) as raised:
             hostile.run_fixture(parse(shipped()), case_id="no-such-case")

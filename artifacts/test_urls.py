@@ -631,9 +631,13 @@ class TestFetchSeams(FetchCase):
 
     def test_a_deadline_already_passed_sends_nothing(self):
         checked = check_url(f"{self.base}/ok", self.policy)
-        with self.assertRaises(UrlError) as caught:
-            urls._exchange(checked, self.policy, time.monotonic() - 1, None)
-        self.assertEqual((caught.exception.code, self.server.paths()), ("URL_TIMEOUT", []))
+        with mock.patch.object(urls, "_PinnedConnection", wraps=urls._PinnedConnection) as connections:
+            with self.assertRaises(UrlError) as caught:
+                urls._exchange(checked, self.policy, time.monotonic() - 1, None)
+            self.assertEqual((caught.exception.code, self.server.paths(), connections.call_count),
+                             ("URL_TIMEOUT", [], 0))  # not even a connection object, nor its watchdog
+            self.assertEqual(urls._exchange(checked, self.policy, time.monotonic() + WAIT, None).data, b"hello")
+            self.assertEqual((self.server.paths(), connections.call_count), (["/ok"], 1))
 
     def test_a_watchdog_that_fires_before_the_socket_exists_stops_the_connect(self):
         connection = urls._PinnedConnection(check_url(f"{self.base}/ok", self.policy), WAIT, None)

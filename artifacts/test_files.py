@@ -82,6 +82,14 @@ class TestRoot(Tree):
                 FileRoot(**arguments)
             self.assertEqual(caught.exception.code, "FILE_ROOT_INVALID")
 
+    def test_a_root_through_a_missing_directory_is_refused_not_shortened(self):
+        # "missing/.." would shorten to the root itself by text; the walk the kernel makes fails
+        (self.top / "sub").mkdir()
+        self.assertEqual(FileRoot(str(self.top / "sub" / "..")).directory, str(self.top.resolve()))
+        with self.assertRaises(FileError) as caught:
+            FileRoot(str(self.top / "missing" / ".."))
+        self.assertEqual(caught.exception.code, "FILE_ROOT_INVALID")
+
     def test_limits_at_their_bounds_are_accepted(self):
         root = FileRoot(str(self.top), max_bytes=files.MAX_FILE_BYTES_CEILING,
                         suffixes=[f".s{index}" for index in range(files.MAX_SUFFIXES - 1)]
@@ -197,6 +205,25 @@ class TestAdmit(Tree):
         self.write("over.bin", b"x" * 65)
         self.assertEqual(admit_file(self.root, "at.bin").size, 64)
         self.refuses("over.bin", "FILE_TOO_LARGE")
+
+    def test_a_size_past_the_limit_is_refused_before_any_read(self):
+        self.write("at.bin", b"x" * 64)
+        self.write("over.bin", b"x" * 65)
+        with mock.patch.object(files.os, "read", wraps=os.read) as reads:
+            self.refuses("over.bin", "FILE_TOO_LARGE")
+            self.assertEqual(reads.call_count, 0)
+            self.assertEqual(admit_file(self.root, "at.bin").size, 64)
+            self.assertEqual(reads.call_count, 2)  # 64 bytes, then the end of the file
+
+    def test_the_fstat_size_alone_refuses_a_file_that_shrank(self):
+        # the size handed in is the open file's fstat size; past the limit, nothing is read at all
+        path = self.write("shrunk", b"x" * 5)
+        descriptor = os.open(path, os.O_RDONLY)
+        self.addCleanup(os.close, descriptor)
+        with self.assertRaises(FileError) as caught:
+            files._read_bounded(descriptor, 11, 10)
+        self.assertEqual(caught.exception.code, "FILE_TOO_LARGE")
+        self.assertEqual(files._read_bounded(descriptor, 10, 10), b"x" * 5)
 
     def test_zero_limit_admits_only_empty_files(self):
         root = FileRoot(str(self.top), max_bytes=0)

@@ -193,6 +193,8 @@ class TestCheckUrl(unittest.TestCase):
     REFUSED = (  # (url, code): every refused class, resolver = DictResolver()
         (None, "URL_INVALID"),
         ("", "URL_INVALID"),
+        (b"https://public.test/", "URL_INVALID"),  # bytes, not text: refused before anything reads them
+        (7, "URL_INVALID"),
         ("example.test/path", "URL_INVALID"),
         ("//public.test/", "URL_INVALID"),
         ("https://public.test/%zz", "URL_INVALID"),
@@ -229,6 +231,8 @@ class TestCheckUrl(unittest.TestCase):
         ("https://[1.2.3.4]/", "URL_HOST_INVALID"),
         ("https://[::1]x/", "URL_HOST_INVALID"),
         ("https://a[b]/", "URL_HOST_INVALID"),
+        ("https://public.test:443]/", "URL_HOST_INVALID"),  # one bracket alone, even where a port goes
+        ("https://public.test:[443/", "URL_HOST_INVALID"),
         ("https://" + "a" * 64 + ".test/", "URL_HOST_TOO_LONG"),
         ("https://" + "a." * 125 + "test/", "URL_HOST_TOO_LONG"),  # 254 characters
         ("https://2130706433/", "URL_HOST_NONCANONICAL"),  # decimal 127.0.0.1
@@ -415,6 +419,24 @@ def route_redirect_chain(handler, argument, _query):
         handler.plain(302, headers=[("Location", f"/chain/{left - 1}")])
 
 
+def route_trickle_to_close(handler, _argument, _query):
+    # no length and no chunks: the body ends when the connection closes, so a shut socket reads
+    # as a whole body
+    handler.send_response(200)
+    handler.send_header("Connection", "close")
+    handler.end_headers()
+    while not handler.state.stop.wait(0.02):
+        handler.wfile.write(b"t")
+
+
+def route_trickle_short_of_length(handler, _argument, _query):
+    handler.send_response(200)
+    handler.send_header("Content-Length", "100000")
+    handler.end_headers()
+    while not handler.state.stop.wait(0.02):
+        handler.wfile.write(b"t")
+
+
 def route_slow_headers(handler, _argument, _query):
     handler.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
     while not handler.state.stop.wait(0.02):
@@ -442,6 +464,8 @@ ROUTES = {
     "trickle": lambda h, _a, _q: h.endless(b"t", 0.02),
     "stall": lambda h, _a, _q: (h.plain(200, b"", [("Content-Length", "10")]), h.state.stop.wait(SERVER_CAP)),
     "slow-headers": route_slow_headers,
+    "trickle-to-close": route_trickle_to_close,
+    "trickle-short-of-length": route_trickle_short_of_length,
     "not-http": lambda h, _a, _q: h.wfile.write(b"NOT HTTP AT ALL\r\n\r\n"),
     "bad-chunk": lambda h, _a, _q: h.wfile.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
 }
@@ -607,9 +631,13 @@ class TestFetchSeams(FetchCase):
 
     def test_a_deadline_already_passed_sends_nothing(self):
         checked = check_url(f"{self.base}/ok", self.policy)
-        with self.assertRaises(UrlError) as caught:
-            urls._exchange(checked, self.policy, time.monotonic() - 1, None)
-        self.assertEqual((caught.exception.code, self.server.paths()), ("URL_TIMEOUT", []))
+        with mock.patch.object(urls, "_PinnedConnection", wraps=urls._PinnedConnection) as connections:
+            with self.assertRaises(UrlError) as caught:
+                urls._exchange(checked, self.policy, time.monotonic() - 1, None)
+            self.assertEqual((caught.exception.code, self.server.paths(), connections.call_count),
+                             ("URL_TIMEOUT", [], 0))  # not even a connection object, nor its watchdog
+            self.assertEqual(urls._exchange(checked, self.policy, time.monotonic() + WAIT, None).data, b"hello")
+            self.assertEqual((self.server.paths(), connections.call_count), (["/ok"], 1))
 
     def test_a_watchdog_that_fires_before_the_socket_exists_stops_the_connect(self):
         connection = urls._PinnedConnection(check_url(f"{self.base}/ok", self.policy), WAIT, None)
@@ -736,6 +764,13 @@ class TestDeadlines(FetchCase):
     def test_slow_endless_body_stops_at_the_deadline(self):
         policy = self.policy_with(max_response_bytes=urls.MAX_RESPONSE_BYTES_CEILING, deadline=0.5)
         self.fails("URL_TIMEOUT", f"{self.base}/trickle", policy)
+
+    def test_a_body_read_to_the_close_is_not_whole_when_the_deadline_shut_it(self):
+        policy = self.policy_with(max_response_bytes=urls.MAX_RESPONSE_BYTES_CEILING, deadline=0.5)
+        self.fails("URL_TIMEOUT", f"{self.base}/trickle-to-close", policy)
+
+    def test_a_body_with_a_length_cut_by_the_deadline_is_a_timeout(self):
+        self.fails("URL_TIMEOUT", f"{self.base}/trickle-short-of-length", self.policy_with(deadline=0.5))
 
     def test_slow_headers_stop_at_the_deadline(self):
         self.fails("URL_TIMEOUT", f"{self.base}/slow-headers", self.policy_with(deadline=0.5))

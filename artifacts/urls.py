@@ -455,6 +455,7 @@ class _PinnedConnection(http.client.HTTPConnection):
         self._server_name = checked.host
         self._tls = tls
         self._lock = threading.Lock()
+        self._socket: socket.socket | None = None  # what abort shuts, kept past http.client's close()
         self.timed_out = False
 
     def connect(self) -> None:
@@ -466,19 +467,21 @@ class _PinnedConnection(http.client.HTTPConnection):
                 sock.close()
                 raise
         with self._lock:
-            self.sock = sock
+            self.sock = self._socket = sock
             if self.timed_out:
                 raise TimeoutError
         if self._tls is not None:
             sock.do_handshake()
 
     def abort(self) -> None:
-        """The deadline passed: shut the socket, so a read blocked on it returns at once."""
+        """The deadline passed: shut the socket, so a read blocked on it returns at once. A
+        response that ends at the connection's close owns the socket after http.client set
+        ``sock`` to None: the socket kept at connect is the one shut."""
         with self._lock:
             self.timed_out = True
-            if self.sock is not None:
+            if self._socket is not None:
                 try:
-                    self.sock.shutdown(socket.SHUT_RDWR)
+                    self._socket.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
 
@@ -535,6 +538,10 @@ def _exchange(checked: CheckedUrl, policy: UrlPolicy, deadline: float, context: 
     except (OSError, ValueError, http.client.HTTPException) as error:
         code = next(code for kind, code in _FAILURES if isinstance(error, kind))
         raise UrlError("URL_TIMEOUT" if connection.timed_out else code) from None
+    except UrlError:
+        if connection.timed_out:  # a body the shut socket cut short of its declared length
+            raise UrlError("URL_TIMEOUT") from None
+        raise
     finally:
         watchdog.cancel()
         watchdog.join()  # the socket is never shut by a late watchdog once closed below

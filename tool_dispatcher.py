@@ -6435,7 +6435,7 @@ UNREGISTERED_TOOL_NAME: Final = "unregistered_tool"  # a model-invented name is 
 
 def model_result_text(package: Mapping[str, Any]) -> str:
     """The model_result as the text the model reads: canonical JSON."""
-    return canonical_json(package["model_result"]).decode("utf-8")
+    return canonical_text(package["model_result"])
 
 
 class ModelView(NamedTuple):

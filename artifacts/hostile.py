@@ -54,7 +54,7 @@ MAX_CASES: Final = 512
 MAX_TEXT: Final = 512  # characters of a case's id, reason, path or URL
 MAX_SCENE_ENTRIES: Final = 32  # files, folders, links and pipes one file case builds
 MAX_SCENE_FILE_BYTES: Final = 1_048_576  # a scene's file is zeros: enough to pass any size limit by one
-MAX_ANSWERS: Final = 16  # names a URL case's resolver knows, and addresses for each
+MAX_LIST_ITEMS: Final = 16  # any list the fixture holds: allowed types or networks, a resolver's names, their addresses
 SCENE_ROOT: Final = "root"  # the scene's folder the FileRoot names; every other name is outside it
 
 HOSTILE_CATALOG: Final = MappingProxyType(td.error_specs(
@@ -110,7 +110,7 @@ def _text(value: Any, at: str) -> str:
 
 
 def _list_of_text(value: Any, at: str) -> list[str]:
-    if type(value) is not list or len(value) > MAX_ANSWERS or not all(type(item) is str for item in value):
+    if type(value) is not list or len(value) > MAX_LIST_ITEMS or not all(type(item) is str for item in value):
         raise _invalid(at)
     return value
 
@@ -251,7 +251,7 @@ def _scene(raw: Any, at: str) -> tuple[SceneEntry, ...]:
 def _answers(raw: Any, at: str) -> Mapping[str, tuple[str, ...]] | None:
     if raw is None:
         return None  # no resolver at all: a name cannot be looked up
-    if type(raw) is not dict or len(raw) > MAX_ANSWERS:
+    if type(raw) is not dict or len(raw) > MAX_LIST_ITEMS:
         raise _invalid(at)
     return MappingProxyType({_text(name, at): tuple(_list_of_text(addresses, f"{at}.{name}"))
                              for name, addresses in raw.items()})

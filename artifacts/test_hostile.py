@@ -197,15 +197,15 @@ class TestFixtureRules(unittest.TestCase):
     def test_resolver_answers_are_null_or_a_short_map_of_address_lists(self):
         index = url_case()
         for answers, at in (([], ""), ({"a.example": "10.0.0.1"}, ".a.example"), ({"a.example": [7]}, ".a.example"),
-                            ({f"n{n}.example": [] for n in range(hostile.MAX_ANSWERS + 1)}, ""),
-                            ({"a.example": ["10.0.0.1"] * (hostile.MAX_ANSWERS + 1)}, ".a.example")):
+                            ({f"n{n}.example": [] for n in range(hostile.MAX_LIST_ITEMS + 1)}, ""),
+                            ({"a.example": ["10.0.0.1"] * (hostile.MAX_LIST_ITEMS + 1)}, ".a.example")):
             document = shipped()
             document["cases"][index]["setting"] = answers
             self.refused_at(document, f"cases[{index}].setting{at}")
         document = shipped()
-        document["cases"][index]["setting"] = {f"n{n}.example": ["93.184.215.14"] * hostile.MAX_ANSWERS
-                                               for n in range(hostile.MAX_ANSWERS)}
-        self.assertEqual(len(parse(document).cases[index].setting), hostile.MAX_ANSWERS)
+        document["cases"][index]["setting"] = {f"n{n}.example": ["93.184.215.14"] * hostile.MAX_LIST_ITEMS
+                                               for n in range(hostile.MAX_LIST_ITEMS)}
+        self.assertEqual(len(parse(document).cases[index].setting), hostile.MAX_LIST_ITEMS)
 
     def test_ids_are_unique(self):
         document = shipped()

@@ -5882,6 +5882,13 @@ class TestDigestsAndSeals(unittest.TestCase):
             self.assertEqual(td.model_result_sha256(result), td.result_sha256(result))
             self.assertEqual(td.model_result_sha256(result), package["protected_audit"]["result_sha256"])
 
+    def test_an_unsealed_view_is_a_new_dict_of_unsealed_every_time(self):
+        first, second = td.seal_view(None, "package", "0" * 64), td.seal_view(None, "package", "0" * 64)
+        self.assertEqual((type(first), first), (dict, dict(td.UNSEALED)))
+        first["key_id"] = "k-a"
+        self.assertEqual(second, dict(td.UNSEALED))
+        self.assertEqual(td.seal_view(None, "audit-entry", "1" * 64), dict(td.UNSEALED))
+
     def test_a_changed_contract_gets_its_own_templates(self):
         spec = td.REGISTRY["create_refund_draft"]
         moved = dataclasses.replace(spec, effect_revision="effect.refund_draft.v9")
@@ -5899,7 +5906,8 @@ class TestDigestsAndSeals(unittest.TestCase):
 
     def test_spec_binding_digest_encodes_any_string_it_is_given_as_the_definition_does(self):
         spec, context_view = td.REGISTRY["get_order"], context().view("dispatch")
-        for odd in ('quote " and \\ backslash', "%s", "é", None, 7):
+        # A float and a character above U+FFFF send the whole envelope to the exact encoder.
+        for odd in ('quote " and \\ backslash', "%s", "é", None, 7, 1.0, 2.5e-7, "\U0001d49c"):
             with self.subTest(odd=odd):
                 self.assertEqual(
                     td.spec_call_binding_sha256(spec, context_view, odd, odd, dict(NO_REFS), None, EVIDENCE),
@@ -8946,6 +8954,23 @@ class DispatchForProviderTests:
         dispatcher = make_dispatcher()
         read(dispatcher)
         self.assertIsNone(getattr(dispatcher._built, "packages", None))
+
+    def test_each_thread_collects_in_its_own_list(self):
+        # A thread that never ran dispatch_for_provider finds no list; one that runs it gets its
+        # own item on the fast path, while this thread's dispatch collects nothing.
+        import threading
+        dispatcher, ctx, answers = make_dispatcher(), context("anthropic"), []
+        with mock.patch.object(td, "verify_package", wraps=td.verify_package) as verify:
+            worker = threading.Thread(target=lambda: answers.append(
+                (dispatcher._built.packages, dispatcher.dispatch_for_provider(read_proposal(), ctx, ALICE, now=NOW))))
+            worker.start()
+            worker.join()
+            read(dispatcher)
+            self.assertEqual(verify.call_count, 0)
+        (before, answer), = answers
+        self.assertIsNone(before)
+        self.assertEqual(answer.item, td.adapt(answer.package, ctx, ctx.adapter_revision, principal=ALICE))
+        self.assertIsNone(dispatcher._built.packages)
 
     def test_a_refusal_to_the_host_collects_nothing_afterwards(self):
         dispatcher = make_dispatcher()

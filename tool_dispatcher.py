@@ -671,9 +671,12 @@ def canonical_text(value: Any) -> str:
 
 
 def _may_hold_float(text: str) -> bool:
+    # A one-character `in` is a memchr; a two-character one ("e-") walks the text several times
+    # slower than the regex's own scan for its first literal, so "-", common in identifiers,
+    # is left to the regex.
     return (("." in text and _FLOAT_POINT.search(text) is not None)
-            or ("e-" in text and _FLOAT_EXPONENT_DOWN.search(text) is not None)
-            or ("e+" in text and _FLOAT_EXPONENT_UP.search(text) is not None))
+            or ("+" in text and _FLOAT_EXPONENT_UP.search(text) is not None)
+            or _FLOAT_EXPONENT_DOWN.search(text) is not None)
 
 
 def _utf16_order(key: str) -> bytes:
@@ -5031,13 +5034,18 @@ _RESULT_TEMPLATE: Final = CanonicalTemplate(_result_envelope(SLOT))  # slots: mo
 
 
 @functools.lru_cache(maxsize=TEMPLATE_CACHE)
-def _contract_templates(contract: tuple[tuple[str, str], ...]) -> tuple[CanonicalTemplate, CanonicalTemplate]:
+def _contract_templates(contract: tuple[tuple[str, str], ...]) -> tuple[CanonicalTemplate, str]:
     view = dict(contract)
-    return (
-        CanonicalTemplate(_request_envelope(SLOT, view, SLOT)),  # slots: arguments, principal
-        # slots: approval, downstream, evidence, provider_context, request_sha256, result_sha256
-        CanonicalTemplate(_binding_envelope(SLOT, view, SLOT, SLOT, SLOT, SLOT, SLOT)),
-    )
+    # The call binding's one fixed member that varies by tool, "tool_contract", sorts after every
+    # other member of its envelope: the envelope's text is the text of the other members, its
+    # closing "}" replaced by this tail. One encoding of the varying members, not one each.
+    tail = "," + _string_text(_BINDING_TAIL_KEY) + ":" + canonical_text(view) + "}"
+    return CanonicalTemplate(_request_envelope(SLOT, view, SLOT)), tail  # slots: arguments, principal
+
+
+_BINDING_TAIL_KEY: Final = "tool_contract"
+if sorted(_binding_envelope(*[None] * 7), key=_utf16_order)[-1] != _BINDING_TAIL_KEY:  # not an assert: -O keeps it
+    raise RuntimeError("the call binding's tool_contract must sort last for its tail")
 
 
 def spec_request_sha256(spec: ToolSpec, principal_text: str, arguments: Mapping[str, Any]) -> str:
@@ -5054,9 +5062,11 @@ def spec_call_binding_sha256(spec: ToolSpec, provider_context: Mapping[str, Any]
                              result_digest: str, downstream: Mapping[str, Any],
                              approval: Mapping[str, Any] | None, evidence: Mapping[str, Any]) -> str:
     """call_binding_sha256 for a registered spec."""
-    return _contract_templates(spec._contract_items)[1].sha256(
-        canonical_text(approval), canonical_text(downstream), canonical_text(evidence),
-        canonical_text(provider_context), _string_text(request_digest), _string_text(result_digest))
+    head = canonical_text({
+        "domain": CALL_BINDING_DIGEST_DOMAIN, "provider_context": provider_context, "request_sha256": request_digest,
+        "result_sha256": result_digest, "downstream": downstream, "approval": approval, "evidence": evidence,
+    })
+    return hashlib.sha256((head[:-1] + _contract_templates(spec._contract_items)[1]).encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -5080,7 +5090,8 @@ UNSEALED: Final[Mapping[str, None]] = MappingProxyType({"key_id": None, "hmac_sh
 
 
 def seal_view(keys: SealKeys | None, purpose: str, digest: str) -> dict[str, Any]:
-    return dict(UNSEALED) if keys is None else keys.seal(purpose, digest)
+    # UNSEALED spelled as a literal: dict() of a read-only view costs a microsecond more.
+    return {"key_id": None, "hmac_sha256": None} if keys is None else keys.seal(purpose, digest)
 
 
 def seal_holds(keys: SealKeys, seal: Mapping[str, Any], purpose: str, digest: str) -> bool | None:
@@ -5537,6 +5548,13 @@ def _approver_allowlist(approvers: Any) -> frozenset[str]:
     return frozenset(approvers)
 
 
+class _BuiltPackages(threading.local):
+    """Per thread: the list dispatch_for_provider collects packages in, or None. A class-level
+    None, so a plain dispatch finds it without the exception a missing attribute raises."""
+
+    packages: list[tuple[dict[str, Any], Any]] | None = None
+
+
 class AdaptedDispatch(NamedTuple):
     """What Dispatcher.dispatch_for_provider returns: the result package, and the provider's item."""
 
@@ -5576,7 +5594,7 @@ class Dispatcher:
         self._seal_keys = checked_seal_keys(seal_keys)  # None: every package says plainly that it is unsealed
         # Per thread: while dispatch_for_provider runs, the list _package puts each package it
         # builds in, with the ModelView of the values it built it from.
-        self._built = threading.local()
+        self._built = _BuiltPackages()
 
     @classmethod
     def from_world(cls, world: World, **options: Any) -> Dispatcher:
@@ -5642,7 +5660,7 @@ class Dispatcher:
         in full, as adapt() does.
         """
         local = self._built
-        outer = getattr(local, "packages", None)  # a hook that dispatches again, on this thread
+        outer = local.packages  # a hook that dispatches again, on this thread
         local.packages = built = []
         try:
             package = self.dispatch(proposal, context, principal, approval=approval, now=now, deadline=deadline,
@@ -6001,7 +6019,7 @@ class Dispatcher:
             "execution": execution,
             "seal": seal_view(self._seal_keys, "package", binding_digest),
         }
-        built = getattr(self._built, "packages", None)
+        built = self._built.packages
         if built is not None:  # nothing has left the dispatcher yet: these are its own values
             built.append((package, ModelView(result_text, model_result["status"] != "ok",
                                              model_result["source"]["tool"])))

@@ -8411,6 +8411,16 @@ class TestPackageVerification(unittest.TestCase):
         package = forged(self.write_package, ("protected_audit", "principal", "roles"), ["refunds.draft"])
         self.assertRefused("REQUEST_DIGEST_MISMATCH", package)
 
+    def test_each_principal_field_changed_after_the_principal_was_verified_once(self):
+        # The verifier remembers an audited principal's text by all three fields: a package
+        # verified first leaves nothing that lets a changed tenant, subject or roles through.
+        td.verify_package(self.write_package)
+        for field, value in (("tenant", "tenant-b"), ("subject_ref", "f" * 64), ("roles", ["orders.read"])):
+            with self.subTest(field=field):
+                package = forged(self.write_package, ("protected_audit", "principal", field), value)
+                self.assertRefused("REQUEST_DIGEST_MISMATCH", package)
+        td.verify_package(self.write_package)
+
     def test_model_results_swapped_between_two_same_tool_packages(self):
         first = read(make_dispatcher())
         second = read(make_dispatcher(), context(call="call_2"), order_ref="ORDER-11")

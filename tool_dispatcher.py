@@ -6359,7 +6359,10 @@ def _check_digests(result: dict[str, Any], audit: dict[str, Any], execution: dic
     if spec is None:
         request_digest = request_sha256(audit["principal"], None, audit["arguments"])
     else:
-        request_digest = spec_request_sha256(spec, canonical_text(audit["principal"]), audit["arguments"])
+        principal = audit["principal"]  # exact strings and a list of them, checked above: cacheable
+        request_digest = spec_request_sha256(
+            spec, _audited_principal_text(principal["tenant"], principal["subject_ref"], tuple(principal["roles"])),
+            audit["arguments"])
     _require_in_package(request_digest == audit["request_sha256"], "REQUEST_DIGEST_MISMATCH")
     result_digest = model_result_sha256(result)
     _require_in_package(result_digest == audit["result_sha256"], "RESULT_DIGEST_MISMATCH")
@@ -6372,6 +6375,13 @@ def _check_digests(result: dict[str, Any], audit: dict[str, Any], execution: dic
         binding = spec_call_binding_sha256(spec, provider_context, request_digest, result_digest,
                                            audit["downstream"], audit["approval"], evidence)
     _require_in_package(binding == audit["call_binding_sha256"], "CALL_BINDING_MISMATCH")
+
+
+@functools.lru_cache(maxsize=SUBJECT_REF_CACHE)
+def _audited_principal_text(tenant: str, subject_ref: str, roles: tuple[str, ...]) -> str:
+    # Only called on an audit's principal once its fields are known to be plain strings: a
+    # verifier that meets the same principal again encodes it once.
+    return canonical_text({"tenant": tenant, "subject_ref": subject_ref, "roles": list(roles)})
 
 
 def _check_expected_context(provider_context: dict[str, Any], context: CallContext) -> None:

@@ -4912,6 +4912,12 @@ _REFS_PRESENT: Final[Mapping[str, frozenset[tuple[bool, bool, bool]]]] = Mapping
     "none": frozenset({(False, False, False)}), "pending": frozenset({(True, True, False)}),
     "issued": frozenset({(True, True, False), (True, True, True)}),
 })
+# ANSWERS by what a model_result says first (status, outcome, delivery): a verifier compares a
+# package with these few rows only, rather than with every row.
+_ANSWERS_BY_HEAD: Final[Mapping[tuple[str, str, str], tuple[Answer, ...]]] = MappingProxyType({
+    head: tuple(answer for answer in ANSWERS.values() if (answer.status, answer.outcome, answer.delivery) == head)
+    for head in {(answer.status, answer.outcome, answer.delivery) for answer in ANSWERS.values()}
+})
 
 
 def recovery_for(status: str, code: str | None) -> str:
@@ -6290,8 +6296,7 @@ def _check_provenance(result: dict[str, Any], audit: dict[str, Any], status: str
         raise BoundaryError("REGISTRY_INVALID", "registry")  # the host's registry, not the package, is at fault
     # Plain strings only: then equal means the same canonical bytes, and the spec's own digest
     # templates may stand for the package's contract.
-    _require_in_package(spec is not None and all(type(value) is str for value in contract.values())
-                        and contract == spec._contract and source["tool"] == spec.name
+    _require_in_package(spec is not None and _only_text(contract) and contract == spec._contract and source["tool"] == spec.name
                         and source["producer"] == (spec.producer if status == "ok" else BOUNDARY_PRODUCER),
                         "PROVENANCE_MISMATCH")
     _require_in_package(audit["approval"] is None or spec.effect == "write")  # only a write is ever approved
@@ -6327,10 +6332,9 @@ def _check_answer(result: dict[str, Any], audit: dict[str, Any], execution: dict
     present = (downstream["request_ref"] is not None, downstream["status_ref"] is not None,
                downstream["receipt_ref"] is not None)
     effect = "any" if spec is None else spec.effect
-    for answer in ANSWERS.values():
-        if (answer.status == result["status"] and answer.outcome == result["outcome"]
-                and answer.delivery == result["delivery"]
-                and (code in answer.codes if code is not None else not answer.codes)
+    # The three were checked to be plain strings (_RESULTS), so they are a key like any other.
+    for answer in _ANSWERS_BY_HEAD.get((result["status"], result["outcome"], result["delivery"]), ()):
+        if ((code in answer.codes if code is not None else not answer.codes)
                 and execution["operation_state"] in answer.states
                 and execution["handler_invoked"] is answer.handler_invoked and execution["effects"] in answer.effects
                 and (audit["approval"] is not None) is answer.approved and present in _REFS_PRESENT[answer.refs]

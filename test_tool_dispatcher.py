@@ -5882,6 +5882,23 @@ class TestDigestsAndSeals(unittest.TestCase):
             self.assertEqual(td.model_result_sha256(result), td.result_sha256(result))
             self.assertEqual(td.model_result_sha256(result), package["protected_audit"]["result_sha256"])
 
+    def test_a_data_answers_text_is_its_projections_canonical_text(self):
+        # The frame around the data is built once per answer and tool; the data is encoded every
+        # time, floats, characters above U+FFFF and all.
+        data_answers = sorted(name for name, answer in td.ANSWERS.items() if answer.status == "ok")
+        self.assertEqual(data_answers, sorted(td._DATA_ANSWERS))
+        self.assertIn("read", data_answers)
+        datas = ({"order_ref": "ORDER-7", "status": "paid"}, {"text": 'a "quoted" \\ line'}, {"n": 1.0, "x": 2.5e-7},
+                 {"\U0001d49c": [1, {"\uff5a": None}], "\uff5a": True}, {}, {"%s": "%d %%"})
+        specs = [*td.REGISTRY.values(), *imported_contracts().values()]
+        for spec, answer, data in itertools.product(specs, data_answers, datas):
+            with self.subTest(tool=spec.name, answer=answer, data=data):
+                model_result, text = td._project_data(spec, answer, data)
+                expected = td.project_model_result(spec, answer, data=data)
+                self.assertEqual(model_result, expected)
+                self.assertIs(model_result["data"], data)
+                self.assertEqual(text, td.canonical_text(expected))
+
     def test_an_unsealed_view_is_a_new_dict_of_unsealed_every_time(self):
         first, second = td.seal_view(None, "package", "0" * 64), td.seal_view(None, "package", "0" * 64)
         self.assertEqual((type(first), first), (dict, dict(td.UNSEALED)))

@@ -4931,6 +4931,11 @@ def recovery_for(status: str, code: str | None) -> str:
 def project_model_result(spec: ToolSpec | None, answer: str, *, data: Any = None,
                          code: str | None = None) -> dict[str, Any]:
     """The model_result of one of ANSWERS: its status, outcome and delivery, with data or an error."""
+    return _project(answer, None if spec is None else (spec.name, spec.producer), data, code)
+
+
+def _project(answer: str, tool: tuple[str, str] | None, data: Any, code: str | None) -> dict[str, Any]:
+    # tool: the spec's name and producer, None before the registry named one.
     row = ANSWERS[answer]
     status = row.status
     succeeded = status == "ok"
@@ -4943,8 +4948,8 @@ def project_model_result(spec: ToolSpec | None, answer: str, *, data: Any = None
         "truncated": False,  # outputs over their limit are refused, never cut
         "recovery": recovery_for(status, code),
         "source": {
-            "tool": None if spec is None else spec.name,
-            "producer": spec.producer if succeeded and spec is not None else BOUNDARY_PRODUCER,
+            "tool": None if tool is None else tool[0],
+            "producer": tool[1] if succeeded and tool is not None else BOUNDARY_PRODUCER,
         },
         "trust": "untrusted_data" if succeeded else "boundary_control",
     }
@@ -5037,6 +5042,21 @@ def _binding_envelope(provider_context: Any, tool_contract: Any, request_digest:
 # definitions above byte for byte.
 
 _RESULT_TEMPLATE: Final = CanonicalTemplate(_result_envelope(SLOT))  # slots: model_result
+_DATA_ANSWERS: Final = frozenset(name for name, answer in ANSWERS.items() if answer.status == "ok")
+
+
+@functools.lru_cache(maxsize=TEMPLATE_CACHE * len(_DATA_ANSWERS))
+def _data_frame(answer: str, tool: tuple[str, str]) -> CanonicalTemplate:
+    # A data answer's model_result with its data as the one slot, built by the projection itself:
+    # every other member is fixed by the answer and the tool (a registered spec's name and
+    # producer, plain strings).
+    return CanonicalTemplate(_project(answer, tool, SLOT, None))
+
+
+def _project_data(spec: ToolSpec, answer: str, data: Any) -> tuple[dict[str, Any], str]:
+    """project_model_result of a data answer, and its canonical text: only the data is encoded."""
+    tool = (spec.name, spec.producer)
+    return _project(answer, tool, data, None), _data_frame(answer, tool).text(canonical_text(data))
 
 
 @functools.lru_cache(maxsize=TEMPLATE_CACHE)
@@ -5831,8 +5851,8 @@ class Dispatcher:
             code = "DEADLINE_EXCEEDED" if code == "OUTCOME_UNKNOWN" else code
             return self._package(call, project_model_result(call.spec, "read_failed", code=code),
                                  handler_invoked=True, redactions=withheld(code), revision=revision)
-        return self._package(call, project_model_result(call.spec, "read", data=data), handler_invoked=True,
-                             revision=revision)
+        model_result, result_text = _project_data(call.spec, "read", data)
+        return self._package(call, model_result, handler_invoked=True, revision=revision, result_text=result_text)
 
     def _write(self, call: AdmittedCall, hooks: ToolHooks, resource: Resource | None, *, approval: Any, now: int,
                deadline: int | None, fault: str) -> dict[str, Any]:
@@ -5984,7 +6004,8 @@ class Dispatcher:
                  handler_invoked: bool = False, effects: int = 0,
                  refs: dict[str, str | None] | MappingProxyType[str, str | None] = _NO_REFS,
                  redactions: Sequence[str] = (), approval: Mapping[str, Any] | None = None,
-                 revision: int | None = None) -> dict[str, Any]:
+                 revision: int | None = None, result_text: str | None = None) -> dict[str, Any]:
+        # result_text: model_result's canonical text when the caller has it (_project_data).
         spec = call.spec
         contract = None if spec is None else spec.contract_view()
         provider_context = call.context.view(call.purpose)
@@ -5994,7 +6015,8 @@ class Dispatcher:
         execution = {"operation_state": state, "handler_invoked": handler_invoked, "effects": effects}
         redacted = sorted(redactions)
         evidence = {"execution": execution, "redactions": redacted, "resource_revision": revision}
-        result_text = canonical_text(model_result)
+        if result_text is None:
+            result_text = canonical_text(model_result)
         result_digest = _RESULT_TEMPLATE.sha256(result_text)
         if spec is None:  # refused before the registry named a tool: the definitions, no template
             request_digest = request_sha256(principal, None, None)

@@ -137,7 +137,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "Answer", "ANSWERS", "recovery_for", "project_model_result",
     # 15. Digests and seals
     "request_sha256", "result_sha256", "call_binding_sha256", "spec_request_sha256", "model_result_sha256",
-    "spec_call_binding_sha256", "evidence_view", "SealKeys", "UNSEALED", "seal_view", "seal_holds",
+    "spec_call_binding_sha256", "project_data_result", "evidence_view", "SealKeys", "UNSEALED", "seal_view", "seal_holds",
     "load_seal_keys", "parse_seal_keys", "checked_seal_keys", "seal_keys_from_environment",
     # 16. The dispatcher
     "AdmittedCall", "RecordKey", "same_intent", "receipt_binds", "downstream_refs", "Claim",
@@ -5050,11 +5050,14 @@ def _data_frame(answer: str, tool: tuple[str, str]) -> CanonicalTemplate:
     # A data answer's model_result with its data as the one slot, built by the projection itself:
     # every other member is fixed by the answer and the tool (a registered spec's name and
     # producer, plain strings).
+    if answer not in _DATA_ANSWERS:
+        raise ValueError("not a data answer")  # a programming error, never a package
     return CanonicalTemplate(_project(answer, tool, SLOT, None))
 
 
-def _project_data(spec: ToolSpec, answer: str, data: Any) -> tuple[dict[str, Any], str]:
-    """project_model_result of a data answer, and its canonical text: only the data is encoded."""
+def project_data_result(spec: ToolSpec, answer: str, data: Any) -> tuple[dict[str, Any], str]:
+    """project_model_result of a data answer (one whose status is "ok"), and its canonical text:
+    only the data is encoded, inside a frame built once per answer and tool."""
     tool = (spec.name, spec.producer)
     return _project(answer, tool, data, None), _data_frame(answer, tool).text(canonical_text(data))
 
@@ -5851,7 +5854,7 @@ class Dispatcher:
             code = "DEADLINE_EXCEEDED" if code == "OUTCOME_UNKNOWN" else code
             return self._package(call, project_model_result(call.spec, "read_failed", code=code),
                                  handler_invoked=True, redactions=withheld(code), revision=revision)
-        model_result, result_text = _project_data(call.spec, "read", data)
+        model_result, result_text = project_data_result(call.spec, "read", data)
         return self._package(call, model_result, handler_invoked=True, revision=revision, result_text=result_text)
 
     def _write(self, call: AdmittedCall, hooks: ToolHooks, resource: Resource | None, *, approval: Any, now: int,
@@ -6005,7 +6008,7 @@ class Dispatcher:
                  refs: dict[str, str | None] | MappingProxyType[str, str | None] = _NO_REFS,
                  redactions: Sequence[str] = (), approval: Mapping[str, Any] | None = None,
                  revision: int | None = None, result_text: str | None = None) -> dict[str, Any]:
-        # result_text: model_result's canonical text when the caller has it (_project_data).
+        # result_text: model_result's canonical text when the caller has it (project_data_result).
         spec = call.spec
         contract = None if spec is None else spec.contract_view()
         provider_context = call.context.view(call.purpose)

@@ -4128,24 +4128,34 @@ class OperationRecord:
     resource_revision: int | None = None  # the revision of the resource the first answer came from
 
 
+# The fields advance may change (all but the state, which only LIFECYCLE moves).
+_RECORD_CHANGES: Final = frozenset(OperationRecord.__slots__) - {"state"}
+
+
 def advance(record: OperationRecord, event: str, **changes: Any) -> OperationRecord:
     """Move a record along LIFECYCLE, or refuse with LIFECYCLE_VIOLATION."""
-    return replace(record, state=transition(record.state, event), **changes)
+    state = transition(record.state, event)
+    if type(record) is not OperationRecord or not changes.keys() <= _RECORD_CHANGES:
+        return replace(record, state=state, **changes)  # a subclass, or a change replace refuses (TypeError)
+    # What replace() builds, field by field: replace() reads every field's metadata on each call
+    # and costs twice as much, three times per write. OperationRecord has no __post_init__ to skip.
+    moved = object.__new__(OperationRecord)
+    object.__setattr__(moved, "state", state)
+    for name in _RECORD_CHANGES:
+        object.__setattr__(moved, name, changes[name] if name in changes else getattr(record, name))
+    return moved
 
 
-# The fields an approval binds, each with the trusted value it must equal exactly.
-_APPROVAL_BINDING: Final[tuple[tuple[str, Callable[[Principal, CallContext, ToolSpec], Any]], ...]] = (
-    ("tenant", lambda principal, context, spec: principal.tenant),
-    ("subject", lambda principal, context, spec: principal.subject),
-    ("provider", lambda principal, context, spec: context.provider),
-    ("api_family", lambda principal, context, spec: context.api_family),
-    ("adapter_revision", lambda principal, context, spec: context.adapter_revision),
-    ("response_id", lambda principal, context, spec: context.response_id),
-    ("call_id", lambda principal, context, spec: context.call_id),
-    ("operation_id", lambda principal, context, spec: context.operation_id),
-    ("idempotency_key", lambda principal, context, spec: context.idempotency_key),
-    ("contract_revision", lambda principal, context, spec: spec.contract_revision),
-)
+# The fields an approval binds. Each must equal exactly the trusted value of the same name, as
+# _trusted_binding lists them in this order: the principal's, the call context's, the contract's.
+_APPROVAL_BINDING: Final = ("tenant", "subject", "provider", "api_family", "adapter_revision", "response_id",
+                            "call_id", "operation_id", "idempotency_key", "contract_revision")
+
+
+def _trusted_binding(principal: Principal, context: CallContext, spec: ToolSpec) -> tuple[Any, ...]:
+    return (principal.tenant, principal.subject, context.provider, context.api_family, context.adapter_revision,
+            context.response_id, context.call_id, context.operation_id, context.idempotency_key,
+            spec.contract_revision)
 
 
 def check_approval(approval: Any, *, principal: Principal, context: CallContext, spec: ToolSpec,
@@ -4168,15 +4178,19 @@ def check_approval(approval: Any, *, principal: Principal, context: CallContext,
         raise BoundaryError("APPROVAL_EXPIRED")  # outside the clock's domain: no instant it is live at
     # Every field its reference digests must have a canonical encoding first: a NaN, a cycle or
     # a lone surrogate is a mismatch, not an encoder's exception.
-    if not (_is_json_exact(approval.arguments)
-            and all(type(getattr(approval, name)) is str and is_portable_text(getattr(approval, name))
-                    for name, _ in _APPROVAL_BINDING)):
+    if not _is_json_exact(approval.arguments):
         raise BoundaryError("APPROVAL_MISMATCH")
-    reference = approval_ref(approval)
+    bound = [getattr(approval, name) for name in _APPROVAL_BINDING]
+    for value in bound:
+        if type(value) is not str:
+            raise BoundaryError("APPROVAL_MISMATCH")
+    if not is_portable_text("".join(bound)):  # exactly when every field is
+        raise BoundaryError("APPROVAL_MISMATCH")
+    reference = _checked_approval_ref(approval)
     if consumed(reference):
         raise BoundaryError("APPROVAL_CONSUMED")
-    for name, wanted in _APPROVAL_BINDING:
-        if getattr(approval, name) != wanted(principal, context, spec):
+    for value, wanted in zip(bound, _trusted_binding(principal, context, spec)):
+        if value != wanted:
             raise BoundaryError("APPROVAL_MISMATCH")
     if type(approval.arguments) is not dict or not _same_value(approval.arguments, arguments):
         raise BoundaryError("APPROVAL_MISMATCH")  # JSON equality: an approved 1 is no true
@@ -4211,6 +4225,24 @@ def approval_ref(approval: Approval) -> str:
     """The approval's identity, which a write consumes: domain-separated SHA-256 of every field."""
     return canonical_sha256({"domain": APPROVAL_REF_DOMAIN, "approval": {
         name: getattr(approval, name) for name in Approval.__slots__}})
+
+
+# approval_ref's envelope, and the approval inside it, with every fixed member encoded once.
+_APPROVAL_REF_TEMPLATE: Final = CanonicalTemplate({"domain": APPROVAL_REF_DOMAIN, "approval": SLOT})
+_APPROVAL_FIELDS_TEMPLATE: Final = CanonicalTemplate({name: SLOT for name in Approval.__slots__})
+_QUOTE: Final = json.encoder.encode_basestring  # a str's canonical text (what _string_text calls)
+
+
+def _checked_approval_ref(approval: Approval) -> str:
+    """approval_ref of an approval check_approval has read: every field a portable str, JSON-exact
+    arguments, a time. Canonical JSON is compositional, so each field's own canonical text fills
+    its slot, in the template's (sorted) slot order; tests hold this to approval_ref byte for byte."""
+    quote = _QUOTE
+    return _APPROVAL_REF_TEMPLATE.sha256(_APPROVAL_FIELDS_TEMPLATE.text(
+        quote(approval.adapter_revision), quote(approval.api_family), quote(approval.approver),
+        canonical_text(approval.arguments), quote(approval.call_id), quote(approval.contract_revision),
+        str(approval.expires_at), quote(approval.idempotency_key), quote(approval.operation_id),
+        quote(approval.provider), quote(approval.response_id), quote(approval.subject), quote(approval.tenant)))
 
 
 def approval_for_call(*, approver: str, principal: Principal, context: CallContext, spec: ToolSpec,

@@ -5103,6 +5103,42 @@ class TestTheDemoHostOrdersRefundsAndTheirHooksInjectedFaults(unittest.TestCase)
         self.assertNotEqual(td.derived_ref("rq-", "status", "a", None)[3:], ref[3:])
         self.assertEqual(td.derived_ref("rq-", "request", "a", None), ref)
 
+    def test_derived_refs_of_plain_strings_are_the_definition(self):
+        # Plain portable strings fill the envelope's template; anything else is encoded whole. Both
+        # ways are held to the definition, byte for byte: escapes, text beyond the BMP, strings that
+        # look like numbers, no part at all, and the parts that must take the whole encoder.
+        class Text(str):
+            pass
+
+        cases = [
+            ("request", ("tenant-a", "alice", "create_refund_draft", "idem-1", "0" * 64)),
+            ("status", ("rq-0123",)),
+            ("draft", ()),
+            ("receipt", ("",)),
+            ('k"ind\\', ('a "quoted" \\ part', "\n\t\x00\x1f\x7f", "\u2028é", "\U0001d49c\uff5a", "1.5e-3", "1e+21")),
+            ("\U0001d49c", ("1.5", "x")),
+            ("request", ("a", None)),
+            ("request", ("a", 1, 1.5, True, ["b"], {"c": "d"})),
+            ("request", (Text("a"), "b")),
+            (Text("request"), ("a",)),
+        ]
+        for kind, parts in cases:
+            with self.subTest(kind=kind, parts=parts):
+                definition = td.canonical_sha256({"domain": td.DOWNSTREAM_REF_DOMAIN, "kind": kind,
+                                                  "parts": list(parts)})
+                self.assertEqual(td.derived_ref("rq-", kind, *parts), "rq-" + definition[:32])
+        self.assertEqual(td.derived_ref("", "status", "rq-1"), independent_sha256(
+            {"domain": "tool-dispatcher/downstream-ref/v3", "kind": "status", "parts": ["rq-1"]})[:32])
+        # A lone surrogate has no canonical text: the same refusal either way.
+        for kind, parts in (("request", ("\ud800",)), ("\ud800", ("a",)), ("request", ("\U0001d49c", "\ud800"))):
+            with self.subTest(kind=kind, parts=parts):
+                with self.assertRaises(ValueError) as definition:
+                    td.canonical_sha256({"domain": td.DOWNSTREAM_REF_DOMAIN, "kind": kind, "parts": list(parts)})
+                with self.assertRaises(ValueError) as derived:
+                    td.derived_ref("rq-", kind, *parts)
+                self.assertIs(type(derived.exception), type(definition.exception))
+                self.assertEqual(str(derived.exception), str(definition.exception))
+
     # -- the desk: orders as resources, "paid" as the refund's precondition, receipts as status --
 
     def test_check_refundable_accepts_a_paid_order_only(self):

@@ -4346,8 +4346,24 @@ def refund_draft_receipt(*, request_ref: str, status_ref: str, order_ref: str, r
 
 
 def derived_ref(prefix: str, kind: str, *parts: Any) -> str:
-    """A deterministic opaque reference: domain-separated SHA-256 of its parts, 32 hex."""
+    """A deterministic opaque reference: domain-separated SHA-256 of its parts, 32 hex.
+
+    The digest is canonical_sha256({"domain": DOWNSTREAM_REF_DOMAIN, "kind": kind, "parts": [...]}).
+    When the kind and every part are plain portable strings (every write's are: a key, names, a
+    digest) each one's canonical text is its quoted self, filled into the envelope's template;
+    anything else is encoded whole. Tests hold both ways to the definition byte for byte.
+    """
+    for part in (kind, *parts):
+        if type(part) is not str:
+            break
+    else:
+        text = _DERIVED_REF_TEMPLATE.text(_QUOTE(kind), "[" + ",".join(map(_QUOTE, parts)) + "]")
+        if is_portable_text(text):  # exactly when every part is
+            return prefix + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
     return prefix + canonical_sha256({"domain": DOWNSTREAM_REF_DOMAIN, "kind": kind, "parts": list(parts)})[:32]
+
+
+_DERIVED_REF_TEMPLATE: Final = CanonicalTemplate({"domain": DOWNSTREAM_REF_DOMAIN, "kind": SLOT, "parts": SLOT})
 
 
 @dataclass(frozen=True, slots=True)

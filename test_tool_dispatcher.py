@@ -6471,6 +6471,38 @@ class TestTheDispatcher(unittest.TestCase):
         again = write(dispatcher, write_context(response="resp_2", call="call_2"), approval=approval)
         self.assertEqual(again["model_result"]["error"]["code"], "APPROVAL_CONSUMED")
 
+    def test_the_memory_store_starts_the_claim_it_was_given(self):
+        # start() answers the claim it moved on: the same key and token, the started record, the
+        # record it keeps; a Claim subclass someone hands it stays of its own type.
+        class Tagged(td.Claim):
+            __slots__ = ()
+
+        for kind in (td.Claim, Tagged):
+            with self.subTest(kind=kind.__name__):
+                operations = td.MemoryOperations()
+                dispatcher = make_dispatcher(operations=operations)
+                claimed = operations.claim(*self.claim_arguments(dispatcher, write_context(), approval_for(write_context())))
+                claim = kind(claimed.key, claimed.record, "token")
+                started = operations.start(claim)
+                self.assertIs(type(started), kind)
+                self.assertEqual((started.key, started.token, started.record.state), (claim.key, "token", "in_progress"))
+                self.assertEqual(started.record, td.advance(claim.record, "start"))
+                self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "in_progress")
+                with self.assertRaises(BoundaryError) as caught:  # the claim as it was no longer holds the key
+                    operations.start(claim)
+                self.assertEqual(caught.exception.code, "LIFECYCLE_VIOLATION")
+
+    def test_a_write_records_the_registered_profile_of_its_context(self):
+        for provider in PROFILES:
+            with self.subTest(provider=provider):
+                dispatcher = make_dispatcher()
+                ctx = write_context(provider)
+                write(dispatcher, ctx)
+                record = dispatcher.operations.find(("tenant-a", "alice", "create_refund_draft", "idem-1"))
+                self.assertIs(type(record.profile), td.ProviderProfile)
+                self.assertEqual(record.profile, ctx.profile)
+                self.assertEqual(record.profile, td.PROVIDER_PROFILES[ctx.adapter_revision])
+
     @staticmethod
     def claim_arguments(dispatcher, ctx, approval):
         """What a dispatch of refund_proposal() under ctx hands its store's claim()."""
@@ -8289,7 +8321,8 @@ class TestTheDispatcher(unittest.TestCase):
         request = {"order_ref": "ORDER-7", "reason": "other", "effect_revision": "e", "producer_revision": "p"}
         for refs in ({"request_ref": "rq-other", "status_ref": "st-own"},
                      {"request_ref": "rq-own", "status_ref": "st-x"}, {"request_ref": "rq-own"},
-                     {"request_ref": "rq-own", "status_ref": Agreeable("st-own")}):
+                     {"request_ref": "rq-own", "status_ref": Agreeable("st-own")},
+                     {"request_ref": Agreeable("rq-own"), "status_ref": "st-own"}):
             with self.subTest(refs=refs), self.assertRaises(BoundaryError) as caught:
                 own.commit_refund_draft(**refs, **request)
             self.assertEqual(caught.exception.code, "OUTPUT_BINDING_MISMATCH")

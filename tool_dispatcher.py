@@ -5387,7 +5387,7 @@ class CountingDownstream:
 
     def commit_refund_draft(self, **request: str) -> Receipt:
         refs = (request.get("request_ref"), request.get("status_ref"))
-        if not all(type(ref) is str for ref in refs) or refs != self._own:
+        if type(refs[0]) is not str or type(refs[1]) is not str or refs != self._own:
             raise BoundaryError("OUTPUT_BINDING_MISMATCH")  # another request's effect, under this claim
         before = self._downstream.effect_count
         receipt = self._downstream.commit_refund_draft(**request)
@@ -5431,10 +5431,10 @@ class MemoryOperations:
 
     def answer(self, call: AdmittedCall) -> OperationRecord | None:
         with self._lock:
-            return self._answer(call)
+            return self._answer(call, call.record_key)
 
-    def _answer(self, call: AdmittedCall) -> OperationRecord | None:
-        record = self._records.get(call.record_key)
+    def _answer(self, call: AdmittedCall, key: RecordKey) -> OperationRecord | None:
+        record = self._records.get(key)
         if record is None or record.state in FREE_STATES:
             return None
         if record.state in LEASED_STATES:
@@ -5448,19 +5448,20 @@ class MemoryOperations:
             return approval_ref in self._approvals
 
     def claim(self, call: AdmittedCall, record: OperationRecord, approval_ref: str) -> Claim | OperationRecord:
+        key = call.record_key
         with self._lock:
-            existing = self._answer(call)
+            existing = self._answer(call, key)
             if existing is not None:
                 return existing
             if approval_ref in self._approvals:
                 raise BoundaryError("APPROVAL_CONSUMED")
-            previous = self._records.get(call.record_key)
+            previous = self._records.get(key)
             claimed = advance(record, "claim") if previous is None else replace(
                 record, state=transition(previous.state, "claim"))
-            self._records[call.record_key] = claimed
-            self._approvals[approval_ref] = call.record_key
-            self._claimed_with[call.record_key] = approval_ref
-        return Claim(call.record_key, claimed)
+            self._records[key] = claimed
+            self._approvals[approval_ref] = key
+            self._claimed_with[key] = approval_ref
+        return Claim(key, claimed)
 
     def release(self, claim: Claim) -> None:
         self._move(claim, advance(claim.record, "release"))
@@ -5470,7 +5471,8 @@ class MemoryOperations:
     def start(self, claim: Claim) -> Claim:
         started = advance(claim.record, "start")
         self._move(claim, started)
-        return claim._replace(record=started)
+        # Built directly when it is this store's own Claim: NamedTuple._replace is Python code.
+        return Claim(claim.key, started, claim.token) if type(claim) is Claim else claim._replace(record=started)
 
     def downstream_for(self, claim: Claim) -> CountingDownstream:
         refs = claim.record.refs
@@ -5986,8 +5988,11 @@ class Dispatcher:
 
     def _new_record(self, call: AdmittedCall, refs: Mapping[str, str | None],
                     approval: Mapping[str, Any] | None, revision: int | None) -> OperationRecord:
+        # The registered profile, which equals the context's (dispatch checked it; check_context):
+        # no ProviderProfile is built per write.
+        context = call.context
         return OperationRecord(state="none", request_sha256=call.request_sha256 or "",
-                               profile=call.context.profile, operation_id=call.context.operation_id,
+                               profile=PROVIDER_PROFILES[context.adapter_revision], operation_id=context.operation_id,
                                contract=MappingProxyType(call.spec.contract_view()),
                                refs=MappingProxyType(dict(refs)),
                                approval=None if approval is None else MappingProxyType(dict(approval)),

@@ -6481,11 +6481,13 @@ class TestTheDispatcher(unittest.TestCase):
             with self.subTest(kind=kind.__name__):
                 operations = td.MemoryOperations()
                 dispatcher = make_dispatcher(operations=operations)
-                claimed = operations.claim(*self.claim_arguments(dispatcher, write_context(), approval_for(write_context())))
+                arguments = self.claim_arguments(dispatcher, write_context(), approval_for(write_context()))
+                claimed = operations.claim(*arguments)
                 claim = kind(claimed.key, claimed.record, "token")
                 started = operations.start(claim)
                 self.assertIs(type(started), kind)
-                self.assertEqual((started.key, started.token, started.record.state), (claim.key, "token", "in_progress"))
+                self.assertEqual((started.key, started.token, started.record.state),
+                                 (claim.key, "token", "in_progress"))
                 self.assertEqual(started.record, td.advance(claim.record, "start"))
                 self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "in_progress")
                 with self.assertRaises(BoundaryError) as caught:  # the claim as it was no longer holds the key

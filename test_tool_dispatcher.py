@@ -5103,6 +5103,14 @@ class TestTheDemoHostOrdersRefundsAndTheirHooksInjectedFaults(unittest.TestCase)
         self.assertNotEqual(td.derived_ref("rq-", "status", "a", None)[3:], ref[3:])
         self.assertEqual(td.derived_ref("rq-", "request", "a", None), ref)
 
+    def test_a_refund_receipt_carries_each_value_under_its_own_name(self):
+        receipt = td.refund_draft_receipt(request_ref="rq-r", status_ref="st-s", order_ref="ORDER-o", reason="other",
+                                          effect_revision="e-rev", producer_revision="p-rev")
+        self.assertEqual(dataclasses.asdict(receipt), {
+            "receipt_ref": td.derived_ref("rc-", "receipt", "rq-r"), "request_ref": "rq-r", "status_ref": "st-s",
+            "effect_revision": "e-rev", "producer_revision": "p-rev",
+            "draft_id": "DRAFT-" + td.derived_ref("", "draft", "rq-r")[:16], "order_ref": "ORDER-o", "reason": "other"})
+
     def test_derived_refs_of_plain_strings_are_the_definition(self):
         # Plain portable strings fill the envelope's template; anything else is encoded whole. Both
         # ways are held to the definition, byte for byte: escapes, text beyond the BMP, strings that

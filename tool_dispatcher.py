@@ -4333,16 +4333,10 @@ def refund_draft_receipt(*, request_ref: str, status_ref: str, order_ref: str, r
                          effect_revision: str, producer_revision: str) -> Receipt:
     """The receipt the mock refund service gives a request: its references derived from the
     request reference, so any store that keeps the mock's effects on disk gives the same one."""
-    return Receipt(
-        receipt_ref=derived_ref("rc-", "receipt", request_ref),
-        request_ref=request_ref,
-        status_ref=status_ref,
-        effect_revision=effect_revision,
-        producer_revision=producer_revision,
-        draft_id="DRAFT-" + derived_ref("", "draft", request_ref)[:16],
-        order_ref=order_ref,
-        reason=reason,
-    )
+    # Positional, in the field order (receipt_ref, request_ref, status_ref, effect_revision,
+    # producer_revision, draft_id, order_ref, reason): a frozen dataclass takes keywords slower.
+    return Receipt(derived_ref("rc-", "receipt", request_ref), request_ref, status_ref, effect_revision,
+                   producer_revision, "DRAFT-" + derived_ref("", "draft", request_ref)[:16], order_ref, reason)
 
 
 def derived_ref(prefix: str, kind: str, *parts: Any) -> str:

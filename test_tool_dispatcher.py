@@ -4887,6 +4887,120 @@ class TestOperationLifecycleApprovalBusinessStateDeadline(unittest.TestCase):
              "approval": {name: getattr(approval, name) for name in Approval.__slots__}}))
         self.assertEqual(self.approval_refusal(approval, context=ctx), "APPROVAL_MISMATCH")
 
+    def test_advance_builds_what_dataclasses_replace_builds(self):
+        # advance builds the moved record field by field; replace() is its definition. Every field
+        # it may change, one at a time and all at once, on a record whose every field is distinct.
+        self.assertFalse(hasattr(td.OperationRecord, "__post_init__"))  # nothing the fast path skips
+        record = td.OperationRecord(state="in_progress", request_sha256="1" * 64,
+                                    profile=td.PROVIDER_PROFILES["openai-responses-v1"], operation_id="op-9",
+                                    contract={"tool": "t"}, refs={"request_ref": "rq-1"}, data={"d": 1},
+                                    approval={"approver": "a"}, arguments={"x": "y"}, resource_revision=4)
+        others = {"request_sha256": "2" * 64, "profile": td.PROVIDER_PROFILES["mcp-tools-call-v1"],
+                  "operation_id": "op-10", "contract": {"tool": "u"}, "refs": {"request_ref": "rq-2"},
+                  "data": [2], "approval": None, "arguments": {"x": "z"}, "resource_revision": 5}
+        self.assertEqual(set(others), set(td.OperationRecord.__slots__) - {"state"})
+        for changes in [{}, others, *({name: value} for name, value in others.items())]:
+            with self.subTest(changes=sorted(changes)):
+                moved = td.advance(record, "committed", **changes)
+                expected = dataclasses.replace(record, state="succeeded", **changes)
+                self.assertIs(type(moved), td.OperationRecord)
+                self.assertEqual(moved, expected)
+                for name in td.OperationRecord.__slots__:
+                    self.assertIs(getattr(moved, name), getattr(expected, name))
+                self.assertEqual(record.state, "in_progress")  # the record moved is a new one
+
+    def test_advance_refuses_what_replace_refuses_and_keeps_a_subclass(self):
+        record = td.OperationRecord(state="in_progress", request_sha256="0" * 64,
+                                    profile=td.PROVIDER_PROFILES["openai-responses-v1"], operation_id="op",
+                                    contract={}, refs={})
+        for changes in ({"state": "succeeded"}, {"no_such_field": 1}):
+            with self.subTest(changes=changes), self.assertRaises(TypeError):
+                td.advance(record, "committed", **changes)
+        with self.assertRaises(BoundaryError) as caught:  # the lifecycle is checked before the changes
+            td.advance(record, "receipt_confirmed", state="x")
+        self.assertEqual(caught.exception.code, "LIFECYCLE_VIOLATION")
+
+        class Annotated(td.OperationRecord):
+            __slots__ = ()
+
+        moved = td.advance(Annotated(**{name: getattr(record, name) for name in record.__slots__}), "committed",
+                           data={"a": 1})
+        self.assertIs(type(moved), Annotated)
+        self.assertEqual((moved.state, moved.data), ("succeeded", {"a": 1}))
+
+    def test_each_bound_field_must_equal_the_trusted_value_of_its_name(self):
+        # Every bound field distinct from every other: an approval of this call is accepted (each
+        # field meets the trusted value of its own name), and one other value in any field is not.
+        spec = td.REGISTRY["create_refund_draft"]
+        ctx = write_context(response="resp_t", call="call_t", operation="op-t", key="idem-t")
+        bound = ("tenant", "subject", "provider", "api_family", "adapter_revision", "response_id", "call_id",
+                 "operation_id", "idempotency_key", "contract_revision")
+        approval = td.approval_for_call(approver="approver-lee", principal=ALICE, context=ctx, spec=spec,
+                                        arguments=refund_proposal()["arguments"], expires_at=EXPIRES)
+        self.assertEqual(len({getattr(approval, name) for name in bound}), len(bound))
+        self.assertEqual(td.check_approval(approval, principal=ALICE, context=ctx, spec=spec,
+                                           arguments=refund_proposal()["arguments"], approvers=APPROVERS, now=NOW),
+                         td.approval_ref(approval))
+        for name in bound:
+            for value in ("other-value", *(getattr(approval, other) for other in bound if other != name)):
+                with self.subTest(name=name, value=value):
+                    changed = dataclasses.replace(approval, **{name: value})
+                    self.assertEqual(self.approval_refusal(changed, context=ctx), "APPROVAL_MISMATCH")
+
+    def test_a_bound_field_that_is_not_portable_text_is_a_mismatch_before_any_digest(self):
+        # The bound fields are checked as one text: a lone surrogate in any one of them refuses,
+        # and so does a str subclass, before anything is digested or looked up.
+        class Agreeable(str):
+            def __eq__(self, other):
+                return True
+
+            __hash__ = str.__hash__
+
+        bound = ("tenant", "subject", "provider", "api_family", "adapter_revision", "response_id", "call_id",
+                 "operation_id", "idempotency_key", "contract_revision")
+        for name in bound:
+            for value in ("\ud800", "x\udfff", Agreeable(getattr(approval_for(write_context()), name))):
+                with self.subTest(name=name, value=ascii(value)):
+                    approval = approval_for(write_context(), **{name: value})
+                    self.assertEqual(self.approval_refusal(approval, consumed=self.fail), "APPROVAL_MISMATCH")
+        # A field beyond the BMP is portable text: read further, it is digested and looked up.
+        approval = approval_for(write_context(), response_id="resp_\U0001d49c")
+        self.assertEqual(self.approval_refusal(approval, consumed=lambda reference: True), "APPROVAL_CONSUMED")
+
+    def test_the_reference_check_approval_digests_is_approval_ref(self):
+        # check_approval digests an approval it has read through templates; approval_ref is the
+        # definition. The reference it looks up (consumed) is approval_ref's, byte for byte, on
+        # approvals whose fields are escaped, beyond the BMP, number-like, or hold floats; and
+        # approval_ref is the canonical encoding of every field.
+        base = approval_for(write_context(), expires_at=EXPIRES)
+        variants = [
+            base,
+            dataclasses.replace(base, idempotency_key="", expires_at=td.MIN_TIME),
+            dataclasses.replace(base, expires_at=td.MAX_TIME, response_id='resp "q" \\ \n\t\x7f\u2028 é'),
+            dataclasses.replace(base, call_id="call_\U0001d49c", tenant="\uff5a", subject="1.5e-3", provider="2.5"),
+            dataclasses.replace(base, arguments={"order_ref": "ORDER-7", "amount": 1.5, "tiny": 1e-7, "big": 1e21,
+                                                 "nested": [{"\U0001d49c": "x", "\uff5a": [True, None, -0.0]}]}),
+            dataclasses.replace(base, arguments={}),
+        ]
+        spec = td.REGISTRY["create_refund_draft"]
+        for approval in variants:
+            with self.subTest(approval=approval):
+                looked_up = []
+                with self.assertRaises(BoundaryError) as caught:
+                    td.check_approval(approval, principal=ALICE, context=write_context(), spec=spec,
+                                      arguments=refund_proposal()["arguments"], approvers=APPROVERS, now=NOW,
+                                      consumed=lambda reference: looked_up.append(reference) or True)
+                self.assertEqual(caught.exception.code, "APPROVAL_CONSUMED")
+                fields = {name: getattr(approval, name) for name in Approval.__slots__}
+                self.assertEqual(looked_up, [td.approval_ref(approval)])
+                self.assertEqual(td.approval_ref(approval), td.canonical_sha256(
+                    {"domain": td.APPROVAL_REF_DOMAIN, "approval": fields}))
+        # json.dumps is RFC 8785 for strings of the BMP and integers (not for floats, nor for keys
+        # beyond the BMP): the plain approval, recomputed without the module.
+        self.assertEqual(td.approval_ref(base), independent_sha256(
+            {"domain": "tool-dispatcher/approval-ref/v2", "approval": {name: getattr(base, name)
+                                                                       for name in Approval.__slots__}}))
+
 
 # ============================================================================================
 # 12. The demo host: orders, refunds and their hooks; injected faults
@@ -4988,6 +5102,50 @@ class TestTheDemoHostOrdersRefundsAndTheirHooksInjectedFaults(unittest.TestCase)
                                                           "kind": "request", "parts": ["a", None]})[:32])
         self.assertNotEqual(td.derived_ref("rq-", "status", "a", None)[3:], ref[3:])
         self.assertEqual(td.derived_ref("rq-", "request", "a", None), ref)
+
+    def test_a_refund_receipt_carries_each_value_under_its_own_name(self):
+        receipt = td.refund_draft_receipt(request_ref="rq-r", status_ref="st-s", order_ref="ORDER-o", reason="other",
+                                          effect_revision="e-rev", producer_revision="p-rev")
+        self.assertEqual(dataclasses.asdict(receipt), {
+            "receipt_ref": td.derived_ref("rc-", "receipt", "rq-r"), "request_ref": "rq-r", "status_ref": "st-s",
+            "effect_revision": "e-rev", "producer_revision": "p-rev",
+            "draft_id": "DRAFT-" + td.derived_ref("", "draft", "rq-r")[:16], "order_ref": "ORDER-o", "reason": "other"})
+
+    def test_derived_refs_of_plain_strings_are_the_definition(self):
+        # Plain portable strings fill the envelope's template; anything else is encoded whole. Both
+        # ways are held to the definition, byte for byte: escapes, text beyond the BMP, strings that
+        # look like numbers, no part at all, and the parts that must take the whole encoder.
+        class Text(str):
+            pass
+
+        cases = [
+            ("request", ("tenant-a", "alice", "create_refund_draft", "idem-1", "0" * 64)),
+            ("status", ("rq-0123",)),
+            ("draft", ()),
+            ("receipt", ("",)),
+            ('k"ind\\', ('a "quoted" \\ part', "\n\t\x00\x1f\x7f", "\u2028é", "\U0001d49c\uff5a", "1.5e-3", "1e+21")),
+            ("\U0001d49c", ("1.5", "x")),
+            ("request", ("a", None)),
+            ("request", ("a", 1, 1.5, True, ["b"], {"c": "d"})),
+            ("request", (Text("a"), "b")),
+            (Text("request"), ("a",)),
+        ]
+        for kind, parts in cases:
+            with self.subTest(kind=kind, parts=parts):
+                definition = td.canonical_sha256({"domain": td.DOWNSTREAM_REF_DOMAIN, "kind": kind,
+                                                  "parts": list(parts)})
+                self.assertEqual(td.derived_ref("rq-", kind, *parts), "rq-" + definition[:32])
+        self.assertEqual(td.derived_ref("", "status", "rq-1"), independent_sha256(
+            {"domain": "tool-dispatcher/downstream-ref/v3", "kind": "status", "parts": ["rq-1"]})[:32])
+        # A lone surrogate has no canonical text: the same refusal either way.
+        for kind, parts in (("request", ("\ud800",)), ("\ud800", ("a",)), ("request", ("\U0001d49c", "\ud800"))):
+            with self.subTest(kind=kind, parts=parts):
+                with self.assertRaises(ValueError) as definition:
+                    td.canonical_sha256({"domain": td.DOWNSTREAM_REF_DOMAIN, "kind": kind, "parts": list(parts)})
+                with self.assertRaises(ValueError) as derived:
+                    td.derived_ref("rq-", kind, *parts)
+                self.assertIs(type(derived.exception), type(definition.exception))
+                self.assertEqual(str(derived.exception), str(definition.exception))
 
     # -- the desk: orders as resources, "paid" as the refund's precondition, receipts as status --
 
@@ -6347,6 +6505,40 @@ class TestTheDispatcher(unittest.TestCase):
         write(dispatcher, first, approval=approval)
         again = write(dispatcher, write_context(response="resp_2", call="call_2"), approval=approval)
         self.assertEqual(again["model_result"]["error"]["code"], "APPROVAL_CONSUMED")
+
+    def test_the_memory_store_starts_the_claim_it_was_given(self):
+        # start() answers the claim it moved on: the same key and token, the started record, the
+        # record it keeps; a Claim subclass someone hands it stays of its own type.
+        class Tagged(td.Claim):
+            __slots__ = ()
+
+        for kind in (td.Claim, Tagged):
+            with self.subTest(kind=kind.__name__):
+                operations = td.MemoryOperations()
+                dispatcher = make_dispatcher(operations=operations)
+                arguments = self.claim_arguments(dispatcher, write_context(), approval_for(write_context()))
+                claimed = operations.claim(*arguments)
+                claim = kind(claimed.key, claimed.record, "token")
+                started = operations.start(claim)
+                self.assertIs(type(started), kind)
+                self.assertEqual((started.key, started.token, started.record.state),
+                                 (claim.key, "token", "in_progress"))
+                self.assertEqual(started.record, td.advance(claim.record, "start"))
+                self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "in_progress")
+                with self.assertRaises(BoundaryError) as caught:  # the claim as it was no longer holds the key
+                    operations.start(claim)
+                self.assertEqual(caught.exception.code, "LIFECYCLE_VIOLATION")
+
+    def test_a_write_records_the_registered_profile_of_its_context(self):
+        for provider in PROFILES:
+            with self.subTest(provider=provider):
+                dispatcher = make_dispatcher()
+                ctx = write_context(provider)
+                write(dispatcher, ctx)
+                record = dispatcher.operations.find(("tenant-a", "alice", "create_refund_draft", "idem-1"))
+                self.assertIs(type(record.profile), td.ProviderProfile)
+                self.assertEqual(record.profile, ctx.profile)
+                self.assertEqual(record.profile, td.PROVIDER_PROFILES[ctx.adapter_revision])
 
     @staticmethod
     def claim_arguments(dispatcher, ctx, approval):
@@ -8166,7 +8358,8 @@ class TestTheDispatcher(unittest.TestCase):
         request = {"order_ref": "ORDER-7", "reason": "other", "effect_revision": "e", "producer_revision": "p"}
         for refs in ({"request_ref": "rq-other", "status_ref": "st-own"},
                      {"request_ref": "rq-own", "status_ref": "st-x"}, {"request_ref": "rq-own"},
-                     {"request_ref": "rq-own", "status_ref": Agreeable("st-own")}):
+                     {"request_ref": "rq-own", "status_ref": Agreeable("st-own")},
+                     {"request_ref": Agreeable("rq-own"), "status_ref": "st-own"}):
             with self.subTest(refs=refs), self.assertRaises(BoundaryError) as caught:
                 own.commit_refund_draft(**refs, **request)
             self.assertEqual(caught.exception.code, "OUTPUT_BINDING_MISMATCH")

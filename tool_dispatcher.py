@@ -4131,24 +4131,45 @@ class OperationRecord:
     resource_revision: int | None = None  # the revision of the resource the first answer came from
 
 
+# The fields advance may change (all but the state, which only LIFECYCLE moves).
+_RECORD_CHANGES: Final = frozenset(OperationRecord.__slots__) - {"state"}
+
+
 def advance(record: OperationRecord, event: str, **changes: Any) -> OperationRecord:
     """Move a record along LIFECYCLE, or refuse with LIFECYCLE_VIOLATION."""
-    return replace(record, state=transition(record.state, event), **changes)
+    state = transition(record.state, event)
+    if type(record) is not OperationRecord or not changes.keys() <= _RECORD_CHANGES:
+        return replace(record, state=state, **changes)  # a subclass, or a change replace refuses (TypeError)
+    # What replace() builds, field by field: replace() reads every field's metadata on each call
+    # and costs twice as much, three times per write. OperationRecord has no __post_init__ to skip;
+    # a test holds this to replace() on every field.
+    moved = object.__new__(OperationRecord)
+    put = object.__setattr__
+    put(moved, "state", state)
+    put(moved, "request_sha256", record.request_sha256)
+    put(moved, "profile", record.profile)
+    put(moved, "operation_id", record.operation_id)
+    put(moved, "contract", record.contract)
+    put(moved, "refs", record.refs)
+    put(moved, "data", record.data)
+    put(moved, "approval", record.approval)
+    put(moved, "arguments", record.arguments)
+    put(moved, "resource_revision", record.resource_revision)
+    for name, value in changes.items():
+        put(moved, name, value)
+    return moved
 
 
-# The fields an approval binds, each with the trusted value it must equal exactly.
-_APPROVAL_BINDING: Final[tuple[tuple[str, Callable[[Principal, CallContext, ToolSpec], Any]], ...]] = (
-    ("tenant", lambda principal, context, spec: principal.tenant),
-    ("subject", lambda principal, context, spec: principal.subject),
-    ("provider", lambda principal, context, spec: context.provider),
-    ("api_family", lambda principal, context, spec: context.api_family),
-    ("adapter_revision", lambda principal, context, spec: context.adapter_revision),
-    ("response_id", lambda principal, context, spec: context.response_id),
-    ("call_id", lambda principal, context, spec: context.call_id),
-    ("operation_id", lambda principal, context, spec: context.operation_id),
-    ("idempotency_key", lambda principal, context, spec: context.idempotency_key),
-    ("contract_revision", lambda principal, context, spec: spec.contract_revision),
-)
+# The fields an approval binds. Each must equal exactly the trusted value of the same name, as
+# _trusted_binding lists them in this order: the principal's, the call context's, the contract's.
+_APPROVAL_BINDING: Final = ("tenant", "subject", "provider", "api_family", "adapter_revision", "response_id",
+                            "call_id", "operation_id", "idempotency_key", "contract_revision")
+
+
+def _trusted_binding(principal: Principal, context: CallContext, spec: ToolSpec) -> tuple[Any, ...]:
+    return (principal.tenant, principal.subject, context.provider, context.api_family, context.adapter_revision,
+            context.response_id, context.call_id, context.operation_id, context.idempotency_key,
+            spec.contract_revision)
 
 
 def check_approval(approval: Any, *, principal: Principal, context: CallContext, spec: ToolSpec,
@@ -4171,15 +4192,19 @@ def check_approval(approval: Any, *, principal: Principal, context: CallContext,
         raise BoundaryError("APPROVAL_EXPIRED")  # outside the clock's domain: no instant it is live at
     # Every field its reference digests must have a canonical encoding first: a NaN, a cycle or
     # a lone surrogate is a mismatch, not an encoder's exception.
-    if not (_is_json_exact(approval.arguments)
-            and all(type(getattr(approval, name)) is str and is_portable_text(getattr(approval, name))
-                    for name, _ in _APPROVAL_BINDING)):
+    if not _is_json_exact(approval.arguments):
         raise BoundaryError("APPROVAL_MISMATCH")
-    reference = approval_ref(approval)
+    bound = [getattr(approval, name) for name in _APPROVAL_BINDING]
+    for value in bound:
+        if type(value) is not str:
+            raise BoundaryError("APPROVAL_MISMATCH")
+    if not is_portable_text("".join(bound)):  # exactly when every field is
+        raise BoundaryError("APPROVAL_MISMATCH")
+    reference = _checked_approval_ref(approval)
     if consumed(reference):
         raise BoundaryError("APPROVAL_CONSUMED")
-    for name, wanted in _APPROVAL_BINDING:
-        if getattr(approval, name) != wanted(principal, context, spec):
+    for value, wanted in zip(bound, _trusted_binding(principal, context, spec)):
+        if value != wanted:
             raise BoundaryError("APPROVAL_MISMATCH")
     if type(approval.arguments) is not dict or not _same_value(approval.arguments, arguments):
         raise BoundaryError("APPROVAL_MISMATCH")  # JSON equality: an approved 1 is no true
@@ -4214,6 +4239,24 @@ def approval_ref(approval: Approval) -> str:
     """The approval's identity, which a write consumes: domain-separated SHA-256 of every field."""
     return canonical_sha256({"domain": APPROVAL_REF_DOMAIN, "approval": {
         name: getattr(approval, name) for name in Approval.__slots__}})
+
+
+# approval_ref's envelope, and the approval inside it, with every fixed member encoded once.
+_APPROVAL_REF_TEMPLATE: Final = CanonicalTemplate({"domain": APPROVAL_REF_DOMAIN, "approval": SLOT})
+_APPROVAL_FIELDS_TEMPLATE: Final = CanonicalTemplate({name: SLOT for name in Approval.__slots__})
+_QUOTE: Final = json.encoder.encode_basestring  # a str's canonical text (what _string_text calls)
+
+
+def _checked_approval_ref(approval: Approval) -> str:
+    """approval_ref of an approval check_approval has read: every field a portable str, JSON-exact
+    arguments, a time. Canonical JSON is compositional, so each field's own canonical text fills
+    its slot, in the template's (sorted) slot order; tests hold this to approval_ref byte for byte."""
+    quote = _QUOTE
+    return _APPROVAL_REF_TEMPLATE.sha256(_APPROVAL_FIELDS_TEMPLATE.text(
+        quote(approval.adapter_revision), quote(approval.api_family), quote(approval.approver),
+        canonical_text(approval.arguments), quote(approval.call_id), quote(approval.contract_revision),
+        str(approval.expires_at), quote(approval.idempotency_key), quote(approval.operation_id),
+        quote(approval.provider), quote(approval.response_id), quote(approval.subject), quote(approval.tenant)))
 
 
 def approval_for_call(*, approver: str, principal: Principal, context: CallContext, spec: ToolSpec,
@@ -4304,21 +4347,31 @@ def refund_draft_receipt(*, request_ref: str, status_ref: str, order_ref: str, r
                          effect_revision: str, producer_revision: str) -> Receipt:
     """The receipt the mock refund service gives a request: its references derived from the
     request reference, so any store that keeps the mock's effects on disk gives the same one."""
-    return Receipt(
-        receipt_ref=derived_ref("rc-", "receipt", request_ref),
-        request_ref=request_ref,
-        status_ref=status_ref,
-        effect_revision=effect_revision,
-        producer_revision=producer_revision,
-        draft_id="DRAFT-" + derived_ref("", "draft", request_ref)[:16],
-        order_ref=order_ref,
-        reason=reason,
-    )
+    # Positional, in the field order (receipt_ref, request_ref, status_ref, effect_revision,
+    # producer_revision, draft_id, order_ref, reason): a frozen dataclass takes keywords slower.
+    return Receipt(derived_ref("rc-", "receipt", request_ref), request_ref, status_ref, effect_revision,
+                   producer_revision, "DRAFT-" + derived_ref("", "draft", request_ref)[:16], order_ref, reason)
 
 
 def derived_ref(prefix: str, kind: str, *parts: Any) -> str:
-    """A deterministic opaque reference: domain-separated SHA-256 of its parts, 32 hex."""
+    """A deterministic opaque reference: domain-separated SHA-256 of its parts, 32 hex.
+
+    The digest is canonical_sha256({"domain": DOWNSTREAM_REF_DOMAIN, "kind": kind, "parts": [...]}).
+    When the kind and every part are plain portable strings (every write's are: a key, names, a
+    digest) each one's canonical text is its quoted self, filled into the envelope's template;
+    anything else is encoded whole. Tests hold both ways to the definition byte for byte.
+    """
+    for part in (kind, *parts):
+        if type(part) is not str:
+            break
+    else:
+        text = _DERIVED_REF_TEMPLATE.text(_QUOTE(kind), "[" + ",".join(map(_QUOTE, parts)) + "]")
+        if is_portable_text(text):  # exactly when every part is
+            return prefix + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
     return prefix + canonical_sha256({"domain": DOWNSTREAM_REF_DOMAIN, "kind": kind, "parts": list(parts)})[:32]
+
+
+_DERIVED_REF_TEMPLATE: Final = CanonicalTemplate({"domain": DOWNSTREAM_REF_DOMAIN, "kind": SLOT, "parts": SLOT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -5379,7 +5432,7 @@ class CountingDownstream:
 
     def commit_refund_draft(self, **request: str) -> Receipt:
         refs = (request.get("request_ref"), request.get("status_ref"))
-        if not all(type(ref) is str for ref in refs) or refs != self._own:
+        if type(refs[0]) is not str or type(refs[1]) is not str or refs != self._own:
             raise BoundaryError("OUTPUT_BINDING_MISMATCH")  # another request's effect, under this claim
         before = self._downstream.effect_count
         receipt = self._downstream.commit_refund_draft(**request)
@@ -5423,10 +5476,10 @@ class MemoryOperations:
 
     def answer(self, call: AdmittedCall) -> OperationRecord | None:
         with self._lock:
-            return self._answer(call)
+            return self._answer(call, call.record_key)
 
-    def _answer(self, call: AdmittedCall) -> OperationRecord | None:
-        record = self._records.get(call.record_key)
+    def _answer(self, call: AdmittedCall, key: RecordKey) -> OperationRecord | None:
+        record = self._records.get(key)
         if record is None or record.state in FREE_STATES:
             return None
         if record.state in LEASED_STATES:
@@ -5440,19 +5493,20 @@ class MemoryOperations:
             return approval_ref in self._approvals
 
     def claim(self, call: AdmittedCall, record: OperationRecord, approval_ref: str) -> Claim | OperationRecord:
+        key = call.record_key
         with self._lock:
-            existing = self._answer(call)
+            existing = self._answer(call, key)
             if existing is not None:
                 return existing
             if approval_ref in self._approvals:
                 raise BoundaryError("APPROVAL_CONSUMED")
-            previous = self._records.get(call.record_key)
+            previous = self._records.get(key)
             claimed = advance(record, "claim") if previous is None else replace(
                 record, state=transition(previous.state, "claim"))
-            self._records[call.record_key] = claimed
-            self._approvals[approval_ref] = call.record_key
-            self._claimed_with[call.record_key] = approval_ref
-        return Claim(call.record_key, claimed)
+            self._records[key] = claimed
+            self._approvals[approval_ref] = key
+            self._claimed_with[key] = approval_ref
+        return Claim(key, claimed)
 
     def release(self, claim: Claim) -> None:
         self._move(claim, advance(claim.record, "release"))
@@ -5462,7 +5516,8 @@ class MemoryOperations:
     def start(self, claim: Claim) -> Claim:
         started = advance(claim.record, "start")
         self._move(claim, started)
-        return claim._replace(record=started)
+        # Built directly when it is this store's own Claim: NamedTuple._replace is Python code.
+        return Claim(claim.key, started, claim.token) if type(claim) is Claim else claim._replace(record=started)
 
     def downstream_for(self, claim: Claim) -> CountingDownstream:
         refs = claim.record.refs
@@ -5985,8 +6040,11 @@ class Dispatcher:
 
     def _new_record(self, call: AdmittedCall, refs: Mapping[str, str | None],
                     approval: Mapping[str, Any] | None, revision: int | None) -> OperationRecord:
+        # The registered profile, which equals the context's (dispatch checked it; check_context):
+        # no ProviderProfile is built per write.
+        context = call.context
         return OperationRecord(state="none", request_sha256=call.request_sha256 or "",
-                               profile=call.context.profile, operation_id=call.context.operation_id,
+                               profile=PROVIDER_PROFILES[context.adapter_revision], operation_id=context.operation_id,
                                contract=MappingProxyType(call.spec.contract_view()),
                                refs=MappingProxyType(dict(refs)),
                                approval=None if approval is None else MappingProxyType(dict(approval)),

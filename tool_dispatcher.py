@@ -5847,9 +5847,9 @@ class Dispatcher:
         data = data if call.spec._flat_output else json_copy(data)
         refs = {**record.refs, "receipt_ref": found.receipt_ref}
         record = advance(record, "receipt_confirmed", refs=MappingProxyType(refs), data=data)
-        package = self._package(call, project_model_result(call.spec, "reconciled", data=json_copy(data)),
-                                state=record.state, refs=refs, approval=record.approval,
-                                revision=record.resource_revision)
+        model_result, result_text = project_data_result(call.spec, "reconciled", json_copy(data))
+        package = self._package(call, model_result, state=record.state, refs=refs, approval=record.approval,
+                                revision=record.resource_revision, result_text=result_text)
         self.operations.reconcile(call.record_key, record, package)  # it answers only once the store moved
         return package
 
@@ -5967,9 +5967,9 @@ class Dispatcher:
         # Committed, as the hook reported: its one effect, and the downstream's receipt when it issued one.
         refs["receipt_ref"] = receipt_ref
         record = advance(claim.record, "committed", refs=MappingProxyType(refs), data=data)
-        package = self._package(call, project_model_result(call.spec, "written", data=json_copy(data)),
-                                state=record.state, handler_invoked=True, effects=1, refs=refs,
-                                approval=granted, revision=revision)
+        model_result, result_text = project_data_result(call.spec, "written", json_copy(data))
+        package = self._package(call, model_result, state=record.state, handler_invoked=True, effects=1, refs=refs,
+                                approval=granted, revision=revision, result_text=result_text)
         operations.settle(claim, "committed", record, package)
         return package
 
@@ -6033,10 +6033,12 @@ class Dispatcher:
         # What a settled record answers (REPEAT_ANSWER), with the first answer's evidence.
         state = MODEL_STATE[record.state]
         answer, code = REPEAT_ANSWER[state]
-        data = json_copy(record.data) if code is None else None  # a copy: the caller cannot reach the record
-        return self._package(call, project_model_result(call.spec, answer, code=code, data=data),
-                             state=state, refs=record.refs, approval=record.approval,
-                             revision=record.resource_revision)
+        if code is None:  # data, as a copy: the caller cannot reach the record
+            model_result, result_text = project_data_result(call.spec, answer, json_copy(record.data))
+        else:
+            model_result, result_text = project_model_result(call.spec, answer, code=code), None
+        return self._package(call, model_result, state=state, refs=record.refs, approval=record.approval,
+                             revision=record.resource_revision, result_text=result_text)
 
     def _new_record(self, call: AdmittedCall, refs: Mapping[str, str | None],
                     approval: Mapping[str, Any] | None, revision: int | None) -> OperationRecord:

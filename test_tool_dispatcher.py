@@ -256,6 +256,18 @@ def flip_hex(digest: str) -> str:
     return ("1" if digest[0] == "0" else "0") + digest[1:]
 
 
+# Values at the loader's limits, one past them, and text a joined check could split: the quick
+# walk's test puts them anywhere in the fixture.
+QUICK_WALK_VALUES = (
+    "a\nb", "tenant-a\n", "\ntenant-a", "i" * 64, "i" * 65, "-a", "a b", "ORDER-7\nORDER-8", "ORDER-" + "9" * 12,
+    "ORDER-" + "9" * 13, "0" * 64, "0" * 63, "A" * 64, "0" * 64 + "\n" + "0" * 64, td.MIN_TIME - 1, td.MIN_TIME,
+    td.MAX_TIME, td.MAX_TIME + 1, 1, td.MAX_STEPS_PER_CASE, td.MAX_STEPS_PER_CASE + 1, td.MAX_REVISION,
+    td.MAX_REVISION + 1, True, False, 1.0, None, [], {}, ["a"], ["a", "a"], ["b", "a"], "", "t" * 160, "t" * 161,
+    "none", "paid", "ok", "error", "unknown", "fresh", "retry", "dispatch", "query_status", "s1", "OpenAI",
+    "Responses", "tenant-a", "ORDER-7", "rate_limited", "receipt_unavailable", "APPROVAL_REQUIRED",
+)
+
+
 class StrictJsonAssertions:
     """assertFixtureError and assertDecodeError, for the sections whose errors they check."""
 
@@ -1617,6 +1629,69 @@ class TestFixtureLoading(StrictJsonAssertions, unittest.TestCase):
                         with self.assertRaises(BoundaryError) as caught:
                             parse(case_document(document, mutated))
                         self.assertEqual(caught.exception.code, "FIXTURE_VALUE")
+
+    # -- the quick walk, against the walk that names every fault -------------------------------
+
+    def walksAgree(self, data):
+        """"accepted" or "refused" by both walks (the quick one accepts exactly what the walk
+        accepts, with an equal Fixture); None when the decoder or the header refuses it first."""
+        try:
+            root = td.decode_strict_json(data, max_bytes=10**7)
+        except BoundaryError:
+            return None
+        if type(root) is not dict or root.keys() != td._FIXTURE_ROOT_FIELDS:
+            return None
+        quick = td._quick_fixture(root)
+        try:
+            walked = td._walk_fixture(root)
+        except BoundaryError:
+            self.assertIsNone(quick)
+            return "refused"
+        self.assertEqual(quick, walked)
+        return "accepted"
+
+    def test_quick_walk_accepts_exactly_what_the_walk_accepts(self):
+        shipped = shipped_document()
+        self.assertEqual(td._quick_fixture(shipped), td._walk_fixture(shipped))
+        # Two cases hold every kind of object: an approval, a query step, a world change, data.
+        document = case_document(shipped, shipped["cases"][0], shipped["cases"][15])
+        document["cases"][1]["steps"][0]["world_changes"] = [
+            {"tenant": "tenant-a", "order_ref": "ORDER-7", "status": "refunded"}]
+        places = []  # (container, key) of every value, at every depth
+        stack = [document]
+        while stack:
+            node = stack.pop()
+            for key, item in node.items() if type(node) is dict else enumerate(node):
+                places.append((node, key))
+                if type(item) in (dict, list):
+                    stack.append(item)
+        rng = random.Random(20_261_206)
+        outcomes = []
+        for node, key in places:
+            kept = node[key]
+            # Values at a limit or one past it, text a joined check could split ("a\nb"), and the
+            # value of another place (a field mixed up with another).
+            other, other_key = rng.choice(places)
+            for value in (*rng.sample(QUICK_WALK_VALUES, 6), copy.deepcopy(other[other_key])):
+                node[key] = value
+                outcomes.append(self.walksAgree(encode(document)))
+            node[key] = kept
+        outcomes += [self.walksAgree(encode(fuzzed_value(document, rng))) for _ in range(300)]
+        for _name, limit, build in self._collection_limits():
+            for size in (limit, limit + 1):
+                mutated = shipped_document()
+                build(mutated, size)
+                outcomes.append(self.walksAgree(json.dumps(mutated).encode("utf-8")))
+        self.assertGreater(outcomes.count("accepted"), 150)
+        self.assertGreater(outcomes.count("refused"), 1_000)
+
+    def test_quick_walk_refuses_a_value_a_joined_text_would_split(self):
+        document = shipped_document()
+        principal = document["cases"][0]["steps"][0]["principal"]
+        principal["subject"] = principal["tenant"] + "\n" + principal["tenant"]
+        self.assertIsNone(td._quick_fixture(td.decode_strict_json(encode(document))))
+        self.assertEqual(self.assertFixtureError("FIXTURE_VALUE", document=document).at,
+                         "cases[0].steps[0].principal.subject")
 
 
 # ============================================================================================

@@ -1685,6 +1685,37 @@ class TestFixtureLoading(StrictJsonAssertions, unittest.TestCase):
         self.assertGreater(outcomes.count("accepted"), 150)
         self.assertGreater(outcomes.count("refused"), 1_000)
 
+    def test_quick_walk_builds_the_frozen_value_types_themselves(self):
+        document = shipped_document()
+        document["cases"][15]["steps"][0]["world_changes"] = [
+            {"tenant": "tenant-a", "order_ref": "ORDER-7", "status": "refunded"}]
+        fixture = parse(document)
+        step = fixture.cases[15].steps[0]
+        for value, kind in ((fixture.world.orders[0], Order), (fixture.cases[15], td.Case), (step, td.Step),
+                            (step.context, CallContext), (step.principal, Principal), (step.approval, Approval),
+                            (step.world_changes[0], td.WorldChange), (step.expect, td.Expectation)):
+            with self.subTest(kind=kind.__name__):
+                self.assertIs(type(value), kind)
+                self.assertEqual(value, dataclasses.replace(value))
+                with self.assertRaises(dataclasses.FrozenInstanceError):
+                    setattr(value, dataclasses.fields(kind)[0].name, None)
+
+    def test_a_value_type_with_checks_or_without_slots_keeps_its_constructor(self):
+        @dataclasses.dataclass(frozen=True, slots=True)
+        class Checked:
+            value: int
+
+            def __post_init__(self):
+                pass
+
+        @dataclasses.dataclass(frozen=True)
+        class Unslotted:
+            value: int
+
+        self.assertIs(td._quick_type(Checked), Checked)
+        self.assertIs(td._quick_type(Unslotted), Unslotted)
+        self.assertIsNot(td._quick_type(td.Step), td.Step)
+
     def test_quick_walk_refuses_a_value_a_joined_text_would_split(self):
         document = shipped_document()
         principal = document["cases"][0]["steps"][0]["principal"]

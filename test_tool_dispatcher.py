@@ -1001,6 +1001,18 @@ class TestStrictBoundedJsonDecoding(StrictJsonAssertions, unittest.TestCase):
             with self.subTest(number=number[:20]):
                 self.assertDecodeError("JSON_NOT_PORTABLE", b"[" + number + b"]")
 
+    def test_safe_int_reads_every_length_around_its_short_path_exactly(self):
+        # Up to 15 characters an integer is read at once; from 16 its digits and range are checked.
+        for text in ("999999999999999", "-99999999999999", "-999999999999999", "1000000000000000",
+                     "9007199254740991", "-9007199254740991", "0", "-0", "007"):
+            with self.subTest(text=text):
+                self.assertEqual(td.safe_int(text), int(text))
+        for text in ("9007199254740992", "-9007199254740992", "9999999999999999", "1" * 17):
+            with self.subTest(text=text):
+                with self.assertRaises(BoundaryError) as caught:
+                    td.safe_int(text)
+                self.assertEqual(caught.exception.code, "JSON_NOT_PORTABLE")
+
     def test_lone_surrogates_are_refused_in_values_and_keys(self):
         self.assertDecodeError("JSON_NOT_PORTABLE", b'["\\ud800"]')
         self.assertDecodeError("JSON_NOT_PORTABLE", b'{"\\udc00": 1}')
@@ -1715,6 +1727,21 @@ class TestFixtureLoading(StrictJsonAssertions, unittest.TestCase):
         self.assertIs(td._quick_type(Checked), Checked)
         self.assertIs(td._quick_type(Unslotted), Unslotted)
         self.assertIsNot(td._quick_type(td.Step), td.Step)
+
+    def test_quick_digest_check_answers_as_the_digest_pattern(self):
+        digest = "0123456789abcdef" * 4
+        for code in (*range(0x300), 0x660, 0xFF10, 0xFF41, 0x1D7CE):
+            for value in (digest[:63] + chr(code), chr(code) + digest[1:]):
+                with self.subTest(code=code):
+                    expected = td.DIGEST_PATTERN.fullmatch(value) is not None
+                    self.assertIs(td._all_digests([value]), expected)
+                    self.assertIs(td._all_digests([digest, value, digest]), expected)
+        for length in (0, 63, 65, 128):
+            self.assertFalse(td._all_digests([digest[:length] if length <= 64 else digest + "0" * (length - 64)]))
+        self.assertTrue(td._all_digests([digest]))
+        self.assertFalse(td._all_digests([]))
+        with self.assertRaises(TypeError):  # the quick walk's doubt: the walk then names the place
+            td._all_digests([digest, 7])
 
     def test_quick_walk_refuses_a_value_a_joined_text_would_split(self):
         document = shipped_document()

@@ -1728,7 +1728,7 @@ class TestFixtureLoading(StrictJsonAssertions, unittest.TestCase):
         self.assertIs(td._quick_type(Unslotted), Unslotted)
         self.assertIsNot(td._quick_type(td.Step), td.Step)
 
-    def test_quick_digest_check_answers_as_the_digest_pattern(self):
+    def test_quick_digest_and_order_ref_checks_answer_as_their_patterns(self):
         digest = "0123456789abcdef" * 4
         for code in (*range(0x300), 0x660, 0xFF10, 0xFF41, 0x1D7CE):
             for value in (digest[:63] + chr(code), chr(code) + digest[1:]):
@@ -1740,6 +1740,10 @@ class TestFixtureLoading(StrictJsonAssertions, unittest.TestCase):
             self.assertFalse(td._all_digests([digest[:length] if length <= 64 else digest + "0" * (length - 64)]))
         self.assertTrue(td._all_digests([digest]))
         self.assertFalse(td._all_digests([]))
+        longest = "ORDER-" + "9" * 12  # the length test before the order references' regex is no check of its own
+        self.assertIsNotNone(td.ORDER_REF_PATTERN.fullmatch(longest))
+        self.assertIsNone(td.ORDER_REF_PATTERN.fullmatch(longest + "9"))
+        self.assertEqual(len(longest), td._ORDER_REF_LENGTH)
         with self.assertRaises(TypeError):  # the quick walk's doubt: the walk then names the place
             td._all_digests([digest, 7])
 

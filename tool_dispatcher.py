@@ -1499,16 +1499,17 @@ def _parse_expect(raw: Any, at: str) -> Expectation:
 
 # -- the quick walk --------------------------------------------------------------------------
 # A fixture is read a second way first, which only answers "valid" (with the same Fixture the
-# walk above builds) or None: every identifier of the fixture is checked at the end by one regex
-# over their joined text, every digest and order reference likewise; the times by one type test
-# with their minimum and maximum; an expectation's four words as one tuple of the set of their
-# allowed combinations; every other check spelled out inline, not as a call a field. On None, for
-# any fault or doubt (a value of another type, an unhashable value: TypeError or KeyError), the
-# walk above reads the fixture again from the start and names the first fault in document order.
-# So the quick walk decides only how fast a valid fixture loads, never an outcome: it accepts only
-# what the walk accepts. Its values come from the strict decoder, so a str is exactly a str and
-# a join refuses anything else; each pattern matches no newline, so the joined text matches the
-# run pattern exactly when each value matches its pattern whole.
+# walk above builds) or None. Values of one kind are checked together once the whole fixture is
+# read: the distinct identifiers by one regex over their joined text, the order references
+# likewise, the distinct digests by one length test and one pass over their characters, the
+# times by one type test with their minimum and maximum. An expectation's four words are one
+# tuple looked up in the set of their allowed combinations; every other check is spelled out
+# inline, not a call a field. On None, for any fault or doubt (a value of another type, an
+# unhashable value: TypeError or KeyError), the walk above reads the fixture again from the start
+# and names the first fault in document order. So the quick walk decides only how fast a valid
+# fixture loads, never an outcome: it accepts exactly what the walk accepts, and tests hold the
+# two to the same answer and the same Fixture. Its values come from the strict decoder, so a str
+# is exactly a str, and a join refuses anything else.
 
 
 def _run_of(pattern: re.Pattern[str]) -> re.Pattern[str]:
@@ -1518,7 +1519,7 @@ def _run_of(pattern: re.Pattern[str]) -> re.Pattern[str]:
 
 _IDENTIFIER_RUN: Final = _run_of(IDENTIFIER_PATTERN)
 _ORDER_REF_RUN: Final = _run_of(ORDER_REF_PATTERN)
-_ORDER_REF_LENGTH: Final = len("ORDER-") + 12  # the longest ORDER_REF_PATTERN matches: a test before the regex
+_ORDER_REF_LENGTH: Final = len("ORDER-") + 12  # the longest text ORDER_REF_PATTERN matches
 # DIGEST_PATTERN as a length and an alphabet, for one C pass over all digests at once (the regex
 # engine reads the class [0-9a-f] several times slower); a test holds the two to the same answer
 # for every character and length.
@@ -1574,8 +1575,9 @@ class _Quick(NamedTuple):
 def _all_match(values: list[Any], run: re.Pattern[str], longest: int) -> bool:
     """Each value a str of at most `longest` characters matching run's pattern whole.
 
-    Each distinct value is matched once (identifiers and digests repeat). The text holds one
-    newline a value only when no value holds one: "a\nb" is one value, never two identifiers.
+    Each distinct value is matched once (identifiers repeat). The patterns match no newline, and
+    the text holds one newline a value only when no value holds one: "a\nb" is one value, never
+    two identifiers.
     """
     distinct = set(values)  # TypeError for a list or an object: the walk names it
     if not distinct or max(map(len, distinct)) > longest:
@@ -1597,19 +1599,22 @@ def _quick_fixture(root: dict[str, Any]) -> Fixture | None:
     found = _Quick([], [], [], [])
     try:
         world = _quick_world(root["world"], found)
-        cases = _quick_cases(root["cases"], frozenset((order.tenant, order.order_ref) for order in world.orders),
-                             found) if world is not None else None
-        if cases is None:
+        if world is None:
             return None
-        times = found.times
-        if not (_all_match(found.identifiers, _IDENTIFIER_RUN, MAX_IDENTIFIER_LENGTH)
-                and _all_digests(found.digests)
-                and _all_match(found.order_refs, _ORDER_REF_RUN, _ORDER_REF_LENGTH)
-                and set(map(type, times)) == {int} and MIN_TIME <= min(times) and max(times) <= MAX_TIME):
+        cases = _quick_cases(root["cases"], frozenset((order.tenant, order.order_ref) for order in world.orders),
+                             found)
+        if cases is None or not _all_found_valid(found):
             return None
     except (TypeError, KeyError):
         return None
     return Fixture(world=world, cases=cases)
+
+
+def _all_found_valid(found: _Quick) -> bool:
+    times = found.times
+    return (_all_match(found.identifiers, _IDENTIFIER_RUN, MAX_IDENTIFIER_LENGTH) and _all_digests(found.digests)
+            and _all_match(found.order_refs, _ORDER_REF_RUN, _ORDER_REF_LENGTH)
+            and set(map(type, times)) == {int} and MIN_TIME <= min(times) and max(times) <= MAX_TIME)
 
 
 def _quick_world(raw: Any, found: _Quick) -> World | None:

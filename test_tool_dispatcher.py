@@ -1645,26 +1645,37 @@ class TestFixtureLoading(StrictJsonAssertions, unittest.TestCase):
     # -- the quick walk, against the walk that names every fault -------------------------------
 
     def walksAgree(self, data):
-        """"accepted" or "refused" by both walks (the quick one accepts exactly what the walk
-        accepts, with an equal Fixture); None when the decoder or the header refuses it first."""
-        try:
-            root = td.decode_strict_json(data, max_bytes=10**7)
-        except BoundaryError:
-            return None
-        if type(root) is not dict or root.keys() != td._FIXTURE_ROOT_FIELDS:
-            return None
-        quick = td._quick_fixture(root)
-        try:
-            walked = td._walk_fixture(root)
-        except BoundaryError:
-            self.assertIsNone(quick)
-            return "refused"
-        self.assertEqual(quick, walked)
-        return "accepted"
+        """"accepted" or "refused" alike with and without the quick walk (the same Fixture, or the
+        same code at the same place)."""
+        outcomes = []
+        for quick in (True, False):
+            try:
+                outcomes.append(td.parse_fixture(data, max_bytes=10**7, quick=quick))
+            except BoundaryError as error:
+                outcomes.append((error.code, error.at))
+        self.assertEqual(outcomes[0], outcomes[1])
+        return "refused" if type(outcomes[1]) is tuple else "accepted"
+
+    def readQuickly(self, data, quick=True):
+        """True when the quick walk alone read the fixture: the field-by-field walk calls
+        is_identifier by name, the quick walk never does."""
+        with mock.patch.object(td, "is_identifier", wraps=td.is_identifier) as checks:
+            td.parse_fixture(data, max_bytes=10**7, quick=quick)
+        return not checks.called
+
+    def test_the_quick_walk_reads_a_valid_fixture_without_the_field_checks(self):
+        self.assertTrue(self.readQuickly(SHIPPED_BYTES))
+        self.assertFalse(self.readQuickly(SHIPPED_BYTES, quick=False))
+        # The longest values each check allows, too.
+        document = shipped_document()
+        document["world"]["orders"][0]["order_ref"] = "ORDER-" + "9" * 12
+        document["cases"][0]["steps"][0]["principal"]["subject"] = "s" * td.MAX_IDENTIFIER_LENGTH
+        document["cases"][0]["title"] = "t" * td.MAX_TEXT_LENGTH
+        document["cases"][0]["steps"][0]["now"] = td.MAX_TIME
+        self.assertTrue(self.readQuickly(encode(document)))
 
     def test_quick_walk_accepts_exactly_what_the_walk_accepts(self):
         shipped = shipped_document()
-        self.assertEqual(td._quick_fixture(shipped), td._walk_fixture(shipped))
         # Two cases hold every kind of object: an approval, a query step, a world change, data.
         document = case_document(shipped, shipped["cases"][0], shipped["cases"][15])
         document["cases"][1]["steps"][0]["world_changes"] = [
@@ -1693,9 +1704,25 @@ class TestFixtureLoading(StrictJsonAssertions, unittest.TestCase):
             for size in (limit, limit + 1):
                 mutated = shipped_document()
                 build(mutated, size)
-                outcomes.append(self.walksAgree(json.dumps(mutated).encode("utf-8")))
+                outcomes.append(self.walksAgree(encode(mutated)))
         self.assertGreater(outcomes.count("accepted"), 150)
         self.assertGreater(outcomes.count("refused"), 1_000)
+
+    def test_quick_walk_reads_every_character_of_a_digest_as_the_pattern_does(self):
+        shipped = shipped_document()
+        document = case_document(shipped, shipped["cases"][0])
+        expect = document["cases"][0]["steps"][0]["expect"]
+        digest = expect["result_sha256"]
+        outcomes = []
+        for code in (*range(0x300), 0x660, 0xFF10, 0xFF41, 0x1D7CE):
+            for value in (digest[:63] + chr(code), chr(code) + digest[1:]):
+                expect["result_sha256"] = value
+                with self.subTest(code=code):
+                    outcomes.append(self.walksAgree(encode(document)))
+        for value in (digest[:63], digest + "0", "", digest.upper()):
+            expect["result_sha256"] = value
+            outcomes.append(self.walksAgree(encode(document)))
+        self.assertEqual(outcomes.count("accepted"), 2 * len("0123456789abcdef"))
 
     def test_quick_walk_builds_the_frozen_value_types_themselves(self):
         document = shipped_document()
@@ -1712,46 +1739,11 @@ class TestFixtureLoading(StrictJsonAssertions, unittest.TestCase):
                 with self.assertRaises(dataclasses.FrozenInstanceError):
                     setattr(value, dataclasses.fields(kind)[0].name, None)
 
-    def test_a_value_type_with_checks_or_without_slots_keeps_its_constructor(self):
-        @dataclasses.dataclass(frozen=True, slots=True)
-        class Checked:
-            value: int
-
-            def __post_init__(self):
-                pass
-
-        @dataclasses.dataclass(frozen=True)
-        class Unslotted:
-            value: int
-
-        self.assertIs(td._quick_type(Checked), Checked)
-        self.assertIs(td._quick_type(Unslotted), Unslotted)
-        self.assertIsNot(td._quick_type(td.Step), td.Step)
-
-    def test_quick_digest_and_order_ref_checks_answer_as_their_patterns(self):
-        digest = "0123456789abcdef" * 4
-        for code in (*range(0x300), 0x660, 0xFF10, 0xFF41, 0x1D7CE):
-            for value in (digest[:63] + chr(code), chr(code) + digest[1:]):
-                with self.subTest(code=code):
-                    expected = td.DIGEST_PATTERN.fullmatch(value) is not None
-                    self.assertIs(td._all_digests([value]), expected)
-                    self.assertIs(td._all_digests([digest, value, digest]), expected)
-        for length in (0, 63, 65, 128):
-            self.assertFalse(td._all_digests([digest[:length] if length <= 64 else digest + "0" * (length - 64)]))
-        self.assertTrue(td._all_digests([digest]))
-        self.assertFalse(td._all_digests([]))
-        longest = "ORDER-" + "9" * 12  # the length test before the order references' regex is no check of its own
-        self.assertIsNotNone(td.ORDER_REF_PATTERN.fullmatch(longest))
-        self.assertIsNone(td.ORDER_REF_PATTERN.fullmatch(longest + "9"))
-        self.assertEqual(len(longest), td._ORDER_REF_LENGTH)
-        with self.assertRaises(TypeError):  # the quick walk's doubt: the walk then names the place
-            td._all_digests([digest, 7])
-
     def test_quick_walk_refuses_a_value_a_joined_text_would_split(self):
         document = shipped_document()
         principal = document["cases"][0]["steps"][0]["principal"]
         principal["subject"] = principal["tenant"] + "\n" + principal["tenant"]
-        self.assertIsNone(td._quick_fixture(td.decode_strict_json(encode(document))))
+        self.assertEqual(self.walksAgree(encode(document)), "refused")
         self.assertEqual(self.assertFixtureError("FIXTURE_VALUE", document=document).at,
                          "cases[0].steps[0].principal.subject")
 

@@ -1679,20 +1679,18 @@ def _quick_step(raw: Any, known: frozenset[tuple[str, str]], earlier: Mapping[st
     if type(raw) is not dict:
         return None
     kind = raw.get("kind")
-    if type(kind) is not str or kind not in _STEP_FIELDS or raw.keys() != _STEP_FIELDS[kind]:
+    if type(kind) is not str or raw.keys() != _STEP_FIELDS.get(kind):
         return None
     step_id = raw["id"]
     fault = raw["fault"]
     if step_id in earlier or fault not in FAULTS[kind]:
         return None
     found.identifiers.append(step_id)
-    found.times.append(raw["now"])
     of_step = raw.get("of_step")
     if kind == "query_status" and earlier.get(of_step) != "dispatch":
         return None  # the earlier step's id is an identifier already
     deadline = raw.get("deadline")
-    if deadline is not None:
-        found.times.append(deadline)
+    found.times.extend((raw["now"], deadline) if deadline is not None else (raw["now"],))
     proposal = raw["proposal"]
     if type(proposal) is not dict or proposal.keys() != _PROPOSAL.fields:
         return None
@@ -1733,11 +1731,14 @@ def _quick_principal(body: Any, found: _Quick) -> Principal | None:
     if type(body) is not dict or body.keys() != _PRINCIPAL_FIELDS:
         return None
     roles = body["roles"]
-    if type(roles) is not list or len(roles) > MAX_ROLES or roles != sorted(set(roles)):
+    # One role is sorted and unique: it is an identifier (checked with the others) or refused.
+    if type(roles) is not list or len(roles) > MAX_ROLES or (len(roles) > 1 and roles != sorted(set(roles))):
         return None
     principal = _QUICK_PRINCIPAL(tenant=body["tenant"], subject=body["subject"], roles=tuple(roles))
-    found.identifiers.extend((principal.tenant, principal.subject))
-    found.identifiers.extend(roles)
+    identifiers = found.identifiers
+    identifiers.append(principal.tenant)
+    identifiers.append(principal.subject)
+    identifiers.extend(roles)
     return principal
 
 

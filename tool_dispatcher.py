@@ -1636,8 +1636,8 @@ def _quick_world(raw: Any, found: _Quick) -> World | None:
         revision = body["revision"]
         if body["status"] not in ORDER_STATUSES or type(revision) is not int or not 1 <= revision <= MAX_REVISION:
             return None
-        order = _QUICK_ORDER(tenant=body["tenant"], order_ref=body["order_ref"], owner=body["owner"], status=body["status"],
-                      revision=revision)
+        order = _QUICK_ORDER(tenant=body["tenant"], order_ref=body["order_ref"], owner=body["owner"],
+                             status=body["status"], revision=revision)
         found.identifiers.extend((order.tenant, order.owner))
         found.order_refs.append(order.order_ref)
         orders.append(order)
@@ -1706,9 +1706,9 @@ def _quick_step(raw: Any, known: frozenset[tuple[str, str]], earlier: Mapping[st
     if ((approval is None and raw_approval is not None) or context is None or principal is None or changes is None
             or expect is None):
         return None
-    return _QUICK_STEP(id=step_id, kind=kind, of_step=of_step, proposal=proposal, context=context, principal=principal,
-                approval=approval, fault=fault, now=raw["now"], deadline=deadline, world_changes=changes,
-                expect=expect)
+    return _QUICK_STEP(id=step_id, kind=kind, of_step=of_step, proposal=proposal, context=context,
+                       principal=principal, approval=approval, fault=fault, now=raw["now"], deadline=deadline,
+                       world_changes=changes, expect=expect)
 
 
 def _quick_context(body: Any, found: _Quick) -> CallContext | None:

@@ -256,6 +256,18 @@ def flip_hex(digest: str) -> str:
     return ("1" if digest[0] == "0" else "0") + digest[1:]
 
 
+# Values at the loader's limits, one past them, and text a joined check could split: the quick
+# walk's test puts them anywhere in the fixture.
+QUICK_WALK_VALUES = (
+    "a\nb", "tenant-a\n", "\ntenant-a", "i" * 64, "i" * 65, "-a", "a b", "ORDER-7\nORDER-8", "ORDER-" + "9" * 12,
+    "ORDER-" + "9" * 13, "0" * 64, "0" * 63, "A" * 64, "0" * 64 + "\n" + "0" * 64, td.MIN_TIME - 1, td.MIN_TIME,
+    td.MAX_TIME, td.MAX_TIME + 1, 1, td.MAX_STEPS_PER_CASE, td.MAX_STEPS_PER_CASE + 1, td.MAX_REVISION,
+    td.MAX_REVISION + 1, True, False, 1.0, None, [], {}, ["a"], ["a", "a"], ["b", "a"], "", "t" * 160, "t" * 161,
+    "none", "paid", "ok", "error", "unknown", "fresh", "retry", "dispatch", "query_status", "s1", "OpenAI",
+    "Responses", "tenant-a", "ORDER-7", "rate_limited", "receipt_unavailable", "APPROVAL_REQUIRED",
+)
+
+
 class StrictJsonAssertions:
     """assertFixtureError and assertDecodeError, for the sections whose errors they check."""
 
@@ -989,6 +1001,18 @@ class TestStrictBoundedJsonDecoding(StrictJsonAssertions, unittest.TestCase):
             with self.subTest(number=number[:20]):
                 self.assertDecodeError("JSON_NOT_PORTABLE", b"[" + number + b"]")
 
+    def test_safe_int_reads_every_length_around_its_short_path_exactly(self):
+        # Up to 15 characters an integer is read at once; from 16 its digits and range are checked.
+        for text in ("999999999999999", "-99999999999999", "-999999999999999", "1000000000000000",
+                     "9007199254740991", "-9007199254740991", "0", "-0", "007"):
+            with self.subTest(text=text):
+                self.assertEqual(td.safe_int(text), int(text))
+        for text in ("9007199254740992", "-9007199254740992", "9999999999999999", "1" * 17):
+            with self.subTest(text=text):
+                with self.assertRaises(BoundaryError) as caught:
+                    td.safe_int(text)
+                self.assertEqual(caught.exception.code, "JSON_NOT_PORTABLE")
+
     def test_lone_surrogates_are_refused_in_values_and_keys(self):
         self.assertDecodeError("JSON_NOT_PORTABLE", b'["\\ud800"]')
         self.assertDecodeError("JSON_NOT_PORTABLE", b'{"\\udc00": 1}')
@@ -1617,6 +1641,112 @@ class TestFixtureLoading(StrictJsonAssertions, unittest.TestCase):
                         with self.assertRaises(BoundaryError) as caught:
                             parse(case_document(document, mutated))
                         self.assertEqual(caught.exception.code, "FIXTURE_VALUE")
+
+    # -- the quick walk, against the walk that names every fault -------------------------------
+
+    def walksAgree(self, data):
+        """"accepted" or "refused" alike with and without the quick walk (the same Fixture, or the
+        same code at the same place)."""
+        outcomes = []
+        for quick in (True, False):
+            try:
+                outcomes.append(td.parse_fixture(data, max_bytes=10**7, quick=quick))
+            except BoundaryError as error:
+                outcomes.append((error.code, error.at))
+        self.assertEqual(outcomes[0], outcomes[1])
+        return "refused" if type(outcomes[1]) is tuple else "accepted"
+
+    def readQuickly(self, data, **options):
+        """True when the quick walk alone read the fixture: the field-by-field walk calls
+        is_identifier by name, the quick walk never does."""
+        with mock.patch.object(td, "is_identifier", wraps=td.is_identifier) as checks:
+            td.parse_fixture(data, max_bytes=10**7, **options)
+        return not checks.called
+
+    def test_the_quick_walk_reads_a_valid_fixture_without_the_field_checks(self):
+        self.assertTrue(self.readQuickly(SHIPPED_BYTES))  # by default
+        self.assertTrue(self.readQuickly(SHIPPED_BYTES, quick=True))
+        self.assertFalse(self.readQuickly(SHIPPED_BYTES, quick=False))
+        # The longest values each check allows, too.
+        document = shipped_document()
+        document["world"]["orders"][0]["order_ref"] = "ORDER-" + "9" * 12
+        document["cases"][0]["steps"][0]["principal"]["subject"] = "s" * td.MAX_IDENTIFIER_LENGTH
+        document["cases"][0]["title"] = "t" * td.MAX_TEXT_LENGTH
+        document["cases"][0]["steps"][0]["now"] = td.MAX_TIME
+        self.assertTrue(self.readQuickly(encode(document)))
+
+    def test_quick_walk_accepts_exactly_what_the_walk_accepts(self):
+        shipped = shipped_document()
+        # Two cases hold every kind of object: an approval, a query step, a world change, data.
+        document = case_document(shipped, shipped["cases"][0], shipped["cases"][15])
+        document["cases"][1]["steps"][0]["world_changes"] = [
+            {"tenant": "tenant-a", "order_ref": "ORDER-7", "status": "refunded"}]
+        places = []  # (container, key) of every value, at every depth
+        stack = [document]
+        while stack:
+            node = stack.pop()
+            for key, item in node.items() if type(node) is dict else enumerate(node):
+                places.append((node, key))
+                if type(item) in (dict, list):
+                    stack.append(item)
+        rng = random.Random(20_261_206)
+        outcomes = []
+        for node, key in places:
+            kept = node[key]
+            # Values at a limit or one past it, text a joined check could split ("a\nb"), and the
+            # value of another place (a field mixed up with another).
+            other, other_key = rng.choice(places)
+            for value in (*rng.sample(QUICK_WALK_VALUES, 6), copy.deepcopy(other[other_key])):
+                node[key] = value
+                outcomes.append(self.walksAgree(encode(document)))
+            node[key] = kept
+        outcomes += [self.walksAgree(encode(fuzzed_value(document, rng))) for _ in range(300)]
+        for _name, limit, build in self._collection_limits():
+            for size in (limit, limit + 1):
+                mutated = shipped_document()
+                build(mutated, size)
+                outcomes.append(self.walksAgree(encode(mutated)))
+        self.assertGreater(outcomes.count("accepted"), 150)
+        self.assertGreater(outcomes.count("refused"), 1_000)
+
+    def test_quick_walk_reads_every_character_of_a_digest_as_the_pattern_does(self):
+        shipped = shipped_document()
+        document = case_document(shipped, shipped["cases"][0])
+        expect = document["cases"][0]["steps"][0]["expect"]
+        digest = expect["result_sha256"]
+        outcomes = []
+        for code in (*range(0x300), 0x660, 0xFF10, 0xFF41, 0x1D7CE):
+            for value in (digest[:63] + chr(code), chr(code) + digest[1:]):
+                expect["result_sha256"] = value
+                with self.subTest(code=code):
+                    outcomes.append(self.walksAgree(encode(document)))
+        for value in (digest[:63], digest + "0", "", digest.upper()):
+            expect["result_sha256"] = value
+            outcomes.append(self.walksAgree(encode(document)))
+        self.assertEqual(outcomes.count("accepted"), 2 * len("0123456789abcdef"))
+
+    def test_quick_walk_builds_the_frozen_value_types_themselves(self):
+        document = shipped_document()
+        document["cases"][15]["steps"][0]["world_changes"] = [
+            {"tenant": "tenant-a", "order_ref": "ORDER-7", "status": "refunded"}]
+        fixture = parse(document)
+        step = fixture.cases[15].steps[0]
+        for value, kind in ((fixture.world.orders[0], Order), (fixture.cases[15], td.Case), (step, td.Step),
+                            (step.context, CallContext), (step.principal, Principal), (step.approval, Approval),
+                            (step.world_changes[0], td.WorldChange), (step.expect, td.Expectation)):
+            with self.subTest(kind=kind.__name__):
+                self.assertIs(type(value), kind)
+                self.assertEqual(value, dataclasses.replace(value))
+                with self.assertRaises(dataclasses.FrozenInstanceError):
+                    setattr(value, dataclasses.fields(kind)[0].name, None)
+
+    def test_quick_walk_refuses_a_value_a_joined_text_would_split(self):
+        document = shipped_document()
+        principal = document["cases"][0]["steps"][0]["principal"]
+        principal["subject"] = principal["tenant"] + "\n" + principal["tenant"]
+        self.assertEqual(self.walksAgree(encode(document)), "refused")
+        self.assertEqual(self.assertFixtureError("FIXTURE_VALUE", document=document).at,
+                         "cases[0].steps[0].principal.subject")
 
 
 # ============================================================================================

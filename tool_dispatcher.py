@@ -938,6 +938,8 @@ def is_portable_float(value: float) -> bool:
 
 def safe_int(text: str) -> int:
     """An integer that every JSON peer reads exactly: within +/-(2**53 - 1)."""
+    if len(text) < MAX_INTEGER_DIGITS:  # at most 15 digits: always within range (most integers)
+        return int(text)
     # The length test comes first, so a 60,000-digit integer is never converted at all.
     if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
         raise BoundaryError("JSON_NOT_PORTABLE")
@@ -1339,12 +1341,22 @@ def read_bounded(path: str | os.PathLike[str], *, max_bytes: int = MAX_FIXTURE_B
         os.close(handle)
 
 
-def parse_fixture(data: bytes, *, max_bytes: int = MAX_FIXTURE_BYTES) -> Fixture:
-    """Validate fixture bytes: the strict decoder first, then exact fields at every level."""
+def parse_fixture(data: bytes, *, max_bytes: int = MAX_FIXTURE_BYTES, quick: bool = True) -> Fixture:
+    """Validate fixture bytes: the strict decoder first, then exact fields at every level.
+
+    ``quick=False`` reads the fixture field by field only, without the quick walk first: the
+    same answer, slower, and the reference tests hold the quick walk to.
+    """
     root = _exact_fields(decode_strict_json(data, max_bytes=max_bytes), _FIXTURE_ROOT_FIELDS, "fixture")
     for field, expected in _VERSIONS.items():
         if root[field] != expected:
             raise BoundaryError("FIXTURE_VERSION", field)
+    fixture = _quick_fixture(root) if quick else None
+    return fixture if fixture is not None else _walk_fixture(root)
+
+
+def _walk_fixture(root: dict[str, Any]) -> Fixture:
+    """The fixture below its header, field by field in document order: the first fault is named."""
     world = _parse_world(root["world"])
     raw_cases = _array(root["cases"], "cases", MAX_CASES)
     if not raw_cases:
@@ -1490,6 +1502,298 @@ def _parse_expect(raw: Any, at: str) -> Expectation:
         request_sha256=body["request_sha256"], result_sha256=body["result_sha256"],
         call_binding_sha256=body["call_binding_sha256"],
     )
+
+
+# -- the quick walk --------------------------------------------------------------------------
+# A fixture is read a second way first, which only answers "valid" (with the same Fixture the
+# walk above builds) or None. Values of one kind are checked together once the whole fixture is
+# read: the distinct identifiers by one regex over their joined text, the order references
+# likewise, the distinct digests by one length test and one pass over their characters, the
+# times by one type test with their minimum and maximum. An expectation's four words are one
+# tuple looked up in the set of their allowed combinations; every other check is spelled out
+# inline, not a call a field. On None, for any fault or doubt (a value of another type, an
+# unhashable value: TypeError or KeyError), the walk above reads the fixture again from the start
+# and names the first fault in document order. So the quick walk decides only how fast a valid
+# fixture loads, never an outcome: it accepts exactly what the walk accepts, and tests hold the
+# two to the same answer and the same Fixture. Its values come from the strict decoder, so a str
+# is exactly a str, and a join refuses anything else.
+
+
+def _run_of(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """A whole-string pattern for values each matching `pattern` whole, each followed by a newline."""
+    return re.compile(r"(?:(?:%s)\n)+" % pattern.pattern)
+
+
+_IDENTIFIER_RUN: Final = _run_of(IDENTIFIER_PATTERN)
+_ORDER_REF_RUN: Final = _run_of(ORDER_REF_PATTERN)
+_ORDER_REF_LENGTH: Final = len("ORDER-") + 12  # the longest text ORDER_REF_PATTERN matches
+# DIGEST_PATTERN as a length and an alphabet, for one C pass over all digests at once (the regex
+# engine reads the class [0-9a-f] several times slower); a test holds the two to the same answer
+# for every character and length.
+_DIGEST_LENGTH: Final = 64
+_DIGEST_ALPHABET: Final = b"0123456789abcdef"
+_EXPECT_WORDS: Final = frozenset(  # status, outcome, delivery, recovery: each checked against its own set
+    (status, outcome, delivery, recovery)
+    for status in STATUSES for outcome in OUTCOMES for delivery in DELIVERIES for recovery in RECOVERIES
+)
+
+
+def _quick_type(cls: type) -> Callable[..., Any]:
+    """A constructor of `cls` values (a frozen dataclass with slots) by plain slot stores.
+
+    A frozen dataclass's __init__ sets each field through object.__setattr__, several times the
+    cost of a slot store; the quick walk builds about 1,200 fields of a 60 KiB fixture. The twin
+    holds the same slots and nothing else, so once its fields are stored its instance may take
+    `cls` as its class (the value is then the one cls(...) builds, frozen from there on). A value
+    type that defines a __post_init__ (a check of its own) keeps its own constructor.
+    """
+    names = tuple(cls.__dataclass_fields__)
+    if hasattr(cls, "__post_init__") or getattr(cls, "__slots__", None) != names:
+        return cls
+
+    def become(self: Any) -> None:
+        self.__class__ = cls
+
+    twin = type(f"_{cls.__name__}Twin", (), {
+        "__module__": __name__, "__annotations__": dict.fromkeys(names, Any), "__post_init__": become,
+    })
+    return dataclass(slots=True, kw_only=True, eq=False, repr=False)(twin)
+
+
+_QUICK_ORDER: Final = _quick_type(Order)
+_QUICK_CASE: Final = _quick_type(Case)
+_QUICK_STEP: Final = _quick_type(Step)
+_QUICK_CONTEXT: Final = _quick_type(CallContext)
+_QUICK_PRINCIPAL: Final = _quick_type(Principal)
+_QUICK_APPROVAL: Final = _quick_type(Approval)
+_QUICK_CHANGE: Final = _quick_type(WorldChange)
+_QUICK_EXPECTATION: Final = _quick_type(Expectation)
+
+
+class _Quick(NamedTuple):
+    """The values the quick walk checks together once the whole fixture is read."""
+
+    identifiers: list[Any]
+    digests: list[Any]
+    order_refs: list[Any]
+    times: list[Any]
+
+
+def _all_match(values: list[Any], run: re.Pattern[str], longest: int) -> bool:
+    """Each value a str of at most `longest` characters matching run's pattern whole.
+
+    Each distinct value is matched once (identifiers repeat). The patterns match no newline, and
+    the text holds one newline a value only when no value holds one: "a\nb" is one value, never
+    two identifiers.
+    """
+    distinct = set(values)  # TypeError for a list or an object: the walk names it
+    if not distinct or max(map(len, distinct)) > longest:
+        return False
+    text = "\n".join(distinct) + "\n"  # TypeError for a number, null or a boolean
+    return text.count("\n") == len(distinct) and run.fullmatch(text) is not None
+
+
+def _all_digests(values: list[Any]) -> bool:
+    """Each value a str DIGEST_PATTERN matches whole."""
+    distinct = set(values)
+    text = "".join(distinct)  # TypeError for anything but a str
+    return (bool(distinct) and set(map(len, distinct)) == {_DIGEST_LENGTH} and text.isascii()
+            and not text.encode("ascii").translate(None, _DIGEST_ALPHABET))
+
+
+def _quick_fixture(root: dict[str, Any]) -> Fixture | None:
+    """The fixture below its header when every check passes; None on any fault or doubt."""
+    found = _Quick([], [], [], [])
+    try:
+        world = _quick_world(root["world"], found)
+        if world is None:
+            return None
+        cases = _quick_cases(root["cases"], frozenset((order.tenant, order.order_ref) for order in world.orders),
+                             found)
+        if cases is None or not _all_found_valid(found):
+            return None
+    except (TypeError, KeyError):
+        return None
+    return Fixture(world=world, cases=cases)
+
+
+def _all_found_valid(found: _Quick) -> bool:
+    times = found.times
+    return (_all_match(found.identifiers, _IDENTIFIER_RUN, MAX_IDENTIFIER_LENGTH) and _all_digests(found.digests)
+            and _all_match(found.order_refs, _ORDER_REF_RUN, _ORDER_REF_LENGTH)
+            and set(map(type, times)) == {int} and MIN_TIME <= min(times) and max(times) <= MAX_TIME)
+
+
+def _quick_world(raw: Any, found: _Quick) -> World | None:
+    if type(raw) is not dict or raw.keys() != _WORLD_FIELDS:
+        return None
+    raw_orders = raw["orders"]
+    approvers = raw["approvers"]
+    if (type(raw_orders) is not list or len(raw_orders) > MAX_ORDERS or type(approvers) is not list
+            or len(approvers) > MAX_APPROVERS or len(set(approvers)) != len(approvers)):
+        return None
+    orders = []
+    for body in raw_orders:
+        if type(body) is not dict or body.keys() != _ORDER.fields:
+            return None
+        revision = body["revision"]
+        if body["status"] not in ORDER_STATUSES or type(revision) is not int or not 1 <= revision <= MAX_REVISION:
+            return None
+        order = _QUICK_ORDER(tenant=body["tenant"], order_ref=body["order_ref"], owner=body["owner"],
+                             status=body["status"], revision=revision)
+        found.identifiers.extend((order.tenant, order.owner))
+        found.order_refs.append(order.order_ref)
+        orders.append(order)
+    if len({(order.tenant, order.order_ref) for order in orders}) != len(orders):
+        return None
+    found.identifiers.extend(approvers)
+    return World(orders=tuple(orders), approvers=frozenset(approvers))
+
+
+def _quick_cases(raw: Any, known: frozenset[tuple[str, str]], found: _Quick) -> tuple[Case, ...] | None:
+    if type(raw) is not list or not raw or len(raw) > MAX_CASES:
+        return None
+    cases = []
+    for body in raw:
+        if type(body) is not dict or body.keys() != _CASE_FIELDS:
+            return None
+        raw_steps = body["steps"]
+        title = body["title"]
+        if (type(raw_steps) is not list or not raw_steps or len(raw_steps) > MAX_STEPS_PER_CASE
+                or type(title) is not str or not 0 < len(title) <= MAX_TEXT_LENGTH):
+            return None
+        found.identifiers.append(body["id"])
+        steps = []
+        earlier: dict[str, str] = {}
+        for item in raw_steps:
+            step = _quick_step(item, known, earlier, found)
+            if step is None:
+                return None
+            earlier[step.id] = step.kind
+            steps.append(step)
+        cases.append(_QUICK_CASE(id=body["id"], title=title, steps=tuple(steps)))
+    if len({case.id for case in cases}) != len(cases):
+        return None
+    return tuple(cases)
+
+
+def _quick_step(raw: Any, known: frozenset[tuple[str, str]], earlier: Mapping[str, str],
+                found: _Quick) -> Step | None:
+    if type(raw) is not dict:
+        return None
+    kind = raw.get("kind")
+    if type(kind) is not str or raw.keys() != _STEP_FIELDS.get(kind):
+        return None
+    step_id = raw["id"]
+    fault = raw["fault"]
+    if step_id in earlier or fault not in FAULTS[kind]:
+        return None
+    found.identifiers.append(step_id)
+    of_step = raw.get("of_step")
+    if kind == "query_status" and earlier.get(of_step) != "dispatch":
+        return None  # the earlier step's id is an identifier already
+    deadline = raw.get("deadline")
+    found.times.extend((raw["now"], deadline) if deadline is not None else (raw["now"],))
+    proposal = raw["proposal"]
+    if type(proposal) is not dict or proposal.keys() != _PROPOSAL.fields:
+        return None
+    name = proposal["name"]
+    if type(name) is not str or not 0 < len(name) <= MAX_TEXT_LENGTH or type(proposal["arguments"]) is not dict:
+        return None
+    raw_approval = raw.get("approval")
+    approval = _quick_approval(raw_approval, found) if raw_approval is not None else None
+    context = _quick_context(raw["context"], found)
+    principal = _quick_principal(raw["principal"], found)
+    changes = _quick_changes(raw["world_changes"], known)
+    expect = _quick_expect(raw["expect"], found)
+    if ((approval is None and raw_approval is not None) or context is None or principal is None or changes is None
+            or expect is None):
+        return None
+    return _QUICK_STEP(id=step_id, kind=kind, of_step=of_step, proposal=proposal, context=context,
+                       principal=principal, approval=approval, fault=fault, now=raw["now"], deadline=deadline,
+                       world_changes=changes, expect=expect)
+
+
+def _quick_context(body: Any, found: _Quick) -> CallContext | None:
+    if (type(body) is not dict or body.keys() != _CONTEXT.fields
+            or registered_profile(body["provider"], body["api_family"], body["adapter_revision"]) is None):
+        return None
+    context = _QUICK_CONTEXT(
+        provider=body["provider"], api_family=body["api_family"], adapter_revision=body["adapter_revision"],
+        response_id=body["response_id"], call_id=body["call_id"], operation_id=body["operation_id"],
+        idempotency_key=body["idempotency_key"],
+    )
+    found.identifiers.extend((context.provider, context.api_family, context.adapter_revision, context.response_id,
+                              context.call_id, context.operation_id))
+    if context.idempotency_key is not None:
+        found.identifiers.append(context.idempotency_key)
+    return context
+
+
+def _quick_principal(body: Any, found: _Quick) -> Principal | None:
+    if type(body) is not dict or body.keys() != _PRINCIPAL_FIELDS:
+        return None
+    roles = body["roles"]
+    # One role is sorted and unique: it is an identifier (checked with the others) or refused.
+    if type(roles) is not list or len(roles) > MAX_ROLES or (len(roles) > 1 and roles != sorted(set(roles))):
+        return None
+    principal = _QUICK_PRINCIPAL(tenant=body["tenant"], subject=body["subject"], roles=tuple(roles))
+    identifiers = found.identifiers
+    identifiers.append(principal.tenant)
+    identifiers.append(principal.subject)
+    identifiers.extend(roles)
+    return principal
+
+
+def _quick_approval(body: Any, found: _Quick) -> Approval | None:
+    if type(body) is not dict or body.keys() != _APPROVAL.fields or type(body["arguments"]) is not dict:
+        return None
+    approval = _QUICK_APPROVAL(
+        approver=body["approver"], tenant=body["tenant"], subject=body["subject"], provider=body["provider"],
+        api_family=body["api_family"], adapter_revision=body["adapter_revision"], response_id=body["response_id"],
+        call_id=body["call_id"], operation_id=body["operation_id"], idempotency_key=body["idempotency_key"],
+        arguments=body["arguments"], contract_revision=body["contract_revision"], expires_at=body["expires_at"],
+    )
+    found.identifiers.extend((
+        approval.approver, approval.tenant, approval.subject, approval.provider, approval.api_family,
+        approval.adapter_revision, approval.response_id, approval.call_id, approval.operation_id,
+        approval.idempotency_key, approval.contract_revision,
+    ))
+    found.times.append(approval.expires_at)
+    return approval
+
+
+def _quick_changes(raw: Any, known: frozenset[tuple[str, str]]) -> tuple[WorldChange, ...] | None:
+    if type(raw) is not list or len(raw) > MAX_WORLD_CHANGES:
+        return None
+    changes = []
+    for body in raw:
+        # A known (tenant, order_ref) is an order's, whose values the quick walk checks already.
+        if (type(body) is not dict or body.keys() != _CHANGE.fields or (body["tenant"], body["order_ref"]) not in known
+                or body["status"] not in ORDER_STATUSES):
+            return None
+        changes.append(_QUICK_CHANGE(tenant=body["tenant"], order_ref=body["order_ref"], status=body["status"]))
+    return tuple(changes)
+
+
+def _quick_expect(body: Any, found: _Quick) -> Expectation | None:
+    if type(body) is not dict or body.keys() != _EXPECT.fields:
+        return None
+    code = body["error_code"]
+    count = body["effect_count"]
+    data = body["data"]
+    if ((body["status"], body["outcome"], body["delivery"], body["recovery"]) not in _EXPECT_WORDS
+            or (code is not None and code not in _TOOL_ERROR_CODES)
+            or type(count) is not int or not 0 <= count <= MAX_STEPS_PER_CASE
+            or (data is not None and type(data) is not dict)):
+        return None
+    expect = _QUICK_EXPECTATION(
+        status=body["status"], error_code=code, outcome=body["outcome"], delivery=body["delivery"],
+        recovery=body["recovery"], effect_count=count, data=data, request_sha256=body["request_sha256"],
+        result_sha256=body["result_sha256"], call_binding_sha256=body["call_binding_sha256"],
+    )
+    found.digests.extend((expect.request_sha256, expect.result_sha256, expect.call_binding_sha256))
+    return expect
 
 
 # ============================================================================================

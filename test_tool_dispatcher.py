@@ -6189,6 +6189,30 @@ class TestDigestsAndSeals(unittest.TestCase):
             with self.subTest(answer=answer), self.assertRaises(ValueError):
                 td.project_data_result(td.REGISTRY["get_order"], answer, {})
 
+    def test_a_data_answers_frame_is_never_cached_under_a_lookalike_name(self):
+        # A str subclass that hashes and compares like "get_order" but encodes otherwise: its
+        # text is its own, and the registered tool's frame afterwards is still its own.
+        class Lookalike(str):
+            def __eq__(self, other):
+                return other == "get_order" or str.__eq__(self, other)
+
+            def __hash__(self):
+                return hash("get_order")
+
+        spec = td.REGISTRY["get_order"]
+        data = {"order_ref": "ORDER-7", "status": "paid"}
+        for name, producer in ((Lookalike("delete_all"), spec.producer), (spec.name, Lookalike("evil"))):
+            forged = dataclasses.replace(spec, name=name, producer=producer)
+            model_result, text = td.project_data_result(forged, "read", data)
+            self.assertEqual(text, td.canonical_text(td.project_model_result(forged, "read", data=data)))
+            with self.assertRaises(ValueError):
+                td.project_data_result(forged, "refused", data)
+        self.assertIn('"tool":"delete_all"', td.project_data_result(
+            dataclasses.replace(spec, name=Lookalike("delete_all")), "read", data)[1])
+        model_result, text = td.project_data_result(spec, "read", data)
+        self.assertEqual(text, td.canonical_text(td.project_model_result(spec, "read", data=data)))
+        self.assertIn('"tool":"get_order"', text)
+
     def test_an_unsealed_view_is_a_new_dict_of_unsealed_every_time(self):
         first, second = td.seal_view(None, "package", "0" * 64), td.seal_view(None, "package", "0" * 64)
         self.assertEqual((type(first), first), (dict, dict(td.UNSEALED)))

@@ -5416,7 +5416,12 @@ def project_data_result(spec: ToolSpec, answer: str, data: Any) -> tuple[dict[st
     """project_model_result of a data answer (one whose status is "ok"), and its canonical text:
     only the data is encoded, inside a frame built once per answer and tool."""
     tool = (spec.name, spec.producer)
-    return _project(answer, tool, data, None), _data_frame(answer, tool).text(canonical_text(data))
+    model_result = _project(answer, tool, data, None)
+    if type(tool[0]) is not str or type(tool[1]) is not str:
+        # Never a cache key: a str subclass can hash and compare like a registered tool's name.
+        _data_frame.__wrapped__(answer, tool)  # the same refusal of an answer without data
+        return model_result, canonical_text(model_result)
+    return model_result, _data_frame(answer, tool).text(canonical_text(data))
 
 
 @functools.lru_cache(maxsize=TEMPLATE_CACHE)

@@ -6207,8 +6207,13 @@ class TestDigestsAndSeals(unittest.TestCase):
             self.assertEqual(text, td.canonical_text(td.project_model_result(forged, "read", data=data)))
             with self.assertRaises(ValueError):
                 td.project_data_result(forged, "refused", data)
-        self.assertIn('"tool":"delete_all"', td.project_data_result(
-            dataclasses.replace(spec, name=Lookalike("delete_all")), "read", data)[1])
+        # Two lookalikes equal each other too: the second must not get the first's frame.
+        for name in ("delete_all", "drop_tables"):
+            self.assertIn('"tool":"%s"' % name, td.project_data_result(
+                dataclasses.replace(spec, name=Lookalike(name)), "read", data)[1])
+        for producer in ("evil", "worse"):
+            self.assertIn('"producer":"%s"' % producer, td.project_data_result(
+                dataclasses.replace(spec, producer=Lookalike(producer)), "read", data)[1])
         model_result, text = td.project_data_result(spec, "read", data)
         self.assertEqual(text, td.canonical_text(td.project_model_result(spec, "read", data=data)))
         self.assertIn('"tool":"get_order"', text)

@@ -5407,19 +5407,18 @@ def _data_frame(answer: str, tool: tuple[str, str]) -> CanonicalTemplate:
     # A data answer's model_result with its data as the one slot, built by the projection itself:
     # every other member is fixed by the answer and the tool (a registered spec's name and
     # producer, plain strings).
-    if answer not in _DATA_ANSWERS:
-        raise ValueError("not a data answer")  # a programming error, never a package
     return CanonicalTemplate(_project(answer, tool, SLOT, None))
 
 
 def project_data_result(spec: ToolSpec, answer: str, data: Any) -> tuple[dict[str, Any], str]:
     """project_model_result of a data answer (one whose status is "ok"), and its canonical text:
     only the data is encoded, inside a frame built once per answer and tool."""
+    if answer not in _DATA_ANSWERS:
+        raise ValueError("not a data answer")  # a programming error, never a package
     tool = (spec.name, spec.producer)
     model_result = _project(answer, tool, data, None)
     if type(tool[0]) is not str or type(tool[1]) is not str:
         # Never a cache key: a str subclass can hash and compare like a registered tool's name.
-        _data_frame.__wrapped__(answer, tool)  # the same refusal of an answer without data
         return model_result, canonical_text(model_result)
     return model_result, _data_frame(answer, tool).text(canonical_text(data))
 

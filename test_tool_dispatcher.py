@@ -5516,6 +5516,36 @@ class TextOutputAndOutputLimits:
         self.assertEqual((self.code(reconciled), reconciled["model_result"]["data"]),
                          ("receipt_reconciled", {"text": "appended"}))
 
+    def test_a_nested_status_receipt_is_copied_into_the_record_and_the_answer(self):
+        # An output that nests: the reconciled data is the receipt's, and neither the record nor
+        # a later answer shares a value with the status hook's object.
+        document = notes_document()
+        document["tools"] = [tool for tool in document["tools"] if tool["name"] == "append_note"]
+        tool = document["tools"][0]
+        tool["output_schema"]["properties"]["meta"] = schema_object(
+            {"line": {"type": "integer", "minimum": 1, "maximum": 1000}}, ["line"])
+        tool["output_schema"]["required"] = ["notebook", "text", "meta"]
+        del tool["output_schema"]["properties"]["line"]
+        registry = td.parse_contracts(encode(document))
+        receipt = {"notebook": "NB-1", "text": "hello", "meta": {"line": 1}}
+        host = NotesHost("lost", status=lambda query: td.StatusAnswer("receipt", "rc-1", receipt))
+        hooks = {"append_note": td.ToolHooks(execute=host.append, resolve=host.resolve, status=host.status)}
+        dispatcher = Dispatcher(approvers=APPROVERS, registry=registry, hooks=hooks)
+        ctx = write_context()
+        approval = td.approval_for_call(approver="approver-lee", principal=NOTER, context=ctx,
+                                        spec=registry["append_note"], arguments=note_proposal()["arguments"],
+                                        expires_at=EXPIRES)
+        self.assertEqual(self.code(dispatcher.dispatch(note_proposal(), ctx, NOTER, approval=approval, now=NOW)),
+                         "OUTCOME_UNKNOWN")
+        reconciled = note_query(dispatcher)
+        self.assertEqual((self.code(reconciled), reconciled["model_result"]["data"]),
+                         ("receipt_reconciled", {"notebook": "NB-1", "text": "hello", "meta": {"line": 1}}))
+        receipt["meta"]["line"] = 999  # the host's object changes after it answered
+        self.assertEqual(reconciled["model_result"]["data"]["meta"], {"line": 1})
+        replayed = dispatcher.dispatch(note_proposal(), ctx, NOTER, approval=approval, now=NOW)
+        self.assertEqual(replayed["model_result"]["data"], {"notebook": "NB-1", "text": "hello", "meta": {"line": 1}})
+        td.verify_package(replayed, registry=registry)
+
     def test_an_effect_no_report_can_name_is_refused_not_raised(self):
         # An unhashable effect must not reach a set lookup: the exact-type check comes first.
         for effect in (["committed"], {"committed": 1}, None):

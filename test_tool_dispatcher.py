@@ -5498,12 +5498,10 @@ class TextOutputAndOutputLimits:
             with self.subTest(limits=limits):
                 Dispatcher(registry=TEXT_NOTES, hooks={"list_notes": td.ToolHooks(execute=print, **limits)})
 
-    def test_a_text_tools_status_receipt_may_be_its_text(self):
-        document = notes_document()
-        document["tools"] = [dict(tool, output_schema=None, bound_fields=[]) for tool in document["tools"]
-                             if tool["name"] == "append_note"]
-        registry = td.parse_contracts(encode(document))
-        host = NotesHost("lost", status=lambda query: td.StatusAnswer("receipt", "rc-1", "appended"))
+    def lost_append(self, registry, output):
+        """A dispatcher whose append_note lost its answer (OUTCOME_UNKNOWN), and whose status hook
+        answers a receipt with this output; with the write's context and approval."""
+        host = NotesHost("lost", status=lambda query: td.StatusAnswer("receipt", "rc-1", output))
         hooks = {"append_note": td.ToolHooks(execute=host.append, resolve=host.resolve, status=host.status)}
         dispatcher = Dispatcher(approvers=APPROVERS, registry=registry, hooks=hooks)
         ctx = write_context()
@@ -5512,6 +5510,14 @@ class TextOutputAndOutputLimits:
                                         expires_at=EXPIRES)
         self.assertEqual(self.code(dispatcher.dispatch(note_proposal(), ctx, NOTER, approval=approval, now=NOW)),
                          "OUTCOME_UNKNOWN")
+        return dispatcher, ctx, approval
+
+    def test_a_text_tools_status_receipt_may_be_its_text(self):
+        document = notes_document()
+        document["tools"] = [dict(tool, output_schema=None, bound_fields=[]) for tool in document["tools"]
+                             if tool["name"] == "append_note"]
+        registry = td.parse_contracts(encode(document))
+        dispatcher, _, _ = self.lost_append(registry, "appended")
         reconciled = note_query(dispatcher)
         self.assertEqual((self.code(reconciled), reconciled["model_result"]["data"]),
                          ("receipt_reconciled", {"text": "appended"}))
@@ -5528,15 +5534,7 @@ class TextOutputAndOutputLimits:
         del tool["output_schema"]["properties"]["line"]
         registry = td.parse_contracts(encode(document))
         receipt = {"notebook": "NB-1", "text": "hello", "meta": {"line": 1}}
-        host = NotesHost("lost", status=lambda query: td.StatusAnswer("receipt", "rc-1", receipt))
-        hooks = {"append_note": td.ToolHooks(execute=host.append, resolve=host.resolve, status=host.status)}
-        dispatcher = Dispatcher(approvers=APPROVERS, registry=registry, hooks=hooks)
-        ctx = write_context()
-        approval = td.approval_for_call(approver="approver-lee", principal=NOTER, context=ctx,
-                                        spec=registry["append_note"], arguments=note_proposal()["arguments"],
-                                        expires_at=EXPIRES)
-        self.assertEqual(self.code(dispatcher.dispatch(note_proposal(), ctx, NOTER, approval=approval, now=NOW)),
-                         "OUTCOME_UNKNOWN")
+        dispatcher, ctx, approval = self.lost_append(registry, receipt)
         reconciled = note_query(dispatcher)
         self.assertEqual((self.code(reconciled), reconciled["model_result"]["data"]),
                          ("receipt_reconciled", {"notebook": "NB-1", "text": "hello", "meta": {"line": 1}}))

@@ -1539,17 +1539,20 @@ _EXPECT_WORDS: Final = frozenset(  # status, outcome, delivery, recovery: each c
 
 
 def _quick_type(cls: type) -> Callable[..., Any]:
-    """A constructor of `cls` values (a frozen dataclass with slots) by plain slot stores.
+    """A constructor of `cls` values (a frozen dataclass with slots) by plain slot stores, its
+    fields given by position in their declared order.
 
     A frozen dataclass's __init__ sets each field through object.__setattr__, several times the
-    cost of a slot store; the quick walk builds about 1,200 fields of a 60 KiB fixture. The twin
-    holds the same slots and nothing else, so once its fields are stored its instance may take
-    `cls` as its class (the value is then the one cls(...) builds, frozen from there on). A value
-    type that defines a __post_init__ (a check of its own) keeps its own constructor.
+    cost of a slot store, and a keyword call costs about three positional ones; the quick walk
+    builds about 1,200 fields of a 60 KiB fixture. The twin holds the same slots and nothing
+    else, so once its fields are stored its instance may take `cls` as its class (the value is
+    then the one cls(...) builds, frozen from there on). A value type with a __post_init__ (a
+    check of its own) or other slots than its fields cannot have a twin: the module refuses to
+    load, rather than let the quick walk skip that check or fail over to the slow walk unseen.
     """
     names = tuple(cls.__dataclass_fields__)
     if hasattr(cls, "__post_init__") or getattr(cls, "__slots__", None) != names:
-        return cls
+        raise RuntimeError(f"{cls.__name__} cannot be built by slot stores")
 
     def become(self: Any) -> None:
         self.__class__ = cls
@@ -1557,7 +1560,7 @@ def _quick_type(cls: type) -> Callable[..., Any]:
     twin = type(f"_{cls.__name__}Twin", (), {
         "__module__": __name__, "__annotations__": dict.fromkeys(names, Any), "__post_init__": become,
     })
-    return dataclass(slots=True, kw_only=True, eq=False, repr=False)(twin)
+    return dataclass(slots=True, eq=False, repr=False)(twin)
 
 
 _QUICK_ORDER: Final = _quick_type(Order)
@@ -1639,8 +1642,7 @@ def _quick_world(raw: Any, found: _Quick) -> World | None:
         revision = body["revision"]
         if body["status"] not in ORDER_STATUSES or type(revision) is not int or not 1 <= revision <= MAX_REVISION:
             return None
-        order = _QUICK_ORDER(tenant=body["tenant"], order_ref=body["order_ref"], owner=body["owner"],
-                             status=body["status"], revision=revision)
+        order = _QUICK_ORDER(body["tenant"], body["order_ref"], body["owner"], body["status"], revision)
         found.identifiers.extend((order.tenant, order.owner))
         found.order_refs.append(order.order_ref)
         orders.append(order)
@@ -1671,7 +1673,7 @@ def _quick_cases(raw: Any, known: frozenset[tuple[str, str]], found: _Quick) -> 
                 return None
             earlier[step.id] = step.kind
             steps.append(step)
-        cases.append(_QUICK_CASE(id=body["id"], title=title, steps=tuple(steps)))
+        cases.append(_QUICK_CASE(body["id"], title, tuple(steps)))
     if len({case.id for case in cases}) != len(cases):
         return None
     return tuple(cases)
@@ -1709,20 +1711,16 @@ def _quick_step(raw: Any, known: frozenset[tuple[str, str]], earlier: Mapping[st
     if ((approval is None and raw_approval is not None) or context is None or principal is None or changes is None
             or expect is None):
         return None
-    return _QUICK_STEP(id=step_id, kind=kind, of_step=of_step, proposal=proposal, context=context,
-                       principal=principal, approval=approval, fault=fault, now=raw["now"], deadline=deadline,
-                       world_changes=changes, expect=expect)
+    return _QUICK_STEP(step_id, kind, of_step, proposal, context, principal, approval, fault, raw["now"], deadline,
+                       changes, expect)
 
 
 def _quick_context(body: Any, found: _Quick) -> CallContext | None:
     if (type(body) is not dict or body.keys() != _CONTEXT.fields
             or registered_profile(body["provider"], body["api_family"], body["adapter_revision"]) is None):
         return None
-    context = _QUICK_CONTEXT(
-        provider=body["provider"], api_family=body["api_family"], adapter_revision=body["adapter_revision"],
-        response_id=body["response_id"], call_id=body["call_id"], operation_id=body["operation_id"],
-        idempotency_key=body["idempotency_key"],
-    )
+    context = _QUICK_CONTEXT(body["provider"], body["api_family"], body["adapter_revision"], body["response_id"],
+                             body["call_id"], body["operation_id"], body["idempotency_key"])
     found.identifiers.extend((context.provider, context.api_family, context.adapter_revision, context.response_id,
                               context.call_id, context.operation_id))
     if context.idempotency_key is not None:
@@ -1737,7 +1735,7 @@ def _quick_principal(body: Any, found: _Quick) -> Principal | None:
     # One role is sorted and unique: it is an identifier (checked with the others) or refused.
     if type(roles) is not list or len(roles) > MAX_ROLES or (len(roles) > 1 and roles != sorted(set(roles))):
         return None
-    principal = _QUICK_PRINCIPAL(tenant=body["tenant"], subject=body["subject"], roles=tuple(roles))
+    principal = _QUICK_PRINCIPAL(body["tenant"], body["subject"], tuple(roles))
     identifiers = found.identifiers
     identifiers.append(principal.tenant)
     identifiers.append(principal.subject)
@@ -1749,10 +1747,9 @@ def _quick_approval(body: Any, found: _Quick) -> Approval | None:
     if type(body) is not dict or body.keys() != _APPROVAL.fields or type(body["arguments"]) is not dict:
         return None
     approval = _QUICK_APPROVAL(
-        approver=body["approver"], tenant=body["tenant"], subject=body["subject"], provider=body["provider"],
-        api_family=body["api_family"], adapter_revision=body["adapter_revision"], response_id=body["response_id"],
-        call_id=body["call_id"], operation_id=body["operation_id"], idempotency_key=body["idempotency_key"],
-        arguments=body["arguments"], contract_revision=body["contract_revision"], expires_at=body["expires_at"],
+        body["approver"], body["tenant"], body["subject"], body["provider"], body["api_family"],
+        body["adapter_revision"], body["response_id"], body["call_id"], body["operation_id"], body["idempotency_key"],
+        body["arguments"], body["contract_revision"], body["expires_at"],
     )
     found.identifiers.extend((
         approval.approver, approval.tenant, approval.subject, approval.provider, approval.api_family,
@@ -1772,7 +1769,7 @@ def _quick_changes(raw: Any, known: frozenset[tuple[str, str]]) -> tuple[WorldCh
         if (type(body) is not dict or body.keys() != _CHANGE.fields or (body["tenant"], body["order_ref"]) not in known
                 or body["status"] not in ORDER_STATUSES):
             return None
-        changes.append(_QUICK_CHANGE(tenant=body["tenant"], order_ref=body["order_ref"], status=body["status"]))
+        changes.append(_QUICK_CHANGE(body["tenant"], body["order_ref"], body["status"]))
     return tuple(changes)
 
 
@@ -1787,11 +1784,8 @@ def _quick_expect(body: Any, found: _Quick) -> Expectation | None:
             or type(count) is not int or not 0 <= count <= MAX_STEPS_PER_CASE
             or (data is not None and type(data) is not dict)):
         return None
-    expect = _QUICK_EXPECTATION(
-        status=body["status"], error_code=code, outcome=body["outcome"], delivery=body["delivery"],
-        recovery=body["recovery"], effect_count=count, data=data, request_sha256=body["request_sha256"],
-        result_sha256=body["result_sha256"], call_binding_sha256=body["call_binding_sha256"],
-    )
+    expect = _QUICK_EXPECTATION(body["status"], code, body["outcome"], body["delivery"], body["recovery"], count, data,
+                                body["request_sha256"], body["result_sha256"], body["call_binding_sha256"])
     found.digests.extend((expect.request_sha256, expect.result_sha256, expect.call_binding_sha256))
     return expect
 

@@ -66,10 +66,11 @@ import stat
 import sys
 import threading
 from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from types import MappingProxyType
-from typing import Any, Callable, ClassVar, Final, Mapping, NamedTuple, NoReturn, Protocol, Sequence
+from typing import Any, ClassVar, Final, NamedTuple, NoReturn, Protocol
 
 __all__ = [  # what other layers and readers may use; every other name is this module's own
     # 1. Limits and constants

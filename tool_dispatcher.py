@@ -59,6 +59,7 @@ import hmac
 import ipaddress
 import json
 import math
+import operator
 import os
 import re
 import signal
@@ -1564,6 +1565,17 @@ def _quick_type(cls: type) -> Callable[..., Any]:
     return dataclass(slots=True, eq=False, repr=False)(twin)
 
 
+def _field_values(cls: type, table: _Table) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """The values of an object the walk's `table` admits, in the order cls declares its fields:
+    what cls's twin takes by position, derived from the type instead of listed at a call site.
+    The table's field names must be cls's, and more than one (itemgetter of one name answers the
+    value itself, not a tuple)."""
+    names = tuple(cls.__dataclass_fields__)
+    if frozenset(names) != table.fields or len(names) < 2:
+        raise RuntimeError(f"{cls.__name__} is not read by position from its table's fields")
+    return operator.itemgetter(*names)
+
+
 _QUICK_ORDER: Final = _quick_type(Order)
 _QUICK_CASE: Final = _quick_type(Case)
 _QUICK_STEP: Final = _quick_type(Step)
@@ -1572,6 +1584,12 @@ _QUICK_PRINCIPAL: Final = _quick_type(Principal)
 _QUICK_APPROVAL: Final = _quick_type(Approval)
 _QUICK_CHANGE: Final = _quick_type(WorldChange)
 _QUICK_EXPECTATION: Final = _quick_type(Expectation)
+# The objects whose fields all come from the fixture as they are (checked inline, or together later).
+_ORDER_VALUES: Final = _field_values(Order, _ORDER)
+_CONTEXT_VALUES: Final = _field_values(CallContext, _CONTEXT)
+_APPROVAL_VALUES: Final = _field_values(Approval, _APPROVAL)
+_CHANGE_VALUES: Final = _field_values(WorldChange, _CHANGE)
+_EXPECTATION_VALUES: Final = _field_values(Expectation, _EXPECT)
 
 
 class _Quick(NamedTuple):
@@ -1643,7 +1661,7 @@ def _quick_world(raw: Any, found: _Quick) -> World | None:
         revision = body["revision"]
         if body["status"] not in ORDER_STATUSES or type(revision) is not int or not 1 <= revision <= MAX_REVISION:
             return None
-        order = _QUICK_ORDER(body["tenant"], body["order_ref"], body["owner"], body["status"], revision)
+        order = _QUICK_ORDER(*_ORDER_VALUES(body))
         found.identifiers.extend((order.tenant, order.owner))
         found.order_refs.append(order.order_ref)
         orders.append(order)
@@ -1720,8 +1738,7 @@ def _quick_context(body: Any, found: _Quick) -> CallContext | None:
     if (type(body) is not dict or body.keys() != _CONTEXT.fields
             or registered_profile(body["provider"], body["api_family"], body["adapter_revision"]) is None):
         return None
-    context = _QUICK_CONTEXT(body["provider"], body["api_family"], body["adapter_revision"], body["response_id"],
-                             body["call_id"], body["operation_id"], body["idempotency_key"])
+    context = _QUICK_CONTEXT(*_CONTEXT_VALUES(body))
     found.identifiers.extend((context.provider, context.api_family, context.adapter_revision, context.response_id,
                               context.call_id, context.operation_id))
     if context.idempotency_key is not None:
@@ -1747,11 +1764,7 @@ def _quick_principal(body: Any, found: _Quick) -> Principal | None:
 def _quick_approval(body: Any, found: _Quick) -> Approval | None:
     if type(body) is not dict or body.keys() != _APPROVAL.fields or type(body["arguments"]) is not dict:
         return None
-    approval = _QUICK_APPROVAL(
-        body["approver"], body["tenant"], body["subject"], body["provider"], body["api_family"],
-        body["adapter_revision"], body["response_id"], body["call_id"], body["operation_id"], body["idempotency_key"],
-        body["arguments"], body["contract_revision"], body["expires_at"],
-    )
+    approval = _QUICK_APPROVAL(*_APPROVAL_VALUES(body))
     found.identifiers.extend((
         approval.approver, approval.tenant, approval.subject, approval.provider, approval.api_family,
         approval.adapter_revision, approval.response_id, approval.call_id, approval.operation_id,
@@ -1770,7 +1783,7 @@ def _quick_changes(raw: Any, known: frozenset[tuple[str, str]]) -> tuple[WorldCh
         if (type(body) is not dict or body.keys() != _CHANGE.fields or (body["tenant"], body["order_ref"]) not in known
                 or body["status"] not in ORDER_STATUSES):
             return None
-        changes.append(_QUICK_CHANGE(body["tenant"], body["order_ref"], body["status"]))
+        changes.append(_QUICK_CHANGE(*_CHANGE_VALUES(body)))
     return tuple(changes)
 
 
@@ -1785,8 +1798,7 @@ def _quick_expect(body: Any, found: _Quick) -> Expectation | None:
             or type(count) is not int or not 0 <= count <= MAX_STEPS_PER_CASE
             or (data is not None and type(data) is not dict)):
         return None
-    expect = _QUICK_EXPECTATION(body["status"], code, body["outcome"], body["delivery"], body["recovery"], count, data,
-                                body["request_sha256"], body["result_sha256"], body["call_binding_sha256"])
+    expect = _QUICK_EXPECTATION(*_EXPECTATION_VALUES(body))
     found.digests.extend((expect.request_sha256, expect.result_sha256, expect.call_binding_sha256))
     return expect
 

@@ -5859,7 +5859,8 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
         "secrets", "credential", "credentials", "session", "session_id", "sessionid", "cookie", "Set-Cookie",
         "cookies", "Authorization", "Proxy-Authorization", "auth", "basic_auth", "bearer", "jwt",
         "accessKeyId", "access_keys", "signing_key", "encryption_key", "ssh_key", "connection_string",
-        "oauth2Token",
+        "oauth2Token", "passWord", "PassWord", "pass_word", "userPassWord", "PassWords", "passPhrase",
+        "pass-phrase",
         # Borderline, refused: a secret word with no counting word beside it.
         "session_start", "token_expires_at", "max_session_token", "token_value",
     )
@@ -5867,8 +5868,9 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
     ORDINARY_KEYS = (
         "token_count", "max_token", "token_type", "tokenType", "password_min_length", "auth_type",  # qualified
         "cookie_count", "session_count", "secret_kind", "max_api_key", "api_key_count",  # qualified
+        "passWordMinLength",  # qualified
         "tokens", "max_tokens", "prompt_tokens", "completion_tokens", "sessions", "sessions_count",  # plurals
-        "tokenizer", "secretary", "passage", "author", "authority", "authors", "skeleton", "sk", "paid",
+        "tokenizer", "secretary", "passage", "pass", "word", "pass_count", "bypass_word", "author", "authority", "authors", "skeleton", "sk", "paid",
         "key", "keys", "sort_key", "idempotency_key", "keyboard", "monkey", "api", "access", "private",
         "order_ref", "status", "draft_id", "reason", "",
     )
@@ -8678,13 +8680,31 @@ class TestPackageVerification(unittest.TestCase):
         swapped = resealed(self.write_package, (("protected_audit", "approval", "approver"), "mallory"))
         self.assertIsNone(td.verify_package(swapped))  # digests recomputed: only the allowlist can tell
         self.assertRefused("PACKAGE_APPROVER_UNKNOWN", swapped, approvers=APPROVERS)
-        self.assertRefused("PACKAGE_APPROVER_UNKNOWN", self.write_package, approvers=["approver-lee"])
+        for allowlist in (["approver-lee"], ("approver-ng", "approver-lee"), {"approver-lee"}):
+            with self.subTest(allowlist=allowlist):  # taken as Dispatcher takes it
+                self.assertIsNone(td.verify_package(self.write_package, approvers=allowlist))
+                self.assertRefused("PACKAGE_APPROVER_UNKNOWN", swapped, approvers=allowlist)
+        self.assertRefused("PACKAGE_APPROVER_UNKNOWN", self.write_package, approvers=[])
         for provider, adapter in ADAPTER_FUNCTIONS.items():
             with self.subTest(adapter=provider):
                 with self.assertRaises(BoundaryError) as caught:
                     adapter(swapped, write_context(), approvers=APPROVERS)
                 self.assertEqual(caught.exception.code,
                                  "PACKAGE_APPROVER_UNKNOWN" if provider == "openai" else "PROVIDER_MISMATCH")
+
+    def test_an_allowlist_that_is_no_allowlist_is_the_hosts_fault(self):
+        # Checked before the package, like the seal keys: a read package, which has no approver
+        # to look up, and a package that is no package at all are refused for it the same way.
+        for approvers in ("approver-lee", ["approver-lee", None], ["approver lee"], {"approver-lee": 1},
+                          iter(["approver-lee"]), [Agreeable("approver-lee")], 7):
+            for package in (self.write_package, self.read_package, None):
+                with self.subTest(approvers=approvers, package=package is not None):
+                    with self.assertRaises(BoundaryError) as caught:
+                        td.verify_package(package, approvers=approvers)
+                    self.assertEqual((caught.exception.code, caught.exception.at), ("CONTEXT_INVALID", "approvers"))
+            with self.subTest(approvers=approvers, adapter=True), self.assertRaises(BoundaryError) as caught:
+                td.to_openai_responses(self.write_package, write_context(), approvers=approvers)
+            self.assertEqual(caught.exception.code, "CONTEXT_INVALID")
 
     def test_every_answer_of_the_table_is_built_and_verifies(self):
         seen = set()

@@ -4941,7 +4941,8 @@ FAULTS: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
 # character ("sessionToken", "X-Api-Key", "aws.secret_access_key", "db password"), and names a
 # secret when one word is in SECRET_KEY_WORDS or ends with one of SECRET_WORD_ENDINGS
 # ("authtoken", "clientsecret"), or when two adjacent words form a pair of SECRET_KEY_PAIRS, in
-# the singular or the plural, written apart or as one word ("api_key", "apiKeys", "apikey").
+# the singular or the plural, written apart or as one word ("api_key", "apiKeys", "apikey",
+# "PassWord").
 # Qualifier rule: a secret word or pair with a word of SECRET_WORD_QUALIFIERS right before or
 # right after it names a number or a kind of secret, not the secret itself, and passes
 # ("token_count", "max_token", "token_type", "password_min_length", "api_key_count"); every
@@ -4956,7 +4957,7 @@ SECRET_KEY_WORDS: Final = frozenset({
 SECRET_WORD_ENDINGS: Final = ("token", "secret", "secrets", "password", "passwords", "passwd")
 SECRET_KEY_PAIRS: Final = frozenset({
     ("api", "key"), ("access", "key"), ("private", "key"), ("signing", "key"), ("encryption", "key"),
-    ("ssh", "key"), ("connection", "string"),
+    ("ssh", "key"), ("connection", "string"), ("pass", "word"), ("pass", "phrase"),
 })
 SECRET_WORD_QUALIFIERS: Final = frozenset({
     "count", "limit", "max", "min", "usage", "used", "type", "kind", "length", "size", "total", "num",
@@ -6608,16 +6609,21 @@ def _require_in_package(condition: bool, code: str = "PACKAGE_MALFORMED") -> Non
 
 
 def verify_package(package: Any, *, context: CallContext | None = None, principal: Principal | None = None,
-                   registry: Mapping[str, ToolSpec] = REGISTRY, approvers: frozenset[str] | None = None,
+                   registry: Mapping[str, ToolSpec] = REGISTRY,
+                   approvers: frozenset[str] | Sequence[str] | None = None,
                    seal_keys: SealKeys | None = None, require_seal: bool = False) -> None:
     """Verify a result package completely, or raise the BoundaryError naming the first fault.
 
     ``approvers``, the host's approver allowlist, when given: the audited approver must be on it.
+    It is taken as Dispatcher takes it (a list, tuple, set or frozenset of identifiers); anything
+    else is the host's fault (CONTEXT_INVALID), never the package's.
     ``seal_keys``: a sealed package's seal is checked whenever the keys are given; with
     ``require_seal`` an unsealed package is refused (SEAL_REQUIRED), and so is any package when no
     keys were given to check it with. Never a silent pass.
     """
-    seal_keys = checked_seal_keys(seal_keys)  # the host's own value first: its fault is not the package's
+    # The host's own values first: their faults are not the package's.
+    seal_keys = checked_seal_keys(seal_keys)
+    allowed = None if approvers is None else _approver_allowlist(approvers)
     body = _shape(package, _PACKAGE_FIELDS)
     _require_in_package(_is_exactly(body["format"], PACKAGE_FORMAT))
     _check_execution(body["execution"])
@@ -6641,9 +6647,8 @@ def verify_package(package: Any, *, context: CallContext | None = None, principa
         check_principal(principal)  # the host's own value, checked like the context: never a TypeError
         if audit["principal"] != principal_view(principal):
             raise BoundaryError("CALL_BINDING_MISMATCH")
-    if approvers is not None and audit["approval"] is not None:
-        _require_in_package(type(approvers) is frozenset and _member(audit["approval"]["approver"], approvers),
-                            "PACKAGE_APPROVER_UNKNOWN")
+    if allowed is not None and audit["approval"] is not None:
+        _require_in_package(_member(audit["approval"]["approver"], allowed), "PACKAGE_APPROVER_UNKNOWN")
 
 
 def _check_seal(seal: Any, binding_digest: str, keys: SealKeys | None, required: bool) -> None:
@@ -6932,7 +6937,7 @@ ADAPTERS: Final[Mapping[str, Callable[[Mapping[str, Any], CallContext], dict[str
 
 
 def adapt(package: Any, context: CallContext, adapter_revision: str, *,
-          principal: Principal | None = None, approvers: frozenset[str] | None = None,
+          principal: Principal | None = None, approvers: frozenset[str] | Sequence[str] | None = None,
           seal_keys: SealKeys | None = None, require_seal: bool = False,
           registry: Mapping[str, ToolSpec] = REGISTRY) -> dict[str, Any]:
     """Verify a package for the call it answers and shape it with the named adapter (with the

@@ -15,7 +15,7 @@ Verdicts, from the closed table VERDICTS:
 Exit 0 when no row is a MISMATCH, 1 otherwise, 2 when the folder or the command line cannot be
 read (the project's one failure shape, through tool_dispatcher.run_cli).
 
-    python -B provider_streams/stream_table.py ../shared/real-streams
+    python -B provider_streams/stream_table.py DIR
 """
 from __future__ import annotations
 

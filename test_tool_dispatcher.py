@@ -727,9 +727,31 @@ class TestCanonicalJson(unittest.TestCase):
                 if value is not True:
                     with self.assertRaises(ValueError):
                         td.jcs_text({"n": value})
-        for value in (math.nan, math.inf):  # the fast path refuses these too; a long integer it does not look for
+        for value in (math.nan, math.inf):  # the fast path refuses these too
             with self.assertRaises(ValueError):
                 td.canonical_text({"n": value})
+
+    def test_an_integer_beyond_the_safe_range_has_no_canonical_text_wherever_it_sits(self):
+        # The C encoder writes any integer; canonical_text refuses what jcs_text refuses, with or
+        # without a float or a character above U+FFFF beside it (each sends it another way).
+        safe, unsafe = td.MAX_SAFE_INTEGER, td.MAX_SAFE_INTEGER + 1
+        placements = (lambda n: n, lambda n: [n], lambda n: {"k": [1, {"n": n}]}, lambda n: {"n": n, "f": 0.5},
+                      lambda n: {"\U0001f600": n}, lambda n: ["1234567890123456789", n, "x"])
+        for place in placements:
+            for number in (unsafe, -unsafe, 2 ** 64, 10 ** 400):
+                value = place(number)
+                with self.subTest(value=ascii(value)[:60]):
+                    for encode in (td.canonical_text, td.canonical_json, td.canonical_sha256, td.jcs_text):
+                        with self.assertRaises(ValueError):
+                            encode(value)
+            for number in (safe, -safe, 10 ** 15, 1000000000000000):  # 16 digits, inside the range
+                value = place(number)
+                with self.subTest(value=ascii(value)[:60]):
+                    self.assertEqual(td.canonical_text(value), td.jcs_text(value))
+                    self.assertIn(str(number), td.canonical_text(value))
+        # A run of 16 digits or more inside a string is text: kept as it is.
+        digits = {"h": "12345678901234567890", "d": "a" + "9" * 40, "k": [str(2 ** 64)]}
+        self.assertEqual(td.canonical_text(digits), json.dumps(digits, sort_keys=True, separators=(",", ":")))
 
     def test_keys_sort_by_utf16_code_units_not_code_points(self):
         # U+FF5A is one code unit (0xFF5A); U+1D49C is a surrogate pair starting 0xD835, which sorts
@@ -2148,6 +2170,19 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         self.refused(schema_object(description="\ud800"), "SCHEMA_NOT_PORTABLE", "schema")
         self.refused(schema_object(**{"\udc00": 1}), "SCHEMA_NOT_PORTABLE", "schema")
         self.refused(schema_object(examples=[float("nan")]), "SCHEMA_NOT_PORTABLE", "schema")
+
+    def test_an_integer_beyond_the_safe_range_in_an_annotation_is_not_portable(self):
+        # A bound or an enum names its keyword; anywhere else the schema has no canonical text, so
+        # no source digest: refused, whether or not a float sits beside it.
+        for beside in ([], [0.5]):
+            for number in (td.MAX_SAFE_INTEGER + 1, -(2 ** 64)):
+                with self.subTest(beside=beside, number=number):
+                    self.refused(schema_field({"type": "integer", "examples": [number, *beside]}),
+                                 "SCHEMA_NOT_PORTABLE", "schema")
+                    self.refused(schema_field({"type": "integer", "maximum": number, "examples": beside}),
+                                 "SCHEMA_BOUNDS", "schema.properties[0].maximum")
+            schema = schema_field({"type": "integer", "examples": [td.MAX_SAFE_INTEGER, *beside]})
+            self.assertEqual(td.compile_schema(schema).source_sha256, td.canonical_sha256(schema))
 
     def test_limits_floats_in_annotations_are_ignored(self):
         td.compile_schema(schema_object(examples=[1.5], default=None))

@@ -650,26 +650,39 @@ _C_ENCODER: Final = None if json.encoder.c_make_encoder is None else json.encode
 # holds a "." between digits, or an exponent "e-"/"e+" after a digit, and no text without "." or
 # an exponent holds a float. Each pattern starts with its literal, which the regex engine finds as
 # fast as str.find. A string may show the same ("v1.5"); only then are the strings emptied to
-# tell, and only a real float costs the exact encoder. Integers need no look: the portable domain
-# holds only those within +/-(2**53 - 1), whose text is JCS's; the boundary refuses a longer one
-# wherever it reads a value (decoder, contracts, output scan), and jcs_text refuses one too.
+# tell, and only a real float costs the exact encoder. An integer beyond +/-(2**53 - 1) has no
+# canonical text (jcs_text refuses it), and the C encoder writes one like any other: its text is
+# a run of at least 16 digits, found by mapping every digit byte to "0" (bytes.translate, one C
+# pass) and looking for sixteen of them, the same two steps as a float (a string may hold such a
+# run too: a digest, a long id). So canonical_text refuses exactly what jcs_text refuses, for
+# every value, whatever else it holds: a caller need not have proved the value portable first.
 _FLOAT_POINT: Final = re.compile(r"\.(?<=[0-9]\.)[0-9]")
 _FLOAT_EXPONENT_DOWN: Final = re.compile(r"-(?<=[0-9]e-)[0-9]")
 _FLOAT_EXPONENT_UP: Final = re.compile(r"\+(?<=[0-9]e\+)[0-9]")
 _JSON_STRING: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_DIGITS_AS_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
+_LONG_DIGIT_RUN: Final = b"0" * len(str(MAX_SAFE_INTEGER))  # 16: every integer beyond the safe range has as many
 
 
 def canonical_text(value: Any) -> str:
-    """The canonical (RFC 8785) JSON text of a value of the portable domain (str); canonical_json
-    is its UTF-8 encoding."""
+    """The canonical (RFC 8785) JSON text of a JSON value (str); canonical_json is its UTF-8
+    encoding. ValueError for what has none (NaN, infinities, integers beyond +/-(2**53 - 1), lone
+    surrogates) and TypeError for what is no JSON, whatever else the value holds."""
     if _C_ENCODER is None:
         return jcs_text(value)
     text = "".join(_C_ENCODER(value, 0))
     if not text.isascii() and max(text) > "\uffff":
         return jcs_text(value)  # a key above U+FFFF may sort elsewhere in UTF-16
-    if _may_hold_float(text) and _may_hold_float(_JSON_STRING.sub('""', text)):
-        return jcs_text(value)
+    if _may_hold_float(text) or _may_hold_long_integer(text):
+        bare = _JSON_STRING.sub('""', text)
+        if _may_hold_float(bare) or _may_hold_long_integer(bare):
+            return jcs_text(value)
     return text
+
+
+def _may_hold_long_integer(text: str) -> bool:
+    # "surrogatepass": a lone surrogate is the string encoder's to refuse, not this look's.
+    return _LONG_DIGIT_RUN in text.encode("utf-8", "surrogatepass").translate(_DIGITS_AS_ZERO)
 
 
 def _may_hold_float(text: str) -> bool:
@@ -2524,6 +2537,7 @@ def prescan(schema: Any, *, max_bytes: int = MAX_SCHEMA_BYTES, max_depth: int = 
     stack: list[tuple[Any, int]] = [(schema, 1)]
     nodes = 1
     text = 0  # characters of strings and keys: the canonical size cannot be smaller
+    long_integer = False
     while stack:
         value, depth = stack.pop()
         kind = type(value)
@@ -2542,10 +2556,17 @@ def prescan(schema: Any, *, max_bytes: int = MAX_SCHEMA_BYTES, max_depth: int = 
                 stack.append((child, depth + 1))
         elif kind is str:
             text += len(value)
+        elif kind is int and not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            long_integer = True
         elif kind not in (int, float, bool, type(None)):  # floats may sit in annotations; bounds refuse them
             raise BoundaryError("SCHEMA_NOT_PORTABLE", SCHEMA_ROOT)
         if text > max_bytes:
             raise BoundaryError("SCHEMA_TOO_LARGE", SCHEMA_ROOT)
+    if long_integer:
+        # No canonical text to measure (the walk's own bounds hold the compiler's work): the
+        # compiler names the keyword that holds it (a bound, an enum), and compile_schema refuses
+        # one anywhere else (SCHEMA_NOT_PORTABLE).
+        return
     try:
         size = len(canonical_json(schema))
     except ValueError:  # a lone surrogate (UnicodeEncodeError), or NaN from a caller without the strict decoder
@@ -3087,8 +3108,11 @@ def compile_schema(schema: Any, *, bounds: Bounds = Bounds(), require_object: bo
     rules = compiler.run()
     if require_object and type(rules[0]) is not ObjectRule:
         raise BoundaryError("SCHEMA_ROOT", SCHEMA_ROOT)
-    return CompiledSchema(rules, tuple(compiler.definition_order), canonical_sha256(schema),
-                          tuple(compiler.paths))
+    try:
+        source_sha256 = canonical_sha256(schema)
+    except ValueError:  # an integer beyond the safe range where no rule reads it (an annotation)
+        raise BoundaryError("SCHEMA_NOT_PORTABLE", SCHEMA_ROOT) from None
+    return CompiledSchema(rules, tuple(compiler.definition_order), source_sha256, tuple(compiler.paths))
 
 
 # -- Compiled schemas: check, admits, emit -----------------------------------------------------

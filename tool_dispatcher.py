@@ -650,12 +650,17 @@ _C_ENCODER: Final = None if json.encoder.c_make_encoder is None else json.encode
 # holds a "." between digits, or an exponent "e-"/"e+" after a digit, and no text without "." or
 # an exponent holds a float. Each pattern starts with its literal, which the regex engine finds as
 # fast as str.find. A string may show the same ("v1.5"); only then are the strings emptied to
-# tell, and only a real float costs the exact encoder. An integer beyond +/-(2**53 - 1) has no
-# canonical text (jcs_text refuses it), and the C encoder writes one like any other: its text is
-# a run of at least 16 digits, found by mapping every digit byte to "0" (bytes.translate, one C
-# pass) and looking for sixteen of them, the same two steps as a float (a string may hold such a
-# run too: a digest, a long id). So canonical_text refuses exactly what jcs_text refuses, for
-# every value, whatever else it holds: a caller need not have proved the value portable first.
+# tell, and only a real float costs the exact encoder.
+#
+# An integer beyond +/-(2**53 - 1) has no canonical text (jcs_text refuses it), and the C encoder
+# writes one like any other. The boundary never encodes one of its own: every integer it digests
+# was proved within the range first (the decoders, the contracts, the output scan, the package
+# verifier's tables), so its own digests take _portable_text, which does not look. What a host or
+# a layer hands canonical_text directly was proved nothing: there the text is looked at too. A
+# long integer's text is a run of at least 16 digits, found by mapping every digit byte to "0"
+# (bytes.translate, one C pass) and looking for sixteen of them, in the same two steps as a float
+# (a string may hold such a run too: a digest, a long id). That look costs about a nanosecond a
+# byte, which is why the boundary's own digests do without it.
 _FLOAT_POINT: Final = re.compile(r"\.(?<=[0-9]\.)[0-9]")
 _FLOAT_EXPONENT_DOWN: Final = re.compile(r"-(?<=[0-9]e-)[0-9]")
 _FLOAT_EXPONENT_UP: Final = re.compile(r"\+(?<=[0-9]e\+)[0-9]")
@@ -668,15 +673,22 @@ def canonical_text(value: Any) -> str:
     """The canonical (RFC 8785) JSON text of a JSON value (str); canonical_json is its UTF-8
     encoding. ValueError for what has none (NaN, infinities, integers beyond +/-(2**53 - 1), lone
     surrogates) and TypeError for what is no JSON, whatever else the value holds."""
+    text = _portable_text(value)
+    if _may_hold_long_integer(text) and _may_hold_long_integer(_JSON_STRING.sub('""', text)):
+        return jcs_text(value)  # which refuses it
+    return text
+
+
+def _portable_text(value: Any) -> str:
+    # canonical_text of a value whose integers were proved within +/-(2**53 - 1): they are not
+    # looked for. The boundary's own digests only.
     if _C_ENCODER is None:
         return jcs_text(value)
     text = "".join(_C_ENCODER(value, 0))
     if not text.isascii() and max(text) > "\uffff":
         return jcs_text(value)  # a key above U+FFFF may sort elsewhere in UTF-16
-    if _may_hold_float(text) or _may_hold_long_integer(text):
-        bare = _JSON_STRING.sub('""', text)
-        if _may_hold_float(bare) or _may_hold_long_integer(bare):
-            return jcs_text(value)
+    if _may_hold_float(text) and _may_hold_float(_JSON_STRING.sub('""', text)):
+        return jcs_text(value)
     return text
 
 
@@ -1892,7 +1904,7 @@ def _subject_ref(tenant: Any, subject: Any) -> str:
 @functools.lru_cache(maxsize=SUBJECT_REF_CACHE)
 def _principal_text(tenant: str, subject: str, roles: tuple[str, ...]) -> str:
     # Only called on a checked principal: plain strings, a tuple of roles.
-    return canonical_text(principal_view(Principal(tenant, subject, roles)))
+    return _portable_text(principal_view(Principal(tenant, subject, roles)))
 
 
 # ============================================================================================
@@ -5444,15 +5456,16 @@ def _data_frame(answer: str, tool: tuple[str, str]) -> CanonicalTemplate:
 
 def project_data_result(spec: ToolSpec, answer: str, data: Any) -> tuple[dict[str, Any], str]:
     """project_model_result of a data answer (one whose status is "ok"), and its canonical text:
-    only the data is encoded, inside a frame built once per answer and tool."""
+    only the data is encoded, inside a frame built once per answer and tool. The data is what the
+    tool's output contract admitted (every integer within +/-(2**53 - 1))."""
     if answer not in _DATA_ANSWERS:
         raise ValueError("not a data answer")  # a programming error, never a package
     tool = (spec.name, spec.producer)
     model_result = _project(answer, tool, data, None)
     if type(tool[0]) is not str or type(tool[1]) is not str:
         # Never a cache key: a str subclass can hash and compare like a registered tool's name.
-        return model_result, canonical_text(model_result)
-    return model_result, _data_frame(answer, tool).text(canonical_text(data))
+        return model_result, _portable_text(model_result)
+    return model_result, _data_frame(answer, tool).text(_portable_text(data))
 
 
 @functools.lru_cache(maxsize=TEMPLATE_CACHE)
@@ -5471,20 +5484,22 @@ if sorted(_binding_envelope(*[None] * 7), key=_utf16_order)[-1] != _BINDING_TAIL
 
 
 def spec_request_sha256(spec: ToolSpec, principal_text: str, arguments: Mapping[str, Any]) -> str:
-    """request_sha256 for a registered spec, given the principal view's canonical text."""
-    return _contract_templates(spec._contract_items)[0].sha256(canonical_text(arguments), principal_text)
+    """request_sha256 for a registered spec, given the principal view's canonical text, of arguments
+    its input contract admitted."""
+    return _contract_templates(spec._contract_items)[0].sha256(_portable_text(arguments), principal_text)
 
 
 def model_result_sha256(model_result: Mapping[str, Any]) -> str:
-    """result_sha256, from the template."""
-    return _RESULT_TEMPLATE.sha256(canonical_text(model_result))
+    """result_sha256, from the template, of a model_result whose data its output contract admitted."""
+    return _RESULT_TEMPLATE.sha256(_portable_text(model_result))
 
 
 def spec_call_binding_sha256(spec: ToolSpec, provider_context: Mapping[str, Any], request_digest: str,
                              result_digest: str, downstream: Mapping[str, Any],
                              approval: Mapping[str, Any] | None, evidence: Mapping[str, Any]) -> str:
-    """call_binding_sha256 for a registered spec."""
-    head = canonical_text({
+    """call_binding_sha256 for a registered spec, of values the boundary checked (identifiers,
+    references, a checked approval, the evidence's bounded integers)."""
+    head = _portable_text({
         "domain": CALL_BINDING_DIGEST_DOMAIN, "provider_context": provider_context, "request_sha256": request_digest,
         "result_sha256": result_digest, "downstream": downstream, "approval": approval, "evidence": evidence,
     })
@@ -6419,7 +6434,7 @@ class Dispatcher:
         redacted = sorted(redactions)
         evidence = {"execution": execution, "redactions": redacted, "resource_revision": revision}
         if result_text is None:
-            result_text = canonical_text(model_result)
+            result_text = _portable_text(model_result)
         result_digest = _RESULT_TEMPLATE.sha256(result_text)
         if spec is None:  # refused before the registry named a tool: the definitions, no template
             request_digest = request_sha256(principal, None, None)
@@ -6814,7 +6829,7 @@ def _check_digests(result: dict[str, Any], audit: dict[str, Any], execution: dic
 def _audited_principal_text(tenant: str, subject_ref: str, roles: tuple[str, ...]) -> str:
     # Only called on an audit's principal once its fields are known to be plain strings: a
     # verifier that meets the same principal again encodes it once.
-    return canonical_text({"tenant": tenant, "subject_ref": subject_ref, "roles": list(roles)})
+    return _portable_text({"tenant": tenant, "subject_ref": subject_ref, "roles": list(roles)})
 
 
 def _check_expected_context(provider_context: dict[str, Any], context: CallContext) -> None:

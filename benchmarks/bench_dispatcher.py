@@ -39,6 +39,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import sys
 import time
@@ -114,11 +115,34 @@ def delivery(package: dict[str, Any]) -> str:
 # What no implementation of this boundary can skip: the exact key-set checks (proposal, input,
 # output), the registry and handler lookup, the owner check, one copy of the data for the model,
 # the two projections, and canonical JSON + SHA-256 of the same three envelopes, each encoded
-# whole by the module's own canonical encoder (built once; the encoder is not what is measured).
-# A subject reference depends only on the trusted principal, so it is computed once per
-# principal, as any careful host would.
+# whole by the encoder the module's own digests use (built once; the encoder is not what is
+# measured). A subject reference depends only on the trusted principal, so it is computed once
+# per principal, as any careful host would.
+#
+# That encoder: the C encoder with the canonical settings, whose text the module keeps unless it
+# may hold a float ("." or an exponent after a digit; then the exact encoder). The public
+# canonical_text also looks for an integer beyond +/-(2**53 - 1), which only a value nothing has
+# checked can hold; the dispatcher's digests, over values it checked, skip that look, and so does
+# the floor, whose values are the same. The self-check before any timing holds the floor's bytes
+# to the dispatcher's.
+_FLOOR_C_ENCODER = json.encoder.c_make_encoder(
+    None, json.JSONEncoder().default, json.encoder.encode_basestring, None, ":", ",", True, False, False)
+_FLOOR_FLOAT_POINT = re.compile(r"\.(?<=[0-9]\.)[0-9]")
+_FLOOR_FLOAT_EXPONENT_DOWN = re.compile(r"-(?<=[0-9]e-)[0-9]")
+_FLOOR_FLOAT_EXPONENT_UP = re.compile(r"\+(?<=[0-9]e\+)[0-9]")
 
-_FLOOR_ENCODE = td.canonical_text
+
+def _floor_text(value: Any) -> str:
+    text = "".join(_FLOOR_C_ENCODER(value, 0))
+    if not text.isascii() and max(text) > "\uffff":
+        return td.canonical_text(value)  # a key above U+FFFF may sort elsewhere in UTF-16
+    if (("." in text and _FLOOR_FLOAT_POINT.search(text) is not None)
+            or ("+" in text and _FLOOR_FLOAT_EXPONENT_UP.search(text) is not None)
+            or _FLOOR_FLOAT_EXPONENT_DOWN.search(text) is not None):
+        return td.canonical_text(value)  # maybe a float: the exact encoder decides
+    return text
+
+
 _FLOOR_SPEC = td.REGISTRY["get_order"]
 _FLOOR_CONTRACT = _FLOOR_SPEC.contract_view()
 _FLOOR_PROPOSAL_KEYS = frozenset({"name", "arguments"})
@@ -129,7 +153,7 @@ _FLOOR_SUBJECT_REFS: dict[tuple[str, str], str] = {}
 
 
 def _floor_sha256(value: Any) -> str:
-    return hashlib.sha256(_FLOOR_ENCODE(value).encode("utf-8")).hexdigest()
+    return hashlib.sha256(_floor_text(value).encode("utf-8")).hexdigest()
 
 
 def floor_get_order(proposal: dict[str, Any], context: td.CallContext, principal: td.Principal,

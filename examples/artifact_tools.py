@@ -164,4 +164,5 @@ def _kind(part: dict) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run_cli: the project's failure shape for any error, and a reader that goes away (| head) ends it quietly.
+    sys.exit(td.run_cli(main))

@@ -351,7 +351,11 @@ def _arguments(argv: Sequence[str]) -> Any:
         parser.add_argument("--sign-key", required=True, metavar="KEY.pem")
         parser.add_argument("--every", type=_every, default=DEFAULT_EVERY, metavar="N")
     else:
-        parser = td.CliParser(prog="audit_signatures.py", description="Verify an audit log and its checkpoints.")
+        parser = td.CliParser(prog="audit_signatures.py", description="Verify an audit log and its checkpoints.",
+                              usage="%(prog)s --verify-audit LOG --public-key PUB.pem\n"
+                                    "       %(prog)s keygen --out DIR\n"
+                                    "       %(prog)s sign LOG --sign-key KEY.pem [--every N]",
+                              epilog="keygen --help and sign --help describe the other two commands.")
         parser.add_argument("--verify-audit", required=True, metavar="LOG")
         parser.add_argument("--public-key", required=True, metavar="PUB.pem")
         return parser.parse_args(argv)

@@ -384,6 +384,15 @@ class TestCli(SignatureCase):
                 status, view = self.run_cli(*argv)
                 self.assertEqual((status, view["error"]["code"]), (2, "CLI_USAGE"))
 
+    def test_help_names_all_three_commands(self) -> None:
+        out = io.StringIO()
+        with redirect_stdout(out), self.assertRaises(SystemExit) as stopped:
+            sig.main(["--help"])
+        self.assertEqual(stopped.exception.code, 0)
+        usage = out.getvalue().split("\n\n")[0].splitlines()
+        self.assertEqual([line.split("audit_signatures.py ")[1].split()[0] for line in usage],
+                         ["--verify-audit", "keygen", "sign"])
+
     def test_every_takes_both_ends_of_its_range(self) -> None:
         self.assertEqual(sig._every("1"), 1)
         self.assertEqual(sig._every(str(sig.MAX_CHAIN_LINES)), sig.MAX_CHAIN_LINES)

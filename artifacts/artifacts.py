@@ -486,16 +486,21 @@ def _check_polyglot(data: bytes, sniffed: str) -> None:
 # model reads (Admitted.text is None for it). Not seen: a PDF name inside a compressed object
 # stream, markup that a renderer's quirks turn active without any of these spellings.
 
+# An element's name may carry a namespace prefix: in XML, <s:script> is a script whenever s names
+# the SVG or XHTML namespace, so every element rule reads "<", any prefix, then the name. The
+# prefix stops at the first character a name cannot hold, so the look stays linear.
+_ELEMENT: Final = r"<(?:[^\s<>/:=\"']++:)?+"
 _ACTIVE_MARKUP: Final[Mapping[str, re.Pattern[str]]] = MappingProxyType({
-    "script_element": re.compile(r"<script"),
+    "script_element": re.compile(_ELEMENT + r"script"),
     "event_attribute": re.compile(r"[\s/\"']on[a-z]++\s*+="),
-    "foreign_object": re.compile(r"<foreignobject"),
-    "embedded_document": re.compile(r"<(?:iframe|frame|object|embed|applet|portal)"),
-    "external_load": re.compile(r"(?:href|src|action|formaction|data|poster|background)\s*+=\s*+[\"']?+(?![\"'#])"),
-    "page_control": re.compile(r"<(?:meta|base|link|form)[\s/>]|<\?xml-stylesheet"),
+    "foreign_object": re.compile(_ELEMENT + r"foreignobject"),
+    "embedded_document": re.compile(_ELEMENT + r"(?:iframe|frame|object|embed|applet|portal)"),
+    "external_load": re.compile(r"(?:href|src|srcset|action|formaction|data|poster|background|manifest)"
+                                r"\s*+=\s*+[\"']?+(?![\"'#])"),
+    "page_control": re.compile(_ELEMENT + r"(?:meta|base|link|form)[\s/>]|<\?xml-stylesheet"),
     "style_load": re.compile(r"url\s*+\(\s*+[\"']?+(?![\"'#])|@import|expression\s*+\("),
     "animated_link": re.compile(r"attributename\s*+=\s*+[\"']?+(?:xlink:)?+href"),
-    "event_element": re.compile(r"<(?:handler|listener)"),
+    "event_element": re.compile(_ELEMENT + r"(?:handler|listener)"),
     "entity_declaration": re.compile(r"<!entity"),
 })
 _ACTIVE_SCHEMES: Final = re.compile(r"(?<![a-z])(?:javascript|vbscript|livescript|data):")

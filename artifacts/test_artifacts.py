@@ -339,6 +339,15 @@ class TestActiveContent(Refusals):
         "html meta refresh": b'<html><meta http-equiv="refresh" content="0;url=x"></html>',
         "html data url": b'<html><a href="#" style="background: URL( data:text/html,x)">x</a></html>',
         "html form": b'<html><form><input></form></html>',
+        "svg prefixed script": b'<svg xmlns="http://www.w3.org/2000/svg" xmlns:s="http://www.w3.org/2000/svg">'
+                               b'<s:script>alert(1)</s:script></svg>',
+        "svg xhtml iframe": b'<svg xmlns:h="http://www.w3.org/1999/xhtml"><h:iframe/></svg>',
+        "svg xhtml script": b'<svg xmlns:h="http://www.w3.org/1999/xhtml"><h:script>alert(1)</h:script></svg>',
+        "svg prefixed foreignObject": b'<svg xmlns:s="http://www.w3.org/2000/svg"><s:foreignObject/></svg>',
+        "svg prefixed handler": b'<svg xmlns:ev="http://www.w3.org/2001/xml-events"><ev:listener/></svg>',
+        "svg xhtml meta": b'<svg xmlns:h="http://www.w3.org/1999/xhtml"><h:meta http-equiv="refresh"/></svg>',
+        "html srcset": b'<html><img srcset="https://evil.example/pixel.png 1x"></html>',
+        "html manifest": b'<html manifest="https://evil.example/app.appcache"></html>',
     }
 
     def test_active_markup_is_refused_by_default(self):
@@ -361,6 +370,12 @@ class TestActiveContent(Refusals):
             with self.subTest(declared):
                 admitted = art.admit_bytes(data, declared_type=declared, policy=ALL_PLAIN)
                 self.assertEqual((admitted.active, admitted.text), ((), data.decode()))
+
+    def test_prefixed_elements_that_run_nothing_are_not_active(self):
+        for data in (b'<svg xmlns:s="http://www.w3.org/2000/svg"><s:rect width="1"/><s:g/></svg>',
+                     b'<svg><text>a:script b:iframe</text><g:metadata/></svg>'):
+            with self.subTest(data=data):
+                self.assertEqual(art.admit_bytes(data, declared_type="image/svg+xml", policy=ALL_PLAIN).active, ())
 
     def test_prose_that_names_schemes_is_not_active(self):
         data = b'<svg><text>metadata: on the one hand</text><rect fill="url(#g)"/></svg>'

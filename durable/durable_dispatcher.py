@@ -19,9 +19,10 @@ What this module never does:
   BEGIN IMMEDIATE, so a writer waits for the lock (busy timeout) instead of failing an upgrade;
 - let a raw driver error out: a lock held past the busy timeout is STORE_BUSY (retryable), and no
   store error claims that nothing happened: earlier steps of the operation may have committed;
-- trust what it reads back: every stored value is checked for its kind (STORE_INVALID), and a
+- trust what it reads back: every stored value is checked for its kind (STORE_INVALID), a
   settled row answers a replay or a status query only once the package stored with it verifies
-  (its seal required when the store has keys) and states exactly its columns (STORE_TAMPERED);
+  (its seal required when the store has keys) and states exactly its columns, and a released row
+  is claimed again only once it is what a release leaves (STORE_TAMPERED);
 - settle without evidence: each stored package is appended to its realm's hash chain in the
   transaction that stores it;
 - resolve an operation whose effect may have happened by running it again: only a receipt query
@@ -131,6 +132,14 @@ Tx = Any
 
 _SQLITE_BUSY: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 _SQLITE_NOT_OURS: Final = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
+# While a store is being opened: a file or directory this process may not write. SQLite reads a
+# WAL database only through its -shm file, which it cannot create in a read-only directory; an
+# `immutable` open would read it without, but would not see a writer that still changes it.
+_SQLITE_NOT_OPENED: Final = frozenset({8, 14})  # SQLITE_READONLY, SQLITE_CANTOPEN
+# The one driver error that is not SQLite's: a TEXT value that is not UTF-8, met when the sqlite3
+# module decodes a fetched row (its own OperationalError, with no SQLite result code). A damaged
+# value, like any other read back; matched on the module's fixed text, never shown.
+_UNDECODABLE_TEXT: Final = "Could not decode to UTF-8"
 
 
 def _no_checkpoint(_point: str) -> None:
@@ -257,11 +266,17 @@ class _during:  # noqa: N801 - used like the context manager function it replace
         raise DurableError(error.code, operation_state=state, effect_possible=effect_possible) from None
 
 
-def _store_error(error: sqlite3.Error) -> DurableError:
-    primary = (getattr(error, "sqlite_errorcode", None) or 0) & 0xFF
+def _store_error(error: sqlite3.Error, *, opening: bool = False) -> DurableError:
+    result = getattr(error, "sqlite_errorcode", None)
+    primary = (result or 0) & 0xFF
     if primary in _SQLITE_BUSY:
         return DurableError("STORE_BUSY")
     if primary in _SQLITE_NOT_OURS:
+        return DurableError("STORE_INVALID")
+    if opening and primary in _SQLITE_NOT_OPENED:
+        return DurableError("STORE_UNREADABLE")
+    if (result is None and isinstance(error, sqlite3.OperationalError)
+            and str(error).startswith(_UNDECODABLE_TEXT)):
         return DurableError("STORE_INVALID")
     return DurableError("STORE_FAILED")
 
@@ -645,6 +660,12 @@ SQL_WRITE_RECEIPT: Final = (
     "ON CONFLICT (realm, status_ref) DO NOTHING"
 )
 SQL_COUNT_EFFECTS: Final = "SELECT COUNT(*) FROM downstream_receipts WHERE realm = :realm"
+# The receipts of a released row's request that a holder of this row can have committed: those
+# above the epoch its key reached before it was last pruned (a receipt at or below it belongs to
+# a completed row that pruning deleted, and a retry of the key meets it again).
+SQL_RELEASED_EFFECTS: Final = f"""
+    SELECT COUNT(*) FROM downstream_receipts WHERE realm = :realm AND status_ref = :status_ref
+        AND epoch > (SELECT COALESCE(MAX(epoch), 0) FROM key_epochs WHERE {_KEY_MATCH})"""
 SQL_COUNT_EFFECTS_FOR: Final = ("SELECT COUNT(*) FROM downstream_receipts "
                                 "WHERE realm = :realm AND request_ref = :request_ref")
 
@@ -767,6 +788,7 @@ class DurableStore:
         self._connection = connection
         self.synchronous = synchronous
         self._clock_ms = clock_ms
+        self._opening = True  # until _configure found the store ours (_SQLITE_NOT_OPENED)
 
     @classmethod
     def open(cls, path: Any, *, create: bool = True, exclusive: bool = False, synchronous: str = "FULL",
@@ -815,6 +837,7 @@ class DurableStore:
             raise DurableError("STORE_INVALID")
         self._set_wal(busy_timeout_ms)
         self.query_one(f"PRAGMA synchronous = {SYNCHRONOUS_MODES[self.synchronous]}")
+        self._opening = False
 
     def _set_wal(self, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         # Two first openers switching a new file to WAL at once: SQLite answers one of them BUSY at
@@ -873,7 +896,7 @@ class DurableStore:
         try:
             connection.execute(begin)
         except sqlite3.Error as error:
-            raise _store_error(error) from None
+            raise self.translate(error) from None
         return connection
 
     def commit(self) -> None:
@@ -881,7 +904,7 @@ class DurableStore:
             self._connection.execute("COMMIT")
         except sqlite3.Error as error:
             self.rollback()
-            raise _store_error(error) from None
+            raise self.translate(error) from None
 
     def rollback(self) -> None:
         if self._connection.in_transaction:
@@ -900,16 +923,15 @@ class DurableStore:
             raise DurableError("STORE_MISUSE")
         return self._connection
 
-    @staticmethod
-    def translate(error: BaseException) -> DurableError:
-        return _store_error(error)  # type: ignore[arg-type]
+    def translate(self, error: BaseException) -> DurableError:
+        return _store_error(error, opening=self._opening)  # type: ignore[arg-type]
 
     def query(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """A read outside any transaction (autocommit: one consistent snapshot per statement)."""
         try:
             return self._connection.execute(sql, params).fetchall()
         except sqlite3.Error as error:
-            raise _store_error(error) from None
+            raise self.translate(error) from None
 
     def query_one(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> tuple[Any, ...] | None:
         rows = self.query(sql, params)
@@ -1132,21 +1154,25 @@ ROW_CHECKS: Final[Mapping[str, Callable[[Any], Any]]] = MappingProxyType({
 })
 
 
-# The operation state a settled row's stored package states, by the row's state. Escalated reads
-# as unknown (recovery answered nobody); a row recovery reconciled keeps its first answer
-# (unknown), and the downstream's receipt vouches for the data and receipt it added.
+# The operation state a settled or released row's stored package states, by the row's state.
+# Escalated reads as unknown (recovery answered nobody); a row recovery reconciled keeps its first
+# answer (unknown), and the downstream's receipt vouches for the data and receipt it added. A
+# released row holds no package (a release before the downstream), the answer of a write that
+# failed and committed nothing (none), or the unknown answer a fenced receipt query then proved
+# empty (receipt_absent keeps it).
 PACKAGE_STATES: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
     "succeeded": frozenset({"succeeded"}), "unknown": frozenset({"unknown"}), "escalated": frozenset({"unknown"}),
-    "reconciled": frozenset({"reconciled", "unknown"}),
+    "reconciled": frozenset({"reconciled", "unknown"}), "released": frozenset({"none", "unknown"}),
 })
 
 
 def verified_record(row: LedgerRow, seal_keys: td.SealKeys | None,
                     receipt_of: Callable[[str], td.Receipt | None], *,
                     registry: Mapping[str, td.ToolSpec] = td.REGISTRY) -> td.OperationRecord:
-    """A settled row as the record a replay or a status query answers from, once its stored
-    package verifies (with the store's seal keys, required when it has them) and states exactly
-    the row's columns; STORE_TAMPERED otherwise. Nothing is written either way."""
+    """A settled row as the record a replay or a status query answers from (or a released row,
+    through verified_release), once its stored package verifies (with the store's seal keys,
+    required when it has them) and states exactly the row's columns; STORE_TAMPERED otherwise.
+    Nothing is written either way."""
     record = row.record()  # damaged kinds are STORE_INVALID first
     refs, data = dict(record.refs), record.data
     package = None if row.package is None else _decoded(row.package)
@@ -1216,6 +1242,24 @@ def _unanswered(row: LedgerRow, record: td.OperationRecord, refs: dict[str, Any]
     return record
 
 
+ReadOne = Callable[[str, Mapping[str, Any]], Sequence[Any] | None]  # one row of a statement, in or out of a transaction
+
+
+def verified_release(row: LedgerRow, seal_keys: td.SealKeys | None, read_one: ReadOne, *,
+                     registry: Mapping[str, td.ToolSpec] = td.REGISTRY) -> None:
+    """A released row, before a new claim takes its key, a status query reads it as free or
+    verify-chain passes it: it holds what a release leaves (PACKAGE_STATES), its package verifies
+    and states exactly its columns as a settled row's must, and no receipt of its request was
+    committed since its key was last pruned: a release before the downstream and a failed write
+    made none, and receipt_absent found none behind a fence. A row that says "released" over an
+    effect (a success, or an unknown write that did commit, edited to released) would run its
+    write again: STORE_TAMPERED. Nothing is written either way."""
+    verified_record(row, seal_keys, lambda _status_ref: None, registry=registry)  # no receipt vouches for it
+    found = read_one(SQL_RELEASED_EFFECTS, {**row.key.params(), "status_ref": row.status_ref})
+    if found is None or _checked_int(found[0]) != 0:
+        raise DurableError("STORE_TAMPERED")
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     """A holder's claim on a key: valid while the row keeps this state and this epoch."""
@@ -1254,11 +1298,13 @@ class Ledger:
     """
 
     def __init__(self, store: DurableStore, *, retention_ms: int = RETENTION_MS,
-                 checkpoint: Checkpoint = _no_checkpoint, seal_keys: td.SealKeys | None = None) -> None:
+                 checkpoint: Checkpoint = _no_checkpoint, seal_keys: td.SealKeys | None = None,
+                 registry: Mapping[str, td.ToolSpec] = td.REGISTRY) -> None:
         self._store = _checked_store(store)
         self._retention_ms = _setting("retention_ms", retention_ms)
         self._checkpoint = checkpoint
         self._seal_keys = _seal_keys_setting(seal_keys)
+        self._registry = registry  # the contract set a released row's package is verified with
 
     def now_ms(self) -> int:
         return self._store.now_ms()
@@ -1270,7 +1316,8 @@ class Ledger:
     def claim(self, tx: Tx, key: OperationKey, intent: Intent, *, owner: str, lease_ms: int,
               approval_ref: str | None = None, started: bool = False) -> Lease | LedgerRow:
         """Inside ``tx``: claim the key, or take over a released or expired claim; else return the
-        row to answer. The caller commits (with the start, in one transaction) or rolls back.
+        row to answer. The caller commits (with the start, in one transaction) or rolls back. A
+        released row is taken only once it verifies as one (verified_release): STORE_TAMPERED.
 
         A new row starts above the highest epoch its key ever reached (key_epochs keeps the epoch
         of a pruned row), so the downstream's fence never sees an epoch go back. With an approval
@@ -1296,6 +1343,9 @@ class Ledger:
         event = claim_event(row, intent.call, now)
         if event is None:
             return row
+        if row.state == "released":  # the row this claim overwrites, read under its lock
+            verified_release(row, self._seal_keys, lambda sql, params: tx.execute(sql, params).fetchone(),
+                             registry=self._registry)
         to_state = transition(row.state, event)
         if tx.execute(SQL_CLAIM_TAKE_OVER, {**params, "to_state": transition(to_state, "start") if started else to_state,
                                             "from_state": row.state, "epoch": row.lease_epoch}).rowcount != 1:
@@ -1622,7 +1672,8 @@ class LedgerOperations:
         seal_keys = _seal_keys_setting(seal_keys)
         self._seal_keys = seal_keys  # seal what is chained; require and check seals on what is read back
         self._registry = registry  # the contract set the stored packages were made with
-        self.ledger = Ledger(store, retention_ms=retention_ms, checkpoint=self._checkpoint, seal_keys=seal_keys)
+        self.ledger = Ledger(store, retention_ms=retention_ms, checkpoint=self._checkpoint, seal_keys=seal_keys,
+                             registry=registry)
         self.downstream = DurableDownstream(store, realm, checkpoint=self._checkpoint)
         self._calls = CallBindings(store, realm)
 
@@ -1636,6 +1687,8 @@ class LedgerOperations:
         key = self.key(call.record_key)
         row = None if key is None else self.ledger.read(key)
         if row is None or claim_event(row, call, self.store.now_ms()) is not None:
+            if row is not None and row.state == "released":
+                self._verified_release(row)  # free only once it verifies as released
             return None
         return self._answer(call, row)
 
@@ -1651,8 +1704,13 @@ class LedgerOperations:
         tx = self.store.begin()
         with self._rolled_back_on_error():
             self._write_pending(tx)
-            lease = self.ledger.claim(tx, key, intent, owner=self._owner, lease_ms=self.lease_ms,
-                                      approval_ref=approval_ref, started=True)
+            try:
+                lease = self.ledger.claim(tx, key, intent, owner=self._owner, lease_ms=self.lease_ms,
+                                          approval_ref=approval_ref, started=True)
+            except DurableError as error:
+                if error.code == "STORE_TAMPERED":  # a refused release writes nothing, not even the binding
+                    self._pending = None
+                raise
             if isinstance(lease, LedgerRow):  # another process claimed it after our read
                 self.store.commit()
                 self._pending = None
@@ -1750,12 +1808,22 @@ class LedgerOperations:
             self._pending = None
             raise
 
+    def _verified_release(self, row: LedgerRow) -> None:
+        # A released row answers "free" (a claim may take it) only once it verifies as one.
+        try:
+            verified_release(row, self._seal_keys, self.store.query_one, registry=self._registry)
+        except DurableError:
+            self._pending = None
+            raise
+
     # -- the status query ----------------------------------------------------------------------
 
     def find(self, record_key: td.RecordKey) -> td.OperationRecord | None:
         key = self.key(record_key)
         row = None if key is None else self.ledger.read(key)
         for _attempt in range(MAX_ANSWER_ATTEMPTS):
+            if row is not None and row.state == "released":
+                self._verified_release(row)  # "nothing to query" only from a row that verifies as released
             if row is None or row.state in td.FREE_STATES:
                 return None
             if row.state in td.MODEL_STATE:
@@ -2060,8 +2128,10 @@ def prune(store: DurableStore, *, retention_ms: int = RETENTION_MS) -> PruneRepo
 # ============================================================================================
 # What an auditor runs against a whole database: each realm's chain through the core's verifier
 # (as an open chain: a ledger never closes it), each chain row's columns against its entry, the
-# head row against the last entry, and every operation row: its stored package must be one of its
-# realm's chain entries, and a settled row must verify as a replay would (verified_record).
+# head row against the last entry, and every operation row: its stored package must be its
+# operation's latest entry in its realm's chain (every move that stores a package appends it in
+# the same transaction, so an earlier one is a row rolled back), a settled row must verify as a
+# replay would (verified_record), and a released row as a new claim would (verified_release).
 
 
 @dataclass(frozen=True, slots=True)
@@ -2108,9 +2178,9 @@ def _verify_chain(store: Any, seal_keys: td.SealKeys | None, registry: Mapping[s
     sealed = seal_keys is not None
     for (realm,) in store.query(SQL_CHAIN_REALMS):
         realm = _checked_text(realm)
-        report, packages, fault = _verify_realm_chain(store, realm, seal_keys)
+        report, packages, superseded, fault = _verify_realm_chain(store, realm, seal_keys)
         if fault is None:
-            fault, checked = _verify_realm_rows(store, realm, packages, seal_keys, registry)
+            fault, checked = _verify_realm_rows(store, realm, packages, superseded, seal_keys, registry)
             rows += checked
         if fault is not None:
             return ChainReport(MappingProxyType(heads), entries, rows, False, fault)
@@ -2121,7 +2191,9 @@ def _verify_chain(store: Any, seal_keys: td.SealKeys | None, registry: Mapping[s
 
 
 def _verify_realm_chain(store: Any, realm: str, seal_keys: td.SealKeys | None
-                        ) -> tuple[td.AuditReport, dict[str, int], ChainFault | None]:
+                        ) -> tuple[td.AuditReport, dict[str, int], frozenset[int], ChainFault | None]:
+    """The realm's chain verified; the entry that holds each package text (the latest, for a text
+    chained twice), and the entries a later entry of the same operation superseded."""
     found = store.query(SQL_CHAIN_ENTRIES, {"realm": realm})
     lines = [_checked_text(row[3]).encode("utf-8") for row in found]
     try:
@@ -2129,13 +2201,16 @@ def _verify_realm_chain(store: Any, realm: str, seal_keys: td.SealKeys | None
                                      require_seal=seal_keys is not None, closed=False)
     except td.BoundaryError as error:
         index = int(error.at[len("entries["):-1]) if error.at else None
-        return td.AuditReport(0, td.GENESIS_SHA256, False), {}, ChainFault(realm, index, error)
+        return td.AuditReport(0, td.GENESIS_SHA256, False), {}, frozenset(), ChainFault(realm, index, error)
     packages: dict[str, int] = {}  # a stored package's canonical text -> the entry that holds it
+    latest: dict[str | None, int] = {}  # an operation (its request_ref) -> its latest entry
     for position, (row, line) in enumerate(zip(found, lines)):
         entry = td.decode_strict_json(line, max_bytes=td.MAX_AUDIT_LINE_BYTES)  # verified above: it decodes
         if tuple(row[:3]) != (position, entry["previous_sha256"], entry["entry_sha256"]):
-            return report, packages, ChainFault(realm, position, td.BoundaryError("AUDIT_ENTRY_EDITED"))
+            return report, packages, frozenset(), ChainFault(realm, position, td.BoundaryError("AUDIT_ENTRY_EDITED"))
         packages[td.canonical_json(entry["package"]).decode("utf-8")] = position
+        latest[_operation_of(entry["package"])] = position
+    superseded = frozenset(range(len(found))) - frozenset(latest.values())
     head = store.query_one(SQL_CHAIN_HEAD, {"realm": realm})
     counted, last = (0, td.GENESIS_SHA256) if head is None else (_checked_int(head[0]), _checked_text(head[1]))
     if (counted, last) != (report.entries, report.head_sha256):
@@ -2144,12 +2219,21 @@ def _verify_realm_chain(store: Any, realm: str, seal_keys: td.SealKeys | None
         code, index = (("AUDIT_TRUNCATED", report.entries) if counted > report.entries else
                        ("AUDIT_ENTRY_INSERTED", counted) if counted < report.entries else
                        ("AUDIT_ENTRY_EDITED", report.entries - 1))
-        return report, packages, ChainFault(realm, index, td.BoundaryError(code))
-    return report, packages, None
+        return report, packages, superseded, ChainFault(realm, index, td.BoundaryError(code))
+    return report, packages, superseded, None
 
 
-def _verify_realm_rows(store: Any, realm: str, packages: Mapping[str, int], seal_keys: td.SealKeys | None,
-                       registry: Mapping[str, td.ToolSpec]) -> tuple[ChainFault | None, int]:
+def _operation_of(package: dict[str, Any]) -> str | None:
+    # The operation a chained package answers: its derived request reference (the entry verified).
+    audit = package.get("protected_audit")
+    downstream = audit.get("downstream") if type(audit) is dict else None
+    request_ref = downstream.get("request_ref") if type(downstream) is dict else None
+    return request_ref if type(request_ref) is str else None
+
+
+def _verify_realm_rows(store: Any, realm: str, packages: Mapping[str, int], superseded: frozenset[int],
+                       seal_keys: td.SealKeys | None, registry: Mapping[str, td.ToolSpec]
+                       ) -> tuple[ChainFault | None, int]:
     receipts = DurableDownstream(store, realm).receipt
     checked = 0
     for values in store.query(SQL_REALM_ROWS, {"realm": realm}):
@@ -2158,8 +2242,12 @@ def _verify_realm_rows(store: Any, realm: str, packages: Mapping[str, int], seal
         try:
             if row.package is not None and index is None:
                 raise DurableError("STORE_TAMPERED")  # a package no chain entry holds
+            if index in superseded:
+                raise DurableError("STORE_TAMPERED")  # a later entry of its operation followed it: rolled back
             if row.state in td.MODEL_STATE:
                 verified_record(row, seal_keys, receipts, registry=registry)
+            elif row.state == "released":
+                verified_release(row, seal_keys, store.query_one, registry=registry)
         except DurableError as error:
             return ChainFault(realm, index, error, row.request_ref), checked
         checked += 1

@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -723,7 +724,10 @@ class TestStore(StoreCase):
         store = self.open_store()
         ledger = self.dispatcher(store, lease_ms=100).operations.ledger
         key = dd.OperationKey("default", "t", "s", "tool", "k")
-        intent = dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", "rq", "st")
+        # Its references derived from the key, as a claim derives them: a released row a new claim may take.
+        request_ref = td.derived_ref("rq-", "request", "t", "s", "tool", "k", "0" * 64)
+        intent = dd.Intent("0" * 64, td.PROVIDER_PROFILES["openai-responses-v1"], "op", "{}", request_ref,
+                           td.derived_ref("st-", "status", request_ref))
         with store.transaction() as tx:
             ledger.claim(tx, key, intent, owner="one", lease_ms=100)
         self.tamper("UPDATE operations SET state = 'released', lease_owner = NULL, lease_expires_at = NULL")
@@ -839,6 +843,39 @@ class TestStore(StoreCase):
                             (sqlite3.Error("other"), "STORE_FAILED")):
             with self.subTest(code=code):
                 self.assertEqual(dd._store_error(error).code, code)
+
+    def test_a_store_it_may_not_write_is_unreadable_only_while_it_is_opened(self) -> None:
+        for result in (1544, 14):  # SQLITE_READONLY_DIRECTORY (primary 8), SQLITE_CANTOPEN
+            with self.subTest(result=result):
+                error = sqlite3.OperationalError("attempt to write a readonly database")
+                error.sqlite_errorcode = result  # type: ignore[attr-defined]
+                self.assertEqual((dd._store_error(error, opening=True).code, dd._store_error(error).code),
+                                 ("STORE_UNREADABLE", "STORE_FAILED"))
+
+    def test_text_that_is_not_utf8_is_a_damaged_value(self) -> None:
+        # The sqlite3 module cannot decode it when the row is fetched (its own error, no SQLite
+        # code): STORE_INVALID from a replay and from verify-chain, never STORE_FAILED's "retry".
+        with contextlib.closing(sqlite3.connect(":memory:")) as connection:
+            connection.execute("CREATE TABLE t (x TEXT)")
+            connection.execute("INSERT INTO t VALUES (CAST('a' || X'FF' AS TEXT))")
+            with self.assertRaises(sqlite3.OperationalError) as caught:
+                connection.execute("SELECT x FROM t").fetchall()
+        self.assertEqual(dd._store_error(caught.exception).code, "STORE_INVALID")
+        same_text = sqlite3.OperationalError(str(caught.exception))
+        same_text.sqlite_errorcode = 1  # type: ignore[attr-defined]  # SQLite's own error: its text proves nothing
+        self.assertEqual(dd._store_error(same_text).code, "STORE_FAILED")
+        for index, (table, column, replayed) in enumerate((
+                ("operations", "package", True), ("operations", "data", True), ("operations", "tenant", False),
+                ("audit_chain", "entry", False), ("audit_heads", "realm", False))):
+            with self.subTest(column=f"{table}.{column}"):
+                self.new_store(f"utf8-{index}")
+                dispatcher = self.dispatcher()
+                write(dispatcher, "a")
+                self.tamper(f"UPDATE {table} SET {column} = CAST({column} || X'FF' AS TEXT)")
+                with dd.open_store(self.path, create=False) as store:
+                    self.assertDurable("STORE_INVALID", lambda: dd.verify_chain(store))
+                if replayed:
+                    self.assertDurable("STORE_INVALID", lambda: write(dispatcher, "b"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1333,6 +1370,74 @@ class TestSealedLedger(StoreCase):
                 self.tamper(restore)
                 self.assertAnswer(write(later, f"d-{name}"), "OUTCOME_UNKNOWN")
 
+    # -- released rows: free only once they verify as released ---------------------------------
+
+    def test_a_success_edited_to_released_is_refused_not_run_again(self) -> None:
+        # Its package says succeeded, which no release holds; with the package removed too, the
+        # downstream holds a receipt of its request, which no release leaves behind.
+        for index, (name, sql, at) in enumerate((
+                ("state", "UPDATE operations SET state = 'released', expires_at = NULL", 0),
+                ("state and package", "UPDATE operations SET state = 'released', expires_at = NULL, package = NULL",
+                 None))):
+            with self.subTest(tamper=name):
+                self.new_store(f"released-{index}")
+                dispatcher = self.sealed()
+                self.assertAnswer(write(dispatcher, "a"), "fresh")
+                request_ref = self.row(dispatcher).request_ref
+                self.tamper(sql)
+                self.assertTampered(dispatcher)
+                self.assertEqual(dispatcher.effect_count, 1)
+                fault = self.verify_chain().fault
+                self.assertEqual((fault.realm, fault.index, fault.error.code, fault.request_ref),
+                                 ("default", at, "STORE_TAMPERED", request_ref))
+
+    def test_an_unknown_write_that_committed_edited_to_released_is_refused(self) -> None:
+        # Its unknown package is one a release may hold (receipt_absent keeps it), and its columns
+        # match it: only the receipt says the write committed.
+        dispatcher = self.sealed()
+        self.assertAnswer(write(dispatcher, "a", fault="timeout_after_commit"), "OUTCOME_UNKNOWN")
+        self.tamper("UPDATE operations SET state = 'released', recovery_hint = NULL")
+        self.assertTampered(dispatcher)
+        fault = self.verify_chain().fault
+        self.assertEqual((fault.index, fault.error.code), (0, "STORE_TAMPERED"))
+        self.assertEqual(dispatcher.effect_count, 1)
+
+    def test_a_claim_that_meets_a_tampered_release_under_its_lock_takes_nothing(self) -> None:
+        dispatcher = self.sealed()
+        write(dispatcher, "a")
+        self.tamper("UPDATE operations SET state = 'released', expires_at = NULL")
+        late = self.sealed()
+        late.operations.ledger.read = lambda key: None  # type: ignore[method-assign]  # read before the edit
+        before = self.dump()
+        self.assertDurable("STORE_TAMPERED", lambda: write(late, "b"))
+        self.assertEqual(self.dump(), before)  # no claim, no approval use, no call binding
+        self.assertEqual(late.effect_count, 1)
+
+    def test_every_release_a_write_leaves_verifies_and_frees_its_key(self) -> None:
+        # A refusal before the downstream (no package); an unknown write a fenced receipt query
+        # proved empty, by a status query or by recovery (its unknown answer kept). Each verifies,
+        # reads as free, and its key runs once more; the chain then holds both answers.
+        for index, (name, settle, package) in enumerate((
+                ("refused before the downstream", None, False),
+                ("proved empty by a status query", "query", True),
+                ("proved empty by recovery", "recover", True))):
+            with self.subTest(release=name):
+                self.new_store(f"release-{index}")
+                dispatcher = self.sealed()
+                write(dispatcher, "a", fault="rate_limited" if settle is None else "handler_fails_before_commit")
+                if settle == "query":
+                    self.assertAnswer(query(dispatcher, "q", op_tag="a"), "OPERATION_NOT_EXECUTED")
+                if settle == "recover":
+                    self.assertEqual([outcome.after for outcome in dd.recover(self.open_store())], ["released"])
+                row = self.row(dispatcher)
+                self.assertEqual((row.state, row.package is not None), ("released", package))
+                self.assertIsNone(self.verify_chain().fault)
+                self.assertAnswer(query(dispatcher, "q-free", op_tag="a"), "NOT_FOUND")
+                self.assertAnswer(write(dispatcher, "b"), "fresh")
+                self.assertEqual(dispatcher.effect_count, 1)
+                report = self.verify_chain()
+                self.assertEqual((report.fault, report.entries, report.rows), (None, 2 if package else 1, 1))
+
     # -- verify-chain: the whole database ------------------------------------------------------
 
     def chained(self, writes: int = 4) -> None:
@@ -1442,6 +1547,20 @@ class TestSealedLedger(StoreCase):
                             f"package = {sql_text(json.loads(original[1]))}, tool = 'create_refund_draft', "
                             "subject = 'alice' WHERE idempotency_key = 'idem-1'")
                 self.assertEqual(self.verify_cli(SEAL_KEYS)[0], 0)
+
+    def test_a_row_rolled_back_to_an_earlier_entry_of_its_operation_is_named(self) -> None:
+        # Every move that stores a package chains it in the same transaction: a row's package is
+        # its operation's latest entry. This one is put back to its first answer (unknown), which
+        # its own columns then match.
+        dispatcher = self.sealed()
+        unknown = write(dispatcher, "a", fault="timeout_after_commit")
+        self.assertAnswer(query(dispatcher, "q", op_tag="a"), "receipt_reconciled")
+        request_ref = self.row(dispatcher).request_ref
+        status, body, _ = self.verify_cli(SEAL_KEYS)
+        self.assertEqual((status, body["entries"], body["rows"]), (0, 2, 1))  # both answers, the row holds the last
+        self.tamper(f"UPDATE operations SET state = 'unknown', package = {sql_text(unknown)}, receipt_ref = NULL, "
+                    "data = NULL, expires_at = NULL, recovery_hint = 'query_status'")
+        self.assertChainFault("STORE_TAMPERED", 0, request_ref=request_ref)
 
     def test_a_settled_row_whose_approval_column_was_emptied_is_tampered(self) -> None:
         dispatcher = self.sealed()
@@ -2724,6 +2843,26 @@ class TestHostTools(StoreCase):
         self.assertEqual([o.after for o in dd.recover(store, registry=self.NOTE, receipt_tools={"write_note"})],
                          ["released"])
 
+    def test_a_write_that_failed_is_released_with_its_answer_and_its_key_runs_again(self) -> None:
+        effects = iter(("not_committed", "committed"))
+
+        def execute(call: td.ExecuteCall) -> td.Execution:
+            effect = next(effects)
+            self.written.append(effect)
+            return td.Execution({"name": "todo"} if effect == "committed" else None, effect)
+
+        store = self.open_store()
+        dispatcher = dd.DurableDispatcher(store=store, approvers=APPROVERS, registry=self.NOTE, seal_keys=SEAL_KEYS,
+                                          hooks={"write_note": td.ToolHooks(execute=execute)})
+        failed = self.note(dispatcher, "a")
+        self.assertAnswer(failed, "TOOL_FAILED")
+        row = dispatcher.ledger_row(ALICE, "write_note", KEY)
+        self.assertEqual((row.state, row.package), ("released", canonical(failed).decode("utf-8")))
+        self.assertIsNone(dd.verify_chain(store, seal_keys=SEAL_KEYS, registry=self.NOTE).fault)
+        self.assertAnswer(self.note(dispatcher, "b"), "fresh")
+        report = dd.verify_chain(store, seal_keys=SEAL_KEYS, registry=self.NOTE)
+        self.assertEqual((report.fault, report.entries, self.written), (None, 2, ["not_committed", "committed"]))
+
     def test_a_status_hook_settles_what_it_finds(self) -> None:
         output = {"name": "todo"}
         for index, (found, answer, state) in enumerate((
@@ -2796,6 +2935,28 @@ class TestPruning(StoreCase):
         self.assertAnswer(settled, "receipt_reconciled")
         self.assertEqual(settled["model_result"]["data"], first["model_result"]["data"])
 
+
+    def test_a_key_released_after_pruning_may_meet_its_pruned_rows_receipt(self) -> None:
+        # The downstream keeps a pruned write's receipt; a retry refused before the downstream
+        # releases the key over it. Its epoch is at most the one key_epochs kept: no holder of the
+        # released row committed it. Without the kept epoch, it is an effect no release allows.
+        dispatcher = self.dispatcher(retention_ms=1_000)
+        write(dispatcher, "a")
+        store = self.open_store()
+        dd.relay(store)
+        self.clock.advance(1_000)
+        self.assertEqual(dd.prune(store, retention_ms=1_000).operations, 1)
+        self.assertAnswer(write(dispatcher, "b", fault="rate_limited"), "RATE_LIMITED")
+        self.assertEqual((self.row(dispatcher).state, dispatcher.effect_count), ("released", 1))
+        self.assertIsNone(dd.verify_chain(store).fault)
+        kept = rows(self.path, "SELECT epoch FROM key_epochs")
+        self.tamper("DELETE FROM key_epochs")
+        self.assertEqual(dd.verify_chain(store).fault.error.code, "STORE_TAMPERED")
+        self.tamper("INSERT INTO key_epochs VALUES ('default', 'tenant-a', 'alice', 'create_refund_draft', "
+                    f"'{KEY}', {kept[0][0]})")
+        again = write(dispatcher, "c")
+        self.assertAnswer(again, "OUTCOME_UNKNOWN")  # as every retry after the window: the receipt is the old one
+        self.assertEqual((again["execution"]["effects"], dispatcher.effect_count), (0, 1))
 
     def test_a_pruned_key_restarts_above_its_fence(self) -> None:
         # Recovery raised the key's epoch (and the downstream's fence) to 2; after pruning, a
@@ -3152,6 +3313,37 @@ class TestCli(StoreCase):
         self.assertEqual((bad.returncode, bad.stderr, json.loads(bad.stdout)["error"]["code"]),
                          (2, b"", "STORE_UNREADABLE"))
         self.assertNotIn(str(self.dir).encode(), bad.stdout)
+
+    def test_verify_chain_of_a_store_it_may_not_write_is_unreadable_and_leaves_no_file(self) -> None:
+        # SQLite reads a WAL database only through its -shm file, which it cannot create in a
+        # read-only directory: the store cannot be opened, and nothing is written. Root ignores
+        # file modes, so as root the child runs in a user namespace of its own, where they hold.
+        folder = self.dir / "read-only"
+        folder.mkdir()
+        path = folder / "ledger.sqlite3"
+        with dd.open_store(path, synchronous="NORMAL", clock_ms=self.clock) as store:
+            self.assertAnswer(write(self.dispatcher(store), "a"), "fresh")
+        self.assertEqual([entry.name for entry in folder.iterdir()], ["ledger.sqlite3"])
+        prefix: list[str] = []
+        if os.geteuid() == 0:
+            unshare = shutil.which("unshare")
+            if unshare is None or subprocess.run([unshare, "--user", "true"], capture_output=True,
+                                                 timeout=CHILD_TIMEOUT_S).returncode != 0:
+                self.skipTest("running as root without a user namespace: file modes cannot hold")
+            prefix = [unshare, "--user"]
+        path.chmod(0o444)
+        folder.chmod(0o555)
+        self.addCleanup(folder.chmod, 0o755)
+        flags = ["-B"] + (["-O"] * sys.flags.optimize) + [f"-W{option}" for option in sys.warnoptions]
+        done = subprocess.run([*prefix, sys.executable, *flags, str(HERE / "durable_dispatcher.py"), "verify-chain",
+                               "--db", str(path)], capture_output=True, env=child_env(), timeout=CHILD_TIMEOUT_S)
+        self.assertEqual((done.returncode, done.stderr, json.loads(done.stdout)["error"]["code"]),
+                         (2, b"", "STORE_UNREADABLE"))
+        self.assertNotIn(str(self.dir).encode(), done.stdout)
+        self.assertEqual([entry.name for entry in folder.iterdir()], ["ledger.sqlite3"])
+        folder.chmod(0o755)  # the same store where it may be written: it verifies
+        status, body, _ = self.main("verify-chain", "--db", str(path))
+        self.assertEqual((status, body["passed"], body["rows"]), (0, True, 1))
 
     def test_every_failure_is_the_projects_one_envelope(self) -> None:
         # The same shape as every CLI of the project: {"passed": false, "error": {code, message,

@@ -749,6 +749,10 @@ class TestCanonicalJson(unittest.TestCase):
                 with self.subTest(value=ascii(value)[:60]):
                     self.assertEqual(td.canonical_text(value), td.jcs_text(value))
                     self.assertIn(str(number), td.canonical_text(value))
+        # A lone surrogate has no canonical text either, in a value or a key, alone or beside others.
+        for value in ("\ud800", ["ok", "\udfff"], {"\udc00": 1}, {"k": "a\ud83d"}):
+            with self.subTest(surrogate=ascii(value)), self.assertRaises(ValueError):
+                td.canonical_text(value)
         # A run of 16 digits or more inside a string is text: kept as it is.
         digits = {"h": "12345678901234567890", "d": "a" + "9" * 40, "k": [str(2 ** 64)]}
         self.assertEqual(td.canonical_text(digits), json.dumps(digits, sort_keys=True, separators=(",", ":")))
@@ -2183,6 +2187,14 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                                  "SCHEMA_BOUNDS", "schema.properties[0].maximum")
             schema = schema_field({"type": "integer", "examples": [td.MAX_SAFE_INTEGER, *beside]})
             self.assertEqual(td.compile_schema(schema).source_sha256, td.canonical_sha256(schema))
+        # The last safe integers are measured like any value: a schema one byte over its limit is too large.
+        for number in (td.MAX_SAFE_INTEGER, -td.MAX_SAFE_INTEGER):
+            schema = schema_field({"type": "integer", "maximum": number})
+            size = len(td.canonical_json(schema))
+            self.assertIsNone(td.prescan(schema, max_bytes=size))
+            with self.assertRaises(BoundaryError) as caught:
+                td.prescan(schema, max_bytes=size - 1)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("SCHEMA_TOO_LARGE", "schema"))
 
     def test_limits_floats_in_annotations_are_ignored(self):
         td.compile_schema(schema_object(examples=[1.5], default=None))

@@ -693,8 +693,8 @@ def _portable_text(value: Any) -> str:
 
 
 def _may_hold_long_integer(text: str) -> bool:
-    # "surrogatepass": a lone surrogate is the string encoder's to refuse, not this look's.
-    return _LONG_DIGIT_RUN in text.encode("utf-8", "surrogatepass").translate(_DIGITS_AS_ZERO)
+    # A lone surrogate has no UTF-8: the encoding refuses it here (UnicodeEncodeError, a ValueError).
+    return _LONG_DIGIT_RUN in text.encode("utf-8").translate(_DIGITS_AS_ZERO)
 
 
 def _may_hold_float(text: str) -> bool:

@@ -380,20 +380,8 @@ class Channel:
     def _answer(self, request_id: int, deadline: float) -> Any:
         while True:
             message = self.receive(deadline)
-            if type(message) is not dict or message.get("jsonrpc") != "2.0":
-                raise ClientError("CLIENT_PROTOCOL")
-            if "id" not in message and "method" in message:
-                if message["method"] == "notifications/tools/list_changed":
-                    self.tools_changed = True  # the caller lists again before its next call
-                continue  # a notification (log, progress, list_changed): read past, counted
-            if "method" in message:
-                if not _is_request_id(message["id"]):
-                    raise ClientError("CLIENT_PROTOCOL")
-                self.send(_answer_request(message))
-                continue  # a request from the server (ping, roots): answered, not served
-            if type(message.get("id")) is int and message["id"] in self.abandoned:
-                self.abandoned.discard(message["id"])
-                continue  # the late answer of a request whose deadline passed: read past, once
+            if self._read_past(message):
+                continue
             if type(message.get("id")) is not int or message["id"] != request_id:
                 raise ClientError("CLIENT_PROTOCOL")
             if message.keys() == {"jsonrpc", "id", "error"}:
@@ -402,12 +390,46 @@ class Channel:
                 raise ClientError("CLIENT_PROTOCOL")
             return message["result"]
 
+    def _read_past(self, message: Any) -> bool:
+        """Whether a message is one read past rather than an answer: a notification (log, progress,
+        list_changed, noted), a request from the server (answered), the late answer of an abandoned
+        request. A message that is no JSON-RPC message is CLIENT_PROTOCOL."""
+        if type(message) is not dict or message.get("jsonrpc") != "2.0":
+            raise ClientError("CLIENT_PROTOCOL")
+        if "id" not in message and "method" in message:
+            if message["method"] == "notifications/tools/list_changed":
+                self.tools_changed = True  # the caller lists again before its next call
+            return True  # a notification: read past, counted
+        if "method" in message:
+            if not _is_request_id(message["id"]):
+                raise ClientError("CLIENT_PROTOCOL")
+            self.send(_answer_request(message))
+            return True  # a request from the server (ping, roots): answered, not served
+        if type(message.get("id")) is int and message["id"] in self.abandoned:
+            self.abandoned.discard(message["id"])
+            return True  # the late answer of a request whose deadline passed: read past, once
+        return False
+
+    def settle(self) -> None:
+        """Read what the server sent since the last answer, never waiting: a tool list it announced
+        changed between two requests is noted before the next is sent. Counted under the last
+        request's bounds; an answer nobody awaits is CLIENT_PROTOCOL. The end of the output is left
+        for the next request to meet."""
+        while True:
+            line = self._line(time.monotonic(), wait=False)
+            if line is None:
+                return
+            if not self._read_past(self._decode(line)):
+                raise ClientError("CLIENT_PROTOCOL")
+
     def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         self.send({"jsonrpc": "2.0", "method": method} if params is None else
                   {"jsonrpc": "2.0", "method": method, "params": params})
 
     def receive(self, deadline: float) -> Any:
-        line = self.line(deadline)
+        return self._decode(self.line(deadline))
+
+    def _decode(self, line: bytes) -> Any:
         try:
             return tool_dispatcher.decode_strict_json(line, max_bytes=self.limits.line_bytes,
                                                       max_depth=MAX_MESSAGE_DEPTH, policy=MESSAGE_JSON)
@@ -415,6 +437,14 @@ class Channel:
             raise ClientError("CLIENT_JSON", json_error=error) from None
 
     def line(self, deadline: float) -> bytes:
+        found = self._line(deadline, wait=True)
+        if found is None:  # never: a waiting read answers a line or raises
+            raise ClientError("CLIENT_PROTOCOL")
+        return found
+
+    def _line(self, deadline: float, *, wait: bool) -> bytes | None:
+        """The next non-blank line; without ``wait``, None when no whole line has arrived yet (the
+        end of the output is then left for a waiting read to meet)."""
         while True:
             end = self.buffer.find(b"\n")
             if end >= 0:
@@ -432,7 +462,18 @@ class Channel:
                 continue
             if len(self.buffer) > self.limits.line_bytes:
                 raise ClientError("CLIENT_LINE_TOO_LONG")  # before the rest of the line arrives
-            self.buffer += self._chunk(deadline)
+            if wait:
+                self.buffer += self._chunk(deadline)
+                continue
+            try:
+                chunk = self.chunks.get_nowait()
+            except queue.Empty:
+                return None
+            if not chunk:
+                self.chunks.put(b"")
+                return None
+            self._count(chunk)
+            self.buffer += chunk
 
     def _chunk(self, deadline: float) -> bytes:
         while True:
@@ -450,11 +491,14 @@ class Channel:
         if not chunk:
             self.chunks.put(b"")  # stay closed for any later read
             raise self._ended(deadline)
+        self._count(chunk)
+        return chunk
+
+    def _count(self, chunk: bytes) -> None:
         self.total += len(chunk)
         self.request_total += len(chunk)
         if self.request_total > self.limits.request_bytes or _over(self.total, self.limits.total_bytes):
             raise ClientError("CLIENT_TOO_MUCH_DATA")
-        return chunk
 
     def _ended(self, deadline: float) -> ClientError:
         """The output ended before the answer: a server that exited with a failure status (a crash,
@@ -711,6 +755,22 @@ class McpClient:
         if meta:
             fields["_meta"] = dict(meta)
         return self._request("tools/call", session.params(**fields), deadline=deadline)
+
+    def settle(self) -> None:
+        """Read, without waiting, what the server sent since the last answer (a tool list it
+        announced changed meanwhile sets ``tools_changed``); a ClientError breaks the client, as
+        in a request. Nothing is sent but the answers to the server's own requests."""
+        if self._broken:
+            raise ClientError("CLIENT_BROKEN")
+        if not self._busy.acquire(blocking=False):
+            raise ClientError("CLIENT_BUSY")
+        try:
+            self._channel.settle()
+        except BaseException:
+            self._broken = True  # where the next answer starts is unknown
+            raise
+        finally:
+            self._busy.release()
 
     def _session(self) -> Session:
         if self.session is None:

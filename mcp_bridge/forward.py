@@ -22,7 +22,8 @@ becomes the hook's Execution:
     nothing sent (deadline passed,      not_committed
       request out of bounds, no server)
     no answer, a broken or malformed    unknown for a write (it may have committed: the model is told to
-      answer, the server exited           query its status); for a read, a retryable DEADLINE_EXCEEDED
+      answer (an isError that is no       query its status); for a read, a retryable DEADLINE_EXCEEDED
+      boolean), the server exited
 
 The status hook, when the host names a status tool, calls it with ``{"idempotency_key": KEY}``
 (or what ``status_arguments`` builds) and reads its structuredContent: ``{"found": false}`` is
@@ -47,11 +48,14 @@ digests, the title's and the annotations' pins). A tool whose text changed, or t
 longer lists, is withheld until the next start that finds it unchanged: its execute hook answers
 ``not_committed`` without sending anything (the model sees TOOL_FAILED), its status hook (when it
 is the status tool) ``unavailable``, and ``call()`` raises ToolWithheld. ``drift`` says what the
-last start found: {tool: [fields]}, ["missing"] for a tool no longer listed. A start whose listing
-fails is a start that failed (nothing is sent). The listing is read at a start only: a server that
-changes its tools mid-session (notifications/tools/list_changed, read past) is compared again at
-its next start. Pinned tools are compared under their registry names, so a hook that calls
-another name (``remote_name``) is withheld when either name drifted.
+last comparison found: {tool: [fields]}, ["missing"] for a tool no longer listed. A start whose
+listing fails is a start that failed (nothing is sent). A server that announces a changed list
+mid-session (notifications/tools/list_changed) is listed and compared again before the next call
+is sent; what it wrote since the last answer is read first (Channel.settle), so an announcement
+that arrived between two calls counts. A comparison that fails, however, withholds every pinned
+tool; a listed text with no canonical form matches no pin (importer.sha256_of). Pinned tools are
+compared under their registry names, so a hook that calls another name (``remote_name``) is
+withheld when either name drifted.
 """
 from __future__ import annotations
 
@@ -105,8 +109,9 @@ def execution_of(result: Any, *, write: bool, errors_commit_nothing: bool = True
                  text_output: bool = False) -> td.Execution:
     """A tools/call result as an execute hook's Execution (see the module's table); with
     ``text_output`` (a tool that declares no output schema) its text content, whatever else it sent."""
-    if type(result) is not dict or result.get("resultType", "complete") != "complete":
-        raise td.ResponseLost  # an answer that is not a finished call's: what it did is unknown
+    if type(result) is not dict or result.get("resultType", "complete") != "complete" or type(
+            result.get("isError", False)) is not bool:
+        raise td.ResponseLost  # an answer that is not a finished call's, or malformed: what it did is unknown
     if result.get("isError") is True:
         if write and not errors_commit_nothing:
             return td.Execution(None, "unknown")
@@ -132,7 +137,8 @@ def _text_output(content: Any) -> Any:
 
 def status_of(result: Any) -> td.StatusAnswer:
     """A status tool's result as a StatusAnswer (see the module's docstring)."""
-    structured = result.get("structuredContent") if type(result) is dict and result.get("isError") is not True else None
+    answered = type(result) is dict and result.get("isError", False) is False  # a failure, or malformed: no answer
+    structured = result.get("structuredContent") if answered else None
     if type(structured) is not dict or type(structured.get("found")) is not bool:
         return td.StatusAnswer("unavailable")
     if structured["found"] is False:
@@ -171,7 +177,7 @@ class McpForwarder:
 
     @property
     def drift(self) -> dict[str, list[str]]:
-        """What the last start found: each withheld tool and its changed fields (a copy). Each start
+        """What the last comparison found: each withheld tool and its changed fields (a copy). Each one
         replaces the whole table, so it is read without waiting for a call in flight."""
         found = self._drift
         return {name: list(fields) for name, fields in found.items()}
@@ -236,10 +242,14 @@ class McpForwarder:
         until = time.monotonic() + timeout
         with self._lock:
             server = self._server(until)
+            try:  # what the server said between two calls (a changed list) is read before this one
+                server.settle()
+            except ClientError:
+                server = self._server(until)  # it broke the conversation: a new start, and its comparison
             if self._pinned is not None and server.tools_changed:
                 try:  # the server announced a changed list: compared again before anything is sent
                     self._compare(server, until)
-                except ClientError:
+                except Exception:  # noqa: BLE001 - a comparison that fails, however, withholds
                     raise ToolWithheld() from None  # every pinned tool stays withheld; nothing was sent
             if any(checked_name in self._drift for checked_name in checked):  # as this start found it
                 raise ToolWithheld()
@@ -274,6 +284,9 @@ class McpForwarder:
             except ClientError as error:
                 client.stop()
                 raise ServerNotStarted(error.code) from error
+            except Exception:  # noqa: BLE001 - a listing that cannot be compared is one that failed
+                client.stop()
+                raise ServerNotStarted("CLIENT_PROTOCOL") from None
             except BaseException:
                 client.stop()
                 raise
@@ -282,9 +295,10 @@ class McpForwarder:
 
     def _compare(self, client: McpClient, deadline: float) -> None:
         # A listing that fails withholds every pinned tool until one succeeds: nothing unreviewed runs.
+        # So does any other failure of the comparison (the announcement it answers is read already).
         try:
             self._drift = drift_of(self._pinned or {}, client.list_tools(deadline=deadline))
-        except ClientError:
+        except BaseException:
             self._drift = {name: ["unlisted"] for name in self._pinned or {}}
             raise
 

@@ -397,6 +397,7 @@ class Guard:
         # that opened it, and the ledger's order is the order of this queue.
         self._ledger = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="guard-ledger")
         self._audit = None
+        self._audit_stream: BinaryIO | None = None
         self._sequence = 0
         self._sequence_lock = threading.Lock()
         self._session = "s-" + secrets.token_hex(12)  # this run's response id: call identities never repeat
@@ -405,6 +406,7 @@ class Guard:
     def _build(self, store: str | None, audit: BinaryIO | None) -> td.Dispatcher:
         if audit is not None:
             self._audit = td.AuditLog(audit, seal_keys=self._seal_keys)
+            self._audit_stream = audit
         options: dict[str, Any] = dict(approvers=[self.host.approver], hooks=self._hooks, registry=self._registry,
                                        seal_keys=self._seal_keys)
         if store is None:
@@ -527,6 +529,9 @@ class Guard:
             return None
         if answered is None and defer:
             return self._input_required(text, name, arguments)
+        if answered is None and ask is None and self.host.approval_command is None:
+            self._report({"event": "approval", "tool": name, "answer": "none"})
+            return first[1]  # nobody to ask: APPROVAL_REQUIRED stands
         answer = answered if answered is not None else self._ask(ask, text, name, arguments)
         self._report({"event": "approval", "tool": name, "answer": {True: "yes", False: "no", None: "none"}[answer]})
         if cancelled is not None and cancelled.is_set():
@@ -563,8 +568,9 @@ class Guard:
             return False
         nonce, expires = parts[0], int(parts[1])
         now = int(self._clock())
-        if expires < now or not hmac.compare_digest(parts[2], self._state_mac(nonce, expires, name, arguments)):
-            return False
+        expected = self._state_mac(nonce, expires, name, arguments)
+        if expires < now or not expected or not hmac.compare_digest(parts[2], expected):
+            return False  # no MAC for arguments without a canonical form: no state was issued for them
         with self._flows_lock:
             self._redeemed = {used: until for used, until in self._redeemed.items() if until >= now}
             if nonce in self._redeemed:
@@ -630,6 +636,7 @@ class Guard:
                 item: dict[str, Any] | None = None) -> dict[str, Any]:
         if self._audit is not None:
             self._audit.append(package)
+            self._audit_stream.flush()  # on disk before the call is answered: a stop loses no line
         result = item if item is not None else td.to_mcp_tool_result(
             package, context, principal=self.host.principal, approvers=frozenset({self.host.approver}),
             seal_keys=self._seal_keys, require_seal=self._seal_keys is not None, registry=self._registry)
@@ -653,6 +660,7 @@ class Guard:
     def _close_audit(self) -> None:
         if self._audit is not None:
             self._audit.close()
+            self._audit_stream.flush()
             self._audit = None
         closer = getattr(getattr(self.dispatcher.operations, "store", None), "close", None)
         if callable(closer):
@@ -684,6 +692,7 @@ class GuardConnection:
         self._asked: dict[str, tuple[threading.Event, list[Any]]] = {}
         self._asked_lock = threading.Lock()
         self._next_ask = 0
+        self._ended = False  # the client's stream ended: nobody can answer a question
         self._workers: list[threading.Thread] = []
         self._withheld = guard.withheld()
 
@@ -711,23 +720,26 @@ class GuardConnection:
     def serve(self) -> None:
         """Read the client until its stream ends; then let the calls in flight finish (each has its
         deadline), so that what they did is in the ledger."""
-        while True:
-            try:
-                line = self._reader.readline(MAX_LINE_BYTES + 1)
-            except (OSError, ValueError):
-                break
-            if not line:
-                break
-            if len(line) > MAX_LINE_BYTES:
-                self._error(None, INVALID_REQUEST)
-                if not self._skip_rest():
+        try:
+            while True:
+                try:
+                    line = self._reader.readline(MAX_LINE_BYTES + 1)
+                except (OSError, ValueError):
                     break
-                continue
-            if line.strip():
-                self._handle(line)
-        with self._asked_lock:
-            for event, _answer in self._asked.values():
-                event.set()  # nobody is left to answer: each waiting call is not approved
+                if not line:
+                    break
+                if len(line) > MAX_LINE_BYTES:
+                    self._error(None, INVALID_REQUEST)
+                    if not self._skip_rest():
+                        break
+                    continue
+                if line.strip():
+                    self._handle(line)
+        finally:  # the end of input, or the guard stopped (SIGTERM): nobody is left to answer
+            with self._asked_lock:
+                self._ended = True  # a question a call would ask from now on gets no answer at once
+                for event, _answer in self._asked.values():
+                    event.set()  # each waiting call is not approved
         for worker in self._workers:
             worker.join()
 
@@ -792,6 +804,9 @@ class GuardConnection:
     # -- methods ----------------------------------------------------------------------------------
 
     def _discover(self, request_id: Any, _params: dict[str, Any]) -> None:
+        if self._era == "legacy":
+            self._error(request_id, INVALID_REQUEST)  # the session began with initialize: it keeps its era
+            return
         self._era = "modern"
         self._answer(request_id, {"supportedVersions": [MODERN_VERSION],
                                   "capabilities": {"tools": {"listChanged": True}},
@@ -799,6 +814,9 @@ class GuardConnection:
                                   "_meta": {"io.modelcontextprotocol/serverInfo": dict(SERVER_INFO)}})
 
     def _initialize(self, request_id: Any, params: dict[str, Any]) -> None:
+        if self._era is not None:
+            self._error(request_id, INVALID_REQUEST)  # one handshake per session, and one era
+            return
         self._era = "legacy"
         asked = params.get("protocolVersion")
         capabilities = params.get("capabilities")
@@ -812,6 +830,9 @@ class GuardConnection:
         self._answer(request_id, {})
 
     def _list(self, request_id: Any, _params: dict[str, Any]) -> None:
+        if self._era is None:
+            self._error(request_id, INVALID_REQUEST)  # no handshake yet (a ping is answered at any time)
+            return
         listing: dict[str, Any] = {"tools": self.guard.tools()}
         if self._era == "modern":  # a cacheable result in 2026-07-28: never cached, a tool may be withheld later
             listing.update(ttlMs=0, cacheScope="private")
@@ -863,6 +884,8 @@ class GuardConnection:
 
     def _elicit(self, text: str) -> bool | None:
         with self._asked_lock:
+            if self._ended:
+                return None  # the client is gone: nobody answers, and nobody is waited for
             self._next_ask += 1
             ask_id = f"guard-{self._next_ask}"
             event, slot = self._asked[ask_id] = (threading.Event(), [])
@@ -943,26 +966,40 @@ def _emit(stream: Any, value: Mapping[str, Any]) -> None:
         pass
 
 
+class _Stopped(BaseException):
+    """SIGTERM (the MCP stdio transport's way to stop a server that outlived its input): the guard
+    stops as at the end of its input. A BaseException, like KeyboardInterrupt: no handler of the
+    guard's own faults catches it."""
+
+
+def _stop(_signum: int, _frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one would cut the shutdown short
+    raise _Stopped
+
+
 def main(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
          stderr: Any = None) -> int:
-    """The guard's command: 0 when the client's stream ended; 2 (a JSON line on stderr) when it
-    could not start. Nothing but MCP is ever written to stdout."""
+    """The guard's command: 0 when the client's stream ended or SIGTERM stopped it (its servers
+    stopped, its audit log closed, either way); 2 (a JSON line on stderr) when it could not start;
+    130 on Ctrl-C. Nothing but MCP is ever written to stdout."""
     argv = list(sys.argv[1:] if argv is None else argv)
     errors = sys.stderr if stderr is None else stderr
     if threading.current_thread() is threading.main_thread():
         # Ctrl-C is KeyboardInterrupt from here on, answered on stderr below: stdout is the client's.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if hasattr(signal, "SIGTERM"):
+            signal.signal(signal.SIGTERM, _stop)
     if argv[:1] in (["-h"], ["--help"]):
         errors.write(USAGE)
         return 0
     guard = None
+    audit = None
     try:
         options, command = _arguments(argv)
         extra = [] if not command else [{"name": "server", "prefix": options.get("--prefix", ""),
                                          "command": command, "contracts": options["--contracts"]}]
         host = load_host(options["--host"], extra=extra)
         seal_keys = None if "--seal-key" not in options else td.load_seal_keys(options["--seal-key"])
-        audit = None
         if "--audit-log" in options:
             try:
                 audit = open(options["--audit-log"], "xb")  # noqa: SIM115 - closed by the guard's close()
@@ -976,6 +1013,8 @@ def main(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None, st
         serve(guard, stdin if stdin is not None else sys.stdin.buffer,
               stdout if stdout is not None else sys.stdout.buffer)
         return 0
+    except _Stopped:
+        return 0  # stopped as at the end of input: below, the servers and the audit log
     except td.CatalogError as error:
         _emit(errors, {"passed": False, "error": error.to_json()})
         return 2
@@ -988,6 +1027,8 @@ def main(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None, st
     finally:
         if guard is not None:
             guard.close()
+        if audit is not None:
+            audit.close()
 
 
 if __name__ == "__main__":

@@ -102,6 +102,7 @@ PIN_DIGITS: Final = 16
 PINNED_REVISION: Final = re.compile(r"contract\.[0-9a-f]{16}\.([0-9a-f]{16})\.([0-9a-f]{16})")
 MISSING: Final = "missing"  # a drift: the server no longer lists a reviewed tool
 UNPINNED: Final = "unpinned"  # a drift: the reviewed contract carries no text pin to compare with
+NO_DIGEST: Final = ""  # the digest of a value with no canonical form: equal to no pin
 
 # ============================================================================================
 # 2. Errors
@@ -169,9 +170,16 @@ def stable_listing(server: Any, *, deadline: float) -> list[Any]:
     """The listing read twice; any difference (a tool added, a schema swapped) refuses the import."""
     first = server.list_tools(deadline=deadline)
     second = server.list_tools(deadline=deadline)
-    if tool_dispatcher.canonical_json(first) != tool_dispatcher.canonical_json(second):
+    if _exact_text(first) != _exact_text(second):
         raise ImportFailure("IMPORT_LISTING_CHANGED")
     return first
+
+
+def _exact_text(listing: list[Any]) -> str:
+    # Not the canonical form: a value the server sent may have none (an integer beyond
+    # +/-(2**53-1)), and that is its one tool's refusal (JSON_NOT_PORTABLE), not the listing's.
+    # The decoder's values (dicts, lists, strings, integers, finite floats) each have this text.
+    return json.dumps(listing, ensure_ascii=True, sort_keys=True, allow_nan=False)
 
 
 # ============================================================================================
@@ -186,15 +194,23 @@ def stable_listing(server: Any, *, deadline: float) -> list[Any]:
 # own edits of a reviewed entry (its effect, resource or bound fields, role) change no pin.
 
 
+def sha256_of(value: Any) -> str:
+    """SHA-256 of a server's value's canonical JSON, or NO_DIGEST when it has none (an integer
+    beyond +/-(2**53-1), say): no pin matches it, so such a text drifts, and is never drafted."""
+    try:
+        return tool_dispatcher.canonical_sha256(value)
+    except (TypeError, ValueError, RecursionError, BoundaryError):
+        return NO_DIGEST
+
+
 def text_sha256(tool: Mapping[str, Any]) -> str:
     """SHA-256 of the canonical JSON of a tool's model-facing fields, as the server listed them."""
-    return tool_dispatcher.canonical_sha256({key: tool[key] for key in MODEL_FACING if key in tool})
+    return sha256_of({key: tool[key] for key in MODEL_FACING if key in tool})
 
 
 def text_pins(tool: Mapping[str, Any]) -> tuple[str, str]:
     """The title's and the annotations' pins (an absent title is null, absent annotations {})."""
-    return (tool_dispatcher.canonical_sha256(tool.get("title"))[:PIN_DIGITS],
-            tool_dispatcher.canonical_sha256(tool.get("annotations", {}))[:PIN_DIGITS])
+    return sha256_of(tool.get("title"))[:PIN_DIGITS], sha256_of(tool.get("annotations", {}))[:PIN_DIGITS]
 
 
 def hints_of(annotations: Any) -> dict[str, bool | None]:
@@ -204,7 +220,7 @@ def hints_of(annotations: Any) -> dict[str, bool | None]:
 
 
 def _schema_sha256(tool: Mapping[str, Any], key: str) -> str | None:
-    return None if tool.get(key) is None else tool_dispatcher.canonical_sha256(tool[key])
+    return None if tool.get(key) is None else sha256_of(tool[key])
 
 
 def drift_fields(tool: Mapping[str, Any], spec: tool_dispatcher.ToolSpec) -> list[str]:
@@ -350,6 +366,9 @@ def _draft_tool(tool: Any, index: int, session: Session, host: HostChoices,
         raise _Refused("TOOL_MALFORMED", f"{at}.annotations")
     compiled_in = _compile(tool["inputSchema"], f"{at}.inputSchema", narrowing, "input")
     compiled_out, text_output = _output(tool, at, narrowing)
+    for key in DRIFT_FIELDS:  # a text with no canonical form has no pin: it could never be compared
+        if key in tool and sha256_of(tool[key]) == NO_DIGEST:
+            raise _Refused("JSON_NOT_PORTABLE", f"{at}.{key}")
     input_schema = compiled_in.to_schema()
     output_schema = None if compiled_out is None else compiled_out.to_schema()
     effect = "read" if name in host.read_only else "write"
@@ -422,6 +441,8 @@ def _compile(schema: Any, at: str, narrowing: Any = None, side: str = "input") -
         if entries:
             return tool_dispatcher.narrow(schema, MappingProxyType(dict(entries)))
         return tool_dispatcher.compile_schema(schema)
+    except (TypeError, ValueError, RecursionError):
+        raise _Refused("JSON_NOT_PORTABLE", at) from None  # a value the server sent with no canonical form
     except BoundaryError as refusal:
         if refusal.scope != "schema":
             raise

@@ -229,6 +229,16 @@ class TestMapping(Case):
             with self.subTest(result=unfinished), self.assertRaises(td.ResponseLost):
                 forward.execution_of(unfinished, write=True)
 
+    def test_an_is_error_that_is_no_boolean_is_a_malformed_answer(self) -> None:
+        for flag in ("true", "false", 1, 0, None, {}):
+            with self.subTest(is_error=flag):
+                result = {"content": [{"type": "text", "text": "a"}], "structuredContent": {}, "isError": flag}
+                for write in (True, False):
+                    with self.assertRaises(td.ResponseLost):  # a write is unknown, never committed
+                        forward.execution_of(result, write=write)
+        self.assertEqual(forward.execution_of({"structuredContent": {}, "isError": False}, write=True),
+                         td.Execution({}, "committed"))
+
     def test_a_tool_without_an_output_schema_answers_text(self) -> None:
         # The fault server's ping_tool declares no output schema; its answer's text is the data.
         command = fault("none")
@@ -309,6 +319,8 @@ class TestMapping(Case):
                   td.StatusAnswer("receipt", "nr-1", {"name": "a"})),
                  ({"structuredContent": {"found": "no"}}, td.StatusAnswer("unavailable")),
                  ({"structuredContent": {"found": False}, "isError": True}, td.StatusAnswer("unavailable")),
+                 ({"structuredContent": {"found": False}, "isError": "true"}, td.StatusAnswer("unavailable")),
+                 ({"structuredContent": {"found": False}, "isError": False}, td.StatusAnswer("absent")),
                  ({"content": []}, td.StatusAnswer("unavailable")))
         for result, answer in cases:
             with self.subTest(result=result):

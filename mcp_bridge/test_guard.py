@@ -89,9 +89,9 @@ class Peer:
             self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": capabilities,
                                         "clientInfo": {"name": "test", "version": "1"}})
             self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        else:
+        elif era == "modern":
             self.request("server/discover", {})
-        self.era = era
+        self.era = era  # None: no handshake yet
 
     def _serve(self, guard):
         reader, writer = self._guard_streams
@@ -171,6 +171,40 @@ class Peer:
         self.server.join(WAIT)
         self.reader.join(WAIT)
         self._from_guard.close()
+
+
+def children_of(pid):
+    """The ids of a process's children (Linux: /proc); the test that needs them is skipped elsewhere."""
+    if not os.path.isdir("/proc"):
+        raise unittest.SkipTest("no /proc")
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def process_ended(pid):
+    """Whether a process has ended: gone, or a zombie its new parent has not reaped yet."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except OSError:
+        return False
+
+
+def kill_if_running(pid):
+    if not process_ended(pid):
+        os.kill(pid, signal.SIGKILL)
 
 
 def body(result):
@@ -291,6 +325,37 @@ class TestListing(GuardCase):
         names = [tool["name"] for tool in peer.request("tools/list")["result"]["tools"]]
         self.assertEqual(names, ["orders_ping_tool", "orders_refund"])
 
+    def test_a_change_announced_between_two_calls_is_compared_before_the_next(self):
+        # The server answers the first call and announces a changed list in the same write, after the answer.
+        peer = self.peer(self.guard([self.fault_server("late_rug_pull")]))
+        self.assertEqual(body(peer.call("orders_ping_tool", {}))[0]["data"], {"text": "ok"})
+        self.assertEqual(code_of(peer.call("orders_get_order", {"order_ref": "ORDER-8"})), "TOOL_FAILED")
+        self.assertEqual(code_of(peer.call("orders_get_order", {"order_ref": "ORDER-8"})), "GUARD_TOOL_WITHHELD")
+        self.assertEqual([call["tool"] for call in self.server_calls()], ["ping_tool"])
+        self.assertTrue(peer.until(lambda: peer.notifications))
+
+    def test_a_tool_relisted_with_no_canonical_form_is_withheld_and_the_others_serve(self):
+        # After the first call, get_order's annotations hold a float and 2**64: no digest pins them.
+        guard = self.guard([self.fault_server("unencodable_pull")])
+        peer = self.peer(guard)
+        self.assertEqual(body(peer.call("orders_ping_tool", {}))[0]["status"], "ok")
+        self.assertEqual(code_of(peer.call("orders_get_order", {"order_ref": "ORDER-8"})), "TOOL_FAILED")
+        for _ in range(3):  # every later call too, not one in two
+            self.assertEqual(code_of(peer.call("orders_get_order", {"order_ref": "ORDER-8"})), "GUARD_TOOL_WITHHELD")
+        self.assertEqual(body(peer.call("orders_ping_tool", {}))[0]["status"], "ok")
+        self.assertEqual([call["tool"] for call in self.server_calls()], ["ping_tool", "ping_tool"])
+        self.assertEqual(guard.forwarders["orders"].drift, {"get_order": ["annotations"]})
+
+    def test_a_listing_with_no_canonical_form_at_start_withholds_its_tool_and_the_other_server_serves(self):
+        guard = self.guard([self.fault_server("unencodable"), self.demo_server()])
+        self.assertEqual(self.started, {"orders": {"started": True, "withheld": {"get_order": ["annotations"]}},
+                                        "notes": {"started": True, "withheld": {}}})
+        peer = self.peer(guard)
+        self.assertEqual(code_of(peer.call("orders_get_order", {"order_ref": "ORDER-7"})), "GUARD_TOOL_WITHHELD")
+        self.assertEqual(body(peer.call("orders_ping_tool", {}))[0]["status"], "ok")
+        self.assertEqual(code_of(peer.call("notes_read_note", {"name": "a"})), "TOOL_FAILED")  # served: no such note
+        self.assertEqual([call["tool"] for call in self.server_calls()], ["ping_tool"])
+
     def test_a_server_that_cannot_start_has_its_tools_withheld_and_the_others_serve(self):
         broken = {**self.fault_server("crash_at_start"), "name": "broken", "prefix": "broken_"}
         guard = self.guard([broken, self.demo_server()])
@@ -339,6 +404,13 @@ class TestMalformedCalls(GuardCase):
                                                        "approval": {"approver": "alice-at-client"}}})
         self.assertEqual(code_of(answer["result"]), "APPROVAL_REQUIRED")
         self.assertEqual(self.note_revisions(), {})
+
+    def test_an_answer_whose_is_error_is_no_boolean_leaves_a_write_unknown(self):
+        peer = self.peer(self.guard([self.fault_server("is_error_text")]), elicitation=True, answer_elicitation=yes)
+        found = body(peer.call("orders_refund", {"amount": 2.5}))[0]  # isError: "true"
+        self.assertEqual((found["status"], found["error"]["code"], found["outcome"]),
+                         ("unknown", "OUTCOME_UNKNOWN", "unknown"))
+        self.assertEqual(self.server_calls(), [{"tool": "refund", "arguments": {"amount": 2.5}}])
 
     def test_a_server_error_text_never_reaches_the_client(self):
         peer = self.peer(self.guard([self.fault_server("call_is_error")]))
@@ -446,6 +518,35 @@ class TestApprovals(GuardCase):
         self.assertTrue(guard.redeem(state, "notes_write_note", {"name": "a", "text": "b"}))
         self.assertFalse(guard.redeem(state, "notes_write_note", {"name": "a", "text": "b"}))
         self.assertFalse(guard.redeem("a" * (gd.MAX_REQUEST_STATE + 1), "notes_write_note", {}))
+
+    def test_a_forged_state_for_arguments_without_a_canonical_form_carries_no_answer(self):
+        guard = self.guard([self.demo_server()])
+        for arguments in ({"name": "a", "text": [0.5, 2**64]}, {"name": "a", "text": "b"}):
+            with self.subTest(arguments=arguments):
+                self.assertFalse(guard.redeem("n1.99999999999.", "notes_write_note", arguments))  # an empty MAC
+        self.assertEqual(self.note_revisions(), {})
+
+    def test_nobody_to_ask_is_reported_as_none_and_the_write_stays_refused(self):
+        events = []
+        peer = self.peer(self.guard([self.demo_server()], report=events.append))  # no elicitation, no command
+        self.assertEqual(code_of(peer.call("notes_write_note", {"name": "a", "text": "b"})), "APPROVAL_REQUIRED")
+        self.assertEqual([event for event in events if event["event"] == "approval"],
+                         [{"event": "approval", "tool": "notes_write_note", "answer": "none"}])
+        self.assertEqual(self.note_revisions(), {})
+
+    def test_a_client_gone_before_its_write_is_asked_gets_no_question_and_no_wait(self):
+        # The person would get the longest time there is; the client's stream ends as the call arrives.
+        guard = self.guard([self.demo_server()], approval={"approver": "alice-at-client",
+                                                           "timeout": gd.MAX_APPROVAL_TIMEOUT},
+                           retry_window=gd.MAX_APPROVAL_TIMEOUT + gd.DEFAULT_CALL_TIMEOUT + 1)
+        peer = Peer(guard, elicitation=True)  # never answers
+        request = peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
+        peer._to_guard.close()  # the end of input
+        peer.server.join(WAIT)  # the guard finished serving: its calls ended
+        self.assertFalse(peer.server.is_alive())
+        self.assertEqual(code_of(peer.wait(request)["result"]), "GUARD_APPROVAL_UNANSWERED")
+        peer.close()
+        self.assertEqual(self.note_revisions(), {})
 
     def test_the_host_approval_command_is_asked_when_the_client_cannot_be(self):
         script = self.folder.write("approve.py", None)
@@ -721,6 +822,54 @@ class TestServing(GuardCase):
         reports = [json.loads(line) for line in done.stderr.splitlines()]
         self.assertEqual(reports[0], {"event": "started", "servers": {"notes": {"started": True, "withheld": {}}}})
         self.assertEqual(td.verify_audit_log(log.read_bytes()).entries, 1)
+
+    def test_one_handshake_one_era_and_nothing_but_a_ping_before_it(self):
+        guard = self.guard([self.demo_server()])
+        fresh = self.peer(guard, era=None)
+        self.assertEqual(fresh.request("ping")["result"], {})  # a ping at any time
+        for method, params in (("tools/list", {}), ("tools/call", {"name": "notes_read_note", "arguments": {}})):
+            with self.subTest(method=method):
+                self.assertEqual(fresh.request(method, params)["error"], {"code": -32600, "message": "Invalid request"})
+        legacy = self.peer(guard)
+        for method in ("server/discover", "initialize"):
+            with self.subTest(era="legacy", method=method):
+                self.assertEqual(legacy.request(method, {"protocolVersion": "2025-06-18", "capabilities": {}})["error"],
+                                 {"code": -32600, "message": "Invalid request"})
+        self.assertNotIn("resultType", legacy.request("tools/list")["result"])  # still the legacy era
+        modern = self.peer(guard, era="modern")
+        self.assertEqual(modern.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}})["error"],
+                         {"code": -32600, "message": "Invalid request"})
+        self.assertEqual(modern.request("server/discover")["result"]["supportedVersions"], ["2026-07-28"])
+        self.assertEqual(modern.request("tools/list")["result"]["resultType"], "complete")
+
+    def test_sigterm_stops_the_guard_as_the_end_of_input_does_and_each_answer_is_in_the_log_first(self):
+        # A server deaf to the end of its input and to SIGTERM: the guard must kill it before it leaves.
+        host = self.folder.host([self.fault_server("stubborn")])
+        log = self.folder.path / "audit.jsonl"
+        child = subprocess.Popen([*PYTHON, str(HERE / "mcp_bridge.py"), "guard", "--host", str(host),
+                                  "--audit-log", str(log)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(child.kill)
+        self.assertEqual(json.loads(child.stderr.readline())["event"], "started")
+        server = children_of(child.pid)
+        self.assertEqual(len(server), 1)
+        self.addCleanup(kill_if_running, server[0])
+        for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                         "params": {"protocolVersion": "2025-06-18", "capabilities": {}}},
+                        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                         "params": {"name": "orders_ping_tool", "arguments": {}}}):
+            child.stdin.write(json.dumps(message).encode() + b"\n")
+            child.stdin.flush()
+            answer = json.loads(child.stdout.readline())
+        self.assertEqual(body(answer["result"])[0]["status"], "ok")
+        # answered, so on disk: the read's package, its chain still open
+        self.assertEqual(td.verify_audit_log(log.read_bytes(), closed=False).entries, 1)
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=WAIT)
+        self.assertEqual((child.returncode, out), (0, b""))
+        self.assertNotIn(b"Traceback", err)
+        self.assertEqual(td.verify_audit_log(log.read_bytes()).entries, 1)  # closed
+        self.assertTrue(process_ended(server[0]))  # stopped and reaped before the guard left
 
     def test_the_command_line_refuses_a_bad_start_in_its_one_failure_shape_on_stderr(self):
         host = self.folder.host([self.demo_server()])

@@ -220,6 +220,19 @@ class TestHandshakeAndListing(Case):
                          {"index": 0, "tool": "t", "code": "SCHEMA_BOUNDS",
                           "at": "tools[0].inputSchema.properties[0].minimum"})
 
+    def test_a_wide_integer_refuses_its_tool_not_the_listing_that_also_holds_a_float(self):
+        # 2**64 - 1 has no canonical form beside a float: the two readings are compared exactly all the same
+        document, report = self.imported("wide_integer")
+        self.assertEqual([tool["name"] for tool in document["tools"]], ["set_ratio"])
+        self.assertEqual([(item["tool"], item["code"], item["at"]) for item in report["refused"]],
+                         [("get_block", "SCHEMA_BOUNDS", "tools[0].inputSchema.properties[0].maximum")])
+
+    def test_a_text_with_no_canonical_form_refuses_its_tool_by_name(self):
+        document, report = self.imported("unencodable")  # get_order's annotations: a float and 2**64
+        self.assertEqual([tool["name"] for tool in document["tools"]], ["ping_tool", "refund"])
+        self.assertEqual([(item["tool"], item["code"], item["at"]) for item in report["refused"]],
+                         [("get_order", "JSON_NOT_PORTABLE", "tools[0].annotations")])
+
 
 class FakeServer:
     """Answers each list_tools with the next scripted listing."""
@@ -238,6 +251,14 @@ class TestListing(unittest.TestCase):
         with self.assertRaises(importer.ImportFailure) as caught:
             importer.stable_listing(FakeServer(same, [{"name": "a", "description": "now"}]), deadline=0)
         self.assertEqual(caught.exception.code, "IMPORT_LISTING_CHANGED")
+        wide = [{"name": "a", "annotations": {"n": 2**64, "w": 0.5}}]  # no canonical form, still one listing
+        self.assertEqual(importer.stable_listing(FakeServer(wide, json.loads(json.dumps(wide))), deadline=0), wide)
+        for changed in ({"n": 2**64 + 1, "w": 0.5}, {"n": 2**64, "w": 0.25}, {"n": 2**64, "w": 0.5, "x": True}):
+            with self.subTest(changed=changed), self.assertRaises(importer.ImportFailure) as caught:
+                importer.stable_listing(FakeServer(wide, [{"name": "a", "annotations": changed}]), deadline=0)
+            self.assertEqual(caught.exception.code, "IMPORT_LISTING_CHANGED")
+        with self.assertRaises(importer.ImportFailure):  # true is no 1, as in the canonical form
+            importer.stable_listing(FakeServer([{"name": "a", "x": True}], [{"name": "a", "x": 1}]), deadline=0)
 
     def test_the_clients_failures_keep_the_imports_codes(self):
         # The channel, the handshake and the listing moved into the client (test_client.py pins
@@ -568,6 +589,24 @@ class TestPinnedText(unittest.TestCase):
         entry.update(effect="read", required_role="things.read", resource_field="day",
                      revisions={**entry["revisions"], "effect": "effect.read.v2"})
         self.assertEqual(importer.drift_fields(GET, loaded(document)["get"]), [])
+
+    def test_a_text_with_no_canonical_form_drifts_and_is_never_drafted(self):
+        spec = reviewed(GET)["get"]
+        wide = {"n": 2**64, "w": 0.5}  # no canonical form: no digest, so no pin matches
+        self.assertEqual(importer.sha256_of(wide), importer.NO_DIGEST)
+        self.assertEqual(importer.drift_fields({**GET, "title": wide}, spec), ["title"])
+        self.assertEqual(importer.drift_fields({**GET, "annotations": {**GET["annotations"], **wide}}, spec),
+                         ["annotations"])
+        self.assertEqual(importer.drift_fields({**GET, "outputSchema": {**OBJECT, "x-wide": wide}}, spec),
+                         ["outputSchema"])
+        self.assertEqual(importer.drift_of({"get": spec}, [{**GET, "annotations": wide}]), {"get": ["annotations"]})
+        # drafted: the tool is refused by name, in the order of its fields; the others are drafted
+        for field, value in (("title", wide), ("annotations", wide), ("outputSchema", {**OBJECT, "x-wide": wide})):
+            with self.subTest(field=field):
+                document, report = drafted({**GET, field: value}, {"name": "ping", "inputSchema": OBJECT})
+                self.assertEqual([tool["name"] for tool in document["tools"]], ["ping"])
+                self.assertEqual([(item["tool"], item["code"], item["at"]) for item in report["refused"]],
+                                 [("get", "JSON_NOT_PORTABLE", f"tools[0].{field}")])
 
     def test_a_reviewed_contract_without_pins_is_unpinned(self):
         document, _ = drafted(GET)

@@ -24,6 +24,7 @@ Sections, in the order bytes flow:
 """
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import hmac
@@ -33,6 +34,7 @@ import re
 import struct
 import sys
 import tarfile
+import unicodedata
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -53,6 +55,7 @@ __all__ = [
     "DEFAULT_ACCESS_LIFETIME", "MAX_ACCESS_LIFETIME", "DEFAULT_CURSOR_LIFETIME", "MAX_CURSOR_LIFETIME",
     "MIN_PAGE_SIZE", "MAX_PAGE_SIZE", "DEFAULT_PAGE_SIZE", "MAX_POSITION", "CURSOR_FIELD",
     "MAX_ARCHIVE_ENTRIES", "MAX_ARCHIVE_TOTAL", "MAX_ARCHIVE_RATIO", "MAX_ARCHIVE_DEPTH", "MAX_ENTRY_NAME",
+    "MAX_TAR_METADATA", "MAX_TAR_METADATA_RUN", "MAX_PAX_DIGITS",
     "KINDS", "MEDIA_TYPES", "ARCHIVE_TYPES", "MARKUP_TYPES", "TEXT_TYPES",
     "ARTIFACT_CATALOG", "ArtifactError", "MediaType", "ArchivePolicy", "MediaPolicy", "Admitted", "sniff",
     "admit_bytes",
@@ -86,6 +89,11 @@ MAX_ARCHIVE_TOTAL: Final = 67_108_864  # uncompressed bytes read across every le
 MAX_ARCHIVE_RATIO: Final = 1_000  # uncompressed / compressed of one entry: past it, a decompression bomb
 MAX_ARCHIVE_DEPTH: Final = 2  # archives inside archives: .tar.gz is one level, more is rarely honest
 MAX_ENTRY_NAME: Final = 255  # characters of an entry name: a file name on common file systems
+MAX_TAR_METADATA: Final = 8_192  # bytes of one pax or GNU long-name header: a 4 KiB path (PATH_MAX) and its records
+MAX_TAR_METADATA_RUN: Final = 8  # such headers before one member: writers use at most four (g, x, K, L); tarfile
+#                                  reads each one by recursion
+MAX_PAX_DIGITS: Final = 32  # digits in a row in a pax header: a record's number needs at most 20; a longer run makes
+#                             the pax parse of CPython before 3.11.10 quadratic (CVE-2024-6232)
 READ_CHUNK: Final = 65_536  # bytes one bounded read asks for
 
 KINDS: Final = frozenset({"file", "url", "blob"})
@@ -304,7 +312,8 @@ def sniff(data: bytes) -> str:
 #      bytes after its one member, a tar with non-zero bytes after its end (section 7);
 #   2. a second format's start inside the bytes (_FOREIGN): a PNG, GIF, WEBP, ZIP (local header,
 #      central directory, end record) or markup start anywhere in an image or a PDF; a PDF header
-#      in the first SNIFF_HEAD bytes of text or an archive.
+#      in the first SNIFF_HEAD bytes of text or an archive; an archive whose first bytes, after
+#      spaces, open markup (a tar whose first name is "<script>...", which a browser may sniff as HTML).
 # Not detected: a JPEG, gzip or tar start inside other bytes (their signatures are too short or
 # not at offset 0 to tell from chance), a payload inside a valid chunk or segment that no reader
 # runs, a format that needs no signature (a script in a PNG text chunk, read as text).
@@ -320,6 +329,7 @@ _FOREIGN: Final[tuple[tuple[str, bytes], ...]] = (  # (the format it starts, its
     ("application/zip", b"PK\x05\x06"),
 )
 _MARKUP_IN_BINARY: Final = re.compile(rb"<(?:script|html|svg|iframe|!doctype|body|object|embed)", re.IGNORECASE)
+_MARKUP_LEAD: Final = re.compile(rb"[\t\n\x0c\r ]*+<[A-Za-z!?]")  # what a browser's sniffer skips, then a tag
 _PDF_TAIL_SPACE: Final = b"\r\n\t \x0c\x00"
 
 
@@ -436,11 +446,53 @@ def _zip_end(data: bytes) -> int:
                                         for at in (4, 6, 8, 10))
     size = int.from_bytes(data[record + 12:record + 16], "little")
     offset = int.from_bytes(data[record + 16:record + 20], "little")
-    if disk or start_disk or on_disk != total or 0xFFFFFFFF in (size, offset):
+    if disk or start_disk or on_disk != total or total == 0xFFFF or 0xFFFFFFFF in (size, offset):
         raise _malformed()  # split archives and ZIP64 are not read here
     if offset + size != record:
         return -1  # bytes before the archive, or between its directory and its end record
+    _zip_directory(data, offset, total)
     return len(data)
+
+
+_ZIP64_MARKS: Final = (b"PK\x06\x06", b"PK\x06\x07")  # a ZIP64 end record, its locator
+_ZIP64_REACH: Final = 76  # bytes before the end record where a locator (20) and its ZIP64 end record (56) sit
+
+
+def _zip64_extra(extra: bytes) -> bool:
+    """Whether a directory record's extra fields hold a ZIP64 field (0x0001), walked as zipfile walks them."""
+    position = 0
+    while position + 4 <= len(extra):
+        kind, length = struct.unpack_from("<2H", extra, position)
+        if kind == 0x0001:
+            return True
+        position += 4 + length
+    return False
+
+
+def _zip_directory(data: bytes, offset: int, total: int) -> list[int]:
+    """The local header offsets of the directory the end record (the last 22 bytes) names: exactly
+    ``total`` records filling the bytes from ``offset`` to it. ARTIFACT_MALFORMED for any other count,
+    any gap, a split archive, or anything of ZIP64 (an end record or locator where a reader looks for
+    one, sizes or offsets saturated, a ZIP64 extra field): zipfile follows a ZIP64 locator to another
+    directory than the one the end record names, which other readers use."""
+    record = len(data) - 22
+    if any(mark in data[max(0, min(offset, record - _ZIP64_REACH)):record] for mark in _ZIP64_MARKS):
+        raise _malformed()
+    headers, position = [], offset
+    for _ in range(total):
+        if position + 46 > record or not data.startswith(b"PK\x01\x02", position):
+            raise _malformed()
+        compressed, size, name, extra, comment, start_disk, _, _, local = struct.unpack_from(
+            "<2I5H2I", data, position + 20)
+        extra_at = position + 46 + name
+        if (0xFFFFFFFF in (compressed, size, local) or start_disk or local >= offset
+                or _zip64_extra(data[extra_at:extra_at + extra])):
+            raise _malformed()
+        headers.append(local)
+        position = extra_at + extra + comment
+    if position != record:
+        raise _malformed()
+    return headers
 
 
 def _tar_end(data: bytes) -> int:
@@ -467,6 +519,8 @@ def _foreign_start(data: bytes, sniffed: str) -> bool:
     if family == "binary":
         return (any(name != sniffed and marker in data for name, marker in _FOREIGN)
                 or _MARKUP_IN_BINARY.search(data) is not None)
+    if family == "archive" and _MARKUP_LEAD.match(data) is not None:
+        return True
     return sniffed != "application/pdf" and b"%PDF-" in data[:SNIFF_HEAD]
 
 
@@ -528,12 +582,15 @@ def _pdf_findings(data: bytes) -> tuple[str, ...]:
 # ============================================================================================
 # Opened from memory (io.BytesIO), never extracted. One work list walks every level, so nesting
 # costs no recursion; one budget of entries and uncompressed bytes spans all levels. Every entry
-# is read in full with a bounded read: its size is what came out, never what a header said.
+# is read in full with a bounded read: its size is what came out, never what a header said, and
+# its ratio is to the bytes it spans in the archive, never more than they are. A tar's headers are
+# walked before tarfile reads any: its pax and GNU long-name headers count as entries, are bounded,
+# and must be records tarfile reads in linear time.
 
 _DRIVE: Final = re.compile(r"[A-Za-z]:")
 _ARCHIVE_FAULTS: Final = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, zlib.error, struct.error,
                           EOFError, OSError, ValueError, UnicodeError, NotImplementedError, OverflowError, KeyError,
-                          IndexError)
+                          IndexError, RecursionError)  # the last: tar headers are bounded first (_tar_headers)
 # zipfile bounds each read of a deflated entry by the bytes asked for; a bzip2 or LZMA entry it
 # decompresses a whole input chunk at a time, which a crafted chunk makes gigabytes.
 _ZIP_METHODS: Final = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED})
@@ -544,7 +601,6 @@ class _Budget:
     policy: ArchivePolicy
     entries: int = 0
     total: int = 0
-    names: set[str] = field(default_factory=set)
 
     def count(self) -> None:
         self.entries += 1
@@ -563,15 +619,18 @@ class _Budget:
             raise ArtifactError("ARTIFACT_ARCHIVE_TOO_LARGE")
 
 
-def _check_entry_name(name: str, budget: _Budget, level: int) -> None:
+def _check_entry_name(name: str, names: set[str]) -> None:
+    """A plain relative name, not seen before in the same archive (``names``: that archive's own)."""
     parts = name.rstrip("/").split("/")
     if (not 0 < len(name) <= MAX_ENTRY_NAME or name.startswith("/") or "\\" in name or _CONTROL.search(name)
             or not td.is_portable_text(name) or _DRIVE.match(name) or any(part in ("", ".", "..") for part in parts)):
         raise ArtifactError("ARTIFACT_ARCHIVE_NAME")
-    key = f"{level}/{name.rstrip('/').casefold()}"  # a case-insensitive file system folds them together
-    if key in budget.names:
+    # Compared caseless and canonically (Unicode's canonical caseless match): a case-insensitive file
+    # system folds "A" and "a" together, and macOS folds the NFC and NFD spellings of one name.
+    key = unicodedata.normalize("NFD", unicodedata.normalize("NFD", name.rstrip("/")).casefold())
+    if key in names:
         raise ArtifactError("ARTIFACT_ARCHIVE_DUPLICATE")
-    budget.names.add(key)
+    names.add(key)
 
 
 def _bounded_read(stream: Any, allowance: int) -> bytes:
@@ -592,12 +651,21 @@ def _read_entry(stream: Any, compressed: int, budget: _Budget) -> bytes:
     return data
 
 
-def _zip_entries(data: bytes, budget: _Budget, level: int) -> Iterator[bytes]:
+def _zip_entries(data: bytes, budget: _Budget) -> Iterator[bytes]:
+    record = len(data) - 22  # its end record, held to its structure already (_zip_end)
+    directory = int.from_bytes(data[record + 16:record + 20], "little")
+    headers = _zip_directory(data, directory, int.from_bytes(data[record + 10:record + 12], "little"))
+    # An entry spans its bytes from its local header to the next local header or the directory: a
+    # compressed size the directory claims is believed only up to that (a bigger one would widen its ratio).
+    bounds = sorted({*headers, directory})
+    names: set[str] = set()
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         infos = archive.infolist()
+        if [info.header_offset for info in infos] != headers:
+            raise ArtifactError("ARTIFACT_ARCHIVE_INVALID")  # zipfile read another directory than the end record's
         for info in infos:
             budget.count()
-            _check_entry_name(info.filename, budget, level)
+            _check_entry_name(info.filename, names)
             if (info.external_attr >> 16) & 0o170000 == 0o120000:
                 raise ArtifactError("ARTIFACT_ARCHIVE_LINK")
             if info.flag_bits & 0x1:
@@ -606,18 +674,103 @@ def _zip_entries(data: bytes, budget: _Budget, level: int) -> Iterator[bytes]:
                 raise ArtifactError("ARTIFACT_ARCHIVE_METHOD")
             if info.is_dir():
                 continue
+            span = bounds[bisect.bisect_right(bounds, info.header_offset)] - info.header_offset
             with archive.open(info) as stream:
-                yield _read_entry(stream, info.compress_size, budget)
+                yield _read_entry(stream, min(info.compress_size, span), budget)
 
 
-def _tar_entries(data: bytes, budget: _Budget, level: int) -> Iterator[bytes]:
+_TAR_BLOCK: Final = 512
+_TAR_METADATA: Final = frozenset({b"x", b"g", b"X", b"L", b"K"})  # pax (POSIX, global, Solaris), GNU long name/link
+_TAR_PAX: Final = frozenset({b"x", b"g", b"X"})
+_TAR_NO_DATA: Final = frozenset({b"1", b"2", b"3", b"4", b"5", b"6"})  # links, devices, folders, FIFOs: tarfile
+#                                                                         skips no data blocks after their header
+_PAX_LENGTH: Final = re.compile(rb"([0-9]{1,20}) ")
+_PAX_DIGIT_RUN: Final = re.compile(rb"[0-9]{%d}" % (MAX_PAX_DIGITS + 1))
+
+
+def _tar_number(field: bytes) -> int | None:
+    """A header's number as tarfile reads it (octal text up to a NUL), or None where tarfile finds
+    none and ends the archive there. Base-256, which no number of an artifact this size needs, is refused."""
+    if field[0] in (0o200, 0o377):
+        raise ArtifactError("ARTIFACT_ARCHIVE_INVALID")
+    try:
+        return int(field.split(b"\x00", 1)[0].decode("ascii").strip() or "0", 8)
+    except ValueError:
+        return None
+
+
+_HIGH_BYTES: Final = bytes(range(0x80, 0x100))
+
+
+def _tar_checksum_holds(block: bytes) -> bool:
+    """The checksum as tarfile checks it: the header's bytes summed unsigned or signed, the field as spaces."""
+    stored = _tar_number(block[148:156])
+    rest = block[:148] + block[156:]
+    unsigned = 256 + sum(rest)
+    high = len(rest) - len(rest.translate(None, _HIGH_BYTES))  # each counts 256 less when signed
+    return stored is not None and stored in (unsigned, unsigned - 256 * high)
+
+
+def _pax_records_hold(payload: bytes) -> bool:
+    """Whether a pax header is only "<length> <keyword>=<value>\\n" records that fill it exactly, with
+    no run of digits past MAX_PAX_DIGITS and no "size" (tarfile would move the next header by it)."""
+    if _PAX_DIGIT_RUN.search(payload) is not None:
+        return False
+    position = 0
+    while position < len(payload):
+        length = _PAX_LENGTH.match(payload, position)
+        if length is None:
+            return False
+        end = position + int(length.group(1))
+        record = payload[length.end():end]
+        if end > len(payload) or not record.endswith(b"\n") or record.find(b"=") < 1 or record.startswith(b"size="):
+            return False
+        position = end
+    return True
+
+
+def _tar_headers(data: bytes, budget: _Budget) -> None:
+    """Walk a tar's headers as tarfile will, before it reads one: every pax or GNU long-name header
+    counts as an entry, holds at most MAX_TAR_METADATA bytes (zero-padded), at most MAX_TAR_METADATA_RUN
+    of them in a row (tarfile reads each by recursion), and a pax header's records are well formed.
+    The walk ends where tarfile ends the archive (an end block, a header whose numbers or checksum do
+    not read), or at a sparse member (refused when tarfile reaches it, before it reads further)."""
+    position = run = 0
+    while position + _TAR_BLOCK <= len(data):
+        block = data[position:position + _TAR_BLOCK]
+        size = _tar_number(block[124:136])
+        if not block.strip(b"\x00") or size is None or not _tar_checksum_holds(block):
+            return
+        if size < 0:
+            raise ArtifactError("ARTIFACT_ARCHIVE_INVALID")
+        kind, start = block[156:157], position + _TAR_BLOCK
+        end = start + -(-size // _TAR_BLOCK) * _TAR_BLOCK
+        if kind in _TAR_METADATA:
+            budget.count()
+            run += 1
+            if (run > MAX_TAR_METADATA_RUN or size > MAX_TAR_METADATA or end > len(data)
+                    or data[start + size:end].strip(b"\x00")
+                    or (kind in _TAR_PAX and not _pax_records_hold(data[start:start + size]))):
+                raise ArtifactError("ARTIFACT_ARCHIVE_INVALID")
+        elif kind == b"S":
+            return
+        else:
+            run = 0
+            if kind in _TAR_NO_DATA or (kind == b"\x00" and block[:100].split(b"\x00", 1)[0].endswith(b"/")):
+                end = start  # tarfile reads the next header right after this one (a V7 folder too)
+        position = end
+
+
+def _tar_entries(data: bytes, budget: _Budget) -> Iterator[bytes]:
+    _tar_headers(data, budget)
+    names: set[str] = set()
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
         while True:
             member = archive.next()
             if member is None:
                 break
             budget.count()
-            _check_entry_name(member.name, budget, level)
+            _check_entry_name(member.name, names)
             if member.issym() or member.islnk():
                 raise ArtifactError("ARTIFACT_ARCHIVE_LINK")
             if member.isdir():
@@ -634,7 +787,7 @@ def _tar_entries(data: bytes, budget: _Budget, level: int) -> Iterator[bytes]:
         raise ArtifactError("ARTIFACT_POLYGLOT")  # bytes after the archive's end blocks
 
 
-def _gzip_entries(data: bytes, budget: _Budget, _level: int) -> Iterator[bytes]:
+def _gzip_entries(data: bytes, budget: _Budget) -> Iterator[bytes]:
     budget.count()
     allowance = budget.allowance(len(data))
     inflater = zlib.decompressobj(wbits=31)  # one gzip member, header and trailer checked
@@ -647,7 +800,7 @@ def _gzip_entries(data: bytes, budget: _Budget, _level: int) -> Iterator[bytes]:
     yield out
 
 
-_OPENERS: Final[Mapping[str, Callable[[bytes, _Budget, int], Iterator[bytes]]]] = MappingProxyType({
+_OPENERS: Final[Mapping[str, Callable[[bytes, _Budget], Iterator[bytes]]]] = MappingProxyType({
     "application/zip": _zip_entries, "application/x-tar": _tar_entries, "application/gzip": _gzip_entries,
 })
 
@@ -659,7 +812,7 @@ def _open_archive(data: bytes, media_type: str, policy: ArchivePolicy) -> tuple[
     while work:
         held, kind, level = work.pop()
         try:
-            with contextlib.closing(_OPENERS[kind](held, budget, level)) as entries:  # its archive closed at once
+            with contextlib.closing(_OPENERS[kind](held, budget)) as entries:  # its archive closed at once
                 for entry in entries:
                     inner = _leading(entry)
                     if inner in ARCHIVE_TYPES:

@@ -304,6 +304,8 @@ def _check_kind(info: os.stat_result) -> None:
         raise FileError("FILE_LINK_REFUSED")
     if not stat.S_ISREG(info.st_mode):
         raise FileError("FILE_NOT_REGULAR")
+    if info.st_nlink == 0:  # removed (or renamed over) since it was named: gone, not linked twice
+        raise FileError("FILE_CHANGED")
     if info.st_nlink != 1:
         raise FileError("FILE_HARD_LINK")
 

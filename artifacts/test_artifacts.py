@@ -13,10 +13,12 @@ import random
 import struct
 import sys
 import tarfile
+import unicodedata
 import unittest
 import zipfile
 import zlib
 from pathlib import Path
+from unittest import mock
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -56,6 +58,53 @@ ARCHIVES = art.ArchivePolicy(max_entries=8, max_total_bytes=4_096, max_ratio=50,
 
 def archive_policy(archives: art.ArchivePolicy = ARCHIVES) -> art.MediaPolicy:
     return policy(*art.ARCHIVE_TYPES, archives=archives)
+
+
+# Zips and tars written field by field, for the structures no writer makes.
+
+def zip_local(name: bytes, body: bytes) -> bytes:
+    return struct.pack("<4s5H3I2H", b"PK\x03\x04", 20, 0, 0, 0, 0, zlib.crc32(body), len(body), len(body),
+                       len(name), 0) + name + body
+
+
+def zip_central(name: bytes, body: bytes, offset: int, *, sizes: tuple[int, int] | None = None, extra: bytes = b"",
+                comment: bytes = b"") -> bytes:
+    compressed, size = sizes or (len(body), len(body))
+    return struct.pack("<4s6H3I5H2I", b"PK\x01\x02", 20, 20, 0, 0, 0, 0, zlib.crc32(body), compressed, size,
+                       len(name), len(extra), len(comment), 0, 0, 0, offset) + name + extra + comment
+
+
+def zip_end(entries: int, size: int, offset: int) -> bytes:
+    return struct.pack("<4s4H2IH", b"PK\x05\x06", 0, 0, entries, entries, size, offset, 0)
+
+
+def tar_header(name: bytes, kind: bytes, size: int, *, size_field: bytes | None = None) -> bytes:
+    block = bytearray(512)
+    block[0:len(name)] = name
+    for at, field in ((100, b"0000644\x00"), (108, b"0000000\x00"), (116, b"0000000\x00"),
+                      (124, size_field or b"%011o\x00" % size), (136, b"00000000000\x00"), (148, b" " * 8),
+                      (156, kind), (257, b"ustar\x0000")):
+        block[at:at + len(field)] = field
+    block[148:156] = b"%06o\x00 " % sum(block)
+    return bytes(block)
+
+
+def tar_raw(*members: tuple[bytes, bytes, bytes], padding: bytes = b"\x00") -> bytes:
+    """A tar of (name, kind, data) headers written as given, each data block padded with ``padding``."""
+    out = b"".join(tar_header(name, kind, len(data)) + data + padding * (-len(data) % 512)
+                   for name, kind, data in members)
+    return out + bytes(1_024)
+
+
+def pax(*records: tuple[str, str]) -> bytes:
+    """Pax records, each "<length> <keyword>=<value>\\n" with the length counting itself."""
+    out = b""
+    for keyword, value in records:
+        body = f" {keyword}={value}\n".encode()
+        length = len(body) + len(str(len(body)))
+        length += len(str(length)) - len(str(len(body)))
+        out += str(length).encode() + body
+    return out
 
 
 class Refusals(unittest.TestCase):
@@ -260,6 +309,16 @@ class TestPolyglots(Refusals):
         return art.admit_bytes(data, declared_type=declared, policy=archive_policy() if declared in art.ARCHIVE_TYPES
                                else ALL_PLAIN)
 
+    def test_an_archive_that_opens_as_markup_is_a_polyglot(self):
+        # A tar's first bytes are its first name: "<script>..." there is a page a browser may sniff as HTML.
+        for name in ("<script>alert(document.domain)<", "<!-- x", "<?php x", "<Svg x", "  <html"):
+            with self.subTest(name):
+                self.assertRefused("ARTIFACT_POLYGLOT", self.admit, tar_of([(name, b"x", tarfile.REGTYPE)]),
+                                   "application/x-tar")
+        for name in ("<1.txt", "< x.txt", "notes<b>.txt", "<"):  # no tag at the very start
+            with self.subTest(name):
+                self.assertEqual(self.admit(tar_of([(name, b"x", tarfile.REGTYPE)]), "application/x-tar").entries, 1)
+
     def test_png_chunk_past_the_end_is_malformed_even_when_its_crc_fits(self):
         # IEND cut one byte short: the three bytes left of its CRC read as the whole CRC when it is below 2**24.
         body = next(n.to_bytes(4, "big") for n in range(1 << 16) if zlib.crc32(b"IEND" + n.to_bytes(4, "big")) < 1 << 24)
@@ -315,6 +374,63 @@ class TestPolyglots(Refusals):
         shifted = data[:directory] + b"\x00\x00" + data[directory:]  # the end record still names the old offset
         self.assertRefused("ARTIFACT_POLYGLOT", art.admit_bytes, shifted, declared_type="application/zip",
                            policy=archive_policy())
+
+    def test_a_zip64_end_record_or_locator_is_refused_where_a_reader_finds_it(self):
+        # Two directories: the end record names the first (a traversal), a ZIP64 end record and its
+        # locator just before it name the second (a plain file). zipfile follows the locator; unzip does not.
+        good, evil = (b"readme.txt", b"harmless\n"), (b"../../evil.sh", b"#!/bin/sh\n")
+        locals_ = zip_local(*good) + zip_local(*evil)
+        first, second = zip_central(*evil, len(zip_local(*good))), zip_central(*good, 0)
+        second_at = len(locals_) + len(first)
+        zip64 = struct.pack("<4sQ2H2I4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, 1, 1, len(second), second_at)
+        locator = struct.pack("<4sIQI", b"PK\x06\x07", 0, second_at + len(second), 1)
+        tail = first + second + zip64 + locator
+        split = locals_ + tail + zip_end(1, len(tail), len(locals_))
+        self.assertEqual(zipfile.ZipFile(io.BytesIO(split)).namelist(), ["readme.txt"])  # what zipfile alone reads
+        self.assertRefused("ARTIFACT_MALFORMED", self.admit, split, "application/zip")
+        # The locator alone, as the last 20 bytes of the directory (a record's comment): refused too.
+        plain = zip_local(*good)
+        for mark in (b"PK\x06\x07", b"PK\x06\x06"):
+            with self.subTest(mark):
+                directory = zip_central(*good, 0, comment=mark + bytes(16))
+                self.assertRefused("ARTIFACT_MALFORMED", self.admit,
+                                   plain + directory + zip_end(1, len(directory), len(plain)), "application/zip")
+        directory = zip_central(*good, 0, comment=b"PK\x06\x08" + bytes(16))  # any other marker is a comment
+        self.assertEqual(self.admit(plain + directory + zip_end(1, len(directory), len(plain)),
+                                    "application/zip").entries, 1)
+
+    def test_the_directory_read_is_exactly_the_one_the_end_record_names(self):
+        plain, other = (b"a.txt", b"first"), (b"b.txt", b"second")
+        locals_ = zip_local(*plain) + zip_local(*other)
+        directory = zip_central(*plain, 0) + zip_central(*other, len(zip_local(*plain)))
+        honest = locals_ + directory + zip_end(2, len(directory), len(locals_))
+        self.assertEqual(self.admit(honest, "application/zip").entries, 2)
+        for count in (1, 3):  # zipfile reads every record in the directory's bytes, whatever the count says
+            with self.subTest(count):
+                self.assertRefused("ARTIFACT_MALFORMED", self.admit,
+                                   locals_ + directory + zip_end(count, len(directory), len(locals_)),
+                                   "application/zip")
+        gap = directory + bytes(4)  # bytes after the last record, inside the size the end record gives
+        self.assertRefused("ARTIFACT_MALFORMED", self.admit, locals_ + gap + zip_end(2, len(gap), len(locals_)),
+                           "application/zip")
+
+    def test_zip64_entries_are_refused(self):
+        name, body = b"a.txt", b"hello zip64"
+        local = zip_local(name, body)
+        zip64 = struct.pack("<2H2Q", 1, 16, len(body), len(body))
+        for label, record in (
+                ("saturated sizes and a zip64 field",
+                 zip_central(name, body, 0, sizes=(0xFFFFFFFF, 0xFFFFFFFF), extra=zip64)),
+                ("a zip64 field alone", zip_central(name, body, 0, extra=zip64)),
+                ("a zip64 field after another", zip_central(name, body, 0, extra=struct.pack("<2H", 0x5455, 1)
+                                                            + b"\x00" + zip64)),
+                ("a saturated size alone", zip_central(name, body, 0, sizes=(len(body), 0xFFFFFFFF)))):
+            with self.subTest(label):
+                self.assertRefused("ARTIFACT_MALFORMED", self.admit,
+                                   local + record + zip_end(1, len(record), len(local)), "application/zip")
+        record = zip_central(name, body, 0, extra=struct.pack("<2H", 0x5455, 1) + b"\x00")  # a timestamp field
+        self.assertEqual(self.admit(local + record + zip_end(1, len(record), len(local)), "application/zip").unpacked,
+                         len(body))
 
 
 # ============================================================================================
@@ -443,6 +559,34 @@ class TestArchives(Refusals):
         self.assertRefused("ARTIFACT_ARCHIVE_RATIO", self.admit, packed, "application/gzip",
                            archives=art.ArchivePolicy(max_ratio=ratio - 1))
 
+    def test_the_ratio_is_to_the_bytes_an_entry_spans_not_to_what_its_directory_claims(self):
+        def forge(data):  # the first directory record's compressed size, raised far past the entry
+            directory = data.index(b"PK\x01\x02")
+            return data[:directory + 20] + struct.pack("<I", 0x00FFFFFF) + data[directory + 24:]
+
+        def zipfile_reads(data):  # zipfile from 3.13 refuses such a claim itself ("overlapped entries")
+            try:
+                return len(zipfile.ZipFile(io.BytesIO(data)).open("bomb").read()) == 4_000
+            except zipfile.BadZipFile:
+                return False
+
+        for label, data in (("an entry before another", zip_of([("bomb", b"\x00" * 4_000), ("pad", b"p")])),
+                            ("the last entry", zip_of([("bomb", b"\x00" * 4_000)]))):
+            # From its local header to the next local header, or to the directory for the last one.
+            span = data.index(b"PK\x03\x04", 1) if b"PK\x03\x04" in data[1:] else data.index(b"PK\x01\x02")
+            ratio, forged = -(-4_000 // span), forge(data)
+            with self.subTest(label):
+                self.assertRefused("ARTIFACT_ARCHIVE_RATIO", self.admit, data,
+                                   archives=art.ArchivePolicy(max_ratio=ratio - 1))
+                if not zipfile_reads(forged):
+                    self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, forged,
+                                       archives=art.ArchivePolicy(max_ratio=ratio))
+                    continue
+                self.assertRefused("ARTIFACT_ARCHIVE_RATIO", self.admit, forged,
+                                   archives=art.ArchivePolicy(max_ratio=ratio - 1))
+                self.assertEqual(self.admit(forged, archives=art.ArchivePolicy(max_ratio=ratio)).entries,
+                                 2 if "another" in label else 1)
+
     def test_a_header_that_lies_about_the_size_is_not_trusted(self):
         data = bytearray(zip_of([("a", b"x" * 500)], compression=zipfile.ZIP_STORED))
         directory = data.index(b"PK\x01\x02")
@@ -475,6 +619,122 @@ class TestArchives(Refusals):
         self.assertRefused("ARTIFACT_ARCHIVE_DUPLICATE", self.admit, zip_of([("Read.me", b"1"), ("READ.ME", b"2")]))
         self.assertRefused("ARTIFACT_ARCHIVE_DUPLICATE", self.admit,
                            tar_of([("a", b"1", tarfile.REGTYPE), ("a", b"2", tarfile.REGTYPE)]), "application/x-tar")
+
+    def test_duplicate_names_in_unicode_normal_forms(self):
+        # One file on macOS: NFC and NFD spellings, and case folded beyond ASCII.
+        for first, second in ((unicodedata.normalize("NFC", "café.txt"), unicodedata.normalize("NFD", "café.txt")),
+                              (unicodedata.normalize("NFD", "Café.txt"), unicodedata.normalize("NFC", "CAFÉ.TXT")),
+                              ("straße.txt", "STRASSE.txt")):
+            with self.subTest(second):
+                self.assertNotEqual(first, second)
+                self.assertRefused("ARTIFACT_ARCHIVE_DUPLICATE", self.admit, zip_of([(first, b"1"), (second, b"2")]))
+                self.assertRefused("ARTIFACT_ARCHIVE_DUPLICATE", self.admit,
+                                   tar_of([(first, b"1", tarfile.REGTYPE), (second, b"2", tarfile.REGTYPE)]),
+                                   "application/x-tar")
+        self.assertEqual(self.admit(zip_of([("café.txt", b"1"), ("cafe.txt", b"2")])).entries, 2)
+
+    def test_duplicates_are_per_containing_archive(self):
+        roomy = art.ArchivePolicy(max_depth=1, max_ratio=1_000)
+        bundle = zip_of([("a.zip", zip_of([("README.txt", b"one")])), ("b.zip", zip_of([("README.txt", b"two")])),
+                         ("README.txt", b"outer")])
+        self.assertEqual(self.admit(bundle, archives=roomy).entries, 5)
+        twice = zip_of([("a.zip", zip_of([("README.txt", b"one"), ("readme.TXT", b"two")]))])
+        self.assertRefused("ARTIFACT_ARCHIVE_DUPLICATE", self.admit, twice, archives=roomy)
+
+    def test_tar_metadata_headers_count_as_entries(self):
+        member = (b"f.txt", b"0", b"x")
+        with_pax = tar_raw((b"pax", b"x", pax(("comment", "fine"))), member)
+        self.assertEqual(self.admit(with_pax, "application/x-tar",
+                                    archives=art.ArchivePolicy(max_entries=2)).entries, 2)
+        self.assertRefused("ARTIFACT_ARCHIVE_ENTRIES", self.admit, with_pax, "application/x-tar",
+                           archives=art.ArchivePolicy(max_entries=1))
+        long_name = (b"././@LongLink", b"L", b"x.txt\x00")
+
+        def admit(run, archives):  # 1 KiB a header: room for a chain of 2,000 (tarfile recurses once a header)
+            return art.admit_bytes(tar_raw(*[long_name] * run, member), declared_type="application/x-tar",
+                                   policy=policy("application/x-tar", max_bytes=4_194_304, archives=archives))
+
+        many = art.ArchivePolicy(max_entries=art.MAX_ARCHIVE_ENTRIES)
+        self.assertEqual(admit(art.MAX_TAR_METADATA_RUN, many).entries, art.MAX_TAR_METADATA_RUN + 1)
+        for run in (art.MAX_TAR_METADATA_RUN + 1, 2_000):
+            with self.subTest(run):
+                self.assertRefused("ARTIFACT_ARCHIVE_INVALID", admit, run, many)
+        # Under the suite's policy (8 entries) the ninth header is past the entry budget first.
+        self.assertRefused("ARTIFACT_ARCHIVE_ENTRIES", admit, 2_000, ARCHIVES)
+
+    def test_tar_metadata_headers_are_bounded_and_well_formed(self):
+        member = (b"f.txt", b"0", b"x")
+
+        def admit(*headers, padding=b"\x00"):
+            return self.admit(tar_raw(*headers, member, padding=padding), "application/x-tar")
+
+        at_limit = pax(("comment", "y" * (art.MAX_TAR_METADATA - 14)))  # "8192 comment=" + value + newline
+        self.assertEqual(len(at_limit), art.MAX_TAR_METADATA)
+        self.assertEqual(admit((b"pax", b"x", at_limit)).entries, 2)
+        over = pax(("comment", "y" * (art.MAX_TAR_METADATA - 13)))
+        self.assertRefused("ARTIFACT_ARCHIVE_INVALID", admit, (b"pax", b"x", over))
+        self.assertRefused("ARTIFACT_ARCHIVE_INVALID", admit, (b"././@LongLink", b"L", b"f.txt".ljust(8_193, b"\x00")))
+        self.assertEqual(admit((b"pax", b"x", pax(("comment", "1" * art.MAX_PAX_DIGITS)))).entries, 2)
+        for label, headers, padding in (
+                ("a run of digits past the limit", [(b"pax", b"x", pax(("comment", "1" * (art.MAX_PAX_DIGITS + 1))))],
+                 b"\x00"),
+                ("digits only (quadratic to CPython 3.11.7)", [(b"pax", b"x", b"1" * 4_000)], b"\x00"),
+                ("records that overlap", [(b"pax", b"x", b"2 " * 1_000 + b"k=v\n")], b"\x00"),
+                ("a record without its newline", [(b"pax", b"x", b"9 comment")], b"\x00"),
+                ("a record longer than the header", [(b"pax", b"x", b"99 comment=x\n")], b"\x00"),
+                ("an empty keyword", [(b"pax", b"x", b"5 =xy\n")], b"\x00"),
+                ("a size that moves the next header", [(b"pax", b"x", pax(("size", "0")))], b"\x00"),
+                ("a global size", [(b"pax", b"g", pax(("size", "0")))], b"\x00"),
+                ("records in the padding", [(b"pax", b"x", pax(("comment", "a")))], b"7"),
+                ("a long name read past its size", [(b"././@LongLink", b"L", b"f.txt")], b"x")):
+            with self.subTest(label):
+                self.assertRefused("ARTIFACT_ARCHIVE_INVALID", admit, *headers, padding=padding)
+        for field in (b"-0000001000\x00", b"\x80" + bytes(10) + b"\x01", b"\xff" * 12):  # negative, base-256
+            with self.subTest(field):
+                self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit,
+                                   tar_header(b"f.txt", b"0", 0, size_field=field) + bytes(1_024), "application/x-tar")
+
+    def test_the_tar_walk_skips_data_exactly_where_tarfile_does(self):
+        # A folder's header carries no data blocks to tarfile, whatever its size field says: the blocks
+        # after it are headers, and a chain hidden there is seen.
+        chain = b"".join(tar_header(b"././@LongLink", b"L", 6) + b"x.txt\x00".ljust(512, b"\x00")
+                         for _ in range(art.MAX_TAR_METADATA_RUN + 1))
+        rest = chain + tar_header(b"x.txt", b"0", 1) + b"x".ljust(512, b"\x00") + bytes(1_024)
+        many = art.ArchivePolicy(max_entries=art.MAX_ARCHIVE_ENTRIES)
+        for name, kind in ((b"d/", b"5"), (b"v7/", b"\x00")):
+            with self.subTest(kind):
+                data = tar_header(name, kind, len(chain)) + rest
+                self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, data, "application/x-tar", archives=many)
+        fewer = art.MAX_TAR_METADATA_RUN * 1_024
+        data = tar_header(b"d/", b"5", fewer) + rest[1_024:]
+        self.assertEqual(self.admit(data, "application/x-tar", archives=many).entries, art.MAX_TAR_METADATA_RUN + 2)
+
+    def test_the_tar_walk_reads_checksums_as_tarfile_does(self):
+        header = bytearray(tar_header("café.txt".encode(), b"0", 1))  # bytes past 0x7f: two sums differ
+        header[148:156] = b" " * 8
+        rest = bytes(header[:148] + header[156:])
+        for label, checksum in (("unsigned", 256 + sum(rest)),
+                                ("signed", 256 + sum(byte - 256 if byte > 127 else byte for byte in rest))):
+            with self.subTest(label):
+                header[148:156] = b"%06o\x00 " % checksum
+                data = bytes(header) + b"x".ljust(512, b"\x00")
+                self.assertEqual(self.admit(data + bytes(1_024), "application/x-tar").entries, 1)
+                chain = tar_raw(*[(b"././@LongLink", b"L", b"x.txt\x00")] * (art.MAX_TAR_METADATA_RUN + 1),
+                                (b"x.txt", b"0", b"x"))  # read by tarfile after it: so by the walk too
+                self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, data + chain, "application/x-tar",
+                                   archives=art.ArchivePolicy(max_entries=art.MAX_ARCHIVE_ENTRIES))
+        # A header whose checksum fails ends the archive for tarfile and for the walk: what follows it
+        # is bytes after the end, whatever it holds (here a chain the walk never counts).
+        broken = bytearray(tar_header(b"g.txt", b"0", 0))
+        broken[148:156] = b"0000000\x00"
+        chain = b"".join(tar_header(b"././@LongLink", b"L", 6) + b"x.txt\x00".ljust(512, b"\x00") for _ in range(20))
+        data = tar_header(b"f.txt", b"0", 1) + b"x".ljust(512, b"\x00") + bytes(broken) + chain + bytes(1_024)
+        self.assertRefused("ARTIFACT_POLYGLOT", self.admit, data, "application/x-tar")
+
+    def test_a_recursion_error_in_a_reader_is_an_archive_fault(self):
+        data = tar_of([("f", b"x", tarfile.REGTYPE)])
+        with mock.patch.object(art.tarfile, "open", side_effect=RecursionError):
+            self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, data, "application/x-tar")
 
     def test_encrypted_entries_cannot_be_inspected(self):
         data = bytearray(zip_of([("a", b"x")]))
@@ -509,8 +769,11 @@ class TestArchives(Refusals):
 
     def test_broken_and_padded_archives(self):
         data = bytearray(zip_of([("a", b"x" * 50)]))
-        data[40] ^= 0xFF  # inside the compressed data
+        data[30 + 1 + 2] ^= 0xFF  # inside the compressed data (after the local header and the name "a")
         self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, bytes(data))
+        data = bytearray(zip_of([("a", b"x" * 50)]))
+        data[data.index(b"PK\x01\x02") + 3] ^= 0xFF  # the directory record's signature
+        self.assertRefused("ARTIFACT_MALFORMED", self.admit, bytes(data))
         self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, gz(b"hello")[:-4], "application/gzip")
         self.assertRefused("ARTIFACT_POLYGLOT", self.admit, gz(b"a") + gz(b"b"), "application/gzip")
         self.assertRefused("ARTIFACT_POLYGLOT", self.admit, gz(b"a") + b"junk", "application/gzip")

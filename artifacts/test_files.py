@@ -417,6 +417,25 @@ class TestRaces(Tree):
                 self.assertEqual(error.retryable, swap is not hard_linked)
 
 
+    def test_a_file_renamed_over_right_after_the_open_is_changed_not_hard_linked(self):
+        # The open descriptor holds the old file, now with no name at all (st_nlink 0): a writer's
+        # atomic replace, which a retry reads whole.
+        self.write("f.txt", b"first")
+        real_open = os.open
+
+        def open_then_replace(path, flags, *args, **kwargs):
+            descriptor = real_open(path, flags, *args, **kwargs)
+            if path == "f.txt":
+                (self.top / "new").write_bytes(b"second")
+                (self.top / "new").replace(self.top / "f.txt")
+            return descriptor
+
+        with mock.patch.object(files.os, "open", open_then_replace):
+            error = self.refuses("f.txt", "FILE_CHANGED")
+        self.assertTrue(error.retryable)
+        self.assertEqual(admit_file(self.root, "f.txt").data, b"second")
+
+
 @unittest.skipUnless(LINUX, "what Linux filesystems do with case and Unicode")
 class TestLinuxNames(Tree):
     def test_nfc_and_nfd_spellings_are_two_files_and_only_nfc_is_admitted(self):

@@ -28,6 +28,7 @@ sys.path.insert(0, str(HERE))
 import tool_dispatcher as td  # noqa: E402
 import guard as gd  # noqa: E402
 from importer import HostChoices, import_server  # noqa: E402
+from test_importer import process_ended  # noqa: E402
 
 PYTHON = [sys.executable, "-B"]
 DEMO = [*PYTHON, str(HERE / "demo_server.py")]
@@ -187,19 +188,6 @@ def children_of(pid):
         if int(fields[1]) == pid:
             found.append(int(entry))
     return found
-
-
-def process_ended(pid):
-    """Whether a process has ended: gone, or a zombie its new parent has not reaped yet."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except OSError:
-        return False
 
 
 def kill_if_running(pid):

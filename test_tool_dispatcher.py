@@ -2141,6 +2141,29 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             td.prescan(schema, max_nodes=13)
         self.assertEqual(caught.exception.code, "SCHEMA_TOO_MANY_NODES")
 
+    def test_prescan_limits_are_exact_and_named_at_the_schema(self):
+        # Depth: the outermost container is level 1.
+        deep = "leaf"
+        for _ in range(5):
+            deep = [deep]
+        self.assertIsNone(td.prescan(deep, max_depth=5))
+        for limits, code in (({"max_depth": 4}, "SCHEMA_TOO_DEEP"), ({"max_nodes": 5}, "SCHEMA_TOO_MANY_NODES")):
+            with self.subTest(code=code), self.assertRaises(BoundaryError) as caught:
+                td.prescan(deep, **limits)
+            self.assertEqual((caught.exception.code, caught.exception.at), (code, "schema"))
+        self.assertIsNone(td.prescan(deep, max_nodes=6))
+        # Text: every key's and every string's characters are counted before anything is encoded.
+        # At the limit the schema is encoded to measure it; past it, it is refused unencoded.
+        schema = {"a": "x" * 40, "b": "y"}
+        text = 1 + 1 + 40 + 1
+        for max_bytes, encoded in ((text, True), (text - 1, False)):
+            with self.subTest(max_bytes=max_bytes), \
+                    mock.patch.object(td, "canonical_json", wraps=td.canonical_json) as measure:
+                with self.assertRaises(BoundaryError) as caught:
+                    td.prescan(schema, max_bytes=max_bytes)
+                self.assertEqual((caught.exception.code, caught.exception.at), ("SCHEMA_TOO_LARGE", "schema"))
+                self.assertEqual(measure.called, encoded)
+
     def test_limits_properties_both_sides(self):
         td.compile_schema(schema_object({f"p{i}": {"type": "boolean"} for i in range(td.MAX_PROPERTIES)}))
         self.refused(schema_object({f"p{i}": {"type": "boolean"} for i in range(td.MAX_PROPERTIES + 1)}),
@@ -4437,6 +4460,38 @@ def note_read(dispatcher, ctx=None, *, arguments=None, principal=NOTER, now=NOW,
 
 class TestHostHooksAndAuthorization(unittest.TestCase):
 
+    def test_the_output_checked_is_the_copy_the_model_gets(self):
+        # A hook that keeps the object it returned and changes it once the checks have read it (a
+        # shared cache, another thread): the package holds what was checked, and verifies.
+        flat = td.declare_tool("lookup", description="", effect="read", required_role="look.read",
+                               input_schema=schema_object({"q": {"type": "string", "maxLength": 8}}, ["q"]),
+                               output_schema=schema_object({"note": {"type": "string", "maxLength": 64}}, ["note"]))
+        nested = td.declare_tool("lookup_all", description="", effect="read", required_role="look.read",
+                                 input_schema=schema_object({"q": {"type": "string", "maxLength": 8}}, ["q"]),
+                                 output_schema=schema_object({"notes": {"type": "array", "maxItems": 4, "items": {
+                                     "type": "string", "maxLength": 64}}}, ["notes"]))
+        registry = td.declare_contracts(flat, nested)
+        shared = {"lookup": {"note": "fine"}, "lookup_all": {"notes": ["fine"]}}
+        hooks = {name: td.ToolHooks(execute=lambda call: td.Execution(shared[call.tool], "none")) for name in shared}
+        dispatcher = Dispatcher(registry=registry, hooks=hooks)
+        principal = Principal("tenant-a", "alice", ("look.read",))
+        real = td.check_output_fields
+
+        def then_changed(spec, output):
+            real(spec, output)
+            if spec.name == "lookup":
+                shared["lookup"]["note"] = "sk-" + "A" * 40
+            else:
+                shared["lookup_all"]["notes"].append("sk-" + "A" * 40)
+
+        for name, expected in (("lookup", {"note": "fine"}), ("lookup_all", {"notes": ["fine"]})):
+            ctx = context(call=f"call_{name}")
+            with self.subTest(tool=name), mock.patch.object(td, "check_output_fields", side_effect=then_changed):
+                package = dispatcher.dispatch({"name": name, "arguments": {"q": "x"}}, ctx, principal, now=NOW)
+                self.assertEqual((package["model_result"]["status"], package["model_result"]["data"]), ("ok", expected))
+            self.assertNotEqual(shared[name], expected)  # the hook's own object did change
+            td.verify_package(package, context=ctx, principal=principal, registry=registry)
+
     def test_a_number_field_dispatches_end_to_end_with_canonical_digests(self):
         # A host's read tool with a number in and a number out: the float crosses the boundary,
         # the package verifies, its log verifies, and every digest is over RFC 8785 text.
@@ -6698,6 +6753,41 @@ class ForgingDownstream(td.MockDownstream):
 
 class TestTheDispatcher(unittest.TestCase):
 
+    def test_another_keys_commit_during_this_claims_commit_is_not_counted_as_this_claims(self):
+        # One shared downstream: another thread's write, on its own key, commits while this claim's
+        # commit runs. This claim made one effect: a fresh package, no host error.
+        class Crowded(td.MockDownstream):
+            def commit_refund_draft(self, **request):
+                if not self.effect_count:
+                    super().commit_refund_draft(**{**request, "request_ref": "rq-other", "status_ref": "st-other"})
+                return super().commit_refund_draft(**request)
+
+        dispatcher = make_dispatcher(operations=td.MemoryOperations(Crowded()))
+        package = write(dispatcher)
+        self.assertEqual((package["model_result"]["status"], package["model_result"]["delivery"],
+                          package["execution"]["effects"], dispatcher.effect_count), ("ok", "fresh", 1, 2))
+
+    def test_a_release_frees_its_own_approval_in_the_step_that_frees_the_key(self):
+        # The moment a release has freed the key, another call claims it with approval Y. The
+        # released claim's approval X is unused again; Y, consumed by the new claim, stays consumed.
+        dispatcher = make_dispatcher()
+        ctx = write_context()
+        first, second = approval_for(ctx), approval_for(ctx, approver="approver-ng")
+        claimed = []
+
+        class ClaimedMeanwhile(td.MemoryOperations):
+            def _move(self, claim, record, **options):
+                super()._move(claim, record, **options)
+                if record.state == "released" and not claimed:
+                    claimed.append(self.claim(*TestTheDispatcher.claim_arguments(dispatcher, ctx, second)))
+
+        operations = ClaimedMeanwhile()
+        held = operations.claim(*self.claim_arguments(dispatcher, ctx, first))
+        operations.release(held)
+        self.assertIs(type(claimed[0]), td.Claim)
+        self.assertEqual((operations.approval_used(td.approval_ref(first)), operations.approval_used(td.approval_ref(second))),
+                         (False, True))
+
     def test_one_call_delivered_twice_at_once_is_never_told_that_nothing_ran(self):
         # The same call (key, approval) arrives twice: this copy finds the key free, and the
         # other copy claims it and consumes the approval before this copy checks it. Both seams:
@@ -7361,6 +7451,32 @@ class TestTheDispatcher(unittest.TestCase):
         self.assertEqual(dispatcher.operation_state(ALICE, "create_refund_draft", "idem-1"), "reconciled")
         self.assertEqual(dispatcher.effect_count, 1)
         td.verify_package(package, context=query_context(), principal=ALICE)
+
+    def test_a_receipts_output_is_kept_as_the_copy_that_was_checked(self):
+        # The status hook keeps the output it answered with and changes it once it was checked:
+        # the reconciled package and the stored record hold what was checked.
+        dispatcher = make_dispatcher()
+        _, first = unknown_write(dispatcher)
+        shared = {}
+        real_output, real_check = td.receipt_output, td.check_output_fields
+
+        def kept(receipt):
+            shared.update(real_output(receipt))
+            return shared
+
+        def then_changed(spec, output):
+            real_check(spec, output)
+            shared["reason"] = "sk-" + "A" * 40
+
+        with mock.patch.object(td, "receipt_output", side_effect=kept), \
+                mock.patch.object(td, "check_output_fields", side_effect=then_changed):
+            package = query(dispatcher)
+        self.assertEqual((package["model_result"]["delivery"], package["model_result"]["data"]["reason"]),
+                         ("receipt_reconciled", "duplicate"))
+        self.assertEqual(shared["reason"], "sk-" + "A" * 40)  # the hook's own object did change
+        td.verify_package(package, context=query_context(), principal=ALICE)
+        replay = query(dispatcher, query_context(call="call_q2"))
+        self.assertEqual(replay["model_result"]["data"], package["model_result"]["data"])
 
     def test_the_store_gets_the_reconciled_package_before_it_is_answered(self):
         # A store that keeps evidence (durable/) stores the answer of a reconciliation, as it
@@ -8410,9 +8526,15 @@ class TestTheDispatcher(unittest.TestCase):
         refused(lambda: store.reconcile(key, dataclasses.replace(current, state="succeeded"), {}))
         store.reconcile(key, reconciled, {})
         self.assertIs(store.find(key), reconciled)
-        with self.assertRaises(BoundaryError) as caught:  # reconciled is not unknown: no second reconciliation
-            store.reconcile(key, td.advance(current, "receipt_confirmed"), {})
-        self.assertEqual((caught.exception.code, store.find(key)), ("LIFECYCLE_VIOLATION", reconciled))
+        # A second status query that found the same receipt (two at once) leaves the record as it is;
+        # one that claims another receipt or other data is refused, and moves nothing either.
+        store.reconcile(key, td.advance(current, "receipt_confirmed"), {})
+        self.assertIs(store.find(key), reconciled)
+        other_receipt = td.advance(current, "receipt_confirmed", refs={**current.refs, "receipt_ref": "rc-other"})
+        for other in (other_receipt, td.advance(current, "receipt_confirmed", data={"draft_id": "DRAFT-other"})):
+            with self.subTest(other=other), self.assertRaises(BoundaryError) as caught:
+                store.reconcile(key, other, {})
+            self.assertEqual((caught.exception.code, store.find(key)), ("LIFECYCLE_VIOLATION", reconciled))
 
     def test_an_approval_spent_between_its_check_and_the_claim_is_refused_under_the_claims_lock(self):
         # This copy checks the approval (unused); before its claim, another copy of the same call

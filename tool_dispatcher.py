@@ -5153,6 +5153,8 @@ def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, Any], revi
         if type(output) is not str:
             raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
         output = _as_data(spec, output)
+    else:
+        output = _hook_output_copy(spec, output, max_nodes=max_nodes)
     # Encoded only when the scan's upper bound does not already prove the size within the limit.
     if scan_output(output, max_nodes=max_nodes) > max_bytes and len(canonical_json(output)) > max_bytes:
         raise BoundaryError("OUTPUT_TOO_LARGE")
@@ -5170,7 +5172,24 @@ def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, Any], revi
             or (result.receipt_ref is not None and not is_identifier(result.receipt_ref))
             or (spec.effect == "read" and result.receipt_ref is not None)):
         raise BoundaryError("OUTPUT_BINDING_MISMATCH")
-    return dict(output) if spec._flat_output else json_copy(output)
+    return output  # the copy that was checked: nobody else holds it
+
+
+def _hook_output_copy(spec: ToolSpec, output: Any, *, max_nodes: int = MAX_OUTPUT_NODES) -> Any:
+    """The copy of an execute or a status hook's output that is checked and then given to the
+    model, taken before any check: the host may still hold the object it returned, and change it
+    (another thread, a shared cache), so what was checked is what the model gets. An object of
+    scalars is copied at once; a nested one is scanned first (scan_output: its codes), so the
+    copy's walk is bounded. Anything but an object is left as it is, for the checks to refuse."""
+    if type(output) is not dict:
+        return output
+    if spec._flat_output:
+        return dict(output)
+    scan_output(output, max_nodes=max_nodes)
+    try:
+        return json_copy(output)
+    except RecursionError:  # grown deeper than its scan saw: changed while it was read
+        raise BoundaryError("OUTPUT_TOO_DEEP") from None
 
 
 def check_output_fields(spec: ToolSpec, output: Any) -> None:
@@ -5789,9 +5808,12 @@ class CountingDownstream:
         refs = (request.get("request_ref"), request.get("status_ref"))
         if type(refs[0]) is not str or type(refs[1]) is not str or refs != self._own:
             raise BoundaryError("OUTPUT_BINDING_MISMATCH")  # another request's effect, under this claim
-        before = self._downstream.effect_count
+        # This claim's own effect, by its own status reference: the mock's ledger is shared, and a
+        # difference of its whole count would take in another thread's commit meanwhile.
+        existed = self._downstream.receipt(refs[1]) is not None
         receipt = self._downstream.commit_refund_draft(**request)
-        self.created += self._downstream.effect_count - before
+        if not existed and self._downstream.receipt(refs[1]) is not None:
+            self.created += 1
         return receipt
 
 
@@ -5864,9 +5886,9 @@ class MemoryOperations:
         return Claim(key, claimed)
 
     def release(self, claim: Claim) -> None:
-        self._move(claim, advance(claim.record, "release"))
-        with self._lock:
-            self._approvals.pop(self._claimed_with.pop(claim.key, ""), None)
+        # Nothing ran: the approval this claim consumed is unused again, in the step that frees
+        # the key (a claim that takes the key next records its own approval under it).
+        self._move(claim, advance(claim.record, "release"), free_approval=True)
 
     def start(self, claim: Claim) -> Claim:
         started = advance(claim.record, "start")
@@ -5883,11 +5905,13 @@ class MemoryOperations:
             raise BoundaryError("LIFECYCLE_VIOLATION")
         self._move(claim, record)
 
-    def _move(self, claim: Claim, record: OperationRecord) -> None:
+    def _move(self, claim: Claim, record: OperationRecord, *, free_approval: bool = False) -> None:
         with self._lock:
             if self._records.get(claim.key) is not claim.record:
                 raise BoundaryError("LIFECYCLE_VIOLATION")  # the claim no longer holds the key
             self._records[claim.key] = record
+            if free_approval:
+                self._approvals.pop(self._claimed_with.pop(claim.key, ""), None)
 
     def find(self, key: RecordKey) -> OperationRecord | None:
         with self._lock:
@@ -5901,6 +5925,9 @@ class MemoryOperations:
     def reconcile(self, key: RecordKey, record: OperationRecord, package: dict[str, Any]) -> None:
         with self._lock:
             current = self._records.get(key)
+            if (current is not None and current.state == "reconciled" and record.state == "reconciled"
+                    and dict(current.refs) == dict(record.refs) and _same_value(current.data, record.data)):
+                return  # another status query reconciled it first, from the same receipt: left as it is
             if current is None or transition(current.state, "receipt_confirmed") != record.state:
                 raise BoundaryError("LIFECYCLE_VIOLATION")
             self._records[key] = record
@@ -6193,6 +6220,12 @@ class Dispatcher:
             return StatusAnswer("unavailable")
         if type(found) is not StatusAnswer or not _member(found.found, STATUS_FINDINGS):
             raise BoundaryError("HOOK_INVALID")
+        if found.found == "receipt":
+            try:  # the receipt's output is checked, then kept, as a copy nobody else holds
+                found = StatusAnswer(found="receipt", receipt_ref=found.receipt_ref,
+                                     output=_hook_output_copy(call.spec, found.output))
+            except BoundaryError:
+                raise BoundaryError("STATUS_CONFLICT") from None
         if found.found == "conflict" or (found.found == "receipt" and not _receipt_holds(call, found)):
             raise BoundaryError("STATUS_CONFLICT")
         return found

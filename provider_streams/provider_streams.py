@@ -507,7 +507,7 @@ def _build_turn(state: _State) -> Turn:
                             "input": json_copy(arguments)})
         elif slot.kind == _TEXT:
             text = _decode_text(slot.data())
-            if text:  # the Messages API refuses an empty text block in a request
+            if text.strip():  # the Messages API refuses a text block of nothing but whitespace in a request
                 content.append({"type": "text", "text": text})
     protocol = state.protocol
     return Turn(protocol.profile.adapter_revision, state.response_id, state.stop, tuple(calls),
@@ -1390,17 +1390,23 @@ def audit_leaks(payload: Any, packages: Sequence[Mapping[str, Any]], turn: Turn)
     """
     visible = _strings([turn.view(), [package["model_result"] for package in packages]])
     hidden = _strings([package["protected_audit"] for package in packages]) - visible
-    return frozenset(hidden & _strings(payload))
+    return frozenset(hidden & _strings(payload, wire_words=_WIRE_WORD_KEYS))
 
 
-def _strings(root: Any) -> set[str]:
+# The payload's own words: a role or a block type the builder writes as a constant ("user",
+# "text", "tool_result", "function_call_output"), never a value it copies. A host may name a role
+# or a tenant the same: that is no leak.
+_WIRE_WORD_KEYS: Final = frozenset({"role", "type"})
+
+
+def _strings(root: Any, *, wire_words: frozenset[str] = frozenset()) -> set[str]:
     found: set[str] = set()
     stack = [root]
     while stack:
         item = stack.pop()
         kind = type(item)
         if kind is dict:
-            stack.extend(item.values())
+            stack.extend(value for key, value in item.items() if key not in wire_words or type(value) is not str)
         elif kind is list:
             stack.extend(item)
         elif kind is str:

@@ -658,6 +658,15 @@ class TestAnthropicEvents(StreamTestCase):
         self.assertEqual([block["type"] for block in turn.content], ["tool_use"])
         self.assertEqual(turn.calls[0].index, 1)
 
+    def test_whitespace_only_text_blocks_are_left_out_and_text_around_whitespace_kept(self):
+        # Claude streams "\n\n" before a tool_use; the Messages API refuses such a block in a request.
+        for block in (self.text("", ["\n\n"]), self.text(" ", ["\t", "\r\n"]), self.text("\u3000")):
+            with self.subTest(block=block):
+                turn = ps.parse_stream("anthropic", self.turn_events([block, self.tool()]))
+                self.assertEqual([item["type"] for item in turn.content], ["tool_use"])
+        turn = ps.parse_stream("anthropic", self.turn_events([self.text("\n", [" a ", "\n"]), self.tool()]))
+        self.assertEqual(turn.content[0], {"type": "text", "text": "\n a \n"})
+
     def test_block_types_this_layer_cannot_echo_are_refused(self):
         for block in ({"type": "thinking", "thinking": ""}, {"type": "server_tool_use", "id": "srvtoolu_1"},
                       {"type": "redacted_thinking", "data": "x"}):
@@ -1801,6 +1810,24 @@ class TestAuditGuard(unittest.TestCase):
         payload = json.loads(json.dumps(result.payload))
         payload["input"].append({"text": "ORDER-7", "also": result.turn.response_id, "tool": "get_order"})
         self.assertEqual(ps.audit_leaks(payload, result.packages, result.turn), frozenset())
+
+    def test_a_role_named_like_a_wire_word_is_no_leak_but_the_same_text_elsewhere_is(self):
+        # The payload's own roles and block types ("user", "text", "function_call_output") are
+        # constants the builder writes; a host's role of the same name leaks nothing through them.
+        roles = {"anthropic": ("orders.read", "refunds.draft", "user"),
+                 "gemini": ("orders.read", "refunds.draft", "text"),
+                 "openai": ("function_call_output", "orders.read", "refunds.draft")}
+        for provider, granted in roles.items():
+            with self.subTest(provider=provider):
+                host = dataclasses.replace(ps.DEMO_HOST, principal=dataclasses.replace(ps.DEMO_HOST.principal,
+                                                                                       roles=granted))
+                result = ps.run_turn(ps.parse_stream(provider, stream(provider, PARALLEL)), ps.demo_dispatcher(), host)
+                self.assertEqual(len(result.packages), len(PARALLEL))
+                word = (set(granted) - {"orders.read", "refunds.draft"}).pop()
+                payload = json.loads(json.dumps(result.payload))
+                planted = {"note": word}  # the same text, where no constant of the wire stands
+                (payload["messages"][1]["content"] if provider == "anthropic" else payload["input"]).append(planted)
+                self.assertEqual(ps.audit_leaks(payload, result.packages, result.turn), frozenset({word}))
 
     def test_run_turn_refuses_a_payload_with_a_leak(self):
         turn = ps.parse_stream("openai", stream("openai"))

@@ -2510,6 +2510,34 @@ class TestResponseShapes(unittest.TestCase):
         self.assertEqual(tb.read_response([{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}])[1][1]["id"],
                          "call_2")
 
+    def test_a_null_id_where_an_id_is_optional_is_no_id(self):
+        # An SDK's dump of a call without an id writes "id": null.
+        gemini = {"candidates": [{"content": {"role": "model", "parts": [
+            {"functionCall": {"name": "query_logistics", "args": self.ARGS, "id": None}}]}}]}
+        bare = [{"name": "query_logistics", "arguments": self.ARGS, "id": None}]
+        for shape, response in (("gemini", gemini), ("bare_list", bare)):
+            with self.subTest(shape=shape):
+                self.assertEqual(tb.read_response(response)[1][0]["id"], "call_1")
+                result = tb.score_response(response, tb.SCORER_CASES[0].expectation)
+                self.assertEqual((result["verdict"], result["total"]["value"]), ("pass", "1.000"))
+
+    def test_object_arguments_in_the_openai_shapes_are_read_like_text(self):
+        # A harness that decoded the arguments before writing its responses down.
+        shapes = self.shapes()
+        chat, responses = shapes["openai_chat"], shapes["openai_responses"]
+        chat["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = dict(self.ARGS)
+        responses["output"][1]["arguments"] = dict(self.ARGS)
+        mcp = {"output": [{"type": "mcp_call", "id": "mcp_1", "name": "query_logistics", "arguments": dict(self.ARGS)}]}
+        legacy = {"choices": [{"message": {"role": "assistant", "content": None,
+                                           "function_call": {"name": "query_logistics", "arguments": dict(self.ARGS)}}}]}
+        for shape, response in (("openai_chat", chat), ("openai_responses", responses), ("openai_responses", mcp),
+                                ("openai_chat", legacy)):
+            with self.subTest(shape=shape, response=response):
+                read, calls = tb.read_response(response)
+                self.assertEqual((read, json.loads(calls[0]["arguments"])), (shape, self.ARGS))
+                result = tb.score_response(response, tb.SCORER_CASES[0].expectation)
+                self.assertEqual((result["verdict"], result["total"]["value"]), ("pass", "1.000"))
+
     def test_a_chat_message_without_tool_calls_is_zero_calls(self):
         response = {"choices": [{"message": {"role": "assistant", "content": "no", "tool_calls": None}}]}
         self.assertEqual(tb.read_response(response), ("openai_chat", []))

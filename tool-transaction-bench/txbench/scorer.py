@@ -93,7 +93,8 @@ def _deeper_than(value: Any, limit: int) -> bool:
 
 
 def _object_text(value: Any) -> Any:
-    # Shapes that carry arguments as an object (Anthropic `input`, Gemini `args`, a bare list) are
+    # Arguments given as an object (Anthropic `input`, Gemini `args`, a bare list, and an OpenAI
+    # shape whose arguments a harness decoded before writing them down) are
     # turned into text, so every call goes through the same strict decoder; ASCII escapes keep a
     # lone surrogate visible to it, and NaN or Infinity written out is refused by it (ARGS_NONFINITE).
     # Anything but an object stays as it is and is refused there.
@@ -124,6 +125,13 @@ def _only(value: Any) -> dict[str, Any]:
 
 # An id the provider did not send; read_response gives the call one no real id in the response has.
 _ABSENT_ID: Final = object()
+
+
+def _optional_id(body: dict) -> Any:
+    # Where a shape's id is optional (a bare list, Gemini), null is no id too: an SDK's dump of a
+    # call without one writes "id": null.
+    ident = body.get("id")
+    return _ABSENT_ID if ident is None else ident
 
 
 def _call(ident: Any, name: Any, arguments: Any) -> dict[str, Any]:
@@ -157,7 +165,7 @@ def _bench_calls(response: Any) -> list[Any]:
 
 def _bare_list_calls(response: Any) -> list[Any]:
     # The seed's own example: [{"name": ..., "arguments": {...}}, ...], ids optional.
-    return [_call(item.get("id", _ABSENT_ID), item.get("name"), _object_text(item.get("arguments")))
+    return [_call(_optional_id(item), item.get("name"), _object_text(item.get("arguments")))
             if isinstance(item, dict) and set(item) <= {"id", "name", "arguments"} else item
             for item in response]
 
@@ -169,7 +177,9 @@ def _chat_tool_call(item: Any) -> Any:
     if len(slots) != 1:
         return item
     body = item[slots[0]]
-    return _call(item.get("id"), body.get("name"), body.get("arguments" if slots[0] == "function" else "input"))
+    if slots[0] == "custom":
+        return _call(item.get("id"), body.get("name"), body.get("input"))  # free text, read as it is
+    return _call(item.get("id"), body.get("name"), _object_text(body.get("arguments")))
 
 
 def _chat_calls(response: Any) -> list[Any]:
@@ -180,7 +190,7 @@ def _chat_calls(response: Any) -> list[Any]:
     out = [_chat_tool_call(item) for item in ([] if calls is None else _items(calls))]
     legacy = message.get("function_call")  # the chat API's call before tool_calls: one call, no id
     if isinstance(legacy, dict):
-        out.append(_call(_ABSENT_ID, legacy.get("name"), legacy.get("arguments")))
+        out.append(_call(_ABSENT_ID, legacy.get("name"), _object_text(legacy.get("arguments"))))
     elif legacy is not None:
         out.append(legacy)
     return out
@@ -192,9 +202,9 @@ LOCAL_SHELL_TOOL: Final = "local_shell"
 # OpenAI Responses `output` items by type. Calls run by the platform itself (an MCP server's tool)
 # are calls all the same: the effect is the model's proposal.
 RESPONSES_ITEMS: Final = MappingProxyType({
-    "function_call": lambda item: _call(item.get("call_id"), item.get("name"), item.get("arguments")),
+    "function_call": lambda item: _call(item.get("call_id"), item.get("name"), _object_text(item.get("arguments"))),
     "custom_tool_call": lambda item: _call(item.get("call_id"), item.get("name"), item.get("input")),
-    "mcp_call": lambda item: _call(item.get("id"), item.get("name"), item.get("arguments")),
+    "mcp_call": lambda item: _call(item.get("id"), item.get("name"), _object_text(item.get("arguments"))),
     "local_shell_call": lambda item: _call(item.get("call_id"), LOCAL_SHELL_TOOL, _object_text(item.get("action"))),
     "message": None,
     "reasoning": None,
@@ -230,7 +240,7 @@ def _anthropic_calls(response: Any) -> list[Any]:
 def _gemini_call(body: Any, part: Any) -> Any:
     if not isinstance(body, dict):
         return part  # a call slot holding no object: the model's malformed call (CALL_SHAPE)
-    return _call(body.get("id", _ABSENT_ID), body.get("name"), _object_text(body.get("args", {})))
+    return _call(_optional_id(body), body.get("name"), _object_text(body.get("args", {})))
 
 
 # Gemini `parts` by their keys, in both spellings the SDKs write (the REST API's camelCase, the

@@ -6231,8 +6231,7 @@ class Dispatcher:
         return found
 
     def _reconciled(self, call: AdmittedCall, record: OperationRecord, found: StatusAnswer) -> dict[str, Any]:
-        data = _as_data(call.spec, found.output)
-        data = data if call.spec._flat_output else json_copy(data)
+        data = _as_data(call.spec, found.output)  # _status's own copy of the receipt's output: nobody else holds it
         refs = {**record.refs, "receipt_ref": found.receipt_ref}
         record = advance(record, "receipt_confirmed", refs=MappingProxyType(refs), data=data)
         model_result, result_text = project_data_result(call.spec, "reconciled", json_copy(data))

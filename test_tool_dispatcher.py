@@ -4475,18 +4475,24 @@ class TestHostHooksAndAuthorization(unittest.TestCase):
         hooks = {name: td.ToolHooks(execute=lambda call: td.Execution(shared[call.tool], "none")) for name in shared}
         dispatcher = Dispatcher(registry=registry, hooks=hooks)
         principal = Principal("tenant-a", "alice", ("look.read",))
-        real = td.check_output_fields
+        # The flat output's checks (one pass over its copy) end with each string's secret scan,
+        # the nested output's with its contract: each is changed right after it.
+        real_fields, real_secret = td.check_output_fields, td.is_secret_text
 
-        def then_changed(spec, output):
-            real(spec, output)
-            if spec.name == "lookup":
-                shared["lookup"]["note"] = "sk-" + "A" * 40
-            else:
-                shared["lookup_all"]["notes"].append("sk-" + "A" * 40)
+        def fields_then_changed(spec, output):
+            real_fields(spec, output)
+            shared["lookup_all"]["notes"].append("sk-" + "A" * 40)
 
-        for name, expected in (("lookup", {"note": "fine"}), ("lookup_all", {"notes": ["fine"]})):
+        def secret_then_changed(text):
+            found = real_secret(text)
+            shared["lookup"]["note"] = "sk-" + "A" * 40
+            return found
+
+        for name, expected, seam, then_changed in (
+                ("lookup", {"note": "fine"}, "is_secret_text", secret_then_changed),
+                ("lookup_all", {"notes": ["fine"]}, "check_output_fields", fields_then_changed)):
             ctx = context(call=f"call_{name}")
-            with self.subTest(tool=name), mock.patch.object(td, "check_output_fields", side_effect=then_changed):
+            with self.subTest(tool=name), mock.patch.object(td, seam, side_effect=then_changed):
                 package = dispatcher.dispatch({"name": name, "arguments": {"q": "x"}}, ctx, principal, now=NOW)
                 self.assertEqual((package["model_result"]["status"], package["model_result"]["data"]), ("ok", expected))
             self.assertNotEqual(shared[name], expected)  # the hook's own object did change
@@ -6190,6 +6196,121 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
                         check()
                     self.assertEqual(caught.exception.code, "OUTPUT_TOO_LARGE")
                 self.assertEqual(encoder.call_count, encodings)
+
+    def test_a_flat_output_takes_one_pass_that_agrees_with_the_full_checks(self):
+        # An output contract of scalars is checked in one pass over the copy; anything it doubts
+        # goes through the full checks (scan_output, the size, the contract), whose code stands.
+        # Held here to those public steps over outputs of every kind, at and past each limit.
+        properties = {"name": {"type": "string", "maxLength": 12, "pattern": "^[a-z]+$"},
+                      "count": {"type": "integer", "minimum": 0, "maximum": 9},
+                      "share": {"type": "number", "minimum": 0, "maximum": 1},
+                      "open": {"type": "boolean"}, "kind": {"type": "string", "enum": ["a", "b"]},
+                      "note": {"type": "string", "maxLength": 64}}
+        spec = td.declare_contracts(td.declare_tool(
+            "tally", description="", effect="read", required_role="look.read",
+            input_schema=schema_object({"q": {"type": "string", "maxLength": 8}}, ["q"]),
+            output_schema=schema_object(properties, ["name", "count"])))["tally"]
+        good = {"name": ("abc", "a" * 12), "count": (0, 9), "share": (0, 0.5, 1), "open": (True, False),
+                "kind": ("a", "b"), "note": ("fine", "caf\u00e9 \u2603 \U0001f600", "x" * 64, "")}
+        bad = {"name": ("ABC", "a" * 13, 1, Agreeable("abc")), "count": (10, -1, True, 1.0, 2 ** 53, "1"),
+               "share": (1.5, float("nan"), float("inf"), None), "open": (0, None), "kind": ("c", ["a"]),
+               "note": ("x\ud800", "sk-" + "A" * 40, "AKIA" + "A" * 16, "x" * 65, {"a": 1}, [1])}
+        extras = ({"password": "x"}, {1: "x"}, {Agreeable("note"): "x"}, {"other": 1})
+        generator = random.Random(20261206)
+        outputs = [{"name": "abc", "count": 1}, {"name": "abc"}, {}, {"name": "abc", "count": 1, Agreeable("note"): "x"},
+                   {"name": "abc", "count": 1, "open": True, 1: "x"}]
+        for _ in range(400):
+            output = {name: generator.choice(good[name] if generator.random() < 0.9 else bad[name])
+                      for name in good if generator.random() < 0.9}
+            output.update(generator.choice(extras) if generator.random() < 0.1 else {})
+            outputs.append(output)
+
+        def full(output, max_bytes, max_nodes):
+            copy = dict(output)
+            if (td.scan_output(copy, max_nodes=max_nodes) > max_bytes
+                    and len(td.canonical_json(copy)) > max_bytes):
+                raise BoundaryError("OUTPUT_TOO_LARGE")
+            td.check_output_fields(spec, copy)
+            return copy
+
+        def outcome(check, output, max_bytes, max_nodes):
+            try:
+                return "ok", check(output, max_bytes, max_nodes)
+            except BoundaryError as refusal:
+                return refusal.code, None
+
+        def dispatched(output, max_bytes, max_nodes):
+            return td.check_output(spec, td.Execution(output, "none"), {"q": "x"}, None, max_bytes=max_bytes,
+                                   max_nodes=max_nodes)
+
+        quick = admitted = 0
+        for output in outputs:
+            bound = None
+            try:
+                bound = td.scan_output(dict(output))
+            except BoundaryError:
+                pass
+            limits = [(td.MAX_OUTPUT_BYTES, td.MAX_OUTPUT_NODES), (td.MAX_OUTPUT_BYTES, len(output)),
+                      (td.MAX_OUTPUT_BYTES, len(output) + 1)]
+            if bound is not None:
+                length = len(td.canonical_json(output))
+                limits += [(bound, td.MAX_OUTPUT_NODES), (bound - 1, td.MAX_OUTPUT_NODES),
+                           (length, td.MAX_OUTPUT_NODES), (length - 1, td.MAX_OUTPUT_NODES)]
+            for max_bytes, max_nodes in limits:
+                with mock.patch.object(td, "scan_output", wraps=td.scan_output) as scan:
+                    got = outcome(dispatched, output, max_bytes, max_nodes)
+                expected = outcome(full, output, max_bytes, max_nodes)
+                self.assertEqual(got, expected, (output, max_bytes, max_nodes))
+                if got[0] == "ok":
+                    admitted += 1
+                    self.assertIsNot(got[1], output)
+                    quick += scan.call_count == 0
+        # Both kinds of answer were met, and every admission within the scan's bound took one pass.
+        self.assertGreater(admitted, len(outputs))
+        self.assertLess(admitted, len(outputs) * 4)
+        one_pass = sum(1 for output in outputs for max_bytes in (td.MAX_OUTPUT_BYTES,)
+                       if outcome(full, output, max_bytes, td.MAX_OUTPUT_NODES)[0] == "ok")
+        self.assertGreaterEqual(quick, one_pass)
+
+    def test_a_flat_outputs_one_pass_bounds_its_size_as_the_scan_does(self):
+        # Long numbers under one-letter names: each value's text is longer than its key's share of
+        # the bound, so only the scan's own count of every scalar (its frame and its 24 bytes)
+        # keeps the bound above the size. At the bound: one pass, no scan, no encoding; past it
+        # the exact size decides.
+        names = "abcde"
+        spec = td.declare_contracts(td.declare_tool(
+            "tiny", description="", effect="read", required_role="look.read",
+            input_schema=schema_object({"q": {"type": "string", "maxLength": 8}}, ["q"]),
+            output_schema=schema_object({name: {"type": "number", "minimum": 0, "maximum": 1} for name in names},
+                                        list(names))))["tiny"]
+        output = dict.fromkeys(names, 2.2250738585072014e-308)
+        bound, length = td.scan_output(output), len(td.canonical_json(output))
+        self.assertEqual((bound, length), (3 + 5 * (3 + 6 + 3 + 24), 141))
+        for max_bytes, scans, encodings, admitted in ((bound, 0, 0, True), (bound - 1, 1, 1, True),
+                                                      (length, 1, 1, True), (length - 1, 1, 1, False)):
+            with self.subTest(max_bytes=max_bytes), \
+                    mock.patch.object(td, "scan_output", wraps=td.scan_output) as scan, \
+                    mock.patch.object(td, "canonical_json", wraps=td.canonical_json) as encoder:
+                try:
+                    got = td.check_output(spec, td.Execution(dict(output), "none"), {"q": "x"}, None,
+                                          max_bytes=max_bytes)
+                except BoundaryError as refusal:
+                    got = refusal.code
+                self.assertEqual(got, output if admitted else "OUTPUT_TOO_LARGE")
+                self.assertEqual((scan.call_count, encoder.call_count), (scans, encodings))
+
+    def test_a_flat_output_contract_naming_a_secret_field_refuses_it_every_time(self):
+        # A contract that declares a field named like a secret has no one-pass check: the output
+        # that holds the field is refused as the scan refuses it, and one without it is admitted.
+        spec = td.declare_contracts(td.declare_tool(
+            "account", description="", effect="read", required_role="look.read",
+            input_schema=schema_object({"q": {"type": "string", "maxLength": 8}}, ["q"]),
+            output_schema=schema_object({"user": {"type": "string", "maxLength": 8},
+                                         "apiToken": {"type": "string", "maxLength": 8}}, ["user"])))["account"]
+        with self.assertRaises(BoundaryError) as caught:
+            td.check_output(spec, td.Execution({"user": "u", "apiToken": "t"}, "none"), {"q": "x"}, None)
+        self.assertEqual(caught.exception.code, "OUTPUT_SENSITIVE_FIELD")
+        self.assertEqual(td.check_output(spec, td.Execution({"user": "u"}, "none"), {"q": "x"}, None), {"user": "u"})
 
     def test_admitted_output_shares_no_container_with_the_hooks_output(self):
         # What the package carries is the boundary's own copy: a hook that keeps its output and

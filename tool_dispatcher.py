@@ -3774,6 +3774,9 @@ class ToolSpec:
     # Whether admitted input (output) holds only scalars, so a shallow copy owns every value.
     _flat_input: bool = field(init=False, repr=False, compare=False)
     _flat_output: bool = field(init=False, repr=False, compare=False)
+    # check_output's quick path for an object of scalars (built when first needed, since the secret
+    # words are defined with the output checks): name -> (check, rule, at, frame bytes), or None.
+    _quick_output: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_contract", {
@@ -3791,6 +3794,7 @@ class ToolSpec:
         object.__setattr__(self, "_flat_input", _holds_only_scalars(self.input_contract))
         object.__setattr__(self, "_flat_output", self.output_contract is None
                            or _holds_only_scalars(self.output_contract))
+        object.__setattr__(self, "_quick_output", _UNBUILT)
 
     def contract_view(self) -> dict[str, Any]:
         return dict(self._contract)
@@ -3823,6 +3827,9 @@ _NO_HINTS: Final[Mapping[str, bool | None]] = MappingProxyType({name: None for n
 def _root_fields(contract: CompiledSchema) -> Mapping[str, Rule]:
     root = contract.rules[0]
     return MappingProxyType({name: contract.rules[index] for name, index in root.properties})
+
+
+_UNBUILT: Final = object()  # a ToolSpec's table that is built when first needed
 
 
 def _holds_only_scalars(contract: CompiledSchema) -> bool:
@@ -5149,16 +5156,20 @@ def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, Any], revi
     if type(result) is not Execution:
         raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
     output = result.output
-    if spec.output_contract is None:
+    checked = None if type(output) is not dict else _quick_checked_output(spec, output, max_bytes, max_nodes)
+    if checked is not None:
+        output = checked
+    elif spec.output_contract is None:
         if type(output) is not str:
             raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
         output = _as_data(spec, output)
     else:
         output = _hook_output_copy(spec, output, max_nodes=max_nodes)
-    # Encoded only when the scan's upper bound does not already prove the size within the limit.
-    if scan_output(output, max_nodes=max_nodes) > max_bytes and len(canonical_json(output)) > max_bytes:
-        raise BoundaryError("OUTPUT_TOO_LARGE")
-    check_output_fields(spec, output)
+    if checked is None:
+        # Encoded only when the scan's upper bound does not already prove the size within the limit.
+        if scan_output(output, max_nodes=max_nodes) > max_bytes and len(canonical_json(output)) > max_bytes:
+            raise BoundaryError("OUTPUT_TOO_LARGE")
+        check_output_fields(spec, output)
     for field in spec.bound_fields:  # required on both sides (the contract loader checks it)
         if not _same_value(output[field], arguments[field]):
             raise BoundaryError("OUTPUT_BINDING_MISMATCH")
@@ -5173,6 +5184,53 @@ def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, Any], revi
             or (spec.effect == "read" and result.receipt_ref is not None)):
         raise BoundaryError("OUTPUT_BINDING_MISMATCH")
     return output  # the copy that was checked: nobody else holds it
+
+
+def _quick_checked_output(spec: ToolSpec, output: dict[str, Any], max_bytes: int, max_nodes: int) -> Any:
+    """check_output's quick path for a contract whose properties are all scalars (most tools):
+    the same checks of the same copy in one pass (the node count, the contract's key set and each
+    value's rule, the secret shapes, the size bound, as scan_output counts it), which returns the
+    checked copy, or None at the first doubt, and the full path then names the fault in its own
+    order. It never admits what the full path refuses: a key is one of the contract's names
+    (portable, and none of them names a secret, or there is no quick path), and a value that
+    passes its scalar rule is a portable scalar."""
+    table = spec._quick_output
+    if table is _UNBUILT:
+        table = _quick_output_table(spec.output_contract)
+        object.__setattr__(spec, "_quick_output", table)
+    if table is None:
+        return None
+    copy = dict(output)  # first: what is checked is what the model gets
+    if len(copy) >= max_nodes or not spec.output_contract.rules[0].required <= copy.keys():
+        return None
+    bound = _MAX_FRAME_BYTES
+    try:
+        for key, value in copy.items():
+            if type(key) is not str:  # before the lookup: a str subclass may hash like a name
+                return None
+            entry = table.get(key)
+            if entry is None:
+                return None
+            check, rule, at, frame = entry
+            check(rule, value, at, None)
+            if type(value) is str:
+                if is_secret_text(value):
+                    return None
+                bound += frame + _MAX_BYTES_PER_CHAR * len(value)
+            else:
+                bound += frame + _MAX_SCALAR_BYTES
+    except BoundaryError:
+        return None
+    return copy if bound <= max_bytes else None
+
+
+def _quick_output_table(contract: CompiledSchema | None) -> Mapping[str, tuple[Any, Rule, str, int]] | None:
+    flat = None if contract is None else contract._flat
+    if flat is None or any(is_secret_key(name) for name in flat):
+        return None
+    return MappingProxyType({
+        name: (check, rule, at, 2 * _MAX_FRAME_BYTES + _MAX_BYTES_PER_CHAR * len(name))
+        for name, (check, rule, at) in flat.items()})
 
 
 def _hook_output_copy(spec: ToolSpec, output: Any, *, max_nodes: int = MAX_OUTPUT_NODES) -> Any:

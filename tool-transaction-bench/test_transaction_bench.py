@@ -1904,6 +1904,13 @@ class TestScorer(unittest.TestCase):
     def test_config_digest(self):
         config = tb.scorer_config()
         self.assertEqual(config["verdicts"], ["veto", "unparseable", "refused", "incomplete", "pass"])
+        self.assertEqual((config["response_shapes"]["gemini_interactions"], config["interaction_status"]),
+                         ("steps", {"read": ["completed", "requires_action"],
+                                    "refused": {status: "RESPONSE_UNFINISHED" for status in sorted((
+                                        "budget_exceeded", "cancelled", "failed", "in_progress", "incomplete",
+                                        "queued", "requires_continuation"))}}))
+        self.assertEqual(config["response_items"]["gemini_interactions"],
+                         tb._item_table(tb.GEMINI_INTERACTION_STEPS))
         self.assertEqual(bench().summary["scorer"]["config_sha256"], tb.canonical_sha256(config))
 
 
@@ -1915,9 +1922,13 @@ class TestScorerHostileInput(unittest.TestCase):
                                     {"tool_calls": "[]"}, {"choices": []}, {"choices": [{"message": "x"}]},
                                     {"choices": [{"message": {"tool_calls": {}}}]}, {"output": "x"},
                                     {"content": "text", "role": "assistant"}, {"candidates": [{}]},
-                                    {"candidates": [{"content": {"parts": {}}}]}],
+                                    {"candidates": [{"content": {"parts": {}}}]}, {"steps": [], "status": "done"},
+                                    {"steps": "[]", "status": "completed"}],
                  "RESPONSE_TOO_MANY_CALLS": [{"tool_calls": [provider("query_logistics", "{}")] * 17},
-                                             [{"name": "query_logistics", "arguments": {}}] * 17]}
+                                             [{"name": "query_logistics", "arguments": {}}] * 17,
+                                             {"status": "requires_action", "steps": [
+                                                 {"type": "function_call", "id": f"fc_{n}", "name": "query_logistics",
+                                                  "arguments": {}} for n in range(17)]}]}
         verdicts = {"RESPONSE_SHAPE": "unreadable_shape", "RESPONSE_TOO_MANY_CALLS": "unparseable"}
         for code, responses in cases.items():
             for response in responses:
@@ -2493,6 +2504,9 @@ class TestResponseShapes(unittest.TestCase):
                 {"type": "tool_use", "id": "toolu_1", "name": "query_logistics", "input": self.ARGS}]},
             "gemini": {"candidates": [{"content": {"role": "model", "parts": [
                 {"text": "Checking."}, {"functionCall": {"name": "query_logistics", "args": self.ARGS}}]}}]},
+            "gemini_interactions": {"id": "v1_1", "object": "interaction", "status": "requires_action", "steps": [
+                {"type": "thought", "signature": "c2ln"},
+                {"type": "function_call", "id": "fc_1", "name": "query_logistics", "arguments": self.ARGS}]},
         }
 
     def test_every_shape_reads_and_passes(self):
@@ -2571,6 +2585,9 @@ class TestResponseShapes(unittest.TestCase):
             "anthropic mcp_tool_use": {"role": "assistant", "content": [query_block, {
                 "type": "mcp_tool_use", "id": "mcptoolu_1", "server_name": "shop", "name": "cancel_order",
                 "input": self.CANCEL}]},
+            "interactions mcp_server_tool_call": self.interaction([self.STEP_QUERY, {
+                "type": "mcp_server_tool_call", "id": "mcp_1", "server_name": "shop", "name": "cancel_order",
+                "arguments": self.CANCEL}]),
             "chat legacy function_call": {"choices": [{"message": {
                 "role": "assistant", "tool_calls": [chat_query],
                 "function_call": {"name": "cancel_order", "arguments": cancel_text}}}]},
@@ -2677,6 +2694,156 @@ class TestResponseShapes(unittest.TestCase):
         response["content"][0]["input"] = "not an object"
         result = tb.score_response(response, tb.SCORER_CASES[0].expectation)
         self.assertEqual(result["calls"][0]["findings"][0]["code"], "ARGS_NOT_JSON")
+
+    # Gemini Interactions: a finished interaction, its steps read by type and its status checked.
+    STEP_QUERY = {"type": "function_call", "id": "fc_1", "name": "query_logistics", "arguments": {"order_ref": "20481"}}
+
+    @staticmethod
+    def interaction(steps, status: str = "requires_action", **fields) -> dict:
+        return {"id": "v1_turn", "object": "interaction", "model": "m", "status": status, "steps": steps, **fields}
+
+    def test_interaction_steps_are_read_by_type(self):
+        steps = [{"type": "user_input", "content": [{"type": "text", "text": "Where is 20481?"}]},
+                 {"type": "function_result", "call_id": "fc_0", "name": "query_logistics", "result": "in transit",
+                  "is_error": False},
+                 {"type": "thought", "signature": "c2ln", "summary": [{"type": "text", "text": "Look it up."}]},
+                 {"type": "model_output", "content": [{"type": "text", "text": "Checking."}]},
+                 self.STEP_QUERY,
+                 {"type": "mcp_server_tool_call", "id": "mcp_1", "server_name": "shop", "name": "query_logistics",
+                  "arguments": {"order_ref": "20482"}},
+                 {"type": "mcp_server_tool_result", "call_id": "mcp_1", "name": "query_logistics", "result": "x"}]
+        self.assertEqual(tb.read_response(self.interaction(steps)), ("gemini_interactions", [
+            {"arguments": '{"order_ref": "20481"}', "id": "fc_1", "name": "query_logistics"},
+            {"arguments": '{"order_ref": "20482"}', "id": "mcp_1", "name": "query_logistics"}]))
+        self.assertEqual(tb.read_response(self.interaction([], "completed")), ("gemini_interactions", []))
+        self.assertEqual(tb._item_table(tb.GEMINI_INTERACTION_STEPS), {
+            "calls": ["function_call", "mcp_server_tool_call"],
+            "no_call": ["function_result", "mcp_server_tool_result", "model_output", "thought", "user_input"]})
+
+    def test_interaction_arguments_are_read_like_the_other_object_shapes(self):
+        # As an object or as text, the same decoder: the value an Anthropic `input` reads to, and the
+        # text an OpenAI shape's object arguments are re-encoded into.
+        as_text = {**self.STEP_QUERY, "arguments": json.dumps(self.ARGS)}
+        self.assertEqual(tb.read_response(self.interaction([as_text]))[1],
+                         tb.read_response(self.interaction([self.STEP_QUERY]))[1])
+        responses = {"output": [{"type": "function_call", "call_id": "fc_1", "name": "query_logistics",
+                                 "arguments": dict(self.ARGS)}]}
+        self.assertEqual(tb.read_response(self.interaction([self.STEP_QUERY]))[1], tb.read_response(responses)[1])
+        deep = {"a": json.loads("[" * 40 + "]" * 40)}
+        for arguments, code in (({"order_ref": "\udc00"}, "ARGS_NOT_PORTABLE"),
+                                ({"order_ref": 1e400}, "ARGS_NONFINITE"),
+                                (deep, "ARGS_TOO_DEEP"), ({"order_ref": {1, 2}}, "ARGS_NOT_JSON"),
+                                ("not an object", "ARGS_NOT_JSON"), ('["20481"]', "ARGS_NOT_OBJECT"),
+                                (["20481"], "ARGS_NOT_STRING"), (None, "ARGS_NOT_STRING")):
+            anthropic = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "query_logistics",
+                                                           "input": arguments}]}
+            with self.subTest(arguments=str(arguments)[:40]):
+                found = [tb.score_response(response, tb.READ_ONLY)["calls"][0]["findings"][0]["code"]
+                         for response in (self.interaction([{**self.STEP_QUERY, "arguments": arguments}]), anthropic)]
+                self.assertEqual(found, [code, code])
+        missing = {name: value for name, value in self.STEP_QUERY.items() if name != "arguments"}
+        result = tb.score_response(self.interaction([missing]), tb.READ_ONLY)
+        self.assertEqual((result["verdict"], result["calls"][0]["findings"][0]["code"]),
+                         ("unparseable", "ARGS_NOT_STRING"))
+
+    def test_interaction_call_ids_are_required(self):
+        # The wire requires the id (the function result echoes it): none, or null, is the model's
+        # malformed call, as in the Responses and Anthropic shapes; Gemini's optional id is made up.
+        no_id = {name: value for name, value in self.STEP_QUERY.items() if name != "id"}
+        cases = {"no id": (self.interaction([no_id]), {"output": [{**self.QUERY, "call_id": None}]}),
+                 "null id": (self.interaction([{**self.STEP_QUERY, "id": None}]),
+                             {"content": [{"type": "tool_use", "id": None, "name": "query_logistics",
+                                           "input": self.ARGS}], "role": "assistant"})}
+        for name, responses in cases.items():
+            for response in responses:
+                with self.subTest(case=name, response=str(response)[:40]):
+                    result = tb.score_response(response, tb.READ_ONLY)
+                    self.assertEqual((result["verdict"], result["calls"][0]["findings"][0]["code"]),
+                                     ("unparseable", "CALL_SHAPE"))
+        result = tb.score_response(self.interaction([{**self.STEP_QUERY, "id": "fc_9"}]), tb.READ_ONLY)
+        self.assertEqual((result["verdict"], tb.read_response(self.interaction([self.STEP_QUERY]))[1][0]["id"]),
+                         ("pass", "fc_1"))
+        twice = self.interaction([self.STEP_QUERY, {**self.STEP_QUERY, "arguments": {"order_ref": "20481"}}])
+        two = tb.Expectation("x", (tb.ExpectedCall("query_logistics", {"order_ref": "20481"}),) * 2)
+        self.assertEqual(tb.score_response(twice, two)["vetoes"], ["CALL_ID_REUSED:query_logistics@1"])
+
+    def test_interaction_status_decides_whether_the_steps_are_read(self):
+        for status in ("requires_action", "completed"):
+            with self.subTest(status=status):
+                result = tb.score_response(self.interaction([self.STEP_QUERY], status), tb.READ_ONLY)
+                self.assertEqual((result["shape"], result["verdict"], result["total"]["value"]),
+                                 ("gemini_interactions", "pass", "1.000"))
+        # A turn that did not finish is no whole plan, with calls or without: the model's failed trial.
+        unfinished = ("in_progress", "queued", "incomplete", "budget_exceeded", "requires_continuation", "failed",
+                      "cancelled")
+        self.assertEqual({status for status, code in tb.GEMINI_INTERACTION_STATUS.items() if code}, set(unfinished))
+        for status in unfinished:
+            for steps in ([self.STEP_QUERY], [{"type": "model_output", "content": [{"type": "text", "text": "I"}]}]):
+                with self.subTest(status=status, step=steps[0]["type"]):
+                    result = tb.score_response(self.interaction(steps, status), tb.GOODWILL)
+                    self.assertEqual((result["error"], result["verdict"], result["total"]["value"]),
+                                     ("RESPONSE_UNFINISHED", "unparseable", "0.000"))
+        # A status the scorer does not know, or none, says nothing it can rely on: unreadable.
+        no_status = {name: value for name, value in self.interaction([self.STEP_QUERY]).items() if name != "status"}
+        for response in (self.interaction([self.STEP_QUERY], "requires_approval"),
+                         self.interaction([self.STEP_QUERY], "COMPLETED"), {**no_status, "status": None},
+                         {**no_status, "status": ["completed"]}, no_status, {"steps": [self.STEP_QUERY]}):
+            with self.subTest(response=str(response)[:60]):
+                result = tb.score_response(response, tb.READ_ONLY)
+                self.assertEqual((result["error"], result["verdict"]), ("RESPONSE_SHAPE", "unreadable_shape"))
+        # A finished turn that asks for a confirmation and calls nothing passes.
+        asks = self.interaction([{"type": "model_output", "content": [{"type": "text", "text": "Confirm?"}]}],
+                                "completed")
+        self.assertEqual(tb.score_response(asks, tb.GOODWILL)["verdict"], "pass")
+
+    def test_an_interaction_step_the_scorer_cannot_read_makes_it_unreadable(self):
+        # A built-in tool's step, like Gemini's executableCode part, could hold a call it never sees.
+        unread = ({"type": "code_execution_call", "id": "ce_1", "arguments": {"code": "cancel_order('20481')"}},
+                  {"type": "code_execution_result", "call_id": "ce_1", "result": "cancelled"},
+                  {"type": "google_search_call", "id": "gs_1", "arguments": {"queries": ["order 20481"]}},
+                  {"type": "url_context_call", "id": "uc_1", "arguments": {"urls": ["https://example.com"]}},
+                  {"id": "fc_2", "name": "cancel_order", "arguments": self.CANCEL},
+                  {"type": None, "id": "fc_2", "name": "cancel_order", "arguments": self.CANCEL},
+                  {"type": "function_call_v2", "id": "fc_2", "name": "cancel_order", "arguments": self.CANCEL})
+        for step in unread:
+            with self.subTest(step=str(step)[:50]):
+                result = tb.score_response(self.interaction([self.STEP_QUERY, step]), tb.READ_ONLY)
+                self.assertEqual((result["error"], result["verdict"], result["shape"]),
+                                 ("RESPONSE_ITEM_UNREAD", "unreadable_shape", None))
+        # A step that is no object at all is the model's malformed call.
+        result = tb.score_response(self.interaction([self.STEP_QUERY, "cancel_order"]), tb.READ_ONLY)
+        self.assertEqual((result["verdict"], result["calls"][1]["findings"][0]["code"]), ("unparseable", "CALL_SHAPE"))
+
+    def test_an_interaction_beside_another_shape_or_revision_is_unreadable(self):
+        cancel = {"type": "function_call", "id": "fc_2", "name": "cancel_order", "arguments": self.CANCEL}
+        gemini = [{"content": {"parts": [{"functionCall": {"name": "cancel_order", "args": self.CANCEL}}]}}]
+        cases = {"steps not a list": self.interaction({"0": self.STEP_QUERY}),
+                 "steps and candidates": self.interaction([self.STEP_QUERY], candidates=gemini),
+                 "steps and output": self.interaction([self.STEP_QUERY], output=[{**self.QUERY, "call_id": "c2"}]),
+                 "steps and outputs": self.interaction([self.STEP_QUERY], outputs=[cancel]),
+                 "outputs alone": {"id": "v1_turn", "status": "requires_action", "outputs": [self.STEP_QUERY]},
+                 "steps and tool_calls": self.interaction([], tool_calls=[provider("cancel_order", self.CANCEL)])}
+        for name, response in cases.items():
+            with self.subTest(case=name):
+                result = tb.score_response(response, tb.READ_ONLY)
+                self.assertEqual((result["error"], result["verdict"]), ("RESPONSE_SHAPE", "unreadable_shape"))
+        # The interaction's other fields (its input, tools, usage, output_text) are no second shape.
+        plain = self.interaction([self.STEP_QUERY], input=[cancel], tools=[{"type": "function", "name": "x"}],
+                                 output_text="Checking.", usage={"total_tokens": 5}, previous_interaction_id="v1_0")
+        self.assertEqual(tb.score_response(plain, tb.READ_ONLY)["verdict"], "pass")
+
+    def test_the_interaction_shape_changes_no_other_shapes_reading(self):
+        # Every other shape reads and scores as it did, key for key.
+        for name, response in self.shapes().items():
+            if name == "gemini_interactions":
+                continue
+            with self.subTest(shape=name):
+                self.assertEqual(tb.read_response(response)[0], name)
+                self.assertNotIn("steps", response if isinstance(response, dict) else {})
+        self.assertEqual([name for name, _marker, _extract in tb.RESPONSE_SHAPES],
+                         ["bench", "bare_list", "openai_chat", "openai_responses", "anthropic_messages", "gemini",
+                          "gemini_interactions"])
+        self.assertEqual(len({marker for _name, marker, _extract in tb.RESPONSE_SHAPES}), len(tb.RESPONSE_SHAPES))
 
 
 # ================================================================================================
@@ -3055,7 +3222,8 @@ class TestScorePlans(unittest.TestCase):
             ("bench", "pass", "1.000"), ("openai_chat", "pass", "1.000"), ("anthropic_messages", "veto", "0.000"),
             ("openai_responses", "pass", "1.000"), ("gemini", "pass", "1.000"), ("bare_list", "veto", "0.000"),
             (None, "model_error", "0.000"), (None, "unreadable_shape", "0.000"),
-            ("anthropic_messages", "pass", "1.000"), (None, "unparseable", "0.000")])
+            ("anthropic_messages", "pass", "1.000"), (None, "unparseable", "0.000"),
+            ("gemini_interactions", "pass", "1.000")])
         self.assertEqual(plans[2]["vetoes"], ["DUPLICATE_EFFECT:charge_payment@3"])
         self.assertEqual(plans[5]["vetoes"], ["FORBIDDEN_CALL:cancel_order@1"])
         self.assertEqual(plans[0]["sub_scores"], {"call_set": "1.000", "dependency": "1.000", "parse": "1.000",
@@ -3068,11 +3236,12 @@ class TestScorePlans(unittest.TestCase):
         self.assertEqual(scenarios["track_order"]["pass^k"], {"1": "0.500", "2": "0.167", "3": "0.000", "4": "0.000"})
         # Every trial is in the denominator, the unreadable response and the model error included.
         self.assertEqual((scenarios["track_order"]["model_errors"], scenarios["refund_damaged"]["unreadable_shapes"],
-                          scenarios["refund_damaged"]["trials"]), (1, 1, 3))
-        self.assertEqual(scenarios["refund_damaged"]["pass^k"], {"1": "0.333", "2": "0.000", "3": "0.000"})
-        self.assertEqual(rows[-1], {"kind": "overall", "plans": 10, "scenarios": 3,
-                                    "pass^k": {"1": "0.500", "2": "0.167", "3": "0.000"},
-                                    "verdicts": {"model_error": 1, "pass": 5, "unparseable": 1, "unreadable_shape": 1,
+                          scenarios["refund_damaged"]["trials"]), (1, 1, 4))
+        self.assertEqual(scenarios["refund_damaged"]["pass^k"], {"1": "0.500", "2": "0.167", "3": "0.000",
+                                                                  "4": "0.000"})
+        self.assertEqual(rows[-1], {"kind": "overall", "plans": 11, "scenarios": 3,
+                                    "pass^k": {"1": "0.556", "2": "0.222", "3": "0.000"},
+                                    "verdicts": {"model_error": 1, "pass": 6, "unparseable": 1, "unreadable_shape": 1,
                                                  "veto": 2}})
 
     def test_score_plan_runs_no_sweep_unless_asked(self):

@@ -104,13 +104,15 @@ from txbench.sweep import (  # noqa: E402,F401
     efficiency_table, run_sweep, sweep_atoms, sweep_fault_sets, sweep_table, sweep_tools, sweep_verdicts
 )
 from txbench.scorer import (  # noqa: E402,F401
-    ANTHROPIC_BLOCKS, EFFECT_FIELDS, GEMINI_FAILED_FINISH, GEMINI_PART_KEYS, GOODWILL, LOCAL_SHELL_TOOL,
+    ANTHROPIC_BLOCKS, EFFECT_FIELDS, GEMINI_FAILED_FINISH, GEMINI_INTERACTION_STATUS, GEMINI_INTERACTION_STEPS,
+    GEMINI_LEGACY_OUTPUTS, GEMINI_PART_KEYS, GOODWILL, LOCAL_SHELL_TOOL,
     MODEL_CHOSEN, OTHER_FIXED_FIELD, READ_ONLY, REFUND_DAMAGED, RESPONSES_ITEMS, RESPONSE_SHAPES,
     SCHEDULE_DELIVERY, SCORER_CASES, ScorerCase, TOO_DEEP_ARGUMENTS, UNKNOWN_TOOL_SHOWN, UNREADABLE_CODES,
     UNWRITABLE_ARGUMENTS, VERDICTS, _ABSENT_ID, _CANCEL_ARGS, _QUERY, _REFUND_ARGS, _SCHEDULE_ARGS,
     _SEEDED_CONTEXT, _SHARED_KEY, _anthropic_calls, _anthropic_use, _bare_list_calls, _bench_calls, _call,
     _call_vetoes, _chat_calls, _chat_tool_call, _check_configuration, _deeper_than, _edges, _effect_vetoes,
-    _factor, _failed_score, _free_id, _gemini_call, _gemini_calls, _gemini_parts, _item_table, _items,
+    _factor, _failed_score, _free_id, _gemini_call, _gemini_calls, _gemini_parts, _interaction_call,
+    _interaction_calls, _item_table, _items,
     _key_vetoes, _missing_effect_vetoes, _object_text, _only, _order_vetoes, _outcome_digest, _pair_score,
     _plan_response, _provider_call, _ratio, _response_calls, _responses_calls, _scored_calls, _shape_of,
     _tool_call, _typed_items, _verdict, _with_ids, calls_from_response, optimal_matching, plan_vetoes,

@@ -48,6 +48,7 @@ BENCH_CATALOG: Final = MappingProxyType({
         RESPONSE_SHAPE="the response is not exactly one of the shapes the scorer reads",
         RESPONSE_ITEM_UNREAD="the response holds an item of a kind the scorer does not read",
         RESPONSE_MALFORMED_CALL="the provider reports that the model's tool call was malformed",
+        RESPONSE_UNFINISHED="the provider reports that the response did not finish",
         RESPONSE_TOO_MANY_CALLS="the response proposes more calls than the limit",
         CALL_SHAPE="a call must be exactly {id, name, arguments} with short string id and name",
     ),

@@ -54,8 +54,12 @@ def scorer_config() -> dict[str, Any]:
         "pair_score": "0 unless same tool and the call is valid; else share of fixed arguments equal",
         "response_shapes": {name: marker for name, marker, _extract in RESPONSE_SHAPES},
         "response_items": {"anthropic_messages": _item_table(ANTHROPIC_BLOCKS), "gemini": _item_table(GEMINI_PART_KEYS),
+                           "gemini_interactions": _item_table(GEMINI_INTERACTION_STEPS),
                            "openai_responses": _item_table(RESPONSES_ITEMS)},
         "failed_finish": dict(GEMINI_FAILED_FINISH),
+        "interaction_status": {"read": sorted(name for name, code in GEMINI_INTERACTION_STATUS.items() if code is None),
+                               "refused": {name: code for name, code in sorted(GEMINI_INTERACTION_STATUS.items())
+                                           if code is not None}},
         "synthesised_ids": "call_N (N the call's position), or the first call_N_k no real id of the response has",
         "total": "0 for veto, unparseable or refused; otherwise call_set x dependency",
         "verdicts": list(VERDICTS),
@@ -93,8 +97,8 @@ def _deeper_than(value: Any, limit: int) -> bool:
 
 
 def _object_text(value: Any) -> Any:
-    # Arguments given as an object (Anthropic `input`, Gemini `args`, a bare list, and an OpenAI
-    # shape whose arguments a harness decoded before writing them down) are
+    # Arguments given as an object (Anthropic `input`, Gemini `args`, Gemini Interactions `arguments`,
+    # a bare list, and an OpenAI shape whose arguments a harness decoded before writing them down) are
     # turned into text, so every call goes through the same strict decoder; ASCII escapes keep a
     # lone surrogate visible to it, and NaN or Infinity written out is refused by it (ARGS_NONFINITE).
     # Anything but an object stays as it is and is refused there.
@@ -290,6 +294,51 @@ def _gemini_calls(response: Any) -> list[Any]:
     return _gemini_parts(content.get("parts", []))
 
 
+def _interaction_call(step: dict) -> dict[str, Any]:
+    # The id is required on the wire (a function result echoes it as call_id): none, or null, is
+    # the model's malformed call (CALL_SHAPE), as in the other shapes whose ids are required.
+    return _call(step.get("id"), step.get("name"), _object_text(step.get("arguments")))
+
+
+# Gemini Interactions `steps` by type (gemini-interactions-v1, a finished interaction read whole):
+# a client function's call and an MCP server's call, then the steps that carry none (the user's
+# input and a function's result are listed among the steps too). A built-in tool's step
+# (code_execution_call, google_search_call, ...) is not listed: like an `executableCode` part, the
+# response is unreadable.
+GEMINI_INTERACTION_STEPS: Final = MappingProxyType({
+    "function_call": _interaction_call,
+    "mcp_server_tool_call": _interaction_call,
+    "user_input": None,
+    "model_output": None,
+    "thought": None,
+    "function_result": None,
+    "mcp_server_tool_result": None,
+})
+# An interaction's status, None where the steps are read: a finished turn waits on the client's
+# calls (requires_action) or on nothing (completed). Every other status reports a turn that did
+# not finish (still running, cut at a limit, failed or cancelled): its steps are no whole plan, the
+# model's failed trial. A status this table does not know, or none, says nothing the scorer can
+# rely on: the response is unreadable.
+GEMINI_INTERACTION_STATUS: Final = MappingProxyType({
+    "requires_action": None,
+    "completed": None,
+    **dict.fromkeys(("in_progress", "queued", "incomplete", "budget_exceeded", "requires_continuation",
+                     "failed", "cancelled"), "RESPONSE_UNFINISHED"),
+})
+# The list the revision before gemini-interactions-v1 held its calls in: beside `steps` it is a
+# second revision's list, whose calls reading the steps alone would skip.
+GEMINI_LEGACY_OUTPUTS: Final = "outputs"
+
+
+def _interaction_calls(response: Any) -> list[Any]:
+    status = response.get("status")
+    if GEMINI_LEGACY_OUTPUTS in response or not isinstance(status, str) or status not in GEMINI_INTERACTION_STATUS:
+        raise BenchError("RESPONSE_SHAPE")
+    if GEMINI_INTERACTION_STATUS[status] is not None:
+        raise BenchError(GEMINI_INTERACTION_STATUS[status])
+    return _typed_items(response["steps"], GEMINI_INTERACTION_STEPS)
+
+
 # The response shapes real models produce, each recognised by the one key that marks it (a bare
 # list by being a list) and read into the bench's own {id, name, arguments-as-text} calls. An
 # envelope with two shapes' keys is no one shape: reading either would skip the other's calls.
@@ -300,6 +349,7 @@ RESPONSE_SHAPES: Final = (
     ("openai_responses", "output", _responses_calls),
     ("anthropic_messages", "content", _anthropic_calls),
     ("gemini", "candidates", _gemini_calls),
+    ("gemini_interactions", "steps", _interaction_calls),
 )
 
 

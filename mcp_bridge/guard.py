@@ -57,14 +57,16 @@ import tool_dispatcher as td  # noqa: E402
 if __package__:  # installed as tool_dispatcher_mcp: its siblings are the package's, never top-level names
     from .client import (CAPABILITIES_KEY, LEGACY_VERSIONS, MAX_MESSAGE_DEPTH, MAX_REQUEST_ID_LENGTH, MESSAGE_JSON,
                          MODERN_VERSION, PROTOCOL_VERSION_KEY)
+    from .client import _kill_group
     from .forward import McpForwarder, ServerNotStarted
 else:
     from client import (CAPABILITIES_KEY, LEGACY_VERSIONS, MAX_MESSAGE_DEPTH, MAX_REQUEST_ID_LENGTH,  # noqa: E402
                         MESSAGE_JSON, MODERN_VERSION, PROTOCOL_VERSION_KEY)
+    from client import _kill_group  # noqa: E402
     from forward import McpForwarder, ServerNotStarted  # noqa: E402
 
-__all__ = ["GUARD_CATALOG", "GuardError", "GuardHost", "GuardServer", "Guard", "load_host", "parse_host",
-           "retry_key", "serve", "main"]
+__all__ = ["ApprovalCommands", "GUARD_CATALOG", "GuardError", "GuardHost", "GuardServer", "Guard", "load_host",
+           "parse_host", "retry_key", "serve", "main"]
 
 # ============================================================================================
 # 1. Limits and constants
@@ -331,20 +333,83 @@ def approval_text(tool: str, arguments: Any) -> str | None:
     return text if len(text) <= MAX_APPROVAL_TEXT else None
 
 
-def ask_command(command: Sequence[str], tool: str, arguments: Any, principal: td.Principal, timeout: float) -> bool:
+class ApprovalCommands:
+    """The host's approval commands running for one client (or for a Guard's own callers), each in
+    a process group of its own (POSIX). ``stop`` kills every one with its group, and no new one
+    starts from then on: once the client is gone or the guard stops, nobody is left to answer."""
+
+    def __init__(self) -> None:
+        # One lock for the set and the flag: a command either starts before stop() and is killed
+        # by it, or is never started.
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._stopped = False
+
+    @property
+    def stopped(self) -> bool:
+        with self._lock:
+            return self._stopped
+
+    def start(self, command: Sequence[str]) -> subprocess.Popen[bytes] | None:
+        """The command started with three pipes, or None once stopped (nothing is started)."""
+        with self._lock:
+            if self._stopped:
+                return None
+            process = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, start_new_session=True)
+            self._running.add(process)
+            return process
+
+    def finish(self, process: subprocess.Popen[bytes]) -> None:
+        """End what is left of the command's group, reap it and close its pipes."""
+        _kill_group(process)
+        process.wait()
+        with self._lock:
+            self._running.discard(process)
+        for stream in (process.stdin, process.stdout, process.stderr):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass  # a broken pipe on the last flush: the command left first
+
+    def stop(self) -> None:
+        """Kill every command still running, with its group (each caller reaps its own), and start
+        none from now on. Idempotent."""
+        with self._lock:
+            self._stopped = True
+            running = list(self._running)
+        for process in running:
+            _kill_group(process)
+
+
+def ask_command(command: Sequence[str], tool: str, arguments: Any, principal: td.Principal, timeout: float, *,
+                running: ApprovalCommands | None = None) -> bool | None:
     """The host's approval command: the call on its stdin as JSON, the person's yes as exactly
-    {"approve": true} on its stdout with exit status 0. Anything else, a timeout included, is no."""
+    {"approve": true} on its stdout with exit status 0. Anything else, a timeout included, is no
+    (the command killed with its process group at the timeout). None when ``running`` is stopped
+    before the command answered: it is killed, or never started, and nobody answered."""
     question = td.canonical_text({"tool": tool, "arguments": arguments, "tenant": principal.tenant,
                                   "subject": principal.subject})
+    running = ApprovalCommands() if running is None else running
     try:
-        done = subprocess.run(list(command), input=question.encode("utf-8"), capture_output=True,
-                              timeout=timeout, check=False)
+        process = running.start(command)
     except (OSError, ValueError, subprocess.SubprocessError):
         return False
-    if done.returncode != 0 or len(done.stdout) > MAX_APPROVAL_ANSWER:
+    if process is None:
+        return None
+    try:
+        output, _errors = process.communicate(question.encode("utf-8"), timeout=timeout)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        output = None  # the timeout: no
+    finally:
+        running.finish(process)
+    if running.stopped:
+        return None  # killed by stop(), or it answered as the guard stopped: nothing may run now
+    if output is None or process.returncode != 0 or len(output) > MAX_APPROVAL_ANSWER:
         return False
     try:
-        answer = td.decode_strict_json(done.stdout.strip() or b"null", max_bytes=MAX_APPROVAL_ANSWER, max_depth=4)
+        answer = td.decode_strict_json(output.strip() or b"null", max_bytes=MAX_APPROVAL_ANSWER, max_depth=4)
     except td.CatalogError:
         return False
     return type(answer) is dict and answer.keys() == {"approve"} and answer["approve"] is True
@@ -376,6 +441,7 @@ class Guard:
         self._flows: dict[str, threading.Lock] = {}
         self._flows_lock = threading.Lock()
         self._closed = False
+        self._commands = ApprovalCommands()  # the approval commands of calls that bring none of their own
         self._state_secret = secrets.token_bytes(32)  # request states of this run only
         self._redeemed: dict[str, int] = {}  # nonce -> expiry: each state answers once
         self._report = report
@@ -477,12 +543,13 @@ class Guard:
 
     def call(self, name: Any, arguments: Any, *, ask: Callable[[str], bool | None] | None = None,
              cancelled: threading.Event | None = None, answered: bool | None = None,
-             defer: bool = False) -> dict[str, Any] | None:
+             defer: bool = False, commands: ApprovalCommands | None = None) -> dict[str, Any] | None:
         """One tools/call through the boundary: the MCP result the client gets (None when the call
         was cancelled before anything ran). When a write needs the person: ``answered`` is their
         answer this request carries (a redeemed request state); else ``defer`` answers an
         input_required result that asks them (the 2026-07-28 round trip); else ``ask(text)`` asks
-        them now (True: yes; None: nobody answered); else the host's approval command; else nobody."""
+        them now (True: yes; None: nobody answered); else the host's approval command, run under
+        ``commands`` (the guard's own by default; stopped, nobody answered); else nobody."""
         proposal = {"name": name, "arguments": arguments}
         spec = self._registry.get(name) if type(name) is str else None
         if spec is not None and name in self._withheld_now(name):
@@ -494,7 +561,8 @@ class Guard:
         keys = [retry_key(self.host.principal, name, arguments, window) for window in windows]
         # Both windows' flows, the earlier first: a try that began in the window before holds it.
         with self._flow(keys[0]), self._flow(keys[1]):
-            return self._write(proposal, spec, keys, ask=ask, cancelled=cancelled, answered=answered, defer=defer)
+            return self._write(proposal, spec, keys, ask=ask, cancelled=cancelled, answered=answered, defer=defer,
+                               commands=commands)
 
     def operation_state(self, name: str, arguments: Any) -> str:
         """What the ledger holds for this write now (its retry windows, as a call would look it up):
@@ -512,7 +580,7 @@ class Guard:
 
     def _write(self, proposal: dict[str, Any], spec: td.ToolSpec, keys: Sequence[str], *,
                ask: Callable[[str], bool | None] | None, cancelled: threading.Event | None,
-               answered: bool | None, defer: bool) -> dict[str, Any] | None:
+               answered: bool | None, defer: bool, commands: ApprovalCommands | None) -> dict[str, Any] | None:
         name, arguments, principal = proposal["name"], proposal["arguments"], self.host.principal
         now = int(self._clock())
         state, key = self._run(lambda: self._found(name, keys))
@@ -532,7 +600,7 @@ class Guard:
         if answered is None and ask is None and self.host.approval_command is None:
             self._report({"event": "approval", "tool": name, "answer": "none"})
             return first[1]  # nobody to ask: APPROVAL_REQUIRED stands
-        answer = answered if answered is not None else self._ask(ask, text, name, arguments)
+        answer = answered if answered is not None else self._ask(ask, text, name, arguments, commands)
         self._report({"event": "approval", "tool": name, "answer": {True: "yes", False: "no", None: "none"}[answer]})
         if cancelled is not None and cancelled.is_set():
             return None  # asked, but the client gave the call up: nothing runs
@@ -586,12 +654,14 @@ class Guard:
             return ""  # no canonical form: no state was issued for it, and none matches
         return hmac.new(self._state_secret, text.encode("utf-8"), hashlib.sha256).hexdigest()
 
-    def _ask(self, ask: Callable[[str], bool | None] | None, text: str, name: str, arguments: Any) -> bool | None:
+    def _ask(self, ask: Callable[[str], bool | None] | None, text: str, name: str, arguments: Any,
+             commands: ApprovalCommands | None) -> bool | None:
         if ask is not None:
             return ask(text)
         if self.host.approval_command is not None:
             return ask_command(self.host.approval_command, name, arguments, self.host.principal,
-                               float(self.host.approval_timeout))
+                               float(self.host.approval_timeout),
+                               running=self._commands if commands is None else commands)
         return False
 
     def _run(self, work: Callable[[], Any]) -> Any:
@@ -646,12 +716,14 @@ class Guard:
         return result
 
     def close(self) -> None:
-        """Finish the ledger's queue, close the audit log (its closing entry) and stop every server.
+        """Kill the approval commands of its own callers still running (nobody answered them),
+        finish the ledger's queue, close the audit log (its closing entry) and stop every server.
         Idempotent."""
         with self._flows_lock:
             if self._closed:
                 return
             self._closed = True
+        self._commands.stop()
         self._ledger.submit(self._close_audit).result()
         self._ledger.shutdown(wait=True)
         for forwarder in self.forwarders.values():
@@ -693,6 +765,7 @@ class GuardConnection:
         self._asked_lock = threading.Lock()
         self._next_ask = 0
         self._ended = False  # the client's stream ended: nobody can answer a question
+        self._commands = ApprovalCommands()  # this client's calls' approval commands: killed when it ends
         self._workers: list[threading.Thread] = []
         self._withheld = guard.withheld()
 
@@ -718,8 +791,10 @@ class GuardConnection:
     # -- reading ----------------------------------------------------------------------------------
 
     def serve(self) -> None:
-        """Read the client until its stream ends; then let the calls in flight finish (each has its
-        deadline), so that what they did is in the ledger."""
+        """Read the client until its stream ends, or the guard stops (SIGTERM); then answer each call
+        that waits for the person as unanswered (its question no longer waited for, its approval
+        command killed) and let the calls in flight finish (each has its deadline), so that what
+        they did is in the ledger and answered."""
         try:
             while True:
                 try:
@@ -740,8 +815,10 @@ class GuardConnection:
                 self._ended = True  # a question a call would ask from now on gets no answer at once
                 for event, _answer in self._asked.values():
                     event.set()  # each waiting call is not approved
-        for worker in self._workers:
-            worker.join()
+            self._commands.stop()  # each approval command still running is killed: not approved either
+            for worker in self._workers:
+                if worker.is_alive():  # one that SIGTERM cut off before its start never runs
+                    worker.join()
 
     def _skip_rest(self) -> bool:
         while True:
@@ -852,11 +929,11 @@ class GuardConnection:
             return
         cancelled = self._pending[key] = threading.Event()
         name, arguments = params.get("name"), params.get("arguments", {})
-        options: dict[str, Any] = {"ask": self._elicit if self._elicitation else None}
+        options: dict[str, Any] = {"ask": self._elicit if self._elicitation else None, "commands": self._commands}
         if self._era == "modern":  # the person is asked through an input_required round trip
             capabilities = params["_meta"].get(CAPABILITIES_KEY)
             options = {"defer": self.guard.host.ask_client and type(capabilities) is dict
-                       and type(capabilities.get("elicitation")) is dict}
+                       and type(capabilities.get("elicitation")) is dict, "commands": self._commands}
             responses = params.get("inputResponses")
             if (type(responses) is dict and "approval" in responses
                     and self.guard.redeem(params.get("requestState"), name, arguments)):

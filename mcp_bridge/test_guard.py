@@ -8,6 +8,7 @@ as a child process. The official SDK's client drives it in interop/guard_check.p
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -37,6 +38,16 @@ ROLE = "mcp.tools"
 WAIT = 60  # seconds any one answer may take on a loaded machine: a bound, never a measure
 SEAL_KEYS = td.SealKeys("k1", {"k1": bytes(range(32))})
 POSTGRES = os.environ.get("GUARD_PG_DSN", "")  # a DSN whose search_path is an empty schema of its own
+# A host's approval command whose person never answers: it starts a child of its own, writes both
+# ids to the file it is given (whole, or not yet), and both wait an hour.
+NEVER_ANSWERS = """\
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+with open(sys.argv[1] + ".part", "w") as out:
+    out.write(f"{os.getpid()} {child.pid}")
+os.replace(sys.argv[1] + ".part", sys.argv[1])
+time.sleep(3600)
+"""
 
 
 def reviewed(command, read_only=()):
@@ -154,12 +165,7 @@ class Peer:
 
     def until(self, holds, timeout=WAIT):
         """Whether ``holds()`` came true within timeout seconds (what another thread does)."""
-        deadline = time.monotonic() + timeout
-        while not holds():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
-        return True
+        return eventually(holds, timeout)
 
     def request(self, method, params=None, **options):
         return self.wait(self.start(method, params, **options))
@@ -172,6 +178,16 @@ class Peer:
         self.server.join(WAIT)
         self.reader.join(WAIT)
         self._from_guard.close()
+
+
+def eventually(holds, timeout=WAIT):
+    """Whether ``holds()`` came true within timeout seconds (what another thread or process does)."""
+    deadline = time.monotonic() + timeout
+    while not holds():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def children_of(pid):
@@ -589,6 +605,17 @@ class TestApprovals(GuardCase):
         self.assertNotIn(json.dumps(request), peer.answers)
         self.assertEqual(self.note_revisions(), {})
 
+    def test_an_approval_command_asked_after_the_stop_is_never_started(self):
+        started = self.folder.path / "started"
+        running = gd.ApprovalCommands()
+        running.stop()
+        running.stop()  # idempotent
+        command = [*PYTHON, "-c", f"open({str(started)!r}, 'w').close(); print('{{\"approve\": true}}')"]
+        self.assertIsNone(gd.ask_command(command, "t", {}, td.Principal("a", "b"), WAIT, running=running))
+        self.assertFalse(started.exists())
+        self.assertTrue(gd.ask_command(command, "t", {}, td.Principal("a", "b"), WAIT))  # the same, not stopped
+        self.assertTrue(started.exists())
+
     def test_a_call_too_long_to_show_is_not_asked(self):
         self.assertIsNone(gd.approval_text("t", {"text": "x" * gd.MAX_APPROVAL_TEXT}))
         shown = gd.approval_text("t", {"text": "x" * 100})
@@ -858,6 +885,65 @@ class TestServing(GuardCase):
         self.assertNotIn(b"Traceback", err)
         self.assertEqual(td.verify_audit_log(log.read_bytes()).entries, 1)  # closed
         self.assertTrue(process_ended(server[0]))  # stopped and reaped before the guard left
+
+    def guard_waiting_on_its_approval_command(self):
+        """The guard by its command line, its one write waiting on the host's approval command,
+        which never answers (NEVER_ANSWERS): the child, the ids of the command and of its own
+        child, and the audit log's path."""
+        script = self.folder.path / "never_answers.py"
+        script.write_text(NEVER_ANSWERS, encoding="utf-8")
+        pids = self.folder.path / "approver.pids"
+        host = self.folder.host([self.fault_server()],
+                                approval={"approver": "alice-at-client", "command": [*PYTHON, str(script), str(pids)],
+                                          "timeout": gd.MAX_APPROVAL_TIMEOUT},
+                                retry_window=gd.MAX_APPROVAL_TIMEOUT + gd.DEFAULT_CALL_TIMEOUT + 1)
+        log = self.folder.path / "audit.jsonl"
+        child = subprocess.Popen([*PYTHON, str(HERE / "mcp_bridge.py"), "guard", "--host", str(host),
+                                  "--audit-log", str(log)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(child.kill)
+        self.assertEqual(json.loads(child.stderr.readline())["event"], "started")
+        for server in children_of(child.pid):
+            self.addCleanup(kill_if_running, server)
+        for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                         "params": {"protocolVersion": "2025-06-18", "capabilities": {}}},
+                        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                         "params": {"name": "orders_refund", "arguments": {"amount": 2.5}}}):
+            child.stdin.write(json.dumps(message).encode() + b"\n")
+            child.stdin.flush()
+        self.assertEqual(json.loads(child.stdout.readline())["id"], 1)
+        self.assertTrue(eventually(pids.exists), "the approval command never started")
+        approver = [int(pid) for pid in pids.read_text(encoding="utf-8").split()]
+        for pid in approver:
+            self.addCleanup(kill_if_running, pid)
+        return child, approver, log
+
+    def assert_stopped_unanswered(self, child, approver, log):
+        """The guard left with exit 0 and nothing of its approval command behind; the write was
+        answered as nobody answered it, and reached no server; the log holds its first try."""
+        out, err = child.communicate(timeout=WAIT)
+        self.assertEqual(child.returncode, 0)
+        for pid in approver:  # the command and its own child, killed with their group
+            self.assertTrue(eventually(functools.partial(process_ended, pid)), f"process {pid} left running")
+        self.assertEqual(self.server_calls(), [])
+        answers = [json.loads(line) for line in out.splitlines()]
+        self.assertEqual([answer["id"] for answer in answers], [2])
+        self.assertEqual(code_of(answers[0]["result"]), "GUARD_APPROVAL_UNANSWERED")
+        self.assertEqual([json.loads(line) for line in err.splitlines()],
+                         [{"code": "APPROVAL_REQUIRED", "event": "call", "status": "error", "tool": "orders_refund"},
+                          {"answer": "none", "event": "approval", "tool": "orders_refund"}])
+        self.assertEqual(td.verify_audit_log(log.read_bytes()).entries, 1)  # closed
+        entry = json.loads(log.read_bytes().splitlines()[0])
+        self.assertEqual(entry["package"]["model_result"]["error"]["code"], "APPROVAL_REQUIRED")
+
+    def test_sigterm_kills_an_approval_command_still_running_and_the_write_never_runs(self):
+        child, approver, log = self.guard_waiting_on_its_approval_command()
+        child.send_signal(signal.SIGTERM)
+        self.assert_stopped_unanswered(child, approver, log)
+
+    def test_the_end_of_input_kills_an_approval_command_still_running_and_the_write_never_runs(self):
+        child, approver, log = self.guard_waiting_on_its_approval_command()
+        self.assert_stopped_unanswered(child, approver, log)  # communicate() closes the guard's input first
 
     def test_the_command_line_refuses_a_bad_start_in_its_one_failure_shape_on_stderr(self):
         host = self.folder.host([self.demo_server()])

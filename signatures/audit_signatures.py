@@ -40,6 +40,7 @@ if __name__ == "__main__":
     _signal.signal(_signal.SIGINT, lambda _number, _frame: (_os.write(1, _INTERRUPTED), _os._exit(130)))
 
 import base64
+import contextlib
 import hashlib
 import os
 import re
@@ -71,6 +72,19 @@ KEY_ID_HEX: Final = 16  # hex digits of the public key's SHA-256 that name it
 ED25519_SPKI_PREFIX: Final = bytes.fromhex("302a300506032b6570032100")
 ED25519_PUBLIC_KEY_BYTES: Final = 32
 ED25519_SIGNATURE_BYTES: Final = 64
+# The points of small order (the curve's cofactor is 8), as the 32 bytes of their y coordinate with
+# x's sign bit cleared, the spellings y + p included: libsodium's list. Under such a "public key" a
+# signature anyone can compute verifies (the identity: R the identity, S zero; cryptography and
+# node:crypto both accept it), so it names no signer: refused as no key at all.
+ED25519_SMALL_ORDER_Y: Final = frozenset(bytes.fromhex(y) for y in (
+    "00" * 32,  # 0: order 4
+    "01" + "00" * 31,  # 1: the identity
+    "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",  # order 8
+    "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",  # order 8
+    "ec" + "ff" * 30 + "7f",  # p - 1: order 2
+    "ed" + "ff" * 30 + "7f",  # p, that is 0: order 4
+    "ee" + "ff" * 30 + "7f",  # p + 1, that is 1: the identity
+))
 
 _PUBLIC_PEM: Final = re.compile(rb"-----BEGIN PUBLIC KEY-----\n([A-Za-z0-9+/=\n]{1,200})-----END PUBLIC KEY-----\n?")
 _BASE64: Final = re.compile(rb"(?:[A-Za-z0-9+/]{4})+(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
@@ -154,13 +168,18 @@ def parse_public_key(data: bytes) -> PublicKey:
     der = base64.b64decode(body)
     raw = der[len(ED25519_SPKI_PREFIX):]
     if not (base64.b64encode(der) == body and der.startswith(ED25519_SPKI_PREFIX)
-            and len(raw) == ED25519_PUBLIC_KEY_BYTES):
+            and len(raw) == ED25519_PUBLIC_KEY_BYTES and not is_small_order(raw)):
         raise SignatureError("PUBLIC_KEY_INVALID")
     try:
         key = _crypto().ed25519.Ed25519PublicKey.from_public_bytes(raw)
     except ValueError:
         raise SignatureError("PUBLIC_KEY_INVALID") from None
     return PublicKey(key, key_id_of(raw))
+
+
+def is_small_order(raw: bytes) -> bool:
+    """Whether 32 raw key bytes spell a point of small order: a key every signature verifies under."""
+    return raw[:-1] + bytes([raw[-1] & 0x7F]) in ED25519_SMALL_ORDER_Y
 
 
 def load_public_key(path: str) -> PublicKey:
@@ -197,19 +216,32 @@ def generate_keys(out: str) -> str:
                                             serialization.NoEncryption())
     public_pem = private_key.public_key().public_bytes(serialization.Encoding.PEM,
                                                        serialization.PublicFormat.SubjectPublicKeyInfo)
+    private_path = os.path.join(out, PRIVATE_KEY_NAME)
     try:
         os.makedirs(out, mode=0o700, exist_ok=True)
-        _write_new(os.path.join(out, PRIVATE_KEY_NAME), private_pem, 0o600)
+        _write_new(private_path, private_pem, 0o600)
+    except OSError:
+        raise SignatureError("KEY_FILES_UNWRITABLE") from None
+    try:
         _write_new(os.path.join(out, PUBLIC_KEY_NAME), public_pem, 0o644)
     except OSError:
+        # Never half a pair: a private key whose public key was not written (the public key's file
+        # was there already) would be left for the next keygen to refuse, and nobody to check it.
+        with contextlib.suppress(OSError):
+            os.remove(private_path)  # ours: _write_new created it, O_EXCL
         raise SignatureError("KEY_FILES_UNWRITABLE") from None
     return key_id_of(public_raw(private_key))
 
 
 def _write_new(path: str, data: bytes, mode: int) -> None:
+    """A new file (O_EXCL: never an existing one, nor through a link); removed again if the write fails."""
     handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), mode)
-    with os.fdopen(handle, "wb") as stream:
-        stream.write(data)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+    except OSError:
+        os.remove(path)  # a cut-short key or checkpoint file would be refused later as malformed
+        raise
 
 
 def _read(path: str, max_bytes: int, unreadable: str, too_large: str) -> bytes:

@@ -18,6 +18,7 @@ import unittest
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -82,6 +83,57 @@ def resigned(private_key: Any, line: bytes, **changes: Any) -> bytes:
     return sig.checkpoint_line(private_key, claims["key_id"], claims["entries"], claims["head_sha256"])
 
 
+ED_P = 2 ** 255 - 19
+ED_D = -121665 * pow(121666, ED_P - 2, ED_P) % ED_P
+
+
+def spki_pem(raw: bytes) -> bytes:
+    return (b"-----BEGIN PUBLIC KEY-----\n" + base64.b64encode(sig.ED25519_SPKI_PREFIX + raw)
+            + b"\n-----END PUBLIC KEY-----\n")
+
+
+def edwards_add(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    """RFC 8032's addition on edwards25519, affine, for the test's own check of the small-order list."""
+    t = ED_D * a[0] * b[0] * a[1] * b[1] % ED_P
+    x = (a[0] * b[1] + b[0] * a[1]) * pow(1 + t, ED_P - 2, ED_P) % ED_P
+    y = (a[1] * b[1] + a[0] * b[0]) * pow(1 - t, ED_P - 2, ED_P) % ED_P
+    return x, y
+
+
+def edwards_x(y: int) -> int | None:
+    return edwards_sqrt((y * y - 1) * pow(ED_D * y * y + 1, ED_P - 2, ED_P) % ED_P)
+
+
+def small_order(encoded: bytes) -> bool:
+    y = int.from_bytes(encoded, "little") & ((1 << 255) - 1)
+    x = edwards_x(y % ED_P)
+    if x is None:
+        return False
+    point = (x, y % ED_P)
+    for _ in range(3):
+        point = edwards_add(point, point)
+    return point == (0, 1)
+
+
+def edwards_sqrt(a: int) -> int | None:
+    root = pow(a, (ED_P + 3) // 8, ED_P)
+    if (root * root - a) % ED_P:
+        root = root * pow(2, (ED_P - 1) // 4, ED_P) % ED_P
+    return root if (root * root - a) % ED_P == 0 else None
+
+
+def order_8_ys() -> set[int]:
+    # Derived, not read from the list under test: 2P has y = 0 (order 4), so x^2 = -y^2, and the
+    # curve's equation gives d*y^4 + 2*y^2 - 1 = 0, that is y^2 = (-1 +- sqrt(1 + d)) / d.
+    root = edwards_sqrt((1 + ED_D) % ED_P)
+    ys: set[int] = set()
+    for square in ((-1 + root) * pow(ED_D, ED_P - 2, ED_P) % ED_P, (-1 - root) * pow(ED_D, ED_P - 2, ED_P) % ED_P):
+        y = edwards_sqrt(square)
+        if y is not None:
+            ys |= {y, ED_P - y}
+    return ys
+
+
 class SignatureCase(unittest.TestCase):
     log: bytes
     key: Any
@@ -129,6 +181,65 @@ class TestKeys(SignatureCase):
             self.assertEqual(caught.exception.code, "KEY_FILES_UNWRITABLE")
             with open(os.path.join(folder, sig.PRIVATE_KEY_NAME), "rb") as stream:
                 self.assertEqual(stream.read(), before)
+
+    def test_keygen_leaves_no_half_pair_when_the_public_key_file_exists(self) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, sig.PUBLIC_KEY_NAME), "wb") as stream:
+                stream.write(b"theirs\n")
+            with self.assertRaises(sig.SignatureError) as caught:
+                sig.generate_keys(folder)
+            self.assertEqual(caught.exception.code, "KEY_FILES_UNWRITABLE")
+            self.assertEqual(sorted(os.listdir(folder)), [sig.PUBLIC_KEY_NAME])  # no private key left behind
+            with open(os.path.join(folder, sig.PUBLIC_KEY_NAME), "rb") as stream:
+                self.assertEqual(stream.read(), b"theirs\n")
+
+    def test_a_file_whose_write_fails_is_removed(self) -> None:
+        class Full(io.BytesIO):
+            def write(self, _data: Any) -> int:
+                raise OSError(28, "No space left on device")
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "new")
+            with mock.patch.object(sig.os, "fdopen", lambda handle, _mode: (os.close(handle), Full())[1]), \
+                    self.assertRaises(OSError):
+                sig._write_new(path, b"data", 0o600)
+            self.assertEqual(os.listdir(folder), [])
+
+    def test_a_public_key_of_small_order_is_refused(self) -> None:
+        # Every point of order 1, 2, 4 or 8, each spelling: a key under which anyone can sign.
+        for y in sorted(sig.ED25519_SMALL_ORDER_Y):
+            self.assertTrue(small_order(y), y.hex())
+            for sign in (0, 0x80):
+                raw = y[:-1] + bytes([y[-1] | sign])
+                with self.subTest(raw=raw.hex()), self.assertRaises(sig.SignatureError) as caught:
+                    sig.parse_public_key(spki_pem(raw))
+                self.assertEqual(caught.exception.code, "PUBLIC_KEY_INVALID")
+        # Each y of the eight points (1, -1, 0 and two of order 8), and each that has a second spelling
+        # below 2^255 (y + p, for y < 19): 0 and 1.
+        self.assertEqual(len(order_8_ys()), 2)
+        self.assertEqual({int.from_bytes(y, "little") for y in sig.ED25519_SMALL_ORDER_Y},
+                         {0, 1, ED_P - 1, ED_P, ED_P + 1, *order_8_ys()})
+        self.assertFalse(sig.is_small_order(sig.public_raw(self.key)))
+
+    def test_a_checkpoint_anyone_can_make_under_the_identity_key_fails(self) -> None:
+        # R the identity, S zero: it verifies under the identity point as a key, whatever it claims.
+        identity = bytes([1]) + bytes(31)
+        with tempfile.TemporaryDirectory() as folder:
+            log = os.path.join(folder, "audit.log")
+            with open(log, "wb") as stream:
+                stream.write(self.log)
+            heads = self.heads()
+            forged = td.canonical_json({"entries": len(heads), "format": sig.CHECKPOINT_FORMAT, "head_sha256": heads[-1],
+                                        "key_id": sig.key_id_of(identity),
+                                        "signature_ed25519": base64.b64encode(identity + bytes(32)).decode("ascii")})
+            with open(log + sig.CHECKPOINTS_SUFFIX, "wb") as stream:
+                stream.write(forged + b"\n")
+            with open(os.path.join(folder, "identity.pem"), "wb") as stream:
+                stream.write(spki_pem(identity))
+            out = io.StringIO()
+            with redirect_stdout(out):
+                status = sig.main(["--verify-audit", log, "--public-key", os.path.join(folder, "identity.pem")])
+            self.assertEqual((status, json.loads(out.getvalue())["error"]["code"]), (2, "PUBLIC_KEY_INVALID"))
 
     def test_a_public_key_is_exactly_one_ed25519_spki_block(self) -> None:
         pem = public_pem(self.key)

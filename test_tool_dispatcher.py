@@ -6177,8 +6177,13 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
     def test_output_is_encoded_only_when_its_scanned_bound_exceeds_the_limit(self):
         # The scan's upper bound proves an output within any limit it does not exceed, without
         # encoding it; past that bound the output is encoded once, and its exact length decides.
-        spec = td.REGISTRY["get_order"]
-        output = {"order_ref": "ORDER-7", "status": "paid"}
+        # Both ways: an object of scalars (its one pass) and a nested output (the full checks).
+        for spec, output in ((td.REGISTRY["get_order"], {"order_ref": "ORDER-7", "status": "paid"}),
+                             (imported_contracts()["order_lines"], {"order_ref": "ORDER-7", "lines": [7, 8, 9]})):
+            with self.subTest(tool=spec.name):
+                self.assertOutputEncodedOnlyPastItsBound(spec, output)
+
+    def assertOutputEncodedOnlyPastItsBound(self, spec, output):
         bound, length = td.scan_output(output), len(td.canonical_json(output))
         self.assertLess(length, bound)
         for max_bytes, encodings, admitted in ((bound, 0, True), (bound - 1, 1, True), (length, 1, True),
@@ -6186,8 +6191,8 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
             with self.subTest(max_bytes=max_bytes), mock.patch.object(td, "canonical_json",
                                                                       wraps=td.canonical_json) as encoder:
                 def check():
-                    return td.check_output(spec, td.Execution(dict(output), "none"), {"order_ref": "ORDER-7"}, 3,
-                                           max_bytes=max_bytes)
+                    return td.check_output(spec, td.Execution(json.loads(json.dumps(output)), "none"),
+                                           {"order_ref": "ORDER-7"}, 3, max_bytes=max_bytes)
 
                 if admitted:
                     self.assertEqual(check(), output)
@@ -6273,11 +6278,11 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
         self.assertGreaterEqual(quick, one_pass)
 
     def test_a_flat_outputs_one_pass_bounds_its_size_as_the_scan_does(self):
-        # Long numbers under one-letter names: each value's text is longer than its key's share of
+        # Long numbers under two-letter names: each value's text is longer than its key's share of
         # the bound, so only the scan's own count of every scalar (its frame and its 24 bytes)
         # keeps the bound above the size. At the bound: one pass, no scan, no encoding; past it
         # the exact size decides.
-        names = "abcde"
+        names = ("ab", "cd", "ef", "gh", "ij")
         spec = td.declare_contracts(td.declare_tool(
             "tiny", description="", effect="read", required_role="look.read",
             input_schema=schema_object({"q": {"type": "string", "maxLength": 8}}, ["q"]),
@@ -6285,7 +6290,7 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
                                         list(names))))["tiny"]
         output = dict.fromkeys(names, 2.2250738585072014e-308)
         bound, length = td.scan_output(output), len(td.canonical_json(output))
-        self.assertEqual((bound, length), (3 + 5 * (3 + 6 + 3 + 24), 141))
+        self.assertEqual((bound, length), (3 + 5 * (3 + 12 + 3 + 24), 146))
         for max_bytes, scans, encodings, admitted in ((bound, 0, 0, True), (bound - 1, 1, 1, True),
                                                       (length, 1, 1, True), (length - 1, 1, 1, False)):
             with self.subTest(max_bytes=max_bytes), \

@@ -31,8 +31,13 @@ if (ROOT / "artifacts" / "artifacts.py").is_file():  # in a checkout: its own mo
     import multimodal  # noqa: E402
     from makers import pdf, png, png_chunk, zip_of  # noqa: E402
 else:  # anywhere else: the installed packages (pip install tool-dispatcher)
-    from tool_dispatcher_artifacts import artifacts as art, files, multimodal
-    from tool_dispatcher_artifacts.makers import pdf, png, png_chunk, zip_of
+    try:
+        from tool_dispatcher_artifacts import artifacts as art, files, multimodal
+        from tool_dispatcher_artifacts.makers import pdf, png, png_chunk, zip_of
+    except ImportError:  # copied out of the checkout, before the install: say so, no traceback
+        print("artifact_tools.py: tool-dispatcher is not installed for this Python: run it from a checkout, "
+              "or `pip install tool-dispatcher` first", file=sys.stderr)
+        raise SystemExit(2) from None
 import tool_dispatcher as td  # noqa: E402
 
 NOW = 1_800_000_000  # the host's clock, in seconds

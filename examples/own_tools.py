@@ -23,8 +23,13 @@ if (ROOT / "mcp_bridge" / "forward.py").is_file():  # in a checkout: its own mod
     from importer import HostChoices, import_server  # noqa: E402
     SERVER = [sys.executable, "-B", str(ROOT / "mcp_bridge" / "demo_server.py")]
 else:  # anywhere else: the installed packages (pip install tool-dispatcher)
-    from tool_dispatcher_mcp.forward import McpForwarder
-    from tool_dispatcher_mcp.importer import HostChoices, import_server
+    try:
+        from tool_dispatcher_mcp.forward import McpForwarder
+        from tool_dispatcher_mcp.importer import HostChoices, import_server
+    except ImportError:  # copied out of the checkout, before the install: say so, no traceback
+        print("own_tools.py: tool-dispatcher is not installed for this Python: run it from a checkout, "
+              "or `pip install tool-dispatcher` first", file=sys.stderr)
+        raise SystemExit(2) from None
     SERVER = [sys.executable, "-B", "-m", "tool_dispatcher_mcp.demo_server"]
 import tool_dispatcher as td  # noqa: E402
 NOW = 1_800_000_000  # the host's clock, in seconds

@@ -193,6 +193,15 @@ def commands(data: Path) -> None:
     done = run(sys.executable, "-B", str(data / "example" / "artifact_tools.py"))
     check(done.returncode == 0 and json.loads(done.stdout)["passed"] is True,
           f"examples/artifact_tools.py against the installed packages ({done.stdout[-200:]} {done.stderr[-300:]})")
+    # The same copies under a Python without the packages (the one this environment was made
+    # from, isolated from every path): a sentence and exit 2, no traceback.
+    base = Path(sys.base_prefix) / "bin" / "python3"
+    if base.is_file() and run(str(base), "-I", "-c", "import tool_dispatcher_mcp").returncode != 0:
+        for example in ("own_tools.py", "artifact_tools.py"):
+            done = run(str(base), "-I", "-B", str(data / "example" / example))
+            check(done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+                  and done.stderr.startswith(f"{example}: tool-dispatcher is not installed for this Python"),
+                  f"examples/{example} before the install: its sentence, exit 2 ({done.stderr[-300:]})")
 
 
 def extras(data: Path) -> None:

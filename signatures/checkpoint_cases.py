@@ -12,6 +12,7 @@ difference.
 """
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -118,6 +119,18 @@ def build(log_path: str, out: str) -> None:
          key_path=os.path.join(other, sig.PUBLIC_KEY_NAME))
     case("private-key-as-public", "PUBLIC_KEY_INVALID", checkpoints, key_path=os.path.join(key, sig.PRIVATE_KEY_NAME))
     case("public-key-missing", "PUBLIC_KEY_UNREADABLE", checkpoints, key_path=os.path.join(out, "absent.pem"))
+    # The identity point as a public key: a signature with R the identity and S zero, which anyone
+    # can write without a private key, verifies under it for any message. It names no signer.
+    identity = bytes([1]) + bytes(sig.ED25519_PUBLIC_KEY_BYTES - 1)
+    identity_path = os.path.join(out, "identity-public-key.pem")
+    with open(identity_path, "wb") as stream:
+        stream.write(b"-----BEGIN PUBLIC KEY-----\n" + base64.b64encode(sig.ED25519_SPKI_PREFIX + identity)
+                     + b"\n-----END PUBLIC KEY-----\n")
+    forged = td.canonical_json({
+        "format": sig.CHECKPOINT_FORMAT, "entries": len(heads), "head_sha256": heads[-1],
+        "key_id": sig.key_id_of(identity),
+        "signature_ed25519": base64.b64encode(identity + bytes(sig.ED25519_SIGNATURE_BYTES - len(identity))).decode()})
+    case("public-key-of-small-order", "PUBLIC_KEY_INVALID", [forged], key_path=identity_path)
     with open(os.path.join(out, "cases.txt"), "w", encoding="utf-8") as stream:
         stream.write("".join(row + "\n" for row in rows))
 
@@ -130,7 +143,11 @@ def tables(path: str) -> int:
                 if code not in sig.SIGNATURE_ERRORS or sig.SIGNATURE_ERRORS[code].message != message]
     for name, value in copied["checkpoint_constants"].items():
         ours = getattr(sig, name, None)
-        if (ours.hex() if type(ours) is bytes else ours) != value:
+        if type(ours) is bytes:
+            ours = ours.hex()
+        elif type(ours) is frozenset:  # a set of byte strings: its sorted hex, as JavaScript lists it
+            ours = sorted(item.hex() for item in ours)
+        if ours != value:
             findings.append(f"FAIL constant {name}: this layer has {ours!r}, JavaScript {value!r}")
     print("\n".join(findings) or f"ok   {len(copied['checkpoint_messages'])} messages and "
                                   f"{len(copied['checkpoint_constants'])} constants agree")

@@ -267,6 +267,11 @@ def build(unsealed_path: str, sealed_path: str, keys_path: str, out: str) -> Cas
     cases.case("usage report", "CLI_USAGE", verify, unsealed_path, "--report")
     cases.case("usage value like a flag", "CLI_USAGE", verify, "-x")
     cases.case("usage stray argument", "CLI_USAGE", verify, unsealed_path, "extra")
+    # argparse reads these as options, a space notwithstanding: never a file's name.
+    cases.case("usage value naming an option, with a space", "CLI_USAGE", verify, "--seal-key=a b")
+    cases.case("usage value that is -h and more", "CLI_USAGE", verify, unsealed_path, "--seal-key", "-h x")
+    # and this as a value: a negative number in other digits.
+    cases.case("value like a negative number in other digits", "AUDIT_LOG_UNREADABLE", verify, "-\u0661")
     cases.case("equals form", "passed", f"{verify}={unsealed_path}")
     cases.case("no arguments", "CLI_USAGE")
     with open(cases.path("cases.txt"), "w", encoding="utf-8") as stream:

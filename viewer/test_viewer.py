@@ -289,7 +289,9 @@ class TestFixtureLogs(BrowserCase):
 class TestTamperedCopies(BrowserCase):
     # Cases of tamper.py that exercise the command line's own syntax, which the page does not have.
     COMMAND_LINE_ONLY: Final = frozenset({"usage no value", "usage unknown flag", "usage report", "usage value like a flag",
-                                          "usage stray argument", "equals form", "no arguments", "sealed empty-key-path"})
+                                          "usage stray argument", "equals form", "no arguments", "sealed empty-key-path",
+                                          "usage value naming an option, with a space", "usage value that is -h and more",
+                                          "value like a negative number in other digits"})
 
     def test_every_tampered_copy_gets_the_command_lines_answer_and_mark(self):
         out = self.scratch / "tampered"

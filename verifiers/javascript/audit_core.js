@@ -92,6 +92,17 @@ const CHECKPOINT_CONSTANTS = Object.freeze({
   MAX_KEY_FILE_BYTES: 4_096, // an Ed25519 PEM is about 120 bytes
   KEY_ID_HEX: 16, // hex digits of the public key's SHA-256 that name it
   ED25519_SPKI_PREFIX: '302a300506032b6570032100', // the DER before the 32 key bytes (RFC 8410)
+  // The points of small order as their 32 bytes with x's sign bit cleared (y + p spellings too):
+  // every signature verifies under such a key, which names no signer.
+  ED25519_SMALL_ORDER_Y: Object.freeze([
+    '0000000000000000000000000000000000000000000000000000000000000000',
+    '0100000000000000000000000000000000000000000000000000000000000000',
+    '26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05',
+    'c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a',
+    'ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f',
+    'edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f',
+    'eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f',
+  ]),
 });
 
 const IDENTIFIER = /^[A-Za-z0-9][A-Za-z0-9._:-]*$/;
@@ -221,6 +232,26 @@ function splitLines(data) {
   }
   lines.push(data.subarray(start)); // what follows the last newline: empty in a whole log
   return lines;
+}
+
+// The newlines in `data`, counted without a view of any line: a file of 256 MiB of newlines is
+// 268 million lines, which a list of views would not fit in memory.
+function countNewlines(data) {
+  let count = 0;
+  for (let at = 0; at < data.length; at += 1) if (data[at] === 0x0a) count += 1;
+  return count;
+}
+
+// Each line ended by a newline, as [position, view], made one at a time (what follows the last
+// newline is not one of them).
+function* terminatedLines(data) {
+  let start = 0;
+  for (let position = 0; ; position += 1) {
+    const end = data.indexOf(0x0a, start);
+    if (end === -1) return;
+    yield [position, data.subarray(start, end)];
+    start = end + 1;
+  }
 }
 
 function* sha256(data) {
@@ -356,24 +387,36 @@ function* checkEntrySeal(entry, digest, secrets, required, at, inserted) {
 }
 
 // The whole log, or a CatalogError naming its first bad entry; the report holds the chain's heads
-// after each entry too, for the checkpoints.
+// after each entry too, for the checkpoints. In the module's order: every line decoded and held to
+// an entry's shape before any link is judged, and every link before any package. No decoded
+// entry is kept from one line to the next (a 64 KiB line of "[{},{},...]" decodes to 20,000
+// objects, a whole log to more than memory holds): the first pass keeps each entry's index, the
+// second decodes each line again (the same bytes, the same value) for its links, its seal and its
+// package, and names the first package that fails only once the whole chain has held.
 function* verifyAuditLog(data, { secrets = null, requireSeal = false } = {}) {
   if (data.length > CONSTANTS.MAX_AUDIT_LOG_BYTES) throw new CatalogError('AUDIT_LOG_UNREADABLE');
-  const lines = splitLines(data);
-  if (lines[lines.length - 1].length !== 0) {
-    throw new CatalogError('AUDIT_TRUNCATED', `entries[${lines.length - 1}]`); // the last line was cut
+  const count = countNewlines(data);
+  if (data.length > 0 && data[data.length - 1] !== 0x0a) {
+    throw new CatalogError('AUDIT_TRUNCATED', `entries[${count}]`); // the last line was cut
   }
-  lines.pop();
-  if (lines.length > CONSTANTS.MAX_AUDIT_ENTRIES + 1) {
+  if (count > CONSTANTS.MAX_AUDIT_ENTRIES + 1) {
     throw new CatalogError('AUDIT_MALFORMED', `entries[${CONSTANTS.MAX_AUDIT_ENTRIES + 1}]`);
   }
-  const entries = lines.map(auditEntry);
-  const indices = entries.map((entry) => entry.index);
+  const indices = [];
+  let closedAt = -1; // the position of the last closing entry
+  for (const [position, line] of terminatedLines(data)) {
+    const entry = auditEntry(line, position);
+    indices.push(entry.index);
+    if (has(entry, 'closed')) closedAt = position;
+  }
   const later = new Map(); // index -> the last position it appears at
   indices.forEach((index, position) => later.set(index, position));
   const heads = [];
   let previous = CONSTANTS.GENESIS_SHA256;
-  for (const [position, entry] of entries.entries()) {
+  let sealed = secrets !== null;
+  let packageFault = -1; // the first package that does not hold its own digests
+  for (const [position, line] of terminatedLines(data)) {
+    const entry = auditEntry(line, position);
     const at = `entries[${position}]`;
     const index = entry.index;
     if (index < position) throw new CatalogError('AUDIT_ENTRY_INSERTED', at); // an index seen again
@@ -385,31 +428,26 @@ function* verifyAuditLog(data, { secrets = null, requireSeal = false } = {}) {
       // This entry still names the digest its predecessor had: the predecessor changed.
       throw new CatalogError('AUDIT_ENTRY_EDITED', `entries[${Math.max(position - 1, 0)}]`);
     }
-    const digest = yield* lineDigest(lines[position]);
+    const digest = yield* lineDigest(line);
     if (digest !== entry.entry_sha256) throw new CatalogError('AUDIT_ENTRY_EDITED', at);
     const inserted = position + 1 < indices.length && indices[position + 1] === index;
     yield* checkEntrySeal(entry, digest, secrets, requireSeal, at, inserted);
-    if (has(entry, 'closed') && position !== entries.length - 1) {
+    if (has(entry, 'closed') && position !== count - 1) {
       throw new CatalogError('AUDIT_MALFORMED', at); // nothing follows the closing entry
+    }
+    if (entry.seal.key_id === null) sealed = false;
+    if (packageFault === -1 && has(entry, 'package') && !(yield* packageDigestsHold(entry.package))) {
+      packageFault = position;
     }
     previous = digest;
     heads.push(digest);
   }
-  if (entries.length === 0 || !has(entries[entries.length - 1], 'closed')) {
-    throw new CatalogError('AUDIT_TRUNCATED', `entries[${entries.length}]`);
+  if (count === 0 || closedAt !== count - 1) {
+    throw new CatalogError('AUDIT_TRUNCATED', `entries[${count}]`);
   }
-  // The chain holds: every package is as written. Now each is held to its own digests.
-  for (const [position, entry] of entries.entries()) {
-    if (has(entry, 'package') && !(yield* packageDigestsHold(entry.package))) {
-      throw new CatalogError('AUDIT_PACKAGE_DIGEST', `entries[${position}]`);
-    }
-  }
-  return {
-    entries: entries.length - 1,
-    head_sha256: previous,
-    sealed: secrets !== null && entries.every((entry) => entry.seal.key_id !== null),
-    heads,
-  };
+  // The chain holds: every package is as written. Now the first not held to its own digests.
+  if (packageFault !== -1) throw new CatalogError('AUDIT_PACKAGE_DIGEST', `entries[${packageFault}]`);
+  return { entries: count - 1, head_sha256: previous, sealed, heads };
 }
 
 // ============================================================================================
@@ -476,6 +514,14 @@ const PUBLIC_PEM = /^-----BEGIN PUBLIC KEY-----\n([A-Za-z0-9+/=\n]{1,200})-----E
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})+(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 const ED25519_PUBLIC_KEY_BYTES = 32;
 const ED25519_SPKI_PREFIX = hexBytes(CHECKPOINT_CONSTANTS.ED25519_SPKI_PREFIX);
+const ED25519_SMALL_ORDER_Y = CHECKPOINT_CONSTANTS.ED25519_SMALL_ORDER_Y.map(hexBytes);
+
+// Whether 32 raw key bytes spell a point of small order (x's sign bit, the top bit, ignored).
+function isSmallOrder(raw) {
+  const cleared = Uint8Array.from(raw);
+  cleared[cleared.length - 1] &= 0x7f;
+  return ED25519_SMALL_ORDER_Y.some((y) => sameBytes(y, cleared));
+}
 
 // A public key file's bytes (at most one byte more than MAX_KEY_FILE_BYTES read): exactly one
 // Ed25519 SubjectPublicKeyInfo PEM block, parsed here byte for byte as the Python layer parses it
@@ -488,7 +534,8 @@ function* publicKeyFromBytes(data) {
   }
   const der = base64Bytes(body);
   if (base64Text(der) !== body || der.length !== ED25519_SPKI_PREFIX.length + ED25519_PUBLIC_KEY_BYTES
-      || !sameBytes(der.subarray(0, ED25519_SPKI_PREFIX.length), ED25519_SPKI_PREFIX)) {
+      || !sameBytes(der.subarray(0, ED25519_SPKI_PREFIX.length), ED25519_SPKI_PREFIX)
+      || isSmallOrder(der.subarray(ED25519_SPKI_PREFIX.length))) {
     throw new CatalogError('PUBLIC_KEY_INVALID');
   }
   const key = yield { op: 'ed25519-key', spki: der };
@@ -534,10 +581,11 @@ function signedMessage(checkpoint) {
 // Every checkpoint in order, each a valid signature over the head the chain really had after
 // its count of entries (the closing entry counts: the last checkpoint signs the closing head).
 function* verifyCheckpoints(data, heads, publicKey) {
-  const lines = splitLines(data);
-  if (lines[lines.length - 1].length !== 0) throw new CatalogError('CHECKPOINT_MALFORMED', `checkpoints[${lines.length - 1}]`);
-  lines.pop();
-  const checkpoints = lines.map(checkpointEntry);
+  if (data.length > 0 && data[data.length - 1] !== 0x0a) {
+    throw new CatalogError('CHECKPOINT_MALFORMED', `checkpoints[${countNewlines(data)}]`); // cut short
+  }
+  const checkpoints = [];
+  for (const [position, line] of terminatedLines(data)) checkpoints.push(checkpointEntry(line, position));
   let last = 0;
   for (const [position, checkpoint] of checkpoints.entries()) {
     const at = `checkpoints[${position}]`;

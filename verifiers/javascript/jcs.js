@@ -71,22 +71,44 @@ function isDigit(c) {
 
 // The nesting scan: what lies outside strings, as brackets, never deeper than maxDepth. Escaped
 // backslashes and quotes go first (left to right), then everything but quotes and brackets, then
-// the string bodies between quote pairs. The same scan as the Python module's, on the same bytes,
-// so a malformed text gets the same answer from both.
+// the string bodies between quote pairs (empty pairs first, left to right). The same scan as the
+// Python module's, on the same bytes, so a malformed text gets the same answer from both. Byte by
+// byte rather than with regular expressions, whose one match a bracket or comma costs a hundred
+// times more on a line of 20,000 empty objects.
 function exceedsNesting(data, maxDepth) {
-  let text = latin1Text(data);
-  if (text.includes('\\')) text = text.replace(/\\[\\"]/g, '');
-  let outline = text.replace(/[^"[\]{}]/g, '');
-  if (outline.includes('"')) {
-    outline = outline.split('""').join('').split('"').filter((_, index) => index % 2 === 0).join('');
+  const outline = new Uint8Array(data.length); // the quotes and brackets left after escaped pairs
+  let size = 0;
+  for (let at = 0; at < data.length; at += 1) {
+    const byte = data[at];
+    if (byte === BACKSLASH && (data[at + 1] === BACKSLASH || data[at + 1] === QUOTE)) {
+      at += 1; // an escaped backslash or quote: neither is kept
+    } else if (byte === QUOTE || OUTLINE_BRACKET[byte] !== 0) {
+      outline[size] = byte;
+      size += 1;
+    }
   }
   let depth = 0;
-  for (const c of outline) {
-    depth += c === '[' || c === '{' ? 1 : -1;
-    if (depth > maxDepth) return true;
+  let inside = false; // between a quote and the next one
+  for (let at = 0; at < size; at += 1) {
+    const byte = outline[at];
+    if (byte === QUOTE) {
+      if (outline[at + 1] === QUOTE && at + 1 < size) at += 1; // an empty pair is dropped whole
+      else inside = !inside;
+    } else if (!inside) {
+      depth += OUTLINE_BRACKET[byte];
+      if (depth > maxDepth) return true;
+    }
   }
   return false;
 }
+
+const BACKSLASH = 0x5c;
+const QUOTE = 0x22;
+const OUTLINE_BRACKET = new Int8Array(256); // +1 an opener, -1 a closer, 0 anything else
+OUTLINE_BRACKET[0x5b] = 1; // [
+OUTLINE_BRACKET[0x7b] = 1; // {
+OUTLINE_BRACKET[0x5d] = -1; // ]
+OUTLINE_BRACKET[0x7d] = -1; // }
 
 // One character a byte, as node's Buffer#toString('latin1') (TextDecoder's "latin1" is
 // windows-1252, which maps some bytes elsewhere).

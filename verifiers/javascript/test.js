@@ -3,6 +3,7 @@
 'use strict';
 
 const assert = require('node:assert/strict');
+const childProcess = require('node:child_process');
 const crypto = require('node:crypto');
 const fs = require('node:fs');
 const os = require('node:os');
@@ -179,6 +180,15 @@ function miniLog(secrets = null, keyId = null) {
 
 const asLog = (lines) => Buffer.from(lines.map((line) => `${line}\n`).join(''));
 
+function verdict0(data, options) {
+  try {
+    return audit.verifyAuditLog(data, options);
+  } catch (error) {
+    if (error instanceof audit.CatalogError) return `${error.code} ${error.at}`;
+    throw error;
+  }
+}
+
 function verdict(lines, options) {
   try {
     return audit.verifyAuditLog(asLog(lines), options);
@@ -243,6 +253,48 @@ describe('the audit log', () => {
     assert.equal(verdict(miniLog(), { secrets, requireSeal: true }), 'AUDIT_UNSEALED entries[0]');
   });
 
+  test('a flood of newlines is counted, never split into views one a line', () => {
+    // 256 MiB of newlines is 268 million lines: a view of each does not fit in memory (node died).
+    class Counted extends Uint8Array {
+      subarray(...range) {
+        Counted.views += 1;
+        return super.subarray(...range);
+      }
+    }
+    Counted.views = 0;
+    const flood = new Counted(audit.CONSTANTS.MAX_AUDIT_ENTRIES + 2).fill(0x0a);
+    assert.equal(verdict0(flood), `AUDIT_MALFORMED entries[${audit.CONSTANTS.MAX_AUDIT_ENTRIES + 1}]`);
+    assert.equal(Counted.views, 0);
+    const cut = new Counted(audit.CONSTANTS.MAX_AUDIT_ENTRIES + 3).fill(0x0a);
+    cut[cut.length - 1] = 0x7b;
+    assert.equal(verdict0(cut), `AUDIT_TRUNCATED entries[${audit.CONSTANTS.MAX_AUDIT_ENTRIES + 2}]`);
+    assert.equal(Counted.views, 0);
+  });
+
+  test('no decoded entry is held from one line to the next: a log of empty objects fits a small heap', () => {
+    // Each line a valid entry's shape holding 20,000 empty objects, 16 MiB in all: held whole, its
+    // values need more than the 96 MiB heap the verifier is run with here (node died at 4 GiB on
+    // 256 MiB of them, where the Python module answers).
+    const room = 65_536 - 300; // the rest of the line, whatever its index
+    const objects = `[${Array(Math.floor(room / 3)).fill('{}').join(',')}]`;
+    const zeros = '0'.repeat(64);
+    const line = (index) => `{"entry_sha256":"${zeros}","format":"audit-log-v2","index":${index},`
+      + `"package":{"x":${objects}},"previous_sha256":"${zeros}","seal":{"hmac_sha256":null,"key_id":null}}\n`;
+    const count = Math.floor((16 * 1024 * 1024) / line(0).length);
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'td-verify-'));
+    try {
+      const log = path.join(dir, 'objects.log');
+      fs.writeFileSync(log, Array.from({ length: count }, (_, index) => line(index)).join(''));
+      const run = childProcess.spawnSync(process.execPath, ['--max-old-space-size=96', path.join(__dirname, 'verify_audit.js'),
+        '--verify-audit', log], { encoding: 'utf8' });
+      assert.equal(run.stderr, '');
+      assert.equal(run.status, 1);
+      assert.deepEqual([JSON.parse(run.stdout).failure.code, JSON.parse(run.stdout).failure.at], ['AUDIT_ENTRY_EDITED', 'entries[0]']);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test('a seal-keys document is held to the file format', () => {
     const good = { format: 'seal-keys-v1', current: 'k-a', keys: [{ key_id: 'k-a', secret_hex: 'ab'.repeat(32) }] };
     assert.equal(audit.parseSealKeys(good).get('k-a').length, 32);
@@ -280,9 +332,18 @@ describe('the command line', () => {
   });
 
   test('reads a value that only looks like a number or holds a space as a value', () => {
-    for (const value of ['-5', '-1.5', '- x', '-']) {
+    for (const value of ['-5', '-1.5', '- x', '-', '-5\n', '-.5\n', '-\u0661', '-\u0661.\u0662', '--bogus=a b']) {
       assert.deepEqual(usage(['--verify-audit', `/nonexistent/${value}`]), [2, 'AUDIT_LOG_UNREADABLE']);
-      assert.deepEqual(usage(['--verify-audit', value]), [2, 'AUDIT_LOG_UNREADABLE']);
+      assert.deepEqual(usage(['--verify-audit', value]), [2, 'AUDIT_LOG_UNREADABLE'], JSON.stringify(value));
+    }
+  });
+
+  test('never takes for a value what argparse reads as an option, space or not', () => {
+    // "--name=..." of any option the Python CLIs know, and -h with anything after it.
+    for (const value of ['--seal-key=a b', '--fixture=a b', '--report=x y', '--help=a b', '-h x', '-help me', '-hx',
+      '-5\n\n']) {
+      assert.deepEqual(usage(['--verify-audit', value]), [2, 'CLI_USAGE'], JSON.stringify(value));
+      assert.deepEqual(usage(['--verify-audit', 'a', '--seal-key', value]), [2, 'CLI_USAGE'], JSON.stringify(value));
     }
   });
 });

@@ -122,12 +122,24 @@ function loadPublicKey(path) {
 // option itself; "--name=value" works too; anything else is CLI_USAGE. --help prints this usage.
 
 const OPTIONS = Object.freeze(new Set(['--verify-audit', '--seal-key', '--public-key', '--digests']));
-const NEGATIVE_NUMBER = /^-\d+$|^-\d*\.\d+$/; // argparse reads these as values, not options
+// Every option string the Python CLIs' parsers hold (tool_dispatcher.py's, and --public-key of
+// signatures/audit_signatures.py), with ours: argparse reads an argument that names one of them
+// as an option, even with a space in it ("--seal-key=a b"), so it is never a value.
+const KNOWN_OPTIONS = Object.freeze(new Set([...OPTIONS, '-h', '--help', '--fixture', '--check-contracts', '--overlay',
+  '--case', '--report', '--audit-log']));
+// argparse's pattern (Python's \d is any decimal digit, and its $ also matches before a final newline).
+const NEGATIVE_NUMBER = /^-\p{Nd}+\n?$|^-\p{Nd}*\.\p{Nd}+\n?$/u; // argparse reads these as values, not options
 const USAGE = 'usage: verify_audit.js --verify-audit LOG [--seal-key KEYS.json | --public-key PUB.pem]\n'
   + '       verify_audit.js --digests LOG\n';
 
+// argparse's _parse_optional, in its order, for a parser whose only short option is -h and which
+// takes no abbreviation: does this argument start an option (and so cannot be a value)?
 function looksLikeOption(argument) {
-  if (argument === '' || argument[0] !== '-' || argument === '-') return false;
+  if (argument === '' || argument[0] !== '-') return false;
+  if (KNOWN_OPTIONS.has(argument)) return true;
+  if (argument.length === 1) return false;
+  if (argument.includes('=') && KNOWN_OPTIONS.has(argument.slice(0, argument.indexOf('=')))) return true;
+  if (argument[1] !== '-' && argument.startsWith('-h')) return true; // -h with text after it, as -hx
   if (NEGATIVE_NUMBER.test(argument) || argument.includes(' ')) return false;
   return true;
 }

@@ -33,6 +33,7 @@ import subprocess
 import time
 import sys
 import tempfile
+import tracemalloc
 import unittest
 from types import MappingProxyType
 from unittest import mock
@@ -10037,6 +10038,35 @@ class TestTheAuditLog(unittest.TestCase):
         for name, (data, code, index) in cases.items():
             with self.subTest(tamper=name):
                 self.assertBad(code, index, data, seal_keys=self.KEYS)
+
+    def test_a_log_is_verified_holding_one_lines_decoded_values_at_a_time(self):
+        # A line's decoded values can weigh many times its bytes (an empty object: 3 bytes on the
+        # line, a dict in memory). Each package is held to its own digests as its line is read,
+        # then dropped: the verifier's peak stays near one line's worth (about 1 MB here), not the
+        # whole log's (about 15 MB if every package were kept). The first package that breaks its
+        # digests is still the one named, and only once the chain holds.
+        stream = io.BytesIO()
+        log = td.AuditLog(stream)
+        for _ in range(64):
+            log.append({"x": [{}] * 3_000})
+        log.close()
+        data = stream.getvalue()
+        tracemalloc.start()
+        try:
+            self.assertBad("AUDIT_PACKAGE_DIGEST", 0, data)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        self.assertLess(peak, 4_000_000)
+        lines = self.sealed.split(b"\n")[:-1]
+        entries = [json.loads(line) for line in lines]
+        for broken in (entries[6], entries[9]):
+            broken["package"]["execution"]["effects"] = 1  # its call binding digest no longer holds
+        unbound = b"\n".join(relinked([td.canonical_json(entry) for entry in entries], self.KEYS)) + b"\n"
+        self.assertBad("AUDIT_PACKAGE_DIGEST", 6, unbound, seal_keys=self.KEYS)
+        cut = unbound.split(b"\n")
+        del cut[12]  # a chain fault after both: it is named first
+        self.assertBad("AUDIT_ENTRY_DELETED", 12, b"\n".join(cut), seal_keys=self.KEYS)
 
     def test_edit_and_rechain_without_the_key_is_caught_by_the_seal(self):
         lines = self.sealed.split(b"\n")[:-1]

@@ -7233,7 +7233,17 @@ def verify_audit_log(data: bytes, *, seal_keys: SealKeys | None = None, require_
     lines.pop()
     if len(lines) > MAX_AUDIT_ENTRIES + 1:
         raise BoundaryError("AUDIT_MALFORMED", at=f"entries[{MAX_AUDIT_ENTRIES + 1}]")
-    entries = [_audit_entry(line, position) for position, line in enumerate(lines)]
+    # Each package is held to its own digests as its line is decoded, then dropped: a line's
+    # decoded values can weigh many times its bytes, so no more than one line's are kept at once.
+    # A package that fails is named only once the chain holds, as the first one in the log.
+    entries = []
+    unbound = None  # the first position whose package breaks its own digests
+    for position, line in enumerate(lines):
+        entry = _audit_entry(line, position)
+        package = entry.pop("package", None)
+        if package is not None and unbound is None and not _package_digests_hold(package):
+            unbound = position
+        entries.append(entry)
     indices = [entry["index"] for entry in entries]
     later = {}  # index -> the last position it appears at
     for position, index in enumerate(indices):
@@ -7260,11 +7270,10 @@ def verify_audit_log(data: bytes, *, seal_keys: SealKeys | None = None, require_
         previous = digest
     if closed and (not entries or "closed" not in entries[-1]):
         raise BoundaryError("AUDIT_TRUNCATED", at=f"entries[{len(entries)}]")
-    # The chain holds: every package is as written. Now each is held to its own digests, which
-    # only a writer's fault, or an edit re-chained where no seal guards the log, can break.
-    for position, entry in enumerate(entries):
-        if "package" in entry and not _package_digests_hold(entry["package"]):
-            raise BoundaryError("AUDIT_PACKAGE_DIGEST", at=f"entries[{position}]")
+    # The chain holds: every package is as written. Only a writer's fault, or an edit re-chained
+    # where no seal guards the log, can have left one that breaks its own digests.
+    if unbound is not None:
+        raise BoundaryError("AUDIT_PACKAGE_DIGEST", at=f"entries[{unbound}]")
     return AuditReport(entries=len(entries) - (1 if closed else 0), head_sha256=previous,
                        sealed=seal_keys is not None and all(entry["seal"]["key_id"] is not None for entry in entries))
 

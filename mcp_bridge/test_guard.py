@@ -861,11 +861,7 @@ class TestServing(GuardCase):
         # A server deaf to the end of its input and to SIGTERM: the guard must kill it before it leaves.
         host = self.folder.host([self.fault_server("stubborn")])
         log = self.folder.path / "audit.jsonl"
-        child = subprocess.Popen([*PYTHON, str(HERE / "mcp_bridge.py"), "guard", "--host", str(host),
-                                  "--audit-log", str(log)],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.addCleanup(child.kill)
-        self.assertEqual(json.loads(child.stderr.readline())["event"], "started")
+        child = self.started_guard(host, log)
         server = children_of(child.pid)
         self.assertEqual(len(server), 1)
         self.addCleanup(kill_if_running, server[0])
@@ -886,6 +882,15 @@ class TestServing(GuardCase):
         self.assertEqual(td.verify_audit_log(log.read_bytes()).entries, 1)  # closed
         self.assertTrue(process_ended(server[0]))  # stopped and reaped before the guard left
 
+    def started_guard(self, host, log):
+        """The guard by its command line with an audit log, once it reported that it started."""
+        child = subprocess.Popen([*PYTHON, str(HERE / "mcp_bridge.py"), "guard", "--host", str(host),
+                                  "--audit-log", str(log)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(child.kill)
+        self.assertEqual(json.loads(child.stderr.readline())["event"], "started")
+        return child
+
     def guard_waiting_on_its_approval_command(self):
         """The guard by its command line, its one write waiting on the host's approval command,
         which never answers (NEVER_ANSWERS): the child, the ids of the command and of its own
@@ -898,11 +903,7 @@ class TestServing(GuardCase):
                                           "timeout": gd.MAX_APPROVAL_TIMEOUT},
                                 retry_window=gd.MAX_APPROVAL_TIMEOUT + gd.DEFAULT_CALL_TIMEOUT + 1)
         log = self.folder.path / "audit.jsonl"
-        child = subprocess.Popen([*PYTHON, str(HERE / "mcp_bridge.py"), "guard", "--host", str(host),
-                                  "--audit-log", str(log)],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.addCleanup(child.kill)
-        self.assertEqual(json.loads(child.stderr.readline())["event"], "started")
+        child = self.started_guard(host, log)
         for server in children_of(child.pid):
             self.addCleanup(kill_if_running, server)
         for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize",

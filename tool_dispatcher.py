@@ -5155,21 +5155,10 @@ def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, Any], revi
     no output schema answers text (a str), admitted as the data {"text": ...} (TEXT_OUTPUT)."""
     if type(result) is not Execution:
         raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
-    output = result.output
-    checked = None if type(output) is not dict else _quick_checked_output(spec, output, max_bytes, max_nodes)
-    if checked is not None:
-        output = checked
-    elif spec.output_contract is None:
-        if type(output) is not str:
-            raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
-        output = _as_data(spec, output)
-    else:
-        output = _hook_output_copy(spec, output, max_nodes=max_nodes)
-    if checked is None:
-        # Encoded only when the scan's upper bound does not already prove the size within the limit.
-        if scan_output(output, max_nodes=max_nodes) > max_bytes and len(canonical_json(output)) > max_bytes:
-            raise BoundaryError("OUTPUT_TOO_LARGE")
-        check_output_fields(spec, output)
+    output = None if type(result.output) is not dict else _quick_checked_output(spec, result.output, max_bytes,
+                                                                                  max_nodes)
+    if output is None:
+        output = _fully_checked_output(spec, result.output, max_bytes, max_nodes)
     for field in spec.bound_fields:  # required on both sides (the contract loader checks it)
         if not _same_value(output[field], arguments[field]):
             raise BoundaryError("OUTPUT_BINDING_MISMATCH")
@@ -5184,6 +5173,22 @@ def check_output(spec: ToolSpec, result: Any, arguments: Mapping[str, Any], revi
             or (spec.effect == "read" and result.receipt_ref is not None)):
         raise BoundaryError("OUTPUT_BINDING_MISMATCH")
     return output  # the copy that was checked: nobody else holds it
+
+
+def _fully_checked_output(spec: ToolSpec, output: Any, max_bytes: int, max_nodes: int) -> Any:
+    """The checked copy of any output, or the OUTPUT_* code that refuses it: its scan (shape,
+    text, secrets), its size, then its contract."""
+    if spec.output_contract is None:
+        if type(output) is not str:
+            raise BoundaryError("OUTPUT_CONTRACT_VIOLATION")
+        output = _as_data(spec, output)
+    else:
+        output = _hook_output_copy(spec, output, max_nodes=max_nodes)
+    # Encoded only when the scan's upper bound does not already prove the size within the limit.
+    if scan_output(output, max_nodes=max_nodes) > max_bytes and len(canonical_json(output)) > max_bytes:
+        raise BoundaryError("OUTPUT_TOO_LARGE")
+    check_output_fields(spec, output)
+    return output
 
 
 def _quick_checked_output(spec: ToolSpec, output: dict[str, Any], max_bytes: int, max_nodes: int) -> Any:

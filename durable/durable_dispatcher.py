@@ -132,10 +132,12 @@ Tx = Any
 
 _SQLITE_BUSY: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 _SQLITE_NOT_OURS: Final = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
-# While a store is being opened: a file or directory this process may not write. SQLite reads a
-# WAL database only through its -shm file, which it cannot create in a read-only directory; an
-# `immutable` open would read it without, but would not see a writer that still changes it.
-_SQLITE_NOT_OPENED: Final = frozenset({8, 14})  # SQLITE_READONLY, SQLITE_CANTOPEN
+# While a store is being opened: a file or directory this process may not write, or a disk that
+# is full or fails a write. SQLite reads a WAL database only through its -shm file, which it cannot
+# create in a read-only directory (nor size on a full disk); an `immutable` open would read it
+# without, but would not see a writer that still changes it. Nothing of this layer was written:
+# the schema's transaction rolled back, and a file `run` created for it is removed again.
+_SQLITE_NOT_OPENED: Final = frozenset({8, 10, 13, 14})  # SQLITE_READONLY, _IOERR, _FULL, _CANTOPEN
 # The one driver error that is not SQLite's: a TEXT value that is not UTF-8, met when the sqlite3
 # module decodes a fetched row (its own OperationalError, with no SQLite result code). A damaged
 # value, like any other read back; matched on the module's fixed text, never shown.
@@ -590,11 +592,13 @@ SQL_HOLDER_MOVE: Final = f"""
         lease_expires_at = :lease_expires_at, data = :data, package = :package, receipt_ref = :receipt_ref,
         recovery_hint = :recovery_hint, expires_at = :expires_at, updated_at = :now
     WHERE {_KEY_MATCH} AND state = :from_state AND lease_epoch = :epoch"""
-# Another party's move on an expired lease: epoch + 1, and only if the lease really has expired.
+# Another party's move on an expired lease: epoch + 1, and only if the lease really has expired
+# (or ends later than any lease granted from now: LedgerRow.lease_live).
 SQL_EXPIRE_LEASE: Final = f"""
     UPDATE operations SET state = :to_state, lease_epoch = lease_epoch + 1, lease_owner = NULL,
         lease_expires_at = NULL, recovery_hint = :recovery_hint, updated_at = :now
-    WHERE {_KEY_MATCH} AND state = :from_state AND lease_epoch = :epoch AND lease_expires_at <= :now"""
+    WHERE {_KEY_MATCH} AND state = :from_state AND lease_epoch = :epoch
+        AND (lease_expires_at <= :now OR lease_expires_at > :granted_until)"""
 SQL_FENCE_UNKNOWN: Final = f"""
     UPDATE operations SET lease_epoch = lease_epoch + 1, updated_at = :now
     WHERE {_KEY_MATCH} AND state = :from_state AND lease_epoch = :epoch"""
@@ -734,15 +738,31 @@ def _uri(path: Any, mode: str) -> str:
     return Path(_checked_path(path)).absolute().as_uri() + "?mode=" + mode
 
 
-def _create_new_file(path: Any) -> None:
-    # O_EXCL: the command creates the file, or refuses; it never adopts a file that was there.
+SIDE_FILE_SUFFIXES: Final = ("-wal", "-shm", "-journal")  # what SQLite writes beside a database file
+
+
+def _create_new_file(path: Any) -> Callable[[], None]:
+    """Create the file with O_EXCL (the command creates it, or refuses: it never adopts a file that
+    was there) and answer the undo: remove it and the side files SQLite keeps beside it. A store
+    whose creation failed (a full disk, Ctrl-C) leaves no file that a second `run` refuses as
+    existing and `recover` as damaged. (A side file without its database is no one's: SQLite
+    itself resets or deletes one it finds beside a new file.)"""
+    text = _checked_path(path)
     try:
-        handle = os.open(_checked_path(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        handle = os.open(text, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         raise DurableError("STORE_EXISTS") from None
     except OSError:
         raise DurableError("STORE_UNREADABLE") from None
     os.close(handle)
+
+    def undo() -> None:
+        for suffix in ("", *SIDE_FILE_SUFFIXES):
+            try:
+                os.unlink(text + suffix)
+            except OSError:
+                pass  # not made, or already gone: nothing of ours is left there
+    return undo
 
 
 def _expected_schema() -> tuple[tuple[Any, ...], ...]:
@@ -799,15 +819,25 @@ class DurableStore:
         if synchronous not in SYNCHRONOUS_MODES or type(busy_timeout_ms) is not int or busy_timeout_ms < 0:
             raise DurableError("SETTING_INVALID")
         uri = _uri(path, "rwc" if create or exclusive else "rw")
-        if exclusive:
-            _create_new_file(path)
+        undo = _create_new_file(path) if exclusive else None
+        try:
+            return cls._connect(uri, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms,
+                                clock_ms=clock_ms or wall_clock_ms, create=create or exclusive)
+        except BaseException:
+            if undo is not None:
+                undo()  # the file this call created holds no store: it goes
+            raise
+
+    @classmethod
+    def _connect(cls, uri: str, *, synchronous: str, busy_timeout_ms: int, clock_ms: Callable[[], int],
+                 create: bool) -> DurableStore:
         try:
             connection = sqlite3.connect(uri, uri=True, timeout=busy_timeout_ms / 1000, isolation_level=None)
         except (sqlite3.Error, OSError, ValueError):
             raise DurableError("STORE_UNREADABLE") from None
-        store = cls(connection, synchronous=synchronous, clock_ms=clock_ms or wall_clock_ms)
+        store = cls(connection, synchronous=synchronous, clock_ms=clock_ms)
         try:
-            store._configure(busy_timeout_ms, create=create or exclusive)
+            store._configure(busy_timeout_ms, create=create)
         except BaseException:
             store.close()
             raise
@@ -1119,8 +1149,11 @@ class LedgerRow:
         return cls(*(ROW_CHECKS[column](value) for column, value in zip(ROW_COLUMNS, values)))
 
     def lease_live(self, now_ms: int) -> bool:
-        # Like an approval, a lease is dead at its expiry instant.
-        return self.lease_expires_at is not None and now_ms < self.lease_expires_at
+        # Like an approval, a lease is dead at its expiry instant. No lease is granted for longer
+        # than MAX_LEASE_MS: one that ends further ahead was written by a clock that has since
+        # been set back (or by an edit), and would hold its key for as long as the step was.
+        # It is dead too: a takeover is fenced by the epoch, whether its holder lives or not.
+        return self.lease_expires_at is not None and now_ms < self.lease_expires_at <= now_ms + MAX_LEASE_MS
 
     def record(self) -> td.OperationRecord:
         """The row as tool_dispatcher's OperationRecord (what its repeat rule, replay and query read)."""
@@ -1411,8 +1444,9 @@ class Ledger:
     def expire(self, row: LedgerRow, event: str) -> bool:
         """Move a row whose lease has expired (epoch + 1); False when it moved or is still live."""
         to_state = transition(row.state, event)
+        now = self._store.now_ms()
         params = {**row.key.params(), "to_state": to_state, "from_state": row.state, "epoch": row.lease_epoch,
-                  "recovery_hint": RECOVERY_HINTS.get(to_state), "now": self._store.now_ms()}
+                  "recovery_hint": RECOVERY_HINTS.get(to_state), "now": now, "granted_until": now + MAX_LEASE_MS}
         with self._store.transaction() as tx:
             return tx.execute(SQL_EXPIRE_LEASE, params).rowcount == 1
 
@@ -2285,27 +2319,45 @@ SYNCHRONOUS_HELP: Final = ("SQLite's fsync mode: FULL (the default: a commit sur
                             "(a commit survives a crash of the process; the last ones may roll back on power loss)")
 
 
+class _Once(argparse.Action):
+    """An option's value, given at most once: `--db a --db b` names two databases, and argparse
+    would act on the last one (a wrapper's `--db` after the user's, say) without a word."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._given = False  # one parser per command line: _durable_arguments builds it anew
+
+    def __call__(self, _parser: Any, namespace: argparse.Namespace, values: Any, _option: Any = None) -> None:
+        if self._given:
+            raise td.BoundaryError("CLI_USAGE")
+        self._given = True
+        setattr(namespace, self.dest, values)
+
+
 def _durable_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = td.CliParser(prog="durable_dispatcher", description="The durable layer: run the fixture, recover a database.")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a tool-cases-v2 fixture against a database file this command creates")
-    run.add_argument("--fixture", required=True, help="path of the tool-cases-v2 JSON fixture")
+    run.add_argument("--fixture", action=_Once, required=True, help="path of the tool-cases-v2 JSON fixture")
     target = run.add_mutually_exclusive_group(required=True)
-    target.add_argument("--db", help="path of the SQLite file to create (must not exist)")
-    target.add_argument("--store", help="a SQLite path or a postgresql:// DSN (its database must hold no schema)")
-    run.add_argument("--case", help="run only the case with this id")
-    run.add_argument("--synchronous", choices=sorted(SYNCHRONOUS_MODES), default="FULL", help=SYNCHRONOUS_HELP)
+    target.add_argument("--db", action=_Once, help="path of the SQLite file to create (must not exist)")
+    target.add_argument("--store", action=_Once,
+                        help="a SQLite path or a postgresql:// DSN (its database must hold no schema)")
+    run.add_argument("--case", action=_Once, help="run only the case with this id")
+    run.add_argument("--synchronous", action=_Once, choices=sorted(SYNCHRONOUS_MODES), default="FULL",
+                     help=SYNCHRONOUS_HELP)
     rec = commands.add_parser("recover", help="recover leases, unknown operations and the outbox of a database")
     target = rec.add_mutually_exclusive_group(required=True)
-    target.add_argument("--db", help="path of an existing database of this layer")
-    target.add_argument("--store", help="a SQLite path or a postgresql:// DSN of an existing store")
-    rec.add_argument("--synchronous", choices=sorted(SYNCHRONOUS_MODES), default="FULL", help=SYNCHRONOUS_HELP)
+    target.add_argument("--db", action=_Once, help="path of an existing database of this layer")
+    target.add_argument("--store", action=_Once, help="a SQLite path or a postgresql:// DSN of an existing store")
+    rec.add_argument("--synchronous", action=_Once, choices=sorted(SYNCHRONOUS_MODES), default="FULL",
+                     help=SYNCHRONOUS_HELP)
     chain = commands.add_parser("verify-chain", help="verify every realm's audit chain and every stored package")
     target = chain.add_mutually_exclusive_group(required=True)
-    target.add_argument("--db", help="path of an existing database of this layer")
-    target.add_argument("--store", help="a SQLite path or a postgresql:// DSN of an existing store")
+    target.add_argument("--db", action=_Once, help="path of an existing database of this layer")
+    target.add_argument("--store", action=_Once, help="a SQLite path or a postgresql:// DSN of an existing store")
     for command in (run, chain):
-        command.add_argument("--seal-key", metavar="FILE",
+        command.add_argument("--seal-key", action=_Once, metavar="FILE",
                              help=f"a {td.SEAL_KEYS_FORMAT} file: seal (run), or require and check seals "
                                   f"(verify-chain) (default: the file ${td.SEAL_KEYS_ENVIRONMENT} names)")
     return parser.parse_args(argv)

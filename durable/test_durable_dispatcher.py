@@ -852,6 +852,30 @@ class TestStore(StoreCase):
                 self.assertEqual((dd._store_error(error, opening=True).code, dd._store_error(error).code),
                                  ("STORE_UNREADABLE", "STORE_FAILED"))
 
+    def test_a_full_disk_or_a_failed_write_while_opening_is_unreadable(self) -> None:
+        # SQLITE_FULL, and the SQLITE_IOERR_WRITE a file size limit gives: the store could not be
+        # opened, not STORE_FAILED's "retry under the same idempotency key".
+        for result in (13, 778):
+            with self.subTest(result=result):
+                error = sqlite3.OperationalError("database or disk is full")
+                error.sqlite_errorcode = result  # type: ignore[attr-defined]
+                self.assertEqual((dd._store_error(error, opening=True).code, dd._store_error(error).code),
+                                 ("STORE_UNREADABLE", "STORE_FAILED"))
+
+    def test_a_store_whose_creation_failed_leaves_no_file(self) -> None:
+        # Whatever stops the creation (a full disk, Ctrl-C), the file exclusive created goes with
+        # it, and the side files beside it: a second `run` would refuse it as existing, `recover`
+        # as damaged.
+        for failure in (dd.DurableError("STORE_UNREADABLE"), KeyboardInterrupt()):
+            with self.subTest(failure=type(failure).__name__):
+                with mock.patch.object(dd.DurableStore, "_create_schema", side_effect=failure), \
+                        self.assertRaises(type(failure)):
+                    dd.DurableStore.open(self.path, exclusive=True, synchronous="NORMAL")
+                self.assertEqual(list(self.dir.iterdir()), [])
+        self.assertEqual(self.open_store(exclusive=True).integrity(), "ok")
+        self.assertDurable("STORE_EXISTS", lambda: dd.DurableStore.open(self.path, exclusive=True))
+        self.assertTrue(self.path.exists())  # a file that was there is never removed
+
     def test_text_that_is_not_utf8_is_a_damaged_value(self) -> None:
         # The sqlite3 module cannot decode it when the row is fetched (its own error, no SQLite
         # code): STORE_INVALID from a replay and from verify-chain, never STORE_FAILED's "retry".
@@ -2471,6 +2495,29 @@ class TestRecovery(StoreCase):
         self.assertEqual(json.loads(row.data), td.receipt_output(dispatcher.downstream.receipt(row.status_ref)))
         self.assertEqual(count(self.path, "SELECT COUNT(*) FROM outbox"), 1)
 
+    def test_a_lease_from_a_clock_since_set_back_is_dead(self) -> None:
+        # The holder's clock ran a day ahead when it claimed, and it died after its downstream
+        # commit; then the clock was set right. Its lease ends a day from now, later than any lease
+        # is granted (MAX_LEASE_MS): before, the key was held, and reported "live", for that day.
+        self.clock.advance(86_400_000)
+        dispatcher = self.crashed("after_downstream_commit")
+        self.clock.advance(-86_400_000)
+        self.assertEqual(self.outcomes(), [("in_progress", "reconciled", None)])
+        self.assertEqual((self.row(dispatcher).lease_epoch, dispatcher.effect_count), (2, 1))
+        self.assertAnswer(write(dispatcher, "b"), "local_replay")
+
+    def test_the_longest_lease_is_live_and_one_millisecond_more_is_not(self) -> None:
+        dispatcher = self.dispatcher(lease_ms=dd.MAX_LEASE_MS, checkpoint=raise_at("after_downstream_commit"))
+        with self.assertRaises(Boom):
+            write(dispatcher, "a")
+        other = self.dispatcher()
+        self.assertBoundary("OPERATION_IN_PROGRESS", lambda: write(other, "b"))  # ends exactly MAX_LEASE_MS ahead
+        self.assertEqual(self.outcomes(), [("in_progress", "live", None)])
+        self.clock.advance(-1)  # the clock set back by a millisecond: no lease was granted that long
+        self.assertAnswer(write(other, "b"), "OUTCOME_UNKNOWN")
+        self.assertAnswer(query(other, "q", op_tag="a"), "receipt_reconciled")
+        self.assertEqual(other.effect_count, 1)
+
     def test_live_leases_are_reported_and_untouched(self) -> None:
         dispatcher = self.crashed("after_downstream_commit")
         before = self.row(dispatcher)
@@ -3246,6 +3293,24 @@ class TestCli(StoreCase):
                                     "unknown-then-receipt-query")
         self.assertEqual((status, body["case_count"], body["step_count"]), (0, 1, 2))
 
+    def test_an_option_given_twice_is_refused_not_the_last_one_taken(self) -> None:
+        # argparse keeps the last of two values: `verify-chain --db missing --db ledger` used to
+        # verify the second database and pass. Every option, in every command, counts once.
+        self.main("run", "--fixture", str(FIXTURE), "--db", str(self.path), "--synchronous", "NORMAL")
+        ledger, missing, fixture = str(self.path), str(self.dir / "missing.db"), str(FIXTURE)
+        for argv in (("verify-chain", "--db", missing, "--db", ledger),
+                     ("verify-chain", "--db=" + ledger, "--db=" + ledger),
+                     ("verify-chain", "--store", missing, "--store", ledger),
+                     ("verify-chain", "--db", ledger, "--seal-key", fixture, "--seal-key", fixture),
+                     ("recover", "--db", ledger, "--synchronous", "FULL", "--synchronous", "NORMAL"),
+                     ("run", "--fixture", fixture, "--fixture", fixture, "--db", missing),
+                     ("run", "--fixture", fixture, "--db", missing, "--case", "a", "--case", "a")):
+            with self.subTest(argv=argv[:3]):
+                self.assertRejected("CLI_USAGE", *argv)
+        self.assertEqual(sorted(entry.name for entry in self.dir.iterdir()), ["ledger.sqlite3"])
+        status, body, _ = self.main("verify-chain", "--db", ledger)  # once each, as before
+        self.assertEqual((status, body["passed"]), (0, True))
+
     def test_hostile_command_lines_are_refused_without_trace(self) -> None:
         self.dir.joinpath("text.db").write_bytes(b"plain text, not sqlite " * 8)
         with contextlib.closing(sqlite3.connect(self.dir / "theirs.db")) as connection:
@@ -3344,6 +3409,29 @@ class TestCli(StoreCase):
         folder.chmod(0o755)  # the same store where it may be written: it verifies
         status, body, _ = self.main("verify-chain", "--db", str(path))
         self.assertEqual((status, body["passed"], body["rows"]), (0, True, 1))
+
+    def test_a_full_disk_is_unreadable_and_a_failed_run_leaves_no_file(self) -> None:
+        # A real process under a file size limit (writes past it fail as on a full disk): `run`
+        # cannot create its store and leaves nothing, so the same command succeeds once there is
+        # room; `verify-chain` of a store cannot make its -shm file and says it could not open it.
+        flags = ["-B"] + (["-O"] * sys.flags.optimize) + [f"-W{option}" for option in sys.warnoptions]
+        fixture = str(FIXTURE)
+        for limit in (0, 4_096, 65_536):
+            with self.subTest(limit=limit):
+                done = subprocess.run(child_command({"action": "limited", "limit": limit, "argv": [
+                    "run", "--fixture", fixture, "--db", str(self.path)]}),
+                    capture_output=True, env=child_env(), timeout=CHILD_TIMEOUT_S)
+                self.assertEqual((done.returncode, done.stderr, json.loads(done.stdout)["error"]["code"]),
+                                 (2, b"", "STORE_UNREADABLE"))
+                self.assertNotIn(str(self.dir).encode(), done.stdout)
+                self.assertEqual(list(self.dir.iterdir()), [])
+        ok = subprocess.run([sys.executable, *flags, str(HERE / "durable_dispatcher.py"), "run", "--fixture", fixture,
+                             "--db", str(self.path)], capture_output=True, env=child_env(), timeout=CHILD_TIMEOUT_S)
+        self.assertEqual((ok.returncode, ok.stderr, json.loads(ok.stdout)["passed"]), (0, b"", True))
+        done = subprocess.run(child_command({"action": "limited", "limit": 0, "argv": [
+            "verify-chain", "--db", str(self.path)]}), capture_output=True, env=child_env(), timeout=CHILD_TIMEOUT_S)
+        self.assertEqual((done.returncode, done.stderr, json.loads(done.stdout)["error"]["code"]),
+                         (2, b"", "STORE_UNREADABLE"))
 
     def test_every_failure_is_the_projects_one_envelope(self) -> None:
         # The same shape as every CLI of the project: {"passed": false, "error": {code, message,
@@ -3601,6 +3689,14 @@ def _child_open(spec: dict[str, Any]) -> int:
     return 0
 
 
+def _child_limited(spec: dict[str, Any]) -> int:
+    """The CLI under a file size limit: a write past it fails (EFBIG) as on a full disk."""
+    import resource
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the failed write is an error, not a dead process
+    resource.setrlimit(resource.RLIMIT_FSIZE, (spec["limit"], spec["limit"]))
+    return dd.main(spec["argv"])
+
+
 def _quietly(call: Callable[[], Any]) -> Any:
     """A side task of a chaos worker: a store error (busy, lost lease) just skips it."""
     try:
@@ -3658,6 +3754,7 @@ CHILD_ACTIONS: dict[str, Callable[[dict[str, Any]], int]] = {
     "race": _child_race,
     "open": _child_open,
     "chaos": _child_chaos,
+    "limited": _child_limited,
 }
 
 

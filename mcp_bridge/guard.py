@@ -42,6 +42,7 @@ import subprocess
 import sys
 import threading
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -103,6 +104,7 @@ PARSE_ERROR: Final = (-32700, "Parse error")
 INVALID_REQUEST: Final = (-32600, "Invalid request")
 METHOD_NOT_FOUND: Final = (-32601, "Method not found")
 INVALID_PARAMS: Final = (-32602, "Invalid params")
+INTERNAL_ERROR: Final = (-32603, "Internal error")
 
 # ============================================================================================
 # 2. Errors
@@ -323,14 +325,36 @@ def operation_of(key: str) -> str:
 # ============================================================================================
 
 
+# Characters a person does not see as themselves: controls (DEL, C1), format characters (bidi
+# overrides that reorder what follows, zero-width ones, tags), separators other than the space
+# (a no-break space, a line separator), private use and unassigned code points.
+_UNSHOWN_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cn", "Co", "Cs", "Zl", "Zp", "Zs"})
+
+
 def approval_text(tool: str, arguments: Any) -> str | None:
-    """What the person is asked: the tool and its exact arguments (canonical JSON); None when it
-    would be longer than a person can read in full, so the call is not asked (nor run)."""
+    """What the person is asked: the tool and its exact arguments (canonical JSON, each character
+    the person could not see as itself written as its JSON escape, so what they read is what runs);
+    None when it would be longer than a person can read in full, so the call is not asked (nor run)."""
+    question = f"Allow the tool {tool} to run with these arguments?\n"
     try:
-        text = f"Allow the tool {tool} to run with these arguments?\n{td.canonical_text(arguments)}"
+        shown = td.canonical_text(arguments)
     except (TypeError, ValueError, RecursionError, td.BoundaryError):
         return None
+    if len(question) + len(shown) > MAX_APPROVAL_TEXT:
+        return None  # escapes only lengthen it
+    text = question + "".join(_shown(character) for character in shown)
     return text if len(text) <= MAX_APPROVAL_TEXT else None
+
+
+def _shown(character: str) -> str:
+    # Outside JSON strings canonical text is ASCII, so an escape lands inside a string: the same value.
+    if character == " " or unicodedata.category(character) not in _UNSHOWN_CATEGORIES:
+        return character
+    code = ord(character)
+    if code <= 0xFFFF:
+        return "\\u%04x" % code
+    code -= 0x10000
+    return "\\u%04x\\u%04x" % (0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF))
 
 
 class ApprovalCommands:
@@ -629,7 +653,10 @@ class Guard:
     def redeem(self, state: Any, name: Any, arguments: Any) -> bool:
         """Whether a request state is one this run issued for exactly this call, unexpired and not
         used before (it is used now). Anything else carries no answer: the call is asked again."""
-        if type(state) is not str or len(state) > MAX_REQUEST_STATE or type(name) is not str:
+        if (type(state) is not str or len(state) > MAX_REQUEST_STATE or not state.isascii()
+                or type(name) is not str):
+            # ASCII only: str.isdigit admits "²", which int() refuses, and compare_digest raises on
+            # any non-ASCII text. Either would end the client's connection, not refuse one state.
             return False
         parts = state.split(".")
         if len(parts) != 3 or not parts[1].isdigit() or len(parts[1]) > 12:
@@ -803,13 +830,15 @@ class GuardConnection:
                     break
                 if not line:
                     break
-                if len(line) > MAX_LINE_BYTES:
+                if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                    # Over the limit before its newline: refused unread, up to and with its newline. A
+                    # line of exactly the limit has its newline in what was read: the next line is not skipped.
                     self._error(None, INVALID_REQUEST)
                     if not self._skip_rest():
                         break
                     continue
                 if line.strip():
-                    self._handle(line)
+                    self._handle(line[:-1] if line.endswith(b"\n") else line)
         finally:  # the end of input, or the guard stopped (SIGTERM): nobody is left to answer
             with self._asked_lock:
                 self._ended = True  # a question a call would ask from now on gets no answer at once
@@ -867,7 +896,10 @@ class GuardConnection:
                 type(params.get("_meta")) is not dict or params["_meta"].get(PROTOCOL_VERSION_KEY) != MODERN_VERSION):
             self._error(request_id, INVALID_PARAMS)
             return
-        handler(self, request_id, params)
+        try:
+            handler(self, request_id, params)
+        except Exception:  # noqa: BLE001 - the last line: a fault answers its request, and the guard serves on
+            self._error(request_id, INTERNAL_ERROR)
 
     def _answered(self, message: Mapping[str, Any]) -> None:
         # The client's answer to one of the guard's own requests (an elicitation).
@@ -946,18 +978,19 @@ class GuardConnection:
     def _run_call(self, request_id: Any, key: Any, cancelled: threading.Event, name: Any, arguments: Any,
                   options: dict[str, Any]) -> None:
         try:
-            try:
-                result = self.guard.call(name, arguments, cancelled=cancelled, **options)
-            except Exception:  # noqa: BLE001 - the last line: a fault is a refusal, never a traceback
-                result = _refusal(td.BoundaryError("INTERNAL_ERROR"))
-            if result is not None and not cancelled.is_set():
-                self._answer(request_id, result)
-            withheld = self.guard.withheld()
-            if withheld != self._withheld:
-                self._withheld = withheld
-                self._send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+            result = self.guard.call(name, arguments, cancelled=cancelled, **options)
+        except Exception:  # noqa: BLE001 - the last line: a fault is a refusal, never a traceback
+            result = _refusal(td.BoundaryError("INTERNAL_ERROR"))
         finally:
+            # No longer in flight before it is answered: a client that has its answer may send its
+            # next request under the same id at once.
             self._pending.pop(key, None)
+        if result is not None and not cancelled.is_set():
+            self._answer(request_id, result)
+        withheld = self.guard.withheld()
+        if withheld != self._withheld:
+            self._withheld = withheld
+            self._send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
 
     def _elicit(self, text: str) -> bool | None:
         with self._asked_lock:

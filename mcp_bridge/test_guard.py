@@ -530,6 +530,28 @@ class TestApprovals(GuardCase):
                 self.assertFalse(guard.redeem("n1.99999999999.", "notes_write_note", arguments))  # an empty MAC
         self.assertEqual(self.note_revisions(), {})
 
+    def test_a_request_state_with_non_ascii_text_carries_no_answer_and_the_guard_serves_on(self):
+        guard = self.guard([self.demo_server()])
+        arguments = {"name": "a", "text": "b"}
+        # a digit int() refuses, a digit it reads, a MAC compare_digest cannot compare, a nonce
+        states = ("n1.\u00b2.m", "n1.\u0663\u0663\u0663\u0663\u0663\u0663\u0663\u0663\u0663\u0663\u0663.m",
+                  "n1.99999999999.\u00e9", "\u00e9.99999999999.m")
+        for state in states:
+            with self.subTest(state=state):
+                self.assertFalse(guard.redeem(state, "notes_write_note", arguments))
+        peer = self.peer(guard, era="modern")
+        meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
+        accept = {"approval": {"action": "accept", "content": {"approve": True}}}
+        for index, state in enumerate(states):
+            peer.send({"jsonrpc": "2.0", "id": f"s{index}", "method": "tools/call",
+                       "params": {"name": "notes_write_note", "arguments": arguments, "_meta": meta,
+                                  "inputResponses": accept, "requestState": state}})
+            with self.subTest(state=state):
+                self.assertEqual(peer.wait(f"s{index}")["result"]["resultType"], "input_required")  # asked again
+        self.assertEqual(peer.request("ping")["result"], {"resultType": "complete"})
+        self.assertEqual(self.note_revisions(), {})
+
     def test_nobody_to_ask_is_reported_as_none_and_the_write_stays_refused(self):
         events = []
         peer = self.peer(self.guard([self.demo_server()], report=events.append))  # no elicitation, no command
@@ -621,6 +643,19 @@ class TestApprovals(GuardCase):
         shown = gd.approval_text("t", {"text": "x" * 100})
         self.assertEqual(shown, 'Allow the tool t to run with these arguments?\n{"text":"' + "x" * 100 + '"}')
         self.assertIsNone(gd.approval_text("t", {"x": float("nan")}))
+
+    def test_the_person_sees_each_character_that_shows_as_nothing_or_reorders_the_text_as_its_escape(self):
+        # A right-to-left override shows "\u202e0001" as "1000"; a zero-width space and a no-break
+        # space look like nothing and like a space; a tag character shows as nothing at all.
+        text = "pay \u202e0001\u200b\u00a0\u2028\x7f\x85\U000e0041 caf\u00e9 \u0436"
+        peer = self.peer(self.guard([self.demo_server()]), elicitation=True, answer_elicitation=no)
+        self.assertEqual(code_of(peer.call("notes_write_note", {"name": "a", "text": text})), "APPROVAL_REQUIRED")
+        shown = ('Allow the tool notes_write_note to run with these arguments?\n{"name":"a","text":"pay '
+                 '\\u202e0001\\u200b\\u00a0\\u2028\\u007f\\u0085\\udb40\\udc41 caf\u00e9 \u0436"}')
+        self.assertEqual(peer.asked[0]["params"]["message"], shown)  # letters of any script stay as they are
+        self.assertEqual(json.loads(shown.split("\n", 1)[1]), {"name": "a", "text": text})  # the same value
+        self.assertIsNone(gd.approval_text("t", {"text": "x" * (gd.MAX_APPROVAL_TEXT - 70) + "\u200b" * 12}))
+        self.assertEqual(self.note_revisions(), {})
 
     def test_an_elicitation_answer_is_yes_only_when_it_says_exactly_so(self):
         for answer, expected in ((yes(None), True), ({"action": "accept", "content": {"approve": "true"}}, False),
@@ -778,6 +813,57 @@ class TestServing(GuardCase):
         self.assertEqual(errors[-1], {"code": -32600, "message": "Invalid request"})
         self.assertEqual(peer.wait(77)["error"], {"code": -32602, "message": "Invalid params"})
         self.assertEqual(peer.wait(78)["error"], {"code": -32601, "message": "Method not found"})
+
+    def test_a_line_of_exactly_the_limit_is_read_and_the_next_line_too(self):
+        peer = self.peer(self.guard([self.demo_server()]))
+        head, tail = b'{"jsonrpc": "2.0", "id": 91, "method": "ping", "params": {"pad": "', b'"}}'
+        exact = head + b"x" * (gd.MAX_LINE_BYTES - len(head) - len(tail)) + tail
+        self.assertEqual(len(exact), gd.MAX_LINE_BYTES)
+        peer.send_raw(exact + b"\n")
+        peer.send_raw(b'{"jsonrpc": "2.0", "id": 92, "method": "ping"}\n')
+        self.assertEqual(peer.wait(92)["result"], {})
+        with peer._arrived:
+            self.assertEqual(sorted(peer.answers), ["1", "91", "92"])  # the handshake, both pings, no refusal
+        over = exact.replace(b'"pad": "', b'"pad": "x', 1)  # one byte over: refused, and only that line
+        peer.send_raw(over + b"\n")
+        peer.send_raw(b'{"jsonrpc": "2.0", "id": 93, "method": "ping"}\n')
+        self.assertEqual(peer.wait(93)["result"], {})
+        with peer._arrived:
+            self.assertEqual((sorted(peer.answers), peer.answers["null"]["error"]),
+                             (["1", "91", "92", "93", "null"], {"code": -32600, "message": "Invalid request"}))
+
+    def test_an_answered_id_may_be_sent_again_at_once_and_one_in_flight_may_not(self):
+        guard = self.guard([self.demo_server()])
+        peer = self.peer(guard)
+        gate, listed = threading.Event(), guard.withheld
+        guard._withheld_now = lambda _name: listed()  # as the call reads it before it runs
+        guard.withheld = lambda: (gate.wait(WAIT), listed())[1]  # each call's last step waits, once answered
+        read = {"name": "notes_read_note", "arguments": {"name": "a"}}
+        first = peer.wait(peer.start("tools/call", read, request_id="same"))
+        with peer._arrived:
+            peer.answers.clear()
+        again = peer.wait(peer.start("tools/call", read, request_id="same"))  # its answer sent: no longer in flight
+        self.assertEqual((code_of(first["result"]), code_of(again["result"])), ("TOOL_FAILED", "TOOL_FAILED"))
+        gate.set()
+        release = threading.Event()
+        peer = self.peer(guard, elicitation=True, answer_elicitation=lambda message: (release.wait(WAIT), no(message))[1])
+        write = {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}}
+        peer.start("tools/call", write, request_id="w")
+        self.assertTrue(peer.until(lambda: peer.asked))  # in flight: waiting for the person
+        self.assertEqual(peer.request("tools/call", write, request_id="w")["error"],
+                         {"code": -32600, "message": "Invalid request"})
+        release.set()
+
+    def test_a_fault_in_a_method_answers_internal_error_and_the_guard_serves_on(self):
+        guard = self.guard([self.demo_server()])
+
+        def broken():
+            raise RuntimeError("a fault of the guard's own")
+
+        guard.tools = broken
+        peer = self.peer(guard)
+        self.assertEqual(peer.request("tools/list")["error"], {"code": -32603, "message": "Internal error"})
+        self.assertEqual(peer.request("ping")["result"], {})
 
     def test_odd_calls_and_answers_are_refused_or_read_past(self):
         peer = self.peer(self.guard([self.demo_server()]), elicitation=True, answer_elicitation=lambda _m: None)

@@ -803,6 +803,25 @@ class TestCanonicalJson(unittest.TestCase):
         self.assertEqual(td.canonical_text({"n": doubles, "s": "1.5e-7"}),
                          '{"n":[%s],"s":"1.5e-7"}' % ",".join(texts))
 
+    def test_canonical_text_writes_a_long_double_and_a_non_text_key_as_documented(self):
+        # RFC 8785 writes a whole double from 2**53 up to 1e21 in plain digits: the four encoders
+        # do, the strict decoder refuses that text, and is_portable_float tells a host so first.
+        for double, text in ((1e20, "100000000000000000000"), (2.0 ** 53, "9007199254740992"),
+                             (-1e20, "-100000000000000000000")):
+            with self.subTest(double=double):
+                self.assertEqual((td.canonical_text(double), td.jcs_text(double)), (text, text))
+                self.assertIs(td.is_portable_float(double), False)
+                with self.assertRaises(BoundaryError) as caught:
+                    td.decode_strict_json(td.canonical_json([double]))
+                self.assertEqual(caught.exception.code, "JSON_NOT_PORTABLE")
+        for double in (2.0 ** 53 - 1, 1e21):  # both sides of the gap read back as they were written
+            self.assertIs(td.is_portable_float(double), True)
+            self.assertEqual(td.decode_strict_json(td.canonical_json([double])), [double])
+        # Keys as json.dumps takes them; jcs_text, the definition, refuses a key that is no str.
+        self.assertEqual(td.canonical_text({1: 2}), '{"1":2}')
+        with self.assertRaises(TypeError):
+            td.jcs_text({1: 2})
+
     def test_canonical_text_is_json_dumps_with_the_documented_settings(self):
         # For these (no float, no key above U+FFFF beside one in U+E000..U+FFFF) JCS is exactly
         # json.dumps with these settings: the fast path is that encoder.
@@ -3722,6 +3741,59 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         self.assertEqual(td.parse_contracts(encode(contracts_document()))["create_refund_draft"].bound_fields,
                          ("order_ref", "reason"))
 
+    def test_contracts_an_output_field_named_like_a_secret_is_refused_where_it_is_written(self):
+        # Every output holding such a field would be withheld (OUTPUT_SENSITIVE_FIELD): the file
+        # is refused where the field is declared, at any depth, and a host's declaration alike.
+        text = {"type": "string", "maxLength": 8}
+        positions = len(contracts_document()["tools"][0]["output_schema"]["properties"])
+
+        def add(name, schema):
+            return lambda document: document["tools"][0]["output_schema"]["properties"].update({name: schema})
+        item = {"type": "object", "properties": {"n": {"type": "integer"}, "apiKey": text}, "required": ["n"],
+                "additionalProperties": False}
+        for name, schema, place in (
+                ("session_id", text, f"tools[0].output_schema.properties[{positions}]"),
+                ("pages", {"type": "array", "items": item, "maxItems": 4},
+                 f"tools[0].output_schema.properties[{positions}].items.properties[1]")):
+            with self.subTest(name=name):
+                self.contracts_refused(self.mutated(add(name, schema)), "CONTRACTS_SECRET_FIELD", place)
+
+        def defined(document):
+            output = document["tools"][0]["output_schema"]
+            output["$defs"] = {"Login": {"type": "object", "properties": {"user": text, "password": text},
+                                         "required": ["user"], "additionalProperties": False}}
+            output["properties"]["login"] = {"$ref": "#/$defs/Login"}
+        self.contracts_refused(self.mutated(defined), "CONTRACTS_SECRET_FIELD", "tools[0].output_schema.$defs[0].properties[1]")
+        # The other side: a cursor, a counted or qualified secret word, and an input field pass.
+        for name in ("nextPageToken", "token_count", "session_count"):
+            with self.subTest(name=name):
+                loaded = td.parse_contracts(encode(self.mutated(add(name, text))))
+                self.assertIn(name, loaded["get_order"].output_contract.to_schema()["properties"])
+
+        def secret_input(document):
+            document["tools"][0]["input_schema"]["properties"]["api_key"] = text
+        self.assertIn("api_key", td.parse_contracts(encode(self.mutated(secret_input)))["get_order"].input_schema()["properties"])
+        declared = td.declare_tool("t", description="", effect="read", required_role="r",
+                                   input_schema=schema_object({"q": text}, ["q"]),
+                                   output_schema=schema_object({"zeta": text, "authToken": text}, ["zeta"]))
+        with self.assertRaises(BoundaryError) as caught:
+            td.declare_contracts(declared)
+        self.assertEqual((caught.exception.code, caught.exception.at),
+                         ("CONTRACTS_SECRET_FIELD", "tools[0].output_schema.properties[1]"))
+
+    def test_contracts_declared_by_a_host_keep_the_order_a_file_keeps(self):
+        # declare_contracts compiles what a file holds: the same properties in the same order, so
+        # the same places in its refusals and the same schemas emitted to providers.
+        schema = schema_object({"zeta": {"type": "string", "maxLength": 2}, "alpha": {"type": "integer", "maximum": 3}},
+                               ["zeta", "alpha"])
+        tool = td.declare_tool("t", description="d", effect="read", required_role="r", input_schema=schema)
+        for contracts in (td.declare_contracts(tool),
+                          td.parse_contracts(json.dumps({"format": "tool-contracts-v1", "tools": [tool]}).encode())):
+            with self.subTest(route=type(contracts).__name__), self.assertRaises(BoundaryError) as caught:
+                contracts["t"].input_contract.check({"zeta": "ok", "alpha": 9})
+            self.assertEqual((caught.exception.code, caught.exception.at), ("VALUE_RANGE", "value.properties[1]"))
+            self.assertEqual(list(contracts["t"].input_schema()["properties"]), ["zeta", "alpha"])
+
     def test_contracts_revisions_provenance_hints(self):
         self.contracts_refused(self.mutated(lambda d: d["tools"][0]["revisions"].pop("handler")), "CONTRACTS_FIELDS",
                                "tools[0].revisions")
@@ -3761,7 +3833,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
 
     def test_contracts_the_language_refuses_with_the_one_error_type_by_scope(self):
         for scope, prefixes, count in (("schema", ("SCHEMA_", "OVERLAY_"), 33), ("value", ("VALUE_",), 11),
-                                       ("contracts", ("CONTRACTS_",), 7)):
+                                       ("contracts", ("CONTRACTS_",), 8)):
             with self.subTest(scope=scope):
                 codes = [code for code, spec in td.ERROR_CATALOG.items() if spec.scope == scope]
                 self.assertEqual(len(codes), count)
@@ -5972,12 +6044,14 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
         "pass-phrase",
         # Borderline, refused: a secret word with no counting word beside it.
         "session_start", "token_expires_at", "max_session_token", "token_value",
+        "pageSessionToken", "next_page_x_token",  # a cursor word beside one secret word only
     )
     # Keys that must pass, with the reason each one is not a secret.
     ORDINARY_KEYS = (
         "token_count", "max_token", "token_type", "tokenType", "password_min_length", "auth_type",  # qualified
         "cookie_count", "session_count", "secret_kind", "max_api_key", "api_key_count",  # qualified
         "passWordMinLength",  # qualified
+        "nextPageToken", "page_token", "NextToken", "continuationToken", "nextSyncToken", "token_page",  # cursors
         "tokens", "max_tokens", "prompt_tokens", "completion_tokens", "sessions", "sessions_count",  # plurals
         "tokenizer", "secretary", "passage", "pass", "word", "pass_count", "bypass_word", "author", "authority", "authors", "skeleton", "sk", "paid",
         "key", "keys", "sort_key", "idempotency_key", "keyboard", "monkey", "api", "access", "private",
@@ -6014,10 +6088,13 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
              "user:pass@host", "https://a@b:c@d"),
         ),
         "provider_key": (
-            tuple(prefix + "a" * 16 for prefix in td.SECRET_KEY_PREFIXES) + ("key=sk-" + "A1_-" * 4,),
-            tuple(prefix + "a" * 15 for prefix in td.SECRET_KEY_PREFIXES)
-            + tuple("x" + prefix + "a" * 16 for prefix in td.SECRET_KEY_PREFIXES)
-            + ("ask-me", "sk", "sk-learn", "task-" + "a" * 20, "sk-" + "a" * 15 + ".b"),
+            tuple(prefix + "a" * 15 + "7" for prefix in td.SECRET_KEY_PREFIXES) + ("key=sk-" + "A1_-" * 4,)
+            + ("sk-Aaaaaaaaaaaaaaaa", "sk-proj-" + "a-" * 20 + "Q", "ghp_" + "0" * 16),
+            tuple(prefix + "a" * 14 + "7" for prefix in td.SECRET_KEY_PREFIXES)
+            + tuple("x" + prefix + "a" * 15 + "7" for prefix in td.SECRET_KEY_PREFIXES)
+            + tuple(prefix + "a_-" * 6 for prefix in td.SECRET_KEY_PREFIXES)  # no capital, no digit
+            + ("ask-me", "sk", "sk-learn", "task-" + "a" * 20, "sk-" + "a" * 14 + "7.b",
+               "sk-learn-cross-validation-guide", "sk-" + "a" * 16 + " 7", "sk-" + "a" * 16 + ".A"),
         ),
         "aws_access_key_id": (
             ("AKIAABCDEFGHIJ234567", "ASIAABCDEFGHIJ234567", "id: AKIAABCDEFGHIJ234567."),
@@ -6095,7 +6172,8 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
 
         values = ((long("a.", "eyJ"), False), (long("eyJ"), False), (long("eyJa."), True),
                   (long(":", "://", "@"), True), (long(":", "://"), False), (long("://"), False),
-                  (long("-----BEGIN "), False), (long("sk-"), True), (long("s", tail="k-" + "a" * 16), False),
+                  (long("-----BEGIN "), False), (long("sk-"), False), (long("sk-", tail="7"), True),
+                  (long("sk-a", tail=" 7"), False), (long("s", tail="k-" + "a" * 15 + "7"), False),
                   (long("AKIA"), False), (long("a"), False), (long(" ", tail="Bearer x"), True),
                   (long(" ", "Bearer ", "x y"), False), (long(" ", "Bearer x", "y"), False))
         for value, secret in values:
@@ -6306,13 +6384,15 @@ class TestOutputContracts(TextOutputAndOutputLimits, unittest.TestCase):
                 self.assertEqual((scan.call_count, encoder.call_count), (scans, encodings))
 
     def test_a_flat_output_contract_naming_a_secret_field_refuses_it_every_time(self):
-        # A contract that declares a field named like a secret has no one-pass check: the output
-        # that holds the field is refused as the scan refuses it, and one without it is admitted.
-        spec = td.declare_contracts(td.declare_tool(
+        # A contracts file may not declare such a field (CONTRACTS_SECRET_FIELD), but a host can
+        # still build a ToolSpec around one. Its contract has no one-pass check: the output that
+        # holds the field is refused as the scan refuses it, and one without it is admitted.
+        plain = td.declare_contracts(td.declare_tool(
             "account", description="", effect="read", required_role="look.read",
             input_schema=schema_object({"q": {"type": "string", "maxLength": 8}}, ["q"]),
-            output_schema=schema_object({"user": {"type": "string", "maxLength": 8},
-                                         "apiToken": {"type": "string", "maxLength": 8}}, ["user"])))["account"]
+            output_schema=schema_object({"user": {"type": "string", "maxLength": 8}}, ["user"])))["account"]
+        spec = dataclasses.replace(plain, output_contract=td.compile_schema(schema_object(
+            {"user": {"type": "string", "maxLength": 8}, "apiToken": {"type": "string", "maxLength": 8}}, ["user"])))
         with self.assertRaises(BoundaryError) as caught:
             td.check_output(spec, td.Execution({"user": "u", "apiToken": "t"}, "none"), {"q": "x"}, None)
         self.assertEqual(caught.exception.code, "OUTPUT_SENSITIVE_FIELD")
@@ -9368,6 +9448,28 @@ class TestResultSets(unittest.TestCase):
                 shuffled = [self.packages[index] for index in order]
                 answered = td.verify_result_set(self.calls, shuffled, principal=ALICE)
                 self.assertEqual([id(package) for package in answered], [id(package) for package in self.packages])
+
+    def test_the_turn_is_held_to_the_hosts_seal_keys_and_approvers(self):
+        # The options verify_package takes, for every package of the turn; the host's own values
+        # are checked first, before any call or package.
+        keys = seal_keys()
+        sealed = make_dispatcher(seal_keys=keys)
+        calls = [context(response="resp_w", call="call_0"), write_context(call="call_1")]
+        packages = [read(sealed, calls[0]), write(sealed, calls[1])]
+        self.assertEqual(packages[1]["protected_audit"]["approval"]["approver"], "approver-lee")
+        answered = td.verify_result_set(calls, packages[::-1], principal=ALICE, seal_keys=keys, require_seal=True,
+                                        approvers=["approver-lee"])
+        self.assertEqual([id(package) for package in answered], [id(package) for package in packages])
+        unsealed = [read(self.dispatcher, calls[0]), packages[1]]
+        self.assertSetRefused("SEAL_REQUIRED", calls, unsealed, seal_keys=keys, require_seal=True)
+        self.assertSetRefused("SEAL_REQUIRED", calls, packages, require_seal=True)  # no keys to check with
+        self.assertSetRefused("SEAL_KEY_UNKNOWN", calls, packages, seal_keys=seal_keys("k-c", (("k-c", KEY_B),)))
+        self.assertSetRefused("PACKAGE_APPROVER_UNKNOWN", calls, packages, seal_keys=keys, approvers=("approver-ng",))
+        forged = copy.deepcopy(packages[0])
+        forged["seal"]["hmac_sha256"] = "0" * 64
+        self.assertSetRefused("SEAL_MISMATCH", calls, [forged, packages[1]], seal_keys=keys)
+        self.assertSetRefused("SEAL_KEYS_INVALID", [], [], seal_keys="k-a")
+        self.assertSetRefused("CONTEXT_INVALID", [], [], approvers="approver-lee")
 
     def test_empty_turn_is_empty(self):
         self.assertEqual(td.verify_result_set([], []), [])

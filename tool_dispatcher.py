@@ -413,7 +413,7 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         VALUE_FORMAT="A string is not in its format.",
         VALUE_UNION="A value matches no branch of its union.",
         VALUE_ENTRIES="A map has too few or too many entries.",
-        VALUE_RANGE="An integer is out of its bounds or not a multiple of its step.",
+        VALUE_RANGE="A number is out of its bounds or not a multiple of its step.",
         VALUE_ITEMS="An array has too few or too many items, or repeats one.",
         VALUE_NOT_PORTABLE="A value is outside the portable JSON domain.",
     ),
@@ -425,7 +425,8 @@ ERROR_CATALOG: Final[Mapping[str, ErrorSpec]] = MappingProxyType({
         CONTRACTS_VALUE="A contracts value has the wrong type or form.",
         CONTRACTS_LIMIT="A contracts collection or text exceeds its limit.",
         CONTRACTS_DUPLICATE="Two tools of the contracts file have the same name.",
-        CONTRACTS_REFERENCE="A field list names no field of the tool's schemas.",
+        CONTRACTS_REFERENCE="A reference names no tool or field that the contracts declare.",
+        CONTRACTS_SECRET_FIELD="An output field is named like a secret: every output that held it would be withheld.",
     ),
     **error_specs(
         "audit", False,
@@ -672,10 +673,13 @@ _LONG_DIGIT_RUN: Final = b"0" * len(str(MAX_SAFE_INTEGER))  # 16: every integer 
 def canonical_text(value: Any) -> str:
     """The canonical (RFC 8785) JSON text of a JSON value (str); canonical_json is its UTF-8
     encoding. ValueError for what has none (NaN, infinities, integers beyond +/-(2**53 - 1), lone
-    surrogates) and TypeError for what is no JSON, whatever else the value holds."""
+    surrogates) and TypeError for what is no JSON, whatever else the value holds. A whole double
+    from 2**53 up to 1e21 is written in plain digits, as RFC 8785 writes it, though the strict
+    decoder refuses that text (is_portable_float); keys are taken as json.dumps takes them (only
+    jcs_text refuses a key that is not a str)."""
     text = _portable_text(value)
     if _may_hold_long_integer(text) and _may_hold_long_integer(_JSON_STRING.sub('""', text)):
-        return jcs_text(value)  # which refuses it
+        return jcs_text(value)  # which refuses an integer beyond the safe range (a long double is no int)
     return text
 
 
@@ -3151,6 +3155,17 @@ class CompiledSchema:
                 for position, (name, index) in enumerate(root.properties)})
         object.__setattr__(self, "_flat", flat)
 
+    def secret_field(self) -> str | None:
+        """Where the first declared property whose name reads as a secret (is_secret_key) is
+        written (schema.properties[1]...), or None. As an output contract, every output that held
+        it would be withheld: a contracts file may not declare one (CONTRACTS_SECRET_FIELD)."""
+        for index, rule in enumerate(self.rules):
+            if type(rule) is ObjectRule:
+                for position, (name, _) in enumerate(rule.properties):
+                    if is_secret_key(name):
+                        return f"{self.paths[index]}.properties[{position}]"
+        return None
+
     def check(self, value: Any) -> None:
         """Refuse (a value-scope code, at) unless the schema admits value exactly; iterative."""
         flat = self._flat
@@ -3862,6 +3877,75 @@ class ContractSet(Mapping[str, ToolSpec]):
         return self.tools.get(name, default)  # one call: the dispatcher looks a tool up on every proposal
 
 
+# -- Output field names that read as secrets ---------------------------------------------------
+# The output scan (section 13) withholds every output that holds such a key, and a contracts
+# file may not declare one as an output field (CONTRACTS_SECRET_FIELD): the tool could never show
+# the model an output that has it.
+#
+# Keys. A key is split into lower-case ASCII words at case changes, digits and every other
+# character ("sessionToken", "X-Api-Key", "aws.secret_access_key", "db password"), and names a
+# secret when one word is in SECRET_KEY_WORDS or ends with one of SECRET_WORD_ENDINGS
+# ("authtoken", "clientsecret"), or when two adjacent words form a pair of SECRET_KEY_PAIRS, in
+# the singular or the plural, written apart or as one word ("api_key", "apiKeys", "apikey",
+# "PassWord").
+# Qualifier rule: a secret word or pair with a word of SECRET_WORD_QUALIFIERS right before or
+# right after it names a number or a kind of secret, not the secret itself, and passes
+# ("token_count", "max_token", "token_type", "password_min_length", "api_key_count"); every
+# other secret word of the key must be qualified too ("max_session_token" is refused by its
+# "token"). The plurals "tokens" and "sessions" are not secret words: "max_tokens",
+# "prompt_tokens", "sessions" count an LLM's tokens or a user's sessions. A listing's cursor is
+# qualified the same way: "nextPageToken", "NextToken", "continuationToken" and "syncToken" name
+# a place in a listing that the server gave out, not a credential. Whatever a key passes for, the
+# value under it is still scanned.
+SECRET_KEY_WORDS: Final = frozenset({
+    "pwd", "passphrase", "credential", "credentials", "session", "sessionid", "cookie", "cookies",
+    "authorization", "auth", "bearer", "jwt",
+})
+SECRET_WORD_ENDINGS: Final = ("token", "secret", "secrets", "password", "passwords", "passwd")
+SECRET_KEY_PAIRS: Final = frozenset({
+    ("api", "key"), ("access", "key"), ("private", "key"), ("signing", "key"), ("encryption", "key"),
+    ("ssh", "key"), ("connection", "string"), ("pass", "word"), ("pass", "phrase"),
+})
+SECRET_WORD_QUALIFIERS: Final = frozenset({
+    "count", "limit", "max", "min", "usage", "used", "type", "kind", "length", "size", "total", "num",
+    "page", "next", "continuation", "sync",
+})
+_SECRET_PAIRS: Final = SECRET_KEY_PAIRS | {(first, second + "s") for first, second in SECRET_KEY_PAIRS}
+_SECRET_WORDS: Final = SECRET_KEY_WORDS | {first + second for first, second in _SECRET_PAIRS}
+# ASCII words: an upper-case run not followed by a lower-case letter ("API" of "APIKey"), a word
+# with at most one leading capital, or a run of digits. Each alternative backtracks at most one
+# character, so splitting is linear in the key.
+_KEY_WORD: Final = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
+
+def _names_a_secret(key: str) -> bool:
+    words = ["", *map(str.lower, _KEY_WORD.findall(key)), ""]  # padded: every word has two neighbours
+    for at in range(1, len(words) - 1):
+        word = words[at]
+        if word in _SECRET_WORDS or word.endswith(SECRET_WORD_ENDINGS):
+            end = at + 1
+        elif (word, words[at + 1]) in _SECRET_PAIRS:
+            end = at + 2
+        else:
+            continue
+        if words[at - 1] not in SECRET_WORD_QUALIFIERS and words[end] not in SECRET_WORD_QUALIFIERS:
+            return True
+    return False
+
+
+# Key verdicts are cached: a tool's field names repeat from output to output, and splitting a key
+# into words costs more than the rest of the scan of a small output. Only short keys are cached,
+# so the cache holds at most 1,024 keys of 64 characters, whatever handlers send.
+SECRET_KEY_VERDICTS: Final = functools.lru_cache(maxsize=1_024)(_names_a_secret)
+_MAX_CACHED_KEY: Final = 64
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether an output key names a secret: split into words (case, camelCase, snake_case,
+    kebab-case, dots, spaces), a secret word or pair not qualified by a counting or cursor word."""
+    return SECRET_KEY_VERDICTS(key) if len(key) <= _MAX_CACHED_KEY else _names_a_secret(key)
+
+
 # -- The contracts file: Loading ---------------------------------------------------------------
 
 
@@ -3927,9 +4011,11 @@ def declare_tool(name: str, *, description: str, effect: str, required_role: str
 
 def declare_contracts(*tools: Mapping[str, Any], overlay: ContractOverlay | None = None) -> ContractSet:
     """A contract set from declare_tool entries (or any tool-contracts-v1 entries), compiled
-    exactly as a contracts file is: the same codes, placed at tools[i]."""
+    exactly as a contracts file is: the same codes, placed at tools[i], and each object's members
+    in the order written (a schema's properties keep their declared order, as in a file)."""
     try:
-        data = canonical_json({"format": CONTRACTS_FORMAT, "tools": [dict(tool) for tool in tools]})
+        data = json.dumps({"format": CONTRACTS_FORMAT, "tools": [dict(tool) for tool in tools]},
+                          ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
     except (TypeError, ValueError, RecursionError):
         raise BoundaryError("CONTRACTS_VALUE", "tools") from None
     return parse_contracts(data, overlay=overlay)
@@ -3952,6 +4038,9 @@ def _parse_tool(raw: Any, at: str, narrowing: Mapping[str, _ToolOverlay]) -> Too
                      else _compile_at(body["output_schema"], f"{at}.output_schema", host, "output"))
     if host is not None and body["output_schema"] is None and host.output:
         raise BoundaryError("OVERLAY_PATH", f"overlay.tools[{host.index}].output[0]")
+    secret = None if output_schema is None else output_schema.secret_field()
+    if secret is not None:
+        raise BoundaryError("CONTRACTS_SECRET_FIELD", f"{at}.output_schema{secret[len(SCHEMA_ROOT):]}")
     revisions = _contract_fields(body["revisions"], frozenset(_REVISION_FIELDS), f"{at}.revisions")
     for name in _REVISION_FIELDS:
         _require(is_identifier(revisions[name]), f"{at}.revisions.{name}")
@@ -4978,40 +5067,9 @@ FAULTS: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
 
 # The secret scan. A handler's output must never carry a credential to the model, whatever its
 # contract says: a free-text tool has no exact field list to refuse an extra key, so the scan is
-# the only guard there. Two rules, each read from closed tables below, both linear in the text.
+# the only guard there. Two rules, both linear in the text: keys, read from the tables of
+# section 8 ("Output field names that read as secrets"), and values, from the tables below.
 #
-# Keys. A key is split into lower-case ASCII words at case changes, digits and every other
-# character ("sessionToken", "X-Api-Key", "aws.secret_access_key", "db password"), and names a
-# secret when one word is in SECRET_KEY_WORDS or ends with one of SECRET_WORD_ENDINGS
-# ("authtoken", "clientsecret"), or when two adjacent words form a pair of SECRET_KEY_PAIRS, in
-# the singular or the plural, written apart or as one word ("api_key", "apiKeys", "apikey",
-# "PassWord").
-# Qualifier rule: a secret word or pair with a word of SECRET_WORD_QUALIFIERS right before or
-# right after it names a number or a kind of secret, not the secret itself, and passes
-# ("token_count", "max_token", "token_type", "password_min_length", "api_key_count"); every
-# other secret word of the key must be qualified too ("max_session_token" is refused by its
-# "token"). The plurals "tokens" and "sessions" are not secret words: "max_tokens",
-# "prompt_tokens", "sessions" count an LLM's tokens or a user's sessions. Whatever a key passes
-# for, the value under it is still scanned.
-SECRET_KEY_WORDS: Final = frozenset({
-    "pwd", "passphrase", "credential", "credentials", "session", "sessionid", "cookie", "cookies",
-    "authorization", "auth", "bearer", "jwt",
-})
-SECRET_WORD_ENDINGS: Final = ("token", "secret", "secrets", "password", "passwords", "passwd")
-SECRET_KEY_PAIRS: Final = frozenset({
-    ("api", "key"), ("access", "key"), ("private", "key"), ("signing", "key"), ("encryption", "key"),
-    ("ssh", "key"), ("connection", "string"), ("pass", "word"), ("pass", "phrase"),
-})
-SECRET_WORD_QUALIFIERS: Final = frozenset({
-    "count", "limit", "max", "min", "usage", "used", "type", "kind", "length", "size", "total", "num",
-})
-_SECRET_PAIRS: Final = SECRET_KEY_PAIRS | {(first, second + "s") for first, second in SECRET_KEY_PAIRS}
-_SECRET_WORDS: Final = SECRET_KEY_WORDS | {first + second for first, second in _SECRET_PAIRS}
-# ASCII words: an upper-case run not followed by a lower-case letter ("API" of "APIKey"), a word
-# with at most one leading capital, or a run of digits. Each alternative backtracks at most one
-# character, so splitting is linear in the key.
-_KEY_WORD: Final = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-
 # Values. A string is a secret when it contains one of SECRET_VALUE_SHAPES anywhere, except the
 # authorization header shape, which must be the whole value. A key or token shape counts only at
 # a word start (the character before it is not one of A-Z a-z 0-9 _ -): "ask-me" is no "sk-" key.
@@ -5020,7 +5078,10 @@ _KEY_WORD: Final = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 # before the next "/"), so no character is read by more than a few attempts, whatever the string.
 # Every shape but the anchored header begins with a literal, which keeps the combined search fast.
 # Provider keys carry 20 or more random characters after their prefix; asking for 16 keeps a
-# margin and leaves words such as "sk-learn" alone.
+# margin and leaves words such as "sk-learn" alone. Their characters are random letters of both
+# cases and digits, so a body of only lower-case letters, "_" and "-" is prose or a name
+# ("sk-learn-cross-validation-guide"): the body must hold a capital or a digit (16 random
+# characters lack both about once in a million keys). The look for it stays inside the body.
 MIN_SECRET_KEY_BODY: Final = 16
 SECRET_KEY_PREFIXES: Final = (
     "sk-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "ghp_", "gho_", "ghu_", "ghs_", "github_pat_",
@@ -5049,7 +5110,7 @@ SECRET_VALUE_SHAPES: Final[Mapping[str, str]] = MappingProxyType({
     "url_password": r"://[^\s/?#@:]*+:[^\s/?#@]++@",
     # OpenAI, Stripe, GitHub, Slack and GitLab keys: a documented prefix, then the key body.
     "provider_key": ("(?:" + "|".join(map(_at_word_start, SECRET_KEY_PREFIXES)) + ")"
-                     + "[A-Za-z0-9_-]{%d,}+" % MIN_SECRET_KEY_BODY),
+                     + "(?=[a-z_-]*+[A-Z0-9])[A-Za-z0-9_-]{%d,}+" % MIN_SECRET_KEY_BODY),
     # An AWS access key id (long-term AKIA, temporary ASIA): exactly 20 upper-case alphanumerics.
     "aws_access_key_id": "(?:" + _at_word_start("AKIA") + "|" + _at_word_start("ASIA") + ")[A-Z0-9]{16}" + _WORD_END,
     # A Google API key: AIza and 35 more characters.
@@ -5064,34 +5125,6 @@ def _portable_scalar(kind: type, item: Any) -> bool:
     if kind is float:
         return is_portable_float(item)
     return kind in _SCALARS and (kind is not int or -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER)
-
-
-def _names_a_secret(key: str) -> bool:
-    words = ["", *map(str.lower, _KEY_WORD.findall(key)), ""]  # padded: every word has two neighbours
-    for at in range(1, len(words) - 1):
-        word = words[at]
-        if word in _SECRET_WORDS or word.endswith(SECRET_WORD_ENDINGS):
-            end = at + 1
-        elif (word, words[at + 1]) in _SECRET_PAIRS:
-            end = at + 2
-        else:
-            continue
-        if words[at - 1] not in SECRET_WORD_QUALIFIERS and words[end] not in SECRET_WORD_QUALIFIERS:
-            return True
-    return False
-
-
-# Key verdicts are cached: a tool's field names repeat from output to output, and splitting a key
-# into words costs more than the rest of the scan of a small output. Only short keys are cached,
-# so the cache holds at most 1,024 keys of 64 characters, whatever handlers send.
-SECRET_KEY_VERDICTS: Final = functools.lru_cache(maxsize=1_024)(_names_a_secret)
-_MAX_CACHED_KEY: Final = 64
-
-
-def is_secret_key(key: str) -> bool:
-    """Whether an output key names a secret: split into words (case, camelCase, snake_case,
-    kebab-case, dots, spaces), a secret word or pair not qualified by a counting word."""
-    return SECRET_KEY_VERDICTS(key) if len(key) <= _MAX_CACHED_KEY else _names_a_secret(key)
 
 
 def is_secret_text(text: str) -> bool:
@@ -6949,9 +6982,14 @@ _TURN_SEQUENCES: Final = (list, tuple)  # sized, and read once: never a generato
 
 def verify_result_set(calls: Sequence[CallContext], packages: Sequence[Any], *,
                       principal: Principal | None = None,
-                      registry: Mapping[str, ToolSpec] = REGISTRY) -> list[dict[str, Any]]:
+                      registry: Mapping[str, ToolSpec] = REGISTRY,
+                      approvers: frozenset[str] | Sequence[str] | None = None,
+                      seal_keys: SealKeys | None = None, require_seal: bool = False) -> list[dict[str, Any]]:
     """Verify every package against the turn's calls (and the contract set they were made with);
-    return the packages in call order."""
+    return the packages in call order. approvers, seal_keys and require_seal as verify_package
+    takes them, for every package of the turn."""
+    seal_keys = checked_seal_keys(seal_keys)  # the host's own values first, as verify_package checks them
+    allowed = None if approvers is None else _approver_allowlist(approvers)
     if type(calls) not in _TURN_SEQUENCES:
         raise BoundaryError("CONTEXT_INVALID")  # the host's list of the turn's calls
     if type(packages) not in _TURN_SEQUENCES:
@@ -6977,7 +7015,8 @@ def verify_result_set(calls: Sequence[CallContext], packages: Sequence[Any], *,
             raise BoundaryError("RESULT_SET_UNKNOWN")
         if call_id in answered:
             raise BoundaryError("RESULT_SET_DUPLICATE")
-        verify_package(package, context=context, principal=principal, registry=registry)
+        verify_package(package, context=context, principal=principal, registry=registry, approvers=allowed,
+                       seal_keys=seal_keys, require_seal=require_seal)
         answered[call_id] = package
     if len(answered) != len(by_call):
         raise BoundaryError("RESULT_SET_MISSING")

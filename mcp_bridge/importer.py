@@ -366,6 +366,9 @@ def _draft_tool(tool: Any, index: int, session: Session, host: HostChoices,
         raise _Refused("TOOL_MALFORMED", f"{at}.annotations")
     compiled_in = _compile(tool["inputSchema"], f"{at}.inputSchema", narrowing, "input")
     compiled_out, text_output = _output(tool, at, narrowing)
+    secret = None if compiled_out is None else compiled_out.secret_field()
+    if secret is not None:  # every answer holding it would be withheld, and its text is no safer: refused
+        raise _Refused("CONTRACTS_SECRET_FIELD", _placed(secret, f"{at}.outputSchema"))
     for key in DRIFT_FIELDS:  # a text with no canonical form has no pin: it could never be compared
         if key in tool and sha256_of(tool[key]) == NO_DIGEST:
             raise _Refused("JSON_NOT_PORTABLE", f"{at}.{key}")
@@ -558,7 +561,8 @@ def _run(argv: Sequence[str] | None) -> int:
                                      host=host)
     write_file(arguments.out, dump(document))
     write_file(arguments.report, dump(report))
-    passed = not report["refused"] and not report["drift"]
+    # An empty draft is no pass: the loader refuses it (CONTRACTS_LIMIT), and there is nothing to guard.
+    passed = not report["refused"] and not report["drift"] and report["drafted"] > 0
     emit_json({"passed": passed, "format": REPORT_FORMAT, "tool_count": report["tool_count"],
                "drafted": report["drafted"], "refused": len(report["refused"]), "codes": report["codes"],
                "output_as_text": len(report["output_as_text"]), "drift": len(report["drift"])})

@@ -390,6 +390,22 @@ class TestDraftUnits(unittest.TestCase):
         self.assertEqual(first["revisions"]["output"], "output." + tool_dispatcher.canonical_sha256(None)[:16])
         self.assertIsNone(loaded(document)["a"].output_contract)
 
+    def test_an_output_field_named_like_a_secret_refuses_the_tool_and_a_cursor_does_not(self):
+        # Every answer holding such a field would be withheld, and the same answer as text would
+        # carry it past the key rule: the tool is refused where the field is declared, as the core
+        # refuses such a contracts file. A listing's cursor is no secret.
+        page = {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}},
+                                                 "nextPageToken": {"type": "string"}}, "required": ["items"]}
+        login = {"type": "object", "properties": {"user": {"type": "object", "properties": {
+            "name": {"type": "string"}, "sessionToken": {"type": "string"}}}}, "required": ["user"]}
+        document, report = drafted({"name": "a", "inputSchema": OBJECT, "outputSchema": page},
+                                   {"name": "b", "inputSchema": OBJECT, "outputSchema": login})
+        self.assertEqual([tool["name"] for tool in document["tools"]], ["a"])
+        self.assertEqual([(item["tool"], item["code"], item["at"]) for item in report["refused"]],
+                         [("b", "CONTRACTS_SECRET_FIELD", "tools[1].outputSchema.properties[0].properties[1]")])
+        self.assertEqual(report["output_as_text"], [])
+        self.assertIn("nextPageToken", loaded(document)["a"].output_contract.to_schema()["properties"])
+
     def test_a_refused_input_schema_refuses_the_tool_whatever_its_output(self):
         for output in (CENTS_OUT, NUMBER_OUT):  # an output that would answer text, and one that compiles
             with self.subTest(output=output):
@@ -919,6 +935,15 @@ class TestHostFilesOnTheCommandLine(unittest.TestCase):
         self.assertEqual(refund.input_schema()["properties"]["amount"], INTEGER_AMOUNT)
         self.assertEqual(refund.provenance["input_schema_sha256"],
                          tool_dispatcher.canonical_sha256(fault_server.SECOND_PAGE[0]["inputSchema"]))
+
+    def test_a_server_that_lists_no_tools_fails_the_import_with_an_empty_draft(self):
+        status, summary = self.run_main(command("no_tools"))
+        self.assertEqual((status, summary["passed"], summary["tool_count"], summary["drafted"], summary["refused"]),
+                         (1, False, 0, 0, 0))
+        self.assertEqual(self.written(self.out), {"format": "tool-contracts-v1", "tools": []})
+        with self.assertRaises(tool_dispatcher.BoundaryError) as refused:
+            tool_dispatcher.load_contracts(self.out)
+        self.assertEqual(refused.exception.code, "CONTRACTS_LIMIT")
 
     def test_the_host_files_refusals(self):
         overlay_file = {"format": "tool-contract-overlay-v1", "tools": [

@@ -1156,8 +1156,14 @@ def protocol_for(provider: Any) -> Protocol:
 
 
 def declare_tools(provider: str, *, registry: Mapping[str, ToolSpec] = REGISTRY) -> list[dict[str, Any]]:
-    """The provider's tool declarations for every registered tool, in registry order."""
+    """The provider's tool declarations for every registered tool, in registry order.
+
+    STREAM_NAME_INVALID for a registry that holds a name outside the providers' one alphabet
+    (TOOL_NAME_PATTERN: a contract also takes MCP's dotted names): OpenAI and Anthropic refuse it
+    in a declaration, and the parser refuses a call that comes back under it."""
     protocol = protocol_for(provider)
+    for spec in registry.values():
+        _tool_name(spec.name)
     return [protocol.declare(spec) for spec in registry.values()]
 
 

@@ -1487,6 +1487,21 @@ class TestDeclarations(unittest.TestCase):
                     self.assertRegex(item["name"], r"^[a-zA-Z0-9_-]{1,64}$")
                 self.assertEqual([item["name"] for item in ps.declare_tools(provider, registry=KINDS)], list(KINDS))
 
+    def test_a_name_outside_the_providers_alphabet_is_never_declared(self):
+        # A contract takes MCP's dotted names; no call could come back under one (the parser
+        # refuses it), and OpenAI and Anthropic refuse it in a declaration: refused for all three.
+        spec = tool_dispatcher.REGISTRY["get_order"]
+        for name, declared in (("notes.read", False), ("a" * 64, True), ("a" * 65, False), ("read-note_2", True)):
+            registry = {**tool_dispatcher.REGISTRY, name: dataclasses.replace(spec, name=name)}
+            for provider in PROVIDERS:
+                with self.subTest(name=name, provider=provider):
+                    if declared:
+                        self.assertEqual(ps.declare_tools(provider, registry=registry)[-1]["name"], name)
+                        continue
+                    with self.assertRaises(ps.StreamError) as caught:
+                        ps.declare_tools(provider, registry=registry)
+                    self.assertEqual(caught.exception.code, "STREAM_NAME_INVALID")
+
     def test_strict_exactly_when_the_strict_form_loses_nothing(self):
         self.assertEqual({spec.name: ps.strict_exact(spec) for spec in ALL_SPECS}, STRICT)
         for provider in ("openai", "anthropic"):

@@ -1827,7 +1827,13 @@ class TestProposalAndContextBinding(unittest.TestCase):
                              ("idempotency_key", "key with space"), ("call_id", None), ("idempotency_key", 5)):
             with self.subTest(field=field, value=value):
                 ctx = dataclasses.replace(context(), **{field: value})
-                self.assertHostError("CONTEXT_INVALID", lambda: td.check_context(ctx))
+                with self.assertRaises(BoundaryError) as caught:
+                    td.check_context(ctx)
+                self.assertEqual((caught.exception.code, caught.exception.at), ("CONTEXT_INVALID", field))
+        # Two bad fields: the first in the order the context lists them is named.
+        with self.assertRaises(BoundaryError) as caught:
+            td.check_context(dataclasses.replace(context(), call_id="", operation_id="", idempotency_key=""))
+        self.assertEqual(caught.exception.at, "call_id")
         self.assertIs(td.check_context(context(call="c" * 64, key="k" * 64)), td.PROVIDER_PROFILES["openai-responses-v1"])
 
     def test_context_must_be_a_call_context(self):

@@ -1840,15 +1840,19 @@ def _quick_expect(body: Any, found: _Quick) -> Expectation | None:
 # The proposal comes from the model: a malformed one is answered inside a model_result.
 
 
+_CONTEXT_IDENTIFIERS: Final = ("response_id", "call_id", "operation_id")  # the place a refusal names, in this order
+
+
 def check_context(context: Any) -> ProviderProfile:
     """Validate a trusted call context; return its registered provider profile."""
     if type(context) is not CallContext:
         raise BoundaryError("CONTEXT_INVALID")
     if not (is_identifier(context.response_id) and is_identifier(context.call_id)
             and is_identifier(context.operation_id)):
-        raise BoundaryError("CONTEXT_INVALID")
+        raise BoundaryError("CONTEXT_INVALID", next(name for name in _CONTEXT_IDENTIFIERS
+                                                    if not is_identifier(getattr(context, name))))
     if context.idempotency_key is not None and not is_identifier(context.idempotency_key):
-        raise BoundaryError("CONTEXT_INVALID")
+        raise BoundaryError("CONTEXT_INVALID", "idempotency_key")
     profile = registered_profile(context.provider, context.api_family, context.adapter_revision)
     if profile is None:
         raise BoundaryError("PROVIDER_PROFILE_UNKNOWN")

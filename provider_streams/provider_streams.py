@@ -121,6 +121,7 @@ MAX_SSE_EVENT_DEPTH: Final = 32  # containers deep in one event: real envelopes 
 MAX_FIXTURE_BYTES: Final = 262_144  # one stream fixture file
 APPROVAL_TTL_SECONDS: Final = 300  # how long a host approval stays live for the call it names
 
+SSE_DEFAULT_EVENT: Final = "message"  # the SSE rules' type for an event with no (or an empty) event line
 FIXTURE_FORMAT: Final = "provider-streams-v1"
 FIXTURE_DIR: Final = Path(__file__).resolve().parent / "fixtures"
 CALL_KEY_DOMAIN: Final = "provider-streams/call-keys/v1"
@@ -804,7 +805,19 @@ def _gemini_created(state: _State, event: Mapping[str, Any]) -> None:
     state.start(_gemini_interaction(event).get("id"))
 
 
-_GEMINI_OPENING: Final = _Opening("index", "step", "function_call", "id", "arguments", (None, {}))
+# Steps: a function call is answered; the model's own output, its thoughts, the user's input and
+# the tools the provider runs itself (each a call step and its result step) need no answer and are
+# tracked only as open or closed (the step types of google-genai 3.6.1). Any other type is refused,
+# as OpenAI's are: a new type might be one the client must answer, and a streamed function_result
+# would be a call the server answered itself, which this layer must not run again.
+GEMINI_SILENT_STEPS: Final = frozenset({
+    "model_output", "thought", "user_input",
+    *(f"{tool}_{part}" for tool in ("code_execution", "file_search", "google_maps", "google_search",
+                                    "mcp_server_tool", "processing", "retrieval", "tool_search", "url_context")
+      for part in ("call", "result")),
+})
+_GEMINI_OPENING: Final = _Opening("index", "step", "function_call", "id", "arguments", (None, {}),
+                                  kinds=MappingProxyType(dict.fromkeys(GEMINI_SILENT_STEPS, _OTHER)), unlisted=None)
 
 
 def _gemini_status_update(state: _State, event: Mapping[str, Any]) -> None:
@@ -1223,7 +1236,7 @@ def split_sse(data: bytes | str, *, max_bytes: int = MAX_SSE_BYTES, max_event_by
     are ignored; an event with no data line dispatches nothing; an event not ended by a blank
     line when the text ends is dropped, as the spec says, so a cut-off stream loses it whole (the
     unfinished last line is never decoded, even cut inside a character); `event:` with no value
-    is no name.
+    is no name, and so is `event: message`, the default type named.
     Each event's data is the provider's envelope, decoded under ENVELOPE_JSON (floats, nulls,
     long counters), bounded in bytes and depth. An event whose data is exactly `done_frame`
     (Gemini's `[DONE]`) ends the text: it is not returned, and no event may follow it.
@@ -1269,7 +1282,9 @@ def split_sse(data: bytes | str, *, max_bytes: int = MAX_SSE_BYTES, max_event_by
                 raise StreamError("STREAM_SSE_TOO_LARGE", event=len(pairs))
             lines.append(value)
         elif field == "event":
-            name = value or None  # an empty type is the default one, as if no event line came
+            # An empty type, or the default type named, is as if no event line came (the SSE rules
+            # dispatch both as "message"): the data's own type decides, as for an unnamed event.
+            name = None if value in ("", SSE_DEFAULT_EVENT) else value
     return pairs
 
 

@@ -90,9 +90,9 @@ class Row:
 # What the layer handles, as its README states it; it refuses every other type by policy.
 ANTHROPIC_ECHOED_BLOCKS: Final = frozenset({"text", "tool_use"})  # "Unsupported content blocks"
 OPENAI_HANDLED_ITEMS: Final = frozenset({"function_call"}) | ps.OPENAI_SILENT_ITEMS | ps.OPENAI_CLIENT_ITEMS
-HANDLED_TYPES: Final[Mapping[str, frozenset[str] | None]] = MappingProxyType({
+HANDLED_TYPES: Final[Mapping[str, frozenset[str]]] = MappingProxyType({
     "openai": OPENAI_HANDLED_ITEMS, "anthropic": ANTHROPIC_ECHOED_BLOCKS,
-    "gemini": None,  # every step type is tracked: none is refused for its type
+    "gemini": frozenset({"function_call"}) | ps.GEMINI_SILENT_STEPS,
 })
 
 
@@ -152,8 +152,7 @@ def _opens_unhandled_type(pair: Pair, error: ps.StreamError, events: Sequence[An
     event = _named_event(error, events)
     item = None if event is None else _opened_item(pair, event)
     handled = HANDLED_TYPES[pair.provider]
-    return (item is not None and handled is not None and type(item.get("type")) is str
-            and item["type"] not in handled)
+    return item is not None and type(item.get("type")) is str and item["type"] not in handled
 
 
 def _unknown_event_type(pair: Pair, error: ps.StreamError, events: Sequence[Any]) -> bool:

@@ -1051,6 +1051,29 @@ class TestGeminiEvents(StreamTestCase):
         self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"})])
         self.assertEqual(turn.calls[0].index, 3)
 
+    def test_every_step_the_provider_runs_is_tracked_beside_a_call(self):
+        for kind in sorted(ps.GEMINI_SILENT_STEPS):
+            with self.subTest(kind=kind):
+                events = stream("gemini")
+                tail = [{**event, "index": event["index"] + 1} if "index" in event else event for event in events[1:]]
+                steps = [{"event_type": "step.start", "index": 0, "step": {"type": kind, "id": "s1"}},
+                         {"event_type": "step.delta", "index": 0, "delta": {"type": kind}},
+                         {"event_type": "step.stop", "index": 0}]
+                turn = ps.parse_stream("gemini", events[:1] + steps + tail)
+                self.assertCalls(turn, [("call_1", "get_order", {"order_ref": "ORDER-7"})])
+
+    def test_a_step_type_the_table_does_not_list_is_refused_never_dropped(self):
+        # The second call's step under a type the table does not list: tracked silently, it would
+        # leave a step the client may have to answer unanswered while the other calls run. A
+        # function_result streamed in the turn would be a call the server answered itself.
+        events = stream("gemini", PARALLEL)
+        at = position("gemini", events, "step.start", 1)
+        for kind in ("function_call_v2", "Function_call", "", "function_result", "client_tool_call"):
+            with self.subTest(kind=kind):
+                changed = [dict(event) for event in events]
+                changed[at] = {**changed[at], "step": {**changed[at]["step"], "type": kind}}
+                self.assertRefused("gemini", changed, "STREAM_BLOCK_UNSUPPORTED", event=at)
+
     def test_incomplete_without_calls_is_a_turn(self):
         events = stream("gemini", [])
         events[-1]["interaction"]["status"] = "incomplete"
@@ -1960,6 +1983,22 @@ class TestSSE(StreamTestCase):
                     self.assertEqual(ps.parse_sse(provider, text), ps.parse_sse(provider, plain))
         self.assertEqual(ps.split_sse("event:\ndata: 1\n\nevent:  \ndata: 2\n\n"), [(None, 1), (" ", 2)])
 
+    def test_the_default_event_name_written_out_is_no_name(self):
+        # "event: message" names the SSE default type, the one a missing or empty event line gives;
+        # a proxy that writes it on every event must not make a whole stream invalid. Any other
+        # name still has to agree with the data's type.
+        for provider in PROVIDERS:
+            with self.subTest(provider=provider):
+                plain = "".join(f"data: {json.dumps(event)}\n\n" for event in stream(provider))
+                text = plain.replace("data: ", "event: message\ndata: ")
+                self.assertEqual(ps.parse_sse(provider, text), ps.parse_sse(provider, plain))
+        self.assertEqual(ps.split_sse("event: message\ndata: 1\n\nevent: Message\ndata: 2\n\n"),
+                         [(None, 1), ("Message", 2)])
+        with self.assertRaises(ps.StreamError) as caught:
+            ps.parse_sse("anthropic", ps.render_sse("anthropic", stream("anthropic")).replace(
+                "event: ping", "event: messages", 1).replace("event: message_start", "event: messages", 1))
+        self.assertEqual((caught.exception.code, caught.exception.event), ("STREAM_SSE_INVALID", 0))
+
     def test_event_name_must_match_the_data_type(self):
         events = stream("anthropic")
         text = ps.render_sse("anthropic", events).replace("event: message_stop", "event: ping")
@@ -2513,6 +2552,9 @@ class TestStreamTable(unittest.TestCase):
         unlisted[-1] = {**unlisted[-1], "response": {"id": "resp_1", "status": "completed"}}
         started = stream("anthropic")
         started[0] = {**started[0], "message": {**started[0]["message"], "content": [{"type": "text", "text": "Hi"}]}}
+        step_later = stream("gemini", [])
+        step_later[1:1] = [{"event_type": "step.start", "index": 0, "step": {"type": "step_added_later"}},
+                           {"event_type": "step.stop", "index": 0}]
         empty = {"stop": "completed", "calls": [{"call_id": "call_1", "name": "get_order", "arguments": ""}],
                  "results": [{"status": "error", "error_code": "UNKNOWN_TOOL", "delivery": "none"}]}
         return {
@@ -2521,6 +2563,7 @@ class TestStreamTable(unittest.TestCase):
             "thinking": ("anthropic", anthropic_block("thinking"), sdk_expect([], "end_turn")),
             "unlisted_block": ("anthropic", anthropic_block("block_added_later"), sdk_expect([], "end_turn")),
             "unlisted_item": ("openai", openai_items(["item_added_later"]), sdk_expect(calls, "completed")),
+            "unlisted_step": ("gemini", step_later, sdk_expect([], "completed")),
             "client_item": ("openai", openai_items(["apply_patch_call"]), sdk_expect(calls, "completed")),
             "unknown_event_in_call": ("anthropic", inside, sdk_expect(calls, "tool_use")),
             "another_revision": ("gemini", legacy, sdk_expect([], "completed")),
@@ -2544,6 +2587,7 @@ class TestStreamTable(unittest.TestCase):
             "thinking": ("STREAM_BLOCK_UNSUPPORTED", "refused"),
             "unlisted_block": ("STREAM_BLOCK_UNSUPPORTED", "refused"),
             "unlisted_item": ("STREAM_BLOCK_UNSUPPORTED", "refused"),
+            "unlisted_step": ("STREAM_BLOCK_UNSUPPORTED", "refused"),
             "client_item": ("STREAM_CALL_UNANSWERABLE", "refused"),
             "unknown_event_in_call": ("STREAM_UNKNOWN_EVENT", "refused"),
             "another_revision": ("STREAM_REVISION_MISMATCH", "refused"),

@@ -9410,6 +9410,19 @@ class TestPackageVerification(unittest.TestCase):
         self.assertRefused("PACKAGE_MALFORMED", resealed(package, (("protected_audit", "principal", "roles"),
                                                                    [*roles, "zz-role"])))
 
+    def test_audited_roles_and_redactions_are_sorted_sets_even_with_digests_recomputed(self):
+        # A repeated or unordered role or redaction is no package the dispatcher builds: the
+        # shape refuses it before any digest, so a forger who recomputes them gains nothing.
+        package = read(make_dispatcher())
+        roles = package["protected_audit"]["principal"]["roles"]
+        self.assertEqual(roles, ["orders.read", "refunds.draft"])
+        for path, value in ((("protected_audit", "principal", "roles"), [roles[0], roles[0]]),
+                            (("protected_audit", "principal", "roles"), roles[::-1]),
+                            (("protected_audit", "redactions"), ["handler_output", "handler_output"]),
+                            (("protected_audit", "redactions"), ["rejected_arguments", "handler_output"])):
+            with self.subTest(path=path[-1], value=value):
+                self.assertRefused("PACKAGE_MALFORMED", resealed(package, (path, value)))
+
     def test_a_registry_fault_is_named_at_the_registry(self):
         # No mapping at all, or a mapping whose tool is no ToolSpec: the host's fault, at "registry".
         for registry in ([td.REGISTRY["get_order"]], None, {"get_order": "get_order"},

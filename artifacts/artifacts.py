@@ -454,27 +454,49 @@ def _zip_end(data: bytes) -> int:
     return len(data)
 
 
+_ZIP_END_REACH: Final = 22 + 65_535  # bytes from the end where readers search for a zip's end record
 _ZIP64_MARKS: Final = (b"PK\x06\x06", b"PK\x06\x07")  # a ZIP64 end record, its locator
 _ZIP64_REACH: Final = 76  # bytes before the end record where a locator (20) and its ZIP64 end record (56) sit
 
 
-def _zip64_extra(extra: bytes) -> bool:
-    """Whether a directory record's extra fields hold a ZIP64 field (0x0001), walked as zipfile walks them."""
+_ZIP64_FIELD: Final = 0x0001
+_UNICODE_PATH_FIELD: Final = 0x7075  # Info-ZIP's UTF-8 name: unzip, and zipfile from 3.13, extract to it
+
+
+def _zip_extra_fields(extra: bytes) -> Iterator[tuple[int, bytes]]:
+    """A directory record's extra fields, (kind, body), walked as zipfile walks them."""
     position = 0
     while position + 4 <= len(extra):
         kind, length = struct.unpack_from("<2H", extra, position)
-        if kind == 0x0001:
-            return True
+        yield kind, extra[position + 4:position + 4 + length]
         position += 4 + length
-    return False
+
+
+def _unicode_path(body: bytes) -> str | None:
+    """The name a Unicode path field holds (version 1, the header name's CRC, then the name), when it
+    is a non-empty UTF-8 name; None for any other body (zipfile from 3.13 warns on an empty name and
+    raises on a bad one). The CRC is not compared: the name is checked whether readers use it or not."""
+    if len(body) <= 5 or body[0] != 1:
+        return None
+    try:
+        return body[5:].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _zip_extra_holds(extra: bytes) -> bool:
+    """No ZIP64 field, and every Unicode path field well formed."""
+    return all(kind != _ZIP64_FIELD and (kind != _UNICODE_PATH_FIELD or _unicode_path(body) is not None)
+               for kind, body in _zip_extra_fields(extra))
 
 
 def _zip_directory(data: bytes, offset: int, total: int) -> list[int]:
     """The local header offsets of the directory the end record (the last 22 bytes) names: exactly
     ``total`` records filling the bytes from ``offset`` to it. ARTIFACT_MALFORMED for any other count,
     any gap, a split archive, or anything of ZIP64 (an end record or locator where a reader looks for
-    one, sizes or offsets saturated, a ZIP64 extra field): zipfile follows a ZIP64 locator to another
-    directory than the one the end record names, which other readers use."""
+    one, sizes or offsets saturated, a ZIP64 extra field), or a Unicode path field not well formed:
+    zipfile follows a ZIP64 locator to another directory than the one the end record names, which
+    other readers use."""
     record = len(data) - 22
     if any(mark in data[max(0, min(offset, record - _ZIP64_REACH)):record] for mark in _ZIP64_MARKS):
         raise _malformed()
@@ -486,7 +508,7 @@ def _zip_directory(data: bytes, offset: int, total: int) -> list[int]:
             "<2I5H2I", data, position + 20)
         extra_at = position + 46 + name
         if (0xFFFFFFFF in (compressed, size, local) or start_disk or local >= offset
-                or _zip64_extra(data[extra_at:extra_at + extra])):
+                or not _zip_extra_holds(data[extra_at:extra_at + extra])):
             raise _malformed()
         headers.append(local)
         position = extra_at + extra + comment
@@ -534,7 +556,8 @@ def _check_polyglot(data: bytes, sniffed: str) -> None:
 # ============================================================================================
 # Markup (SVG, HTML) is active when it could run script or load anything once rendered: found on
 # the text with character references decoded and lower-cased, URL schemes also with every space
-# and control character removed (a browser drops them: "java&#9;script:"). A PDF is active when
+# and control character removed (a browser drops them: "java&#9;script:"), and every rule also with
+# CSS escapes decoded when a backslash occurs ("\75rl(" is url( to CSS). A PDF is active when
 # it names an action or an embedded payload, found on its bytes with #xx name escapes decoded.
 # Refused unless the policy allows active content; admitted or not, markup never becomes text a
 # model reads (Admitted.text is None for it). Not seen: a PDF name inside a compressed object
@@ -549,25 +572,44 @@ _ACTIVE_MARKUP: Final[Mapping[str, re.Pattern[str]]] = MappingProxyType({
     "event_attribute": re.compile(r"[\s/\"']on[a-z]++\s*+="),
     "foreign_object": re.compile(_ELEMENT + r"foreignobject"),
     "embedded_document": re.compile(_ELEMENT + r"(?:iframe|frame|object|embed|applet|portal)"),
-    "external_load": re.compile(r"(?:href|src|srcset|action|formaction|data|poster|background|manifest)"
+    "external_load": re.compile(r"(?:href|src|srcset|action|formaction|data|poster|background|manifest|ping)"
                                 r"\s*+=\s*+[\"']?+(?![\"'#])"),
     "page_control": re.compile(_ELEMENT + r"(?:meta|base|link|form)[\s/>]|<\?xml-stylesheet"),
-    "style_load": re.compile(r"url\s*+\(\s*+[\"']?+(?![\"'#])|@import|expression\s*+\("),
-    "animated_link": re.compile(r"attributename\s*+=\s*+[\"']?+(?:xlink:)?+href"),
+    # image-set() loads a quoted URL without url(): image-set("https://...") and -webkit-image-set.
+    "style_load": re.compile(r"url\s*+\(\s*+[\"']?+(?![\"'#])|@import|expression\s*+\(|image-set\s*+\("),
+    # The attribute animated may carry any prefix bound to the XLink namespace, not only "xlink:".
+    "animated_link": re.compile(r"attributename\s*+=\s*+[\"']?+\s*+(?:[^\s<>/:=\"']++:)?+href"),
     "event_element": re.compile(_ELEMENT + r"(?:handler|listener)"),
     "entity_declaration": re.compile(r"<!entity"),
 })
 _ACTIVE_SCHEMES: Final = re.compile(r"(?<![a-z])(?:javascript|vbscript|livescript|data):")
 _SPACES_AND_CONTROLS: Final = re.compile(r"[\x00-\x20\x7f]+")
-_ACTIVE_PDF: Final = re.compile(rb"/(?:JavaScript|JS|Launch|RichMedia|EmbeddedFile|XFA|SubmitForm|ImportData|GoToE)"
-                                rb"(?![A-Za-z0-9])")
+# An embedded file needs none of its own names: a name tree (/EmbeddedFiles) or an attachment
+# annotation (/FileAttachment) holds a file specification whose /EF names the stream. /GoToR opens
+# another file, a UNC path on a remote host among them (which leaks the reader's credentials).
+_ACTIVE_PDF: Final = re.compile(rb"/(?:JavaScript|JS|Launch|RichMedia|EmbeddedFiles?|EF|FileAttachment|XFA"
+                                rb"|SubmitForm|ImportData|GoToE|GoToR)(?![A-Za-z0-9])")
 _PDF_NAME_ESCAPE: Final = re.compile(rb"#([0-9A-Fa-f]{2})")
+
+
+# A CSS escape: a backslash and one to six hex digits (and one space after them), or a backslash and
+# any other character, which stands for itself. "\75rl(" is url( and "@\69mport" is @import to CSS.
+_CSS_ESCAPE: Final = re.compile(r"\\(?:([0-9a-f]{1,6})[ \t\n\r\f]?|([^0-9a-f\n\r\f]))")
+
+
+def _css_unescape(match: re.Match[str]) -> str:
+    if match.group(2) is not None:
+        return match.group(2)
+    code = int(match.group(1), 16)
+    return chr(code) if 0 < code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else "\ufffd"
 
 
 def _markup_findings(text: str) -> tuple[str, ...]:
     view = html.unescape(text).lower()
-    found = [name for name, pattern in _ACTIVE_MARKUP.items() if pattern.search(view)]
-    if _ACTIVE_SCHEMES.search(_SPACES_AND_CONTROLS.sub("", view)):
+    # Each rule reads the markup as HTML does and, where a backslash occurs, as CSS does too.
+    views = (view, _CSS_ESCAPE.sub(_css_unescape, view).lower()) if "\\" in view else (view,)
+    found = [name for name, pattern in _ACTIVE_MARKUP.items() if any(pattern.search(each) for each in views)]
+    if any(_ACTIVE_SCHEMES.search(_SPACES_AND_CONTROLS.sub("", each)) for each in views):
         found.append("script_url")
     return tuple(found)
 
@@ -583,9 +625,11 @@ def _pdf_findings(data: bytes) -> tuple[str, ...]:
 # Opened from memory (io.BytesIO), never extracted. One work list walks every level, so nesting
 # costs no recursion; one budget of entries and uncompressed bytes spans all levels. Every entry
 # is read in full with a bounded read: its size is what came out, never what a header said, and
-# its ratio is to the bytes it spans in the archive, never more than they are. A tar's headers are
-# walked before tarfile reads any: its pax and GNU long-name headers count as entries, are bounded,
-# and must be records tarfile reads in linear time.
+# its ratio is to the bytes it spans in the archive, never more than they are. A zip entry's stream
+# must hold exactly what zipfile read (zipfile stops at the declared size; unzip does not), and its
+# name is checked in every spelling a reader extracts to. A tar's headers are walked before tarfile
+# reads any: its pax and GNU long-name headers count as entries, are bounded, and must be records
+# tarfile reads in linear time.
 
 _DRIVE: Final = re.compile(r"[A-Za-z]:")
 _ARCHIVE_FAULTS: Final = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, zlib.error, struct.error,
@@ -619,18 +663,22 @@ class _Budget:
             raise ArtifactError("ARTIFACT_ARCHIVE_TOO_LARGE")
 
 
-def _check_entry_name(name: str, names: set[str]) -> None:
-    """A plain relative name, not seen before in the same archive (``names``: that archive's own)."""
-    parts = name.rstrip("/").split("/")
-    if (not 0 < len(name) <= MAX_ENTRY_NAME or name.startswith("/") or "\\" in name or _CONTROL.search(name)
-            or not td.is_portable_text(name) or _DRIVE.match(name) or any(part in ("", ".", "..") for part in parts)):
-        raise ArtifactError("ARTIFACT_ARCHIVE_NAME")
-    # Compared caseless and canonically (Unicode's canonical caseless match): a case-insensitive file
-    # system folds "A" and "a" together, and macOS folds the NFC and NFD spellings of one name.
-    key = unicodedata.normalize("NFD", unicodedata.normalize("NFD", name.rstrip("/")).casefold())
-    if key in names:
+def _check_entry_name(names: set[str], *spellings: str) -> None:
+    """A plain relative name in every spelling a reader may extract an entry to (a zip's header name
+    and its Unicode path), none seen before in the same archive (``names``: that archive's own)."""
+    keys = set()
+    for name in spellings:
+        parts = name.rstrip("/").split("/")
+        if (not 0 < len(name) <= MAX_ENTRY_NAME or name.startswith("/") or "\\" in name or _CONTROL.search(name)
+                or not td.is_portable_text(name) or _DRIVE.match(name)
+                or any(part in ("", ".", "..") for part in parts)):
+            raise ArtifactError("ARTIFACT_ARCHIVE_NAME")
+        # Compared caseless and canonically (Unicode's canonical caseless match): a case-insensitive file
+        # system folds "A" and "a" together, and macOS folds the NFC and NFD spellings of one name.
+        keys.add(unicodedata.normalize("NFD", unicodedata.normalize("NFD", name.rstrip("/")).casefold()))
+    if keys & names:
         raise ArtifactError("ARTIFACT_ARCHIVE_DUPLICATE")
-    names.add(key)
+    names |= keys
 
 
 def _bounded_read(stream: Any, allowance: int) -> bytes:
@@ -665,18 +713,38 @@ def _zip_entries(data: bytes, budget: _Budget) -> Iterator[bytes]:
             raise ArtifactError("ARTIFACT_ARCHIVE_INVALID")  # zipfile read another directory than the end record's
         for info in infos:
             budget.count()
-            _check_entry_name(info.filename, names)
+            # The raw header name (zipfile cuts the name it reports at a NUL) and the Unicode path.
+            _check_entry_name(names, info.filename, info.orig_filename,
+                              *(_unicode_path(body) or "" for kind, body in _zip_extra_fields(info.extra)
+                                if kind == _UNICODE_PATH_FIELD))
             if (info.external_attr >> 16) & 0o170000 == 0o120000:
                 raise ArtifactError("ARTIFACT_ARCHIVE_LINK")
             if info.flag_bits & 0x1:
                 raise ArtifactError("ARTIFACT_ARCHIVE_ENCRYPTED")
             if info.compress_type not in _ZIP_METHODS:
                 raise ArtifactError("ARTIFACT_ARCHIVE_METHOD")
-            if info.is_dir():
-                continue
             span = bounds[bisect.bisect_right(bounds, info.header_offset)] - info.header_offset
-            with archive.open(info) as stream:
-                yield _read_entry(stream, min(info.compress_size, span), budget)
+            with archive.open(info) as stream:  # a folder too: zipfile then checks its local header's name
+                entry = _read_entry(stream, min(info.compress_size, span), budget)
+            if not _zip_stream_holds(data, info, len(entry)) or (info.is_dir() and entry):
+                raise ArtifactError("ARTIFACT_ARCHIVE_INVALID")
+            if not info.is_dir():
+                yield entry
+
+
+def _zip_stream_holds(data: bytes, info: zipfile.ZipInfo, size: int) -> bool:
+    """Whether an entry's compressed bytes hold exactly the ``size`` bytes zipfile read from them: stored
+    bytes of that size, or a deflate stream that yields that many and ends where its compressed size
+    does. zipfile stops at the size the directory declares; unzip inflates the whole stream, so a
+    declared size below the stream's is a bomb the ratio would never see."""
+    name, extra = struct.unpack_from("<2H", data, info.header_offset + 26)
+    start = info.header_offset + 30 + name + extra
+    held = data[start:start + info.compress_size]
+    if info.compress_type == zipfile.ZIP_STORED:
+        return len(held) == size
+    inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+    out = inflater.decompress(held, size + 1)  # one byte more than zipfile read proves the stream longer
+    return len(out) == size and inflater.eof and not inflater.unused_data
 
 
 _TAR_BLOCK: Final = 512
@@ -756,7 +824,12 @@ def _tar_headers(data: bytes, budget: _Budget) -> None:
             return
         else:
             run = 0
-            if kind in _TAR_NO_DATA or (kind == b"\x00" and block[:100].split(b"\x00", 1)[0].endswith(b"/")):
+            folder = kind == b"5" or (kind == b"\x00" and block[:100].split(b"\x00", 1)[0].endswith(b"/"))
+            if folder and size:
+                # Readers disagree on where the next header is: tarfile reads it right after a V7 folder's
+                # header, GNU tar lists it past the size (and what it lists there, tarfile reads as data).
+                raise ArtifactError("ARTIFACT_ARCHIVE_INVALID")
+            if kind in _TAR_NO_DATA or folder:
                 end = start  # tarfile reads the next header right after this one (a V7 folder too)
         position = end
 
@@ -770,7 +843,7 @@ def _tar_entries(data: bytes, budget: _Budget) -> Iterator[bytes]:
             if member is None:
                 break
             budget.count()
-            _check_entry_name(member.name, names)
+            _check_entry_name(names, member.name)
             if member.issym() or member.islnk():
                 raise ArtifactError("ARTIFACT_ARCHIVE_LINK")
             if member.isdir():
@@ -815,6 +888,8 @@ def _open_archive(data: bytes, media_type: str, policy: ArchivePolicy) -> tuple[
             with contextlib.closing(_OPENERS[kind](held, budget)) as entries:  # its archive closed at once
                 for entry in entries:
                     inner = _leading(entry)
+                    if inner not in ARCHIVE_TYPES and b"PK\x05\x06" in entry[-_ZIP_END_REACH:]:
+                        inner = "application/zip"  # unzip and zipfile open a zip behind any prefix
                     if inner in ARCHIVE_TYPES:
                         if level >= policy.max_depth:
                             raise ArtifactError("ARTIFACT_ARCHIVE_NESTED")

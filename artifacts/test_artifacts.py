@@ -78,6 +78,28 @@ def zip_end(entries: int, size: int, offset: int) -> bytes:
     return struct.pack("<4s4H2IH", b"PK\x05\x06", 0, 0, entries, entries, size, offset, 0)
 
 
+def zip_single(name: bytes, stored: bytes, size: int, crc: int, *, method: int = zipfile.ZIP_DEFLATED,
+               local_name: bytes | None = None, extra: bytes = b"") -> bytes:
+    """A one-entry zip whose directory says ``size`` and ``crc`` of ``stored`` (its compressed bytes)."""
+    local_name = name if local_name is None else local_name
+    local = struct.pack("<4s5H3I2H", b"PK\x03\x04", 20, 0, method, 0, 0, crc, len(stored), size,
+                        len(local_name), 0) + local_name + stored
+    central = struct.pack("<4s6H3I5H2I", b"PK\x01\x02", 20, 20, 0, method, 0, 0, crc, len(stored), size,
+                          len(name), len(extra), 0, 0, 0, 0, 0) + name + extra
+    return local + central + zip_end(1, len(central), len(local))
+
+
+def deflated(data: bytes) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
+
+
+def unicode_path(header_name: bytes, name: bytes, *, version: int = 1) -> bytes:
+    """Info-ZIP's Unicode path extra field (0x7075) naming ``name`` for ``header_name``."""
+    body = struct.pack("<BI", version, zlib.crc32(header_name)) + name
+    return struct.pack("<2H", 0x7075, len(body)) + body
+
+
 def tar_header(name: bytes, kind: bytes, size: int, *, size_field: bytes | None = None) -> bytes:
     block = bytearray(512)
     block[0:len(name)] = name
@@ -464,6 +486,15 @@ class TestActiveContent(Refusals):
         "svg xhtml meta": b'<svg xmlns:h="http://www.w3.org/1999/xhtml"><h:meta http-equiv="refresh"/></svg>',
         "html srcset": b'<html><img srcset="https://evil.example/pixel.png 1x"></html>',
         "html manifest": b'<html manifest="https://evil.example/app.appcache"></html>',
+        "svg css escaped url": b'<svg><style>rect{fill:\\75rl(https://evil.example/p#a)}</style></svg>',
+        "svg css escaped url, six digits": b'<svg><rect style="fill:\\000055 RL(https://evil.example/p)"/></svg>',
+        "svg css escaped import": b'<svg><style>@\\69mport "https://evil.example/x.css";</style></svg>',
+        "svg css escaped character": b'<svg><style>@im\\port "https://evil.example/x.css";</style></svg>',
+        "svg image-set": b'<svg><style>rect{fill:image-set("https://evil.example/p.png" 1x)}</style></svg>',
+        "html webkit-image-set": b'<html><p style="background:-webkit-image-set(\'//evil.example/p\' 1x)">x</p></html>',
+        "svg animated prefixed href": b'<svg xmlns:l="http://www.w3.org/1999/xlink"><image><set attributeName="l:href" '
+                                      b'to="https://evil.example/p.png"/></image></svg>',
+        "html ping": b'<html><a href="#top" ping="https://evil.example/track">x</a></html>',
     }
 
     def test_active_markup_is_refused_by_default(self):
@@ -497,14 +528,27 @@ class TestActiveContent(Refusals):
         data = b'<svg><text>metadata: on the one hand</text><rect fill="url(#g)"/></svg>'
         self.assertEqual(art.admit_bytes(data, declared_type="image/svg+xml", policy=ALL_PLAIN).active, ())
 
+    def test_backslashes_read_as_css_escapes_find_only_what_css_would_load(self):
+        data = b'<svg><text>C:\\temp\\new \\75 nits</text><rect style="fill:url(#g)"/></svg>'
+        self.assertEqual(art.admit_bytes(data, declared_type="image/svg+xml", policy=ALL_PLAIN).active, ())
+        allowing = policy("image/svg+xml", allow_active=True)
+        escaped = b'<svg><rect style="fill:\\75rl(//x)"/><text>\\0 \\110000 \\d800</text></svg>'
+        self.assertEqual(art.admit_bytes(escaped, declared_type="image/svg+xml", policy=allowing).active,
+                         ("style_load",))
+
     def test_pdf_actions_are_active(self):
         for body in (b"1 0 obj<</S/JavaScript/JS(app.alert(1))>>endobj\n", b"1 0 obj<</S/J#61vaScript>>endobj\n",
-                     b"1 0 obj<</Type/Action/S/Launch>>endobj\n", b"1 0 obj<</EmbeddedFile 2 0 R>>endobj\n"):
+                     b"1 0 obj<</Type/Action/S/Launch>>endobj\n", b"1 0 obj<</EmbeddedFile 2 0 R>>endobj\n",
+                     # an attachment with no /EmbeddedFile name: the name tree, the annotation, the /EF key
+                     b"1 0 obj<</Names<</EmbeddedFiles<</Names[(a.exe)2 0 R]>>>>>>endobj\n",
+                     b"1 0 obj<</Type/Annot/Subtype/FileAttachment/FS 2 0 R>>endobj\n",
+                     b"2 0 obj<</Type/Filespec/F(a.exe)/#45F<</F 3 0 R>>>>endobj\n",
+                     b"1 0 obj<</OpenAction<</S/GoToR/F(\\\\\\\\host\\\\share\\\\a.pdf)/D[0/Fit]>>>>endobj\n"):
             with self.subTest(body):
                 self.assertRefused("ARTIFACT_ACTIVE_CONTENT", art.admit_bytes, pdf(body),
                                    declared_type="application/pdf", policy=ALL_PLAIN)
-        self.assertEqual(art.admit_bytes(pdf(b"1 0 obj<</JSON 1>>endobj\n"), declared_type="application/pdf",
-                                         policy=ALL_PLAIN).active, ())
+        for body in (b"1 0 obj<</JSON 1>>endobj\n", b"1 0 obj<</EFG 1/GoToRemote 2/S/GoTo>>endobj\n"):
+            self.assertEqual(art.admit_bytes(pdf(body), declared_type="application/pdf", policy=ALL_PLAIN).active, ())
 
 
 # ============================================================================================
@@ -564,12 +608,6 @@ class TestArchives(Refusals):
             directory = data.index(b"PK\x01\x02")
             return data[:directory + 20] + struct.pack("<I", 0x00FFFFFF) + data[directory + 24:]
 
-        def zipfile_reads(data):  # zipfile from 3.13 refuses such a claim itself ("overlapped entries")
-            try:
-                return len(zipfile.ZipFile(io.BytesIO(data)).open("bomb").read()) == 4_000
-            except zipfile.BadZipFile:
-                return False
-
         for label, data in (("an entry before another", zip_of([("bomb", b"\x00" * 4_000), ("pad", b"p")])),
                             ("the last entry", zip_of([("bomb", b"\x00" * 4_000)]))):
             # From its local header to the next local header, or to the directory for the last one.
@@ -578,14 +616,38 @@ class TestArchives(Refusals):
             with self.subTest(label):
                 self.assertRefused("ARTIFACT_ARCHIVE_RATIO", self.admit, data,
                                    archives=art.ArchivePolicy(max_ratio=ratio - 1))
-                if not zipfile_reads(forged):
-                    self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, forged,
-                                       archives=art.ArchivePolicy(max_ratio=ratio))
-                    continue
-                self.assertRefused("ARTIFACT_ARCHIVE_RATIO", self.admit, forged,
-                                   archives=art.ArchivePolicy(max_ratio=ratio - 1))
-                self.assertEqual(self.admit(forged, archives=art.ArchivePolicy(max_ratio=ratio)).entries,
-                                 2 if "another" in label else 1)
+                # The claimed bytes do not end where the entry's deflate stream does: refused on every
+                # version (zipfile from 3.13 refuses the overlap itself; 3.11 reads the stream only).
+                self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, forged,
+                                   archives=art.ArchivePolicy(max_ratio=ratio))
+
+    def test_overlapping_entries_are_measured_against_the_bytes_before_the_next(self):
+        # A deflate stream that quotes the next entry's local header in a stored block, then expands:
+        # it ends exactly at its compressed size, and that size reaches past the next local header.
+        second = zip_local(b"pad", b"p")
+        quoted = b"x" + second
+        content = quoted + bytes(4_000)
+        stream = b"\x00" + struct.pack("<2H", len(quoted), len(quoted) ^ 0xFFFF) + quoted + deflated(bytes(4_000))
+        first = zip_single(b"bomb", stream, len(content), zlib.crc32(content))
+        local = first[:first.index(b"PK\x01\x02")]
+        at = local.index(second)  # the second entry's local header, inside the first entry's stream
+        directory = first[len(local):-22] + zip_central(b"pad", b"p", at)
+        data = local + directory + zip_end(2, len(directory), len(local))
+        by_span, by_stream = -(-len(content) // at), -(-len(content) // len(stream))
+        self.assertLess(by_stream, by_span)
+        try:  # zipfile from 3.12 refuses overlapped entries itself
+            reads = len(zipfile.ZipFile(io.BytesIO(data)).open("bomb").read()) == len(content)
+        except zipfile.BadZipFile:
+            reads = False
+        for ratio in (by_stream, by_span - 1):
+            with self.subTest(ratio=ratio):
+                self.assertRefused("ARTIFACT_ARCHIVE_RATIO" if reads else "ARTIFACT_ARCHIVE_INVALID", self.admit,
+                                   data, archives=art.ArchivePolicy(max_ratio=ratio))
+        if reads:
+            self.assertEqual(self.admit(data, archives=art.ArchivePolicy(max_ratio=by_span)).entries, 2)
+        else:
+            self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, data,
+                               archives=art.ArchivePolicy(max_ratio=by_span))
 
     def test_a_header_that_lies_about_the_size_is_not_trusted(self):
         data = bytearray(zip_of([("a", b"x" * 500)], compression=zipfile.ZIP_STORED))
@@ -593,6 +655,64 @@ class TestArchives(Refusals):
         for at in (22, directory + 24):  # the local header's and the directory's uncompressed size
             data[at:at + 4] = struct.pack("<I", 5)
         self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, bytes(data))
+
+    def test_a_deflate_stream_longer_than_its_declared_size_is_refused(self):
+        # zipfile stops at the size the directory declares (and checks the CRC of what it read); unzip
+        # inflates the whole stream and writes all of it. 8 MiB of zeros declared as 100 bytes.
+        zeros = bytes(8 * 1024 * 1024)
+        stream = deflated(zeros)
+        self.assertEqual(zlib.decompressobj(-zlib.MAX_WBITS).decompress(stream), zeros)  # what unzip writes
+        lying = zip_single(b"a.bin", stream, 100, zlib.crc32(zeros[:100]))
+        roomy = art.ArchivePolicy(max_ratio=art.MAX_ARCHIVE_RATIO)
+        self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, lying, archives=roomy)
+        honest = zip_single(b"a.bin", deflated(zeros[:100]), 100, zlib.crc32(zeros[:100]))
+        self.assertEqual(self.admit(honest, archives=roomy).unpacked, 100)
+        # The stream must end where its compressed size does: nothing hides behind it.
+        padded = zip_single(b"a.bin", deflated(b"hello") + b"<html>", 5, zlib.crc32(b"hello"))
+        self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, padded)
+        stored = zip_single(b"s.txt", b"hello world", 5, zlib.crc32(b"hello"), method=zipfile.ZIP_STORED)
+        self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, stored)
+        empty = zip_single(b"e.txt", deflated(b""), 0, 0)
+        self.assertEqual(self.admit(empty).entries, 1)
+
+    def test_a_folder_entry_is_read_and_must_hold_nothing(self):
+        hidden = zip_single(b"d/", b"payload", 7, zlib.crc32(b"payload"), method=zipfile.ZIP_STORED)
+        self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, hidden)
+        renamed = zip_single(b"d/", b"", 0, 0, method=zipfile.ZIP_STORED, local_name=b"../x/")
+        self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, renamed)  # its local header names another path
+        self.assertEqual(self.admit(zip_single(b"d/", b"", 0, 0, method=zipfile.ZIP_STORED)).entries, 1)
+        self.assertEqual(self.admit(zip_single(b"d/", deflated(b""), 0, 0)).entries, 1)
+
+    def test_a_nul_in_a_zip_name_is_refused_where_zipfile_would_cut_it(self):
+        name = b"notes.txt\x00../../evil.sh"
+        data = zip_single(name, b"hi", 2, zlib.crc32(b"hi"), method=zipfile.ZIP_STORED)
+        self.assertEqual(zipfile.ZipFile(io.BytesIO(data)).namelist(), ["notes.txt"])
+        self.assertRefused("ARTIFACT_ARCHIVE_NAME", self.admit, data)
+
+    def test_the_unicode_path_field_is_a_name_too(self):
+        # unzip (and zipfile from 3.13) extract to the name in the 0x7075 field, whatever the header says.
+        def entry(unicode_name, *, header=b"safe.txt", version=1):
+            return zip_single(header, b"hi", 2, zlib.crc32(b"hi"), method=zipfile.ZIP_STORED,
+                              extra=unicode_path(header, unicode_name, version=version))
+
+        for name in (b"../../evil.sh", b"/etc/cron.d/job", b"a\\b", b"C:x"):
+            with self.subTest(name):
+                self.assertRefused("ARTIFACT_ARCHIVE_NAME", self.admit, entry(name))
+        self.assertEqual(self.admit(entry(b"safe.txt")).entries, 1)
+        self.assertEqual(self.admit(entry("café.txt".encode(), header="caf\u00e9.txt".encode("cp437"))).entries, 1)
+        # Two entries extracted to one path: the second header names another file, its field the first.
+        first = zip_local(b"a.txt", b"1")
+        second = zip_local(b"b.txt", b"2")
+        directory = (zip_central(b"a.txt", b"1", 0)
+                     + zip_central(b"b.txt", b"2", len(first), extra=unicode_path(b"b.txt", b"A.TXT")))
+        self.assertRefused("ARTIFACT_ARCHIVE_DUPLICATE", self.admit,
+                           first + second + directory + zip_end(2, len(directory), len(first + second)))
+        # A field that is not a name: zipfile from 3.13 warns on an empty one and raises on bad UTF-8.
+        for label, data in (("empty", entry(b"")), ("not UTF-8", entry(b"\xff.txt")), ("version 2", entry(b"x", version=2)),
+                            ("cut short", zip_single(b"x", b"hi", 2, zlib.crc32(b"hi"), method=zipfile.ZIP_STORED,
+                                                     extra=struct.pack("<2HB", 0x7075, 1, 1)))):
+            with self.subTest(label):
+                self.assertRefused("ARTIFACT_MALFORMED", self.admit, data)
 
     def test_entry_names_must_be_plain_relative_paths(self):
         for name in ("../x", "a/../../x", "/etc/passwd", "C:x", "c:/x", "a\\b", "a//b", "./a", "a/./b",
@@ -695,8 +815,9 @@ class TestArchives(Refusals):
                                    tar_header(b"f.txt", b"0", 0, size_field=field) + bytes(1_024), "application/x-tar")
 
     def test_the_tar_walk_skips_data_exactly_where_tarfile_does(self):
-        # A folder's header carries no data blocks to tarfile, whatever its size field says: the blocks
-        # after it are headers, and a chain hidden there is seen.
+        # A folder's or a link's header carries no data blocks to tarfile, whatever its size field says:
+        # the blocks after it are headers. A folder with a size is refused outright; after a link, a chain
+        # hidden there is walked and seen.
         chain = b"".join(tar_header(b"././@LongLink", b"L", 6) + b"x.txt\x00".ljust(512, b"\x00")
                          for _ in range(art.MAX_TAR_METADATA_RUN + 1))
         rest = chain + tar_header(b"x.txt", b"0", 1) + b"x".ljust(512, b"\x00") + bytes(1_024)
@@ -705,9 +826,23 @@ class TestArchives(Refusals):
             with self.subTest(kind):
                 data = tar_header(name, kind, len(chain)) + rest
                 self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, data, "application/x-tar", archives=many)
-        fewer = art.MAX_TAR_METADATA_RUN * 1_024
-        data = tar_header(b"d/", b"5", fewer) + rest[1_024:]
-        self.assertEqual(self.admit(data, "application/x-tar", archives=many).entries, art.MAX_TAR_METADATA_RUN + 2)
+        fewer = art.MAX_TAR_METADATA_RUN * 1_024  # one header fewer: the link is left for tarfile to refuse
+        self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, tar_header(b"l", b"2", len(chain)) + rest,
+                           "application/x-tar", archives=many)
+        self.assertRefused("ARTIFACT_ARCHIVE_LINK", self.admit, tar_header(b"l", b"2", fewer) + rest[1_024:],
+                           "application/x-tar", archives=many)
+
+    def test_a_folder_header_with_a_size_is_refused(self):
+        # GNU tar (1.34) lists past a V7 folder's size; tarfile reads the next header right after it.
+        # Here GNU tar lists a symbolic link that tarfile reads as the data of a plain file.
+        link = bytearray(tar_header(b"evil", b"2", 0))
+        link[157:168], link[257:265], link[148:156] = b"/etc/passwd", bytes(8), b" " * 8
+        link[148:156] = b"%06o\x00 " % sum(link)
+        for kind in (b"\x00", b"5"):
+            with self.subTest(kind):
+                data = tar_header(b"d/", kind, 512) + tar_header(b"ok.txt", b"0", 512) + bytes(link) + bytes(1_024)
+                self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, data, "application/x-tar")
+                self.assertEqual(self.admit(tar_header(b"d/", kind, 0) + bytes(1_024), "application/x-tar").entries, 1)
 
     def test_the_tar_walk_reads_checksums_as_tarfile_does(self):
         header = bytearray(tar_header("café.txt".encode(), b"0", 1))  # bytes past 0x7f: two sums differ
@@ -755,6 +890,19 @@ class TestArchives(Refusals):
         thrice = zip_of([("in.zip", twice)])
         self.assertRefused("ARTIFACT_ARCHIVE_NESTED", self.admit, thrice,
                            archives=art.ArchivePolicy(max_depth=art.MAX_ARCHIVE_DEPTH, max_ratio=1_000))
+
+    def test_a_nested_zip_behind_a_prefix_is_still_a_nested_archive(self):
+        # unzip and zipfile find a zip by its end record, whatever comes before it (a self-extracting
+        # stub, one byte): such an entry is nested, and held to its own structure.
+        inner = zip_of([("../../evil.sh", b"escape")])
+        for label, prefix in (("a stub", b"MZ" + bytes(62)), ("one byte", b"\x00"), ("an image", png())):
+            with self.subTest(label):
+                bundle = zip_of([("setup.bin", prefix + inner)])
+                self.assertEqual(zipfile.ZipFile(io.BytesIO(prefix + inner)).namelist(), ["../../evil.sh"])
+                self.assertRefused("ARTIFACT_ARCHIVE_NESTED", self.admit, bundle)
+                self.assertRefused("ARTIFACT_POLYGLOT", self.admit, bundle,
+                                   archives=art.ArchivePolicy(max_depth=1, max_ratio=1_000))
+        self.assertEqual(self.admit(zip_of([("data.bin", bytes(range(256)) * 4)])).entries, 1)
 
     def test_methods_read_only_unbounded_are_refused(self):
         self.assertRefused("ARTIFACT_ARCHIVE_METHOD", self.admit, zip_of([("a", b"x")], compression=zipfile.ZIP_BZIP2))

@@ -394,7 +394,7 @@ class _State:
             raise StreamError("STREAM_EVENT_MALFORMED")
         # surrogatepass: a lone surrogate becomes bytes the strict decoder refuses as not UTF-8.
         data = fragment.encode("utf-8", "surrogatepass")
-        if len(data) > self.limits.fragment_bytes:
+        if len(data) > self.limits.fragment_bytes and not (slot.kind == _CALL and self.protocol.whole_arguments):
             raise StreamError("STREAM_FRAGMENT_TOO_LARGE")
         self.spent[slot.kind] += len(data)
         if self.spent[slot.kind] > self.budget[slot.kind]:
@@ -1134,6 +1134,9 @@ class Protocol:
     index_gaps: str  # where an index may be skipped: _GAPS_NONE, _GAPS_ANYWHERE or _GAPS_LEADING
     empty_is_object: bool  # whether a call with no argument fragment at all reads as {}
     done_frame: str | None  # the SSE data that ends the stream after its terminal event, if any
+    # Whether a call's arguments may come whole, in one delta (Gemini's do): its argument deltas are
+    # then bounded by the turn's argument budget, not by the fragment limit meant for token deltas.
+    whole_arguments: bool
     build: Callable[[str, Sequence[tuple[str, str, str]], int], list[dict[str, Any]]]
     declare: Callable[[ToolSpec], dict[str, Any]]
     adapt: Callable[..., dict[str, Any]]
@@ -1144,13 +1147,13 @@ PROTOCOLS: Final[Mapping[str, Protocol]] = MappingProxyType({
     protocol.name: protocol
     for protocol in (
         Protocol("openai", PROVIDER_PROFILES["openai-responses-v1"], "type", OPENAI_RULES, OPENAI_STOPS,
-                 _openai_sequence, False, _GAPS_ANYWHERE, False, None, _openai_events, _openai_tool,
+                 _openai_sequence, False, _GAPS_ANYWHERE, False, None, False, _openai_events, _openai_tool,
                  tool_dispatcher.to_openai_responses, _openai_continuation),
         Protocol("anthropic", PROVIDER_PROFILES["anthropic-messages-v1"], "type", ANTHROPIC_RULES,
-                 ANTHROPIC_STOPS, _ignore, True, _GAPS_NONE, True, None, _anthropic_events, _anthropic_tool,
+                 ANTHROPIC_STOPS, _ignore, True, _GAPS_NONE, True, None, False, _anthropic_events, _anthropic_tool,
                  tool_dispatcher.to_anthropic_messages, _anthropic_continuation),
         Protocol("gemini", PROVIDER_PROFILES["gemini-interactions-v1"], "event_type", GEMINI_RULES,
-                 GEMINI_STOPS, _ignore, False, _GAPS_LEADING, True, "[DONE]", _gemini_events, _gemini_tool,
+                 GEMINI_STOPS, _ignore, False, _GAPS_LEADING, True, "[DONE]", True, _gemini_events, _gemini_tool,
                  tool_dispatcher.to_gemini_interactions, _gemini_continuation),
     )
 })

@@ -1190,16 +1190,22 @@ class TestBounds(StreamTestCase):
         text = '{"order_ref":"ORDER-7","note":"\u00e9\u65e5\U0001f600"}'
         size = len(text.encode("utf-8"))
         self.assertGreater(size, len(text))
-        for provider in PROVIDERS:
+        for provider in ("openai", "anthropic"):
             with self.subTest(provider=provider):
                 events = stream(provider, [("call_1", "get_order", text)], fragment_chars=len(text))
                 self.assertEqual(len(ps.parse_stream(provider, events, max_fragment_bytes=size).calls), 1)
                 self.assertRefused(provider, events, "STREAM_FRAGMENT_TOO_LARGE", max_fragment_bytes=size - 1)
+        # Gemini sends a call's arguments whole, in one delta: the turn's argument budget bounds them.
+        events = stream("gemini", [("call_1", "get_order", text)], fragment_chars=len(text))
+        self.assertEqual(len(ps.parse_stream("gemini", events, max_fragment_bytes=size - 1).calls), 1)
+        self.assertRefused("gemini", events, "STREAM_ARGUMENTS_TOO_LARGE", max_argument_bytes=size - 1)
 
     def test_default_fragment_limit(self):
+        limit = ps.MAX_FRAGMENT_BYTES
         for provider in PROVIDERS:
-            limit = ps.MAX_FRAGMENT_BYTES
-            for pad, verdict in ((limit - 8, None), (limit - 7, "STREAM_FRAGMENT_TOO_LARGE")):
+            whole = ps.PROTOCOLS[provider].whole_arguments
+            self.assertIs(whole, provider == "gemini")
+            for pad, verdict in ((limit - 8, None), (limit - 7, None if whole else "STREAM_FRAGMENT_TOO_LARGE")):
                 with self.subTest(provider=provider, pad=pad):
                     text = '{"n":"' + "x" * pad + '"}'  # 8 bytes around the padding
                     events = stream(provider, [("call_1", "get_order", text)], fragment_chars=len(text))

@@ -6,6 +6,7 @@ outside a temporary directory; the committed results are only read.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import io
 import json
@@ -2655,6 +2656,64 @@ class TestResponseShapes(unittest.TestCase):
                 self.assertEqual((result["error"], result["verdict"], result["total"]["value"]),
                                  (code, "unparseable", "0.000"))
 
+    def finished(self, shape: str, said) -> dict:
+        # The shape's response with its own word on how the turn ended; None leaves the field out.
+        response = copy.deepcopy(self.shapes()[shape])
+        holder = {"openai_chat": lambda: response["choices"][0], "gemini": lambda: response["candidates"][0]}.get(
+            shape, lambda: response)()
+        field = {"openai_chat": "finish_reason", "openai_responses": "status", "anthropic_messages": "stop_reason",
+                 "gemini": "finishReason"}[shape]
+        holder.pop(field, None)
+        if said is not None:
+            holder[field] = said
+        return response
+
+    def test_a_turn_the_provider_reports_unfinished_is_no_whole_plan(self):
+        # Each was read as if finished: a response cut at max_tokens with no call yet, or with a
+        # call an SDK closed into an object, passed (the goodwill request's "call nothing" answer).
+        unfinished = {"openai_chat": ("length", "content_filter"),
+                      "openai_responses": ("incomplete", "in_progress", "queued", "failed", "cancelled"),
+                      "anthropic_messages": ("max_tokens", "model_context_window_exceeded", "pause_turn", "refusal"),
+                      "gemini": ("MAX_TOKENS", "SAFETY", "RECITATION", "OTHER", "BLOCKLIST", "PROHIBITED_CONTENT",
+                                 "SPII", "LANGUAGE")}
+        for shape, reasons in unfinished.items():
+            for reason in reasons:
+                with self.subTest(shape=shape, reason=reason):
+                    result = tb.score_response(self.finished(shape, reason), tb.READ_ONLY)
+                    self.assertEqual((result["error"], result["verdict"], result["total"]["value"]),
+                                     ("RESPONSE_UNFINISHED", "unparseable", "0.000"))
+        cut = {"id": "msg_1", "type": "message", "role": "assistant", "stop_reason": "max_tokens",
+               "content": [{"type": "text", "text": "A refund of 600.00 EUR"}]}
+        self.assertEqual(tb.score_response(cut, tb.GOODWILL)["verdict"], "unparseable")
+        self.assertEqual(tb.score_response({**cut, "stop_reason": "end_turn"}, tb.GOODWILL)["verdict"], "pass")
+        # What a finished turn says, and no word at all (absent or null), read as before.
+        finished = {"openai_chat": ("stop", "tool_calls", "function_call", None),
+                    "openai_responses": ("completed", None), "anthropic_messages": ("end_turn", "tool_use",
+                                                                                    "stop_sequence", None),
+                    "gemini": ("STOP", None)}
+        for shape, reasons in finished.items():
+            for reason in reasons:
+                with self.subTest(shape=shape, reason=reason):
+                    self.assertEqual(tb.score_response(self.finished(shape, reason), tb.READ_ONLY)["verdict"], "pass")
+        self.assertEqual(tb.score_response({**self.finished("anthropic_messages", None), "stop_reason": None},
+                                           tb.READ_ONLY)["verdict"], "pass")
+        # A word the scorer does not know, or of another type, says nothing it can rely on.
+        for shape, said in (("openai_chat", "STOP"), ("openai_responses", "done"), ("anthropic_messages", "compaction"),
+                            ("gemini", "FINISH_REASON_UNSPECIFIED"), ("gemini", ["STOP"]), ("openai_chat", 1)):
+            with self.subTest(shape=shape, said=said):
+                result = tb.score_response(self.finished(shape, said), tb.READ_ONLY)
+                self.assertEqual((result["error"], result["verdict"]), ("RESPONSE_SHAPE", "unreadable_shape"))
+        # Gemini's two spellings of the field must agree.
+        both = self.finished("gemini", "STOP")
+        both["candidates"][0]["finish_reason"] = "MAX_TOKENS"
+        self.assertEqual(tb.score_response(both, tb.READ_ONLY)["error"], "RESPONSE_SHAPE")
+        both["candidates"][0]["finish_reason"] = "STOP"
+        self.assertEqual(tb.score_response(both, tb.READ_ONLY)["verdict"], "pass")
+        self.assertEqual(tb.scorer_config()["finish"]["anthropic_messages"], {
+            "read": ["end_turn", "stop_sequence", "tool_use"],
+            "refused": dict.fromkeys(["max_tokens", "model_context_window_exceeded", "pause_turn", "refusal"],
+                                     "RESPONSE_UNFINISHED")})
+
     def test_snake_case_gemini_parts_and_legacy_chat_calls_are_read(self):
         # Both were dropped: the query was never seen and the plan scored 0.000 "incomplete".
         gemini = {"candidates": [{"content": {"role": "model", "parts": [
@@ -3152,6 +3211,26 @@ class TestCli(unittest.TestCase):
                 self.assertEqual(self.failure(argv), {"code": "CLI_USAGE", "retryable": False,
                                                       "message": "The command line is not valid; see --help."})
 
+    def test_an_option_that_would_do_nothing_or_be_overridden_is_usage(self):
+        # Each ran without a word: the second --plans alone was scored, and --check, --scenario or
+        # --results beside a command (or --results beside a mode that writes nothing) did nothing.
+        plans = str(SAMPLES)
+        with contextlib.ExitStack() as stack:
+            for name in ("run_all", "_run_check", "_run_one", "_run_exhaustive", "_run_score", "_run_user_sweep"):
+                stack.enter_context(mock.patch.object(txcli, name, side_effect=AssertionError))
+            for argv in (["score", "--plans", plans, "--plans", plans], ["--results", "a", "--results", "b"],
+                         ["--scenario", "S01", "--scenario", "S02"],
+                         ["score", "--plans", plans, "--orchestrator", "m:f", "--orchestrator", "m:g"],
+                         ["sweep", "--orchestrator", "m:f", "--orchestrator", "m:f"],
+                         ["--check", "score", "--plans", plans], ["--exhaustive", "score", "--plans", plans],
+                         ["--scenario", "S01", "score", "--plans", plans], ["--results", "out", "score", "--plans", plans],
+                         ["--check", "sweep", "--orchestrator", "m:f"], ["--exhaustive", "--results", "out"],
+                         ["--scenario", "S01", "--results", "out"]):
+                with self.subTest(argv=argv):
+                    self.assertEqual(self.failure(argv)["code"], "CLI_USAGE")
+        status, out, _ = capture(["score", "--plans", plans])
+        self.assertEqual((status, json.loads(out.splitlines()[-1])["plans"]), (0, 11))
+
     def test_unknown_scenario_is_not_echoed(self):
         error = self.failure(["--scenario", "/home/someone/secret"])
         self.assertEqual(error, {"code": "SCENARIO_UNKNOWN", "message": "unknown scenario id", "retryable": False,
@@ -3194,6 +3273,21 @@ class TestCli(unittest.TestCase):
             error = self.failure(["--scenario", "S01"])
         self.assertEqual(error["code"], "INTERNAL_ERROR")
         self.assertNotIn("secret", json.dumps(error))
+
+    def test_a_closed_stdout_exits_2_before_anything_runs(self):
+        # `>&-`: a scenario ran and exited 0 having said nothing; score ended in a traceback.
+        with mock.patch.object(txcli, "_main", side_effect=AssertionError), mock.patch.object(sys, "stdout", None):
+            for argv in (["--scenario", "S01"], ["score", "--plans", str(SAMPLES)], []):
+                with self.subTest(argv=argv):
+                    self.assertEqual(tb.main(argv), 2)
+
+    @unittest.skipUnless(os.name == "posix", "closes a descriptor through the POSIX shell")
+    def test_script_with_stdout_closed_exits_2_without_a_traceback(self):
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        result = subprocess.run(["/bin/sh", "-c", 'exec "$0" -B "$1" score --plans "$2" >&-', sys.executable,
+                                 str(HERE / "transaction_bench.py"), str(SAMPLES)],
+                                capture_output=False, stderr=subprocess.PIPE, text=True, env=env, timeout=60)
+        self.assertEqual((result.returncode, result.stderr), (2, ""))
 
     def test_script_exits_2_without_a_traceback(self):
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
@@ -3338,6 +3432,22 @@ class TestScorePlans(unittest.TestCase):
                 error = self.refusal(text)
                 self.assertEqual((error["code"], error["at"], error["detail"]), ("PLANS_LINE", "line 1", detail))
 
+    def test_a_line_that_does_not_decode_says_why(self):
+        # Each was "not a JSON object": a BOM from a Windows tool, a repeated key, a deep response.
+        line = b'{"scenario":"track_order","trial":0,"error":"x"}'
+        for text, detail in ((b"\xef\xbb\xbf" + line, "begins with a byte order mark"),
+                             (b"{not json", "not valid JSON"),
+                             (line[:-1] + b',"trial":1}', "an object repeats a key"),
+                             (line[:-1] + b',"response":' + b"[" * 40 + b"]" * 40 + b"}", "nested deeper than the limit"),
+                             (line.replace(b'"x"', b"1e400"), "holds NaN or an infinite number"),
+                             (line.replace(b'"x"', b"1" + b"0" * 40), "holds an integer with too many digits"),
+                             (line.replace(b"x", b"\xff"), "not UTF-8"),
+                             (b"[1]", "not a JSON object"),
+                             (line.replace(b'"error"', b'"errors"'), "fields must be scenario, trial, response or error")):
+            with self.subTest(text=text[:30]):
+                error = self.refusal(text + b"\n")
+                self.assertEqual((error["code"], error["at"], error["detail"]), ("PLANS_LINE", "line 1", detail))
+
     def test_line_limit_both_sides(self):
         pad = tb.MAX_PLAN_LINE_BYTES - len(b'{"scenario":"track_order","trial":0,"error":""}')
         fits = b'{"scenario":"track_order","trial":0,"error":"' + b"x" * pad + b'"}\n'
@@ -3353,6 +3463,39 @@ class TestScorePlans(unittest.TestCase):
             error = self.refusal(lines)
             self.assertEqual((error["code"], error["at"]), ("PLANS_TOO_MANY_LINES", "line 4"))
             self.assertEqual(len(tb.read_plans(self.write(lines[:-len(lines.splitlines(True)[-1])]))), 3)
+
+    def test_the_command_holds_one_decoded_plan_at_a_time(self):
+        # Every decoded line was held until the last was read: `[{},{},...]` decodes to some twenty
+        # times its bytes, and 100 MB of such lines (within the limits) took 2.4 GB.
+        class Tracked:
+            live = 0
+
+            def __init__(self) -> None:
+                Tracked.live += 1
+
+            def __del__(self) -> None:
+                Tracked.live -= 1
+
+        read = txplansfile._plan_record
+        held = []
+
+        def tracked(number, data):
+            record = read(number, data)
+            return None if record is None else tb.PlanRecord(record.line, record.scenario, record.trial, Tracked(),
+                                                             record.model_error)
+
+        def scored(record, **_options):
+            held.append(Tracked.live)
+            return {"kind": "plan", "line": record.line, "scenario": record.scenario, "score": "1.000",
+                    "verdict": "pass"}
+
+        lines = b"".join(b'{"scenario":"track_order","trial":%d,"error":"x"}\n' % n for n in range(5))
+        with mock.patch.object(txplansfile, "_plan_record", tracked), mock.patch.object(txcli, "score_plan", scored):
+            status, out, _ = capture(["score", "--plans", self.write(lines)])
+        self.assertEqual((status, held, json.loads(out.splitlines()[-1])["plans"]), (0, [1, 1, 1, 1, 1], 5))
+        # A bad last line still stops the run before any plan is scored.
+        with mock.patch.object(txcli, "score_plan", side_effect=AssertionError):
+            self.assertEqual(self.refusal(lines + b"{\n")["at"], "line 6")
 
     def test_an_unreadable_file(self):
         self.assertEqual(self.failure_code(["score", "--plans", str(HERE / "no-such-file.jsonl")]), "PLANS_UNREADABLE")

@@ -104,7 +104,8 @@ from txbench.sweep import (  # noqa: E402,F401
     efficiency_table, run_sweep, sweep_atoms, sweep_fault_sets, sweep_table, sweep_tools, sweep_verdicts
 )
 from txbench.scorer import (  # noqa: E402,F401
-    ANTHROPIC_BLOCKS, EFFECT_FIELDS, GEMINI_FAILED_FINISH, GEMINI_INTERACTION_STATUS, GEMINI_INTERACTION_STEPS,
+    ANTHROPIC_BLOCKS, ANTHROPIC_STOP, CHAT_FINISH, EFFECT_FIELDS, FINISH_FIELDS, GEMINI_FAILED_FINISH, GEMINI_FINISH,
+    GEMINI_INTERACTION_STATUS, GEMINI_INTERACTION_STEPS, RESPONSES_STATUS, UNFINISHED, _check_finish,
     GEMINI_LEGACY_OUTPUTS, GEMINI_PART_KEYS, GOODWILL, LOCAL_SHELL_TOOL,
     MODEL_CHOSEN, OTHER_FIXED_FIELD, READ_ONLY, REFUND_DAMAGED, RESPONSES_ITEMS, RESPONSE_SHAPES,
     SCHEDULE_DELIVERY, SCORER_CASES, ScorerCase, TOO_DEEP_ARGUMENTS, UNKNOWN_TOOL_SHOWN, UNREADABLE_CODES,
@@ -128,9 +129,10 @@ from txbench.bench import (  # noqa: E402,F401
     _summary, sweep_summary, check_results, run_all, write_results
 )
 from txbench.plansfile import (  # noqa: E402,F401
-    MAX_PLAN_LINES, MAX_PLAN_LINE_BYTES, MAX_TRIAL, PLAN_FIELDS, PlanRecord, SCORING_SCENARIOS, SMALL_SWEEP,
-    UNREADABLE_CALL, _fraction_text, _open_regular, _plan_record, _recovery_table, _scenario_aggregate, _sweep_call,
-    aggregate_plans, pass_hat_k, read_plans, score_plan
+    MAX_PLAN_LINES, MAX_PLAN_LINE_BYTES, MAX_TRIAL, PLAN_FIELDS, PLAN_LINE_DETAILS, PlanRecord, SCORING_SCENARIOS,
+    SMALL_SWEEP, UNREADABLE_CALL, UTF8_BOM, _fraction_text, _open_regular, _plan_record, _recovery_table,
+    _scenario_aggregate, _sweep_call,
+    aggregate_plans, check_plans, pass_hat_k, plan_records, read_plans, score_plan
 )
 from txbench.cli import (  # noqa: E402,F401
     _main, _parser, _render_depths, _render_invariants, _render_scenarios, _render_scorer, _row, _run_check,

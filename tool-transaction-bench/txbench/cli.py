@@ -18,7 +18,7 @@ from .isolation import OrchestratorBox
 from .scenarios import CONTROLS, SCENARIOS, SCENARIO_INDEX, run_control, run_scenario
 from .sweep import SweepPlan, run_sweep
 from .bench import sweep_summary, check_results, run_all, write_results
-from .plansfile import aggregate_plans, read_plans, score_plan
+from .plansfile import aggregate_plans, check_plans, plan_records, score_plan
 
 
 # ================================================================================================
@@ -121,6 +121,16 @@ def render_scenario(records: list[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+class _Once(argparse.Action):
+    """An option that takes a value may be given once: argparse keeps the last of two (`--plans a
+    --plans b` scores b alone, a wrapper's option after the user's wins) without a word."""
+
+    def __call__(self, _parser: Any, namespace: argparse.Namespace, values: Any, _option: Any = None) -> None:
+        if getattr(namespace, self.dest) is not None:
+            raise tool_dispatcher.BoundaryError("CLI_USAGE")
+        setattr(namespace, self.dest, values)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = tool_dispatcher.CliParser(
         prog="transaction_bench.py", allow_abbrev=False,
@@ -129,19 +139,19 @@ def _parser() -> argparse.ArgumentParser:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true",
                       help="compare a fresh run with the committed results byte for byte")
-    mode.add_argument("--scenario", metavar="ID", help="run one scenario (S01..S14) and its control")
+    mode.add_argument("--scenario", metavar="ID", action=_Once, help="run one scenario (S01..S14) and its control")
     mode.add_argument("--exhaustive", action="store_true",
                       help="run the fault sweep with every depth whole (no sample); writes nothing")
-    parser.add_argument("--results", metavar="DIR", help="results directory (default: results/ here)")
+    parser.add_argument("--results", metavar="DIR", action=_Once, help="results directory (default: results/ here)")
     commands = parser.add_subparsers(dest="command", metavar="{score,sweep}")
     score = commands.add_parser("score", allow_abbrev=False, help="score a JSONL file of raw model responses")
-    score.add_argument("--plans", metavar="FILE", required=True,
+    score.add_argument("--plans", metavar="FILE", action=_Once, required=True,
                        help="one JSON object per line: scenario, trial, response (or error)")
     score.add_argument("--sweep", action="store_true", help="also run each plan through the fault sweep")
-    score.add_argument("--orchestrator", metavar="MODULE:CALLABLE",
+    score.add_argument("--orchestrator", metavar="MODULE:CALLABLE", action=_Once,
                        help="with the sweep, also run each plan through this orchestrator")
     sweep = commands.add_parser("sweep", allow_abbrev=False, help="run the fault sweep against your orchestrator")
-    sweep.add_argument("--orchestrator", metavar="MODULE:CALLABLE", required=True,
+    sweep.add_argument("--orchestrator", metavar="MODULE:CALLABLE", action=_Once, required=True,
                        help="a callable orchestrate(calls, port) -> outcome (see the README)")
     return parser
 
@@ -191,10 +201,13 @@ def _user_registry(spec: str | None) -> Iterator[tuple[dict[str, Orchestrator], 
 
 
 def _run_score(options: argparse.Namespace) -> int:
-    records = read_plans(options.plans)
+    # Read twice, one line at a time: first whole, so that a bad line stops the run before a plan is
+    # scored or an orchestrator started, then to score. The second reading checks every line again,
+    # so a file changed in between is scored as it then reads, or refused.
+    check_plans(options.plans)
     rows = []
     with _user_registry(options.orchestrator) as (registry, box):
-        for record in records:
+        for record in plan_records(options.plans):
             if box is not None:
                 box.begin_sweep()  # each plan's sweep has its own wall-clock bound
             rows.append(score_plan(record, sweep=options.sweep or box is not None, registry=registry))
@@ -215,6 +228,11 @@ def _run_user_sweep(options: argparse.Namespace) -> int:
 
 def _main(argv: list[str] | None) -> int:
     options = _parser().parse_args(argv)
+    if options.command is not None and (options.check or options.exhaustive or options.scenario is not None
+                                        or options.results is not None):
+        raise tool_dispatcher.BoundaryError("CLI_USAGE")  # a command runs alone: a run's option beside it did nothing
+    if options.results is not None and (options.exhaustive or options.scenario is not None):
+        raise tool_dispatcher.BoundaryError("CLI_USAGE")  # neither reads nor writes a results directory
     if options.command == "score":
         return _run_score(options)
     if options.command == "sweep":
@@ -239,6 +257,11 @@ def _main(argv: list[str] | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Every failure answers {"passed": false, "error": {...}} on stdout with exit 2 (run_cli)."""
+    if sys.stdout is None:
+        # Started with stdout closed (`>&-`): no table, score or failure can be said, and the run
+        # would end 0 having said nothing (print writes nowhere) or in a traceback (the failure's
+        # own answer cannot be written). Exit 2 before anything runs, as after a reader went away.
+        return 2
     return tool_dispatcher.run_cli(lambda: _main(argv))
 
 

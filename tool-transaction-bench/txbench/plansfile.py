@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import stat
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from math import comb as math_comb
@@ -39,6 +39,19 @@ SCORING_SCENARIOS: Final = MappingProxyType({expectation.name: expectation for e
     PLACE_ORDER, READ_ONLY, REFUND_DAMAGED, GOODWILL, SCHEDULE_DELIVERY)})
 
 
+# Why a line did not decode, by the core decoder's code: fixed text, never the line's. Each had
+# been "not a JSON object", which sent a harness's author looking for the wrong fault.
+PLAN_LINE_DETAILS: Final = MappingProxyType({
+    "JSON_INVALID": "not valid JSON",
+    "JSON_NOT_UTF8": "not UTF-8",
+    "JSON_TOO_DEEP": "nested deeper than the limit",
+    "JSON_DUPLICATE_KEY": "an object repeats a key",
+    "JSON_NON_FINITE": "holds NaN or an infinite number",
+    "JSON_NOT_PORTABLE": "holds an integer with too many digits",
+})
+UTF8_BOM: Final = b"\xef\xbb\xbf"
+
+
 @dataclass(frozen=True, slots=True)
 class PlanRecord:
     line: int
@@ -55,9 +68,14 @@ def _plan_record(number: int, data: bytes) -> PlanRecord | None:
         value = tool_dispatcher.decode_strict_json(data, max_bytes=MAX_PLAN_LINE_BYTES,
                                                    max_depth=tool_dispatcher.MAX_NESTING_DEPTH,
                                                    policy=tool_dispatcher.ENVELOPE_JSON)
-    except tool_dispatcher.BoundaryError:
-        raise BenchError("PLANS_LINE", f"line {number}", detail="not a JSON object") from None
-    if not isinstance(value, dict) or frozenset(value) not in PLAN_FIELDS:
+    except tool_dispatcher.BoundaryError as error:
+        detail = PLAN_LINE_DETAILS.get(error.code, "not valid JSON")
+        if data.startswith(UTF8_BOM):
+            detail = "begins with a byte order mark"  # a Windows tool's UTF-8: the file must be written without it
+        raise BenchError("PLANS_LINE", f"line {number}", detail=detail) from None
+    if not isinstance(value, dict):
+        raise BenchError("PLANS_LINE", f"line {number}", detail="not a JSON object")
+    if frozenset(value) not in PLAN_FIELDS:
         raise BenchError("PLANS_LINE", f"line {number}", detail="fields must be scenario, trial, response or error")
     trial = value["trial"]
     if type(trial) is not int or not 0 <= trial <= MAX_TRIAL:
@@ -72,9 +90,11 @@ def _plan_record(number: int, data: bytes) -> PlanRecord | None:
     return PlanRecord(number, value["scenario"], trial, value["response"], False)
 
 
-def read_plans(path: Any) -> list[PlanRecord]:
-    """Every plan of a JSONL file, bounded per line and per file; the first bad line stops it."""
-    records, seen = [], set()
+def plan_records(path: Any) -> Iterator[PlanRecord]:
+    """Every plan of a JSONL file, one at a time, bounded per line and per file; the first bad line
+    stops it. Nothing is kept but the (scenario, trial) pairs: a decoded line can take twenty times
+    its bytes (`[{},{},...]`), so a file within the limits, held whole, would not fit in memory."""
+    seen: set[tuple[str, int]] = set()
     try:
         with _open_regular(path) as handle:
             for number in range(1, MAX_PLAN_LINES + 2):
@@ -92,10 +112,19 @@ def read_plans(path: Any) -> list[PlanRecord]:
                 if (record.scenario, record.trial) in seen:
                     raise BenchError("PLANS_LINE", f"line {number}", detail="scenario and trial repeat a line")
                 seen.add((record.scenario, record.trial))
-                records.append(record)
+                yield record
     except (OSError, ValueError, TypeError):
         raise BenchError("PLANS_UNREADABLE") from None
-    return records
+
+
+def check_plans(path: Any) -> int:
+    """Read the whole file and keep nothing: the number of plans, or the first bad line's error."""
+    return sum(1 for _record in plan_records(path))
+
+
+def read_plans(path: Any) -> list[PlanRecord]:
+    """Every plan of a JSONL file, held whole (a small file; the command line streams it)."""
+    return list(plan_records(path))
 
 
 def _open_regular(path: Any) -> Any:

@@ -57,6 +57,9 @@ def scorer_config() -> dict[str, Any]:
                            "gemini_interactions": _item_table(GEMINI_INTERACTION_STEPS),
                            "openai_responses": _item_table(RESPONSES_ITEMS)},
         "failed_finish": dict(GEMINI_FAILED_FINISH),
+        "finish": {name: {"read": sorted(reason for reason, code in table.items() if code is None),
+                          "refused": {reason: code for reason, code in sorted(table.items()) if code is not None}}
+                   for name, (_fields, table) in sorted(FINISH_FIELDS.items())},
         "interaction_status": {"read": sorted(name for name, code in GEMINI_INTERACTION_STATUS.items() if code is None),
                                "refused": {name: code for name, code in sorted(GEMINI_INTERACTION_STATUS.items())
                                            if code is not None}},
@@ -127,6 +130,43 @@ def _only(value: Any) -> dict[str, Any]:
     return items[0]
 
 
+# What a provider says about how its turn ended, read before any call: a turn cut at a token limit,
+# stopped by a filter, paused, still running or failed is no whole plan (a call cut mid-way still
+# decodes: an SDK closes the partial JSON of a call cut at max_tokens into an object), so it is
+# the model's failed trial, RESPONSE_UNFINISHED, with calls or without (a cut answer to the
+# goodwill request holds no call and would otherwise pass). None marks what a finished turn says.
+# A value the table does not know says nothing the scorer can rely on (RESPONSE_SHAPE); a field
+# absent or null is read as before, as a harness may leave it out.
+UNFINISHED: Final = "RESPONSE_UNFINISHED"
+CHAT_FINISH: Final = MappingProxyType({
+    "stop": None, "tool_calls": None, "function_call": None,
+    "length": UNFINISHED, "content_filter": UNFINISHED,
+})
+RESPONSES_STATUS: Final = MappingProxyType({
+    "completed": None,
+    **dict.fromkeys(("incomplete", "in_progress", "queued", "failed", "cancelled"), UNFINISHED),
+})
+ANTHROPIC_STOP: Final = MappingProxyType({
+    "end_turn": None, "tool_use": None, "stop_sequence": None,
+    # pause_turn: a server tool's loop stopped at its limit and the turn goes on in a later request;
+    # refusal: a classifier stopped the output where it stood.
+    **dict.fromkeys(("max_tokens", "model_context_window_exceeded", "pause_turn", "refusal"), UNFINISHED),
+})
+
+
+def _check_finish(holder: dict, fields: tuple[str, ...], table: Mapping[str, str | None]) -> None:
+    # Two spellings of one field (Gemini's camelCase and snake_case) must not disagree.
+    said = {holder[name] if isinstance(holder[name], str) else None for name in fields
+            if holder.get(name) is not None}
+    if not said:
+        return
+    if len(said) != 1 or None in said or next(iter(said)) not in table:
+        raise BenchError("RESPONSE_SHAPE")
+    code = table[next(iter(said))]
+    if code is not None:
+        raise BenchError(code)
+
+
 # An id the provider did not send; read_response gives the call one no real id in the response has.
 _ABSENT_ID: Final = object()
 
@@ -187,7 +227,9 @@ def _chat_tool_call(item: Any) -> Any:
 
 
 def _chat_calls(response: Any) -> list[Any]:
-    message = _only(response["choices"]).get("message")
+    choice = _only(response["choices"])
+    _check_finish(choice, FINISH_FIELDS["openai_chat"][0], CHAT_FINISH)
+    message = choice.get("message")
     if not isinstance(message, dict):
         raise BenchError("RESPONSE_SHAPE")
     calls = message.get("tool_calls")
@@ -216,6 +258,7 @@ RESPONSES_ITEMS: Final = MappingProxyType({
 
 
 def _responses_calls(response: Any) -> list[Any]:
+    _check_finish(response, FINISH_FIELDS["openai_responses"][0], RESPONSES_STATUS)
     return _typed_items(response["output"], RESPONSES_ITEMS)
 
 
@@ -238,6 +281,7 @@ ANTHROPIC_BLOCKS: Final = MappingProxyType({
 
 
 def _anthropic_calls(response: Any) -> list[Any]:
+    _check_finish(response, FINISH_FIELDS["anthropic_messages"][0], ANTHROPIC_STOP)
     return _typed_items(response["content"], ANTHROPIC_BLOCKS)
 
 
@@ -283,11 +327,19 @@ def _gemini_parts(parts: Any) -> list[Any]:
     return out
 
 
+# Every reason a Gemini candidate gives for its end: its natural stop, the model's failed call, and
+# the reasons that cut or blocked the output.
+GEMINI_FINISH: Final = MappingProxyType({
+    "STOP": None, **GEMINI_FAILED_FINISH,
+    **dict.fromkeys(("MAX_TOKENS", "SAFETY", "RECITATION", "LANGUAGE", "OTHER", "BLOCKLIST", "PROHIBITED_CONTENT",
+                     "SPII", "IMAGE_SAFETY", "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION", "IMAGE_OTHER",
+                     "NO_IMAGE"), UNFINISHED),
+})
+
+
 def _gemini_calls(response: Any) -> list[Any]:
     candidate = _only(response["candidates"])
-    finish = candidate.get("finishReason", candidate.get("finish_reason"))
-    if isinstance(finish, str) and finish in GEMINI_FAILED_FINISH:
-        raise BenchError(GEMINI_FAILED_FINISH[finish])
+    _check_finish(candidate, FINISH_FIELDS["gemini"][0], GEMINI_FINISH)
     content = candidate.get("content")
     if not isinstance(content, dict):
         raise BenchError("RESPONSE_SHAPE")
@@ -351,6 +403,15 @@ RESPONSE_SHAPES: Final = (
     ("gemini", "candidates", _gemini_calls),
     ("gemini_interactions", "steps", _interaction_calls),
 )
+
+
+# Where each shape says how its turn ended (the Gemini Interactions status is read with its steps).
+FINISH_FIELDS: Final = MappingProxyType({
+    "openai_chat": (("finish_reason",), CHAT_FINISH),
+    "openai_responses": (("status",), RESPONSES_STATUS),
+    "anthropic_messages": (("stop_reason",), ANTHROPIC_STOP),
+    "gemini": (("finishReason", "finish_reason"), GEMINI_FINISH),
+})
 
 
 def _shape_of(response: Any) -> tuple[str, Callable[[Any], list[Any]]]:

@@ -11134,6 +11134,20 @@ class TestCli(unittest.TestCase):
         with mock.patch.object(td, "emit_json", side_effect=BrokenPipeError):
             self.assertEqual(td.run_cli(failing_then_closed), 2)
 
+    def test_a_command_started_with_stdout_closed_runs_nothing_and_exits_2(self):
+        # `>&-` leaves Python no stdout (sys.stdout is None): no answer could be printed, so the
+        # command is not run at all (no log written), and nothing reaches stderr either.
+        ran = []
+        with mock.patch.object(sys, "stdout", None):
+            self.assertEqual(td.run_cli(lambda: ran.append(1) or 0), 2)
+        self.assertEqual(ran, [])
+        with tempfile.TemporaryDirectory() as folder:
+            log = os.path.join(folder, "audit.jsonl")
+            done = subprocess.run(["/bin/sh", "-c", '"$0" -B "$1" --fixture "$2" --audit-log "$3" >&-',
+                                   sys.executable, os.path.join(ROOT, "tool_dispatcher.py"), FIXTURE_PATH, log],
+                                  capture_output=True, cwd=folder, timeout=120)
+            self.assertEqual((done.returncode, done.stderr, os.path.exists(log)), (2, b"", False))
+
     def test_a_flag_is_its_whole_name_never_a_prefix(self):
         # argparse takes "--fix" for "--fixture" and "--seal" for "--seal-key": a flag added later
         # would change what an old command line means. Every CLI of the project parses with CliParser.

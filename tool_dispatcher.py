@@ -7598,6 +7598,8 @@ def cli_failure(error: CatalogError) -> int:
 
 def run_cli(command: Callable[[], int]) -> int:
     """Run a CLI body: its own exit status, or 2 and the failure shape for any error at all."""
+    if sys.stdout is None:
+        return 2  # started with stdout closed (`>&-`): no answer could be given, so nothing runs
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C is KeyboardInterrupt, below
     try:

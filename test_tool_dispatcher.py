@@ -11148,6 +11148,28 @@ class TestCli(unittest.TestCase):
                                   capture_output=True, cwd=folder, timeout=120)
             self.assertEqual((done.returncode, done.stderr, os.path.exists(log)), (2, b"", False))
 
+    def test_an_option_that_stores_a_value_is_given_once(self):
+        # argparse keeps the last of two values without a word (a wrapper's option after the user's
+        # would win); every CLI of the project parses with CliParser, whose stores take one value.
+        for argv in (("--fixture", FIXTURE_PATH, "--fixture", FIXTURE_PATH),
+                     ("--fixture", FIXTURE_PATH, "--case", "own-order-read", "--case", "own-order-read"),
+                     (f"--fixture={FIXTURE_PATH}", "--fixture", FIXTURE_PATH)):
+            with self.subTest(argv=argv):
+                status, out = run_main(*argv)
+                self.assertEqual((status, json.loads(out)["error"]["code"]), (2, "CLI_USAGE"))
+        parser = td.CliParser(prog="p")
+        parser.add_argument("--name")
+        parser.add_argument("--flag", action="store_true")
+        commands = parser.add_subparsers(dest="command")
+        commands.add_parser("go").add_argument("--to")
+        self.assertEqual(vars(parser.parse_args(["--flag", "--flag", "--name", "a", "go", "--to", "b"])),
+                         {"name": "a", "flag": True, "command": "go", "to": "b"})  # nothing left behind
+        self.assertEqual(vars(parser.parse_args(["--name", "a"])), {"name": "a", "flag": False, "command": None})
+        for argv in (["--name", "a", "--name", "a"], ["go", "--to", "a", "--to", "b"]):
+            with self.subTest(argv=argv), self.assertRaises(BoundaryError) as caught:
+                parser.parse_args(argv)
+            self.assertEqual(caught.exception.code, "CLI_USAGE")
+
     def test_a_flag_is_its_whole_name_never_a_prefix(self):
         # argparse takes "--fix" for "--fixture" and "--seal" for "--seal-key": a flag added later
         # would change what an old command line means. Every CLI of the project parses with CliParser.

@@ -7574,12 +7574,36 @@ def render_report(reports: Sequence[StepReport], *, payloads: bool = False) -> s
 EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT: the status a shell gives a command stopped by Ctrl-C
 
 
+_GIVEN: Final = "_options_given"  # kept on the namespace while one command line is parsed, then removed
+
+
+class _StoreOnce(argparse.Action):
+    """argparse's plain store, for a value given at most once: of `--db a --db b` argparse keeps the
+    last without a word (a wrapper's option after the user's wins), so a second one is CLI_USAGE."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        given = namespace.__dict__.setdefault(_GIVEN, set())
+        if self.dest in given:
+            raise BoundaryError("CLI_USAGE")
+        given.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
 class CliParser(argparse.ArgumentParser):
-    """argparse, except that a bad command line is CLI_USAGE (argparse would print and exit) and a
-    flag is its whole name: "--fix" is no "--fixture", so adding a flag never changes an old command."""
+    """argparse, except that a bad command line is CLI_USAGE (argparse would print and exit), a
+    flag is its whole name ("--fix" is no "--fixture", so adding a flag never changes an old
+    command), and an option that stores a value takes it once (a repeat is CLI_USAGE)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+        for name in (None, "store"):  # what add_argument uses unless told otherwise; subparsers are CliParsers too
+            self.register("action", name, _StoreOnce)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, rest = super().parse_known_args(args, namespace)
+        parsed.__dict__.pop(_GIVEN, None)
+        return parsed, rest
 
     def error(self, message: str) -> NoReturn:
         raise BoundaryError("CLI_USAGE")

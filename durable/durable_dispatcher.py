@@ -2319,45 +2319,30 @@ SYNCHRONOUS_HELP: Final = ("SQLite's fsync mode: FULL (the default: a commit sur
                             "(a commit survives a crash of the process; the last ones may roll back on power loss)")
 
 
-class _Once(argparse.Action):
-    """An option's value, given at most once: `--db a --db b` names two databases, and argparse
-    would act on the last one (a wrapper's `--db` after the user's, say) without a word."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._given = False  # one parser per command line: _durable_arguments builds it anew
-
-    def __call__(self, _parser: Any, namespace: argparse.Namespace, values: Any, _option: Any = None) -> None:
-        if self._given:
-            raise td.BoundaryError("CLI_USAGE")
-        self._given = True
-        setattr(namespace, self.dest, values)
-
-
 def _durable_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = td.CliParser(prog="durable_dispatcher", description="The durable layer: run the fixture, recover a database.")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a tool-cases-v2 fixture against a database file this command creates")
-    run.add_argument("--fixture", action=_Once, required=True, help="path of the tool-cases-v2 JSON fixture")
+    run.add_argument("--fixture", required=True, help="path of the tool-cases-v2 JSON fixture")
     target = run.add_mutually_exclusive_group(required=True)
-    target.add_argument("--db", action=_Once, help="path of the SQLite file to create (must not exist)")
-    target.add_argument("--store", action=_Once,
+    target.add_argument("--db", help="path of the SQLite file to create (must not exist)")
+    target.add_argument("--store",
                         help="a SQLite path or a postgresql:// DSN (its database must hold no schema)")
-    run.add_argument("--case", action=_Once, help="run only the case with this id")
-    run.add_argument("--synchronous", action=_Once, choices=sorted(SYNCHRONOUS_MODES), default="FULL",
+    run.add_argument("--case", help="run only the case with this id")
+    run.add_argument("--synchronous", choices=sorted(SYNCHRONOUS_MODES), default="FULL",
                      help=SYNCHRONOUS_HELP)
     rec = commands.add_parser("recover", help="recover leases, unknown operations and the outbox of a database")
     target = rec.add_mutually_exclusive_group(required=True)
-    target.add_argument("--db", action=_Once, help="path of an existing database of this layer")
-    target.add_argument("--store", action=_Once, help="a SQLite path or a postgresql:// DSN of an existing store")
-    rec.add_argument("--synchronous", action=_Once, choices=sorted(SYNCHRONOUS_MODES), default="FULL",
+    target.add_argument("--db", help="path of an existing database of this layer")
+    target.add_argument("--store", help="a SQLite path or a postgresql:// DSN of an existing store")
+    rec.add_argument("--synchronous", choices=sorted(SYNCHRONOUS_MODES), default="FULL",
                      help=SYNCHRONOUS_HELP)
     chain = commands.add_parser("verify-chain", help="verify every realm's audit chain and every stored package")
     target = chain.add_mutually_exclusive_group(required=True)
-    target.add_argument("--db", action=_Once, help="path of an existing database of this layer")
-    target.add_argument("--store", action=_Once, help="a SQLite path or a postgresql:// DSN of an existing store")
+    target.add_argument("--db", help="path of an existing database of this layer")
+    target.add_argument("--store", help="a SQLite path or a postgresql:// DSN of an existing store")
     for command in (run, chain):
-        command.add_argument("--seal-key", action=_Once, metavar="FILE",
+        command.add_argument("--seal-key", metavar="FILE",
                              help=f"a {td.SEAL_KEYS_FORMAT} file: seal (run), or require and check seals "
                                   f"(verify-chain) (default: the file ${td.SEAL_KEYS_ENVIRONMENT} names)")
     return parser.parse_args(argv)

@@ -121,16 +121,6 @@ def render_scenario(records: list[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-class _Once(argparse.Action):
-    """An option that takes a value may be given once: argparse keeps the last of two (`--plans a
-    --plans b` scores b alone, a wrapper's option after the user's wins) without a word."""
-
-    def __call__(self, _parser: Any, namespace: argparse.Namespace, values: Any, _option: Any = None) -> None:
-        if getattr(namespace, self.dest) is not None:
-            raise tool_dispatcher.BoundaryError("CLI_USAGE")
-        setattr(namespace, self.dest, values)
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = tool_dispatcher.CliParser(
         prog="transaction_bench.py", allow_abbrev=False,
@@ -139,19 +129,19 @@ def _parser() -> argparse.ArgumentParser:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true",
                       help="compare a fresh run with the committed results byte for byte")
-    mode.add_argument("--scenario", metavar="ID", action=_Once, help="run one scenario (S01..S14) and its control")
+    mode.add_argument("--scenario", metavar="ID", help="run one scenario (S01..S14) and its control")
     mode.add_argument("--exhaustive", action="store_true",
                       help="run the fault sweep with every depth whole (no sample); writes nothing")
-    parser.add_argument("--results", metavar="DIR", action=_Once, help="results directory (default: results/ here)")
+    parser.add_argument("--results", metavar="DIR", help="results directory (default: results/ here)")
     commands = parser.add_subparsers(dest="command", metavar="{score,sweep}")
     score = commands.add_parser("score", allow_abbrev=False, help="score a JSONL file of raw model responses")
-    score.add_argument("--plans", metavar="FILE", action=_Once, required=True,
+    score.add_argument("--plans", metavar="FILE", required=True,
                        help="one JSON object per line: scenario, trial, response (or error)")
     score.add_argument("--sweep", action="store_true", help="also run each plan through the fault sweep")
-    score.add_argument("--orchestrator", metavar="MODULE:CALLABLE", action=_Once,
+    score.add_argument("--orchestrator", metavar="MODULE:CALLABLE",
                        help="with the sweep, also run each plan through this orchestrator")
     sweep = commands.add_parser("sweep", allow_abbrev=False, help="run the fault sweep against your orchestrator")
-    sweep.add_argument("--orchestrator", metavar="MODULE:CALLABLE", action=_Once, required=True,
+    sweep.add_argument("--orchestrator", metavar="MODULE:CALLABLE", required=True,
                        help="a callable orchestrate(calls, port) -> outcome (see the README)")
     return parser
 

@@ -2744,6 +2744,26 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         "ipv6": (["::", "::1", "2001:db8::8a2e:370:7334", "::ffff:192.0.2.1", "FE80::1"],
                  ["fe80::1%eth0", "2001:db8:::1", "1::2::3", "12345::", "::ffff:192.0.2.256", "\uff11::", "1.2.3.4",
                   ":::", "::1\n"]),
+        # Both sides of each rule of the reading: the scheme, the host a special scheme needs, the
+        # port's range, userinfo, the IPv4, IPv6 and label forms, the label and host lengths,
+        # whole percent escapes, the path that cannot start "//", and ASCII only.
+        "uri": (["https://example.com", "HTTPS://Example.COM:443/a/b?c=d&e#f", "http://a.b/%41%2f?x=%7E#top",
+                 "urn:isbn:0451450523", "mailto:someone@example.org", "data:text/plain,hi%20there", "foo:",
+                 "x-y+z.w:/a//b", "file:///etc/hosts", "file://localhost/x", "foo:////x", "http://1.2.3.4/",
+                 "https://[2001:db8::1]:8443/", "http://[::ffff:192.0.2.1]/", "http://a:0/", "http://a:65535/",
+                 "http://" + "a" * 63 + ".b/", "http://" + ("a" * 63 + ".") * 3 + "b" * 61 + "/", "http://a-b.c0m/",
+                 "http://xn-a.com/", "ws://h/#f", "ftp://h", "http://a:00080/"],
+                ["", "example.com", "//example.com/x", "1http://a", "http:", "http:/x", "http:x", "https://",
+                 "ftp:///x", "http://:80/", "foo://:80/", "http://a:/", "http://a:65536/", "http://a:123456/",
+                 "file://h:80/", "http://user@h/", "http://u:p@h/", "http://1.2.3.999/", "http://0x7f.1/",
+                 "http://127.1/", "http://01.2.3.4/", "http://a.1com/", "http://a.0x/", "http://xn--bcher-kva.example/",
+                 "http://XN--a.com/", "http://-a.com/", "http://a-.com/", "http://a..b/", "http://a.b./",
+                 "http://a_b.com/", "http://" + "a" * 64 + ".b/", "http://" + ("a" * 63 + ".") * 3 + "b" * 62 + "/",
+                 "http://[v1.x]/", "http://[fe80::1%25eth0]/", "http://[::1", "http://a/%4", "http://a/%zz",
+                 "http://a/b c", "http://a/\\b", "http://a/#x#y", "https://\u00e9.com/", "http://a/\u00e9",
+                 "https://example.com\n", " https://example.com", "http://a/`", "http://a/{x}", "http://a/<b>",
+                 "HTTP:x", "ws:x", "wss://", "http://[1::2::3]/", "foo://user@h/", "http://a/?%zz", "http://a/#%zz",
+                 "http://a:000080/", ":foo"]),
     }
 
     def test_format_each_reading_admits_its_texts_and_refuses_the_rest(self):
@@ -2771,8 +2791,8 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         self.value_refused(choices, {"f": "x"}, "VALUE_FORMAT")  # an enum and a format both hold, so nothing here
 
     def test_format_without_one_exact_reading_is_refused_by_name(self):
-        for name in ("email", "idn-email", "uri", "uri-reference", "hostname", "duration", "regex", "Date", "date ",
-                     "int32"):
+        for name in ("email", "idn-email", "uri-reference", "iri", "hostname", "duration", "regex", "Date", "URI",
+                     "date ", "int32"):
             with self.subTest(name=name):
                 self.refused(schema_field({"type": "string", "format": name}), "SCHEMA_FORMAT",
                              "schema.properties[0].format")
@@ -3443,9 +3463,9 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             self.assertEqual((caught.exception.code, caught.exception.at), (code, at))
 
     def test_overlay_of_a_format_the_compiler_refuses_is_proved_by_nothing(self):
-        # "email" and "uri" have no one reading: a pattern of the host's cannot be shown to lie
-        # inside what a server that asserts them accepts ("7" matches ^[0-9]+$, and is no URI).
-        for form in ("email", "uri", "hostname"):
+        # "email" has no one reading: a pattern of the host's cannot be shown to lie inside what a
+        # server that asserts it accepts ("7" matches ^[0-9]+$, and is no address).
+        for form in ("email", "hostname"):
             server = schema_object({"p": {"type": "string", "format": form, "maxLength": 40}})
             nullable = schema_object({"p": {"type": ["string", "null"], "format": form}})
             for node, host in ((server, {"type": "string", "pattern": "^[0-9]{1,4}$"}),
@@ -3475,6 +3495,28 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         # A host may add a format where the server has none: one more check, so narrower.
         plain = td.narrow(schema_object({"when": {"type": "string"}}), {("when",): {"type": "string", "format": "date"}})
         self.assertEqual((plain.admits({"when": "2026-12-06"}), plain.admits({"when": "soon"})), (True, False))
+
+    def test_overlay_on_a_uri_adds_the_hosts_own_scheme_and_host(self):
+        # A "uri" says nothing of where it points: the host says it with a pattern, and keeps the
+        # format, whose reading the pattern alone does not hold (%zz is no escape).
+        server = schema_object({"url": {"type": "string", "format": "uri", "minLength": 1}}, ["url"])
+        narrowed = td.narrow(server, {("url",): {"type": "string", "format": "uri", "minLength": 1,
+                                                 "maxLength": 120, "pattern": "^https://api\\.example\\.com/[!-~]{0,96}$"}})
+        self.admitted(narrowed, {"url": "https://api.example.com/v1/items?page=2"})
+        for text, code in (("http://api.example.com/v1", "VALUE_PATTERN"), ("https://api.example.com.evil.test/",
+                                                                           "VALUE_PATTERN"),
+                           ("https://api.example.com/a b", "VALUE_PATTERN"), ("https://api.example.com/%zz", "VALUE_FORMAT"),
+                           ("https://api.example.com/" + "a" * 97, "VALUE_LENGTH")):
+            with self.subTest(text=text):
+                self.value_refused(narrowed, {"url": text}, code, "value.properties[0]")
+        # Choices the server's reading admits narrow it; one it refuses, or a dropped format, widens.
+        chosen = td.narrow(server, {("url",): {"type": "string", "enum": ["https://a.example/", "urn:x:y"]}})
+        self.assertEqual((chosen.admits({"url": "urn:x:y"}), chosen.admits({"url": "https://b.example/"})), (True, False))
+        for host in ({"type": "string", "enum": ["https://a.example/", "not a uri"]},
+                     {"type": "string", "pattern": "^https://[a-z]{1,20}\\.com$"}):
+            with self.subTest(host=host), self.assertRaises(BoundaryError) as caught:
+                td.narrow(server, {("url",): host})
+            self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_WIDENS", "overlay[0]"))
 
     def test_overlay_bad_paths_refused(self):
         for path in (("nope",), ("inner", "nope"), ("nope", "x"), (), ("ref", "x"), "ref"):

@@ -112,7 +112,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "MAX_CONTRACTS_BYTES", "MAX_CONTRACTS_DEPTH", "MAX_TOOLS", "MAX_DESCRIPTION_LENGTH", "TOOL_NAME",
     "EFFECTS", "SOURCES", "HINT_FIELDS", "OVERLAY_FORMAT", "MAX_OVERLAY_PATHS", "MAX_OVERLAY_PATH_LENGTH",
     "StringRule", "IntegerRule", "NumberRule", "BooleanRule", "ObjectRule", "ArrayRule", "MapRule", "NullableRule", "UnionRule", "Rule", "compile_pattern",
-    "FORMATS", "UNIONS", "DISCRIMINATOR", "MAX_UNION_BRANCHES", "DEFAULT_MAX_ENTRIES",
+    "FORMATS", "MAX_URI_PORT", "UNIONS", "DISCRIMINATOR", "MAX_UNION_BRANCHES", "DEFAULT_MAX_ENTRIES",
     "pattern_length_bounds", "prescan", "Bounds", "compile_schema", "CompiledSchema", "narrow", "ToolSpec",
     "ContractSet", "load_contracts", "parse_contracts", "declare_tool", "declare_contracts", "ContractOverlay", "load_overlay", "parse_overlay",
     # 9. Registry and input contracts
@@ -2486,10 +2486,23 @@ def _sequence_lengths(items: Sequence[_Item]) -> tuple[int, int | None]:
 # digits only; "T" and "Z" upper case; no leap second (60), which most parsers refuse; no year 0;
 # an IPv6 address without a zone (%eth0). A host needing more narrows the string with a pattern.
 #
+# A "uri" is read as what both of its readers admit: RFC 3986's URI (what JSON Schema validators
+# check) and the WHATWG URL parser (what browsers, Node, zod's url() and Pydantic's AnyUrl parse),
+# which differ at the edges: ports above 65535, hosts that end in a number (0x7f.1 reads as
+# 127.0.0.1, 1.2.3.999 fails), punycode labels that do not decode, an empty host, userinfo in a
+# file URL. So: ASCII, a scheme, and either an authority or a path (not both "//"); an authority
+# is a host and an optional port of one to five digits up to 65535, never userinfo (user:password@ is where a
+# credential or a look-alike host hides); a host is a bracketed IPv6 address, a dotted-quad IPv4
+# address without leading zeros, or letter-digit-hyphen labels of 1 to 63 characters whose last
+# begins with a letter and none begins "xn--" (an internationalized host is refused: its
+# punycode is valid only as IDNA decodes it); http, https, ws, wss and ftp need a host; a file
+# URL has no port; percent escapes are whole (%41, never %4 or %zz). Which schemes and hosts a
+# tool should reach is no format's to say: a host adds a pattern (an overlay keeps the format).
+#
 # Refused, each for its own reason: "email" (RFC 5321's mailbox, RFC 5322's addr-spec and HTML's
-# simpler form disagree on quotes, comments and dots), "uri" and "uri-reference" (validators
-# disagree on IRIs, spaces and escapes, and the useful check is the host's: which schemes and
-# hosts, a pattern), "hostname" (IDNA readings differ), and any name not listed here.
+# simpler form disagree on quotes, comments and dots, and Pydantic's reader refuses reserved
+# domains), "uri-reference" and "iri" (a relative reference resolves against a base the boundary
+# does not know), "hostname" (IDNA readings differ), and any name not listed here.
 
 _TWO: Final = "[0-9][0-9]"
 _DATE: Final = re.compile(f"([0-9]{{4}})-({_TWO})-({_TWO})", re.ASCII)
@@ -2498,6 +2511,17 @@ _UUID: Final = re.compile("[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA
 _OCTET: Final = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"  # no leading zero: 010 reads as octal elsewhere
 _IPV4: Final = re.compile(f"{_OCTET}(?:\\.{_OCTET}){{3}}", re.ASCII)
 _DAYS_IN_MONTH: Final = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+# RFC 3986's pchar and the characters a query or a fragment adds; the quantifiers are possessive,
+# so a 4,096-character text costs one pass whatever it holds.
+_URI_CHARS: Final = r"(?:[A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*+"
+_URI_PATH_CHARS: Final = r"(?:[A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*+"
+_URI: Final = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*+):"
+    r"(?:(?P<authority>//(?P<host>\[[0-9A-Fa-f:.]++\]|[A-Za-z0-9.-]*+)(?::(?P<port>[0-9]{1,5}+))?+)(?=[/?#]|\Z)"
+    f"|(?!//)){_URI_PATH_CHARS}(?:\\?{_URI_CHARS})?+(?:#{_URI_CHARS})?+", re.ASCII)
+_HOST_LABEL: Final = re.compile(r"(?!xn--)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII | re.IGNORECASE)
+_HOST_NEEDED: Final = frozenset({"http", "https", "ws", "wss", "ftp"})  # WHATWG's special schemes, but file
+MAX_URI_PORT: Final = 65535  # a TCP or UDP port: the WHATWG parser refuses a larger one
 
 
 def _is_format_date(text: str) -> bool:
@@ -2539,6 +2563,27 @@ def _is_format_ipv6(text: str) -> bool:
     return True
 
 
+def _is_format_uri(text: str) -> bool:
+    """An absolute URI that RFC 3986 and the WHATWG URL parser both admit (the reading above)."""
+    found = _URI.fullmatch(text)
+    if found is None:
+        return False
+    scheme, host, port = found["scheme"].lower(), found["host"], found["port"]
+    if found["authority"] is None:
+        return scheme not in _HOST_NEEDED
+    if port is not None and (int(port) > MAX_URI_PORT or scheme == "file" or not host):
+        return False
+    if not host:
+        return scheme not in _HOST_NEEDED
+    if host[0] == "[":
+        return _is_format_ipv6(host[1:-1])
+    if _IPV4.fullmatch(host) is not None:
+        return True
+    labels = host.split(".")
+    return (len(host) <= 253 and labels[-1][:1].isalpha()
+            and all(_HOST_LABEL.fullmatch(label) is not None for label in labels))
+
+
 FORMATS: Final[Mapping[str, Callable[[str], bool]]] = MappingProxyType({
     "date": _is_format_date,
     "time": _is_format_time,
@@ -2546,6 +2591,7 @@ FORMATS: Final[Mapping[str, Callable[[str], bool]]] = MappingProxyType({
     "uuid": lambda text: _UUID.fullmatch(text) is not None,
     "ipv4": lambda text: _IPV4.fullmatch(text) is not None,
     "ipv6": _is_format_ipv6,
+    "uri": _is_format_uri,
 })
 
 # -- The compiler ------------------------------------------------------------------------------

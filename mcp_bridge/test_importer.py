@@ -502,6 +502,37 @@ class TestOverlay(unittest.TestCase):
         self.assertEqual(([(item["tool"], item["code"], item["at"]) for item in report["refused"]], report["drafted"]),
                          ([("book", "OVERLAY_WIDENS", "overlay.tools[0].input[0]")], 0))
 
+    def test_a_url_drafts_as_a_uri_and_the_host_pins_where_it_points(self):
+        # A fetch tool as pydantic publishes an AnyUrl field: it drafts as it is, read as a URI
+        # both RFC 3986 and the WHATWG parser admit; the host's overlay pins the site and keeps
+        # the format.
+        fetch_in = {"type": "object", "properties": {"url": {"type": "string", "format": "uri", "minLength": 1},
+                                                     "raw": {"type": "boolean", "default": False}},
+                    "required": ["url"]}
+        document, report = drafted({"name": "fetch", "inputSchema": fetch_in})
+        self.assertEqual((report["refused"], report["drafted"]), ([], 1))
+        plain = loaded(document)["fetch"].input_contract
+        self.assertEqual([plain.admits({"url": url}) for url in ("https://example.org/a?b=c", "file:///etc/hosts",
+                                                                  "http://user:pw@example.org/", "http://0x7f.1/",
+                                                                  "example.org", "https://example.org/%zz")],
+                         [True, True, False, False, False, False])
+        site = {"type": "string", "format": "uri", "minLength": 1, "maxLength": 200,
+                "pattern": "^https://docs\\.example\\.org/[!-~]{0,160}$"}
+        document, report = drafted({"name": "fetch", "inputSchema": fetch_in},
+                                   overlay=overlay(("fetch", [(["url"], site)], [])))
+        self.assertEqual((report["refused"], report["drafted"]), ([], 1))
+        pinned = loaded(document)["fetch"].input_contract
+        self.assertEqual([pinned.admits({"url": url}) for url in ("https://docs.example.org/guide",
+                                                                   "https://docs.example.org@evil.test/",
+                                                                   "https://docs.example.org.evil.test/",
+                                                                   "file:///etc/hosts", "https://docs.example.org/%zz")],
+                         [True, False, False, False, False])
+        # Without the format the host's pattern is no narrowing: it would admit what no URI reader does.
+        _, report = drafted({"name": "fetch", "inputSchema": fetch_in},
+                            overlay=overlay(("fetch", [(["url"], {key: value for key, value in site.items()
+                                                                   if key != "format"})], [])))
+        self.assertEqual([(item["tool"], item["code"]) for item in report["refused"]], [("fetch", "OVERLAY_WIDENS")])
+
     def test_a_narrowing_of_a_schema_that_compiles_tightens_it(self):
         document, _ = drafted({"name": "a", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}},
                               overlay=overlay(("a", [(["q"], {"type": "string", "maxLength": 20})], [])))

@@ -957,7 +957,9 @@ class GuardConnection:
             return
         key = _id_key(request_id)
         if key in self._pending:
-            self._error(request_id, INVALID_REQUEST)  # an id already in flight
+            # An id already in flight: answered under no id (null), since under this one the
+            # client would take the refusal for the first call's answer, and drop the real one.
+            self._error(None, INVALID_REQUEST)
             return
         cancelled = self._pending[key] = threading.Event()
         name, arguments = params.get("name"), params.get("arguments", {})

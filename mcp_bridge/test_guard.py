@@ -850,9 +850,14 @@ class TestServing(GuardCase):
         write = {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}}
         peer.start("tools/call", write, request_id="w")
         self.assertTrue(peer.until(lambda: peer.asked))  # in flight: waiting for the person
-        self.assertEqual(peer.request("tools/call", write, request_id="w")["error"],
-                         {"code": -32600, "message": "Invalid request"})
+        peer.start("tools/call", write, request_id="w")
+        # Refused under no id: under "w" the client would take it for the first call's answer.
+        self.assertEqual(peer.wait(None)["error"], {"code": -32600, "message": "Invalid request"})
+        with peer._arrived:
+            self.assertNotIn('"w"', peer.answers)
         release.set()
+        self.assertEqual(code_of(peer.wait("w")["result"]), "APPROVAL_REQUIRED")  # the first call's own answer
+        self.assertEqual(len(peer.asked), 1)  # the second was never run
 
     def test_a_fault_in_a_method_answers_internal_error_and_the_guard_serves_on(self):
         guard = self.guard([self.demo_server()])

@@ -2545,8 +2545,6 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             with self.subTest(step=step):
                 self.refused(schema_field({"type": "number", "multipleOf": step}), "SCHEMA_NUMBER",
                              "schema.properties[0].multipleOf")
-        self.refused(schema_field({"type": ["number", "string"]}), "SCHEMA_TYPE")
-        self.refused(schema_field({"type": ["number", "integer"]}), "SCHEMA_TYPE")
 
     def test_number_admits_every_portable_number_and_nothing_else(self):
         compiled = td.compile_schema(schema_field({"type": "number"}))
@@ -2708,10 +2706,62 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         self.refused(schema_field({"type": ["null"]}), "SCHEMA_NULL")
 
     def test_boolean_null_other_unions_and_types_refused(self):
-        for schema in ({"type": ["string", "integer"]}, {"type": ["string", "string"]}, {"type": []},
+        for schema in ({"type": ["string", "date"]}, {"type": ["string", "string"]}, {"type": []},
                        {"type": "date"}, {"type": 3}, {}, {"enum": ["a", 1]}, {"enum": [[1]]}, {"description": "x"}):
             with self.subTest(schema=schema):
                 self.refused(schema_field(schema), "SCHEMA_TYPE")
+
+    def test_type_list_is_the_any_of_of_its_types(self):
+        # {"type": [A, B]} is what zod-to-json-schema writes for a union of types: anyOf, each type
+        # reading only its own keywords. It compiles to exactly the anyOf written out.
+        listed = td.compile_schema(schema_field({"type": ["number", "string"], "maxLength": 3, "minimum": 0}))
+        written = td.compile_schema(schema_field({"anyOf": [{"type": "number", "minimum": 0},
+                                                            {"type": "string", "maxLength": 3}]}))
+        self.assertEqual(listed.to_schema(), written.to_schema())
+        for value in (0, 7, 1.5, "", "abc"):
+            with self.subTest(value=value):
+                self.admitted(listed, {"f": value})
+        for value, code in (("abcd", "VALUE_LENGTH"), (-1, "VALUE_RANGE"), (True, "VALUE_TYPE"), (None, "VALUE_TYPE"),
+                            ([1], "VALUE_TYPE"), (2 ** 53, "VALUE_NOT_PORTABLE")):
+            with self.subTest(value=value):
+                self.value_refused(listed, {"f": value}, code, "value.properties[0]")
+        # "null" among them: the union is nullable; integer and number are tried in turn.
+        nullable = td.compile_schema(schema_field({"type": ["integer", "number", "null"], "maximum": 9}))
+        self.assertEqual([nullable.admits({"f": value}) for value in (None, 9, 8.5, 9.5, 10, "9")],
+                         [True, True, True, False, False, False])
+
+    def test_type_list_choices_split_by_type_and_faults_placed_at_the_node(self):
+        split = td.compile_schema(schema_field({"type": ["string", "integer", "null"], "enum": ["a", 1, None, 2.5, True]}))
+        self.assertEqual(split.to_schema()["properties"]["f"]["anyOf"][:2],
+                         [{"type": "string", "enum": ["a"]},
+                          {"type": "integer", "enum": [1], "minimum": -td.MAX_SAFE_INTEGER, "maximum": td.MAX_SAFE_INTEGER}])
+        self.assertEqual([split.admits({"f": value}) for value in ("a", 1, None, 2.5, True, "b", 2)],
+                         [True, True, True, False, False, False, False])  # 2.5 and true are of no listed type
+        # A number takes the integer choices too, never a boolean one.
+        numbers = td.compile_schema(schema_field({"type": ["number", "boolean"], "enum": [1, True, 2.5]}))
+        self.assertEqual(numbers.to_schema()["properties"]["f"]["anyOf"],
+                         [{"type": "number", "enum": [1, 2.5]}, {"type": "boolean", "enum": [True]}])
+        # Every choice of one type: that type alone, without null unless a choice is null.
+        self.assertEqual(td.compile_schema(schema_field({"type": ["string", "boolean", "null"], "const": "a"}))
+                         .to_schema()["properties"]["f"], {"type": "string", "enum": ["a"]})
+        for schema, code, at in (
+                ({"type": ["string", "object"], "enum": ["a", {"x": 1}]}, "SCHEMA_ENUM", ""),  # no rule holds an object choice
+                ({"type": ["string", "array"], "enum": ["a", [1]], "items": {"type": "integer"}}, "SCHEMA_ENUM", ""),
+                ({"type": ["string", "number"], "enum": [True]}, "SCHEMA_ENUM", ""),  # nothing admitted at all
+                ({"type": ["string", "number", "null"], "enum": [None]}, "SCHEMA_NULL", ""),
+                ({"type": ["string", "number"], "enum": ["a"], "const": "b"}, "SCHEMA_ENUM", ""),
+                ({"type": ["string", "number"], "items": {"type": "string"}}, "SCHEMA_KEYWORD", ""),  # read by neither
+                ({"type": ["string", "number"], "allOf": []}, "SCHEMA_COMBINATOR", ""),
+                ({"type": ["string", "number"], "pattern": "a"}, "SCHEMA_PATTERN_UNANCHORED", ".pattern"),
+                ({"type": ["string", "number"], "multipleOf": 0.1}, "SCHEMA_NUMBER", ".multipleOf"),
+                ({"type": ["string", "number"], "format": "email"}, "SCHEMA_FORMAT", ".format"),
+                ({"type": ["object", "array"]}, "SCHEMA_ITEMS", ""),
+                ({"type": ["string", "string", "number"]}, "SCHEMA_TYPE", ""), ({"type": ["string", 1]}, "SCHEMA_TYPE", ""),
+                ({"type": ["string", "number", "null", "null"]}, "SCHEMA_TYPE", "")):
+            with self.subTest(schema=schema):
+                self.refused(schema_field(schema), code, "schema.properties[0]" + at)
+        # Beside properties, the root must still be an object alone.
+        self.refused({"type": ["object", "string"], "properties": {}}, "SCHEMA_ROOT")
 
     def test_boolean_null_any_of_with_constraining_siblings_or_no_branch_refused(self):
         for schema, code, at in (
@@ -2752,7 +2802,8 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                  "x-y+z.w:/a//b", "file:///etc/hosts", "file://localhost/x", "foo:////x", "http://1.2.3.4/",
                  "https://[2001:db8::1]:8443/", "http://[::ffff:192.0.2.1]/", "http://a:0/", "http://a:65535/",
                  "http://" + "a" * 63 + ".b/", "http://" + ("a" * 63 + ".") * 3 + "b" * 61 + "/", "http://a-b.c0m/",
-                 "http://xn-a.com/", "ws://h/#f", "ftp://h", "http://a:00080/"],
+                 "http://xn-a.com/", "ws://h/#f", "ftp://h", "http://a:00080/", "file:///C:/x", "file://host/x",
+                 "file://host/Cd/x", "file://host/x/C:/y", "file://"],
                 ["", "example.com", "//example.com/x", "1http://a", "http:", "http:/x", "http:x", "https://",
                  "ftp:///x", "http://:80/", "foo://:80/", "http://a:/", "http://a:65536/", "http://a:123456/",
                  "file://h:80/", "http://user@h/", "http://u:p@h/", "http://1.2.3.999/", "http://0x7f.1/",
@@ -2763,7 +2814,8 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                  "http://a/b c", "http://a/\\b", "http://a/#x#y", "https://\u00e9.com/", "http://a/\u00e9",
                  "https://example.com\n", " https://example.com", "http://a/`", "http://a/{x}", "http://a/<b>",
                  "HTTP:x", "ws:x", "wss://", "http://[1::2::3]/", "foo://user@h/", "http://a/?%zz", "http://a/#%zz",
-                 "http://a:000080/", ":foo"]),
+                 "http://a:000080/", ":foo", "file:", "file:etc", "file:/etc/hosts", "FILE:/x", "file://host/C:/x",
+                 "file://host/c:", "file://localhost/C:/x"]),
     }
 
     def test_format_each_reading_admits_its_texts_and_refuses_the_rest(self):
@@ -4220,7 +4272,8 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             ({"type": "number"}, integer(), True),
             ({"type": "number", "title": "t", "description": "d"}, integer(minimum=0, maximum=5), True),
             ({"type": "number", "format": "double"}, integer(minimum=0, maximum=5), False),
-            ({"type": ["number", "string"]}, integer(minimum=0, maximum=5), False),
+            ({"type": ["number", "string"]}, integer(minimum=0, maximum=5), True),  # the union's number branch
+            ({"type": ["number", "string"], "maximum": 4}, integer(minimum=0, maximum=5), False),
             ({"type": ["number", "null"], "maximum": 5}, {"type": ["integer", "null"], "minimum": 0, "maximum": 5}, True),
             ({"type": ["null", "number"], "maximum": 5}, {"type": ["integer", "null"], "minimum": 0, "maximum": 5}, True),
             ({"type": ["number", "null"], "maximum": 5}, integer(minimum=0, maximum=5), True),

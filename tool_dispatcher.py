@@ -2490,14 +2490,17 @@ def _sequence_lengths(items: Sequence[_Item]) -> tuple[int, int | None]:
 # check) and the WHATWG URL parser (what browsers, Node, zod's url() and Pydantic's AnyUrl parse),
 # which differ at the edges: ports above 65535, hosts that end in a number (0x7f.1 reads as
 # 127.0.0.1, 1.2.3.999 fails), punycode labels that do not decode, an empty host, userinfo in a
-# file URL. So: ASCII, a scheme, and either an authority or a path (not both "//"); an authority
-# is a host and an optional port of one to five digits up to 65535, never userinfo (user:password@ is where a
-# credential or a look-alike host hides); a host is a bracketed IPv6 address, a dotted-quad IPv4
-# address without leading zeros, or letter-digit-hyphen labels of 1 to 63 characters whose last
-# begins with a letter and none begins "xn--" (an internationalized host is refused: its
-# punycode is valid only as IDNA decodes it); http, https, ws, wss and ftp need a host; a file
-# URL has no port; percent escapes are whole (%41, never %4 or %zz). Which schemes and hosts a
-# tool should reach is no format's to say: a host adds a pattern (an overlay keeps the format).
+# file URL, a file URL without "//" (Pydantic's strict mode refuses it) or with a host before a
+# drive letter (file://host/C:/x: Node keeps the host, Pydantic drops it). So: ASCII, a scheme,
+# and either an authority or a path (not both "//"); an authority is a host and an optional port
+# of one to five digits up to 65535, never userinfo (user:password@ is where a credential or a
+# look-alike host hides); a host is a bracketed IPv6 address, a dotted-quad IPv4 address without
+# leading zeros, or letter-digit-hyphen labels of 1 to 63 characters whose last begins with a
+# letter and none begins "xn--" (an internationalized host is refused: its punycode is valid
+# only as IDNA decodes it); http, https, ws, wss, ftp need a host; a file URL has an authority,
+# no port, and no host before a drive letter; percent escapes are whole (%41, never %4 or %zz).
+# Which schemes and hosts a tool should reach is no format's to say: a host adds a pattern (an
+# overlay keeps the format).
 #
 # Refused, each for its own reason: "email" (RFC 5321's mailbox, RFC 5322's addr-spec and HTML's
 # simpler form disagree on quotes, comments and dots, and Pydantic's reader refuses reserved
@@ -2518,7 +2521,8 @@ _URI_PATH_CHARS: Final = r"(?:[A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*+"
 _URI: Final = re.compile(
     r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*+):"
     r"(?:(?P<authority>//(?P<host>\[[0-9A-Fa-f:.]++\]|[A-Za-z0-9.-]*+)(?::(?P<port>[0-9]{1,5}+))?+)(?=[/?#]|\Z)"
-    f"|(?!//)){_URI_PATH_CHARS}(?:\\?{_URI_CHARS})?+(?:#{_URI_CHARS})?+", re.ASCII)
+    f"|(?!//))(?P<path>{_URI_PATH_CHARS})(?:\\?{_URI_CHARS})?+(?:#{_URI_CHARS})?+", re.ASCII)
+_DRIVE_LETTER: Final = re.compile(r"/[A-Za-z]:(?:/|\Z)", re.ASCII)  # file://host/C:/x: readers disagree on the host
 _HOST_LABEL: Final = re.compile(r"(?!xn--)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII | re.IGNORECASE)
 _HOST_NEEDED: Final = frozenset({"http", "https", "ws", "wss", "ftp"})  # WHATWG's special schemes, but file
 MAX_URI_PORT: Final = 65535  # a TCP or UDP port: the WHATWG parser refuses a larger one
@@ -2570,8 +2574,10 @@ def _is_format_uri(text: str) -> bool:
         return False
     scheme, host, port = found["scheme"].lower(), found["host"], found["port"]
     if found["authority"] is None:
-        return scheme not in _HOST_NEEDED
+        return scheme not in _HOST_NEEDED and scheme != "file"
     if port is not None and (int(port) > MAX_URI_PORT or scheme == "file" or not host):
+        return False
+    if scheme == "file" and host and _DRIVE_LETTER.match(found["path"]) is not None:
         return False
     if not host:
         return scheme not in _HOST_NEEDED
@@ -2750,6 +2756,9 @@ class _Compiler:
         keyword = next((keyword for keyword in UNIONS if keyword in raw), None)
         if keyword is not None:
             return self.compile_union(raw, keyword, at, root=root, description=description)
+        declared = raw.get("type")
+        if type(declared) is list and sum(name != "null" for name in declared) > 1:
+            return self.compile_type_list(raw, declared, at, root=root, description=description)
         kind, nullable = _schema_type(raw, at)
         _check_keywords(raw, at, allowed=TYPE_KEYWORDS[kind] | {"type"}, root=root, sibling_code="SCHEMA_KEYWORD")
         if nullable:  # "type": [T, "null"]: the same node, without null, behind a nullable rule
@@ -2770,10 +2779,46 @@ class _Compiler:
             return NullableRule(self.slot(inner, at), description)
         return _TYPE_COMPILERS[kind](self, raw, at, description)
 
+    def compile_type_list(self, raw: dict[str, Any], names: list[Any], at: str, *, root: bool,
+                          description: str | None) -> Rule:
+        """"type": [T1, T2, ...] (zod-to-json-schema's spelling of a union of types): what JSON
+        Schema means by it, an anyOf of one branch per type. Each branch takes the node's keywords
+        its type reads (a type ignores the others: maxLength says nothing of a number) and the
+        node's choices of its type; a type none of the choices is drops out, "null" makes the
+        union nullable. Every branch is placed at the node itself, where its keywords are written."""
+        if (any(type(name) is not str or (name not in TYPE_KEYWORDS and name != "null") for name in names)
+                or len(set(names)) != len(names)):
+            raise BoundaryError("SCHEMA_TYPE", at)
+        kinds = [name for name in names if name != "null"]
+        _check_keywords(raw, at, allowed=frozenset({"type"}).union(*(TYPE_KEYWORDS[kind] for kind in kinds)),
+                        root=root, sibling_code="SCHEMA_KEYWORD")
+        choices = _allowed_choices(raw, at) if "enum" in raw or "const" in raw else None
+        branches: list[dict[str, Any]] = []
+        for kind in kinds:
+            branch = {key: value for key, value in raw.items() if key in TYPE_KEYWORDS[kind] and key not in _CHOICE_KEYS}
+            branch["type"] = kind
+            if choices is not None:
+                mine = [value for value in choices if type(value) in _KIND_TYPES[kind]]
+                if not mine:
+                    continue  # no choice is of this type: no value of it is admitted
+                if kind in _CONTAINER_KINDS:
+                    raise BoundaryError("SCHEMA_ENUM", at)  # an object or array choice: no exact rule holds one
+                branch["enum"] = mine
+            branches.append(branch)
+        nullable = "null" in names and (choices is None or None in choices)
+        if not branches:
+            raise BoundaryError("SCHEMA_NULL" if nullable else "SCHEMA_ENUM", at)
+        if len(branches) == 1 and not nullable:
+            return self.compile_node(branches[0], at, root=False)
+        return self.compile_union({"anyOf": branches + [{"type": "null"}] * nullable}, "anyOf", at, root=False,
+                                  description=description, placed_at_node=True)
+
     def compile_union(self, raw: dict[str, Any], keyword: str, at: str, *, root: bool,
-                      description: str | None) -> Rule:
+                      description: str | None, placed_at_node: bool = False) -> Rule:
         """anyOf / oneOf: null branches become a nullable rule around the others; two or more
-        others become a union, whose branches are proved apart once they are compiled."""
+        others become a union, whose branches are proved apart once they are compiled.
+        placed_at_node: the branches were written in the node itself (a type list), and their
+        faults are placed there."""
         _check_keywords(raw, at, allowed=frozenset({keyword, DISCRIMINATOR}), root=root,
                         sibling_code="SCHEMA_COMBINATOR")
         branches = raw[keyword]
@@ -2787,7 +2832,8 @@ class _Compiler:
             raise BoundaryError("SCHEMA_NULL", at)
         if nulls > 1 and keyword == "oneOf":
             raise BoundaryError("SCHEMA_COMBINATOR", f"{at}.{keyword}")  # null matches two branches: never admitted
-        slots = tuple(self.child(branch, f"{at}.{keyword}[{position}]") for position, branch in others)
+        slots = tuple(self.child(branch, at if placed_at_node else f"{at}.{keyword}[{position}]")
+                      for position, branch in others)
         if len(slots) == 1 and nulls:
             # Its branch may not admit null as well: under oneOf null would then match twice
             # (anyOf means the same either way); UnionRule's routing checks that too.
@@ -2954,6 +3000,16 @@ def _schema_type(raw: dict[str, Any], at: str) -> tuple[str, bool]:
     if kind not in TYPE_KEYWORDS:
         raise BoundaryError("SCHEMA_TYPE", at)
     return kind, nullable
+
+
+_CHOICE_KEYS: Final = frozenset({"enum", "const"})
+# The Python types of the decoded values each JSON Schema type admits, as the rules check them:
+# never a bool for a number, never 1.0 for an integer.
+_KIND_TYPES: Final[Mapping[str, tuple[type, ...]]] = MappingProxyType({
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "object": (dict,),
+    "array": (list,),
+})
+_CONTAINER_KINDS: Final = frozenset({"object", "array"})
 
 
 def _allowed_choices(raw: dict[str, Any], at: str) -> list[Any]:

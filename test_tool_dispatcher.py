@@ -2803,7 +2803,8 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                  "https://[2001:db8::1]:8443/", "http://[::ffff:192.0.2.1]/", "http://a:0/", "http://a:65535/",
                  "http://" + "a" * 63 + ".b/", "http://" + ("a" * 63 + ".") * 3 + "b" * 61 + "/", "http://a-b.c0m/",
                  "http://xn-a.com/", "ws://h/#f", "ftp://h", "http://a:00080/", "file:///C:/x", "file://host/x",
-                 "file://host/Cd/x", "file://host/x/C:/y", "file://"],
+                 "file://host/Cd/x", "file://host/x/C:/y", "file://", "https://h/.well-known/x", "http://h/a..b/...",
+                 "http://h/a/.b/c.", "http://h/?q=../x#../y", "http://h/%2e%2ex/"],
                 ["", "example.com", "//example.com/x", "1http://a", "http:", "http:/x", "http:x", "https://",
                  "ftp:///x", "http://:80/", "foo://:80/", "http://a:/", "http://a:65536/", "http://a:123456/",
                  "file://h:80/", "http://user@h/", "http://u:p@h/", "http://1.2.3.999/", "http://0x7f.1/",
@@ -2815,7 +2816,9 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                  "https://example.com\n", " https://example.com", "http://a/`", "http://a/{x}", "http://a/<b>",
                  "HTTP:x", "ws:x", "wss://", "http://[1::2::3]/", "foo://user@h/", "http://a/?%zz", "http://a/#%zz",
                  "http://a:000080/", ":foo", "file:", "file:etc", "file:/etc/hosts", "FILE:/x", "file://host/C:/x",
-                 "file://host/c:", "file://localhost/C:/x"]),
+                 "file://host/c:", "file://localhost/C:/x", "http://h/pub/../etc", "http://h/pub/./x", "http://h/..",
+                 "http://h/a/.", "http://h/pub/%2e%2E/etc", "http://h/pub/.%2e/x", "http://h/pub/%2E./x", "http://h/%2e/x",
+                 "foo:../x", "foo:a/./b", "file:///a/../b"]),
     }
 
     def test_format_each_reading_admits_its_texts_and_refuses_the_rest(self):

@@ -2491,16 +2491,20 @@ def _sequence_lengths(items: Sequence[_Item]) -> tuple[int, int | None]:
 # which differ at the edges: ports above 65535, hosts that end in a number (0x7f.1 reads as
 # 127.0.0.1, 1.2.3.999 fails), punycode labels that do not decode, an empty host, userinfo in a
 # file URL, a file URL without "//" (Pydantic's strict mode refuses it) or with a host before a
-# drive letter (file://host/C:/x: Node keeps the host, Pydantic drops it). So: ASCII, a scheme,
+# drive letter (file://host/C:/x: Node keeps the host, Pydantic drops it), and a "." or ".."
+# path segment, which RFC 3986 leaves in the text and a URL parser resolves away (so
+# /pub/../etc, or /pub/%2e%2e/etc, is /etc to the tool, and escapes a host's /pub/ pattern).
+# So: ASCII, a scheme,
 # and either an authority or a path (not both "//"); an authority is a host and an optional port
 # of one to five digits up to 65535, never userinfo (user:password@ is where a credential or a
 # look-alike host hides); a host is a bracketed IPv6 address, a dotted-quad IPv4 address without
 # leading zeros, or letter-digit-hyphen labels of 1 to 63 characters whose last begins with a
 # letter and none begins "xn--" (an internationalized host is refused: its punycode is valid
 # only as IDNA decodes it); http, https, ws, wss, ftp need a host; a file URL has an authority,
-# no port, and no host before a drive letter; percent escapes are whole (%41, never %4 or %zz).
-# Which schemes and hosts a tool should reach is no format's to say: a host adds a pattern (an
-# overlay keeps the format).
+# no port, and no host before a drive letter; no dot segment; percent escapes are whole (%41,
+# never %4 or %zz). Which URLs a model may send is no format's to say: a host adds a pattern (an
+# overlay keeps the format). Where a tool's request then goes (a redirect) no check of the URL
+# can see.
 #
 # Refused, each for its own reason: "email" (RFC 5321's mailbox, RFC 5322's addr-spec and HTML's
 # simpler form disagree on quotes, comments and dots, and Pydantic's reader refuses reserved
@@ -2523,6 +2527,8 @@ _URI: Final = re.compile(
     r"(?:(?P<authority>//(?P<host>\[[0-9A-Fa-f:.]++\]|[A-Za-z0-9.-]*+)(?::(?P<port>[0-9]{1,5}+))?+)(?=[/?#]|\Z)"
     f"|(?!//))(?P<path>{_URI_PATH_CHARS})(?:\\?{_URI_CHARS})?+(?:#{_URI_CHARS})?+", re.ASCII)
 _DRIVE_LETTER: Final = re.compile(r"/[A-Za-z]:(?:/|\Z)", re.ASCII)  # file://host/C:/x: readers disagree on the host
+# A "." or ".." segment, in any spelling the WHATWG parser resolves (%2e is a dot to it).
+_DOT_SEGMENT: Final = re.compile(r"(?:\A|/)(?:\.|%2[eE]){1,2}(?=/|\Z)", re.ASCII)
 _HOST_LABEL: Final = re.compile(r"(?!xn--)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII | re.IGNORECASE)
 _HOST_NEEDED: Final = frozenset({"http", "https", "ws", "wss", "ftp"})  # WHATWG's special schemes, but file
 MAX_URI_PORT: Final = 65535  # a TCP or UDP port: the WHATWG parser refuses a larger one
@@ -2573,6 +2579,8 @@ def _is_format_uri(text: str) -> bool:
     if found is None:
         return False
     scheme, host, port = found["scheme"].lower(), found["host"], found["port"]
+    if _DOT_SEGMENT.search(found["path"]) is not None:
+        return False
     if found["authority"] is None:
         return scheme not in _HOST_NEEDED and scheme != "file"
     if port is not None and (int(port) > MAX_URI_PORT or scheme == "file" or not host):

@@ -3573,6 +3573,17 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                 td.narrow(server, {("url",): host})
             self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_WIDENS", "overlay[0]"))
 
+    def test_overlay_of_a_type_list_narrows_it_as_its_union(self):
+        server = schema_object({"v": {"type": ["number", "string"], "maxLength": 10}}, ["v"])
+        narrowed = td.narrow(server, {("v",): {"type": ["integer", "string"], "maxLength": 5}})
+        self.assertEqual([narrowed.admits({"v": value}) for value in (3, 2.5, "abcde", "abcdef")],
+                         [True, False, True, False])
+        for host in ({"type": ["integer", "string", "null"]}, {"type": "string", "maxLength": 11},
+                     {"type": ["boolean", "string"]}):
+            with self.subTest(host=host), self.assertRaises(BoundaryError) as caught:
+                td.narrow(server, {("v",): host})
+            self.assertEqual((caught.exception.code, caught.exception.at), ("OVERLAY_WIDENS", "overlay[0]"))
+
     def test_overlay_bad_paths_refused(self):
         for path in (("nope",), ("inner", "nope"), ("nope", "x"), (), ("ref", "x"), "ref"):
             with self.subTest(path=path):

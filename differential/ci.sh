@@ -6,10 +6,12 @@
 # date, uuid, ipv4, ipv6 and email need none), and regress for ECMA-262 patterns. Fetches the
 # official JSON Schema Test Suite from PyPI alone, inside the jsonschema sdist (json/tests/), checked
 # against its SHA-256. Installs pydantic, pinned, for the census of typical Pydantic tool models
-# (pydantic_census.py: how many compile, and a soundness spot check of those that do). Then runs the
-# seeded differential (a few seeds), the official suite's compiled groups, the census, and the
-# layer's suite in the four test modes. Under CI=true nothing skips: a missing oracle or pydantic
-# fails. Each command prints one "ok" or "FAIL" line; the failures are listed again at the end.
+# (pydantic_census.py: how many compile, and a soundness spot check of those that do), which is also
+# one of the uri format's readers; node (on PATH, not installed here) is the other. Then runs the
+# seeded differential (a few seeds), the seeded URIs against the uri check and its readers, the
+# official suite's compiled groups, the census, and the layer's suite in the four test modes. Under
+# CI=true nothing skips: a missing oracle, pydantic or node fails. Each command prints one "ok" or
+# "FAIL" line; the failures are listed again at the end.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export PYTHONDONTWRITEBYTECODE=1
@@ -25,6 +27,7 @@ SUITE_SDIST=jsonschema-4.26.0.tar.gz  # the same release as the oracle: its json
 SUITE_SDIST_SHA256=0c26707e2efad8aa1bfc5b7ce170f3fccc2e4918ff85989ba9ffa9facb2be326
 SEEDS=(1 2 3 4)
 SCHEMAS_PER_SEED=500  # and half as many overlays: about 5 s a seed on one core
+URIS_PER_SEED=5000  # beside the fixed samples: about 2 s a seed, node's one subprocess included
 
 py=$(command -v python || command -v python3)
 if [ -z "$py" ]; then echo "FAIL python is needed"; exit 1; fi
@@ -43,7 +46,8 @@ if [ "$(sha256sum "$sdist" | cut -d ' ' -f 1)" != "$SUITE_SDIST_SHA256" ]; then
 fi
 echo "NOTE the differential runs on Python $("$vpy" -c 'import sys; print(sys.version.split()[0])'), $(
   "$vpy" -c 'from importlib import metadata as m; print(", ".join(n + " " + m.version(n) for n in
-  ("jsonschema", "rfc3339-validator", "rfc3986-validator", "regress", "pydantic", "pydantic-core")))')"
+  ("jsonschema", "rfc3339-validator", "rfc3986-validator", "regress", "pydantic", "pydantic-core")))'), node $(
+  node --version 2>/dev/null || echo 'missing')"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/td-differential.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -80,6 +84,12 @@ elif report.get("format") == "pydantic-census-report-v1":
           "%s narrowed, %s unsound, %s admitted that Pydantic refuses, %s strict-only" % (
               c["compiled"], c["models"], ", ".join("%s %s" % item for item in c["refused"].items()) or "none",
               s["values"], s["admitted"], s["narrowed"], s["unsound"], s["pydantic_refuses"], s["strict_only"]))
+elif report.get("format") == "differential-uri-report-v1":
+    print("NOTE   seed %s uris: %s values, %s admitted (%s); refused of the admitted: %s; %s findings" % (
+        report["seed"], report["values"], report["admitted"],
+        ", ".join("%s %s" % item for item in report["admitted_forms"].items()),
+        ", ".join("%s %s" % (name, c["refuses_admitted"]) for name, c in report["verdicts"].items()),
+        report["findings_total"]))
 else:
     a = report["oracle_agreement"]
     print("NOTE   official suite: %s groups, %s with a remote $ref skipped, %s compiled, %s sound; %s tests, "
@@ -95,6 +105,8 @@ else:
 
 for seed in "${SEEDS[@]}"; do
   run "$vpy" -B differential/differential.py --seed "$seed" --schemas "$SCHEMAS_PER_SEED"
+  summary "$tmp/out"
+  run "$vpy" -B differential/differential.py --seed "$seed" --uris "$URIS_PER_SEED"
   summary "$tmp/out"
 done
 run "$vpy" -B differential/differential.py --suite "$sdist"

@@ -10,8 +10,11 @@ an ECMA-262 engine (``regress``). A value the compiled check admits and the orac
 UNSOUND finding; a value the oracle admits and the check refuses is a narrowing, counted, never a
 failure. The same is done for host overlays through ``narrow``, whose result must admit nothing
 the server's own schema refuses, and for the official JSON Schema Test Suite's draft 2020-12 groups.
+The uri format has two more readers: every URI its compiled check admits must also be parsed by
+Pydantic's AnyUrl and by Node's WHATWG URL parser.
 
     python -B differential/differential.py --seed 1 --schemas 300
+    python -B differential/differential.py --seed 1 --uris 5000   (needs pydantic and node)
     python -B differential/differential.py --suite PATH      (a draft2020-12 folder, or the jsonschema sdist)
 
 What this layer never does:
@@ -28,10 +31,11 @@ closer to the specification: ``pattern`` is ECMA-262 (with the ``u`` flag, or wi
 are held to their RFC grammars' ASCII alphabet (the date-time checker's regex takes a trailing
 newline and any Unicode digit). A lone surrogate is shown to the regex engine as U+FFFD.
 
-Exit 0: no finding; 1: a finding (an unsound value, or a compiler, a check or the oracle that
-raised where it should answer); 2: the command line was refused or the oracle is not installed.
+Exit 0: no finding; 1: a finding (an unsound value, a URI a reader refuses, or a compiler, a check,
+the oracle or a reader that raised where it should answer); 2: the command line was refused, or
+the oracle (or, for --uris, pydantic or node) is not installed.
 Sections: 1. limits and constants; 2. JSON values; 3. the oracle; 4. patterns; 5. schemas;
-6. values; 7. overlays; 8. the differential run; 9. the official suite; 10. CLI.
+6. values; 7. overlays; 8. the differential run; 9. the official suite; 10. URI readers; 11. CLI.
 """
 from __future__ import annotations
 
@@ -41,6 +45,8 @@ import json
 import math
 import random
 import re
+import shutil
+import subprocess
 import sys
 import tarfile
 from dataclasses import dataclass, field
@@ -63,7 +69,9 @@ MAX_VALUES_PER_SCHEMA: Final = 160  # values checked against one schema: its edg
 MAX_CANDIDATES: Final = 24  # candidates one subschema lends its parent's mutations
 MAX_DEPTH: Final = 3  # schema levels the generator nests (an object in an array in an object)
 MAX_FINDINGS: Final = 5  # findings printed whole (the counts count them all)
+MAX_URI_FINDINGS: Final = 20  # a URI run's findings printed (each a value and a reader)
 MINIMIZE_BUDGET: Final = 300  # predicate calls spent shrinking one finding
+MAX_URI_COMPOSITIONS: Final = 16  # random URIs beside the fixed ones, for each uri format in a schema
 MAX_GENERATED_LENGTH: Final = td.DEFAULT_MAX_LENGTH + 1  # the host's string bound and one past it
 MAX_GENERATED_ITEMS: Final = td.DEFAULT_MAX_ITEMS + 1  # the host's item bound and one past it
 SAFE: Final = td.MAX_SAFE_INTEGER  # 2**53 - 1
@@ -692,6 +700,164 @@ UNIQUE_PAIRS: Final = ([1, 1.0], [1, True], [0, False], [0, -0.0], ["a", "a"], [
                        [{"a": 1}, {"a": 1.0}], [[1], [1.0]], [[1], [True]], [{"a": 1, "b": 2}, {"b": 2, "a": 1}])
 _STRING_FILLS: Final = ("a", ASTRAL, "\u00e9", "7")
 
+# -- URIs ----------------------------------------------------------------------------------------
+# The uri format's candidates: a fixed list with a valid case and near misses for each rule of the
+# core's reading (RFC 3986's absolute URI and the WHATWG URL parser, both), and seeded random
+# compositions of a scheme, an authority (userinfo, host, port) or an opaque path, a query and a
+# fragment, some with one character changed.
+
+_LABEL_63: Final = "l" + "a" * 61 + "z"  # the longest label DNS allows
+_HOST_253: Final = ".".join(("a" * 63, "b" * 63, "c" * 63, "d" * 61))  # the longest name DNS allows
+URI_SAMPLES: Final[tuple[str, ...]] = (
+    # schemes
+    "http://example.com", "HTTP://EXAMPLE.COM/", "https://example.com/a?b=c#d", "a+b.c-d://x", "x1:y",
+    "1http://x", "+a://x", "a_b://x", "://x", ":", "http//x", "\u00e9:x", "example.com", "/path", "//example.com",
+    # ports
+    "http://example.com:0", "http://example.com:80", "http://example.com:65535", "http://example.com:65536",
+    "http://example.com:99999", "http://example.com:123456", "http://example.com:00080", "http://example.com:",
+    "http://example.com:-1", "http://example.com:8a", "http://example.com: 80", "foo://a:65535", "foo://a:65536",
+    "foo://:80", "http://:80", "http://[::1]:65535", "http://[::1]:65536", "ws://a:0/", "wss://a:443?x",
+    # an empty host, and special schemes without one
+    "http://", "http:///a", "https://?q", "ws://#f", "wss://", "ftp://", "ftp:///x", "foo://", "foo:///a",
+    "foo://?q", "http:a", "https:/a", "ws:", "wss:x", "ftp:/x", "HTTP:x", "file:", "file://", "file:///",
+    # userinfo
+    "http://user@example.com", "http://user:pass@example.com", "http://@example.com", "http://:@example.com",
+    "foo://u@x", "file://u@x/", "http://a@b@c", "http://example.com/@x", "http://example.com?u@x",
+    "http://example.com#u@x", "mailto:user@example.com",
+    # numeric hosts
+    "http://127.0.0.1", "http://0.0.0.0", "http://255.255.255.255", "http://192.168.0.1:8080/x",
+    "http://0x7f.1", "http://0x7f.0.0.1", "http://0X7F.0.0.1", "http://127.1", "http://127.0.1", "http://1.2.3.999",
+    "http://256.0.0.1", "http://01.2.3.4", "http://1.2.3.04", "http://1.2.3", "http://1.2.3.4.5", "http://2130706433",
+    "http://0x7f000001", "http://0", "http://09", "http://1.2.3.4.", "http://a.1", "http://a.123", "http://a.0x1",
+    "http://a.0X", "http://1a.b", "http://a.b1", "http://1.a", "http://a.1e1", "foo://1.2.3.999", "foo://0x7f.1",
+    "foo://127.1", "file://1.2.3.999/", "file://127.1/",
+    # labels
+    "http://localhost", "http://a", "http://a.b", "http://a-b.c", "http://a--b.com", "http://ab--cd.com",
+    "http://xn--nxasmq6b.com", "http://XN--nxasmq6b.com", "http://Xn--a.com", "http://a.xn--p1ai", "http://xn--.com",
+    "http://xn-a.com", "http://axn--b.com", "foo://xn--a", f"http://{_LABEL_63}.com", f"http://{_LABEL_63}x.com",
+    f"http://{_HOST_253}", f"http://{_HOST_253}d", f"http://{_HOST_253}.", f"foo://{_HOST_253}d",
+    "http://-a.com", "http://a-.com", "http://a.-b", "http://a..b", "http://.a.com", "http://a.com.", "http://.",
+    "http://a_b.com", "http://a%2eb.com", "http://%41.com", "http://\u00e9.com", "http://a.\u00e9", "http://a b/",
+    "http://a*b", "http://a~b", "http://a!b", "http://a=b",
+    # IPv6
+    "http://[::1]", "http://[::1]:8080/", "http://[2001:db8::1]", "http://[2001:DB8::1]", "http://[::]",
+    "http://[::ffff:192.168.0.1]", "http://[1:2:3:4:5:6:7:8]", "http://[1:2:3:4:5:6:7::]", "foo://[::1]/x",
+    "file://[::1]/x", "http://[fe80::1%25eth0]", "http://[fe80::1%eth0]", "http://[v1.x]", "http://[vF.a:b]",
+    "http://[1::2::3]", "http://[::1", "http://::1", "http://[12345::1]", "http://[::1]x", "http://[::1]:",
+    "http://[::ffff:1.2.3.04]", "http://[::ffff:256.1.1.1]", "http://[::1.2.3.4]", "http://[::1:2:3:4:5:6:7:8]",
+    "http://[1:2:3:4:5:6:7:8:9]", "http://[]", "http://[:]", "http://[::1]]", "http://[[::1]]",
+    # file URLs
+    "file:///etc/hosts", "file://localhost/etc", "file://host/x", "file://host:21/x", "file://:21/x", "file:etc",
+    "file:/etc", "file:////x", "file://a%41/", "FILE://X:1/", "file://host/C:/x", "file:///C:/x", "file:C:/x",
+    "file://host/c|/x", "file://C:/x", "foo://a/C:/x",
+    # percent escapes
+    "http://a/%41", "http://a/%c3%A9", "http://a/%00", "http://a/%4", "http://a/%zz", "http://a/%", "http://a/?%4",
+    "http://a/#%zz", "http://a/?%41#%41", "urn:a%20b", "urn:a%2", "urn:%", "a:%GG",
+    # spaces, controls, non-ASCII, backslashes and other characters outside RFC 3986
+    "http://a/b c", " http://a", "http://a/ ", "http://a/\t", "http://a/\n", "http://a\n", "http://a/\r",
+    "http://a/\u00e9", "http://a/\U0001F600", "http://a/\ud800", "http://a/\x00", "http://a/\x7f", "http://a/\u00a0",
+    "http://a\\b", "http:\\\\a\\b", "http://a/b\\c", "http://a/|", "http://a/^", "http://a/`", "http://a/{}",
+    "http://a/<>", "http://a/\"", "http://a/[x]", "http://a?[x]", "http://a/#a#b", "http://a/?a?b/c", "http://a/#?/",
+    "http://a/~!$&'()*+,;=:@",
+    # dot segments, which a URL parser resolves away (RFC 3986 leaves them in the text)
+    "http://a/b/../c", "http://a/b/./c", "http://a/..", "http://a/b/.", "http://a/%2e%2e/c", "http://a/%2E./c",
+    "http://a/.%2e/c", "http://a/%2e/c", "http://a/.well-known/x", "http://a/b..c/...", "http://a/?../x#./y",
+    "foo:../x", "foo:a/./b",
+    # opaque paths, and "//" where no authority is
+    "a:", "a:/", "a:b", "a:b:c", "a:?", "a:#", "a:/b//c", "a:b//c", "foo:////x", "foo://x//y", "foo:/.//x",
+    "foo:/./x", "foo:/..//x", "urn:isbn:0451450523", "mailto:a@b.c", "tel:+1-555-0100", "data:text/plain,hi",
+    "javascript:alert(1)", "about:blank", "blob:https://a/b", "urn://x", "news:comp.lang", "a://b", "a:/?#",
+)
+
+_URI_SCHEMES: Final = (
+    ("http", "https", "HTTP", "Https", "ws", "wss", "ftp", "file", "mailto", "urn", "foo", "a", "a+b.c-d", "git+ssh",
+     "x1", "data", "tel"),
+    ("", "1a", "a_b", "+a", "-a", "a b", "\u00e9", "http\u00a0"),
+)
+_URI_USERINFO: Final = ("user@", "user:pass@", "@", ":@", "a%40b@", "u@v@")
+_URI_HOSTS: Final = (
+    ("example.com", "EXAMPLE.COM", "localhost", "a", "a.b", "a-b.c", "a--b.com", "1a.com", "127.0.0.1", "0.0.0.0",
+     "255.255.255.255", "[::1]", "[2001:db8::1]", "[::ffff:192.168.0.1]", "[1:2:3:4:5:6:7:8]", "[::]",
+     _LABEL_63 + ".com", _HOST_253, ""),
+    ("-a.com", "a-.com", "a..b", ".a.com", "a.com.", "xn--nxasmq6b.com", "a.xn--p1ai", _LABEL_63 + "x.com",
+     _HOST_253 + "d", "0x7f.1", "127.1", "1.2.3.999", "1.2.3", "1.2.3.4.5", "01.2.3.4", "256.0.0.1", "2130706433",
+     "a.1", "a.0x1", "[fe80::1%25eth0]", "[v1.x]", "[1::2::3]", "[::1", "::1", "a_b.com", "a b.com", "\u00e9.com",
+     "%41.com", "a\\b", "[::1.2.3.04]"),
+)
+_URI_PORTS: Final = (("0", "1", "80", "443", "8080", "65535", "00080"),
+                     ("", "65536", "99999", "100000", "-1", "8a", " 80", "1.5"))
+_URI_SEGMENTS: Final = (("a", "b", "index.html", "a%20b", "%41", "~user", ".", "..", "a:b", "@", "a=b;c", "", "!$&'()*+,"),
+                        ("a b", "%4", "%zz", "%", "\u00e9", "a\\b", "|", "^", "`", "{x}", "<a>", "\"", "[x]", "\t"))
+_URI_QUERIES: Final = (("", "a=b", "a=b&c=d", "a?b/c", "%41", "x:y@z", "/"), ("a b", "%4", "[x]", "\u00e9", "a|b", "^"))
+_URI_FRAGMENTS: Final = (("", "x", "a/b?c", "%41", "!"), ("%zz", "a b", "#", "\u00e9", "a^b", "a#b"))
+_URI_CHANGES: Final = " \t\n\"#%/:<>?@[\\]^`{|}\u00e9\u00a0\U0001F600\x00\x7f"  # characters one change may add
+
+
+def uri_candidate(rng: random.Random, *, miss: float = 0.12) -> str:
+    """One seeded URI: its pieces mostly valid, each a near miss at rate ``miss``, and now and then
+    one character inserted, replaced or removed."""
+    def pick(pool: tuple[Sequence[str], Sequence[str]]) -> str:
+        return rng.choice(pool[1] if rng.random() < miss else pool[0])
+
+    def segments(count: int) -> str:
+        return "".join("/" + pick(_URI_SEGMENTS) for _ in range(count))
+
+    text = pick(_URI_SCHEMES) + ":"
+    if rng.random() < 0.65:
+        text += "//" + (rng.choice(_URI_USERINFO) if rng.random() < miss / 2 else "") + _uri_host(rng, miss)
+        if rng.random() < 0.35:
+            text += ":" + (pick(_URI_PORTS) if rng.random() < 0.6 else str(rng.randint(0, 70_000)))
+        text += segments(rng.choice((0, 0, 1, 1, 2, 3)))
+    else:
+        text += rng.choice(("", "/", "//", "/./")) if rng.random() < miss else rng.choice(("", "", "/"))
+        text += pick(_URI_SEGMENTS) + segments(rng.choice((0, 0, 1, 2)))
+    if rng.random() < 0.3:
+        text += "?" + pick(_URI_QUERIES)
+    if rng.random() < 0.2:
+        text += "#" + pick(_URI_FRAGMENTS)
+    if rng.random() < miss:
+        at = rng.randint(0, len(text))
+        change = rng.choice(("insert", "replace", "remove"))
+        if change == "insert":
+            text = text[:at] + rng.choice(_URI_CHANGES) + text[at:]
+        elif change == "replace":
+            text = text[:at] + rng.choice(_URI_CHANGES) + text[at + 1:]
+        else:
+            text = text[:at] + text[at + 1:]
+    return text
+
+
+def _uri_host(rng: random.Random, miss: float) -> str:
+    """A host from the pools, or made up: labels of letters, digits and hyphens, a dotted quad, or
+    an IPv6 address, now and then with a rule broken (a long label, a numeric last label, xn--)."""
+    roll = rng.random()
+    if roll < 0.4:
+        return rng.choice(_URI_HOSTS[1] if rng.random() < miss else _URI_HOSTS[0])
+    if roll < 0.75:
+        labels = []
+        for _ in range(rng.randint(1, 4)):
+            size = rng.choice((1, 2, 3, 5, 8, 12)) if rng.random() > miss else rng.choice((63, 64))
+            inner = "".join(rng.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
+                            for _ in range(max(size - 2, 0)))
+            edge = "abcxyzABCXYZ0123456789" if rng.random() > miss else "-0"
+            labels.append((rng.choice(edge) + inner + rng.choice(edge))[:size] if size > 1 else rng.choice(edge))
+        if rng.random() < miss:
+            labels.insert(rng.randrange(len(labels)), rng.choice(("xn--a", "xn--nxasmq6b", "XN--", "0x7f", "1")))
+        return ".".join(labels)
+    if roll < 0.9:
+        octets = [str(rng.choice((0, 1, 9, 10, 99, 127, 192, 255)) if rng.random() > miss
+                      else rng.choice(("256", "01", "00", "0x7f", "999", ""))) for _ in range(4)]
+        return ".".join(octets[:rng.choice((4, 4, 4, 4, 3, 2, 1)) if rng.random() < miss else 4])
+    groups = [rng.choice(("0", "1", "db8", "ffff", "2001", "FE80", "abcd")) for _ in range(rng.randint(1, 8))]
+    text = ":".join(groups)
+    if len(groups) < 8:
+        at = rng.randint(0, len(groups))
+        text = ":".join(groups[:at]) + "::" + ":".join(groups[at:])
+    if rng.random() < miss:
+        text = rng.choice((text + "%25eth0", text + ":1.2.3.4", "v1." + text, text + "::", text + ":12345"))
+    return "[" + text + "]"
+
+
 FORMAT_SAMPLES: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType({
     "date": ("2024-02-29", "2023-02-29", "2000-02-29", "1900-02-29", "2024-13-01", "2024-00-10", "2024-04-31",
              "2024-1-01", "24-01-01", "2024-01-01T00:00:00Z", "2024/01/01", "\uff12\uff10\uff12\uff14-01-01",
@@ -715,10 +881,11 @@ FORMAT_SAMPLES: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType({
              "::ffff:256.1.1.1", "\u0661::1"),
     "email": ("a@b.c", "a@b", "@b.c", "a@", "a b@c.d", "\"a b\"@c.d", "a@[127.0.0.1]", "a..b@c.d", ".a@b.c",
               "\u00fc@b.c", "a@b.c\n", "a@@b", "test@example.com", "a@b\u00e9.c", "a\t@b.c"),
-    "uri": ("http://example.com", "https://example.com/a?b=c#d", "urn:isbn:0451450523", "mailto:a@b.c",
-            "//example.com", "/path", "example.com", "http://exa mple.com", "http://[::1]:80/",
-            "http://example.com/%zz", "\u00e9:x", "http://\u00e9.com", "a:", "http://x\n", "HTTP://X", "1http://x",
-            "http://x/\u00e9", "file:///etc"),
+    "uri": tuple(dict.fromkeys((  # the first few, then the fixed list above, each once
+        "http://example.com", "https://example.com/a?b=c#d", "urn:isbn:0451450523", "mailto:a@b.c", "//example.com",
+        "/path", "example.com", "http://exa mple.com", "http://[::1]:80/", "http://example.com/%zz", "\u00e9:x",
+        "http://\u00e9.com", "a:", "http://x\n", "HTTP://X", "1http://x", "http://x/\u00e9", "file:///etc",
+        *URI_SAMPLES))),
 })
 
 
@@ -858,6 +1025,8 @@ class ValueMaker:
             samples += [self._time() for _ in range(6)]
         elif name == "uuid":
             samples += [self._uuid() for _ in range(3)]
+        elif name == "uri":
+            samples += [uri_candidate(self.rng) for _ in range(MAX_URI_COMPOSITIONS)]
         return samples
 
     def _date(self) -> str:
@@ -1571,7 +1740,168 @@ def _agree(oracle: Oracle, name: str, group: Mapping[str, Any], agreement: dict[
 
 
 # ============================================================================================
-# 10. CLI
+# 10. URI readers
+# ============================================================================================
+# A "uri" the core admits must be one every reader takes: the oracle (RFC 3986, as the other
+# formats), and the two readers of the WHATWG URL standard that tools meet most: Pydantic's AnyUrl
+# (pydantic-core, Rust's url crate) and Node's URL (ada, as in browsers, and under zod's url()).
+# Seeded candidates go to the compiled check of {"type": "string", "format": "uri"} and to every
+# reader; an admitted value that any of them refuses is a finding that names the value and the
+# reader. Node is one subprocess for all the values of a run: JSON in on stdin, verdicts out.
+# Pydantic is asked in both of its modes: lax, a model's default, and strict, which also refuses
+# what the url crate calls a syntax violation (no "//" after "file:", a Windows drive letter after
+# a file URL's host); the check refuses both shapes, so strict mode holds it as the others do.
+
+URI_REPORT_FORMAT: Final = "differential-uri-report-v1"
+DEFAULT_URIS: Final = 5_000
+URI_SCHEMA: Final = MappingProxyType({"type": "string", "format": "uri"})
+NODE_TIMEOUT: Final = 300  # seconds for one batch: a hung node fails the run rather than the machine
+_NODE_SCRIPT: Final = """
+let input = "";
+process.stdin.setEncoding("utf8");
+process.stdin.on("data", (chunk) => { input += chunk; });
+process.stdin.on("end", () => {
+  const verdicts = JSON.parse(input).map((text) => { try { new URL(text); return true; } catch { return false; } });
+  process.stdout.write(JSON.stringify({ version: process.version, verdicts }));
+});
+"""
+
+
+class ReaderUnavailable(Exception):
+    """A URI reader (pydantic, or node) is not installed or does not answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class UriReader:
+    """A reader of URIs: its name, its version, and its verdict on each of a batch of texts."""
+
+    name: str
+    version: str
+    read: Callable[[Sequence[str]], list[bool]]
+
+
+def pydantic_reader(*, strict: bool = False) -> UriReader:
+    """Pydantic's AnyUrl (any scheme; HttpUrl would add a scheme list and a length the format lacks),
+    as a model reads it by default (lax), or in strict mode."""
+    try:
+        from importlib import metadata
+        from pydantic import AnyUrl, TypeAdapter, ValidationError
+    except ImportError as missing:
+        raise ReaderUnavailable(f"pydantic is not installed ({missing})") from None
+    adapter = TypeAdapter(AnyUrl)
+
+    def read(texts: Sequence[str]) -> list[bool]:
+        verdicts = []
+        for text in texts:
+            try:
+                adapter.validate_python(text, strict=strict)
+            except ValidationError:
+                verdicts.append(False)
+            else:
+                verdicts.append(True)
+        return verdicts
+    version = f"pydantic {metadata.version('pydantic')}, pydantic-core {metadata.version('pydantic-core')}"
+    return UriReader("pydantic AnyUrl strict" if strict else "pydantic AnyUrl", version, read)
+
+
+def node_reader(node: str | None = None) -> UriReader:
+    """Node's WHATWG URL parser, ``new URL(text)``, in one subprocess for each batch."""
+    path = node if node is not None else shutil.which("node")
+    if path is None:
+        raise ReaderUnavailable("node is not on PATH")
+
+    def run(texts: Sequence[str]) -> dict[str, Any]:
+        try:
+            done = subprocess.run([path, "-e", _NODE_SCRIPT], input=json_text(list(texts)).encode("ascii"),
+                                  capture_output=True, timeout=NODE_TIMEOUT, check=False)
+            answer = json.loads(done.stdout) if done.returncode == 0 else None
+        except (OSError, ValueError, subprocess.SubprocessError) as error:
+            raise ReaderUnavailable(f"node did not answer ({type(error).__name__})") from None
+        if type(answer) is not dict or type(answer.get("verdicts")) is not list \
+                or len(answer["verdicts"]) != len(texts) or not all(type(v) is bool for v in answer["verdicts"]):
+            raise ReaderUnavailable(f"node did not answer (exit {done.returncode})")
+        return answer
+
+    version = run(["http://example.com"])["version"]
+    return UriReader("node URL", str(version), lambda texts: run(texts)["verdicts"])
+
+
+def uri_candidates(seed: int, count: int) -> list[str]:
+    """The fixed samples, then ``count`` seeded compositions; each text once, in that order."""
+    rng = random.Random(f"{seed}:uri")
+    return list(dict.fromkeys([*FORMAT_SAMPLES["uri"], *(uri_candidate(rng) for _ in range(count))]))
+
+
+def uri_form(text: str) -> str:
+    """What an admitted URI's authority holds: "no-authority", "empty-host", "ipv6", "ipv4", "name"."""
+    rest = text.split(":", 1)[1]
+    if not rest.startswith("//"):
+        return "no-authority"
+    authority = re.split(r"[/?#]", rest[2:], maxsplit=1)[0]
+    host = authority if authority.startswith("[") else authority.rsplit(":", 1)[0] if ":" in authority else authority
+    if not host:
+        return "empty-host"
+    if host.startswith("["):
+        return "ipv6"
+    return "ipv4" if re.fullmatch(r"[0-9.]+", host) else "name"
+
+
+def run_uris(seed: int, count: int, oracle: Oracle, readers: Sequence[UriReader], *,
+             compile_schema: Callable[..., Any] = td.compile_schema) -> dict[str, Any]:
+    """The report of one seeded run of URI candidates against the compiled check and every reader."""
+    schema = dict(URI_SCHEMA)
+    compiled = compile_schema(schema, require_object=False)
+    texts = uri_candidates(seed, count)
+    findings: list[dict[str, Any]] = []
+    admitted: list[bool] = []
+    for text in texts:
+        try:
+            admitted.append(bool(compiled.admits(text)))
+        except Exception as error:
+            admitted.append(False)
+            findings.append({"kind": "check-raised", "error": _error_name(error), "value": text})
+    verdicts: dict[str, list[bool]] = {"oracle": []}
+    for text in texts:
+        try:
+            verdicts["oracle"].append(oracle.valid(schema, text))
+        except Exception as error:
+            verdicts["oracle"].append(False)
+            findings.append({"kind": "oracle-raised", "error": _error_name(error), "value": text})
+    for reader in readers:
+        try:
+            verdicts[reader.name] = [bool(verdict) for verdict in reader.read(texts)]
+        except Exception as error:
+            verdicts[reader.name] = [True] * len(texts)
+            findings.append({"kind": "reader-raised", "reader": reader.name, "error": _error_name(error)})
+    counts = {name: {"refuses_admitted": 0, "admits_refused": 0} for name in verdicts}
+    forms: dict[str, int] = {}
+    for index, text in enumerate(texts):
+        if admitted[index]:
+            forms[uri_form(text)] = forms.get(uri_form(text), 0) + 1
+        for name, answers in verdicts.items():
+            if admitted[index] and not answers[index]:
+                counts[name]["refuses_admitted"] += 1
+                kind = "unsound" if name == "oracle" else "reader-refuses"
+                findings.append({"kind": kind, "reader": name, "value": text})
+            elif answers[index] and not admitted[index]:
+                counts[name]["admits_refused"] += 1
+    return {
+        "format": URI_REPORT_FORMAT, "seed": seed, "oracle": oracle.versions,
+        "readers": {reader.name: reader.version for reader in readers},
+        "values": len(texts), "admitted": sum(admitted), "admitted_forms": dict(sorted(forms.items())),
+        "verdicts": counts,
+        "findings_total": len(findings),
+        "findings": findings[:MAX_URI_FINDINGS],
+    }
+
+
+def load_uri_readers(node: str | None = None) -> list[UriReader]:
+    """The readers (Pydantic lax and strict, Node), or ReaderUnavailable naming the one missing."""
+    return [pydantic_reader(), pydantic_reader(strict=True), node_reader(node)]
+
+
+# ============================================================================================
+# 11. CLI
 # ============================================================================================
 
 
@@ -1604,9 +1934,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="host overlays to try (default: half the schemas)")
     parser.add_argument("--suite", type=Path, default=None,
                         help="a draft2020-12 folder of the official suite, or the jsonschema sdist (.tar.gz)")
+    parser.add_argument("--uris", type=_count_argument, default=None,
+                        help="put this many seeded URIs (beside the fixed samples) to the uri check and its readers")
+    parser.add_argument("--node", default=None, help="the node executable for --uris (default: node on PATH)")
     args = parser.parse_args(argv)
-    if args.schemas > MAX_SCHEMAS or (args.overlays or 0) > MAX_SCHEMAS:
-        parser.error(f"at most {MAX_SCHEMAS} schemas or overlays")
+    if max(args.schemas, args.overlays or 0, args.uris or 0) > MAX_SCHEMAS:
+        parser.error(f"at most {MAX_SCHEMAS} schemas, overlays or URIs")
     oracle = load_oracle()
     if args.suite is not None:
         if not args.suite.exists():
@@ -1618,6 +1951,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write("the oracle needs jsonschema (with rfc3339-validator and rfc3986-validator) and regress: "
                          "run bash differential/ci.sh\n")
         return 2
+    if args.uris is not None:
+        try:
+            readers = load_uri_readers(args.node)
+        except ReaderUnavailable as missing:
+            sys.stdout.write(f"the URI readers need pydantic and node: {missing}\n")
+            return 2
+        report = run_uris(args.seed, args.uris, oracle, readers)
+        sys.stdout.write(render(report))
+        return 1 if report["findings_total"] else 0
     overlays = args.schemas // 2 if args.overlays is None else args.overlays
     report = run_seed(args.seed, args.schemas, overlays, oracle)
     sys.stdout.write(render(report))

@@ -577,6 +577,7 @@ _LOOKS_LIKE: Final[Mapping[str, re.Pattern[str]]] = MappingProxyType({
     "ipv4": re.compile(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\Z"),
     "ipv6": re.compile(r"[0-9a-f:]*::?[0-9a-f:]*\Z"),
     "decimal": re.compile(r"-?[0-9]+(?:\.[0-9]+)?\Z"),
+    "uri": re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://"),
 })
 # Beside differential.py's samples: offsets at their ends, many fraction digits, the last day, and
 # decimal text that a number-or-string schema admits and a Decimal may not (NaN, exponents, spaces).
@@ -588,6 +589,8 @@ _MORE_SAMPLES: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType({
     "uuid": ("6F1C2A8E-3B4D-4E5F-9A0B-1C2D3E4F5A6B", "ffffffff-ffff-ffff-ffff-ffffffffffff"),
     "ipv4": ("127.0.0.1", "224.0.0.1"),
     "ipv6": ("::1.2.3.4", "::ffff:0:1.2.3.4", "ff02::1", "fe80::1"),
+    "uri": ("http://example.com:65535/a?b#c", "https://a.b.c/", "ftp://example.com/", "ws://[::1]:1/",
+            "file:///etc/hosts", "mailto:a@b.c", "urn:isbn:0451450523"),
     "decimal": ("NaN", "-Infinity", "1e3", "1E-3", " 1", "1_000", "-0", "-1", "1.5", "0.00001", "123456.789", "1" * 40),
 })
 _ARABIC_INDIC: Final = str.maketrans("0123456789", "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669")

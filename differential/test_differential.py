@@ -2,9 +2,10 @@
 Pydantic census (differential/pydantic_census.py).
 
 The oracle needs ``jsonschema`` (with rfc3339-validator and rfc3986-validator, so formats are
-asserted) and ``regress``, the census ``pydantic``; ``bash differential/ci.sh`` installs them into a
-virtual environment outside the checkout and runs this file. Without them the tests that need them
-are skipped with one SKIP line each; under CI=true they fail instead, never skip.
+asserted) and ``regress``, the census ``pydantic``, the uri format's readers ``pydantic`` and
+``node``; ``bash differential/ci.sh`` installs the Python packages into a virtual environment outside
+the checkout and runs this file. Without them the tests that need them are skipped with one SKIP
+line each; under CI=true they fail instead, never skip.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import tarfile
 import tempfile
 import unittest
 from contextlib import redirect_stderr, redirect_stdout
+from unittest import mock
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,13 @@ import tool_dispatcher as td  # noqa: E402
 ORACLE = dif.load_oracle()
 if ORACLE is None and os.environ.get("CI") != "true":
     sys.stdout.write("SKIP the oracle's tests: jsonschema or regress is not installed (run bash differential/ci.sh)\n")
+
+try:
+    URI_READERS: list[dif.UriReader] | None = dif.load_uri_readers()
+except dif.ReaderUnavailable as unavailable:
+    URI_READERS = None
+    if os.environ.get("CI") != "true":
+        sys.stdout.write(f"SKIP the URI readers' tests: {unavailable} (pydantic and node are needed)\n")
 
 PYDANTIC_PACKAGES = ("pydantic", "pydantic_core", "annotated_types", "typing_inspection")
 try:
@@ -53,6 +62,16 @@ def oracle() -> dif.Oracle:
     if os.environ.get("CI") == "true":
         raise RuntimeError("the differential suite must run under CI: jsonschema or regress is not installed")
     raise unittest.SkipTest("jsonschema or regress is not installed")
+
+
+def uri_readers(node: str | None = None) -> list[dif.UriReader]:
+    """The uri format's readers, or a skip (a failure under CI=true) when pydantic or node is missing."""
+    try:
+        return URI_READERS if node is None and URI_READERS is not None else dif.load_uri_readers(node)
+    except dif.ReaderUnavailable as missing:
+        if os.environ.get("CI") == "true":
+            raise RuntimeError(f"the URI readers must run under CI: {missing}") from None
+        raise unittest.SkipTest(str(missing)) from None
 
 
 def census() -> Any:
@@ -161,7 +180,7 @@ class TestLimitsAndConstants(unittest.TestCase):
     def test_one_test_case_for_each_section_in_the_modules_order(self):
         with open(HERE / "differential.py", encoding="utf-8") as handle:
             titles = re.findall(r"^# ([0-9]+)\. (.+)$", handle.read(), re.MULTILINE)
-        self.assertEqual([int(number) for number, _ in titles], list(range(1, 11)))
+        self.assertEqual([int(number) for number, _ in titles], list(range(1, 12)))
         expected = ["Test" + "".join(word.capitalize() for word in title.split()) for _, title in titles]
         expected.append("TestPydanticCensus")  # pydantic_census.py, after the differential's sections
         with open(HERE / "test_differential.py", encoding="utf-8") as handle:
@@ -446,6 +465,49 @@ class TestValues(unittest.TestCase):
         self.assertIn("2023-02-29", values)
         self.assertIn("2024-01-01\n", values)
 
+    def test_uri_samples_meet_each_rule_on_both_sides(self):
+        uri = td.FORMATS["uri"]
+        samples = dif.FORMAT_SAMPLES["uri"]
+        self.assertEqual(len(samples), len(set(samples)))
+        self.assertLessEqual(set(dif.URI_SAMPLES), set(samples))
+        pairs = {  # a rule: (a sample the core's reading admits, a near miss it refuses)
+            "port": ("http://example.com:65535", "http://example.com:65536"),
+            "empty host": ("foo://", "http://"), "userinfo": ("mailto:user@example.com", "http://user@example.com"),
+            "numeric host": ("http://127.0.0.1", "http://0x7f.1"), "short quad": ("http://a.b1", "http://127.1"),
+            "octet": ("http://255.255.255.255", "http://1.2.3.999"), "punycode": ("http://a--b.com", "http://xn--nxasmq6b.com"),
+            "label": ("http://" + dif._LABEL_63 + ".com", "http://" + dif._LABEL_63 + "x.com"),
+            "host": ("http://" + dif._HOST_253, "http://" + dif._HOST_253 + "d"),
+            "escape": ("http://a/%41", "http://a/%4"), "hex escape": ("http://a/%c3%A9", "http://a/%zz"),
+            "space": ("http://a/%20", "http://a/b c"), "ascii": ("http://a/%C3%A9", "http://a/\u00e9"),
+            "backslash": ("http://a/b", "http://a\\b"), "zone": ("http://[fe80::1]", "http://[fe80::1%25eth0]"),
+            "ipvfuture": ("http://[::1]", "http://[v1.x]"), "double slash": ("foo:/a//x", "foo://u@x"),
+            "dot segment": ("http://a/b..c/...", "http://a/%2E./c"),
+            "special scheme": ("foo:x", "http:a"), "file port": ("file://host/x", "file://host:21/x"),
+        }
+        for rule, (good, bad) in pairs.items():
+            with self.subTest(rule=rule):
+                self.assertTrue(uri(good))
+                self.assertFalse(uri(bad))
+                self.assertIn(bad, samples)
+        self.assertEqual(len(dif._LABEL_63), 63)
+        self.assertEqual(len(dif._HOST_253), 253)
+
+    def test_uri_compositions_are_seeded_and_fall_on_both_sides(self):
+        def made(seed: int) -> list[str]:
+            rng = random.Random(seed)
+            return [dif.uri_candidate(rng) for _ in range(400)]
+        self.assertEqual(made(3), made(3))
+        self.assertNotEqual(made(3), made(4))
+        admitted = [text for text in made(3) if td.FORMATS["uri"](text)]
+        self.assertGreater(len(admitted), 80)
+        self.assertLess(len(admitted), 320)
+        self.assertEqual({dif.uri_form(text) for text in admitted},
+                         {"no-authority", "empty-host", "ipv4", "ipv6", "name"})
+        values = self.values({"type": "string", "format": "uri"})
+        composed = [value for value in values if type(value) is str and "://" in value
+                    and value not in dif.FORMAT_SAMPLES["uri"]]
+        self.assertGreater(len(composed), 0)  # the schema's values hold random compositions too
+
     def test_the_same_random_makes_the_same_values(self):
         schema = {"type": "array", "items": {"type": "string", "pattern": "^[a-z]{1,3}$"}, "maxItems": 4}
         examples = {"^[a-z]{1,3}$": ("abc",)}
@@ -654,7 +716,105 @@ class TestTheOfficialSuite(unittest.TestCase):
 
 
 # ============================================================================================
-# 10. CLI
+# 10. URI readers
+# ============================================================================================
+
+
+def refuse_one(value: str) -> dif.UriReader:
+    """A fake reader that takes every text but one."""
+    return dif.UriReader("fake", "0", lambda texts: [text != value for text in texts])
+
+
+class TestUriReaders(unittest.TestCase):
+
+    def test_a_reader_that_refuses_an_admitted_uri_fails_the_run_and_names_it(self):
+        report = dif.run_uris(1, 50, oracle(), [refuse_one("http://example.com:65535")])
+        self.assertEqual(report["findings_total"], 1)
+        self.assertEqual(report["findings"],
+                         [{"kind": "reader-refuses", "reader": "fake", "value": "http://example.com:65535"}])
+        self.assertEqual(report["verdicts"]["fake"], {"refuses_admitted": 1,
+                                                      "admits_refused": report["values"] - report["admitted"]})
+        self.assertEqual(report["verdicts"]["oracle"]["refuses_admitted"], 0)
+        # refusing a value the check refuses too is no finding
+        self.assertEqual(dif.run_uris(1, 50, oracle(), [refuse_one("http://example.com:65536")])["findings_total"], 0)
+
+    def test_the_command_line_exits_1_on_a_reader_finding(self):
+        oracle()
+        with mock.patch.object(dif, "load_uri_readers", lambda node=None: [refuse_one("a:b")]):
+            out = io.StringIO()
+            with redirect_stdout(out):
+                status = dif.main(["--seed", "2", "--uris", "20"])
+        self.assertEqual(status, 1)
+        self.assertIn('{"kind":"reader-refuses","reader":"fake","value":"a:b"}', out.getvalue())
+
+    def test_a_reader_that_raises_is_a_finding(self):
+        def broken(_texts: Any) -> list[bool]:
+            raise ValueError("no answer")
+        report = dif.run_uris(1, 10, oracle(), [dif.UriReader("broken", "0", broken)])
+        self.assertEqual(report["findings"], [{"kind": "reader-raised", "reader": "broken", "error": "ValueError"}])
+
+    def test_a_missing_node_is_refused_and_fails_under_ci(self):
+        with self.assertRaises(dif.ReaderUnavailable):
+            dif.node_reader("/nonexistent/node")
+        with mock.patch.dict(os.environ, {"CI": "true"}):
+            with self.assertRaises(RuntimeError):
+                uri_readers("/nonexistent/node")
+        with mock.patch.dict(os.environ, {"CI": "false"}):
+            with self.assertRaises(unittest.SkipTest):
+                uri_readers("/nonexistent/node")
+        oracle()
+        out = io.StringIO()
+        with redirect_stdout(out):
+            status = dif.main(["--uris", "5", "--node", "/nonexistent/node"])
+        self.assertEqual(status, 2)
+        self.assertIn("node", out.getvalue())
+
+    def test_ci_runs_the_uris_of_each_seed(self):
+        with open(HERE / "ci.sh", encoding="utf-8") as handle:
+            text = handle.read()
+        self.assertIn('run "$vpy" -B differential/differential.py --seed "$seed" --uris "$URIS_PER_SEED"', text)
+
+    def test_node_reads_a_batch_as_whatwg_does(self):
+        reader = uri_readers()[-1]
+        self.assertEqual(reader.name, "node URL")
+        self.assertRegex(reader.version, r"^v[0-9]+\.")
+        texts = ["http://a", "http://a b", "\ud800:x", "http://\u00e9.com", "http://0x7f.1", "http://1.2.3.999",
+                 "http://a:65536", "foo://a:65535", "http://", "file:etc", "file://host/C:/x"]
+        self.assertEqual(reader.read(texts), [True, False, False, True, True, False, False, True, False, True, True])
+
+    def test_pydantic_reads_lax_and_strict_and_the_check_admits_neither_ones_refusals(self):
+        lax, strict = uri_readers()[:2]
+        self.assertEqual((lax.name, strict.name), ("pydantic AnyUrl", "pydantic AnyUrl strict"))
+        texts = ["http://a", "http://a:65536", "file:etc", "file:///etc", "file://host/C:/x", "file:///C:/x"]
+        self.assertEqual(lax.read(texts), [True, False, True, True, True, True])
+        # Strict mode refuses a file URL without "//", and a host before a drive letter (which
+        # lax mode drops and Node keeps): the check refuses both, as it must.
+        self.assertEqual(strict.read(texts), [True, False, False, True, False, True])
+        self.assertEqual([td.FORMATS["uri"](text) for text in texts], [True, False, False, True, False, True])
+
+    def test_every_reader_takes_what_the_uri_check_admits(self):
+        report = dif.run_uris(11, 600, oracle(), uri_readers())
+        self.assertGreater(report["admitted"], 200)
+        self.assertEqual((report["findings_total"], report["findings"]), (0, []))
+        self.assertEqual(list(report["verdicts"]), ["oracle", "pydantic AnyUrl", "pydantic AnyUrl strict", "node URL"])
+        self.assertEqual({name: counts["refuses_admitted"] for name, counts in report["verdicts"].items()},
+                         dict.fromkeys(report["verdicts"], 0))
+
+    def test_the_same_seed_gives_the_same_uri_report(self):
+        readers = [refuse_one("a:b")]
+        first = dif.render(dif.run_uris(4, 200, oracle(), readers))
+        self.assertEqual(first, dif.render(dif.run_uris(4, 200, oracle(), readers)))
+        self.assertNotEqual(first, dif.render(dif.run_uris(5, 200, oracle(), readers)))
+        self.assertEqual(dif.uri_candidates(4, 200)[:len(dif.FORMAT_SAMPLES["uri"])], list(dif.FORMAT_SAMPLES["uri"]))
+
+    def test_a_uris_form_is_read_off_its_authority(self):
+        cases = {"a:b": "no-authority", "foo://": "empty-host", "foo://?x": "empty-host", "http://[::1]:80/": "ipv6",
+                 "http://1.2.3.4:8/": "ipv4", "http://a.b:1": "name", "file:///x": "empty-host"}
+        self.assertEqual({text: dif.uri_form(text) for text in cases}, cases)
+
+
+# ============================================================================================
+# 11. CLI
 # ============================================================================================
 
 
@@ -749,7 +909,6 @@ class TestPydanticCensus(unittest.TestCase):
 
     def test_deliberate_refusals_name_their_code_and_place(self):
         expected = {
-            "HttpRequest": ("SCHEMA_FORMAT", "schema.properties[0].format"),  # HttpUrl is format uri
             "UploadFile": ("SCHEMA_FORMAT", "schema.properties[1].format"),  # bytes is format binary
             "TransferFunds": ("SCHEMA_NUMBER", "schema.properties[2].multipleOf"),  # multiple_of=0.01
             "Notify": ("SCHEMA_COMBINATOR", "schema.properties[0]"),  # a plain Union of models has no tag
@@ -760,6 +919,24 @@ class TestPydanticCensus(unittest.TestCase):
         for name, (code, at) in expected.items():
             with self.subTest(name=name):
                 self.assertEqual(self.line(name), {"name": name, "code": code, "at": at})
+
+    def test_url_models_compile_and_only_http_url_refuses_what_its_schema_admits(self):
+        # HttpUrl and AnyUrl are both "format": "uri" (HttpUrl adds "maxLength": 2083). HttpUrl
+        # also takes only the http and https schemes, which its schema does not say.
+        module = census()
+        for name in ("HttpRequest", "FetchPage"):
+            with self.subTest(name=name):
+                line = self.line(name)
+                self.assertEqual((line["compiled"], line["unsound"]), (True, 0))
+                self.assertGreater(line["admitted"], 100)
+        self.assertEqual(self.line("FetchPage")["pydantic_refuses"], 0)
+        model, inputs = module.CENSUS["HttpRequest"]
+        compiled = td.compile_schema(module.schema_of(model))
+        refused = [value["url"] for value in module.mutations(module.dumps(model, inputs))
+                   if compiled.admits(value) and module.pydantic_verdict(model, value)[0] == "refused"]
+        self.assertEqual(len(refused), self.line("HttpRequest")["pydantic_refuses"])
+        self.assertGreater(len(refused), 0)
+        self.assertEqual([url for url in refused if url.split(":", 1)[0].lower() in ("http", "https")], [])
 
     def test_a_decimal_fields_schema_admits_text_that_pydantic_refuses(self):
         # pydantic 2.14 dropped the pattern its Decimal schema's string branch had (2.13 wrote one

@@ -5783,6 +5783,60 @@ class TextOutputAndOutputLimits:
                                     arguments={})
                 self.assertEqual(self.code(package), answer)
 
+    def test_an_outputs_declared_bounds_may_reach_what_its_limits_hold(self):
+        # A structured output's string or list may declare more than an input's ceilings: its byte
+        # and value limits, which the host raises per tool, bind first. Where it is silent, the
+        # defaults hold; past the output ceilings, the ceiling does (recorded as the host's).
+        document = notes_document()
+        document["tools"] = [tool for tool in document["tools"] if tool["name"] == "list_notes"]
+        document["tools"][0]["output_schema"] = schema_object({
+            "content": {"type": "string", "maxLength": 30_000},
+            "silent": {"type": "string"},
+            "over": {"type": "string", "maxLength": td.MAX_OUTPUT_BYTES_CEILING + 1},
+            "lines": {"type": "array", "items": {"type": "integer"}, "maxItems": td.MAX_OUTPUT_NODES_CEILING + 1}},
+            ["content"])
+        registry = td.parse_contracts(encode(document))
+        output = registry["list_notes"].output_contract
+        self.assertEqual(output.to_schema()["properties"], {
+            "content": {"type": "string", "maxLength": 30_000},
+            "silent": {"type": "string", "maxLength": td.DEFAULT_MAX_LENGTH},
+            "over": {"type": "string", "maxLength": td.MAX_OUTPUT_BYTES_CEILING},
+            "lines": {"type": "array", "items": {"type": "integer", "minimum": -td.MAX_SAFE_INTEGER,
+                                                 "maximum": td.MAX_SAFE_INTEGER},
+                      "maxItems": td.MAX_OUTPUT_NODES_CEILING}})
+        self.assertEqual(output.host_bounds(), ("schema.properties[1].maxLength", "schema.properties[2].maxLength",
+                                                "schema.properties[3].maxItems"))
+        for size, limits, answer in ((20_000, {"max_output_bytes": td.MAX_OUTPUT_BYTES_CEILING}, "fresh"),
+                                     (30_000, {"max_output_bytes": td.MAX_OUTPUT_BYTES_CEILING}, "fresh"),
+                                     (30_001, {"max_output_bytes": td.MAX_OUTPUT_BYTES_CEILING}, "OUTPUT_CONTRACT_VIOLATION"),
+                                     (20_000, {}, "OUTPUT_TOO_LARGE")):
+            with self.subTest(size=size, limits=limits):
+                hooks = td.ToolHooks(execute=lambda call, size=size: td.Execution({"content": "a" * size}, "none"),
+                                     **limits)
+                package = note_read(Dispatcher(registry=registry, hooks={"list_notes": hooks}), arguments={})
+                self.assertEqual(self.code(package), answer)
+        # The same declarations on the input side compile to the input ceilings.
+        document["tools"][0]["input_schema"] = document["tools"][0]["output_schema"]
+        self.assertEqual(td.parse_contracts(encode(document))["list_notes"].input_contract.to_schema()["properties"]
+                         ["content"], {"type": "string", "maxLength": td.DEFAULT_MAX_LENGTH})
+
+    def test_an_overlay_may_raise_a_silent_output_bound_to_its_ceiling_and_an_inputs_to_its_own(self):
+        # The server's silent string admits any length: a host bound up to the side's ceiling is
+        # inside it, and one above compiles as the ceiling.
+        server = schema_object({"content": {"type": "string"}}, ["content"])
+        for bounds, limit, ceiling in ((td.OUTPUT_BOUNDS, 20_000, 20_000),
+                                       (td.OUTPUT_BOUNDS, 40_000, td.MAX_OUTPUT_BYTES_CEILING),
+                                       (td.Bounds(), 20_000, td.DEFAULT_MAX_LENGTH)):
+            with self.subTest(bounds=bounds, limit=limit):
+                raised = td.narrow(server, {("content",): {"type": "string", "maxLength": limit}}, bounds=bounds)
+                self.assertEqual([raised.admits({"content": "a" * size}) for size in (ceiling, ceiling + 1)],
+                                 [True, False])
+        # A server's own declared bound still holds the host's.
+        bounded = schema_object({"content": {"type": "string", "maxLength": 100}}, ["content"])
+        with self.assertRaises(BoundaryError) as caught:
+            td.narrow(bounded, {("content",): {"type": "string", "maxLength": 101}}, bounds=td.OUTPUT_BOUNDS)
+        self.assertEqual(caught.exception.code, "OVERLAY_WIDENS")
+
     def test_output_limits_stay_within_their_ceilings(self):
         for limits in ({"max_output_bytes": 0}, {"max_output_bytes": td.MAX_OUTPUT_BYTES_CEILING + 1},
                        {"max_output_nodes": 0}, {"max_output_nodes": td.MAX_OUTPUT_NODES_CEILING + 1},

@@ -106,7 +106,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     # 8. The contract language
     "MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "MAX_SCHEMA_NODES", "MAX_PROPERTIES", "MAX_DEFINITIONS",
     "MAX_ENUM", "MAX_PATTERN_LENGTH", "MAX_NAME_LENGTH", "MAX_QUANTIFIER", "MAX_BRANCHES",
-    "PATTERN_CACHE", "DEFAULT_MAX_LENGTH", "DEFAULT_MAX_ITEMS", "SCHEMA_ROOT", "VALUE_ROOT", "ANNOTATIONS",
+    "PATTERN_CACHE", "OUTPUT_BOUNDS", "DEFAULT_MAX_LENGTH", "DEFAULT_MAX_ITEMS", "SCHEMA_ROOT", "VALUE_ROOT", "ANNOTATIONS",
     "ROOT_ONLY",
     "REFUSED_KEYWORDS", "TYPE_KEYWORDS", "SCALAR_KINDS", "DEFINITION_PREFIXES", "CONTRACTS_FORMAT",
     "MAX_CONTRACTS_BYTES", "MAX_CONTRACTS_DEPTH", "MAX_TOOLS", "MAX_DESCRIPTION_LENGTH", "TOOL_NAME",
@@ -1951,9 +1951,10 @@ MAX_UNION_BRANCHES: Final = 16  # branches of one anyOf / oneOf; a value may be 
 PATTERN_CACHE: Final = 1_024  # pattern texts whose proof is remembered; a cache of a pure function, not a limit
 
 # Host bounds: where a schema is silent, the host bounds it, and the compiled form records it.
-DEFAULT_MAX_LENGTH: Final = 4_096  # characters of a string with no maxLength (also the ceiling)
-DEFAULT_MAX_ITEMS: Final = 256  # items of an array with no maxItems (also the ceiling)
-DEFAULT_MAX_ENTRIES: Final = 256  # entries of a map with no maxProperties (also the ceiling)
+# Also the ceilings of a declared bound, but in a tool's output (OUTPUT_BOUNDS, after Bounds).
+DEFAULT_MAX_LENGTH: Final = 4_096  # characters of a string with no maxLength
+DEFAULT_MAX_ITEMS: Final = 256  # items of an array with no maxItems
+DEFAULT_MAX_ENTRIES: Final = 256  # entries of a map with no maxProperties
 
 SCHEMA_ROOT: Final = "schema"
 VALUE_ROOT: Final = "value"
@@ -2657,11 +2658,28 @@ def prescan(schema: Any, *, max_bytes: int = MAX_SCHEMA_BYTES, max_depth: int = 
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
-    """The host's bounds where a schema is silent (and their ceilings where it is not)."""
+    """The host's bounds where a schema is silent, and the ceilings of what it declares: by
+    default the same (a declared maxLength of 10,000 compiles as 4,096); None is that default."""
 
     max_length: int = DEFAULT_MAX_LENGTH
     max_items: int = DEFAULT_MAX_ITEMS
     max_entries: int = DEFAULT_MAX_ENTRIES
+    length_ceiling: int | None = None
+    items_ceiling: int | None = None
+    entries_ceiling: int | None = None
+
+    def ceilings(self) -> "Bounds":
+        """The same bounds with each ceiling as its default too: what a schema that is silent
+        admits at most, which is what a narrowing proof holds a host's rule to."""
+        return Bounds(self.length_ceiling or self.max_length, self.items_ceiling or self.max_items,
+                      self.entries_ceiling or self.max_entries)
+
+
+# A tool output's declared bounds may reach what its own limits can hold (its bytes and values,
+# which a host raises per tool up to these ceilings, and which are checked first); where its
+# schema is silent, the defaults hold as on the input side.
+OUTPUT_BOUNDS: Final = Bounds(length_ceiling=MAX_OUTPUT_BYTES_CEILING, items_ceiling=MAX_OUTPUT_NODES_CEILING,
+                              entries_ceiling=MAX_OUTPUT_NODES_CEILING)
 
 
 class _Compiler:
@@ -2853,7 +2871,7 @@ class _Compiler:
     def compile_string(self, raw: dict[str, Any], at: str, description: str | None) -> StringRule:
         low = _count(raw, "minLength", 0, at)
         declared = _count(raw, "maxLength", None, at)
-        high, source = _host_bound(declared, self.bounds.max_length)
+        high, source = _host_bound(declared, self.bounds.max_length, self.bounds.length_ceiling)
         if low > high:
             raise BoundaryError("SCHEMA_BOUNDS", f"{at}.minLength")
         choices = _choices(raw, (str,), at)
@@ -2925,7 +2943,8 @@ class _Compiler:
     def compile_map(self, raw: dict[str, Any], values: dict[str, Any], at: str, description: str | None) -> MapRule:
         """A map: any string keys (no propertyNames), every value under one schema, a bounded count."""
         low = _count(raw, "minProperties", 0, at)
-        high, source = _host_bound(_count(raw, "maxProperties", None, at), self.bounds.max_entries)
+        high, source = _host_bound(_count(raw, "maxProperties", None, at), self.bounds.max_entries,
+                                   self.bounds.entries_ceiling)
         if low > high:
             raise BoundaryError("SCHEMA_BOUNDS", f"{at}.minProperties")
         return MapRule(self.child(values, f"{at}.additionalProperties"), low, high, source, description)
@@ -2937,7 +2956,8 @@ class _Compiler:
         if type(items) is not dict:
             raise BoundaryError("SCHEMA_ITEMS", at)
         low = _count(raw, "minItems", 0, at)
-        high, source = _host_bound(_count(raw, "maxItems", None, at), self.bounds.max_items)
+        high, source = _host_bound(_count(raw, "maxItems", None, at), self.bounds.max_items,
+                                   self.bounds.items_ceiling)
         if low > high:
             raise BoundaryError("SCHEMA_BOUNDS", f"{at}.minItems")
         unique = raw.get("uniqueItems", False)
@@ -3073,9 +3093,11 @@ def _count(raw: dict[str, Any], keyword: str, default: int | None, at: str) -> A
     return value
 
 
-def _host_bound(declared: int | None, ceiling: int) -> tuple[int, str]:
-    if declared is None or declared > ceiling:
-        return ceiling, "host"
+def _host_bound(declared: int | None, default: int, ceiling: int | None) -> tuple[int, str]:
+    if declared is None:
+        return default, "host"
+    if declared > (ceiling or default):
+        return ceiling or default, "host"
     return declared, "schema"
 
 
@@ -3700,7 +3722,8 @@ def _prove_narrower(host: CompiledSchema, server_node: dict[str, Any], bounds: B
     has no rule to be inside of: a format it does not read (email, uri) may assert anything a
     reader of that format likes, so no pattern or enum of the host's is proved to lie within it."""
     try:
-        server = compile_schema(server_node, bounds=bounds, require_object=False)
+        # Silent, the server's schema admits any length: up to the ceiling is inside it.
+        server = compile_schema(server_node, bounds=bounds.ceilings(), require_object=False)
     except BoundaryError as refusal:
         if refusal.scope != "schema":
             raise
@@ -4182,10 +4205,11 @@ def _parse_tool(raw: Any, at: str, narrowing: Mapping[str, _ToolOverlay]) -> Too
 def _compile_at(schema: Any, at: str, host: _ToolOverlay | None = None, side: str = "input") -> CompiledSchema:
     entries = () if host is None else getattr(host, side)
     places = [f"overlay.tools[{host.index}].{side}[{number}]" for number in range(len(entries))] if host else []
+    bounds = OUTPUT_BOUNDS if side == "output" else Bounds()
     try:
         if not entries:
-            return compile_schema(schema)
-        return narrow(schema, MappingProxyType(dict(entries)))
+            return compile_schema(schema, bounds=bounds)
+        return narrow(schema, MappingProxyType(dict(entries)), bounds=bounds)
     except BoundaryError as refusal:  # the same code, its place moved inside the file it is about
         if refusal.scope != "schema":
             raise

@@ -826,6 +826,11 @@ class McpClient:
         return not self._broken
 
     @property
+    def running(self) -> bool:
+        """Whether the server may still answer: the client is usable and its process has not exited."""
+        return not self._broken and self._process.poll() is None
+
+    @property
     def exit_status(self) -> int | None:
         """The server's exit status once it has been reaped (negative: the signal that ended it)."""
         return self._process.returncode

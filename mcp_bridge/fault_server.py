@@ -30,6 +30,8 @@ SLOW: Final = 0.5  # seconds slow_call takes over its first call: longer than th
 STDERR_FLOOD: Final = 20_000  # bytes loud_stderr writes to its stderr before TAIL_END
 TAIL_END: Final = "TAIL-END"
 CRASH_MESSAGE: Final = "fault-server: cannot start: the setting NOTES_TOKEN is missing"
+BIG_TEXT: Final = 6_000  # characters big_answer answers: over the core's default output limit, under twice it
+HUGE_TEXT: Final = 1_100_000  # characters huge_answer answers: a line over the client's 1 MiB
 
 GOOD_TOOLS: Final = (
     {"name": "get_order", "description": "Read one order.",
@@ -366,6 +368,16 @@ def _call_is_error(server: Server, request_id: Any) -> bool:
     return True
 
 
+def _big_answer(server: Server, request_id: Any) -> bool:
+    server.answer(request_id, {"content": [{"type": "text", "text": "a" * BIG_TEXT}]})
+    return True
+
+
+def _huge_answer(server: Server, request_id: Any) -> bool:
+    server.answer(request_id, {"content": [{"type": "text", "text": "a" * HUGE_TEXT}]})
+    return True
+
+
 def _refunded(arguments: Any) -> dict[str, Any]:
     # The amount as it arrived, a float when the request held one: Python writes 2.5 back as 2.5.
     return {"refunded": arguments.get("amount") if type(arguments) is dict else None}
@@ -378,7 +390,7 @@ ANSWERS: Final[Mapping[str, Callable[[Any], dict[str, Any]]]] = {"refund": _refu
 CALL_FAULTS: Final[Mapping[str, Callable[[Server, Any], bool]]] = {
     "slow_call": _slow_call, "lost_call": _lost_call, "call_error": _call_error, "call_is_error": _call_is_error,
     "rug_pull": _rug_pull, "unencodable_pull": _rug_pull, "late_rug_pull": _late_rug_pull,
-    "is_error_text": _is_error_text,
+    "is_error_text": _is_error_text, "big_answer": _big_answer, "huge_answer": _huge_answer,
 }
 
 # (fault, method) -> what the server does instead of its normal answer

@@ -24,6 +24,9 @@ becomes the hook's Execution:
     no answer, a broken or malformed    unknown for a write (it may have committed: the model is told to
       answer (an isError that is no       query its status); for a read, a retryable DEADLINE_EXCEEDED
       boolean), the server exited
+    an answer line over the client's    an output over every limit (OVER_ANY_LIMIT): the core refuses it
+      line limit                          as OUTPUT_TOO_LARGE, not retryable; for a write that is unknown,
+                                          as for any write whose output fails its contract
 
 The status hook, when the host names a status tool, calls it with ``{"idempotency_key": KEY}``
 (or what ``status_arguments`` builds) and reads its structuredContent: ``{"found": false}`` is
@@ -81,7 +84,8 @@ else:
     from importer import drift_of  # noqa: E402
 
 __all__ = ["DEFAULT_CALL_TIMEOUT", "DEFAULT_START_TIMEOUT", "REFUSED_BEFORE_RUNNING", "NOTHING_SENT",
-           "McpForwarder", "ServerNotStarted", "ToolWithheld", "execution_of", "status_of"]
+           "ANSWER_TOO_LARGE", "OVER_ANY_LIMIT", "McpForwarder", "ServerNotStarted", "ToolWithheld", "execution_of",
+           "status_of"]
 
 DEFAULT_START_TIMEOUT: Final = 20.0  # seconds for a server's start and handshake
 DEFAULT_CALL_TIMEOUT: Final = 30.0  # seconds a call may take when the host's deadline leaves more
@@ -89,6 +93,14 @@ DEFAULT_CALL_TIMEOUT: Final = 30.0  # seconds a call may take when the host's de
 REFUSED_BEFORE_RUNNING: Final = frozenset({-32601, -32602})
 # Client errors raised before a request left: the server never saw it.
 NOTHING_SENT: Final = frozenset({"CLIENT_DEADLINE_PASSED", "CLIENT_REQUEST_INVALID", "CLIENT_BUSY", "CLIENT_SPAWN"})
+# Client errors that say the server answered, but in a line longer than the client reads: the
+# answer arrived and was too large, which is no lost answer (a retry would meet it again). Too
+# many messages or bytes while waiting is a flood, not an answer: the answer was never read.
+ANSWER_TOO_LARGE: Final = frozenset({"CLIENT_LINE_TOO_LONG"})
+# What an execute hook answers for such an answer: a text longer than any output limit a host may
+# set (tool_dispatcher.MAX_OUTPUT_BYTES_CEILING), so the core refuses it as OUTPUT_TOO_LARGE; like
+# any refused output it reaches neither the model nor the audit.
+OVER_ANY_LIMIT: Final = " " * (td.MAX_OUTPUT_BYTES_CEILING + 1)
 # The status tool's arguments when the host builds none.
 _STATUS_FIELDS: Final = frozenset({"found", "receipt"})
 
@@ -204,6 +216,8 @@ class McpForwarder:
                 if (type(error) is ServerNotStarted or error.code in NOTHING_SENT
                         or (error.code == "CLIENT_SERVER_ERROR" and error.rpc_code in REFUSED_BEFORE_RUNNING)):
                     return td.Execution(None, "not_committed")
+                if error.code in ANSWER_TOO_LARGE:  # it answered: an output refused, not a lost answer
+                    return td.Execution(OVER_ANY_LIMIT, "committed" if write else "none")
                 raise td.ResponseLost from None
             return execution_of(result, write=write, errors_commit_nothing=errors_commit_nothing,
                                 text_output=text_output)
@@ -218,12 +232,14 @@ class McpForwarder:
                             status=None if status_tool is None else status, refusals=refusals, **limits)
 
     def hooks_for(self, registry: Mapping[str, td.ToolSpec], *,
-                  status_tools: Mapping[str, str] | None = None) -> dict[str, td.ToolHooks]:
+                  status_tools: Mapping[str, str] | None = None, **limits: int) -> dict[str, td.ToolHooks]:
         """Hooks for every tool of a registry drafted from this server (resource-less tools: a tool
         that names a resource needs its resolve hook, from hooks()); ``status_tools`` names each
-        write's status tool."""
+        write's status tool; ``limits`` (ToolHooks' ``max_output_bytes``, ``max_output_nodes``)
+        apply to every tool."""
         status_tools = status_tools or {}
-        return {name: self.hooks(name, status_tool=status_tools.get(name), text_output=spec.output_contract is None)
+        return {name: self.hooks(name, status_tool=status_tools.get(name), text_output=spec.output_contract is None,
+                                 **limits)
                 for name, spec in registry.items()}
 
     def call(self, name: str, arguments: Mapping[str, Any], *, meta: Mapping[str, Any] | None = None,
@@ -263,8 +279,16 @@ class McpForwarder:
             self.sent += 1
             return result
 
+    @property
+    def running(self) -> bool:
+        """Whether this forwarder's server runs now: started, its connection usable, its process not
+        exited. False before the first start, after a start that failed and after the server exited
+        (the next call or start() starts it again)."""
+        client = self._client
+        return client is not None and client.running
+
     def _server(self, until: float) -> McpClient:
-        if self._client is not None and self._client.usable:
+        if self._client is not None and self._client.running:
             return self._client
         if self._client is not None:
             self._client.stop()

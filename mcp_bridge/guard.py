@@ -118,6 +118,7 @@ GUARD_CATALOG: Final = MappingProxyType({
         GUARD_CONTRACTS_INVALID="A server's reviewed contracts cannot be loaded.",
         GUARD_USAGE="The guard's command line is not valid; see --help.",
         GUARD_TOOL_WITHHELD="This tool is withheld: its server no longer lists it as it was reviewed. Nothing was run.",
+        GUARD_SERVER_UNAVAILABLE="This tool's server is not available: it could not be started. Nothing was run.",
     ),
     **td.error_specs(
         "guard", True,
@@ -149,6 +150,9 @@ class GuardServer:
     contracts: td.ContractSet
     document: Mapping[str, Any]  # the reviewed contracts as written: what tools/list declares
     status_tools: Mapping[str, str]
+    # Each of its tools' output limits (the core's ToolHooks), up to the core's ceilings.
+    max_output_bytes: int = td.MAX_OUTPUT_BYTES
+    max_output_nodes: int = td.MAX_OUTPUT_NODES
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +171,8 @@ _HOST_FIELDS: Final = frozenset({"format", "principal", "approval", "servers", "
 _HOST_REQUIRED: Final = frozenset({"format", "principal", "servers"})
 _HOST_PRINCIPAL_FIELDS: Final = frozenset({"tenant", "subject", "roles"})
 _APPROVAL_FIELDS: Final = frozenset({"approver", "command", "timeout", "ask_client"})
-_SERVER_FIELDS: Final = frozenset({"name", "prefix", "command", "contracts", "status_tools"})
+_SERVER_FIELDS: Final = frozenset({"name", "prefix", "command", "contracts", "status_tools", "max_output_bytes",
+                                   "max_output_nodes"})
 _SERVER_REQUIRED: Final = frozenset({"name", "command", "contracts"})
 
 
@@ -249,6 +254,14 @@ def _seconds(value: Mapping[str, Any], name: str, default: int, most: int, at: s
     return found
 
 
+def _limit(entry: Mapping[str, Any], name: str, default: int, ceiling: int, at: str) -> int:
+    # An output limit of the core's ToolHooks: an integer (never a bool) from 1 to its ceiling.
+    found = entry.get(name, default)
+    if type(found) is not int or not 1 <= found <= ceiling:
+        raise GuardError("GUARD_HOST_INVALID", f"{at}.{name}")
+    return found
+
+
 def _is_command(value: Any) -> bool:
     return (type(value) is list and 1 <= len(value) <= MAX_COMMAND_PARTS
             and all(type(part) is str and part and "\0" not in part for part in value))
@@ -277,7 +290,11 @@ def _server(entry: Any, folder: Path, at: str) -> GuardServer:
             for write, status in status_tools.items()):
         raise GuardError("GUARD_HOST_INVALID", at + ".status_tools")
     server = GuardServer(name, prefix, tuple(entry["command"]), contracts, document,
-                         MappingProxyType(dict(status_tools)))
+                         MappingProxyType(dict(status_tools)),
+                         max_output_bytes=_limit(entry, "max_output_bytes", td.MAX_OUTPUT_BYTES,
+                                                 td.MAX_OUTPUT_BYTES_CEILING, at),
+                         max_output_nodes=_limit(entry, "max_output_nodes", td.MAX_OUTPUT_NODES,
+                                                 td.MAX_OUTPUT_NODES_CEILING, at))
     if any(td.TOOL_NAME.fullmatch(tool) is None for tool in _exposed(server)):
         raise GuardError("GUARD_HOST_INVALID", at + ".prefix")  # a prefixed name no provider accepts
     return server
@@ -482,7 +499,8 @@ class Guard:
             for name, spec in server.contracts.items():
                 self._hooks[server.prefix + name] = forwarder.hooks(
                     server.prefix + name, remote_name=name, text_output=spec.output_contract is None,
-                    status_tool=server.status_tools.get(name))
+                    status_tool=server.status_tools.get(name), max_output_bytes=server.max_output_bytes,
+                    max_output_nodes=server.max_output_nodes)
         # Every dispatch runs on one thread: a store's connection (SQLite) belongs to the thread
         # that opened it, and the ledger's order is the order of this queue.
         self._ledger = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="guard-ledger")
@@ -537,17 +555,23 @@ class Guard:
                     names.add(server.prefix + name)
         return frozenset(names)
 
-    def _withheld_now(self, name: str) -> frozenset[str]:
-        # A server that could not start is tried again when one of its tools is called.
+    def _refused_before(self, name: str) -> str | None:
+        """Why a call to this registry tool is refused before the boundary, or None. Its server, when
+        it never started or is no longer running (it exited, or its last start failed), is started
+        first: one that cannot be is GUARD_SERVER_UNAVAILABLE (its tools leave the listing until a
+        start succeeds). A tool whose server runs but whose listing drifted is GUARD_TOOL_WITHHELD."""
         for server in self.host.servers:
-            if server.name not in self._started and name.startswith(server.prefix) and (
-                    name[len(server.prefix):] in server.contracts):
+            if not (name.startswith(server.prefix) and name[len(server.prefix):] in server.contracts):
+                continue
+            forwarder = self.forwarders[server.name]
+            if server.name not in self._started or not forwarder.running:
                 try:
-                    self.forwarders[server.name].start(timeout=float(self.host.call_timeout))
-                    self._started.add(server.name)
+                    forwarder.start(timeout=float(self.host.call_timeout))
                 except ServerNotStarted:
-                    pass
-        return self.withheld()
+                    self._started.discard(server.name)
+                    return "GUARD_SERVER_UNAVAILABLE"
+                self._started.add(server.name)
+        return "GUARD_TOOL_WITHHELD" if name in self.withheld() else None
 
     def tools(self) -> list[dict[str, Any]]:
         """tools/list: each reviewed tool not withheld, as reviewed (never as the server lists it now)."""
@@ -576,8 +600,9 @@ class Guard:
         ``commands`` (the guard's own by default; stopped, nobody answered); else nobody."""
         proposal = {"name": name, "arguments": arguments}
         spec = self._registry.get(name) if type(name) is str else None
-        if spec is not None and name in self._withheld_now(name):
-            return _refusal(GuardError("GUARD_TOOL_WITHHELD"))  # nobody is asked for a tool that may not run
+        refused = None if spec is None else self._refused_before(name)
+        if refused is not None:
+            return _refusal(GuardError(refused))  # nobody is asked for a tool that may not run
         now = int(self._clock())
         if spec is None or spec.effect != "write":
             return self._run(lambda: self._dispatch_in(proposal, self._context(None), None, now)[1])

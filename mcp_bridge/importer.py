@@ -337,6 +337,10 @@ def draft(listing: Sequence[Any], session: Session, host: HostChoices) -> tuple[
         "drift": [{"tool": name, "fields": fields} for name, fields in drift.items()],
         "host_bounds": bounds,
         "read_only_by_host": sorted(host.read_only & {entry["name"] for entry in entries}),
+        # Drafted as writes although the server hints read-only (untrusted): --read-only makes each
+        # a read, once the host has reviewed that it is one.
+        "read_only_hinted": sorted(entry["name"] for entry in entries
+                                   if entry["effect"] == "write" and entry["hints"]["read_only"] is True),
     }
     return document, report
 
@@ -440,10 +444,12 @@ def _compile(schema: Any, at: str, narrowing: Any = None, side: str = "input") -
     """The schema compiled, through the host's narrowings of this side when it has some; a refusal
     placed in the listing, or in the overlay when it is the overlay's (as the core places it)."""
     entries = () if narrowing is None else getattr(narrowing, side)
+    # As the core loads the draft: an output's declared bounds may reach the output ceilings.
+    bounds = tool_dispatcher.OUTPUT_BOUNDS if side == "output" else tool_dispatcher.Bounds()
     try:
         if entries:
-            return tool_dispatcher.narrow(schema, MappingProxyType(dict(entries)))
-        return tool_dispatcher.compile_schema(schema)
+            return tool_dispatcher.narrow(schema, MappingProxyType(dict(entries)), bounds=bounds)
+        return tool_dispatcher.compile_schema(schema, bounds=bounds)
     except (TypeError, ValueError, RecursionError):
         raise _Refused("JSON_NOT_PORTABLE", at) from None  # a value the server sent with no canonical form
     except BoundaryError as refusal:

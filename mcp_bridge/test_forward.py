@@ -262,6 +262,58 @@ class TestMapping(Case):
                                            now=NOW)
                 self.assertEqual(self.code(package), answer)
 
+    def fault_registry(self) -> td.ContractSet:
+        # The fault server's ping_tool (a read that answers text) and refund (a write).
+        draft, _report = importer.import_server(fault("none"), host=importer.HostChoices(
+            read_only=frozenset({"ping_tool"})))
+        return td.parse_contracts(td.canonical_json({**draft, "tools": [
+            tool for tool in draft["tools"] if tool["name"] in ("ping_tool", "refund")]}))
+
+    def test_an_answer_over_the_line_limit_is_an_output_too_large_never_a_lost_answer(self) -> None:
+        # The server answered, in a line over the client's 1 MiB: a read is OUTPUT_TOO_LARGE, not
+        # retryable (a retry would meet the same answer); a write is unknown with the same code, as
+        # the core leaves any write whose output fails its contract.
+        registry = self.fault_registry()
+        server = self.forwarder(fault("huge_answer"))
+        dispatcher = td.Dispatcher(registry=registry, hooks=server.hooks_for(registry), approvers=[APPROVER])
+        read = dispatcher.dispatch({"name": "ping_tool", "arguments": {}}, context("big"), READER, now=NOW,
+                                   deadline=NOW + 10)
+        self.assertEqual((read["model_result"]["status"], read["model_result"]["error"]["code"],
+                          read["model_result"]["error"]["retryable"]), ("error", "OUTPUT_TOO_LARGE", False))
+        self.assertNotIn("aaaa", json.dumps(read))  # nothing of the answer reaches the package
+        ctx, arguments = context("big-w", "big-key"), {"amount": 2.5}
+        approval = td.approval_for_call(approver=APPROVER, principal=READER, context=ctx, spec=registry["refund"],
+                                        arguments=arguments, expires_at=NOW + 60)
+        written = dispatcher.dispatch({"name": "refund", "arguments": arguments}, ctx, READER, approval=approval,
+                                      now=NOW, deadline=NOW + 10)
+        self.assertEqual((written["model_result"]["status"], written["model_result"]["error"]["code"]),
+                         ("unknown", "OUTPUT_TOO_LARGE"))
+        self.assertEqual(dispatcher.operation_state(READER, "refund", "big-key"), "unknown")
+        self.assertIsNone(td.verify_package(read, registry=registry))
+        self.assertIsNone(td.verify_package(written, registry=registry))
+        self.assertEqual(server.sent, 2)
+        # The hook's own answer, for any host limit up to the core's ceiling.
+        call = td.ExecuteCall("ping_tool", READER, {}, None, None, None, NOW, NOW + 10, None, None)
+        self.assertEqual(server.hooks("ping_tool", text_output=True).execute(call),
+                         td.Execution(forward.OVER_ANY_LIMIT, "none"))
+        self.assertEqual(len(forward.OVER_ANY_LIMIT), td.MAX_OUTPUT_BYTES_CEILING + 1)
+
+    def test_hooks_for_applies_the_hosts_output_limits_to_every_tool(self) -> None:
+        # big_answer: 6,000 characters of text, over the core's default limit of 4,096 bytes.
+        registry = self.fault_registry()
+        server = self.forwarder(fault("big_answer"))
+        for limits, code in (({}, "OUTPUT_TOO_LARGE"), ({"max_output_bytes": 8_192}, "fresh"),
+                             ({"max_output_bytes": 8_192, "max_output_nodes": 1}, "OUTPUT_TOO_LARGE")):
+            with self.subTest(limits=limits):
+                hooks = server.hooks_for(registry, **limits)
+                self.assertEqual({(hook.max_output_bytes, hook.max_output_nodes) for hook in hooks.values()},
+                                 {(limits.get("max_output_bytes", td.MAX_OUTPUT_BYTES),
+                                   limits.get("max_output_nodes", td.MAX_OUTPUT_NODES))})
+                package = td.Dispatcher(registry=registry, hooks=hooks).dispatch(
+                    {"name": "ping_tool", "arguments": {}}, context(f"limit-{len(limits)}"), READER, now=NOW)
+                self.assertEqual(self.code(package), code)
+        self.assertEqual(package["model_result"]["error"]["retryable"], False)
+
     def test_a_tool_whose_output_schema_is_refused_answers_text(self) -> None:
         with tempfile.TemporaryDirectory() as folder:
             command = changed_server(folder, {"get_order": {"outputSchema": {"type": "object",

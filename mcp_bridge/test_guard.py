@@ -364,8 +364,43 @@ class TestListing(GuardCase):
         broken = {**self.fault_server("crash_at_start"), "name": "broken", "prefix": "broken_"}
         guard = self.guard([broken, self.demo_server()])
         self.assertEqual(self.started["broken"], {"started": False, "code": "CLIENT_SERVER_EXITED"})
-        names = [tool["name"] for tool in self.peer(guard).request("tools/list")["result"]["tools"]]
+        peer = self.peer(guard)
+        names = [tool["name"] for tool in peer.request("tools/list")["result"]["tools"]]
         self.assertEqual(names, ["notes_read_note", "notes_write_note", "notes_note_write_status"])
+        # Not a drift: the server is not there. Tried again at each call; nothing reaches it.
+        for _ in range(2):
+            result = peer.call("broken_get_order", {"order_ref": "ORDER-7"})
+            self.assertEqual(code_of(result), "GUARD_SERVER_UNAVAILABLE")
+            self.assertEqual(body(result)[0]["error"]["message"], gd.GUARD_CATALOG["GUARD_SERVER_UNAVAILABLE"].message)
+        self.assertEqual(guard.forwarders["broken"].starts, 3)  # the guard's start, then one per call
+        self.assertEqual(self.server_calls(), [])
+
+    def test_a_server_command_with_a_typo_is_unavailable_not_withheld(self):
+        typo = {**self.fault_server(), "command": [str(self.folder.path / "no-such-python"), "-B", "server.py"]}
+        guard = self.guard([typo])
+        self.assertEqual(self.started, {"orders": {"started": False, "code": "CLIENT_SPAWN"}})
+        peer = self.peer(guard)
+        self.assertEqual(peer.request("tools/list")["result"]["tools"], [])
+        for name, arguments in (("orders_get_order", {"order_ref": "ORDER-7"}), ("orders_refund", {"amount": 2.5})):
+            with self.subTest(name=name):
+                self.assertEqual(code_of(peer.call(name, arguments)), "GUARD_SERVER_UNAVAILABLE")
+        self.assertEqual((peer.asked, guard.forwarders["orders"].sent), ([], 0))  # a write: nobody asked
+
+    def test_a_server_that_exited_and_cannot_start_again_is_unavailable_and_leaves_the_listing(self):
+        # The demo server starts once (a marker file), crashes at its write; a restart then fails.
+        marker = self.folder.path / "started-once"
+        once = [*PYTHON, "-c", "import os, runpy, sys; m = sys.argv[1]; os.path.exists(m) and sys.exit(3); "
+                "open(m, 'w').close(); sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')",
+                str(marker), *DEMO[2:], "--dir", str(self.notes), "--crash-on-write"]
+        guard = self.guard([{**self.demo_server(), "command": once}])
+        peer = self.peer(guard, elicitation=True, answer_elicitation=yes)
+        lost = body(peer.call("notes_write_note", {"name": "a", "text": "b"}))[0]
+        self.assertEqual(lost["error"]["code"], "OUTCOME_UNKNOWN")  # it wrote, and exited before answering
+        self.assertEqual(code_of(peer.call("notes_read_note", {"name": "a"})), "GUARD_SERVER_UNAVAILABLE")
+        self.assertEqual(peer.request("tools/list")["result"]["tools"], [])
+        self.assertTrue(peer.until(lambda: peer.notifications))
+        self.assertEqual(peer.notifications, [{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}])
+        self.assertEqual(guard.forwarders["notes"].drift, {})  # nothing drifted
 
 
 class TestMalformedCalls(GuardCase):
@@ -421,6 +456,32 @@ class TestMalformedCalls(GuardCase):
         result = peer.call("orders_get_order", {"order_ref": "ORDER-7"})
         self.assertEqual(code_of(result), "TOOL_FAILED")
         self.assertNotIn("SECRET", json.dumps(result))
+
+
+class TestOutputs(GuardCase):
+
+    def test_a_servers_output_limits_in_the_host_file_reach_its_tools(self):
+        # big_answer: 6,000 characters of text, over the core's default limit of 4,096 bytes.
+        for limits, code in (({}, "OUTPUT_TOO_LARGE"), ({"max_output_bytes": 8_192}, None),
+                             ({"max_output_bytes": 8_192, "max_output_nodes": 1}, "OUTPUT_TOO_LARGE")):
+            with self.subTest(limits=limits):
+                guard = self.guard([{**self.fault_server("big_answer"), **limits}])
+                peer = self.peer(guard)
+                result = peer.call("orders_ping_tool", {})
+                self.assertEqual((code_of(result), result["isError"]), (code, code is not None))
+                if code is None:
+                    self.assertEqual(body(result)[0]["data"], {"text": "a" * 6_000})
+                peer.close()
+                guard.close()
+
+    def test_an_answer_over_the_line_limit_is_output_too_large_not_a_retryable_deadline(self):
+        guard = self.guard([self.fault_server("huge_answer")])
+        peer = self.peer(guard)
+        for _ in range(2):  # a retry meets the same answer: the model is told not to retry
+            found, is_error = body(peer.call("orders_ping_tool", {}))
+            self.assertEqual((found["error"]["code"], found["error"]["retryable"], is_error),
+                             ("OUTPUT_TOO_LARGE", False, True))
+        self.assertEqual(len(self.server_calls()), 2)
 
 
 class TestApprovals(GuardCase):
@@ -778,6 +839,10 @@ class TestAuditAndHostFile(GuardCase):
             ({"servers": [self.demo_server(), self.demo_server()]}, "servers"),
             ({"extra": 1}, ""),
         )
+        ceilings = {"max_output_bytes": td.MAX_OUTPUT_BYTES_CEILING, "max_output_nodes": td.MAX_OUTPUT_NODES_CEILING}
+        for field, ceiling in ceilings.items():
+            cases += tuple(({"servers": [{**self.demo_server(), field: value}]}, f"servers[0].{field}")
+                           for value in (0, -1, ceiling + 1, True, 1.0, "8192", None))
         for change, at in cases:
             with self.subTest(at=at, change=change):
                 with self.assertRaises(gd.GuardError) as caught:
@@ -787,6 +852,17 @@ class TestAuditAndHostFile(GuardCase):
         edge = {**good, "retry_window": gd.DEFAULT_APPROVAL_TIMEOUT + gd.DEFAULT_CALL_TIMEOUT + 1,
                 "call_timeout": gd.DEFAULT_CALL_TIMEOUT}
         self.assertEqual(gd.parse_host(json.dumps(edge).encode(), folder=self.folder.path).retry_window, 151)
+        for low, high in ((1, 1), (td.MAX_OUTPUT_BYTES_CEILING, td.MAX_OUTPUT_NODES_CEILING)):
+            limits = {"max_output_bytes": low, "max_output_nodes": high}
+            server = gd.parse_host(json.dumps({**good, "servers": [{**self.demo_server(), **limits}]}).encode(),
+                                   folder=self.folder.path).servers[0]
+            self.assertEqual((server.max_output_bytes, server.max_output_nodes), (low, high))
+        server = gd.parse_host(json.dumps(good).encode(), folder=self.folder.path).servers[0]
+        self.assertEqual((server.max_output_bytes, server.max_output_nodes), (td.MAX_OUTPUT_BYTES, td.MAX_OUTPUT_NODES))
+        with self.assertRaises(gd.GuardError) as caught:  # the approver is required: no file goes without one
+            gd.parse_host(json.dumps({key: value for key, value in good.items() if key != "approval"}).encode(),
+                          folder=self.folder.path)
+        self.assertEqual((caught.exception.code, caught.exception.at), ("GUARD_HOST_INVALID", "approval"))
         with self.assertRaises(gd.GuardError) as caught:
             missing = {**good, "servers": [{**self.demo_server(), "contracts": "missing.json"}]}
             gd.parse_host(json.dumps(missing).encode(), folder=self.folder.path)
@@ -836,7 +912,7 @@ class TestServing(GuardCase):
         guard = self.guard([self.demo_server()])
         peer = self.peer(guard)
         gate, listed = threading.Event(), guard.withheld
-        guard._withheld_now = lambda _name: listed()  # as the call reads it before it runs
+        guard._refused_before = lambda _name: None  # as the call reads it before it runs: its server runs
         guard.withheld = lambda: (gate.wait(WAIT), listed())[1]  # each call's last step waits, once answered
         read = {"name": "notes_read_note", "arguments": {"name": "a"}}
         first = peer.wait(peer.start("tools/call", read, request_id="same"))

@@ -375,7 +375,8 @@ class TestDraftUnits(unittest.TestCase):
             {"index": 3, "tool": None, "code": "TOOL_MALFORMED", "at": "tools[3]", "input_schema": None,
              "output_schema": None}])
         self.assertEqual(list(report), ["format", "server", "tool_count", "drafted", "refused", "codes",
-                                        "output_as_text", "drift", "host_bounds", "read_only_by_host"])
+                                        "output_as_text", "drift", "host_bounds", "read_only_by_host",
+                                        "read_only_hinted"])
 
     def test_a_refused_output_schema_makes_a_tool_that_answers_text(self):
         document, report = drafted({"name": "a", "inputSchema": OBJECT, "outputSchema": CENTS_OUT},
@@ -437,6 +438,26 @@ class TestDraftUnits(unittest.TestCase):
             {"tool": "b", "at": "tools[1].outputSchema.properties[0].maxLength"},
             {"tool": "b", "at": "tools[1].outputSchema.properties[1].maxItems"}])
         self.assertEqual(len(document["tools"]), 2)
+
+    def test_an_outputs_declared_and_overlaid_bounds_reach_the_output_ceilings(self):
+        # A file reader's content: a declared 20,000 holds as declared on the output side (the
+        # input side keeps its ceiling), and a host may raise a silent one by an overlay.
+        read_in = {"type": "object", "properties": {"path": {"type": "string", "maxLength": 20_000}}, "required": ["path"]}
+        declared = {"type": "object", "properties": {"content": {"type": "string", "maxLength": 20_000}},
+                    "required": ["content"]}
+        silent = {"type": "object", "properties": {"content": {"type": "string"}}, "required": ["content"]}
+        document, report = drafted({"name": "read", "inputSchema": read_in, "outputSchema": declared})
+        self.assertEqual(report["host_bounds"], [{"tool": "read", "at": "tools[0].inputSchema.properties[0].maxLength"}])
+        tool = loaded(document)["read"]
+        self.assertEqual([tool.output_contract.admits({"content": "a" * size}) for size in (20_000, 20_001)],
+                         [True, False])
+        self.assertEqual(tool.input_contract.admits({"path": "a" * (tool_dispatcher.DEFAULT_MAX_LENGTH + 1)}), False)
+        raised = overlay(("read", [], [(["content"], {"type": "string", "maxLength": 20_000})]))
+        document, report = drafted({"name": "read", "inputSchema": read_in, "outputSchema": silent}, overlay=raised)
+        self.assertEqual((report["refused"], report["drafted"]), ([], 1))
+        self.assertEqual(document["tools"][0]["output_schema"]["properties"]["content"],
+                         {"type": "string", "maxLength": 20_000})
+        self.assertEqual(loaded(document)["read"].output_contract.admits({"content": "a" * 20_000}), True)
 
     def test_the_revisions_pin_what_the_draft_was_made_of(self):
         tool = {"name": "a", "title": "A", "description": "Does a.", "inputSchema": NUMBER_IN,
@@ -502,10 +523,11 @@ class TestOverlay(unittest.TestCase):
         self.assertEqual(([(item["tool"], item["code"], item["at"]) for item in report["refused"]], report["drafted"]),
                          ([("book", "OVERLAY_WIDENS", "overlay.tools[0].input[0]")], 0))
 
-    def test_a_url_drafts_as_a_uri_and_the_host_pins_where_it_points(self):
+    def test_a_url_drafts_as_a_uri_and_the_host_pins_which_urls_the_model_may_ask_for(self):
         # A fetch tool as pydantic publishes an AnyUrl field: it drafts as it is, read as a URI
-        # both RFC 3986 and the WHATWG parser admit; the host's overlay pins the site and keeps
-        # the format.
+        # both RFC 3986 and the WHATWG parser admit; the host's overlay pins which URLs the model
+        # may send and keeps the format (where the server then goes, a redirect included, is not
+        # the boundary's to see).
         fetch_in = {"type": "object", "properties": {"url": {"type": "string", "format": "uri", "minLength": 1},
                                                      "raw": {"type": "boolean", "default": False}},
                     "required": ["url"]}
@@ -719,6 +741,16 @@ class TestDrafting(Case):
                          {"get_order": ("read", "orders.read"), "ping_tool": ("write", "orders.read"),
                           "refund": ("write", "orders.read")})
         self.assertEqual(report["read_only_by_host"], ["get_order"])
+        self.assertEqual(report["read_only_hinted"], [])  # get_order, the one hinted, is a read by the host's word
+
+    def test_a_tool_hinted_read_only_but_drafted_as_a_write_is_listed_for_the_host(self):
+        # get_order's readOnlyHint is true: still a write, and the report names it for --read-only.
+        document, report = self.imported()
+        self.assertEqual({tool["name"]: tool["effect"] for tool in document["tools"]},
+                         {"get_order": "write", "ping_tool": "write", "refund": "write"})
+        self.assertEqual((report["read_only_hinted"], report["read_only_by_host"]), (["get_order"], []))
+        _document, report = self.imported(host=importer.HostChoices(frozenset({"ping_tool"})))
+        self.assertEqual((report["read_only_hinted"], report["read_only_by_host"]), (["get_order"], ["ping_tool"]))
 
     def test_annotations_are_kept_as_hints_only(self):
         document, _ = self.imported()

@@ -2836,8 +2836,10 @@ class _Compiler:
             raise BoundaryError("SCHEMA_NULL" if nullable else "SCHEMA_ENUM", at)
         if len(branches) == 1 and not nullable:
             return self.compile_node(branches[0], at, root=False)
-        return self.compile_union({"anyOf": branches + [{"type": "null"}] * nullable}, "anyOf", at, root=False,
-                                  description=description, placed_at_node=True)
+        if nullable:
+            branches.append({"type": "null"})
+        return self.compile_union({"anyOf": branches}, "anyOf", at, root=False, description=description,
+                                  placed_at_node=True)
 
     def compile_union(self, raw: dict[str, Any], keyword: str, at: str, *, root: bool,
                       description: str | None, placed_at_node: bool = False) -> Rule:

@@ -2754,7 +2754,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
                 ({"type": ["string", "number"], "allOf": []}, "SCHEMA_COMBINATOR", ""),
                 ({"type": ["string", "number"], "pattern": "a"}, "SCHEMA_PATTERN_UNANCHORED", ".pattern"),
                 ({"type": ["string", "number"], "multipleOf": 0.1}, "SCHEMA_NUMBER", ".multipleOf"),
-                ({"type": ["string", "number"], "format": "email"}, "SCHEMA_FORMAT", ".format"),
+                ({"type": ["string", "number"], "format": "hostname"}, "SCHEMA_FORMAT", ".format"),
                 ({"type": ["object", "array"]}, "SCHEMA_ITEMS", ""),
                 ({"type": ["string", "string", "number"]}, "SCHEMA_TYPE", ""), ({"type": ["string", 1]}, "SCHEMA_TYPE", ""),
                 ({"type": ["string", "number", "null", "null"]}, "SCHEMA_TYPE", "")):
@@ -2794,6 +2794,17 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         "ipv6": (["::", "::1", "2001:db8::8a2e:370:7334", "::ffff:192.0.2.1", "FE80::1"],
                  ["fe80::1%eth0", "2001:db8:::1", "1::2::3", "12345::", "::ffff:192.0.2.256", "\uff11::", "1.2.3.4",
                   ":::", "::1\n"]),
+        # Both sides of each rule: the local part's alphabet, dots and length, the domain's labels,
+        # its last label, the reserved names, the whole length.
+        "email": (["a@b.co", "First.Last+tag@mail.example.com", "o'neil@x.org", "a_b-c@d-e.fg", "A@B.CO",
+                   "a" * 64 + "@b.co", "a@" + ("b" * 63 + ".") * 3 + "c" * 57 + ".co",
+                   "x@" + "b" * 63 + ".io", "x@a.b" + "c" * 62, "x@ab-c.co", "x@example.test.org", "x@xn-a.com"],
+                  ["a@b", "a@b.c", ".a@b.co", "a.@b.co", "a..b@c.co", "a'@b.co", "a@-b.co", "a@b-.co", "a@b..co",
+                   "a@b.co.", "a@localhost", "a@x.test", "a@x.LOCAL", "a@x.arpa", "a@x.invalid", "a@x.onion",
+                   "a@ab--c.com", "a@xn--bcher-kva.com", "a b@c.co", '"a"@b.co', "a@[1.2.3.4]", "a!b@c.co",
+                   "a@b.c1", "a@1.2.3.4", "\u00e9@b.co", "a@b.co\n", "@b.co", "a@", "a@b@c.co", "a" * 65 + "@b.co",
+                   "a@" + "b" * 64 + ".co", "a@" + ("b" * 63 + ".") * 3 + "c" * 58 + ".co", "x@a.b" + "c" * 63,
+                   "a(c)@b.co", "a@b.co(c)", "A@B.C0", "a@example", "a@x.localhost"]),
         # Both sides of each rule of the reading: the scheme, the host a special scheme needs, the
         # port's range, userinfo, the IPv4, IPv6 and label forms, the label and host lengths,
         # whole percent escapes, the path that cannot start "//", and ASCII only.
@@ -2846,7 +2857,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         self.value_refused(choices, {"f": "x"}, "VALUE_FORMAT")  # an enum and a format both hold, so nothing here
 
     def test_format_without_one_exact_reading_is_refused_by_name(self):
-        for name in ("email", "idn-email", "uri-reference", "iri", "hostname", "duration", "regex", "Date", "URI",
+        for name in ("idn-email", "uri-reference", "iri", "hostname", "duration", "regex", "Date", "URI", "Email",
                      "date ", "int32"):
             with self.subTest(name=name):
                 self.refused(schema_field({"type": "string", "format": name}), "SCHEMA_FORMAT",
@@ -3330,7 +3341,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 4, "uniqueItems": True},
         "inner": {"$ref": "#/$defs/Inner"},
         "opt": {"anyOf": [{"type": "string", "maxLength": 5}, {"type": "null"}]},
-        "when": {"type": "string", "format": "email"},
+        "when": {"type": "string", "format": "hostname"},
     }, ["amount"], **{"$defs": {"Inner": schema_object({"x": {"type": "integer"}, "y": {"type": "string"}}, ["x"])}})
 
     def narrowed(self, path, host):
@@ -3518,9 +3529,9 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             self.assertEqual((caught.exception.code, caught.exception.at), (code, at))
 
     def test_overlay_of_a_format_the_compiler_refuses_is_proved_by_nothing(self):
-        # "email" has no one reading: a pattern of the host's cannot be shown to lie inside what a
-        # server that asserts it accepts ("7" matches ^[0-9]+$, and is no address).
-        for form in ("email", "hostname"):
+        # "hostname" has no one reading: a pattern of the host's cannot be shown to lie inside what
+        # a server that asserts it accepts ("7" matches ^[0-9]+$, and is no host name to some).
+        for form in ("hostname", "idn-email"):
             server = schema_object({"p": {"type": "string", "format": form, "maxLength": 40}})
             nullable = schema_object({"p": {"type": ["string", "null"], "format": form}})
             for node, host in ((server, {"type": "string", "pattern": "^[0-9]{1,4}$"}),
@@ -3634,7 +3645,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
 
     def test_overlay_host_schema_must_compile(self):
         with self.assertRaises(BoundaryError) as caught:
-            self.narrowed(("ref",), {"type": "string", "format": "email"})
+            self.narrowed(("ref",), {"type": "string", "format": "hostname"})
         self.assertEqual(caught.exception.code, "SCHEMA_FORMAT")
 
     def test_overlay_server_schema_is_held_to_the_schema_limits_before_any_path(self):
@@ -4083,7 +4094,7 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
              "overlay.tools[0].input[0]"),
             (self.overlay((["amount"], {"type": "integer", "minimum": 0, "maximum": 5}), (["missing"], {"type": "string"})),
              "OVERLAY_PATH", "overlay.tools[0].input[1]"),
-            (self.overlay((["note"], {"type": "string", "format": "email"})), "SCHEMA_FORMAT",
+            (self.overlay((["note"], {"type": "string", "format": "hostname"})), "SCHEMA_FORMAT",
              "overlay.tools[0].input[0].schema.format"),
         )
         for overlay, code, at in cases:

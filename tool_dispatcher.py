@@ -112,7 +112,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "MAX_CONTRACTS_BYTES", "MAX_CONTRACTS_DEPTH", "MAX_TOOLS", "MAX_DESCRIPTION_LENGTH", "TOOL_NAME",
     "EFFECTS", "SOURCES", "HINT_FIELDS", "OVERLAY_FORMAT", "MAX_OVERLAY_PATHS", "MAX_OVERLAY_PATH_LENGTH",
     "StringRule", "IntegerRule", "NumberRule", "BooleanRule", "ObjectRule", "ArrayRule", "MapRule", "NullableRule", "UnionRule", "Rule", "compile_pattern",
-    "FORMATS", "MAX_URI_PORT", "UNIONS", "DISCRIMINATOR", "MAX_UNION_BRANCHES", "DEFAULT_MAX_ENTRIES",
+    "FORMATS", "MAX_URI_PORT", "MAX_EMAIL_LENGTH", "UNIONS", "DISCRIMINATOR", "MAX_UNION_BRANCHES", "DEFAULT_MAX_ENTRIES",
     "pattern_length_bounds", "prescan", "Bounds", "compile_schema", "CompiledSchema", "narrow", "ToolSpec",
     "ContractSet", "load_contracts", "parse_contracts", "declare_tool", "declare_contracts", "ContractOverlay", "load_overlay", "parse_overlay",
     # 9. Registry and input contracts
@@ -2507,10 +2507,17 @@ def _sequence_lengths(items: Sequence[_Item]) -> tuple[int, int | None]:
 # overlay keeps the format). Where a tool's request then goes (a redirect) no check of the URL
 # can see.
 #
-# Refused, each for its own reason: "email" (RFC 5321's mailbox, RFC 5322's addr-spec and HTML's
-# simpler form disagree on quotes, comments and dots, and Pydantic's reader refuses reserved
-# domains), "uri-reference" and "iri" (a relative reference resolves against a base the boundary
-# does not know), "hostname" (IDNA readings differ), and any name not listed here.
+# An "email" is read as what all of its readers admit: RFC 5321's mailbox and RFC 5322's
+# addr-spec (JSON Schema validators), HTML's form field, zod's email() (a narrow alphabet before
+# the @) and Pydantic's EmailStr (email-validator: no reserved domain). So ASCII; a local part of
+# 1 to 64 characters, letters, digits and _ ' + -, in dot-separated runs, not ending in '; a domain
+# of two or more letter-digit-hyphen labels (1 to 63 characters, none with -- as its third and
+# fourth, xn-- included) whose last is 2 to 63 letters and not arpa, invalid, local, localhost,
+# onion or test; 254 characters at most. No quoted local part, no comment, no address literal.
+#
+# Refused, each for its own reason: "uri-reference" and "iri" (a relative reference resolves
+# against a base the boundary does not know), "idn-email" and "hostname" (IDNA readings differ),
+# and any name not listed here.
 
 _TWO: Final = "[0-9][0-9]"
 _DATE: Final = re.compile(f"([0-9]{{4}})-({_TWO})-({_TWO})", re.ASCII)
@@ -2533,6 +2540,10 @@ _DOT_SEGMENT: Final = re.compile(r"(?:\A|/)(?:\.|%2[eE]){1,2}(?=/|\Z)", re.ASCII
 _HOST_LABEL: Final = re.compile(r"(?!xn--)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII | re.IGNORECASE)
 _HOST_NEEDED: Final = frozenset({"http", "https", "ws", "wss", "ftp"})  # WHATWG's special schemes, but file
 MAX_URI_PORT: Final = 65535  # a TCP or UDP port: the WHATWG parser refuses a larger one
+_EMAIL: Final = re.compile(r"(?P<local>[A-Za-z0-9_'+-]++(?:\.[A-Za-z0-9_'+-]++)*+)@(?P<domain>[A-Za-z0-9.-]++)", re.ASCII)
+# Top-level names email-validator refuses as never globally deliverable (RFC 6761, 6762, 7686).
+_RESERVED_DOMAINS: Final = frozenset({"arpa", "invalid", "local", "localhost", "onion", "test"})
+MAX_EMAIL_LENGTH: Final = 254  # RFC 5321's path limit less its brackets: what email-validator admits
 
 
 def _is_format_date(text: str) -> bool:
@@ -2599,6 +2610,17 @@ def _is_format_uri(text: str) -> bool:
             and all(_HOST_LABEL.fullmatch(label) is not None for label in labels))
 
 
+def _is_format_email(text: str) -> bool:
+    """A mailbox that every reader above admits (the reading above)."""
+    found = _EMAIL.fullmatch(text)
+    if found is None or len(text) > MAX_EMAIL_LENGTH:
+        return False
+    local, labels = found["local"], found["domain"].split(".")
+    return (len(local) <= 64 and local[-1] != "'" and len(labels) >= 2
+            and all(_HOST_LABEL.fullmatch(label) is not None and label[2:4] != "--" for label in labels)
+            and labels[-1].isalpha() and len(labels[-1]) >= 2 and labels[-1].lower() not in _RESERVED_DOMAINS)
+
+
 FORMATS: Final[Mapping[str, Callable[[str], bool]]] = MappingProxyType({
     "date": _is_format_date,
     "time": _is_format_time,
@@ -2607,6 +2629,7 @@ FORMATS: Final[Mapping[str, Callable[[str], bool]]] = MappingProxyType({
     "ipv4": lambda text: _IPV4.fullmatch(text) is not None,
     "ipv6": _is_format_ipv6,
     "uri": _is_format_uri,
+    "email": _is_format_email,
 })
 
 # -- The compiler ------------------------------------------------------------------------------

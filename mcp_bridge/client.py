@@ -49,9 +49,10 @@ import tool_dispatcher  # noqa: E402
 from tool_dispatcher import CatalogError, JsonPolicy, error_specs  # noqa: E402
 
 __all__ = [
-    "CAPABILITIES_KEY", "CLIENT_CATALOG", "Channel", "ClientError", "IDEMPOTENCY_KEY_META", "LEGACY_VERSIONS",
+    "CAPABILITIES_KEY", "CLIENT_CATALOG", "Channel", "ClientError", "DEFAULT_ENVIRONMENT", "IDEMPOTENCY_KEY_META",
+    "LEGACY_VERSIONS", "MAX_ENVIRONMENT_NAMES", "is_environment_names",
     "Limits", "McpClient", "MODERN_VERSION", "PROTOCOL_VERSION_KEY", "RECEIPT_META", "Session", "handshake",
-    "list_tools", "spawn", "stop",
+    "list_tools", "server_environment", "spawn", "stop",
 ]
 
 # ============================================================================================
@@ -109,6 +110,23 @@ METHOD_NOT_FOUND: Final = MappingProxyType({"code": -32601, "message": "Method n
 CANCEL_REASON: Final = "The client's deadline passed."
 TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,%d}" % MAX_TOOL_NAME_LENGTH)
 
+# A server is a third party: it starts with a minimal environment, never the whole of its host's
+# (which holds the host's keys and tokens). What every server gets, when the host has it: the
+# names the official MCP SDKs' stdio clients pass on by default (POSIX; Windows has its own), the
+# locale and time zone, the temporary folder, the Python settings that keep a Python server from
+# writing bytecode beside its source and decode its stdio as the host does, and the interpreter a
+# version manager picks (PYENV_VERSION: a server started as "python" runs on the host's). Anything else a
+# server needs, the host names (pass-through: McpClient.start(env_names=...), import --env, the
+# guard's servers[].env); a named variable the host does not have is left out.
+DEFAULT_ENVIRONMENT: Final = (
+    ("APPDATA", "HOMEDRIVE", "HOMEPATH", "LOCALAPPDATA", "PATH", "PATHEXT", "PROCESSOR_ARCHITECTURE",
+     "SYSTEMDRIVE", "SYSTEMROOT", "TEMP", "USERNAME", "USERPROFILE") if os.name == "nt" else
+    ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+) + ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "PYTHONUTF8",
+     "PYENV_VERSION")
+ENVIRONMENT_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")  # a variable's name, as a shell writes one
+MAX_ENVIRONMENT_NAMES: Final = 64  # variables a host passes to one server by name
+
 # Listings may hold floats (a `number` bound, a default of 0.5) and so may results: kept as floats.
 # A number schema or a number field takes them; where an integer is declared, the compiler or the
 # output contract refuses them by name for that one tool, never the decoder the whole message.
@@ -164,7 +182,8 @@ class ClientError(CatalogError):
     """A client failure: a code from CLIENT_CATALOG. What the server said is kept in attributes for
     the host to read (bounded) and never enters the JSON form, which adds only integers and codes:
     ``rpc_code`` (CLIENT_SERVER_ERROR), ``json_code`` (CLIENT_JSON), ``exit_status``
-    (CLIENT_SERVER_EXITED)."""
+    (CLIENT_SERVER_EXITED). ``method`` is the method of the request the server answered with a
+    JSON-RPC error (this client's own text, never the server's)."""
 
     CATALOG = CLIENT_CATALOG
 
@@ -176,6 +195,7 @@ class ClientError(CatalogError):
         self.json_error = json_error  # the core decoder's BoundaryError (a JSON_* code)
         self.exit_status = exit_status  # the server's exit status: negative for a signal
         self.stderr_tail: str | None = None  # set on a failure of McpClient.start(): the server is gone
+        self.method: str | None = None  # CLIENT_SERVER_ERROR: the request's method ("server/discover")
 
     def details(self) -> dict[str, Any]:
         found = {"rpc_code": self.rpc_code, "json_code": None if self.json_error is None else self.json_error.code,
@@ -188,14 +208,35 @@ class ClientError(CatalogError):
 # ============================================================================================
 
 
-def spawn(command: Sequence[str]) -> subprocess.Popen[bytes]:
+def is_environment_names(names: Any) -> bool:
+    """Whether ``names`` is a host's pass-through list: a list or tuple of at most
+    MAX_ENVIRONMENT_NAMES variable names (ENVIRONMENT_NAME), none twice."""
+    return (type(names) in (list, tuple) and len(names) <= MAX_ENVIRONMENT_NAMES
+            and all(type(name) is str and ENVIRONMENT_NAME.fullmatch(name) for name in names)
+            and len(set(names)) == len(names))
+
+
+def server_environment(names: Sequence[str] = (), source: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A server's environment: DEFAULT_ENVIRONMENT and the host's ``names``, each with its value in
+    ``source`` (os.environ by default) when it has one. A value that begins with "()" (a shell
+    function a shell exported) is left out, as the SDKs leave it out."""
+    if not is_environment_names(names):
+        raise ValueError("environment names: at most %d variable names, none twice" % MAX_ENVIRONMENT_NAMES)
+    source = os.environ if source is None else source
+    return {name: source[name] for name in (*DEFAULT_ENVIRONMENT, *names)
+            if name in source and not source[name].startswith("()")}
+
+
+def spawn(command: Sequence[str], *, env_names: Sequence[str] = ()) -> subprocess.Popen[bytes]:
     """Start the server with three pipes, in a group of its own (POSIX), so that stop() ends the
-    server's children with it."""
+    server's children with it; its environment is server_environment(env_names), never the whole
+    of this process's."""
     if type(command) not in (list, tuple) or not command or any(type(part) is not str for part in command):
         raise ClientError("CLIENT_SPAWN")  # a program and its arguments, each a string
+    environment = server_environment(env_names)
     try:
         return subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+                                stderr=subprocess.PIPE, start_new_session=True, env=environment)
     except (OSError, ValueError):
         raise ClientError("CLIENT_SPAWN") from None
 
@@ -375,6 +416,8 @@ class Channel:
         except ClientError as error:
             if error.code == "CLIENT_TIMEOUT":
                 self.abandoned.add(self.next_id)
+            elif error.code == "CLIENT_SERVER_ERROR":
+                error.method = method  # which request the server refused: this client's own name for it
             raise
 
     def _answer(self, request_id: int, deadline: float) -> Any:
@@ -709,15 +752,21 @@ class McpClient:
 
     @classmethod
     def start(cls, command: Sequence[str], *, protocol: str = "auto", timeout: float = DEFAULT_TIMEOUT,
-              limits: Limits = Limits(), exit_grace: float = EXIT_GRACE, term_grace: float = TERM_GRACE) -> McpClient:
+              limits: Limits = Limits(), exit_grace: float = EXIT_GRACE, term_grace: float = TERM_GRACE,
+              env_names: Sequence[str] = ()) -> McpClient:
         """Start the server and agree a protocol with it within `timeout` seconds; on any failure
-        the server is stopped and the ClientError carries its stderr tail (``stderr_tail``)."""
+        the server is stopped and the ClientError carries its stderr tail (``stderr_tail``). The
+        server's environment is DEFAULT_ENVIRONMENT and the variables ``env_names`` names, taken
+        from this process's (server_environment)."""
         if protocol not in PROTOCOLS:
             raise ValueError("unknown protocol")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
             raise ValueError("timeout out of range")
+        if not is_environment_names(env_names):
+            raise ValueError("environment names: at most %d variable names, none twice" % MAX_ENVIRONMENT_NAMES)
         deadline = time.monotonic() + timeout
-        client = cls(spawn(command), limits=limits, exit_grace=exit_grace, term_grace=term_grace)
+        client = cls(spawn(command, env_names=env_names), limits=limits, exit_grace=exit_grace,
+                     term_grace=term_grace)
         try:
             client.session = handshake(client._channel, protocol, deadline=deadline)
         except ClientError as error:

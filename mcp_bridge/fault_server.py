@@ -1,6 +1,6 @@
 """A small MCP server over stdio, standard library only, that misbehaves on demand.
 
-    python -B mcp_bridge/fault_server.py --fault NAME [--calls FILE]
+    python -B mcp_bridge/fault_server.py --fault NAME [--calls FILE] [--environment FILE]
 
 It speaks both eras (``server/discover`` with per-request ``_meta``, and the ``initialize``
 handshake) and serves a two-page tool listing; each fault in FAULTS changes one thing, so that a
@@ -9,7 +9,9 @@ implementation: it answers what the import and the client ask (discover, initial
 and answers any tools/call with an echo of what it received (the tool's name, its arguments, the
 request's _meta, the request ids the client cancelled so far), in structuredContent and as text.
 The one exception is ``refund`` (a ``number`` in, a ``number`` out), which answers what its output
-schema declares: ``{"refunded": AMOUNT}``, the amount it was sent (ANSWERS).
+schema declares: ``{"refunded": AMOUNT}``, the amount it was sent (ANSWERS). With
+``--environment FILE`` it writes the environment it was started with to FILE, as a JSON object,
+before it reads anything.
 """
 from __future__ import annotations
 
@@ -430,7 +432,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="A misbehaving MCP test server on stdio.")
     parser.add_argument("--fault", choices=sorted(FAULTS), default="none")
     parser.add_argument("--calls", metavar="FILE", help="append each tools/call received to FILE, one JSON line")
+    parser.add_argument("--environment", metavar="FILE", help="write the environment it started with to FILE (JSON)")
     options = parser.parse_args()
+    if options.environment is not None:
+        with open(options.environment, "w", encoding="utf-8") as handle:
+            json.dump(dict(os.environ), handle)
     server = Server(options.fault, options.calls)
     sys.stderr.write(SECRET + "\n")  # the import never echoes the server's stderr
     sys.stderr.flush()

@@ -37,9 +37,10 @@ error, or no answer is unavailable. Without a status tool a write whose outcome 
 unknown: the boundary never guesses "not executed".
 
 A forwarder runs one request at a time (MCP over stdio is one conversation) and starts its server
-at the first call; a server that crashed or broke the channel is started again at the next call,
-so a status query after a crash reaches a fresh server (which must keep its records, as the
-project's demo server does with ``--dir``).
+at the first call, with the client's minimal environment and the variables ``env_names`` names
+(client.server_environment: never the host's whole environment); a server that crashed or broke
+the channel is started again at the next call, so a status query after a crash reaches a fresh
+server (which must keep its records, as the project's demo server does with ``--dir``).
 
 Pinned text (``McpForwarder(command, pinned=registry)``, the reviewed contracts of this server's
 tools). What a model is told of a tool comes from the reviewed contracts, never from the server:
@@ -77,10 +78,12 @@ if not __package__:  # by path from a checkout: the repository root (the core) a
 import tool_dispatcher as td  # noqa: E402
 
 if __package__:  # installed as tool_dispatcher_mcp: its siblings are the package's, never top-level names
-    from .client import IDEMPOTENCY_KEY_META, RECEIPT_META, ClientError, McpClient
+    from .client import (IDEMPOTENCY_KEY_META, MAX_ENVIRONMENT_NAMES, RECEIPT_META, ClientError, McpClient,
+                         is_environment_names)
     from .importer import drift_of
 else:
-    from client import IDEMPOTENCY_KEY_META, RECEIPT_META, ClientError, McpClient  # noqa: E402
+    from client import (IDEMPOTENCY_KEY_META, MAX_ENVIRONMENT_NAMES, RECEIPT_META, ClientError,  # noqa: E402
+                        McpClient, is_environment_names)
     from importer import drift_of  # noqa: E402
 
 __all__ = ["DEFAULT_CALL_TIMEOUT", "DEFAULT_START_TIMEOUT", "REFUSED_BEFORE_RUNNING", "NOTHING_SENT",
@@ -169,13 +172,16 @@ class McpForwarder:
 
     def __init__(self, command: Sequence[str], *, protocol: str = "auto",
                  start_timeout: float = DEFAULT_START_TIMEOUT, call_timeout: float = DEFAULT_CALL_TIMEOUT,
-                 pinned: Mapping[str, td.ToolSpec] | None = None) -> None:
+                 pinned: Mapping[str, td.ToolSpec] | None = None, env_names: Sequence[str] = ()) -> None:
         if isinstance(call_timeout, bool) or not isinstance(call_timeout, (int, float)) or not 0 < call_timeout <= 3600:
             raise ValueError("call_timeout out of range")
         if pinned is not None and not (isinstance(pinned, Mapping) and all(
                 type(spec) is td.ToolSpec and spec.name == name for name, spec in pinned.items())):
             raise ValueError("pinned must map tool names to their ToolSpecs")
+        if not is_environment_names(env_names):
+            raise ValueError("env_names: at most %d variable names, none twice" % MAX_ENVIRONMENT_NAMES)
         self._command = list(command)
+        self._env_names = tuple(env_names)  # passed through to the server: its environment is minimal otherwise
         self._protocol = protocol
         self._start_timeout = start_timeout
         self._call_timeout = float(call_timeout)
@@ -299,7 +305,8 @@ class McpForwarder:
         self.starts += 1
         start_deadline = time.monotonic() + min(self._start_timeout, left)
         try:
-            client = McpClient.start(self._command, protocol=self._protocol, timeout=min(self._start_timeout, left))
+            client = McpClient.start(self._command, protocol=self._protocol, timeout=min(self._start_timeout, left),
+                                     env_names=self._env_names)
         except ClientError as error:
             raise ServerNotStarted(error.code) from error
         if self._pinned is not None:

@@ -1,7 +1,7 @@
 """The guard: an MCP server to its client, a guarded MCP client to the real servers.
 
     python -B mcp_bridge/mcp_bridge.py guard --host HOST.json [--audit-log FILE] [--seal-key FILE] [--store DB]
-    python -B mcp_bridge/mcp_bridge.py guard --host HOST.json --contracts REVIEWED.json -- SERVER COMMAND...
+    python -B mcp_bridge/mcp_bridge.py guard --host HOST.json --contracts REVIEWED.json [--env NAME]... -- SERVER COMMAND...
 
 Any MCP client (a desktop app, an agent framework's MCP toolset) starts the guard as if it were
 the server. The guard serves MCP over stdio in both protocol eras, lists only the reviewed, pinned
@@ -11,7 +11,9 @@ Dispatcher, or durable/'s with --store) before anything reaches a server (forwar
 The trust split. The client is the model's side: a call's name, arguments and _meta are untrusted
 and nothing in them chooses a principal, a role, an approval or a key. The principal, the
 approver and the servers come from the host's file; approvals from the person, asked through the
-client (elicitation, when the client declared it) or through the host's approval command.
+client (elicitation, when the client declared it) or through the host's approval command. A
+server is a third party too: it starts with a minimal environment and the variables its entry's
+``env`` names, never the guard's whole environment.
 
 Retries never write twice. MCP has no idempotency key, and a client re-sends a call after a
 timeout or a reconnect under a new request id. The guard derives the key from what the call is:
@@ -57,12 +59,12 @@ if not __package__:  # by path from a checkout: the repository root (the core) a
 import tool_dispatcher as td  # noqa: E402
 if __package__:  # installed as tool_dispatcher_mcp: its siblings are the package's, never top-level names
     from .client import (CAPABILITIES_KEY, LEGACY_VERSIONS, MAX_MESSAGE_DEPTH, MAX_REQUEST_ID_LENGTH, MESSAGE_JSON,
-                         MODERN_VERSION, PROTOCOL_VERSION_KEY)
+                         MODERN_VERSION, PROTOCOL_VERSION_KEY, is_environment_names)
     from .client import _kill_group
     from .forward import McpForwarder, ServerNotStarted
 else:
     from client import (CAPABILITIES_KEY, LEGACY_VERSIONS, MAX_MESSAGE_DEPTH, MAX_REQUEST_ID_LENGTH,  # noqa: E402
-                        MESSAGE_JSON, MODERN_VERSION, PROTOCOL_VERSION_KEY)
+                        MESSAGE_JSON, MODERN_VERSION, PROTOCOL_VERSION_KEY, is_environment_names)
     from client import _kill_group  # noqa: E402
     from forward import McpForwarder, ServerNotStarted  # noqa: E402
 
@@ -153,6 +155,9 @@ class GuardServer:
     # Each of its tools' output limits (the core's ToolHooks), up to the core's ceilings.
     max_output_bytes: int = td.MAX_OUTPUT_BYTES
     max_output_nodes: int = td.MAX_OUTPUT_NODES
+    # The names of the guard's own variables the server gets beside the client's minimal
+    # environment (client.DEFAULT_ENVIRONMENT): names only, their values read when it starts.
+    env: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +177,7 @@ _HOST_REQUIRED: Final = frozenset({"format", "principal", "servers"})
 _HOST_PRINCIPAL_FIELDS: Final = frozenset({"tenant", "subject", "roles"})
 _APPROVAL_FIELDS: Final = frozenset({"approver", "command", "timeout", "ask_client"})
 _SERVER_FIELDS: Final = frozenset({"name", "prefix", "command", "contracts", "status_tools", "max_output_bytes",
-                                   "max_output_nodes"})
+                                   "max_output_nodes", "env"})
 _SERVER_REQUIRED: Final = frozenset({"name", "command", "contracts"})
 
 
@@ -278,6 +283,9 @@ def _server(entry: Any, folder: Path, at: str) -> GuardServer:
         raise GuardError("GUARD_HOST_INVALID", at + ".command")
     if type(entry["contracts"]) is not str or not entry["contracts"]:
         raise GuardError("GUARD_HOST_INVALID", at + ".contracts")
+    env = entry.get("env", [])
+    if type(env) is not list or not is_environment_names(env):
+        raise GuardError("GUARD_HOST_INVALID", at + ".env")  # names only, never values: at most 64, none twice
     try:
         data = td.read_bounded(folder / entry["contracts"], max_bytes=td.MAX_CONTRACTS_BYTES)
         contracts = td.parse_contracts(data)
@@ -294,7 +302,8 @@ def _server(entry: Any, folder: Path, at: str) -> GuardServer:
                          max_output_bytes=_limit(entry, "max_output_bytes", td.MAX_OUTPUT_BYTES,
                                                  td.MAX_OUTPUT_BYTES_CEILING, at),
                          max_output_nodes=_limit(entry, "max_output_nodes", td.MAX_OUTPUT_NODES,
-                                                 td.MAX_OUTPUT_NODES_CEILING, at))
+                                                 td.MAX_OUTPUT_NODES_CEILING, at),
+                         env=tuple(env))
     if any(td.TOOL_NAME.fullmatch(tool) is None for tool in _exposed(server)):
         raise GuardError("GUARD_HOST_INVALID", at + ".prefix")  # a prefixed name no provider accepts
     return server
@@ -359,8 +368,14 @@ def approval_text(tool: str, arguments: Any) -> str | None:
         return None
     if len(question) + len(shown) > MAX_APPROVAL_TEXT:
         return None  # escapes only lengthen it
-    text = question + "".join(_shown(character) for character in shown)
+    text = question + shown_json(shown)
     return text if len(text) <= MAX_APPROVAL_TEXT else None
+
+
+def shown_json(text: str) -> str:
+    """Canonical JSON text with each character a person could not see as itself written as its JSON
+    escape: the same JSON value, in text a person (or a program that shows it) reads as it runs."""
+    return "".join(_shown(character) for character in text)
 
 
 def _shown(character: str) -> str:
@@ -429,9 +444,12 @@ def ask_command(command: Sequence[str], tool: str, arguments: Any, principal: td
     """The host's approval command: the call on its stdin as JSON, the person's yes as exactly
     {"approve": true} on its stdout with exit status 0. Anything else, a timeout included, is no
     (the command killed with its process group at the timeout). None when ``running`` is stopped
-    before the command answered: it is killed, or never started, and nobody answered."""
-    question = td.canonical_text({"tool": tool, "arguments": arguments, "tenant": principal.tenant,
-                                  "subject": principal.subject})
+    before the command answered: it is killed, or never started, and nobody answered. The JSON is
+    canonical, each character a person could not see as itself escaped as the question escapes it
+    (shown_json): a command that shows its input as it came shows no bidi override or invisible
+    character raw."""
+    question = shown_json(td.canonical_text({"tool": tool, "arguments": arguments, "tenant": principal.tenant,
+                                             "subject": principal.subject}))
     running = ApprovalCommands() if running is None else running
     try:
         process = running.start(command)
@@ -494,7 +512,7 @@ class Guard:
         for server in host.servers:
             # Pinned to its review: a tool whose listing drifted is withheld, and never runs.
             forwarder = McpForwarder(list(server.command), pinned=server.contracts,
-                                     call_timeout=float(host.call_timeout))
+                                     call_timeout=float(host.call_timeout), env_names=server.env)
             self.forwarders[server.name] = forwarder
             for name, spec in server.contracts.items():
                 self._hooks[server.prefix + name] = forwarder.hooks(
@@ -1062,13 +1080,15 @@ def serve(guard: Guard, reader: BinaryIO, writer: BinaryIO) -> None:
 # 8. The command line
 # ============================================================================================
 
-USAGE: Final = """usage: mcp_bridge.py guard --host HOST.json [--contracts REVIEWED.json [--prefix P] -- SERVER COMMAND...]
+USAGE: Final = """usage: mcp_bridge.py guard --host HOST.json
+                           [--contracts REVIEWED.json [--prefix P] [--env NAME]... -- SERVER COMMAND...]
                            [--audit-log FILE] [--seal-key FILE] [--store DB]
 
 Serve MCP over stdio to one client; run every tools/call through the boundary before it reaches a server.
   --host FILE        the host's mcp-guard-host-v1 file: the principal, the approver, the servers
   --contracts FILE   with -- COMMAND: one more server, its reviewed tool-contracts-v1 file
   --prefix P         that server's tools' prefix toward the client (default: none)
+  --env NAME         a variable of the guard's environment that server gets too (repeatable)
   --audit-log FILE   a new file: every package, hash-chained (sealed with --seal-key)
   --seal-key FILE    a seal-keys-v1 file: seal packages and the log
   --store DB         the durable ledger (a SQLite path or a postgresql:// DSN): a restart replays
@@ -1076,21 +1096,26 @@ The guard's own reports go to stderr as JSON lines; stdout is the client's.
 """
 
 
-def _arguments(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+def _arguments(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     argv = list(argv)
     command: list[str] = []
     if "--" in argv:
         cut = argv.index("--")
         argv, command = argv[:cut], argv[cut + 1:]
-    options: dict[str, str] = {}
+    options: dict[str, Any] = {}
     allowed = {"--host", "--contracts", "--prefix", "--audit-log", "--seal-key", "--store"}
     while argv:
         flag = argv.pop(0)
+        if flag == "--env" and argv:  # repeatable: each names one variable
+            options.setdefault(flag, []).append(argv.pop(0))
+            continue
         if flag not in allowed or flag in options or not argv:
             raise GuardError("GUARD_USAGE")
         options[flag] = argv.pop(0)
     if "--host" not in options or ("--contracts" in options) != bool(command) or (
-            "--prefix" in options and "--contracts" not in options):
+            ("--prefix" in options or "--env" in options) and "--contracts" not in options):
+        raise GuardError("GUARD_USAGE")
+    if not is_environment_names(options.get("--env", [])):
         raise GuardError("GUARD_USAGE")
     return options, command
 
@@ -1134,7 +1159,8 @@ def main(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None, st
     try:
         options, command = _arguments(argv)
         extra = [] if not command else [{"name": "server", "prefix": options.get("--prefix", ""),
-                                         "command": command, "contracts": options["--contracts"]}]
+                                         "command": command, "contracts": options["--contracts"],
+                                         "env": options.get("--env", [])}]
         host = load_host(options["--host"], extra=extra)
         seal_keys = None if "--seal-key" not in options else td.load_seal_keys(options["--seal-key"])
         if "--audit-log" in options:

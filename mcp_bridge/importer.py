@@ -129,6 +129,7 @@ IMPORT_CATALOG: Final = MappingProxyType({
         TOOL_MALFORMED="A tool entry is not an object with a name and an input schema.",
         TOOL_NAME_INVALID="A tool name is outside the alphabet or the length providers accept.",
         TOOL_DESCRIPTION_TOO_LONG="A tool description exceeds its length limit.",
+        TOOL_TASK_REQUIRED="The tool runs only as a task (taskSupport: required); the bridge does not make task calls.",
     ),
     **error_specs("import", True, IMPORT_TIMEOUT="The server did not answer in time."),
 })
@@ -148,9 +149,18 @@ IMPORT_CODES: Final = MappingProxyType({
 
 
 class ImportFailure(CatalogError):
-    """The import as a whole failed; nothing is written."""
+    """The import as a whole failed; nothing is written. An IMPORT_SERVER_ERROR names, in ``at``,
+    the request the server refused ("server/discover", "initialize", "tools/list"), and its
+    JSON-RPC error code (``rpc_code``), never the server's text."""
 
     CATALOG = IMPORT_CATALOG
+
+    def __init__(self, code: str, at: str = "", *, rpc_code: int | None = None) -> None:
+        super().__init__(code, at)
+        self.rpc_code = rpc_code
+
+    def details(self) -> dict[str, Any]:
+        return {} if self.rpc_code is None else {"rpc_code": self.rpc_code}
 
 
 def import_failure(error: ClientError) -> CatalogError:
@@ -158,6 +168,8 @@ def import_failure(error: ClientError) -> CatalogError:
     if error.code == "CLIENT_JSON" and error.json_error is not None:
         return error.json_error
     code = IMPORT_CODES.get(error.code)
+    if code == "IMPORT_SERVER_ERROR":
+        return ImportFailure(code, error.method or "", rpc_code=error.rpc_code)
     return error if code is None else ImportFailure(code)
 
 
@@ -368,6 +380,13 @@ def _draft_tool(tool: Any, index: int, session: Session, host: HostChoices,
     annotations = tool.get("annotations", {})
     if type(annotations) is not dict:
         raise _Refused("TOOL_MALFORMED", f"{at}.annotations")
+    execution = tool.get("execution", {})
+    if type(execution) is not dict:
+        raise _Refused("TOOL_MALFORMED", f"{at}.execution")
+    if execution.get("taskSupport") == "required":
+        # Its server answers any call that is not task-augmented with an error: drafted, it could
+        # only ever fail. "optional" and "forbidden" tools answer a plain call, as drafted.
+        raise _Refused("TOOL_TASK_REQUIRED", f"{at}.execution.taskSupport")
     compiled_in = _compile(tool["inputSchema"], f"{at}.inputSchema", narrowing, "input")
     compiled_out, text_output = _output(tool, at, narrowing)
     secret = None if compiled_out is None else compiled_out.secret_field()
@@ -463,13 +482,15 @@ def _compile(schema: Any, at: str, narrowing: Any = None, side: str = "input") -
 
 
 def import_server(command: Sequence[str], *, protocol: str = "auto", timeout: float = DEFAULT_TIMEOUT,
-                  host: HostChoices = HostChoices()) -> tuple[dict[str, Any], dict[str, Any]]:
+                  host: HostChoices = HostChoices(),
+                  env_names: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run the server, read its listing, stop it; the draft and the report, or ImportFailure (or
-    the core's CONTRACTS_REFERENCE for an overlay that names a tool the server does not list)."""
+    the core's CONTRACTS_REFERENCE for an overlay that names a tool the server does not list).
+    The server's environment is the client's minimal one and the variables ``env_names`` names."""
     deadline = time.monotonic() + timeout
     try:
         with McpClient.start(command, protocol=protocol, timeout=timeout, limits=IMPORT_LIMITS,
-                             exit_grace=EXIT_GRACE, term_grace=TERM_GRACE) as server:
+                             exit_grace=EXIT_GRACE, term_grace=TERM_GRACE, env_names=env_names) as server:
             listing = stable_listing(server, deadline=deadline)
             session = server.session
     except ClientError as error:
@@ -506,6 +527,9 @@ def _arguments(argv: Sequence[str] | None) -> Any:
     parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT, help="seconds for the whole import")
     parser.add_argument("--read-only", action="append", default=[], metavar="TOOL",
                         help="a tool the host declares a read (repeatable); every other tool is a write")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME",
+                        help="a variable of this environment the server gets too (repeatable); by default "
+                             "it gets only a minimal environment")
     parser.add_argument("--role", default=DEFAULT_ROLE, help="the role every drafted tool requires")
     parser.add_argument("--max-description", type=int, default=DEFAULT_MAX_DESCRIPTION, metavar="N",
                         help=f"the longest tool description drafted, 1 to {tool_dispatcher.MAX_DESCRIPTION_LENGTH}")
@@ -515,7 +539,8 @@ def _arguments(argv: Sequence[str] | None) -> Any:
                         help="reviewed contracts: a tool whose pinned text changed since is withheld (drift)")
     arguments = parser.parse_args(argv)
     if (not 1 <= arguments.timeout <= MAX_TIMEOUT or not is_identifier(arguments.role)
-            or not 1 <= arguments.max_description <= tool_dispatcher.MAX_DESCRIPTION_LENGTH):
+            or not 1 <= arguments.max_description <= tool_dispatcher.MAX_DESCRIPTION_LENGTH
+            or not client.is_environment_names(arguments.env)):
         parser.error("out of range")
     try:
         arguments.command = shlex.split(arguments.server_command)
@@ -564,7 +589,7 @@ def _run(argv: Sequence[str] | None) -> int:
                        max_description=arguments.max_description,
                        reviewed=_host_file(tool_dispatcher.load_contracts, arguments.reviewed, "reviewed"))
     document, report = import_server(arguments.command, protocol=arguments.protocol, timeout=arguments.timeout,
-                                     host=host)
+                                     host=host, env_names=tuple(arguments.env))
     write_file(arguments.out, dump(document))
     write_file(arguments.report, dump(report))
     # An empty draft is no pass: the loader refuses it (CONTRACTS_LIMIT), and there is nothing to guard.

@@ -28,7 +28,7 @@ CENTS = {"name": "b", "inputSchema": {"type": "object", "properties": {"n": {"ty
                                                                              "multipleOf": 0.01}}}}
 NUMBER = {"name": "e", "inputSchema": {"type": "object", "properties": {"n": {"type": "number", "minimum": 0.5}}},
           "outputSchema": {"type": "object", "properties": {"total": {"type": "number"}}}}
-FORMAT = {"name": "c", "inputSchema": {"type": "object", "properties": {"d": {"type": "string", "format": "email"}}},
+FORMAT = {"name": "c", "inputSchema": {"type": "object", "properties": {"d": {"type": "string", "format": "hostname"}}},
           "outputSchema": {"type": "object", "additionalProperties": True}}
 TYPED_OUT = {"name": "d", "inputSchema": {"type": "object"}, "outputSchema": {"type": "object"}}
 
@@ -127,7 +127,7 @@ class TestCensus(unittest.TestCase):
 
     def test_number_narrowing_keeps_other_refusals(self):
         mixed = {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 0.01},
-                                                   "d": {"type": "string", "format": "email"}}}
+                                                   "d": {"type": "string", "format": "hostname"}}}
         self.assertEqual(census.refusal(mixed), "SCHEMA_NUMBER")
         self.assertEqual(census.refusal(census.narrowed_numbers(mixed)), "SCHEMA_FORMAT")
         self.assertEqual(census.narrowed_numbers(mixed)["properties"]["n"], {"type": "integer"})

@@ -162,6 +162,44 @@ class TestTheServerProcess(Case):
         self.assertTrue(tail.endswith(fault_server.TAIL_END + "\n"))
         self.assertNotIn("SECRET", tail)  # its first line, long gone
 
+    def test_a_server_gets_a_minimal_environment_and_the_names_its_host_passes(self):
+        # The host's own secrets stay the host's: the server sees the default names and the ones
+        # named for it, each with the host's value, and nothing else of the host's environment.
+        with tempfile.TemporaryDirectory() as folder, mock.patch.dict(os.environ, {
+                "TD_TEST_SECRET": "secret-value", "TD_TEST_PASSED": "passed-value", "LANG": "C.UTF-8",
+                "PYTHONDONTWRITEBYTECODE": "1"}):
+            for names, passed in (((), {}), (("TD_TEST_PASSED", "TD_TEST_ABSENT"), {"TD_TEST_PASSED": "passed-value"})):
+                with self.subTest(names=names):
+                    seen = os.path.join(folder, "environment.json")
+                    with McpClient.start([*fault(), "--environment", seen], env_names=names) as started:
+                        self.assertEqual(started.session.era, "modern")
+                    with open(seen, encoding="utf-8") as handle:
+                        environment = json.load(handle)
+                    defaults = {name: os.environ[name] for name in client.DEFAULT_ENVIRONMENT if name in os.environ}
+                    self.assertEqual(environment, {**defaults, **passed})
+                    self.assertNotIn("TD_TEST_SECRET", environment)
+                    self.assertEqual((environment["LANG"], environment["PYTHONDONTWRITEBYTECODE"]), ("C.UTF-8", "1"))
+
+    def test_the_servers_environment_both_sides_of_its_limits(self):
+        source = {"PATH": "/bin", "HOME": "/home/a", "OPENAI_API_KEY": "sk-x", "GITHUB_TOKEN": "g", "TZ": "UTC",
+                  "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": "/elsewhere", "FN": "() { :; }", "A_1": "a"}
+        self.assertEqual(client.server_environment((), source),
+                         {"PATH": "/bin", "HOME": "/home/a", "TZ": "UTC", "PYTHONDONTWRITEBYTECODE": "1"})
+        self.assertEqual(client.server_environment(["A_1", "FN", "GITHUB_TOKEN"], source),
+                         {"PATH": "/bin", "HOME": "/home/a", "TZ": "UTC", "PYTHONDONTWRITEBYTECODE": "1",
+                          "A_1": "a", "GITHUB_TOKEN": "g"})  # a shell function's value is left out
+        most = [f"V{index}" for index in range(client.MAX_ENVIRONMENT_NAMES)]
+        self.assertTrue(client.is_environment_names(most))
+        self.assertTrue(client.is_environment_names(("_", "a" * 128)))
+        for names in (most + ["V64"], ["1A"], ["A=B"], [""], ["A B"], ["A", "A"], ["é"], ["a" * 129], [1],
+                      "PATH", None):
+            with self.subTest(names=names):
+                self.assertFalse(client.is_environment_names(names))
+                with self.assertRaises(ValueError):
+                    client.server_environment(names, source)
+                with self.assertRaises(ValueError):
+                    McpClient.start(fault(), env_names=names)
+
     def test_the_stderr_tail_limit_both_sides(self):
         for written, kept in ((b"0123456789", "0123456789"), (b"0123456789A", "123456789A"),
                               (b"\xff\xfeok", "\ufffd\ufffdok")):
@@ -444,7 +482,8 @@ class TestHandshakeAndListing(Case):
                 self.assertEqual(started.session, client.Session(era, version, "fault-server", "0.1"))
                 self.assertEqual(len(started.list_tools()), 4)  # two pages
         self.raises("CLIENT_PROTOCOL_VERSION", McpClient.start, fault(), protocol="2025-06-18")
-        self.raises("CLIENT_SERVER_ERROR", McpClient.start, fault("legacy_only"), protocol="modern")
+        refused = self.raises("CLIENT_SERVER_ERROR", McpClient.start, fault("legacy_only"), protocol="modern")
+        self.assertEqual((refused.method, refused.rpc_code), ("server/discover", -32601))
 
 
 # ============================================================================================

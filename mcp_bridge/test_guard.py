@@ -21,12 +21,14 @@ import threading
 import time
 import unittest
 from pathlib import Path
+from unittest import mock
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import tool_dispatcher as td  # noqa: E402
+import client  # noqa: E402
 import guard as gd  # noqa: E402
 from importer import HostChoices, import_server  # noqa: E402
 from test_importer import process_ended  # noqa: E402
@@ -658,6 +660,29 @@ class TestApprovals(GuardCase):
         self.assertEqual(code_of(peer.call("notes_write_note", {"name": "a", "text": "b"})), "APPROVAL_REQUIRED")
         self.assertEqual((peer.asked, self.note_revisions()), ([], {}))
 
+    def test_the_approval_command_reads_the_call_with_unseen_characters_escaped_as_the_question_does(self):
+        # A right-to-left override, a zero-width space and a no-break space reach the command as
+        # their JSON escapes, never raw; visible text stays as it is; the JSON is the same value.
+        seen = self.folder.path / "seen.json"
+        command = [*PYTHON, "-c", "import sys; open(sys.argv[1], 'wb').write(sys.stdin.buffer.read()); "
+                   "print('{\"approve\": true}')", str(seen)]
+        arguments = {"name": "inv\u202eexe.txt", "text": "caf\u00e9\u200b\u00a0ok"}
+        self.assertTrue(gd.ask_command(command, "notes_write_note", arguments, td.Principal("a", "b"), WAIT))
+        text = seen.read_bytes().decode("utf-8")
+        self.assertEqual(text, '{"arguments":{"name":"inv\\u202eexe.txt","text":"caf\u00e9\\u200b\\u00a0ok"},'
+                               '"subject":"b","tenant":"a","tool":"notes_write_note"}')
+        self.assertEqual(json.loads(text)["arguments"], arguments)
+        self.assertIn(text[text.index("{", 1):text.index("}") + 1], gd.approval_text("notes_write_note", arguments))
+
+    def test_the_guards_own_refusal_has_the_shape_the_readme_shows(self):
+        with open(HERE / "README.md", encoding="utf-8") as handle:
+            readme = handle.read()
+        shown = readme.split("5. **The guard's own refusals.**", 1)[1].split("```\n", 2)[1].strip()
+        self.assertEqual(json.loads(shown), gd._refusal(gd.GuardError("GUARD_BUSY")))
+        self.assertEqual(json.loads(gd._refusal(gd.GuardError("GUARD_TOOL_WITHHELD"))["content"][0]["text"]),
+                         {"status": "error", "error": {"code": "GUARD_TOOL_WITHHELD", "retryable": False,
+                                                       "message": gd.GUARD_CATALOG["GUARD_TOOL_WITHHELD"].message}})
+
     def test_an_approval_command_that_fails_or_says_more_is_no(self):
         for label, source in (("exit 1", "import sys; print('{\"approve\": true}'); sys.exit(1)"),
                               ("another field", "print('{\"approve\": true, \"approver\": \"root\"}')"),
@@ -839,6 +864,10 @@ class TestAuditAndHostFile(GuardCase):
             ({"servers": [self.demo_server(), self.demo_server()]}, "servers"),
             ({"extra": 1}, ""),
         )
+        # servers[].env: names of the guard's variables, never values; at most 64, none twice
+        cases += tuple(({"servers": [{**self.demo_server(), "env": value}]}, "servers[0].env")
+                       for value in ("HOME", {"TOKEN": "x"}, ["TOKEN=x"], ["1A"], [""], ["A", "A"], [1], None,
+                                     [f"V{index}" for index in range(65)]))
         ceilings = {"max_output_bytes": td.MAX_OUTPUT_BYTES_CEILING, "max_output_nodes": td.MAX_OUTPUT_NODES_CEILING}
         for field, ceiling in ceilings.items():
             cases += tuple(({"servers": [{**self.demo_server(), field: value}]}, f"servers[0].{field}")
@@ -1119,6 +1148,9 @@ class TestServing(GuardCase):
         cases = ((["--host", str(self.folder.path / "missing.json")], "GUARD_HOST_UNREADABLE"),
                  (["--host", str(host), "--contracts", "x.json"], "GUARD_USAGE"),
                  (["--host", str(host), "--bogus", "1"], "GUARD_USAGE"),
+                 (["--host", str(host), "--env", "HOME"], "GUARD_USAGE"),  # --env names a command line server's
+                 (["--host", str(host), "--contracts", "x.json", "--env", "A=B", "--", "x"], "GUARD_USAGE"),
+                 (["--host", str(host), "--contracts", "x.json", "--env", "A", "--env", "A", "--", "x"], "GUARD_USAGE"),
                  (["--host", str(host), "--audit-log", str(self.folder.path / "exists.jsonl")], "AUDIT_LOG_EXISTS"))
         for argv, code in cases:
             with self.subTest(code=code):
@@ -1142,6 +1174,30 @@ class TestServing(GuardCase):
         self.assertEqual((child.returncode, out), (td.EXIT_INTERRUPTED, b""))
         self.assertEqual(json.loads(err)["error"]["code"], "CLI_INTERRUPTED")
         self.assertNotIn(b"Traceback", err)
+
+    def test_a_server_gets_only_the_variables_its_host_file_names(self):
+        seen = self.folder.path / "environment.json"
+        server = {**self.fault_server(), "env": ["TD_TEST_PASSED", "TD_TEST_ABSENT"]}
+        server["command"] = [*server["command"], "--environment", str(seen)]
+        with mock.patch.dict(os.environ, {"TD_TEST_SECRET": "secret-value", "TD_TEST_PASSED": "passed-value"}):
+            guard = self.guard([server])
+            self.assertEqual(self.started, {"orders": {"started": True, "withheld": {}}})
+            expected = {**client.server_environment(), "TD_TEST_PASSED": "passed-value"}
+        self.assertEqual(json.loads(seen.read_text(encoding="utf-8")), expected)
+        self.assertNotIn("TD_TEST_SECRET", expected)
+        self.assertEqual(guard.host.servers[0].env, ("TD_TEST_PASSED", "TD_TEST_ABSENT"))
+
+    def test_a_command_line_server_gets_only_the_variables_env_names(self):
+        seen = self.folder.path / "environment.json"
+        environment = {**os.environ, "TD_TEST_SECRET": "secret-value", "TD_TEST_PASSED": "passed-value",
+                       "PYTHONDONTWRITEBYTECODE": "1"}
+        done = subprocess.run([*PYTHON, str(HERE / "mcp_bridge.py"), "guard", "--host", str(self.folder.host([])),
+                               "--contracts", str(self.folder.path / "fault.json"), "--env", "TD_TEST_PASSED",
+                               "--", *FAULT, "--environment", str(seen)],
+                              input=b"", capture_output=True, timeout=WAIT, check=False, env=environment)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(json.loads(seen.read_text(encoding="utf-8")),
+                         {**client.server_environment((), environment), "TD_TEST_PASSED": "passed-value"})
 
     def test_one_server_from_the_command_line_keeps_its_tools_names(self):
         host = self.folder.host([])

@@ -108,8 +108,12 @@ class TestHandshakeAndListing(Case):
                                  ("legacy", "2025-11-25"))
                 self.assertEqual(len(document["tools"]), 3)
 
-    def test_modern_only_does_not_fall_back(self):
-        self.fails("legacy_only", "IMPORT_SERVER_ERROR", protocol="modern")
+    def test_modern_only_does_not_fall_back_and_names_the_refused_request(self):
+        # The request and the server's JSON-RPC code, never its text: --protocol auto or legacy reads it.
+        refused = self.fails("legacy_only", "IMPORT_SERVER_ERROR", protocol="modern")
+        self.assertEqual(refused.to_json(), {"code": "IMPORT_SERVER_ERROR",
+                                             "message": "The server answered a request with an error.",
+                                             "retryable": False, "at": "server/discover", "rpc_code": -32601})
 
     def test_protocol_versions_refused(self):
         self.fails("bad_version", "IMPORT_PROTOCOL_VERSION")
@@ -140,7 +144,8 @@ class TestHandshakeAndListing(Case):
         self.fails("no_tools_capability", "IMPORT_NO_TOOLS", protocol="legacy")
 
     def test_server_error_text_is_never_echoed(self):
-        self.fails("tools_error", "IMPORT_SERVER_ERROR")
+        refused = self.fails("tools_error", "IMPORT_SERVER_ERROR")
+        self.assertEqual((refused.at, refused.to_json()["rpc_code"]), ("tools/list", -32603))
 
     def test_listing_that_changes_between_readings(self):
         self.fails("changing", "IMPORT_LISTING_CHANGED")
@@ -170,8 +175,8 @@ class TestHandshakeAndListing(Case):
     def test_endless_output_that_ignores_the_shutdown(self):
         processes, real_spawn = [], client.spawn
 
-        def spawn(command):
-            processes.append(real_spawn(command))
+        def spawn(command, **options):
+            processes.append(real_spawn(command, **options))
             return processes[-1]
 
         start = time.monotonic()
@@ -267,9 +272,14 @@ class TestListing(unittest.TestCase):
                                                        "CLIENT_REQUEST_INVALID"}, set(client.CLIENT_CATALOG))
         for client_code, import_code in importer.IMPORT_CODES.items():
             with self.subTest(code=client_code):
-                failure = importer.import_failure(client.ClientError(client_code, rpc_code=3, exit_status=1))
-                self.assertEqual((type(failure), failure.to_json()), (importer.ImportFailure,
-                                                                      importer.ImportFailure(import_code).to_json()))
+                error = client.ClientError(client_code, rpc_code=3, exit_status=1)
+                error.method = "tools/list"
+                failure = importer.import_failure(error)
+                # A server's error keeps the request it refused and its JSON-RPC code; nothing else
+                # of the client's error is carried over.
+                expected = (importer.ImportFailure(import_code, "tools/list", rpc_code=3)
+                            if import_code == "IMPORT_SERVER_ERROR" else importer.ImportFailure(import_code))
+                self.assertEqual((type(failure), failure.to_json()), (importer.ImportFailure, expected.to_json()))
         decoder = tool_dispatcher.BoundaryError("JSON_DUPLICATE_KEY")
         self.assertIs(importer.import_failure(client.ClientError("CLIENT_JSON", json_error=decoder)), decoder)
         busy = client.ClientError("CLIENT_BUSY")
@@ -352,6 +362,19 @@ class TestDraftUnits(unittest.TestCase):
             with self.subTest(value=value), self.assertRaises(ValueError) as caught:
                 importer.HostChoices(max_description=value)
             self.assertEqual(str(caught.exception), "max_description out of range")
+
+    def test_a_tool_that_runs_only_as_a_task_is_refused_by_name(self):
+        # A server answers a plain call of a "required" tool with an error: it could only fail.
+        tools = [{"name": name, "inputSchema": OBJECT, "execution": {"taskSupport": support}}
+                 for name, support in (("must", "required"), ("may", "optional"), ("never", "forbidden"))]
+        document, report = drafted(*tools, {"name": "plain", "inputSchema": OBJECT},
+                                   {"name": "odd", "inputSchema": OBJECT, "execution": "required"})
+        self.assertEqual([tool["name"] for tool in document["tools"]], ["may", "never", "plain"])
+        self.assertEqual([(item["tool"], item["code"], item["at"]) for item in report["refused"]],
+                         [("must", "TOOL_TASK_REQUIRED", "tools[0].execution.taskSupport"),
+                          ("odd", "TOOL_MALFORMED", "tools[4].execution")])
+        self.assertEqual(report["codes"], {"TOOL_MALFORMED": 1, "TOOL_TASK_REQUIRED": 1})
+        self.assertEqual(set(loaded(document)), {"may", "never", "plain"})
 
     def test_malformed_tools(self):
         _, report = drafted({"name": "a", "description": 3, "inputSchema": OBJECT},
@@ -984,6 +1007,23 @@ class TestHostFilesOnTheCommandLine(unittest.TestCase):
     def written(self, path):
         with open(path, encoding="ascii") as handle:
             return json.load(handle)
+
+    def test_the_server_gets_only_the_variables_env_names(self):
+        seen = self.path("environment.json")
+        with mock.patch.dict(os.environ, {"TD_TEST_SECRET": "secret-value", "TD_TEST_PASSED": "passed-value"}):
+            for arguments, passed in (((), {}), (("--env", "TD_TEST_PASSED", "--env", "TD_TEST_ABSENT"),
+                                                 {"TD_TEST_PASSED": "passed-value"})):
+                with self.subTest(arguments=arguments):
+                    status, summary = self.run_main([*command("none"), "--environment", seen], *arguments)
+                    self.assertEqual((status, summary["drafted"]), (1, 3))
+                    environment = self.written(seen)
+                    self.assertEqual(environment, {**client.server_environment(), **passed})
+                    self.assertNotIn("TD_TEST_SECRET", environment)
+            for arguments in (("--env", "1BAD"), ("--env", "A=B"), ("--env", ""), ("--env", "A", "--env", "A"),
+                              tuple(word for index in range(65) for word in ("--env", f"V{index}")), ("--env",)):
+                with self.subTest(arguments=arguments[:4]):
+                    status, summary = self.run_main(command("none"), *arguments)
+                    self.assertEqual((status, summary["error"]["code"]), (2, "CLI_USAGE"))
 
     def test_an_overlay_narrows_a_number_to_an_integer_and_the_draft_loads_without_it(self):
         status, summary = self.run_main(command("none"))

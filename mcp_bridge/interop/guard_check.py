@@ -8,7 +8,8 @@ both protocol eras (``mode="auto"``: 2026-07-28; ``mode="legacy"``: the initiali
 guard fronts three servers: sdk_server.py (the SDK's own server, run with this environment),
 demo_server.py (its note store counts the writes that took effect) and fault_server.py (its
 --calls file counts every call that reached it). sdk_server.py counts its calls in the file that
-SDK_SERVER_CALLS names. The person is the SDK's elicitation callback, which approves or declines
+SDK_SERVER_CALLS names, a variable of the guard's environment its host file passes on to it by name
+(``servers[].env``: a server gets a minimal environment otherwise). The person is the SDK's elicitation callback, which approves or declines
 as each check says. Checked, per era:
 
     1. the SDK lists exactly the reviewed tools, under their prefixes; a tool whose reviewed text
@@ -112,7 +113,9 @@ class Run:
         servers = [{"name": "notes", "prefix": "notes_", "command": demo, "contracts": "demo.json",
                     "status_tools": {"write_note": "note_write_status"}}]
         if not crash:
-            servers += [{"name": "orders", "prefix": "orders_", "contracts": "sdk.json",
+            # The SDK's server counts its calls in the file SDK_SERVER_CALLS names: a variable of
+            # the guard's environment, which a server gets only when its host file names it.
+            servers += [{"name": "orders", "prefix": "orders_", "contracts": "sdk.json", "env": ["SDK_SERVER_CALLS"],
                          "command": [sys.executable, "-B", str(BRIDGE / "interop" / "sdk_server.py")]},
                         {"name": "faults", "prefix": "faults_", "contracts": "fault.json",
                          "command": [*python, str(BRIDGE / "fault_server.py"), "--calls", str(self.fault_calls)]}]

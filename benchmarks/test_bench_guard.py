@@ -86,8 +86,8 @@ def recorded_spawns() -> Any:
     started: list[subprocess.Popen[bytes]] = []
     real = bench.mcp_client.spawn
 
-    def spawn(command: Any) -> subprocess.Popen[bytes]:
-        process = real(command)
+    def spawn(command: Any, **options: Any) -> subprocess.Popen[bytes]:
+        process = real(command, **options)
         started.append(process)
         return process
 

@@ -10,11 +10,13 @@ an ECMA-262 engine (``regress``). A value the compiled check admits and the orac
 UNSOUND finding; a value the oracle admits and the check refuses is a narrowing, counted, never a
 failure. The same is done for host overlays through ``narrow``, whose result must admit nothing
 the server's own schema refuses, and for the official JSON Schema Test Suite's draft 2020-12 groups.
-The uri format has two more readers: every URI its compiled check admits must also be parsed by
-Pydantic's AnyUrl and by Node's WHATWG URL parser.
+The uri and email formats have more readers: every URI their compiled check admits must also be
+parsed by Pydantic's AnyUrl and by Node's WHATWG URL parser, and every address by Pydantic's
+EmailStr (email-validator), zod's email() and HTML's form field (zod's html5Email regex).
 
     python -B differential/differential.py --seed 1 --schemas 300
     python -B differential/differential.py --seed 1 --uris 5000   (needs pydantic and node)
+    python -B differential/differential.py --seed 1 --emails 5000   (needs email-validator, node and zod)
     python -B differential/differential.py --suite PATH      (a draft2020-12 folder, or the jsonschema sdist)
 
 What this layer never does:
@@ -31,11 +33,12 @@ closer to the specification: ``pattern`` is ECMA-262 (with the ``u`` flag, or wi
 are held to their RFC grammars' ASCII alphabet (the date-time checker's regex takes a trailing
 newline and any Unicode digit). A lone surrogate is shown to the regex engine as U+FFFD.
 
-Exit 0: no finding; 1: a finding (an unsound value, a URI a reader refuses, or a compiler, a check,
-the oracle or a reader that raised where it should answer); 2: the command line was refused, or
-the oracle (or, for --uris, pydantic or node) is not installed.
+Exit 0: no finding; 1: a finding (an unsound value, a URI or an address a reader refuses, or a
+compiler, a check, the oracle or a reader that raised where it should answer); 2: the command line
+was refused, or the oracle (or, for --uris, pydantic or node; for --emails, email-validator, node
+or zod) is not installed.
 Sections: 1. limits and constants; 2. JSON values; 3. the oracle; 4. patterns; 5. schemas;
-6. values; 7. overlays; 8. the differential run; 9. the official suite; 10. URI readers; 11. CLI.
+6. values; 7. overlays; 8. the differential run; 9. the official suite; 10. format readers; 11. CLI.
 """
 from __future__ import annotations
 
@@ -69,9 +72,10 @@ MAX_VALUES_PER_SCHEMA: Final = 160  # values checked against one schema: its edg
 MAX_CANDIDATES: Final = 24  # candidates one subschema lends its parent's mutations
 MAX_DEPTH: Final = 3  # schema levels the generator nests (an object in an array in an object)
 MAX_FINDINGS: Final = 5  # findings printed whole (the counts count them all)
-MAX_URI_FINDINGS: Final = 20  # a URI run's findings printed (each a value and a reader)
+MAX_READER_FINDINGS: Final = 20  # a URI or email run's findings printed (each a value and a reader)
 MINIMIZE_BUDGET: Final = 300  # predicate calls spent shrinking one finding
 MAX_URI_COMPOSITIONS: Final = 16  # random URIs beside the fixed ones, for each uri format in a schema
+MAX_EMAIL_COMPOSITIONS: Final = 16  # random addresses beside the fixed ones, for each email format in a schema
 MAX_GENERATED_LENGTH: Final = td.DEFAULT_MAX_LENGTH + 1  # the host's string bound and one past it
 MAX_GENERATED_ITEMS: Final = td.DEFAULT_MAX_ITEMS + 1  # the host's item bound and one past it
 SAFE: Final = td.MAX_SAFE_INTEGER  # 2**53 - 1
@@ -858,6 +862,124 @@ def _uri_host(rng: random.Random, miss: float) -> str:
     return "[" + text + "]"
 
 
+# -- Emails --------------------------------------------------------------------------------------
+# The email format's candidates: a fixed list with a valid case and near misses for each rule of
+# the core's reading (the plain mailbox RFC 5321/5322, HTML's form field, zod and email-validator
+# all admit), the classic traps (quoted and commented parts, address literals, Unicode, spaces),
+# and seeded random compositions of a local part and a domain, some with one character changed.
+
+_EMAIL_LOCAL_64: Final = "l" * 63 + "z"  # the longest local part RFC 5321 allows
+_EMAIL_DOMAIN_189: Final = ".".join(("a" * 63, "b" * 63, "c" * 57, "com"))  # with a 64-character local part: 254
+_TLD_63: Final = "t" * 63
+EMAIL_SAMPLES: Final[tuple[str, ...]] = (
+    # the local part's alphabet: letters, digits and _ ' + -
+    "a@example.com", "A@EXAMPLE.COM", "Az09@example.com", "first.last@example.com", "a_b@example.com",
+    "a'b@example.com", "o'brien@example.com", "a+tag@example.com", "a-b@example.com", "_@example.com",
+    "+@example.com", "-@example.com", "0@example.com", "'a@example.com", "a'.b@example.com", "_'+-@example.com",
+    "a!b@example.com", "a#b@example.com", "a$b@example.com", "a%b@example.com", "a&b@example.com",
+    "a*b@example.com", "a/b@example.com", "a=b@example.com", "a?b@example.com", "a^b@example.com",
+    "a`b@example.com", "a{b}@example.com", "a|b@example.com", "a~b@example.com", "a,b@example.com",
+    "a:b@example.com", "a;b@example.com", "a<b>@example.com", "a[b]@example.com", "a\\b@example.com",
+    "a\"b@example.com", "a(b)@example.com",
+    # dot-separated runs, and a local part not ending in '
+    "a.b.c@example.com", ".a@example.com", "a.@example.com", "a..b@example.com", ".@example.com", "@example.com",
+    "a'@example.com", "a.b'@example.com", "'@example.com", "''@example.com", "a''@example.com", "a''b@example.com",
+    # the local part's length
+    _EMAIL_LOCAL_64 + "@example.com", _EMAIL_LOCAL_64 + "x@example.com",
+    # the domain: two or more letter-digit-hyphen labels
+    "a@b.co", "a@a.b.c.example.com", "a@1.example.com", "a@123.co", "a@a-b.co", "a@a--b.co", "a@abc--d.co",
+    "a@a-b-c.co", "a@b", "a@co", "a@localhost", "a@example", "a@-a.co", "a@a-.co", "a@a.-co", "a@a.co-",
+    "a@a_b.co", "a@a..co", "a@.a.co", "a@a.co.", "a@a.co..", "a@.", "a@", "a@a.", "a@a b.co", "a@a%2eb.co",
+    "a@" + "l" * 63 + ".com", "a@" + "l" * 64 + ".com",
+    # a label with -- as its third and fourth characters: punycode and its look-alikes
+    "a@ab--cd.co", "a@xn--p1ai.co", "a@XN--P1AI.co", "a@Xn--nxasmq6b.com", "a@b.xn--p1ai", "a@xn--.co",
+    "a@xn--a.co", "a@a.ab--c.co", "a@ab-c.co", "a@a-b--c.co", "a@1a--b.co", "a@--.co", "a@a---b.co",
+    # the last label: 2 to 63 letters, not reserved
+    "a@b.c", "a@b.co", "a@b.museum", "a@b." + _TLD_63, "a@b." + _TLD_63 + "t", "a@b.c1", "a@b.1c", "a@b.123",
+    "a@1.2.3.4", "a@b.c-o", "a@b.0x1", "a@b.Co", "a@b.cO",
+    "a@b.arpa", "a@b.invalid", "a@b.local", "a@b.localhost", "a@b.onion", "a@b.test", "a@b.ARPA", "a@b.Invalid",
+    "a@b.LOCAL", "a@b.LocalHost", "a@b.ONION", "a@b.TEST", "a@b.tEsT", "a@test.com", "a@onion.co",
+    "a@localhost.com", "a@b.testing", "a@b.tests", "a@b.locals", "a@b.arpas", "a@arpa", "a@test", "a@1.in-addr.arpa",
+    "a@home.arpa", "a@example.test", "a@b.example", "a@example.com.test",
+    # the whole address's length
+    _EMAIL_LOCAL_64 + "@" + _EMAIL_DOMAIN_189, _EMAIL_LOCAL_64 + "@x" + _EMAIL_DOMAIN_189,
+    "a@" + _EMAIL_DOMAIN_189.replace("a" * 63, "a" * 63 + ".d" * 31, 1),
+    # quoted local parts, comments, address literals
+    "\"a\"@example.com", "\"a b\"@example.com", "\"a@b\"@example.com", "\"\"@example.com", "\"a\\\"b\"@example.com",
+    "a(comment)@example.com", "(comment)a@example.com", "a@(comment)example.com", "a@example.com(comment)",
+    "a@[127.0.0.1]", "a@[IPv6:::1]", "a@[IPv6:2001:db8::1]", "a@127.0.0.1", "a@[example.com]",
+    # Unicode
+    "\u00fc@example.com", "a@\u00fc.com", "a@b.c\u00f6", "a@xn--tda.com", "\u0430@example.com", "a@\u0435xample.com",
+    "\uff41@example.com", "a@example\uff0ecom", "a\u200b@example.com", "a@example.com\u200b", "\U0001F600@example.com",
+    "a@\U0001F600.com", "a\ud800@example.com", "\u0661@example.com", "a@example.\u0441om",
+    # spaces, controls, and one @ too many or too few
+    " a@example.com", "a@example.com ", "a @example.com", "a@ example.com", "a@example .com", "a\t@example.com",
+    "a@example.com\n", "\na@example.com", "a\r@example.com", "a@example.com\r\n", "a\x00@example.com",
+    "a@example.com\x7f", "a\u00a0@example.com", "a@b@example.com", "a@@example.com", "@", "", "a", "example.com",
+    "Name <a@example.com>", "<a@example.com>", "mailto:a@example.com", "a@example.com,b@example.com",
+    "a@example.com;", "a@example.com/", "a@example.com:25", "a@example.com?", "a@example.com#x",
+)
+_EMAIL_RUN_CHARS: Final = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789" * 3 + "_'+-"
+_EMAIL_LOCAL_MISSES: Final = "!#$%&*/=?^`{|}~\"(),:;<>[\\] .@\u00e9\u00fc\U0001F600"
+_EMAIL_TLDS: Final = (
+    ("com", "org", "net", "io", "co", "de", "uk", "museum", "example", "COM", "Org", "xyz", "travel", _TLD_63),
+    ("c", "c1", "1c", "123", "", "-co", "co-", "xn--p1ai", "ab--cd", _TLD_63 + "t", "arpa", "invalid", "local",
+     "localhost", "onion", "test", "TEST", "Local", "ONION", "Arpa", "c\u00f6", "c_o"),
+)
+_EMAIL_LABELS: Final = (
+    ("example", "mail", "a", "b1", "1b", "a-b", "a--b", "abc--d", "123", "x" * 63, "EXAMPLE", "test", "onion"),
+    ("-a", "a-", "", "ab--c", "xn--p1ai", "xn--", "XN--a", "x" * 64, "a_b", "a b", "\u00fc", "a%41", "[127.0.0.1]"),
+)
+_EMAIL_CHANGES: Final = " \t\n\"().,:;<>@[\\]\u00e9\u00a0\U0001F600\x00\x7f'-_+"  # characters one change may add
+
+
+def email_candidate(rng: random.Random, *, miss: float = 0.12) -> str:
+    """One seeded address: a local part of dot-separated runs and a domain of labels and a last
+    label, each piece mostly valid and a near miss at rate ``miss``; now and then stretched to the
+    length limits, and now and then one character inserted, replaced or removed."""
+    def pick(pool: tuple[Sequence[str], Sequence[str]]) -> str:
+        return rng.choice(pool[1] if rng.random() < miss else pool[0])
+
+    runs = []
+    for _ in range(rng.choice((1, 1, 1, 2, 2, 3, 4))):
+        size = rng.choice((1, 1, 2, 3, 5, 8, 12)) if rng.random() > miss else rng.choice((0, 20, 40))
+        run = "".join(rng.choice(_EMAIL_RUN_CHARS) for _ in range(size))
+        if run and rng.random() < miss:
+            at = rng.randrange(len(run))
+            run = run[:at] + rng.choice(_EMAIL_LOCAL_MISSES) + run[at + 1:]
+        runs.append(run)
+    local = ".".join(runs)
+    if rng.random() < miss / 2:
+        local = (local * 65)[:rng.choice((63, 64, 65))]
+    count = rng.choice((1, 1, 1, 2, 3)) if rng.random() > miss else 0  # labels before the last
+    text = local + "@" + ".".join([*(pick(_EMAIL_LABELS) for _ in range(count)), pick(_EMAIL_TLDS)])
+    if rng.random() < miss / 2:
+        text = _padded(text, rng.choice((253, 254, 255)))
+    if rng.random() < miss:
+        at = rng.randint(0, len(text))
+        change = rng.choice(("insert", "replace", "remove"))
+        if change == "insert":
+            text = text[:at] + rng.choice(_EMAIL_CHANGES) + text[at:]
+        elif change == "replace":
+            text = text[:at] + rng.choice(_EMAIL_CHANGES) + text[at + 1:]
+        else:
+            text = text[:at] + text[at + 1:]
+    return text
+
+
+def _padded(text: str, target: int) -> str:
+    """The address with labels of up to 63 letters put before its domain, to ``target`` characters
+    (one short when only one is missing: a label and its dot take two)."""
+    local, _, domain = text.rpartition("@")
+    room = target - len(text)
+    while room >= 2:
+        size = min(63, room - 1)
+        size -= room - size - 1 == 1  # leave two, never one, for the last label
+        domain = "p" * size + "." + domain
+        room -= size + 1
+    return local + "@" + domain
+
+
 FORMAT_SAMPLES: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType({
     "date": ("2024-02-29", "2023-02-29", "2000-02-29", "1900-02-29", "2024-13-01", "2024-00-10", "2024-04-31",
              "2024-1-01", "24-01-01", "2024-01-01T00:00:00Z", "2024/01/01", "\uff12\uff10\uff12\uff14-01-01",
@@ -879,8 +1001,9 @@ FORMAT_SAMPLES: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType({
     "ipv6": ("::1", "::", "2001:db8::1", "2001:DB8::1", "::ffff:192.168.0.1", "fe80::1%eth0", "1::2::3", ":::",
              "12345::1", "2001:db8:0:0:0:0:0:1:2", "::1\n", "[::1]", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7::",
              "::ffff:256.1.1.1", "\u0661::1"),
-    "email": ("a@b.c", "a@b", "@b.c", "a@", "a b@c.d", "\"a b\"@c.d", "a@[127.0.0.1]", "a..b@c.d", ".a@b.c",
-              "\u00fc@b.c", "a@b.c\n", "a@@b", "test@example.com", "a@b\u00e9.c", "a\t@b.c"),
+    "email": tuple(dict.fromkeys((  # the first few, then the fixed list above, each once
+        "a@b.c", "a@b", "@b.c", "a@", "a b@c.d", "\"a b\"@c.d", "a@[127.0.0.1]", "a..b@c.d", ".a@b.c",
+        "\u00fc@b.c", "a@b.c\n", "a@@b", "test@example.com", "a@b\u00e9.c", "a\t@b.c", *EMAIL_SAMPLES))),
     "uri": tuple(dict.fromkeys((  # the first few, then the fixed list above, each once
         "http://example.com", "https://example.com/a?b=c#d", "urn:isbn:0451450523", "mailto:a@b.c", "//example.com",
         "/path", "example.com", "http://exa mple.com", "http://[::1]:80/", "http://example.com/%zz", "\u00e9:x",
@@ -1027,6 +1150,8 @@ class ValueMaker:
             samples += [self._uuid() for _ in range(3)]
         elif name == "uri":
             samples += [uri_candidate(self.rng) for _ in range(MAX_URI_COMPOSITIONS)]
+        elif name == "email":
+            samples += [email_candidate(self.rng) for _ in range(MAX_EMAIL_COMPOSITIONS)]
         return samples
 
     def _date(self) -> str:
@@ -1740,47 +1865,85 @@ def _agree(oracle: Oracle, name: str, group: Mapping[str, Any], agreement: dict[
 
 
 # ============================================================================================
-# 10. URI readers
+# 10. Format readers
 # ============================================================================================
-# A "uri" the core admits must be one every reader takes: the oracle (RFC 3986, as the other
-# formats), and the two readers of the WHATWG URL standard that tools meet most: Pydantic's AnyUrl
-# (pydantic-core, Rust's url crate) and Node's URL (ada, as in browsers, and under zod's url()).
-# Seeded candidates go to the compiled check of {"type": "string", "format": "uri"} and to every
-# reader; an admitted value that any of them refuses is a finding that names the value and the
-# reader. Node is one subprocess for all the values of a run: JSON in on stdin, verdicts out.
-# Pydantic is asked in both of its modes: lax, a model's default, and strict, which also refuses
-# what the url crate calls a syntax violation (no "//" after "file:", a Windows drive letter after
-# a file URL's host); the check refuses both shapes, so strict mode holds it as the others do.
+# A "uri" or an "email" the core admits must be one every reader of that format takes. Seeded
+# candidates go to the compiled check of {"type": "string", "format": NAME} and to the oracle and
+# every reader; an admitted value that any of them refuses is a finding that names the value and
+# the reader. A reader in Node is one subprocess for each batch: JSON in on stdin, verdicts out.
+#
+# uri: the oracle (RFC 3986, as the other formats), and the two readers of the WHATWG URL standard
+# that tools meet most: Pydantic's AnyUrl (pydantic-core, Rust's url crate) and Node's URL (ada, as
+# in browsers, and under zod's url()). Pydantic is asked in both of its modes: lax, a model's
+# default, and strict, which also refuses what the url crate calls a syntax violation (no "//"
+# after "file:", a Windows drive letter after a file URL's host); the check refuses both shapes,
+# so strict mode holds it as the others do.
+#
+# email: the oracle (jsonschema asks for an "@" and nothing more), Pydantic's EmailStr
+# (email-validator, without its DNS look-up), zod's email() in Node, and HTML's form field, read
+# with the regex zod ships as z.regexes.html5Email (the one the HTML standard gives), in zod too.
 
 URI_REPORT_FORMAT: Final = "differential-uri-report-v1"
+EMAIL_REPORT_FORMAT: Final = "differential-email-report-v1"
 DEFAULT_URIS: Final = 5_000
 URI_SCHEMA: Final = MappingProxyType({"type": "string", "format": "uri"})
+EMAIL_SCHEMA: Final = MappingProxyType({"type": "string", "format": "email"})
 NODE_TIMEOUT: Final = 300  # seconds for one batch: a hung node fails the run rather than the machine
-_NODE_SCRIPT: Final = """
+# Where ci.sh installs zod with npm: beside the virtual environment's Python, outside the checkout.
+ZOD_FOLDER: Final = Path(sys.prefix) / "zod"
+# Each script reads a JSON list of texts on stdin and writes {"version", "verdicts"}; the zod ones
+# take the folder zod is installed in as their one argument.
+_NODE_READ: Final = """
 let input = "";
 process.stdin.setEncoding("utf8");
 process.stdin.on("data", (chunk) => { input += chunk; });
 process.stdin.on("end", () => {
-  const verdicts = JSON.parse(input).map((text) => { try { new URL(text); return true; } catch { return false; } });
-  process.stdout.write(JSON.stringify({ version: process.version, verdicts }));
+  const verdicts = JSON.parse(input).map((text) => { try { return accept(text); } catch { return false; } });
+  process.stdout.write(JSON.stringify({ version, verdicts }));
 });
 """
+_NODE_URL_SCRIPT: Final = """
+const version = process.version;
+const accept = (text) => { new URL(text); return true; };
+""" + _NODE_READ
+_ZOD_SCRIPT: Final = """
+const path = require("path");
+const folder = path.join(process.argv[1], "node_modules", "zod");
+const z = require(folder);
+const version = "zod " + require(path.join(folder, "package.json")).version + ", node " + process.version;
+const schema = process.argv[2] === "html" ? z.email({ pattern: z.regexes.html5Email }) : z.email();
+const accept = (text) => schema.safeParse(text).success;
+""" + _NODE_READ
 
 
 class ReaderUnavailable(Exception):
-    """A URI reader (pydantic, or node) is not installed or does not answer."""
+    """A format's reader (pydantic, email-validator, node or zod) is not installed or does not answer."""
 
 
 @dataclass(frozen=True, slots=True)
-class UriReader:
-    """A reader of URIs: its name, its version, and its verdict on each of a batch of texts."""
+class FormatReader:
+    """A reader of one format: its name, its version, and its verdict on each of a batch of texts."""
 
     name: str
     version: str
     read: Callable[[Sequence[str]], list[bool]]
 
 
-def pydantic_reader(*, strict: bool = False) -> UriReader:
+def _pydantic_read(adapter: Any, error: type[BaseException], *, strict: bool) -> Callable[[Sequence[str]], list[bool]]:
+    def read(texts: Sequence[str]) -> list[bool]:
+        verdicts = []
+        for text in texts:
+            try:
+                adapter.validate_python(text, strict=strict)
+            except error:
+                verdicts.append(False)
+            else:
+                verdicts.append(True)
+        return verdicts
+    return read
+
+
+def pydantic_reader(*, strict: bool = False) -> FormatReader:
     """Pydantic's AnyUrl (any scheme; HttpUrl would add a scheme list and a length the format lacks),
     as a model reads it by default (lax), or in strict mode."""
     try:
@@ -1788,48 +1951,75 @@ def pydantic_reader(*, strict: bool = False) -> UriReader:
         from pydantic import AnyUrl, TypeAdapter, ValidationError
     except ImportError as missing:
         raise ReaderUnavailable(f"pydantic is not installed ({missing})") from None
-    adapter = TypeAdapter(AnyUrl)
-
-    def read(texts: Sequence[str]) -> list[bool]:
-        verdicts = []
-        for text in texts:
-            try:
-                adapter.validate_python(text, strict=strict)
-            except ValidationError:
-                verdicts.append(False)
-            else:
-                verdicts.append(True)
-        return verdicts
+    read = _pydantic_read(TypeAdapter(AnyUrl), ValidationError, strict=strict)
     version = f"pydantic {metadata.version('pydantic')}, pydantic-core {metadata.version('pydantic-core')}"
-    return UriReader("pydantic AnyUrl strict" if strict else "pydantic AnyUrl", version, read)
+    return FormatReader("pydantic AnyUrl strict" if strict else "pydantic AnyUrl", version, read)
 
 
-def node_reader(node: str | None = None) -> UriReader:
+def pydantic_email_reader() -> FormatReader:
+    """Pydantic's EmailStr: email-validator's validate_email without the DNS look-up (a model's
+    strict mode reads it the same way)."""
+    try:
+        from importlib import metadata
+        import email_validator  # noqa: F401  (pydantic imports it on first use, and says less when it is missing)
+        from pydantic import EmailStr, TypeAdapter, ValidationError
+    except ImportError as missing:
+        raise ReaderUnavailable(f"pydantic or email-validator is not installed ({missing})") from None
+    read = _pydantic_read(TypeAdapter(EmailStr), ValidationError, strict=False)
+    version = f"pydantic {metadata.version('pydantic')}, email-validator {metadata.version('email-validator')}"
+    return FormatReader("pydantic EmailStr", version, read)
+
+
+def _node_run(name: str, command: Sequence[str]) -> Callable[[Sequence[str]], dict[str, Any]]:
+    """One node subprocess for each batch: the texts in as JSON, {"version", "verdicts"} out."""
+    def run(texts: Sequence[str]) -> dict[str, Any]:
+        try:
+            done = subprocess.run(list(command), input=json_text(list(texts)).encode("ascii"),
+                                  capture_output=True, timeout=NODE_TIMEOUT, check=False)
+            answer = json.loads(done.stdout) if done.returncode == 0 else None
+        except (OSError, ValueError, subprocess.SubprocessError) as error:
+            raise ReaderUnavailable(f"{name} did not answer ({type(error).__name__})") from None
+        if type(answer) is not dict or type(answer.get("verdicts")) is not list \
+                or len(answer["verdicts"]) != len(texts) or not all(type(v) is bool for v in answer["verdicts"]):
+            raise ReaderUnavailable(f"{name} did not answer (exit {done.returncode})")
+        return answer
+    return run
+
+
+def node_reader(node: str | None = None) -> FormatReader:
     """Node's WHATWG URL parser, ``new URL(text)``, in one subprocess for each batch."""
     path = node if node is not None else shutil.which("node")
     if path is None:
         raise ReaderUnavailable("node is not on PATH")
-
-    def run(texts: Sequence[str]) -> dict[str, Any]:
-        try:
-            done = subprocess.run([path, "-e", _NODE_SCRIPT], input=json_text(list(texts)).encode("ascii"),
-                                  capture_output=True, timeout=NODE_TIMEOUT, check=False)
-            answer = json.loads(done.stdout) if done.returncode == 0 else None
-        except (OSError, ValueError, subprocess.SubprocessError) as error:
-            raise ReaderUnavailable(f"node did not answer ({type(error).__name__})") from None
-        if type(answer) is not dict or type(answer.get("verdicts")) is not list \
-                or len(answer["verdicts"]) != len(texts) or not all(type(v) is bool for v in answer["verdicts"]):
-            raise ReaderUnavailable(f"node did not answer (exit {done.returncode})")
-        return answer
-
+    run = _node_run("node", [path, "-e", _NODE_URL_SCRIPT])
     version = run(["http://example.com"])["version"]
-    return UriReader("node URL", str(version), lambda texts: run(texts)["verdicts"])
+    return FormatReader("node URL", str(version), lambda texts: run(texts)["verdicts"])
+
+
+def zod_reader(*, html: bool = False, node: str | None = None, zod: Path | None = None) -> FormatReader:
+    """zod's ``z.email()`` in node (or, with ``html``, ``z.email({pattern: z.regexes.html5Email})``,
+    HTML's form field), zod read from ``zod`` (default ZOD_FOLDER), one subprocess for each batch."""
+    path = node if node is not None else shutil.which("node")
+    if path is None:
+        raise ReaderUnavailable("node is not on PATH")
+    folder = ZOD_FOLDER if zod is None else zod
+    if not (folder / "node_modules" / "zod" / "package.json").is_file():
+        raise ReaderUnavailable(f"zod is not installed in {folder} (bash differential/ci.sh installs it)")
+    run = _node_run("zod", [path, "-e", _ZOD_SCRIPT, str(folder.resolve()), "html" if html else "email"])
+    version = run(["a@example.com"])["version"]
+    return FormatReader("zod html5Email" if html else "zod email", str(version), lambda texts: run(texts)["verdicts"])
 
 
 def uri_candidates(seed: int, count: int) -> list[str]:
     """The fixed samples, then ``count`` seeded compositions; each text once, in that order."""
     rng = random.Random(f"{seed}:uri")
     return list(dict.fromkeys([*FORMAT_SAMPLES["uri"], *(uri_candidate(rng) for _ in range(count))]))
+
+
+def email_candidates(seed: int, count: int) -> list[str]:
+    """The fixed samples, then ``count`` seeded compositions; each text once, in that order."""
+    rng = random.Random(f"{seed}:email")
+    return list(dict.fromkeys([*FORMAT_SAMPLES["email"], *(email_candidate(rng) for _ in range(count))]))
 
 
 def uri_form(text: str) -> str:
@@ -1846,12 +2036,21 @@ def uri_form(text: str) -> str:
     return "ipv4" if re.fullmatch(r"[0-9.]+", host) else "name"
 
 
-def run_uris(seed: int, count: int, oracle: Oracle, readers: Sequence[UriReader], *,
-             compile_schema: Callable[..., Any] = td.compile_schema) -> dict[str, Any]:
-    """The report of one seeded run of URI candidates against the compiled check and every reader."""
-    schema = dict(URI_SCHEMA)
+def email_form(text: str) -> str:
+    """What an admitted address's local part holds: "symbols" (any of _ ' + -), else "dotted" (two
+    or more runs), else "plain"."""
+    local = text.rpartition("@")[0]
+    if any(char in local for char in "_'+-"):
+        return "symbols"
+    return "dotted" if "." in local else "plain"
+
+
+def run_readers(report_format: str, schema: Mapping[str, Any], texts: Sequence[str], seed: int, oracle: Oracle,
+                readers: Sequence[FormatReader], form: Callable[[str], str], *,
+                compile_schema: Callable[..., Any] = td.compile_schema) -> dict[str, Any]:
+    """The report of one seeded run of a format's candidates against its compiled check and every reader."""
+    schema = dict(schema)
     compiled = compile_schema(schema, require_object=False)
-    texts = uri_candidates(seed, count)
     findings: list[dict[str, Any]] = []
     admitted: list[bool] = []
     for text in texts:
@@ -1877,7 +2076,7 @@ def run_uris(seed: int, count: int, oracle: Oracle, readers: Sequence[UriReader]
     forms: dict[str, int] = {}
     for index, text in enumerate(texts):
         if admitted[index]:
-            forms[uri_form(text)] = forms.get(uri_form(text), 0) + 1
+            forms[form(text)] = forms.get(form(text), 0) + 1
         for name, answers in verdicts.items():
             if admitted[index] and not answers[index]:
                 counts[name]["refuses_admitted"] += 1
@@ -1886,18 +2085,38 @@ def run_uris(seed: int, count: int, oracle: Oracle, readers: Sequence[UriReader]
             elif answers[index] and not admitted[index]:
                 counts[name]["admits_refused"] += 1
     return {
-        "format": URI_REPORT_FORMAT, "seed": seed, "oracle": oracle.versions,
+        "format": report_format, "seed": seed, "oracle": oracle.versions,
         "readers": {reader.name: reader.version for reader in readers},
         "values": len(texts), "admitted": sum(admitted), "admitted_forms": dict(sorted(forms.items())),
         "verdicts": counts,
         "findings_total": len(findings),
-        "findings": findings[:MAX_URI_FINDINGS],
+        "findings": findings[:MAX_READER_FINDINGS],
     }
 
 
-def load_uri_readers(node: str | None = None) -> list[UriReader]:
+def run_uris(seed: int, count: int, oracle: Oracle, readers: Sequence[FormatReader], *,
+             compile_schema: Callable[..., Any] = td.compile_schema) -> dict[str, Any]:
+    """The report of one seeded run of URI candidates against the compiled check and every reader."""
+    return run_readers(URI_REPORT_FORMAT, URI_SCHEMA, uri_candidates(seed, count), seed, oracle, readers, uri_form,
+                       compile_schema=compile_schema)
+
+
+def run_emails(seed: int, count: int, oracle: Oracle, readers: Sequence[FormatReader], *,
+               compile_schema: Callable[..., Any] = td.compile_schema) -> dict[str, Any]:
+    """The report of one seeded run of email candidates against the compiled check and every reader."""
+    return run_readers(EMAIL_REPORT_FORMAT, EMAIL_SCHEMA, email_candidates(seed, count), seed, oracle, readers,
+                       email_form, compile_schema=compile_schema)
+
+
+def load_uri_readers(node: str | None = None) -> list[FormatReader]:
     """The readers (Pydantic lax and strict, Node), or ReaderUnavailable naming the one missing."""
     return [pydantic_reader(), pydantic_reader(strict=True), node_reader(node)]
+
+
+def load_email_readers(node: str | None = None, zod: Path | None = None) -> list[FormatReader]:
+    """The readers (Pydantic's EmailStr, zod's email() and HTML's form field), or ReaderUnavailable
+    naming the one missing."""
+    return [pydantic_email_reader(), zod_reader(node=node, zod=zod), zod_reader(html=True, node=node, zod=zod)]
 
 
 # ============================================================================================
@@ -1936,10 +2155,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a draft2020-12 folder of the official suite, or the jsonschema sdist (.tar.gz)")
     parser.add_argument("--uris", type=_count_argument, default=None,
                         help="put this many seeded URIs (beside the fixed samples) to the uri check and its readers")
-    parser.add_argument("--node", default=None, help="the node executable for --uris (default: node on PATH)")
+    parser.add_argument("--emails", type=_count_argument, default=None,
+                        help="put this many seeded addresses (beside the fixed samples) to the email check "
+                             "and its readers")
+    parser.add_argument("--node", default=None,
+                        help="the node executable for --uris and --emails (default: node on PATH)")
+    parser.add_argument("--zod", type=Path, default=None,
+                        help=f"the folder npm installed zod in, for --emails (default: {ZOD_FOLDER})")
     args = parser.parse_args(argv)
-    if max(args.schemas, args.overlays or 0, args.uris or 0) > MAX_SCHEMAS:
-        parser.error(f"at most {MAX_SCHEMAS} schemas, overlays or URIs")
+    if max(args.schemas, args.overlays or 0, args.uris or 0, args.emails or 0) > MAX_SCHEMAS:
+        parser.error(f"at most {MAX_SCHEMAS} schemas, overlays, URIs or addresses")
+    if args.uris is not None and args.emails is not None:
+        parser.error("--uris and --emails are separate runs")
     oracle = load_oracle()
     if args.suite is not None:
         if not args.suite.exists():
@@ -1958,6 +2185,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(f"the URI readers need pydantic and node: {missing}\n")
             return 2
         report = run_uris(args.seed, args.uris, oracle, readers)
+        sys.stdout.write(render(report))
+        return 1 if report["findings_total"] else 0
+    if args.emails is not None:
+        try:
+            readers = load_email_readers(args.node, args.zod)
+        except ReaderUnavailable as missing:
+            sys.stdout.write(f"the email readers need pydantic with email-validator, node and zod: {missing}\n")
+            return 2
+        report = run_emails(args.seed, args.emails, oracle, readers)
         sys.stdout.write(render(report))
         return 1 if report["findings_total"] else 0
     overlays = args.schemas // 2 if args.overlays is None else args.overlays

@@ -1,7 +1,7 @@
 """A census of typical Pydantic v2 tool-argument models against the contract language.
 
 Tools written in Python often take their arguments as a Pydantic model and publish
-``Model.model_json_schema()`` as the tool's input schema. This census writes 35 such models, of the
+``Model.model_json_schema()`` as the tool's input schema. This census writes 36 such models, of the
 kinds people write for LLM tools (search parameters, calendar events, payments, tagged unions of
 actions, trees, uploads), compiles each one's schema with ``tool_dispatcher.compile_schema`` and
 counts what compiles and what is refused, by code and place. It is a census, not a gate: a refusal
@@ -53,14 +53,17 @@ sys.path.insert(0, str(HERE))
 import differential as dif  # noqa: E402  (the oracle, JSON helpers and the report's layout)
 import tool_dispatcher as td  # noqa: E402  (the compiler under census)
 
-PYDANTIC_PACKAGES: Final = ("pydantic", "pydantic_core", "annotated_types", "typing_inspection")
+# pydantic, and email-validator (with dnspython and idna) for EmailStr, which pydantic imports on first use.
+PYDANTIC_PACKAGES: Final = ("pydantic", "pydantic_core", "annotated_types", "typing_inspection", "email_validator",
+                            "dns", "idna")
 try:
+    import email_validator  # noqa: F401
     import pydantic
-    from pydantic import (AnyUrl, AwareDatetime, BaseModel, ConfigDict, Field, HttpUrl, SecretStr, StringConstraints,
-                          UUID4, condecimal, confloat, conint, conlist, constr)
+    from pydantic import (AnyUrl, AwareDatetime, BaseModel, ConfigDict, EmailStr, Field, HttpUrl, SecretStr,
+                          StringConstraints, UUID4, condecimal, confloat, conint, conlist, constr)
 except ModuleNotFoundError as missing:
     if __name__ == "__main__" and missing.name in PYDANTIC_PACKAGES:
-        sys.stdout.write("the census needs pydantic: run bash differential/ci.sh\n")
+        sys.stdout.write("the census needs pydantic and email-validator: run bash differential/ci.sh\n")
         sys.exit(2)
     raise
 
@@ -464,6 +467,17 @@ class CreatePoll(BaseModel):
     anonymous: bool = True
 
 
+class SendEmail(BaseModel):
+    """Send an email."""
+
+    to: conlist(EmailStr, min_length=1, max_length=50)
+    cc: list[EmailStr] = []
+    reply_to: Optional[EmailStr] = None
+    subject: constr(min_length=1, max_length=200)
+    body: constr(max_length=50_000)
+    html: bool = False
+
+
 # The census: each model with a few valid inputs (JSON as a model would send them), in a fixed order.
 CENSUS: Final[Mapping[str, tuple[type[BaseModel], tuple[Mapping[str, Any], ...]]]] = MappingProxyType({
     "WebSearch": (WebSearch, (
@@ -557,6 +571,10 @@ CENSUS: Final[Mapping[str, tuple[type[BaseModel], tuple[Mapping[str, Any], ...]]
     "ForwardMessage": (ForwardMessage, ({"from": "ana", "to": ["bo", "cy"], "message_id": "m-1"},)),
     "CreatePoll": (CreatePoll, (
         {"question": "Lunch?", "options": {"pizza": 0, "sushi": 0}, "closes_at": "2024-05-06T12:00:00Z"},)),
+    "SendEmail": (SendEmail, (
+        {"to": ["ana@example.com"], "subject": "Hello", "body": "Lunch at noon?"},
+        {"to": ["o'brien@mail.example.org", "bo+news@example.co.uk"], "cc": ["cy_d-e@example.io"],
+         "reply_to": "Team.Lead@Example.COM", "subject": "Q3", "body": "<p>Numbers attached.</p>", "html": True})),
 })
 
 # ============================================================================================
@@ -578,6 +596,7 @@ _LOOKS_LIKE: Final[Mapping[str, re.Pattern[str]]] = MappingProxyType({
     "ipv6": re.compile(r"[0-9a-f:]*::?[0-9a-f:]*\Z"),
     "decimal": re.compile(r"-?[0-9]+(?:\.[0-9]+)?\Z"),
     "uri": re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://"),
+    "email": re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]+\Z"),
 })
 # Beside differential.py's samples: offsets at their ends, many fraction digits, the last day, and
 # decimal text that a number-or-string schema admits and a Decimal may not (NaN, exponents, spaces).
@@ -591,6 +610,8 @@ _MORE_SAMPLES: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType({
     "ipv6": ("::1.2.3.4", "::ffff:0:1.2.3.4", "ff02::1", "fe80::1"),
     "uri": ("http://example.com:65535/a?b#c", "https://a.b.c/", "ftp://example.com/", "ws://[::1]:1/",
             "file:///etc/hosts", "mailto:a@b.c", "urn:isbn:0451450523"),
+    "email": ("a@example.com", "A@EXAMPLE.COM", "o'brien@example.co.uk", "a'@example.com", "a@b.TEST",
+              "a@xn--p1ai.co", "a@a-.co", "\"a\"@example.com", "Name <a@example.com>", "a@b.c"),
     "decimal": ("NaN", "-Infinity", "1e3", "1E-3", " 1", "1_000", "-0", "-1", "1.5", "0.00001", "123456.789", "1" * 40),
 })
 _ARABIC_INDIC: Final = str.maketrans("0123456789", "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669")
@@ -821,7 +842,8 @@ def run_census(*, census: Mapping[str, tuple[type[BaseModel], Sequence[Mapping[s
             refused[result["line"]["code"]] = refused.get(result["line"]["code"], 0) + 1
     return {
         "format": REPORT_FORMAT,
-        "versions": {package: metadata.version(package) for package in ("pydantic", "pydantic-core")},
+        "versions": {package: metadata.version(package)
+                     for package in ("pydantic", "pydantic-core", "email-validator")},
         "oracle": oracle.versions if oracle is not None else None,
         "counts": {"models": len(lines), "compiled": sum(1 for line in lines if line.get("compiled")),
                    "refused": dict(sorted(refused.items())), "raised": sum(1 for line in lines if "raised" in line)},

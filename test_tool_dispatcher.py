@@ -2332,17 +2332,18 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         self.pattern_refused("^a{1001}$", "SCHEMA_PATTERN_UNSUPPORTED")
 
     def test_pattern_redos_candidates_refused_quickly(self):
-        start = time.perf_counter()
-        for pattern in ("^(a+)+$", "^(a|aa)*$", "^(\\d+)*x$", "^a*a*a*a*a*b$", "^([a-z]+)*$", "^(a*)*$"):
-            with self.assertRaises(BoundaryError):
-                td.compile_pattern(pattern)
-        self.assertLess(time.perf_counter() - start, 0.5)
+        # Quickly in work done, not in time: a few hundred lines of the module for all six.
+        def refuse_all():
+            for pattern in ("^(a+)+$", "^(a|aa)*$", "^(\\d+)*x$", "^a*a*a*a*a*b$", "^([a-z]+)*$", "^(a*)*$"):
+                with self.assertRaises(BoundaryError):
+                    td.compile_pattern(pattern)
+        self.assertLess(module_lines_run(refuse_all), 2_000)
 
     def test_pattern_accepted_patterns_run_fast_on_hostile_text(self):
+        # An accepted pattern is proved unambiguous, so its regex never backtracks over the text
+        # again: a catastrophic one would not end here at all (the CI command's timeout).
         regex = self.pattern_compiled("^[a-z]+-[0-9]+$|^[a-z]+$")
-        start = time.perf_counter()
         self.assertIsNone(regex.fullmatch("a" * 4096 + "!"))
-        self.assertLess(time.perf_counter() - start, 0.5)
 
     def test_pattern_pattern_must_be_a_string(self):
         self.refused(schema_field({"type": "string", "pattern": 5}), "SCHEMA_MALFORMED", "schema.properties[0].pattern")
@@ -3212,10 +3213,14 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         defs = {"d0": {"type": "string", "maxLength": 1}}
         for i in range(1, 40):
             defs[f"d{i}"] = schema_object({"l": {"$ref": f"#/$defs/d{i - 1}"}, "r": {"$ref": f"#/$defs/d{i - 1}"}})
-        start = time.perf_counter()
         compiled = td.compile_schema({"$ref": "#/$defs/d39", "$defs": defs})
         emitted = compiled.to_schema()
-        self.assertLess(time.perf_counter() - start, 0.5)
+        # Linear in work done: twice the levels, about twice the lines (2**20 times as many if shared
+        # definitions were walked once per path).
+        half = {name: schema for name, schema in defs.items() if int(name[1:]) < 20}
+        work = [module_lines_run(lambda top=top, table=table: td.compile_schema(
+            {"$ref": f"#/$defs/d{top}", "$defs": table}).to_schema()) for top, table in ((19, half), (39, defs))]
+        self.assertLess(work[1], 2.2 * work[0])
         self.assertEqual(len(compiled.rules), 40)
         self.assertEqual(len(emitted["$defs"]), 39)
         self.assertEqual(td.compile_schema(emitted).to_schema(), emitted)
@@ -3731,11 +3736,11 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
             deep = {"type": "object", "properties": {"a": deep}}
         wide = schema_object({str(i): 0 for i in range(100_000)})
         many = schema_object({"a": {"type": "integer", "enum": list(range(200_000))}})
-        start = time.perf_counter()
         for schema, code in ((deep, "SCHEMA_TOO_DEEP"), (wide, "SCHEMA_TOO_MANY_NODES"),
                              (many, "SCHEMA_TOO_MANY_NODES")):
-            self.refused(schema, code)
-        self.assertLess(time.perf_counter() - start, 1.0)
+            with self.subTest(code=code):
+                # Refused early, in work done: the prescan stops at its limit, whatever follows.
+                self.assertLess(module_lines_run(lambda schema=schema, code=code: self.refused(schema, code)), 2_000)
 
     # -- Loading (moved from mcp_import)
     def test_contracts_shipped_file_loads(self):
@@ -4223,14 +4228,12 @@ class TestTheContractLanguage(ContractLanguageAssertions, unittest.TestCase):
         # The coverage-guided fuzzing's target, in a short seeded form: the loader of a
         # tool-contracts-v1 file, fed 300 mutants of the shipped one. (Before the loader tested
         # types first, two of this seed's mutants had an effect that is an object or a list: a TypeError.)
-        started = time.perf_counter()
         outcomes = fuzz_outcomes(self, td.parse_contracts, fuzz_inputs(
             contracts_document(), lambda value: json.dumps(value, ensure_ascii=False).encode("utf-8"), 300,
             seed=31))
         self.assertEqual(sum(outcomes.values()), 300)
         self.assertGreaterEqual(len(outcomes), 8)  # the mutants reach past the decoder, into the loader
         self.assertIn("CONTRACTS_VALUE", outcomes)
-        self.assertLess(time.perf_counter() - started, 2.0)
 
     def test_array_every_item_is_checked(self):
         # Every item, whatever its position: an array rule that checked every other one let
@@ -7087,7 +7090,6 @@ class TestDigestsAndSeals(unittest.TestCase):
 
     def test_seal_keys_fuzzed_files_end_accepted_or_in_a_catalog_code(self):
         # The seal-keys reader (load_seal_keys, from a file) fed 300 mutants of a valid file.
-        started = time.perf_counter()
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "keys.json")
 
@@ -7101,7 +7103,6 @@ class TestDigestsAndSeals(unittest.TestCase):
         self.assertEqual(sum(outcomes.values()), 300)
         self.assertEqual(set(outcomes) - {"accepted"}, {"SEAL_KEYS_INVALID"})  # a key file's one refusal
         self.assertGreater(outcomes.get("accepted", 0), 0)
-        self.assertLess(time.perf_counter() - started, 2.0)
 
 
 # ============================================================================================
@@ -10652,11 +10653,9 @@ class TestTheAuditLog(unittest.TestCase):
             if outcomes:
                 raise outcomes[0]
 
-        started = time.perf_counter()
         outcomes = fuzz_outcomes(self, verify, inputs())
         self.assertEqual(sum(outcomes.values()), 300)
         self.assertLessEqual({"AUDIT_MALFORMED", "AUDIT_ENTRY_EDITED", "AUDIT_TRUNCATED"}, set(outcomes))
-        self.assertLess(time.perf_counter() - started, 2.0)
 
     def test_a_log_of_exactly_max_audit_log_bytes_is_read_and_one_byte_more_is_not(self):
         # Built cheaply, with no newline at all: a log of the limit's size is read, and found cut

@@ -820,14 +820,7 @@ def uri_candidate(rng: random.Random, *, miss: float = 0.12) -> str:
     if rng.random() < 0.2:
         text += "#" + pick(_URI_FRAGMENTS)
     if rng.random() < miss:
-        at = rng.randint(0, len(text))
-        change = rng.choice(("insert", "replace", "remove"))
-        if change == "insert":
-            text = text[:at] + rng.choice(_URI_CHANGES) + text[at:]
-        elif change == "replace":
-            text = text[:at] + rng.choice(_URI_CHANGES) + text[at + 1:]
-        else:
-            text = text[:at] + text[at + 1:]
+        text = _one_character_changed(text, rng, _URI_CHANGES)
     return text
 
 
@@ -956,15 +949,19 @@ def email_candidate(rng: random.Random, *, miss: float = 0.12) -> str:
     if rng.random() < miss / 2:
         text = _padded(text, rng.choice((253, 254, 255)))
     if rng.random() < miss:
-        at = rng.randint(0, len(text))
-        change = rng.choice(("insert", "replace", "remove"))
-        if change == "insert":
-            text = text[:at] + rng.choice(_EMAIL_CHANGES) + text[at:]
-        elif change == "replace":
-            text = text[:at] + rng.choice(_EMAIL_CHANGES) + text[at + 1:]
-        else:
-            text = text[:at] + text[at + 1:]
+        text = _one_character_changed(text, rng, _EMAIL_CHANGES)
     return text
+
+
+def _one_character_changed(text: str, rng: random.Random, changes: Sequence[str]) -> str:
+    """The text with one character inserted, replaced (each from ``changes``) or removed, at a random place."""
+    at = rng.randint(0, len(text))
+    change = rng.choice(("insert", "replace", "remove"))
+    if change == "insert":
+        return text[:at] + rng.choice(changes) + text[at:]
+    if change == "replace":
+        return text[:at] + rng.choice(changes) + text[at + 1:]
+    return text[:at] + text[at + 1:]
 
 
 def _padded(text: str, target: int) -> str:

@@ -6762,6 +6762,93 @@ class TestDigestsAndSeals(unittest.TestCase):
                                            dict(NO_REFS), None, EVIDENCE))
         self.assertNotEqual(td.spec_request_sha256(spec, "{}", arguments), td.spec_request_sha256(moved, "{}", arguments))
 
+    def test_every_kind_of_package_carries_the_definitions_digests_and_verifies(self):
+        # The dispatcher writes a call binding straight from its checked values, and the verifier
+        # a checked model_result from a frame: both must give the definitions' bytes for every
+        # answer, profile, key, approval, reference, redaction and revision, with identifiers
+        # holding every kind of character an identifier may hold.
+        odd = "Z9._:-a"
+        built = []
+        for provider in PROFILES:
+            dispatcher = make_dispatcher()
+            for ctx, package in (
+                    (context(provider, response="r" + odd, call="c" + odd, operation="o" + odd), None),
+                    (context(provider, call="c-key", key="k" + odd), None),
+                    (context(provider, call="c-unknown-tool"), {"name": "no_such_tool", "arguments": {}}),
+                    (context(provider, call="c-bad-arguments"), read_proposal("not an order"))):
+                built.append((ctx, dispatcher.dispatch(package or read_proposal(), ctx, ALICE, now=NOW)))
+            ctx = write_context(provider, key="k" + odd)
+            built.append((ctx, write(dispatcher, ctx)))
+            built.append((ctx, write(dispatcher, ctx)))  # its local replay
+            built.append(unknown_write(make_dispatcher(), "invalid_output", provider))  # the output withheld
+            lost = make_dispatcher()
+            built.append(unknown_write(lost, provider=provider))
+            ctx = query_context(provider)
+            built.append((ctx, query(lost, ctx)))
+        seen = set()
+        for ctx, package in built:
+            audit, result = package["protected_audit"], package["model_result"]
+            with self.subTest(provider=ctx.provider, call=ctx.call_id, delivery=result["delivery"]):
+                self.assertEqual(td.package_digests(package), tuple(audit[name] for name in DIGEST_FIELDS))
+                self.assertIsNone(td.verify_package(package, context=ctx, principal=ALICE, approvers=APPROVERS))
+            seen.add((ctx.provider, result["status"], result["delivery"], audit["tool_contract"] is None,
+                      audit["approval"] is not None, audit["downstream"]["receipt_ref"] is not None,
+                      tuple(audit["redactions"]), package["execution"]["handler_invoked"],
+                      audit["provider_context"]["purpose"]))
+        for provider in ("OpenAI", "Anthropic", "Google", "MCP"):
+            self.assertLessEqual({
+                (provider, "ok", "fresh", False, False, False, (), True, "dispatch"),
+                (provider, "error", "none", True, False, False, (), False, "dispatch"),
+                (provider, "error", "none", False, False, False, ("rejected_arguments",), False, "dispatch"),
+                (provider, "ok", "fresh", False, True, True, (), True, "dispatch"),
+                (provider, "ok", "local_replay", False, True, True, (), False, "dispatch"),
+                (provider, "unknown", "none", False, True, False, ("handler_output",), True, "dispatch"),
+                (provider, "unknown", "none", False, True, False, (), True, "dispatch"),
+                (provider, "ok", "receipt_reconciled", False, True, True, (), False, "query_status"),
+            }, seen)
+
+    def test_the_verifier_digests_any_checked_values_as_the_definitions_do(self):
+        # A package whose checked values changed, its digests recomputed by the definitions: the
+        # digests hold (whatever the verifier then finds), so the fault named is never a digest's.
+        def reverified(package, change, **options):
+            changed = copy.deepcopy(package)
+            change(changed)
+            audit = changed["protected_audit"]
+            audit["request_sha256"], audit["result_sha256"], audit["call_binding_sha256"] = td.package_digests(changed)
+            try:
+                td.verify_package(changed, **options)
+            except td.BoundaryError as refusal:
+                return refusal.code
+            return None
+
+        def set_in(*path_and_value):
+            *path, name, value = path_and_value
+
+            def change(package):
+                target = package
+                for step in path:
+                    target = target[step]
+                target[name] = value
+            return change
+
+        read_package, written = read(make_dispatcher()), counted_write(self)
+        for name in ("response_id", "call_id", "operation_id", "idempotency_key"):
+            with self.subTest(name=name):
+                self.assertIsNone(reverified(read_package, set_in("protected_audit", "provider_context", name,
+                                                                  "Z9._:-a" + name)))
+        self.assertIsNone(reverified(written, set_in("protected_audit", "approval", "approver", "a._:-Z9")))
+        self.assertIsNone(reverified(written, set_in("protected_audit", "approval", "expires_at", NOW + 1)))
+        self.assertIsNone(reverified(written, set_in("protected_audit", "downstream", "receipt_ref", "rc-._:Z9")))
+        self.assertIsNone(reverified(read_package, set_in("protected_audit", "resource_revision", 999_999)))
+        self.assertEqual(reverified(written, set_in("protected_audit", "approval", "approver", "a._:-Z9"),
+                                    approvers=APPROVERS), "PACKAGE_APPROVER_UNKNOWN")
+        for name, value in (("outcome", "unknown"), ("delivery", "local_replay"), ("delivery", "receipt_reconciled")):
+            with self.subTest(name=name, value=value):
+                self.assertEqual(reverified(read_package, set_in("model_result", name, value)), "PACKAGE_INCONSISTENT")
+        refused = read(make_dispatcher(), order_ref="not an order")
+        self.assertEqual(reverified(refused, set_in("model_result", "outcome", "failed")), "PACKAGE_INCONSISTENT")
+        self.assertEqual(reverified(refused, set_in("model_result", "delivery", "fresh")), "PACKAGE_INCONSISTENT")
+
     def test_spec_binding_digest_encodes_any_string_it_is_given_as_the_definition_does(self):
         spec, context_view = td.REGISTRY["get_order"], context().view("dispatch")
         # A float and a character above U+FFFF send the whole envelope to the exact encoder.

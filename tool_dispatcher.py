@@ -5784,6 +5784,51 @@ def spec_call_binding_sha256(spec: ToolSpec, provider_context: Mapping[str, Any]
     return hashlib.sha256((head[:-1] + _contract_templates(spec._contract_items)[1]).encode("utf-8")).hexdigest()
 
 
+# The same call binding, for the package the dispatcher builds and the one the verifier has just
+# checked, written straight into its canonical text. There every string is an identifier, a
+# digest or a name from a closed set (the provider profiles, the purposes, the operation states,
+# the redactions), each checked where it came from: the call context, the approval, the store's
+# record, the verifier's tables. None of those can hold a character JSON escapes (the module
+# checks this when it loads, in section 17), so each one's canonical text is itself in quotes; every
+# integer is a bounded int and every boolean a bool. Filling the format costs about 3 us where
+# the encoder spends about 7 (a read's package). The definition and spec_call_binding_sha256
+# take anything, and the tests hold all three to the same bytes.
+_BINDING_HEAD: Final = (
+    '{"approval":%s,"domain":' + _string_text(CALL_BINDING_DIGEST_DOMAIN).replace("%", "%%") + ','
+    '"downstream":{"receipt_ref":%s,"request_ref":%s,"status_ref":%s},'
+    '"evidence":{"execution":{"effects":%d,"handler_invoked":%s,"operation_state":"%s"},"redactions":[%s],'
+    '"resource_revision":%s},'
+    '"provider_context":{"adapter_revision":"%s","api_family":"%s","call_id":"%s","idempotency_key":%s,'
+    '"operation_id":"%s","provider":"%s","purpose":"%s","response_id":"%s"},'
+    '"request_sha256":"%s","result_sha256":"%s"'
+)  # the envelope's members but tool_contract, without the closing "}" (tool_contract's tail follows)
+_APPROVAL_VIEW_TEXT: Final = '{"approver":"%s","expires_at":%d}'
+_JSON_ESCAPED: Final = re.compile(r'["\\\x00-\x1f]')  # what a JSON string escapes: the rest is written as is
+
+
+def _checked_binding_sha256(spec: ToolSpec, provider_context: Mapping[str, Any], request_digest: str,
+                            result_digest: str, downstream: Mapping[str, Any], approval: Mapping[str, Any] | None,
+                            evidence: Mapping[str, Any]) -> str:
+    """spec_call_binding_sha256 of values the dispatcher built or the verifier checked (above)."""
+    execution, redactions, revision = evidence["execution"], evidence["redactions"], evidence["resource_revision"]
+    key = provider_context["idempotency_key"]
+    receipt, request, status = downstream["receipt_ref"], downstream["request_ref"], downstream["status_ref"]
+    head = _BINDING_HEAD % (
+        "null" if approval is None else _APPROVAL_VIEW_TEXT % (approval["approver"], approval["expires_at"]),
+        "null" if receipt is None else '"' + receipt + '"',
+        "null" if request is None else '"' + request + '"',
+        "null" if status is None else '"' + status + '"',
+        execution["effects"], "true" if execution["handler_invoked"] else "false", execution["operation_state"],
+        '"' + '","'.join(redactions) + '"' if redactions else "",
+        "null" if revision is None else revision,
+        provider_context["adapter_revision"], provider_context["api_family"], provider_context["call_id"],
+        "null" if key is None else '"' + key + '"',
+        provider_context["operation_id"], provider_context["provider"], provider_context["purpose"],
+        provider_context["response_id"], request_digest, result_digest,
+    )
+    return hashlib.sha256((head + _contract_templates(spec._contract_items)[1]).encode("utf-8")).hexdigest()
+
+
 @dataclass(frozen=True, slots=True)
 class SealKeys:
     """The host's seal keys: the one it seals with now, and every key it still accepts."""
@@ -6733,8 +6778,8 @@ class Dispatcher:
                                                  granted, evidence)
         else:
             request_digest = call.request_sha256 or request_sha256(principal, contract, call.arguments)
-            binding_digest = spec_call_binding_sha256(spec, provider_context, request_digest, result_digest,
-                                                      downstream, granted, evidence)
+            binding_digest = _checked_binding_sha256(spec, provider_context, request_digest, result_digest,
+                                                     downstream, granted, evidence)
         audit = {
             "version": AUDIT_VERSION,
             "principal": principal,
@@ -6903,6 +6948,15 @@ _DOWNSTREAM: Final = _table(request_ref=_or_null(is_identifier), receipt_ref=_or
                             status_ref=_or_null(is_identifier))
 _APPROVAL_VIEW: Final = _table(approver=is_identifier, expires_at=_is_time)
 REDACTIONS: Final = frozenset({"handler_output", "rejected_arguments"})
+# Not an assert (-O keeps it): the checked call binding's format writes these strings, and every
+# identifier, as they are (section 15). An identifier is probed for each escaped character first,
+# inside and last; the closed names are read whole.
+if (any(IDENTIFIER_PATTERN.fullmatch(probe) for character in ['"', "\\", *map(chr, range(0x20))]
+        for probe in (character, "A" + character, "A" + character + "A"))
+        or _JSON_ESCAPED.search("".join([*(name for profile in PROVIDER_PROFILES.values()
+                                           for name in (profile.provider, profile.api_family, profile.adapter_revision)),
+                                         *PURPOSES, *OPERATION_STATES, *REDACTIONS])) is not None):
+    raise RuntimeError("the checked call binding's strings must need no JSON escape")
 # The audit's own scalars and objects, in the order their faults are named; then its digests.
 _AUDIT: Final = _table(
     version=_exactly(AUDIT_VERSION), principal=_nested(_AUDIT_PRINCIPAL), provider_context=_nested(_AUDIT_CONTEXT),
@@ -7103,7 +7157,12 @@ def _check_digests(result: dict[str, Any], audit: dict[str, Any], execution: dic
             spec, _audited_principal_text(principal["tenant"], principal["subject_ref"], tuple(principal["roles"])),
             audit["arguments"])
     _require_in_package(request_digest == audit["request_sha256"], "REQUEST_DIGEST_MISMATCH")
-    result_digest = model_result_sha256(result)
+    # Every member but the data or the error was checked above to be a plain string, an exact
+    # bool or the source's two strings: the frame of those values, with the one slot encoded.
+    source = result["source"]
+    result_digest = _RESULT_TEMPLATE.sha256(_result_frame(
+        result["status"], result["outcome"], result["delivery"], result["recovery"], source["tool"], source["producer"],
+    ).text(_portable_text(result["data"] if "data" in result else result["error"])))
     _require_in_package(result_digest == audit["result_sha256"], "RESULT_DIGEST_MISMATCH")
     evidence = {"execution": execution, "redactions": audit["redactions"],
                 "resource_revision": audit["resource_revision"]}
@@ -7111,9 +7170,23 @@ def _check_digests(result: dict[str, Any], audit: dict[str, Any], execution: dic
         binding = call_binding_sha256(provider_context, None, request_digest, result_digest, audit["downstream"],
                                       audit["approval"], evidence)
     else:
-        binding = spec_call_binding_sha256(spec, provider_context, request_digest, result_digest,
-                                           audit["downstream"], audit["approval"], evidence)
+        binding = _checked_binding_sha256(spec, provider_context, request_digest, result_digest,
+                                          audit["downstream"], audit["approval"], evidence)
     _require_in_package(binding == audit["call_binding_sha256"], "CALL_BINDING_MISMATCH")
+
+
+@functools.lru_cache(maxsize=TEMPLATE_CACHE * len(ANSWERS))
+def _result_frame(status: str, outcome: str, delivery: str, recovery: str, tool: str | None,
+                  producer: str) -> CanonicalTemplate:
+    # A checked model_result with its data or its error as the one slot. Its other members follow
+    # from these six (_RESULTS fixes the version, complete, truncated and trust by the status).
+    succeeded = status == "ok"
+    return CanonicalTemplate({
+        "version": MODEL_RESULT_VERSION, "status": status, "outcome": outcome, "delivery": delivery,
+        "complete": succeeded, "truncated": False, "recovery": recovery,
+        "source": {"tool": tool, "producer": producer}, "trust": _TRUST_BY_STATUS[status],
+        ("data" if succeeded else "error"): SLOT,
+    })
 
 
 @functools.lru_cache(maxsize=SUBJECT_REF_CACHE)

@@ -404,7 +404,9 @@ def verification_measurements() -> list[Measurement]:
 
     def digests_alone() -> None:
         # The part of verification no implementation can skip: the three digests, recomputed
-        # from the package with the module's fastest path (its templates).
+        # from the package by the public spec_* functions (their templates). The verifier's own
+        # path is faster still: it writes the call binding and the model_result from values its
+        # tables have just checked, which a function given any values cannot.
         request = td.spec_request_sha256(spec, td.canonical_text(audit["principal"]), audit["arguments"])
         result = td.model_result_sha256(openai["model_result"])
         binding = td.spec_call_binding_sha256(spec, audit["provider_context"], request, result, audit["downstream"],
@@ -416,7 +418,7 @@ def verification_measurements() -> list[Measurement]:
     measurements = [
         Measurement("verify_package", "verification", "verify_package (3 digests, context, principal)",
                     repeat(lambda: td.verify_package(openai, context=READ_CONTEXT, principal=PRINCIPAL))),
-        Measurement("verify_digests", "verification", "  of which its three digests alone", repeat(digests_alone)),
+        Measurement("verify_digests", "verification", "  its three digests, by the public spec_* functions", repeat(digests_alone)),
     ]
     for key, label, adapter, revision in adapters:
         measurements.append(Measurement(key, "verification", label + " (verifies, then shapes)", repeat(

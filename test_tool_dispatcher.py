@@ -9273,6 +9273,53 @@ class TestPackageVerification(unittest.TestCase):
             td.verify_package(package, **options)
         self.assertEqual(caught.exception.code, code)
 
+    def test_nothing_the_verifier_accepts_has_digests_the_definitions_do_not_give(self):
+        # The verifier recomputes the call binding and the model_result from the values its
+        # tables checked, not through the encoder: whatever a forger puts in a package, and
+        # whether or not the digests were recomputed after, an accepted package's digests must
+        # be the definitions' own (package_digests). Seeded: the same 3,000 forgeries each run.
+        class Text(str):
+            def __str__(self):
+                return "forged"
+
+        hostile = ("x", 'q"uote', "back\\slash", "nul\x00", "\U0001f600", "resp_9", "Z9._:-a", Text("call_1"),
+                   Agreeable("alice"), 0, 1, -1, 2 ** 53, 10 ** 20, True, False, None, 1.0, 2.5e-7, [], {}, ["x"],
+                   {"approver": "approver-lee", "expires_at": EXPIRES})
+        bases = [self.read_package, self.error_package, counted_write(self), counted_unknown_write(self)[1],
+                 read(make_dispatcher(), context(key="idem-9"))]
+        rng = random.Random(20_261_207)
+        accepted = 0
+        for round_number in range(3_000):
+            package = copy.deepcopy(bases[round_number % len(bases)])
+            places = []
+            stack = [(package, name) for name in package]
+            while stack:
+                parent, name = stack.pop()
+                places.append((parent, name))
+                child = parent[name]
+                if type(child) is dict:
+                    stack.extend((child, key) for key in child)
+                elif type(child) is list:
+                    stack.extend((child, index) for index in range(len(child)))
+            parent, name = rng.choice(places)
+            parent[name] = rng.choice(hostile)
+            audit = package.get("protected_audit")
+            if rng.random() < 0.7 and type(audit) is dict:
+                try:
+                    audit["request_sha256"], audit["result_sha256"], audit["call_binding_sha256"] = (
+                        td.package_digests(package))
+                except (KeyError, TypeError, ValueError):
+                    pass
+            try:
+                td.verify_package(package)
+            except BoundaryError:
+                continue
+            accepted += 1
+            with self.subTest(round=round_number, place=name):
+                self.assertEqual(td.package_digests(package),
+                                 tuple(package["protected_audit"][field] for field in DIGEST_FIELDS))
+        self.assertGreater(accepted, 100)  # the property was tried on packages the verifier took
+
     def test_a_registry_that_is_no_mapping_of_tools_is_the_hosts_error(self):
         for registry in ([td.REGISTRY["get_order"]], {"get_order": "get_order"}, None):
             with self.subTest(registry=registry):

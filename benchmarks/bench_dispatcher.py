@@ -418,7 +418,8 @@ def verification_measurements() -> list[Measurement]:
     measurements = [
         Measurement("verify_package", "verification", "verify_package (3 digests, context, principal)",
                     repeat(lambda: td.verify_package(openai, context=READ_CONTEXT, principal=PRINCIPAL))),
-        Measurement("verify_digests", "verification", "  its three digests, by the public spec_* functions", repeat(digests_alone)),
+        Measurement("verify_digests", "verification", "  its three digests, by the public spec_* functions",
+                    repeat(digests_alone)),
     ]
     for key, label, adapter, revision in adapters:
         measurements.append(Measurement(key, "verification", label + " (verifies, then shapes)", repeat(

@@ -14,7 +14,9 @@ column only reports whether the issue's target held in this run.
 
 The floor is the unavoidable work of a fresh get_order dispatch written out in straight-line code
 in this file (section "The floor"); it must rebuild the dispatcher's package byte for byte, which
-is checked once before any timing.
+is checked once before any timing. A fresh approved write has a floor of its own, held to the
+dispatcher's package the same way, and so has the verification of the read's package, held to
+verify_package by refusing every forgery of a set that verify_package refuses.
 
 Standard library only.
 """
@@ -46,7 +48,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Final
+from typing import Any, Callable, Final, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -150,10 +152,28 @@ _FLOOR_INPUT_KEYS = frozenset(_FLOOR_SPEC.input_fields)
 _FLOOR_OUTPUT_KEYS = frozenset(_FLOOR_SPEC.output_fields)
 _FLOOR_HANDLERS = {"get_order": lambda order: {"order_ref": order.order_ref, "status": order.status}}
 _FLOOR_SUBJECT_REFS: dict[tuple[str, str], str] = {}
+_FLOOR_NO_REFS = {"request_ref": None, "receipt_ref": None, "status_ref": None}
 
 
 def _floor_sha256(value: Any) -> str:
     return hashlib.sha256(_floor_text(value).encode("utf-8")).hexdigest()
+
+
+def _floor_principal_view(principal: td.Principal) -> dict[str, Any]:
+    subject_ref = _FLOOR_SUBJECT_REFS.get((principal.tenant, principal.subject))
+    if subject_ref is None:
+        subject_ref = _FLOOR_SUBJECT_REFS[(principal.tenant, principal.subject)] = _floor_sha256(
+            {"domain": td.SUBJECT_REF_DOMAIN, "tenant": principal.tenant, "subject": principal.subject})
+    return {"tenant": principal.tenant, "subject_ref": subject_ref, "roles": list(principal.roles)}
+
+
+def _floor_request_sha256(principal_view: dict[str, Any], name: str, arguments: dict[str, Any],
+                          contract: dict[str, Any]) -> str:
+    return _floor_sha256({
+        "domain": td.REQUEST_DIGEST_DOMAIN, "principal": principal_view, "tool": name, "arguments": arguments,
+        "input_revision": contract["input_revision"], "output_revision": contract["output_revision"],
+        "effect_revision": contract["effect_revision"],
+    })
 
 
 def floor_get_order(proposal: dict[str, Any], context: td.CallContext, principal: td.Principal,
@@ -173,17 +193,19 @@ def floor_get_order(proposal: dict[str, Any], context: td.CallContext, principal
     if output.keys() != _FLOOR_OUTPUT_KEYS:
         raise ValueError("floor: output")
     data = dict(output)  # the one copy: what the model gets is not the handler's object
-    subject_ref = _FLOOR_SUBJECT_REFS.get((principal.tenant, principal.subject))
-    if subject_ref is None:
-        subject_ref = _FLOOR_SUBJECT_REFS[(principal.tenant, principal.subject)] = _floor_sha256(
-            {"domain": td.SUBJECT_REF_DOMAIN, "tenant": principal.tenant, "subject": principal.subject})
-    principal_view = {"tenant": principal.tenant, "subject_ref": subject_ref, "roles": list(principal.roles)}
+    principal_view = _floor_principal_view(principal)
     contract = dict(_FLOOR_CONTRACT)
-    request_digest = _floor_sha256({
-        "domain": td.REQUEST_DIGEST_DOMAIN, "principal": principal_view, "tool": name, "arguments": arguments,
-        "input_revision": contract["input_revision"], "output_revision": contract["output_revision"],
-        "effect_revision": contract["effect_revision"],
-    })
+    request_digest = _floor_request_sha256(principal_view, name, arguments, contract)
+    return _floor_answer(name, contract, arguments, data, context, principal_view, request_digest, _FLOOR_NO_REFS,
+                         None, {"operation_state": "none", "handler_invoked": True, "effects": 0}, order.revision)
+
+
+def _floor_answer(name: str, contract: dict[str, Any], arguments: dict[str, Any], data: dict[str, Any],
+                  context: td.CallContext, principal_view: dict[str, Any], request_digest: str,
+                  downstream: dict[str, Any], granted: dict[str, Any] | None, execution: dict[str, Any],
+                  revision: int) -> dict[str, Any]:
+    """A fresh answer's package once its data is checked: the model_result, the provider context,
+    the result and call binding digests, the audit."""
     model_result = {
         "version": td.MODEL_RESULT_VERSION, "status": "ok", "outcome": "succeeded", "delivery": "fresh",
         "complete": True, "truncated": False, "recovery": "none",
@@ -196,27 +218,314 @@ def floor_get_order(proposal: dict[str, Any], context: td.CallContext, principal
         "call_id": context.call_id, "operation_id": context.operation_id,
         "idempotency_key": context.idempotency_key, "purpose": "dispatch",
     }
-    downstream = {"request_ref": None, "receipt_ref": None, "status_ref": None}
-    execution = {"operation_state": "none", "handler_invoked": True, "effects": 0}
+    downstream = dict(downstream)
     binding_digest = _floor_sha256({
         "domain": td.CALL_BINDING_DIGEST_DOMAIN, "provider_context": provider_context, "tool_contract": contract,
         "request_sha256": request_digest, "result_sha256": result_digest, "downstream": downstream,
-        "approval": None,
-        "evidence": {"execution": execution, "redactions": [], "resource_revision": order.revision},
+        "approval": granted, "evidence": {"execution": execution, "redactions": [], "resource_revision": revision},
     })
     return {
         "format": td.PACKAGE_FORMAT,
         "model_result": model_result,
         "protected_audit": {
             "version": td.AUDIT_VERSION, "principal": principal_view, "provider_context": provider_context,
-            "tool_contract": contract, "arguments": arguments, "downstream": downstream, "approval": None,
-            "redactions": [], "resource_revision": order.revision,
+            "tool_contract": contract, "arguments": arguments, "downstream": downstream, "approval": granted,
+            "redactions": [], "resource_revision": revision,
             "request_sha256": request_digest, "result_sha256": result_digest,
             "call_binding_sha256": binding_digest,
         },
         "execution": execution,
         "seal": {"key_id": None, "hmac_sha256": None},
     }
+
+
+# ============================================================================================
+# The write's floor: the same create_refund_draft write in straight-line code
+# ============================================================================================
+# What no implementation of a fresh approved write can skip, beyond the read's floor (whose rules
+# it follows: key sets, the owner, the three digests and the subject reference by the same encoder):
+# the business precondition, the idempotency key's record (absent, claimed, settled), the approval
+# bound to exactly this call (its approver, each bound field, the arguments, its expiry) and its
+# one use, recorded by its digest as the dispatcher records it, the deadline, the two downstream
+# references, the mock service's commit (its receipt's reference and the draft's id, derived as
+# the service derives them, and its ledger's one effect), the output's echo of both bound
+# arguments, and the package with the references and the approval. The self-check before any
+# timing holds its package to the dispatcher's, byte for byte.
+_FLOOR_WRITE_SPEC = td.REGISTRY["create_refund_draft"]
+_FLOOR_WRITE_CONTRACT = _FLOOR_WRITE_SPEC.contract_view()
+_FLOOR_WRITE_INPUT_KEYS = frozenset(_FLOOR_WRITE_SPEC.input_fields)
+_FLOOR_WRITE_OUTPUT_KEYS = frozenset(_FLOOR_WRITE_SPEC.output_fields)
+_FLOOR_APPROVAL_FIELDS = td.Approval.__slots__
+
+
+@dataclass
+class FloorLedger:
+    """The write floor's state: settled records by key, consumed approvals, the service's effects."""
+
+    records: dict[tuple[str, str, str, str], Any] = field(default_factory=dict)
+    consumed: set[str] = field(default_factory=set)
+    effects: list[str] = field(default_factory=list)
+
+
+def _floor_ref(prefix: str, kind: str, *parts: str) -> str:
+    return prefix + _floor_sha256({"domain": td.DOWNSTREAM_REF_DOMAIN, "kind": kind, "parts": list(parts)})[:32]
+
+
+def floor_create_refund_draft(proposal: dict[str, Any], context: td.CallContext, principal: td.Principal,
+                              approval: td.Approval, orders: dict[tuple[str, str], td.Order],
+                              ledger: FloorLedger, now: int, deadline: int) -> dict[str, Any]:
+    if (not td.plain_keys(proposal) or proposal.keys() != _FLOOR_PROPOSAL_KEYS
+            or not td.plain_keys(proposal["arguments"]) or proposal["arguments"].keys() != _FLOOR_WRITE_INPUT_KEYS
+            or proposal["name"] != _FLOOR_WRITE_SPEC.name):
+        raise ValueError("floor: proposal")
+    name = proposal["name"]
+    arguments = dict(proposal["arguments"])
+    order = orders[(principal.tenant, arguments["order_ref"])]
+    if order.owner != principal.subject:
+        raise ValueError("floor: owner")
+    if order.status != "paid":
+        raise ValueError("floor: precondition")
+    key = context.idempotency_key
+    record_key = (principal.tenant, principal.subject, name, key)
+    if type(key) is not str or record_key in ledger.records:
+        raise ValueError("floor: idempotency")
+    if (approval.approver not in APPROVERS or approval.tenant != principal.tenant
+            or approval.subject != principal.subject or approval.provider != context.provider
+            or approval.api_family != context.api_family or approval.adapter_revision != context.adapter_revision
+            or approval.response_id != context.response_id or approval.call_id != context.call_id
+            or approval.operation_id != context.operation_id or approval.idempotency_key != key
+            or approval.contract_revision != _FLOOR_WRITE_SPEC.contract_revision
+            or approval.arguments != arguments or now >= approval.expires_at):
+        raise ValueError("floor: approval")
+    approval_ref = _floor_sha256({"domain": td.APPROVAL_REF_DOMAIN,
+                                  "approval": {slot: getattr(approval, slot) for slot in _FLOOR_APPROVAL_FIELDS}})
+    if approval_ref in ledger.consumed:
+        raise ValueError("floor: approval used")
+    if now >= deadline:
+        raise ValueError("floor: deadline")
+    principal_view = _floor_principal_view(principal)
+    contract = dict(_FLOOR_WRITE_CONTRACT)
+    request_digest = _floor_request_sha256(principal_view, name, arguments, contract)
+    request_ref = _floor_ref("rq-", "request", principal.tenant, principal.subject, name, key, request_digest)
+    status_ref = _floor_ref("st-", "status", request_ref)
+    ledger.consumed.add(approval_ref)
+    ledger.records[record_key] = "claimed"
+    # The service commits: its receipt and draft, derived from the request reference, and one effect.
+    receipt_ref = _floor_ref("rc-", "receipt", request_ref)
+    output = {"draft_id": "DRAFT-" + _floor_ref("", "draft", request_ref)[:16],
+              "order_ref": arguments["order_ref"], "reason": arguments["reason"]}
+    ledger.effects.append(receipt_ref)
+    if output.keys() != _FLOOR_WRITE_OUTPUT_KEYS or output["order_ref"] != arguments["order_ref"] \
+            or output["reason"] != arguments["reason"]:
+        raise ValueError("floor: output")
+    data = dict(output)
+    package = _floor_answer(
+        name, contract, arguments, data, context, principal_view, request_digest,
+        {"request_ref": request_ref, "receipt_ref": receipt_ref, "status_ref": status_ref},
+        {"approver": approval.approver, "expires_at": approval.expires_at},
+        {"operation_state": "succeeded", "handler_invoked": True, "effects": 1}, order.revision)
+    ledger.records[record_key] = ("succeeded", request_digest, data)
+    return package
+
+
+# ============================================================================================
+# The verification's floor: the same package verified in straight-line code
+# ============================================================================================
+# What no verifier of the read's package can skip: every object's exact key set with plain keys,
+# every value's exact type, the values this answer fixes (its row of ANSWERS: a fresh read, no
+# references, no approval, no redaction, unsealed), the registry and the tool's contract, the
+# arguments against the input contract, the data against the output contract and its echo of the
+# bound argument, the expected call context and principal compared (a value equal to a trusted
+# identifier or digest is one), and the same three digests the read's floor computes, by the same
+# encoder. The host's own context and principal are trusted here, as the read's floor trusts them.
+# The self-check before any timing holds it to verify_package: it accepts the package, and refuses
+# every forgery of a set that verify_package refuses.
+_FLOOR_PACKAGE_KEYS = frozenset({"format", "model_result", "protected_audit", "execution", "seal"})
+_FLOOR_RESULT_KEYS = frozenset({"version", "status", "outcome", "delivery", "complete", "truncated", "recovery",
+                                "source", "trust", "data"})
+_FLOOR_AUDIT_KEYS = frozenset({"version", "principal", "provider_context", "tool_contract", "arguments", "downstream",
+                               "approval", "redactions", "resource_revision", "request_sha256", "result_sha256",
+                               "call_binding_sha256"})
+_FLOOR_FRESH_READ = {"status": "ok", "outcome": "succeeded", "delivery": "fresh", "recovery": "none",
+                     "trust": "untrusted_data"}
+_FLOOR_UNSEALED = {"key_id": None, "hmac_sha256": None}
+
+
+def _floor_object(value: Any, keys: frozenset[str]) -> bool:
+    return type(value) is dict and td.plain_keys(value) and value.keys() == keys
+
+
+def _floor_strings(mapping: dict[str, Any]) -> bool:
+    for value in mapping.values():
+        if type(value) is not str:
+            return False
+    return True
+
+
+def floor_verify_get_order(package: Any, context: td.CallContext, principal: td.Principal) -> None:
+    """Return when the package is the fresh get_order read answering this context and principal;
+    raise ValueError otherwise."""
+    if not _floor_object(package, _FLOOR_PACKAGE_KEYS) or type(package["format"]) is not str \
+            or package["format"] != td.PACKAGE_FORMAT:
+        raise ValueError("floor: package")
+    execution = package["execution"]
+    if (not _floor_object(execution, _FLOOR_EXECUTION_KEYS) or type(execution["operation_state"]) is not str
+            or execution["operation_state"] != "none" or execution["handler_invoked"] is not True
+            or type(execution["effects"]) is not int or execution["effects"] != 0):
+        raise ValueError("floor: execution")
+    result = package["model_result"]
+    if not _floor_object(result, _FLOOR_RESULT_KEYS) or type(result["version"]) is not str \
+            or result["version"] != td.MODEL_RESULT_VERSION or result["complete"] is not True \
+            or result["truncated"] is not False:
+        raise ValueError("floor: model_result")
+    for name, wanted in _FLOOR_FRESH_READ.items():
+        if type(result[name]) is not str or result[name] != wanted:
+            raise ValueError("floor: model_result")
+    source = result["source"]
+    if not _floor_object(source, _FLOOR_SOURCE_KEYS) or not _floor_strings(source):
+        raise ValueError("floor: source")
+    audit = package["protected_audit"]
+    if not _floor_object(audit, _FLOOR_AUDIT_KEYS) or type(audit["version"]) is not str \
+            or audit["version"] != td.AUDIT_VERSION:
+        raise ValueError("floor: audit")
+    audited = audit["principal"]
+    if (not _floor_object(audited, _FLOOR_PRINCIPAL_KEYS) or type(audited["tenant"]) is not str
+            or type(audited["subject_ref"]) is not str or type(audited["roles"]) is not list
+            or not all(type(role) is str for role in audited["roles"])
+            or audited != _floor_principal_view(principal)):
+        raise ValueError("floor: principal")
+    provider_context = audit["provider_context"]
+    expected_context = context.view("dispatch")
+    if (not _floor_object(provider_context, _FLOOR_CONTEXT_KEYS)
+            or not (provider_context["idempotency_key"] is None or type(provider_context["idempotency_key"]) is str)
+            or not all(type(provider_context[name]) is str for name in _FLOOR_CONTEXT_STRINGS)
+            or provider_context != expected_context):
+        raise ValueError("floor: provider_context")
+    contract = audit["tool_contract"]
+    if not _floor_object(contract, _FLOOR_CONTRACT_KEYS) or not _floor_strings(contract):
+        raise ValueError("floor: tool_contract")
+    spec = td.REGISTRY.get(contract["tool"])
+    if (spec is None or contract != _FLOOR_CONTRACTS[spec.name] or source["tool"] != spec.name
+            or source["producer"] != spec.producer):
+        raise ValueError("floor: provenance")
+    arguments, data = audit["arguments"], result["data"]
+    try:
+        td.check_input(spec, arguments)
+        td.check_output_fields(spec, data)
+    except td.BoundaryError:
+        raise ValueError("floor: contract") from None
+    for name in spec.bound_fields:  # both checked: the contracts give each the same exact type
+        if data[name] != arguments[name]:
+            raise ValueError("floor: echo")
+    downstream, revision = audit["downstream"], audit["resource_revision"]
+    if (not _floor_object(downstream, _FLOOR_DOWNSTREAM_KEYS) or downstream != _FLOOR_NO_REFS
+            or audit["approval"] is not None or type(audit["redactions"]) is not list or audit["redactions"]
+            or type(revision) is not int or not 1 <= revision <= td.MAX_REVISION):
+        raise ValueError("floor: evidence")
+    if not _floor_object(package["seal"], _FLOOR_SEAL_KEYS) or package["seal"] != _FLOOR_UNSEALED:
+        raise ValueError("floor: seal")
+    request_digest = _floor_request_sha256(audited, spec.name, arguments, contract)
+    result_digest = _floor_sha256({"domain": td.RESULT_DIGEST_DOMAIN, "model_result": result})
+    binding_digest = _floor_sha256({
+        "domain": td.CALL_BINDING_DIGEST_DOMAIN, "provider_context": provider_context, "tool_contract": contract,
+        "request_sha256": request_digest, "result_sha256": result_digest, "downstream": downstream,
+        "approval": None, "evidence": {"execution": execution, "redactions": [], "resource_revision": revision},
+    })
+    # Equal to a digest computed here, each is a digest: no pattern to match first.
+    if (type(audit["request_sha256"]) is not str or audit["request_sha256"] != request_digest
+            or type(audit["result_sha256"]) is not str or audit["result_sha256"] != result_digest
+            or type(audit["call_binding_sha256"]) is not str or audit["call_binding_sha256"] != binding_digest):
+        raise ValueError("floor: digests")
+
+
+_FLOOR_EXECUTION_KEYS = frozenset({"operation_state", "handler_invoked", "effects"})
+_FLOOR_SOURCE_KEYS = frozenset({"tool", "producer"})
+_FLOOR_PRINCIPAL_KEYS = frozenset({"tenant", "subject_ref", "roles"})
+_FLOOR_CONTEXT_KEYS = frozenset({"provider", "api_family", "adapter_revision", "response_id", "call_id",
+                                 "operation_id", "idempotency_key", "purpose"})
+_FLOOR_CONTEXT_STRINGS = tuple(sorted(_FLOOR_CONTEXT_KEYS - {"idempotency_key"}))
+_FLOOR_CONTRACT_KEYS = frozenset(_FLOOR_CONTRACT)
+_FLOOR_CONTRACTS = {name: spec.contract_view() for name, spec in td.REGISTRY.items()}
+_FLOOR_DOWNSTREAM_KEYS = frozenset(_FLOOR_NO_REFS)
+_FLOOR_SEAL_KEYS = frozenset(_FLOOR_UNSEALED)
+
+
+class _AgreeableStr(str):
+    """A str that equals anything: a forgery the exact type tests must refuse."""
+
+    __hash__ = str.__hash__
+
+    def __eq__(self, _other: object) -> bool:
+        return True
+
+    def __ne__(self, _other: object) -> bool:
+        return False
+
+
+def _replacements(value: Any) -> list[Any]:
+    """Values to put in a value's place: each of another type, or of the same type and another value."""
+    if type(value) is str:
+        return [value + "x", _AgreeableStr(value), "", None, 1]
+    if type(value) is bool:
+        return [not value, int(value), None]
+    if type(value) is int:
+        return [value + 1, float(value), str(value), True, None]
+    if value is None:
+        return ["x", 0, False, {}]
+    if type(value) is list:
+        return [[*value, "x"], [], list(reversed(value)) + [value[0]] if value else [None], None]
+    first = next(iter(value))  # an object: a key dropped, one added, one of another type
+    return [{k: v for k, v in value.items() if k != first}, {**value, "x": None},
+            {(_AgreeableStr(k) if k == first else k): v for k, v in value.items()}, [], None]
+
+
+def floor_forgeries(package: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every copy of the package with one value, object or list replaced (_replacements), at every place."""
+    def places(value: Any, path: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:
+        yield path
+        if type(value) is dict:
+            for key, child in value.items():
+                yield from places(child, (*path, key))
+        elif type(value) is list:
+            for index, child in enumerate(value):
+                yield from places(child, (*path, index))
+
+    for path in places(package, ()):
+        if not path:
+            continue
+        original = package
+        for step in path:
+            original = original[step]
+        for replacement in _replacements(original):
+            if type(replacement) is type(original) and replacement == original:
+                continue  # the same value (an empty list for an empty list): no forgery
+            forged = json.loads(json.dumps(package))
+            holder = forged
+            for step in path[:-1]:
+                holder = holder[step]
+            holder[path[-1]] = replacement
+            yield forged
+
+
+def check_verify_floor(package: dict[str, Any], context: td.CallContext, principal: td.Principal) -> int:
+    """The verification floor accepts the package and refuses every forgery verify_package refuses;
+    answer how many it refused. Anything else ends the benchmark: the floor must be fixed first."""
+    floor_verify_get_order(package, context, principal)
+    refused = 0
+    for forged in floor_forgeries(package):
+        try:
+            td.verify_package(forged, context=context, principal=principal)
+        except td.BoundaryError:
+            pass
+        else:
+            continue  # the verifier takes it (an equal value): nothing to hold the floor to
+        try:
+            floor_verify_get_order(forged, context, principal)
+        except ValueError:
+            refused += 1
+        else:
+            raise SystemExit("bench: the verification floor accepts a package verify_package refuses; fix the floor")
+    return refused
 
 
 # ============================================================================================
@@ -344,6 +653,20 @@ def dispatch_measurements() -> list[Measurement]:
                 write_once(fresh, context, approval)
         return run
 
+    def prepare_floor_writes(n: int) -> Callable[[], Any]:
+        ledger = FloorLedger()
+        calls = [write_call(index) for index in range(n)]
+
+        def run() -> None:
+            for context, approval in calls:
+                floor_create_refund_draft(REFUND, context, PRINCIPAL, approval, orders, ledger, NOW, DEADLINE)
+        return run
+
+    context, approval = write_call(0)
+    if (floor_create_refund_draft(REFUND, context, PRINCIPAL, approval, orders, FloorLedger(), NOW, DEADLINE)
+            != write_once(new_dispatcher(), context, approval)):
+        raise SystemExit("bench: the write floor does not rebuild the dispatcher's package; fix the floor first")
+
     replaying = new_dispatcher()
     replay_context, replay_approval = write_call(0, prefix="r")
     first = write_once(replaying, replay_context, replay_approval)
@@ -383,6 +706,8 @@ def dispatch_measurements() -> list[Measurement]:
                     repeat(lambda: floor_get_order(READ, READ_CONTEXT, PRINCIPAL, orders))),
         Measurement("dispatch_read", "dispatch", "fresh get_order dispatch (whole pipeline)",
                     repeat(lambda: read_once(dispatcher))),
+        Measurement("write_floor", "dispatch", "floor: the same refund write, straight-line",
+                    prepare_floor_writes, max_ops=20_000),
         Measurement("write_fresh", "dispatch", "fresh create_refund_draft write", prepare_writes, max_ops=20_000),
         Measurement("write_replay", "dispatch", "its local_replay (same key, same intent)",
                     repeat(lambda: write_once(replaying, replay_context, None))),
@@ -401,6 +726,7 @@ def verification_measurements() -> list[Measurement]:
         ("adapter_gemini", "Gemini Interactions adapter", td.to_gemini_interactions, "gemini-interactions-v1"),
     )
     audit, spec = openai["protected_audit"], td.REGISTRY["get_order"]
+    check_verify_floor(openai, READ_CONTEXT, PRINCIPAL)
 
     def digests_alone() -> None:
         # The part of verification no implementation can skip: the three digests, recomputed
@@ -420,6 +746,8 @@ def verification_measurements() -> list[Measurement]:
                     repeat(lambda: td.verify_package(openai, context=READ_CONTEXT, principal=PRINCIPAL))),
         Measurement("verify_digests", "verification", "  its three digests, by the public spec_* functions",
                     repeat(digests_alone)),
+        Measurement("verify_floor", "verification", "  floor: the same package verified, straight-line",
+                    repeat(lambda: floor_verify_get_order(openai, READ_CONTEXT, PRINCIPAL))),
     ]
     for key, label, adapter, revision in adapters:
         measurements.append(Measurement(key, "verification", label + " (verifies, then shapes)", repeat(
@@ -642,15 +970,20 @@ class Ratio:
     denominator: str
     versus: str
     target: float | None = None
+    shown: bool = True  # on its numerator's line of the table (a line shows one ratio; --json has them all)
 
 
 RATIOS = (
     Ratio("dispatch_vs_floor", "dispatch_read", "floor", "floor", 1.5),
+    Ratio("write_floor_vs_floor", "write_floor", "floor", "floor"),
+    Ratio("write_vs_its_floor", "write_fresh", "write_floor", "its floor", shown=False),
     Ratio("write_vs_read", "write_fresh", "dispatch_read", "fresh read", 2.0),
     Ratio("replay_vs_read", "write_replay", "dispatch_read", "fresh read", 1.0),
     Ratio("reconcile_vs_read", "query_reconcile", "dispatch_read", "fresh read"),
     Ratio("verify_vs_dispatch", "verify_package", "dispatch_read", "fresh read", 0.6),
     Ratio("verify_digests_vs_dispatch", "verify_digests", "dispatch_read", "fresh read"),
+    Ratio("verify_floor_vs_dispatch", "verify_floor", "dispatch_read", "fresh read"),
+    Ratio("verify_vs_its_floor", "verify_package", "verify_floor", "its floor", shown=False),
     Ratio("openai_vs_dispatch", "adapter_openai", "dispatch_read", "fresh read"),
     Ratio("anthropic_vs_dispatch", "adapter_anthropic", "dispatch_read", "fresh read"),
     Ratio("gemini_vs_dispatch", "adapter_gemini", "dispatch_read", "fresh read"),
@@ -740,7 +1073,8 @@ def _micro(nanoseconds: float) -> str:
 
 
 def render_table(result: dict[str, Any]) -> str:
-    ratios_by_numerator = {ratio["of"]: (key, ratio) for key, ratio in result["ratios"].items()}
+    shown = {ratio.key for ratio in RATIOS if ratio.shown}
+    ratios_by_numerator = {ratio["of"]: (key, ratio) for key, ratio in result["ratios"].items() if key in shown}
     versus = {ratio.key: ratio.versus for ratio in RATIOS}
     header = (f"{'measurement':<54} {'median':>11} {'min':>11}  {'ratio':>7}  {'spread':<13}  {'of':<17} "
               f"{'target':<8}")

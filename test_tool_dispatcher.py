@@ -7340,6 +7340,38 @@ class TestTheDispatcher(unittest.TestCase):
                 self.assertEqual(record.profile, ctx.profile)
                 self.assertEqual(record.profile, td.PROVIDER_PROFILES[ctx.adapter_revision])
 
+    def test_a_write_settles_exactly_the_record_its_fields_name(self):
+        # The store's records are built by position (the record's twin): each field holds the
+        # value of its own name, and the record is a frozen OperationRecord like any other.
+        dispatcher = make_dispatcher()
+        ctx = write_context()
+        approval = approval_for(ctx)
+        package = write(dispatcher, ctx, approval=approval)
+        audit = package["protected_audit"]
+        record = dispatcher.operations.find(("tenant-a", "alice", "create_refund_draft", "idem-1"))
+        expected = td.OperationRecord(
+            state="succeeded", request_sha256=audit["request_sha256"], profile=ctx.profile,
+            operation_id=ctx.operation_id, contract=td.REGISTRY["create_refund_draft"].contract_view(),
+            refs=audit["downstream"], data=package["model_result"]["data"], approval=audit["approval"],
+            arguments=audit["arguments"], resource_revision=3)
+        self.assertIs(type(record), td.OperationRecord)
+        for name in td.OperationRecord.__slots__:
+            with self.subTest(field=name):
+                self.assertEqual(getattr(record, name), getattr(expected, name))
+        self.assertEqual(record, expected)
+        with self.assertRaises(dataclasses.FrozenInstanceError):
+            record.state = "unknown"  # type: ignore[misc]
+        self.assertEqual((record.approval["approver"], record.refs["status_ref"][:3]), ("approver-lee", "st-"))
+        receipt = dispatcher.operations.downstream.receipt(record.refs["status_ref"])  # the service's own, too
+        self.assertIs(type(receipt), td.Receipt)
+        self.assertEqual(receipt, td.Receipt(
+            receipt_ref=audit["downstream"]["receipt_ref"], request_ref=audit["downstream"]["request_ref"],
+            status_ref=audit["downstream"]["status_ref"], effect_revision="effect.refund_draft.v1",
+            producer_revision="refunds-producer-v2", draft_id=package["model_result"]["data"]["draft_id"],
+            order_ref="ORDER-7", reason="duplicate"))
+        with self.assertRaises(dataclasses.FrozenInstanceError):
+            receipt.reason = "other"  # type: ignore[misc]
+
     @staticmethod
     def claim_arguments(dispatcher, ctx, approval):
         """What a dispatch of refund_proposal() under ctx hands its store's claim()."""

@@ -1575,11 +1575,12 @@ def _quick_type(cls: type) -> Callable[..., Any]:
 
     A frozen dataclass's __init__ sets each field through object.__setattr__, several times the
     cost of a slot store, and a keyword call costs about three positional ones; the quick walk
-    builds about 1,200 fields of a 60 KiB fixture. The twin holds the same slots and nothing
-    else, so once its fields are stored its instance may take `cls` as its class (the value is
-    then the one cls(...) builds, frozen from there on). A value type with a __post_init__ (a
-    check of its own) or other slots than its fields cannot have a twin: the module refuses to
-    load, rather than let the quick walk skip that check or fail over to the slow walk unseen.
+    builds about 1,200 fields of a 60 KiB fixture, and a write builds four operation records, a
+    receipt and a handler's call. The twin holds the same slots and nothing else, so once its
+    fields are stored its instance may take `cls` as its class (the value is then the one cls(...)
+    builds, frozen from there on). A value type with a __post_init__ (a check of its own) or other
+    slots than its fields cannot have a twin: the module refuses to load, rather than let a twin
+    skip that check unseen.
     """
     names = tuple(cls.__dataclass_fields__)
     if hasattr(cls, "__post_init__") or getattr(cls, "__slots__", None) != names:
@@ -4739,6 +4740,13 @@ class OperationRecord:
 
 # The fields advance may change (all but the state, which only LIFECYCLE moves).
 _RECORD_CHANGES: Final = frozenset(OperationRecord.__slots__) - {"state"}
+# Every write builds four records (new, claimed, started, settled): by slot stores, through the
+# record's twin (_quick_type, section 6), which builds the value OperationRecord(...) builds, in
+# about a third of the time. Positional, in the field order; the fields after the state, read
+# as one tuple.
+_QUICK_RECORD: Final = _quick_type(OperationRecord)
+_RECORD_VALUES: Final = operator.attrgetter(*OperationRecord.__slots__[1:])
+_RECORD_INDEX: Final = MappingProxyType({name: index for index, name in enumerate(OperationRecord.__slots__)})
 
 
 def advance(record: OperationRecord, event: str, **changes: Any) -> OperationRecord:
@@ -4746,30 +4754,24 @@ def advance(record: OperationRecord, event: str, **changes: Any) -> OperationRec
     state = transition(record.state, event)
     if type(record) is not OperationRecord or not changes.keys() <= _RECORD_CHANGES:
         return replace(record, state=state, **changes)  # a subclass, or a change replace refuses (TypeError)
-    # What replace() builds, field by field: replace() reads every field's metadata on each call
-    # and costs twice as much, three times per write. OperationRecord has no __post_init__ to skip;
-    # a test holds this to replace() on every field.
-    moved = object.__new__(OperationRecord)
-    put = object.__setattr__
-    put(moved, "state", state)
-    put(moved, "request_sha256", record.request_sha256)
-    put(moved, "profile", record.profile)
-    put(moved, "operation_id", record.operation_id)
-    put(moved, "contract", record.contract)
-    put(moved, "refs", record.refs)
-    put(moved, "data", record.data)
-    put(moved, "approval", record.approval)
-    put(moved, "arguments", record.arguments)
-    put(moved, "resource_revision", record.resource_revision)
+    # What replace() builds: replace() reads every field's metadata on each call and costs three
+    # times as much, three times per write. OperationRecord has no __post_init__ to skip (the twin
+    # would refuse to be made); a test holds this to replace() on every field.
+    if not changes:
+        return _QUICK_RECORD(state, *_RECORD_VALUES(record))
+    values = [state, *_RECORD_VALUES(record)]
     for name, value in changes.items():
-        put(moved, name, value)
-    return moved
+        values[_RECORD_INDEX[name]] = value
+    return _QUICK_RECORD(*values)
 
 
 # The fields an approval binds. Each must equal exactly the trusted value of the same name, as
 # _trusted_binding lists them in this order: the principal's, the call context's, the contract's.
 _APPROVAL_BINDING: Final = ("tenant", "subject", "provider", "api_family", "adapter_revision", "response_id",
                             "call_id", "operation_id", "idempotency_key", "contract_revision")
+
+
+_APPROVAL_BOUND: Final = operator.attrgetter(*_APPROVAL_BINDING)  # an approval's bound fields, as one tuple
 
 
 def _trusted_binding(principal: Principal, context: CallContext, spec: ToolSpec) -> tuple[Any, ...]:
@@ -4800,7 +4802,7 @@ def check_approval(approval: Any, *, principal: Principal, context: CallContext,
     # a lone surrogate is a mismatch, not an encoder's exception.
     if not _is_json_exact(approval.arguments):
         raise BoundaryError("APPROVAL_MISMATCH")
-    bound = [getattr(approval, name) for name in _APPROVAL_BINDING]
+    bound = _APPROVAL_BOUND(approval)
     for value in bound:
         if type(value) is not str:
             raise BoundaryError("APPROVAL_MISMATCH")
@@ -4809,9 +4811,8 @@ def check_approval(approval: Any, *, principal: Principal, context: CallContext,
     reference = _checked_approval_ref(approval)
     if consumed(reference):
         raise BoundaryError("APPROVAL_CONSUMED")
-    for value, wanted in zip(bound, _trusted_binding(principal, context, spec)):
-        if value != wanted:
-            raise BoundaryError("APPROVAL_MISMATCH")
+    if bound != _trusted_binding(principal, context, spec):  # plain strs (above), compared in order
+        raise BoundaryError("APPROVAL_MISMATCH")
     if type(approval.arguments) is not dict or not _same_value(approval.arguments, arguments):
         raise BoundaryError("APPROVAL_MISMATCH")  # JSON equality: an approved 1 is no true
     if now >= approval.expires_at:
@@ -4855,12 +4856,13 @@ _QUOTE: Final = json.encoder.encode_basestring  # a str's canonical text (what _
 
 def _checked_approval_ref(approval: Approval) -> str:
     """approval_ref of an approval check_approval has read: every field a portable str, JSON-exact
-    arguments, a time. Canonical JSON is compositional, so each field's own canonical text fills
-    its slot, in the template's (sorted) slot order; tests hold this to approval_ref byte for byte."""
+    arguments (so no integer beyond +/-(2**53 - 1) to look for), a time. Canonical JSON is
+    compositional, so each field's own canonical text fills its slot, in the template's (sorted)
+    slot order; tests hold this to approval_ref byte for byte."""
     quote = _QUOTE
     return _APPROVAL_REF_TEMPLATE.sha256(_APPROVAL_FIELDS_TEMPLATE.text(
         quote(approval.adapter_revision), quote(approval.api_family), quote(approval.approver),
-        canonical_text(approval.arguments), quote(approval.call_id), quote(approval.contract_revision),
+        _portable_text(approval.arguments), quote(approval.call_id), quote(approval.contract_revision),
         str(approval.expires_at), quote(approval.idempotency_key), quote(approval.operation_id),
         quote(approval.provider), quote(approval.response_id), quote(approval.subject), quote(approval.tenant)))
 
@@ -4915,6 +4917,9 @@ class Receipt:
     reason: str
 
 
+_QUICK_RECEIPT: Final = _quick_type(Receipt)
+
+
 class MockDownstream:
     """The refund service behind the tool: an effect ledger and receipts by status reference.
 
@@ -4954,9 +4959,9 @@ def refund_draft_receipt(*, request_ref: str, status_ref: str, order_ref: str, r
     """The receipt the mock refund service gives a request: its references derived from the
     request reference, so any store that keeps the mock's effects on disk gives the same one."""
     # Positional, in the field order (receipt_ref, request_ref, status_ref, effect_revision,
-    # producer_revision, draft_id, order_ref, reason): a frozen dataclass takes keywords slower.
-    return Receipt(derived_ref("rc-", "receipt", request_ref), request_ref, status_ref, effect_revision,
-                   producer_revision, "DRAFT-" + derived_ref("", "draft", request_ref)[:16], order_ref, reason)
+    # producer_revision, draft_id, order_ref, reason), through Receipt's twin (_quick_type): one per write.
+    return _QUICK_RECEIPT(derived_ref("rc-", "receipt", request_ref), request_ref, status_ref, effect_revision,
+                          producer_revision, "DRAFT-" + derived_ref("", "draft", request_ref)[:16], order_ref, reason)
 
 
 def derived_ref(prefix: str, kind: str, *parts: Any) -> str:
@@ -4989,6 +4994,9 @@ class HandlerCall:
     downstream: Any  # the store's view of the refund service: a claim's own, or read-only for a read
     request_ref: str | None
     status_ref: str | None
+
+
+_QUICK_HANDLER_CALL: Final = _quick_type(HandlerCall)
 
 
 @dataclass(frozen=True, slots=True)
@@ -5141,8 +5149,8 @@ class OrderDesk:
             cached = self._resources.get((resource.tenant, resource.ref))
             order = cached[0] if cached is not None and cached[1] is resource else Order(
                 resource.tenant, resource.ref, resource.owner, resource.state, resource.revision)
-            result = handler(HandlerCall(spec, call.principal, call.arguments, order, call.downstream,
-                                         call.request_ref, call.status_ref))
+            result = handler(_QUICK_HANDLER_CALL(spec, call.principal, call.arguments, order, call.downstream,
+                                                 call.request_ref, call.status_ref))  # HandlerCall's twin
             if type(result) is not HandlerResult:
                 return result  # no Execution: refused as an output outside the contract
             effect = "none"
@@ -6736,13 +6744,13 @@ class Dispatcher:
         # The registered profile, which equals the context's (dispatch checked it; check_context):
         # no ProviderProfile is built per write.
         context = call.context
-        return OperationRecord(state="none", request_sha256=call.request_sha256 or "",
-                               profile=PROVIDER_PROFILES[context.adapter_revision], operation_id=context.operation_id,
-                               contract=MappingProxyType(call.spec.contract_view()),
-                               refs=MappingProxyType(dict(refs)),
-                               approval=None if approval is None else MappingProxyType(dict(approval)),
-                               arguments=MappingProxyType(dict(call.arguments or {})),
-                               resource_revision=revision)
+        # By position, in OperationRecord's field order (state, request_sha256, profile,
+        # operation_id, contract, refs, data, approval, arguments, resource_revision).
+        return _QUICK_RECORD("none", call.request_sha256 or "", PROVIDER_PROFILES[context.adapter_revision],
+                             context.operation_id, MappingProxyType(call.spec.contract_view()),
+                             MappingProxyType(dict(refs)), None,
+                             None if approval is None else MappingProxyType(dict(approval)),
+                             MappingProxyType(dict(call.arguments or {})), revision)
 
     # -- packaging -----------------------------------------------------------------------------
 

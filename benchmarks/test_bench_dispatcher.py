@@ -133,5 +133,58 @@ class TestFloors(unittest.TestCase):
             with self.subTest(context=context, principal=principal), self.assertRaises(ValueError):
                 bench.floor_verify_get_order(package, context, principal)
 
+class TestItsFloor(unittest.TestCase):
+    """A target set against another path is printed with the ratio that path's own floor reaches."""
+
+    @staticmethod
+    def measured(key: str, section: str, *samples: float) -> Any:
+        return bench.Measurement(key, section, key.replace("_", " "), lambda _n: lambda: None,
+                                 samples=list(samples))
+
+    def result(self, **samples: tuple[float, ...]) -> dict[str, Any]:
+        measurements = [self.measured(key, "dispatch", *values) for key, values in samples.items()]
+        facts = {"fixture_bytes": 1, "fixture_cases": 1, "deep_document_levels": 1, "deep_document_bytes": 1}
+        return bench.report(measurements, facts, {}, rounds=3, quick=False)
+
+    def test_each_round_sets_the_floor_against_the_same_denominator(self) -> None:
+        # Rounds: the read 10, 20, 40; the write 30, 50, 90; its floor 18, 34, 76; the verification
+        # 11, 22, 48 and its floor 12, 22, 44. Medians of the per-round ratios: the write 2.5x the
+        # read, its floor 1.8x; the verification 1.1x, its floor 1.1x (1.2, 1.1, 1.1).
+        ratios = self.result(dispatch_read=(10, 20, 40), write_fresh=(30, 50, 90), write_floor=(18, 34, 76),
+                             verify_package=(11, 22, 48), verify_floor=(12, 22, 44))["ratios"]
+        self.assertEqual((ratios["write_vs_read"]["value"], ratios["write_vs_read"]["holds"]), (2.5, False))
+        self.assertEqual(ratios["write_vs_read"]["its_floor"],
+                         {"of": "write_floor", "value": 1.8, "target_below_it": False})
+        self.assertEqual(ratios["verify_vs_dispatch"]["its_floor"],
+                         {"of": "verify_floor", "value": 1.1, "target_below_it": True})
+        for key, ratio in ratios.items():  # only the two targets set against another path carry one
+            with self.subTest(key=key):
+                self.assertEqual("its_floor" in ratio, key in ("write_vs_read", "verify_vs_dispatch"))
+
+    def test_a_target_equal_to_its_floor_is_not_below_it(self) -> None:
+        ratios = self.result(dispatch_read=(10,), write_fresh=(25,), write_floor=(20,), verify_package=(6,),
+                             verify_floor=(5,))["ratios"]
+        self.assertEqual((ratios["write_vs_read"]["its_floor"], ratios["verify_vs_dispatch"]["holds"]),
+                         ({"of": "write_floor", "value": 2.0, "target_below_it": False}, True))
+        self.assertEqual(ratios["verify_vs_dispatch"]["its_floor"]["target_below_it"], False)  # 0.5x < 0.6x
+
+    def test_no_floor_measured_no_floor_printed(self) -> None:
+        result = self.result(dispatch_read=(10, 20), write_fresh=(30, 50))
+        self.assertNotIn("its_floor", result["ratios"]["write_vs_read"])
+        self.assertNotIn("its floor", bench.render_table(result))
+
+    def test_the_table_prints_it_beside_the_target(self) -> None:
+        table = bench.render_table(self.result(dispatch_read=(10, 20, 40), write_fresh=(30, 50, 90),
+                                               write_floor=(18, 34, 76), verify_package=(11, 22, 48),
+                                               verify_floor=(12, 22, 44)))
+        lines = table.splitlines()
+        write = next(line for line in lines if line.startswith("  write fresh "))
+        verify = next(line for line in lines if line.startswith("  verify package "))
+        self.assertTrue(write.endswith("fresh read        <= 2x MISS (its floor 1.80x)"), write)
+        self.assertTrue(verify.endswith("fresh read        <= 0.6x MISS (its floor 1.10x)"), verify)
+        self.assertEqual(lines[-2], "its floor: the same ratio with the line's straight-line floor in its place; "
+                                    "a target below it asks for less time than that floor takes")
+
+
 if __name__ == "__main__":
     unittest.main()

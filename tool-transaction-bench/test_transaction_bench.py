@@ -1063,9 +1063,9 @@ class TestGuardedRuns(unittest.TestCase):
         self.assertEqual(tb.manual_grounds(record), ("unknown_unresolved",))
 
     def test_timeout_status_outage_then_permanent_rejection_never_compensates(self):
-        # Issue 13: the charge committed (its response was lost), the status service was down, and
-        # the retry was refused for good. The outcome stays unknown, so undoing the earlier steps
-        # would guess: the old code compensated and left the customer charged on a cancelled order.
+        # The charge committed (its response was lost), the status service was down, and the retry
+        # was refused for good. The outcome stays unknown, so undoing the earlier steps would guess:
+        # compensating here would leave the customer charged on a cancelled order.
         record = run("guarded", None, tb.Fault("timeout_after_commit", "charge_payment"),
                      tb.Fault("status_unavailable", "charge_payment"),
                      tb.Fault("permanent_failure", "charge_payment"))

@@ -202,7 +202,7 @@ def parse_host(data: bytes, *, folder: Path, extra: Sequence[Mapping[str, Any]] 
     principal = _principal(root["principal"])
     approval = root.get("approval", {})
     _fields(approval, _APPROVAL_FIELDS, frozenset({"approver"}), "approval")
-    if not td.is_identifier(approval["approver"]) or len(approval["approver"]) > td.MAX_IDENTIFIER_LENGTH:
+    if not td.is_identifier(approval["approver"]):  # a plain str, at most 64 characters, by the pattern
         raise GuardError("GUARD_HOST_INVALID", "approval.approver")
     command = approval.get("command")
     if command is not None and not _is_command(command):
@@ -275,7 +275,7 @@ def _is_command(value: Any) -> bool:
 def _server(entry: Any, folder: Path, at: str) -> GuardServer:
     _fields(entry, _SERVER_FIELDS, _SERVER_REQUIRED, at)
     name, prefix = entry["name"], entry.get("prefix", "")
-    if not td.is_identifier(name) or len(name) > td.MAX_IDENTIFIER_LENGTH:
+    if not td.is_identifier(name):
         raise GuardError("GUARD_HOST_INVALID", at + ".name")
     if type(prefix) is not str or len(prefix) > 32 or (prefix and td.TOOL_NAME.fullmatch(prefix + "x") is None):
         raise GuardError("GUARD_HOST_INVALID", at + ".prefix")

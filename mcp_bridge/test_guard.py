@@ -305,6 +305,16 @@ class TestListing(GuardCase):
         self.assertEqual(self.started, {"notes": {"started": True, "withheld": {}},
                                         "orders": {"started": True, "withheld": {}}})
 
+    def test_a_server_that_cannot_start_refuses_only_its_own_tools(self):
+        # Both serve the same reviewed tools under prefixes of one length: what follows the prefix
+        # names a tool of either, and only the prefix says whose it is.
+        broken = {**self.demo_server(prefix="aa_"), "name": "broken",
+                  "command": [str(self.folder.path / "no-such-server")]}
+        guard = self.guard([broken, self.demo_server(prefix="bb_")])
+        self.assertEqual(self.started["broken"]["started"], False)
+        self.assertEqual(code_of(guard.call("bb_read_note", {"name": "a"})), "TOOL_FAILED")  # no such note, served
+        self.assertEqual(code_of(guard.call("aa_read_note", {"name": "a"})), "GUARD_SERVER_UNAVAILABLE")
+
     def test_a_tool_whose_listing_drifted_is_withheld_at_start_and_never_runs(self):
         drifted = json.loads(json.dumps(self.fault_contracts))
         drifted["tools"][0]["description"] = "Read one order (as the person reviewed it)."
@@ -580,17 +590,34 @@ class TestApprovals(GuardCase):
         asked = guard.call("notes_write_note", {"name": "a", "text": "b"}, defer=True)
         state = asked["requestState"]
         clock[0] += guard.host.approval_timeout + 1
-        self.assertFalse(guard.redeem(state, "notes_write_note", {"name": "a", "text": "b"}))
+        self.assertIs(guard.redeem(state, "notes_write_note", {"name": "a", "text": "b"}), False)
         clock[0] -= 1  # the last second it holds
-        self.assertTrue(guard.redeem(state, "notes_write_note", {"name": "a", "text": "b"}))
-        self.assertFalse(guard.redeem(state, "notes_write_note", {"name": "a", "text": "b"}))
-        self.assertFalse(guard.redeem("a" * (gd.MAX_REQUEST_STATE + 1), "notes_write_note", {}))
+        self.assertIs(guard.redeem(state, "notes_write_note", {"name": "a", "text": "b"}), True)
+        self.assertIs(guard.redeem(state, "notes_write_note", {"name": "a", "text": "b"}), False)
+        self.assertIs(guard.redeem("a" * (gd.MAX_REQUEST_STATE + 1), "notes_write_note", {}), False)
+
+    def test_a_request_state_of_another_shape_carries_no_answer_even_with_the_issued_mac(self):
+        clock = [1_800_000_000.0]
+        guard = self.guard([self.demo_server()], clock=lambda: clock[0])
+        arguments = {"name": "a", "text": "b"}
+        state = guard.call("notes_write_note", arguments, defer=True)["requestState"]
+        nonce, expires, mac = state.split(".")
+        self.assertEqual(len(expires), 10)
+        # two parts, four, an expiry that is not all digits, one of 13 digits (the same value), none
+        for shape in (f"{nonce}.{expires}", f"{nonce}.{expires}.{mac}.{mac}", f"{nonce}.x{expires}.{mac}",
+                      f"{nonce}.+{expires}.{mac}", f"{nonce}.000{expires}.{mac}", f"{nonce}..{mac}", ""):
+            with self.subTest(state=shape):
+                self.assertIs(guard.redeem(shape, "notes_write_note", arguments), False)
+        # 12 digits is the longest expiry read: the same value, so the issued MAC holds, once
+        self.assertIs(guard.redeem(f"{nonce}.00{expires}.{mac}", "notes_write_note", arguments), True)
+        self.assertIs(guard.redeem(state, "notes_write_note", arguments), False)  # its nonce is spent
+        self.assertEqual(self.note_revisions(), {})
 
     def test_a_forged_state_for_arguments_without_a_canonical_form_carries_no_answer(self):
         guard = self.guard([self.demo_server()])
         for arguments in ({"name": "a", "text": [0.5, 2**64]}, {"name": "a", "text": "b"}):
             with self.subTest(arguments=arguments):
-                self.assertFalse(guard.redeem("n1.99999999999.", "notes_write_note", arguments))  # an empty MAC
+                self.assertIs(guard.redeem("n1.99999999999.", "notes_write_note", arguments), False)  # an empty MAC
         self.assertEqual(self.note_revisions(), {})
 
     def test_a_request_state_with_non_ascii_text_carries_no_answer_and_the_guard_serves_on(self):
@@ -601,7 +628,7 @@ class TestApprovals(GuardCase):
                   "n1.99999999999.\u00e9", "\u00e9.99999999999.m")
         for state in states:
             with self.subTest(state=state):
-                self.assertFalse(guard.redeem(state, "notes_write_note", arguments))
+                self.assertIs(guard.redeem(state, "notes_write_note", arguments), False)
         peer = self.peer(guard, era="modern")
         meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                 "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
@@ -674,6 +701,15 @@ class TestApprovals(GuardCase):
         self.assertEqual(json.loads(text)["arguments"], arguments)
         self.assertIn(text[text.index("{", 1):text.index("}") + 1], gd.approval_text("notes_write_note", arguments))
 
+    def test_a_fault_the_dispatch_raises_is_answered_as_its_own_refusal(self):
+        guard = self.guard([self.demo_server()])
+        fault = td.BoundaryError("LIFECYCLE_VIOLATION")
+        with mock.patch.object(guard.dispatcher, "dispatch_for_provider", side_effect=fault):
+            for name, arguments in (("notes_read_note", {"name": "a"}), ("notes_write_note", {"name": "a", "text": "b"})):
+                with self.subTest(name=name):
+                    self.assertEqual(guard.call(name, arguments), gd._refusal(fault))
+        self.assertEqual(self.note_revisions(), {})
+
     def test_the_guards_own_refusal_has_the_shape_the_readme_shows(self):
         with open(HERE / "README.md", encoding="utf-8") as handle:
             readme = handle.read()
@@ -689,9 +725,11 @@ class TestApprovals(GuardCase):
                               ("true as a string", "print('{\"approve\": \"true\"}')"),
                               ("not JSON", "print('yes')")):
             with self.subTest(label):
-                self.assertFalse(gd.ask_command([*PYTHON, "-c", source], "t", {}, td.Principal("a", "b"), WAIT))
-        self.assertTrue(gd.ask_command([*PYTHON, "-c", "print('{\"approve\": true}')"], "t", {},
-                                       td.Principal("a", "b"), WAIT))
+                self.assertIs(gd.ask_command([*PYTHON, "-c", source], "t", {}, td.Principal("a", "b"), WAIT), False)
+        missing = [str(self.folder.path / "no-such-command")]  # it cannot start: no, not "nobody answered"
+        self.assertIs(gd.ask_command(missing, "t", {}, td.Principal("a", "b"), WAIT), False)
+        self.assertIs(gd.ask_command([*PYTHON, "-c", "print('{\"approve\": true}')"], "t", {},
+                                     td.Principal("a", "b"), WAIT), True)
 
     def test_a_call_cancelled_while_the_person_decides_never_runs_and_is_not_answered(self):
         asked = threading.Event()
@@ -729,6 +767,13 @@ class TestApprovals(GuardCase):
         shown = gd.approval_text("t", {"text": "x" * 100})
         self.assertEqual(shown, 'Allow the tool t to run with these arguments?\n{"text":"' + "x" * 100 + '"}')
         self.assertIsNone(gd.approval_text("t", {"x": float("nan")}))
+        # in the guard: the contract admits the call, nobody is asked, and APPROVAL_REQUIRED stands
+        asked = []
+        guard = self.guard([self.demo_server()])
+        arguments = {"name": "a", "text": "\u200b" * 700}  # 700 characters that would read as 4,200
+        self.assertIsNone(gd.approval_text("notes_write_note", arguments))
+        found = guard.call("notes_write_note", arguments, ask=lambda text: asked.append(text) or True)
+        self.assertEqual((code_of(found), asked, self.note_revisions()), ("APPROVAL_REQUIRED", [], {}))
 
     def test_the_person_sees_each_character_that_shows_as_nothing_or_reorders_the_text_as_its_escape(self):
         # A right-to-left override shows "\u202e0001" as "1000"; a zero-width space and a no-break
@@ -741,6 +786,11 @@ class TestApprovals(GuardCase):
         self.assertEqual(peer.asked[0]["params"]["message"], shown)  # letters of any script stay as they are
         self.assertEqual(json.loads(shown.split("\n", 1)[1]), {"name": "a", "text": text})  # the same value
         self.assertIsNone(gd.approval_text("t", {"text": "x" * (gd.MAX_APPROVAL_TEXT - 70) + "\u200b" * 12}))
+        self.assertEqual(self.note_revisions(), {})
+
+    def test_with_nobody_to_ask_the_answer_is_no(self):
+        guard = self.guard([self.demo_server()])  # no approval command, and no client to ask
+        self.assertIs(guard._ask(None, "Allow?", "notes_write_note", {"name": "a", "text": "b"}, None), False)
         self.assertEqual(self.note_revisions(), {})
 
     def test_an_elicitation_answer_is_yes_only_when_it_says_exactly_so(self):
@@ -851,6 +901,9 @@ class TestAuditAndHostFile(GuardCase):
             ({"principal": {"tenant": "t", "subject": "s"}}, "principal"),
             ({"principal": {"tenant": "t", "subject": "s", "roles": ["b", "b"]}}, "principal.roles"),
             ({"principal": {"tenant": "t/x", "subject": "s", "roles": []}}, "principal"),
+            ({"approval": {"approver": "lee at the desk"}}, "approval.approver"),
+            ({"approval": {"approver": "l" * (td.MAX_IDENTIFIER_LENGTH + 1)}}, "approval.approver"),
+            ({"approval": {"approver": 7}}, "approval.approver"),
             ({"approval": {"approver": "lee", "command": []}}, "approval.command"),
             ({"approval": {"approver": "lee", "timeout": 0}}, "approval.timeout"),
             ({"approval": {"approver": "lee", "ask_client": 1}}, "approval.ask_client"),
@@ -859,6 +912,11 @@ class TestAuditAndHostFile(GuardCase):
             ({"call_timeout": gd.MAX_CALL_TIMEOUT + 1}, "call_timeout"),
             ({"servers": []}, "servers"),
             ({"servers": [{**self.demo_server(), "prefix": "bad prefix"}]}, "servers[0].prefix"),
+            ({"servers": [{**self.demo_server(), "prefix": 7}]}, "servers[0].prefix"),
+            ({"servers": [{**self.demo_server(), "prefix": "p" * 33}]}, "servers[0].prefix"),
+            ({"servers": [{**self.demo_server(), "name": "the notes"}]}, "servers[0].name"),
+            ({"servers": [{**self.demo_server(), "name": "n" * (td.MAX_IDENTIFIER_LENGTH + 1)}]}, "servers[0].name"),
+            ({"servers": [{**self.demo_server(), "name": ["notes"]}]}, "servers[0].name"),
             ({"servers": [{**self.demo_server(), "status_tools": {"read_note": "note_write_status"}}]},
              "servers[0].status_tools"),
             ({"servers": [self.demo_server(), self.demo_server()]}, "servers"),
@@ -888,6 +946,12 @@ class TestAuditAndHostFile(GuardCase):
             self.assertEqual((server.max_output_bytes, server.max_output_nodes), (low, high))
         server = gd.parse_host(json.dumps(good).encode(), folder=self.folder.path).servers[0]
         self.assertEqual((server.max_output_bytes, server.max_output_nodes), (td.MAX_OUTPUT_BYTES, td.MAX_OUTPUT_NODES))
+        # the names' good sides: an approver and a server name of 64 characters, a prefix of 32
+        longest = {**good, "approval": {"approver": "l" * td.MAX_IDENTIFIER_LENGTH},
+                   "servers": [{**self.demo_server(), "name": "n" * td.MAX_IDENTIFIER_LENGTH, "prefix": "p" * 32}]}
+        host = gd.parse_host(json.dumps(longest).encode(), folder=self.folder.path)
+        self.assertEqual((host.approver, host.servers[0].name, host.servers[0].prefix),
+                         ("l" * td.MAX_IDENTIFIER_LENGTH, "n" * td.MAX_IDENTIFIER_LENGTH, "p" * 32))
         with self.assertRaises(gd.GuardError) as caught:  # the approver is required: no file goes without one
             gd.parse_host(json.dumps({key: value for key, value in good.items() if key != "approval"}).encode(),
                           folder=self.folder.path)
@@ -1034,6 +1098,17 @@ class TestServing(GuardCase):
         self.assertEqual(reports[0], {"event": "started", "servers": {"notes": {"started": True, "withheld": {}}}})
         self.assertEqual(td.verify_audit_log(log.read_bytes()).entries, 1)
 
+    def test_a_legacy_client_gets_the_version_it_asked_for_when_the_guard_speaks_it_else_the_newest(self):
+        guard = self.guard([self.demo_server()])
+        newest, oldest = client.LEGACY_VERSIONS[0], client.LEGACY_VERSIONS[-1]
+        for asked, answered in ((oldest, oldest), (newest, newest), ("2099-01-01", newest), (None, newest),
+                                (client.MODERN_VERSION, newest)):
+            with self.subTest(asked=asked):
+                peer = self.peer(guard, era=None)
+                result = peer.request("initialize", {"protocolVersion": asked, "capabilities": {}})["result"]
+                self.assertEqual(result, {"protocolVersion": answered, "capabilities": {"tools": {"listChanged": True}},
+                                          "serverInfo": dict(gd.SERVER_INFO), "instructions": gd.INSTRUCTIONS})
+
     def test_one_handshake_one_era_and_nothing_but_a_ping_before_it(self):
         guard = self.guard([self.demo_server()])
         fresh = self.peer(guard, era=None)
@@ -1151,16 +1226,35 @@ class TestServing(GuardCase):
                  (["--host", str(host), "--env", "HOME"], "GUARD_USAGE"),  # --env names a command line server's
                  (["--host", str(host), "--contracts", "x.json", "--env", "A=B", "--", "x"], "GUARD_USAGE"),
                  (["--host", str(host), "--contracts", "x.json", "--env", "A", "--env", "A", "--", "x"], "GUARD_USAGE"),
-                 (["--host", str(host), "--audit-log", str(self.folder.path / "exists.jsonl")], "AUDIT_LOG_EXISTS"))
+                 (["--host", str(host), "--audit-log", str(self.folder.path / "exists.jsonl")], "AUDIT_LOG_EXISTS"),
+                 # no such folder: the guard never serves without the log it was told to keep
+                 (["--host", str(host), "--audit-log", str(self.folder.path / "none" / "audit.jsonl")],
+                  "AUDIT_LOG_UNREADABLE"))
         for argv, code in cases:
             with self.subTest(code=code):
                 done = subprocess.run([*PYTHON, str(HERE / "mcp_bridge.py"), "guard", *argv], input=b"",
                                       capture_output=True, timeout=WAIT, check=False)
                 self.assertEqual((done.returncode, done.stdout), (2, b""))
                 failure = json.loads(done.stderr)
-                self.assertEqual(failure["error"]["code"], code)
+                self.assertEqual((failure["passed"], failure["error"]["code"]), (False, code))
                 self.assertNotIn(str(self.folder.path), done.stderr.decode())
                 self.assertNotIn("Traceback", done.stderr.decode())
+
+    def test_in_process_the_command_answers_its_exit_status(self):
+        for number in (signal.SIGINT, signal.SIGTERM):  # main() takes both over in the main thread
+            self.addCleanup(signal.signal, number, signal.getsignal(number))
+        errors = io.StringIO()
+        self.assertEqual(gd.main(["--help"], stderr=errors), 0)
+        self.assertEqual(errors.getvalue(), gd.USAGE)
+        host = self.folder.host([self.demo_server()])
+        errors, out = io.StringIO(), io.BytesIO()
+        self.assertEqual(gd.main(["--host", str(host)], stdin=io.BytesIO(b""), stdout=out, stderr=errors), 0)
+        self.assertEqual((out.getvalue(), json.loads(errors.getvalue().splitlines()[0])["event"]), (b"", "started"))
+        errors = io.StringIO()
+        with mock.patch.object(gd, "load_host", side_effect=RuntimeError("/secret/path")):
+            self.assertEqual(gd.main(["--host", str(host)], stdin=io.BytesIO(b""), stdout=out, stderr=errors), 2)
+        self.assertEqual(json.loads(errors.getvalue()),
+                         {"passed": False, "error": td.BoundaryError("INTERNAL_ERROR").to_json()})
 
     def test_ctrl_c_while_serving_is_cli_interrupted_on_stderr_and_nothing_on_stdout(self):
         host = self.folder.host([self.demo_server()])
@@ -1172,7 +1266,7 @@ class TestServing(GuardCase):
         child.send_signal(signal.SIGINT)
         out, err = child.communicate(timeout=WAIT)
         self.assertEqual((child.returncode, out), (td.EXIT_INTERRUPTED, b""))
-        self.assertEqual(json.loads(err)["error"]["code"], "CLI_INTERRUPTED")
+        self.assertEqual(json.loads(err), {"passed": False, "error": td.BoundaryError("CLI_INTERRUPTED").to_json()})
         self.assertNotIn(b"Traceback", err)
 
     def test_a_server_gets_only_the_variables_its_host_file_names(self):

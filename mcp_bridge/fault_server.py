@@ -339,6 +339,11 @@ def _call_error(server: Server, request_id: Any) -> bool:
     return True
 
 
+def _call_refused(server: Server, request_id: Any) -> bool:
+    server.error(request_id, -32602)  # invalid params: refused before the tool ran
+    return True
+
+
 def _rug_pull(server: Server, _request_id: Any) -> bool:
     # The first call is answered as usual, after an announcement that the tools changed: from
     # then on get_order is listed with another description.
@@ -391,7 +396,7 @@ ANSWERS: Final[Mapping[str, Callable[[Any], dict[str, Any]]]] = {"refund": _refu
 # fault -> what the server does at a tools/call before its echo (True: it answered, or never will)
 CALL_FAULTS: Final[Mapping[str, Callable[[Server, Any], bool]]] = {
     "slow_call": _slow_call, "lost_call": _lost_call, "call_error": _call_error, "call_is_error": _call_is_error,
-    "rug_pull": _rug_pull, "unencodable_pull": _rug_pull, "late_rug_pull": _late_rug_pull,
+    "call_refused": _call_refused, "rug_pull": _rug_pull, "unencodable_pull": _rug_pull, "late_rug_pull": _late_rug_pull,
     "is_error_text": _is_error_text, "big_answer": _big_answer, "huge_answer": _huge_answer,
 }
 

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import unittest
 from pathlib import Path
+from unittest import mock
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -175,6 +176,9 @@ class TestMapping(Case):
 
     def test_json_rpc_errors_refusals_and_tool_errors(self) -> None:
         self.assertEqual(self.run_hook(self.hooks_for("call_error")), "lost")  # -32000: it may have run
+        # -32602 (invalid params): refused before the tool ran, a write too
+        for key in ("key-1", None):
+            self.assertEqual(self.run_hook(self.hooks_for("call_refused"), key), td.Execution(None, "not_committed"))
         self.assertEqual(self.run_hook(self.hooks_for("call_is_error")), td.Execution(None, "not_committed"))
         self.assertEqual(self.run_hook(self.hooks_for("call_is_error", errors_commit_nothing=False)),
                          td.Execution(None, "unknown"))
@@ -190,6 +194,29 @@ class TestMapping(Case):
         self.assertEqual(written.output["meta"].get(IDEMPOTENCY_KEY_META), "key-1")
         self.assertNotIn(IDEMPOTENCY_KEY_META, read.output.get("meta") or {})
         self.assertEqual(written.output["arguments"], {"order_ref": "ORDER-7"})
+
+    def test_a_deadline_passed_sends_nothing_to_a_running_server_either(self) -> None:
+        server = self.forwarder(fault("none"))
+        self.assertEqual(self.run_hook(server.hooks("get_order"), deadline=NOW + 5).effect, "committed")
+        self.assertIs(server.running, True)
+        self.assertEqual(self.run_hook(server.hooks("get_order"), deadline=NOW), td.Execution(None, "not_committed"))
+        self.assertEqual((server.starts, server.sent), (1, 1))
+
+    def test_a_start_with_no_time_left_starts_nothing(self) -> None:
+        server = self.forwarder(fault("none"))
+        with self.assertRaises(forward.ClientError) as caught:
+            server.start(timeout=0)
+        self.assertEqual((caught.exception.code, server.starts, server.running), ("CLIENT_DEADLINE_PASSED", 0, False))
+
+    def test_running_start_and_the_context_manager(self) -> None:
+        with McpForwarder(fault("none")) as server:
+            self.assertIs(type(server), McpForwarder)
+            self.assertEqual((server.running, server.stderr_tail()), (False, ""))  # nothing started yet
+            self.assertEqual(server.start(), {})  # under its own call timeout; no pins, so no drift
+            self.assertEqual((server.running, server.starts), (True, 1))
+            self.assertEqual(server.start(), {})  # a running server is left as it is
+            self.assertEqual(server.starts, 1)
+        self.assertIs(server.running, False)
 
     def test_a_server_that_cannot_start_is_nothing_sent(self) -> None:
         hooks = self.forwarder(fault("crash_at_start")).hooks("get_order")
@@ -223,6 +250,8 @@ class TestMapping(Case):
         self.assertEqual(forward.execution_of(image, write=False), td.Execution(None, "none"))
         receipt = {"structuredContent": {"a": 1}, "_meta": {forward.RECEIPT_META: "nr-1"}}
         self.assertEqual(forward.execution_of(receipt, write=True), td.Execution({"a": 1}, "committed", "nr-1"))
+        failed = {"content": [{"type": "text", "text": "no"}], "isError": True}  # by default, an error commits nothing
+        self.assertEqual(forward.execution_of(failed, write=True), td.Execution(None, "not_committed"))
         forged = {"structuredContent": {"a": 1}, "_meta": {forward.RECEIPT_META: "not an identifier"}}
         self.assertEqual(forward.execution_of(forged, write=True).receipt_ref, None)
         for unfinished in ([], {"resultType": "input_required"}):
@@ -483,6 +512,18 @@ class TestPinnedText(Case):
         unpinned = self.forwarder(fault("tools_error"))  # without pins, no listing is read at a start
         self.assertEqual(unpinned.hooks("ping_tool").execute(call).effect, "none")
 
+    def test_a_comparison_that_fails_at_a_start_withholds_every_pinned_tool(self) -> None:
+        unlisted = {name: ["unlisted"] for name in self.reviewed}
+        for raised, expected in ((RuntimeError("no"), forward.ServerNotStarted), (KeyboardInterrupt(), KeyboardInterrupt)):
+            with self.subTest(raised=type(raised).__name__):
+                server = self.forwarder(self.command, pinned=self.reviewed)
+                with mock.patch.object(forward.McpClient, "list_tools", side_effect=raised), \
+                        self.assertRaises(expected) as caught:
+                    server.start(timeout=30)
+                self.assertEqual((server.drift, server.running, server.sent), (unlisted, False, 0))
+                if expected is forward.ServerNotStarted:
+                    self.assertEqual(caught.exception.code, "CLIENT_PROTOCOL")
+
     def test_only_tools_drafted_from_a_server_are_compared(self) -> None:
         mine = td.declare_contracts(td.declare_tool("mine", description="The host's own.", effect="read",
                                                     required_role="r", input_schema={"type": "object"}))
@@ -490,6 +531,17 @@ class TestPinnedText(Case):
         self.assertEqual(server.hooks("ping_tool").execute(td.ExecuteCall(
             "ping_tool", READER, {}, None, None, None, NOW, NOW + 10, None, None)).effect, "none")
         self.assertEqual(server.drift, {})
+
+    def test_the_call_timeout_and_the_environment_names_are_checked_when_built(self) -> None:
+        for timeout in (0, -1, 3600.5, True, "5", float("nan"), None):
+            with self.subTest(call_timeout=timeout), self.assertRaises(ValueError):
+                McpForwarder(self.command, call_timeout=timeout)
+        for names in (["A", "A"], ["1A"], ["A=B"], "HOME", [f"V{index}" for index in range(65)]):
+            with self.subTest(env_names=names), self.assertRaises(ValueError):
+                McpForwarder(self.command, env_names=names)
+        for timeout in (0.001, 1, 3600):  # the good sides: nothing starts until a call or start()
+            server = McpForwarder(self.command, call_timeout=timeout, env_names=[f"V{index}" for index in range(64)])
+            self.assertEqual((server.running, server.starts), (False, 0))
 
     def test_pinned_must_be_a_registry(self) -> None:
         spec = self.reviewed["get_order"]

@@ -136,6 +136,11 @@ class TestFloors(unittest.TestCase):
 class TestItsFloor(unittest.TestCase):
     """A target set against another path is printed with the ratio that path's own floor reaches."""
 
+    # Three rounds of each line. Medians of the per-round ratios: the write 2.5x the read, its floor
+    # 1.8x; the verification 1.1x, its floor 1.1x (1.2, 1.1, 1.1).
+    ROUNDS = {"dispatch_read": (10, 20, 40), "write_fresh": (30, 50, 90), "write_floor": (18, 34, 76),
+              "verify_package": (11, 22, 48), "verify_floor": (12, 22, 44)}
+
     @staticmethod
     def measured(key: str, section: str, *samples: float) -> Any:
         return bench.Measurement(key, section, key.replace("_", " "), lambda _n: lambda: None,
@@ -147,11 +152,7 @@ class TestItsFloor(unittest.TestCase):
         return bench.report(measurements, facts, {}, rounds=3, quick=False)
 
     def test_each_round_sets_the_floor_against_the_same_denominator(self) -> None:
-        # Rounds: the read 10, 20, 40; the write 30, 50, 90; its floor 18, 34, 76; the verification
-        # 11, 22, 48 and its floor 12, 22, 44. Medians of the per-round ratios: the write 2.5x the
-        # read, its floor 1.8x; the verification 1.1x, its floor 1.1x (1.2, 1.1, 1.1).
-        ratios = self.result(dispatch_read=(10, 20, 40), write_fresh=(30, 50, 90), write_floor=(18, 34, 76),
-                             verify_package=(11, 22, 48), verify_floor=(12, 22, 44))["ratios"]
+        ratios = self.result(**self.ROUNDS)["ratios"]
         self.assertEqual((ratios["write_vs_read"]["value"], ratios["write_vs_read"]["holds"]), (2.5, False))
         self.assertEqual(ratios["write_vs_read"]["its_floor"],
                          {"of": "write_floor", "value": 1.8, "target_below_it": False})
@@ -174,9 +175,7 @@ class TestItsFloor(unittest.TestCase):
         self.assertNotIn("its floor", bench.render_table(result))
 
     def test_the_table_prints_it_beside_the_target(self) -> None:
-        table = bench.render_table(self.result(dispatch_read=(10, 20, 40), write_fresh=(30, 50, 90),
-                                               write_floor=(18, 34, 76), verify_package=(11, 22, 48),
-                                               verify_floor=(12, 22, 44)))
+        table = bench.render_table(self.result(**self.ROUNDS))
         lines = table.splitlines()
         write = next(line for line in lines if line.startswith("  write fresh "))
         verify = next(line for line in lines if line.startswith("  verify package "))

@@ -26,6 +26,7 @@ import client  # noqa: E402
 import fault_server  # noqa: E402
 import tool_dispatcher  # noqa: E402
 from client import ClientError, Limits, McpClient  # noqa: E402
+from test_importer import process_ended  # noqa: E402
 
 SERVER = str(HERE / "fault_server.py")
 # The graces of the tests whose server never leaves on its own: what they prove (the order of the
@@ -41,6 +42,17 @@ def soon(seconds=10):
     return time.monotonic() + seconds
 
 
+def eventually(condition, seconds=10):
+    """Whether condition() holds within `seconds` (looked at every 10 ms): for what a thread or
+    another process does in its own time."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 # The test peers run with -S: they need the standard library only, and a site directory's .pth
 # files cost most of an interpreter's start on these machines.
 def fault(name="none"):
@@ -49,6 +61,13 @@ def fault(name="none"):
 
 def script(text):
     return [sys.executable, "-B", "-S", "-c", text]
+
+
+def modern_peer(then):
+    """A scripted server that reads the handshake's request, answers it (2026-07-28), then runs
+    `then` (Python source; sys and os imported)."""
+    return script("import os, sys\nsys.stdin.readline()\nprint('{\"jsonrpc\": \"2.0\", \"id\": 1, \"result\": "
+                  "{\"supportedVersions\": [\"2026-07-28\"]}}', flush=True)\n" + then)
 
 
 class Case(unittest.TestCase):
@@ -209,6 +228,40 @@ class TestTheServerProcess(Case):
                                     limits=Limits(stderr_tail_bytes=10))
                 self.assertEqual((error.stderr_tail, error.exit_status), (kept, 1))
 
+    @unittest.skipUnless(hasattr(os, "killpg"), "process groups are POSIX")
+    def test_the_server_leads_a_group_of_its_own_and_its_children_end_with_it(self):
+        # The orphan fault starts a child that inherits the server's output and sleeps 30 s; its
+        # pid is the server's version. The server leaves when its input closes; the child does not.
+        started = self.started("orphan", protocol="modern")
+        child = int(started.session.server_version)
+        self.addCleanup(lambda: process_ended(child) or os.kill(child, signal.SIGKILL))
+        self.assertEqual((os.getpgid(started._process.pid), os.getpgid(child)),
+                         (started._process.pid, started._process.pid))
+        started.stop()
+        self.assertEqual(started.exit_status, 0)
+        self.assertTrue(eventually(lambda: process_ended(child)))
+
+    @unittest.skipUnless(hasattr(os, "killpg"), "process groups are POSIX")
+    def test_stop_without_a_channel_ends_the_group_too(self):
+        process = client.spawn(script("import subprocess, sys\n"
+                                      "child = subprocess.Popen([sys.executable, '-S', '-c',\n"
+                                      "                          'import time; time.sleep(30)'])\n"
+                                      "print(child.pid, flush=True)\nsys.stdin.read()\n"))
+        child = int(process.stdout.readline())
+        self.addCleanup(lambda: process_ended(child) or os.kill(child, signal.SIGKILL))
+        client.stop(process)
+        self.assertEqual(process.returncode, 0)
+        self.assertTrue(eventually(lambda: process_ended(child)))
+
+    def test_stop_is_done_once_and_joins_the_clients_threads(self):
+        started = self.started()
+        with mock.patch.object(client, "stop", wraps=client.stop) as stopping:
+            started.stop()
+            started.stop()
+        self.assertEqual(stopping.call_count, 1)
+        threads = (started._channel.reader, started._channel.writer, started._tail.thread)
+        self.assertEqual([thread.is_alive() for thread in threads], [False, False, False])
+
 
 # ============================================================================================
 # 4. The bounded channel
@@ -295,6 +348,8 @@ class TestTheBoundedChannel(unittest.TestCase):
         time.sleep(0.3)
         self.assertLessEqual(channel.chunks.qsize(), client.MAX_READ_AHEAD)
         client.stop(channel.process, channel, exit_grace=SHORT_GRACE)  # the flood never leaves on its own
+        # The reader waited on the full read-ahead: stop drained it, so the reader read on to the end.
+        self.assertTrue(eventually(lambda: not channel.reader.is_alive()))
 
     def test_requests_from_the_server_are_answered(self):
         # MCP: a ping's receiver must answer it at once with an empty result; sampling, roots and
@@ -367,7 +422,11 @@ class TestTheBoundedChannel(unittest.TestCase):
 
         self.assertEqual([client._is_plain_json(nested(levels), max_depth=5) for levels in (5, 6)], [True, False])
         self.assertTrue(client._is_plain_json(nested(client.MAX_MESSAGE_DEPTH)))
-        self.assertFalse(client._is_plain_json(nested(client.MAX_MESSAGE_DEPTH + 1)))
+        self.assertIs(client._is_plain_json(nested(client.MAX_MESSAGE_DEPTH + 1)), False)
+        for value in ({"a": {1: 2}}, [float("inf")], [float("nan")], {"a": (1,)}, [b"x"], object()):
+            with self.subTest(value=value):
+                self.assertIs(client._is_plain_json(value), False)
+        self.assertIs(client._is_plain_json({"a": [1, -2.5, True, None, "\u00e9"]}), True)
 
     def test_a_request_that_cannot_be_sent_sends_nothing(self):
         channel = self.channel(['{"jsonrpc": "2.0", "id": 1, "result": {}}\n'], line_bytes=60)
@@ -381,6 +440,57 @@ class TestTheBoundedChannel(unittest.TestCase):
             with self.subTest(params=str(params)[:20]):
                 self.refused("CLIENT_REQUEST_INVALID", channel.request, "x", params)
         self.assertEqual((channel.next_id, channel.request("x", {}, deadline=soon())), (0, {}))
+
+    def test_a_line_is_ascii_json_whatever_the_text(self):
+        channel = self.channel([])
+        self.assertEqual(channel.encode({"a": "caf\u00e9 \u202e\U0001f600", "b": [1.5, None]}),
+                         b'{"a":"caf\\u00e9 \\u202e\\ud83d\\ude00","b":[1.5,null]}\n')
+
+    def test_only_the_tools_announcement_marks_the_list_changed(self):
+        answer = '{"jsonrpc": "2.0", "id": 1, "result": {}}\n'
+        for method, changed in (("notifications/tools/list_changed", True), ("notifications/message", False),
+                                ("notifications/resources/list_changed", False)):
+            with self.subTest(method=method):
+                channel = self.channel([json.dumps({"jsonrpc": "2.0", "method": method}) + "\n", answer])
+                self.assertEqual((channel.request("x", {}, deadline=soon()), channel.tools_changed), ({}, changed))
+
+    # A peer that writes only after it has read: what settle() finds has come in a read of its own.
+    SETTLING = ("import json, sys\n"
+                "def out(*messages):\n"
+                "    sys.stdout.write(''.join(json.dumps(message) + '\\n' for message in messages))\n"
+                "    sys.stdout.flush()\n"
+                "def read():\n"
+                "    return json.loads(sys.stdin.readline())\n"
+                "read()\nout({'jsonrpc': '2.0', 'id': 1, 'result': {}})\n"
+                "read()\nout({'jsonrpc': '2.0', 'method': 'notifications/tools/list_changed'},\n"
+                "            {'jsonrpc': '2.0', 'id': 'p', 'method': 'ping'})\n"
+                "pong, request = read(), read()\n"
+                "out({'jsonrpc': '2.0', 'id': request['id'], 'result': {'pong': pong}})\n"
+                "read()\nout({'jsonrpc': '2.0', 'id': 9, 'result': {}})\n"
+                "sys.stdin.read()\n")
+
+    def test_settle_reads_what_has_come_and_never_waits(self):
+        channel = self.channel([], self.SETTLING)
+        self.assertEqual(channel.request("x", {}, deadline=soon()), {})
+        self.assertEqual((channel.settle(), channel.tools_changed), (None, False))  # nothing has come: no wait
+        channel.notify("notifications/next")
+        self.assertTrue(eventually(lambda: channel.chunks.qsize() > 0))
+        channel.settle()  # the announcement noted, the ping answered
+        self.assertTrue(channel.tools_changed)
+        pong = {"jsonrpc": "2.0", "id": "p", "result": {}}
+        self.assertEqual(channel.request("y", {}, deadline=soon()), {"pong": pong})
+        channel.notify("notifications/next")
+        self.assertTrue(eventually(lambda: channel.chunks.qsize() > 0))
+        with self.assertRaises(ClientError) as caught:
+            channel.settle()  # an answer nobody awaits
+        self.assertEqual(caught.exception.code, "CLIENT_PROTOCOL")
+
+    def test_settle_leaves_the_end_of_output_to_the_next_request(self):
+        channel = self.channel(['{"jsonrpc": "2.0", "id": 1, "result": {}}\n'])
+        self.assertEqual(channel.request("x", {}, deadline=soon()), {})
+        self.assertTrue(eventually(lambda: channel.chunks.qsize() > 0))  # the end, read
+        self.assertEqual((channel.settle(), channel.settle()), (None, None))
+        self.refused("CLIENT_CLOSED", channel.request, "y", {})
 
 
 # ============================================================================================
@@ -448,6 +558,11 @@ class TestHandshakeAndListing(Case):
             return client.handshake(channel, protocol, deadline=soon())
 
         self.raises("CLIENT_PROTOCOL", shake, FakeChannel({"supportedVersions": "2026-07-28"}), "modern")
+        for protocol in ("modern", "auto"):  # an answer, so "auto" tries no other era
+            with self.subTest(protocol=protocol):
+                channel = FakeChannel({"supportedVersions": ["2099-01-01", "2025-11-25"]})
+                self.raises("CLIENT_PROTOCOL_VERSION", shake, channel, protocol)
+                self.assertEqual([method for method, _ in channel.asked], ["server/discover"])
         self.raises("CLIENT_PROTOCOL", shake, FakeChannel({"protocolVersion": 3}), "legacy")
         for capabilities, code in ((None, "CLIENT_PROTOCOL"), ([], "CLIENT_PROTOCOL"), ({}, "CLIENT_NO_TOOLS"),
                                    ({"tools": True}, "CLIENT_NO_TOOLS"), ({"tools": None}, "CLIENT_NO_TOOLS")):
@@ -508,6 +623,8 @@ class TestTheClient(Case):
                          {"content": [{"type": "text", "text": fault_server.SECRET}], "isError": True})
         result = self.started().call_tool("t", {"x": [1.5, None]}, deadline=soon())
         self.assertEqual(result["structuredContent"]["arguments"], {"x": [1.5, None]})
+        text = {"x": "caf\u00e9 \u202e\U0001f600"}  # sent as ASCII escapes, read back as the same text
+        self.assertEqual(self.echo(self.started(), text)["arguments"], text)
 
     def test_a_json_rpc_error_is_kept_bounded_and_the_client_stays_usable(self):
         failing = self.started("call_error")
@@ -556,10 +673,7 @@ class TestTheClient(Case):
         self.assertEqual(started.call_tool("t" * 128, {}, deadline=soon())["structuredContent"]["tool"], "t" * 128)
 
     def test_a_protocol_fault_breaks_the_client(self):
-        wrong = McpClient.start(script(
-            "import sys\nprint('{\"jsonrpc\": \"2.0\", \"id\": 1, \"result\": {\"supportedVersions\": "
-            "[\"2026-07-28\"]}}', flush=True)\nsys.stdin.readline()\nprint('not json', flush=True)\n"
-            "sys.stdin.read()\n"))
+        wrong = McpClient.start(modern_peer("sys.stdin.readline()\nprint('not json', flush=True)\nsys.stdin.read()\n"))
         self.addCleanup(wrong.stop)
         error = self.raises("CLIENT_JSON", wrong.call_tool, "t", {}, deadline=soon())
         self.assertEqual(error.to_json()["json_code"], "JSON_INVALID")
@@ -609,8 +723,88 @@ class TestTheClient(Case):
         for timeout in (0, -1, True, "5", 3601):
             with self.subTest(timeout=timeout), self.assertRaises(ValueError):
                 McpClient.start(fault(), timeout=timeout)
-        with self.assertRaises(ValueError):
-            McpClient.start(fault(), protocol="2099-01-01")
+        with mock.patch.object(client.subprocess, "Popen", side_effect=AssertionError("started")), \
+                self.assertRaises(ValueError):
+            McpClient.start(fault(), protocol="2099-01-01")  # refused before any server starts
+
+    def test_an_interrupted_start_stops_the_server(self):
+        original, spawned = client.spawn, []
+
+        def spawn(*arguments, **options):
+            spawned.append(original(*arguments, **options))
+            return spawned[-1]
+
+        with mock.patch.object(client, "spawn", spawn), \
+                mock.patch.object(client, "handshake", side_effect=KeyboardInterrupt), \
+                self.assertRaises(KeyboardInterrupt):
+            McpClient.start(fault())
+        self.assertEqual([process.returncode for process in spawned], [0])  # stopped: its input closed, reaped
+
+    def test_a_client_never_started_sends_nothing(self):
+        unstarted = McpClient(client.spawn(fault()))
+        self.addCleanup(unstarted.stop)
+        self.raises("CLIENT_BROKEN", unstarted.call_tool, "t", {}, deadline=soon())
+        self.raises("CLIENT_BROKEN", unstarted.list_tools)
+
+    def test_tools_changed_from_the_announcement_to_the_next_listing(self):
+        pulled = self.started("rug_pull")
+        self.assertFalse(pulled.tools_changed)
+        self.echo(pulled)  # announced before the call's answer
+        self.assertTrue(pulled.tools_changed)
+        pulled.list_tools()
+        self.assertIs(pulled.tools_changed, False)
+
+    def test_settle_notes_an_announcement_that_came_after_an_answer(self):
+        late = self.started("late_rug_pull")
+        late.call_tool("t", {}, deadline=soon())
+        self.assertFalse(late.tools_changed)
+        late.settle()
+        self.assertEqual((late.tools_changed, late.usable), (True, True))
+        late._busy.acquire()  # a request in flight on another thread
+        try:
+            self.raises("CLIENT_BUSY", late.settle)
+        finally:
+            late._busy.release()
+        late.stop()
+        self.raises("CLIENT_BROKEN", late.settle)
+
+    def test_a_fault_met_by_settle_breaks_the_client(self):
+        garbled = McpClient.start(modern_peer("sys.stdin.readline()\nprint('not json', flush=True)\n"
+                                              "sys.stdin.read()\n"))
+        self.addCleanup(garbled.stop)
+        garbled.settle()  # nothing has come: the client waits for nothing
+        self.assertTrue(garbled.usable)
+        garbled._channel.notify("notifications/next")  # the peer writes once it has read a line
+        self.assertTrue(eventually(lambda: garbled._channel.chunks.qsize() > 0))
+        self.raises("CLIENT_JSON", garbled.settle)
+        self.assertFalse(garbled.usable)
+        self.raises("CLIENT_BROKEN", garbled.settle)
+
+    def test_a_server_that_exits_failing_mid_session(self):
+        # At the call: after reading it, before answering.
+        crashing = McpClient.start(modern_peer("sys.stdin.readline()\nos.write(2, b'last words')\nos._exit(4)\n"))
+        self.addCleanup(crashing.stop)
+        error = self.raises("CLIENT_SERVER_EXITED", crashing.call_tool, "t", {}, deadline=soon())
+        self.assertEqual((error.exit_status, crashing.usable, crashing.stderr_tail()), (4, False, "last words"))
+        self.raises("CLIENT_BROKEN", crashing.call_tool, "t", {}, deadline=soon())
+
+    def test_an_interrupted_request_breaks_the_client(self):
+        started = self.started()
+        with mock.patch.object(started._channel, "request", side_effect=KeyboardInterrupt), \
+                self.assertRaises(KeyboardInterrupt):
+            started.call_tool("t", {}, deadline=soon())
+        self.assertFalse(started.usable)
+        self.raises("CLIENT_BROKEN", started.call_tool, "t", {}, deadline=soon())
+
+    def test_running_while_usable_and_the_process_lives(self):
+        leaving = McpClient.start(modern_peer(""))
+        self.addCleanup(leaving.stop)
+        self.assertTrue(eventually(lambda: leaving._process.poll() is not None))
+        self.assertEqual((leaving.usable, leaving.running), (True, False))  # it left after the handshake
+        started = self.started()
+        self.assertIs(started.running, True)
+        started.stop()
+        self.assertIs(started.running, False)
 
 
 if __name__ == "__main__":

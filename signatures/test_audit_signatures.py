@@ -255,6 +255,7 @@ class TestKeys(SignatureCase):
             "another algorithm": x25519_pem,
             "a body that is not canonical base64": pem.replace(body, body[:-2] + b"F="),
             "a body cut short": pem.replace(body, body[:-4]),
+            "a body whose length is no multiple of four": pem.replace(body, body[:-1]),  # padding: never decoded
             "a CRLF": pem.replace(b"\n", b"\r\n"),
             "empty": b"",
         }
@@ -262,6 +263,12 @@ class TestKeys(SignatureCase):
             with self.subTest(name), self.assertRaises(sig.SignatureError) as caught:
                 sig.parse_public_key(data)
             self.assertEqual(caught.exception.code, "PUBLIC_KEY_INVALID")
+        # 32 bytes that spell no point: this cryptography takes them (every signature then fails),
+        # one that checks the point refuses them with ValueError, answered as the same code.
+        with mock.patch.object(ed25519.Ed25519PublicKey, "from_public_bytes", side_effect=ValueError), \
+                self.assertRaises(sig.SignatureError) as caught:
+            sig.parse_public_key(pem)
+        self.assertEqual(caught.exception.code, "PUBLIC_KEY_INVALID")
 
     def test_a_key_file_is_read_up_to_its_limit_and_no_further(self) -> None:
         with tempfile.TemporaryDirectory() as folder:
@@ -437,10 +444,13 @@ class TestCli(SignatureCase):
         log = os.path.join(folder, "audit.log")
         with open(log, "wb") as stream:
             stream.write(self.log)
-        status, _ = self.run_cli("keygen", "--out", folder)
-        self.assertEqual(status, 0)
+        status, made = self.run_cli("keygen", "--out", folder)
+        self.assertEqual((status, made), (0, {"passed": True, "key_id": made["key_id"], "private_key": sig.PRIVATE_KEY_NAME,
+                                              "public_key": sig.PUBLIC_KEY_NAME}))
         status, view = self.run_cli("sign", log, "--sign-key", os.path.join(folder, sig.PRIVATE_KEY_NAME), "--every", "8")
-        self.assertEqual((status, view["checkpoints"], view["entries"]), (0, 4, 30))
+        report = td.verify_audit_log(self.log)
+        self.assertEqual((status, view), (0, {"passed": True, "entries": 30, "head_sha256": report.head_sha256,
+                                              "checkpoints": 4, "key_id": made["key_id"]}))
         return log, os.path.join(folder, sig.PUBLIC_KEY_NAME)
 
     def test_keygen_sign_and_verify(self) -> None:
@@ -459,11 +469,33 @@ class TestCli(SignatureCase):
             with open(log + sig.CHECKPOINTS_SUFFIX, "wb") as stream:
                 stream.write(joined(lines[:-1]))
             status, view = self.run_cli("--verify-audit", log, "--public-key", public)
-            self.assertEqual((status, view["failure"]["code"], view["failure"]["index"]), (1, "CHECKPOINT_MISSING_CLOSE", 3))
+            self.assertEqual((status, view), (1, {"passed": False, "failure": {
+                "index": 3, **sig.SignatureError("CHECKPOINT_MISSING_CLOSE", at="checkpoints[3]").to_json()}}))
             with open(log, "wb") as stream:
                 stream.write(self.log[:-1])
             status, view = self.run_cli("--verify-audit", log, "--public-key", public)
             self.assertEqual((status, view["failure"]["code"], view["failure"]["at"]), (1, "AUDIT_TRUNCATED", "entries[30]"))
+
+    def test_a_log_the_core_refuses_is_not_signed_and_exits_1(self) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            log = os.path.join(folder, "audit.log")
+            with open(log, "wb") as stream:
+                stream.write(self.log[:-1])
+            self.assertEqual(self.run_cli("keygen", "--out", folder)[0], 0)
+            status, view = self.run_cli("sign", log, "--sign-key", os.path.join(folder, sig.PRIVATE_KEY_NAME))
+            self.assertEqual((status, view["passed"], view["failure"]["code"]), (1, False, "AUDIT_TRUNCATED"))
+            self.assertFalse(os.path.exists(log + sig.CHECKPOINTS_SUFFIX))
+
+    def test_a_checkpoint_file_is_read_up_to_its_limit_and_no_further(self) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            log, public = self.signed_copy(folder)
+            size = os.path.getsize(log + sig.CHECKPOINTS_SUFFIX)
+            for limit, status, passed in ((size, 0, True), (size - 1, 2, False)):
+                with self.subTest(limit=limit), mock.patch.object(sig, "MAX_CHECKPOINTS_BYTES", limit):
+                    answer = self.run_cli("--verify-audit", log, "--public-key", public)
+                    self.assertEqual((answer[0], answer[1]["passed"]), (status, passed))
+                    if not passed:
+                        self.assertEqual(answer[1]["error"]["code"], "CHECKPOINTS_UNREADABLE")
 
     def test_files_that_cannot_be_used_exit_2(self) -> None:
         with tempfile.TemporaryDirectory() as folder:
@@ -490,7 +522,7 @@ class TestCli(SignatureCase):
                      ("sign", "log", "--sign-key", "k", "--every", "+5"),
                      ("sign", "log", "--sign-key", "k", "--every", "\u0665"),
                      ("sign", "log", "--sign-key", "k", "--every", str(sig.MAX_CHAIN_LINES + 1)),
-                     ("--verify-audit", "log"), ("keygen",), ("verify", "log")):
+                     ("--verify-audit", "log"), ("--public-key", "k"), ("keygen",), ("verify", "log")):
             with self.subTest(argv=argv):
                 status, view = self.run_cli(*argv)
                 self.assertEqual((status, view["error"]["code"]), (2, "CLI_USAGE"))

@@ -253,6 +253,14 @@ class TestTheServerProcess(Case):
         self.assertEqual(process.returncode, 0)
         self.assertTrue(eventually(lambda: process_ended(child)))
 
+    def test_a_host_that_never_stops_its_client_still_exits(self):
+        # The client's threads are daemons: a host that forgets stop() is not held at its exit by a
+        # reader waiting on the server, and the server then meets the end of its input and leaves.
+        host = ("import sys\nsys.path[:0] = [%r, %r]\nimport client\n"
+                "print(client.McpClient.start(%r).session.era, flush=True)\n") % (str(HERE.parent), str(HERE), fault())
+        done = subprocess.run([sys.executable, "-B", "-c", host], capture_output=True, timeout=60)
+        self.assertEqual((done.returncode, done.stdout), (0, b"modern\n"))
+
     def test_stop_is_done_once_and_joins_the_clients_threads(self):
         started = self.started()
         with mock.patch.object(client, "stop", wraps=client.stop) as stopping:

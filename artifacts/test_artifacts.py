@@ -801,6 +801,7 @@ class TestArchives(Refusals):
                 ("digits only (quadratic to CPython 3.11.7)", [(b"pax", b"x", b"1" * 4_000)], b"\x00"),
                 ("records that overlap", [(b"pax", b"x", b"2 " * 1_000 + b"k=v\n")], b"\x00"),
                 ("a record without its newline", [(b"pax", b"x", b"9 comment")], b"\x00"),
+                ("a record without its length", [(b"pax", b"x", b"comment=x\n")], b"\x00"),
                 ("a record longer than the header", [(b"pax", b"x", b"99 comment=x\n")], b"\x00"),
                 ("an empty keyword", [(b"pax", b"x", b"5 =xy\n")], b"\x00"),
                 ("a size that moves the next header", [(b"pax", b"x", pax(("size", "0")))], b"\x00"),
@@ -843,6 +844,9 @@ class TestArchives(Refusals):
                 data = tar_header(b"d/", kind, 512) + tar_header(b"ok.txt", b"0", 512) + bytes(link) + bytes(1_024)
                 self.assertRefused("ARTIFACT_ARCHIVE_INVALID", self.admit, data, "application/x-tar")
                 self.assertEqual(self.admit(tar_header(b"d/", kind, 0) + bytes(1_024), "application/x-tar").entries, 1)
+        # A V7 header (kind NUL) names a folder only by its final "/": without one it is a file, its data read.
+        v7_file = tar_header(b"v7.txt", b"\x00", 2) + b"hi".ljust(512, b"\x00") + bytes(1_024)
+        self.assertEqual(self.admit(v7_file, "application/x-tar").entries, 1)
 
     def test_the_tar_walk_reads_checksums_as_tarfile_does(self):
         header = bytearray(tar_header("café.txt".encode(), b"0", 1))  # bytes past 0x7f: two sums differ

@@ -524,6 +524,19 @@ class TestPinnedText(Case):
                 if expected is forward.ServerNotStarted:
                     self.assertEqual(caught.exception.code, "CLIENT_PROTOCOL")
 
+    def test_a_comparison_that_fails_after_an_announcement_withholds_every_call(self) -> None:
+        # The server announces a changed list during a call; the listing that answers it fails. Until
+        # one succeeds, no call is sent: to a pinned tool, nor to a name no draft of this server holds.
+        command = fault("rug_pull")
+        draft, _report = importer.import_server(command, host=READS)
+        server = self.forwarder(command, pinned=td.parse_contracts(td.canonical_json(draft)))
+        self.assertEqual(server.call("ping_tool", {})["structuredContent"]["tool"], "ping_tool")
+        with mock.patch.object(forward.McpClient, "list_tools", side_effect=RuntimeError("no")):
+            for name in ("not_drafted", "ping_tool"):
+                with self.subTest(name=name), self.assertRaises(forward.ToolWithheld):
+                    server.call(name, {})
+        self.assertEqual((server.sent, server.starts), (1, 1))
+
     def test_only_tools_drafted_from_a_server_are_compared(self) -> None:
         mine = td.declare_contracts(td.declare_tool("mine", description="The host's own.", effect="read",
                                                     required_role="r", input_schema={"type": "object"}))

@@ -1147,6 +1147,7 @@ class TestServing(GuardCase):
         # answered, so on disk: the read's package, its chain still open
         self.assertEqual(td.verify_audit_log(log.read_bytes(), closed=False).entries, 1)
         child.send_signal(signal.SIGTERM)
+        child.wait(timeout=WAIT)  # its input still open: SIGTERM alone stopped it
         out, err = child.communicate(timeout=WAIT)
         self.assertEqual((child.returncode, out), (0, b""))
         self.assertNotIn(b"Traceback", err)
@@ -1211,6 +1212,7 @@ class TestServing(GuardCase):
     def test_sigterm_kills_an_approval_command_still_running_and_the_write_never_runs(self):
         child, approver, log = self.guard_waiting_on_its_approval_command()
         child.send_signal(signal.SIGTERM)
+        child.wait(timeout=WAIT)  # its input still open: SIGTERM alone stopped it
         self.assert_stopped_unanswered(child, approver, log)
 
     def test_the_end_of_input_kills_an_approval_command_still_running_and_the_write_never_runs(self):

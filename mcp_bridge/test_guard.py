@@ -920,8 +920,32 @@ class TestAuditAndHostFile(GuardCase):
             ({"servers": [{**self.demo_server(), "status_tools": {"read_note": "note_write_status"}}]},
              "servers[0].status_tools"),
             ({"servers": [self.demo_server(), self.demo_server()]}, "servers"),
+            ({"servers": [self.demo_server(), self.demo_server(prefix="other_")]}, "servers"),  # one server name
+            ({"servers": [self.demo_server(), {**self.demo_server(), "name": "more"}]}, "servers"),  # one tool name
+            ({"servers": {"notes": self.demo_server()}}, "servers"),
+            ({"servers": [{**self.demo_server(prefix=f"p{index}_"), "name": f"s{index}"}
+                          for index in range(gd.MAX_SERVERS + 1)]}, "servers"),
+            ({"servers": [{**self.demo_server(), "command": []}]}, "servers[0].command"),
+            ({"servers": [{**self.demo_server(), "command": "python -B server.py"}]}, "servers[0].command"),
+            ({"servers": [{**self.demo_server(), "command": ["python", ""]}]}, "servers[0].command"),
+            ({"servers": [{**self.demo_server(), "contracts": 5}]}, "servers[0].contracts"),
+            ({"servers": [{**self.demo_server(), "contracts": ""}]}, "servers[0].contracts"),
+            ({"servers": [{**self.demo_server(prefix="p" * 31 + "_"), "contracts": "long.json", "status_tools": {}}]},
+             "servers[0].prefix"),
             ({"extra": 1}, ""),
         )
+        # A tool name of 33 characters: under a prefix of 31 and "_" (each within its own limit) it
+        # is 65 long, past what a provider accepts; under "notes_" it is a name like any other.
+        long_name = "t" * 33
+        self.folder.write("long.json", {"format": td.CONTRACTS_FORMAT, "tools": [td.declare_tool(
+            long_name, description="A tool with a long name.", effect="read", required_role=ROLE,
+            input_schema={"type": "object"})]})
+        long_host = {**good, "servers": [{**self.demo_server(), "contracts": "long.json", "status_tools": {}}]}
+        self.assertEqual(gd._exposed(gd.parse_host(json.dumps(long_host).encode(), folder=self.folder.path).servers[0]),
+                         ["notes_" + long_name])
+        most = {**good, "servers": [{**self.demo_server(prefix=f"p{index}_"), "name": f"s{index}"}
+                                    for index in range(gd.MAX_SERVERS)]}
+        self.assertEqual(len(gd.parse_host(json.dumps(most).encode(), folder=self.folder.path).servers), gd.MAX_SERVERS)
         # servers[].env: names of the guard's variables, never values; at most 64, none twice
         cases += tuple(({"servers": [{**self.demo_server(), "env": value}]}, "servers[0].env")
                        for value in ("HOME", {"TOKEN": "x"}, ["TOKEN=x"], ["1A"], [""], ["A", "A"], [1], None,

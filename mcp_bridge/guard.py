@@ -37,6 +37,7 @@ import concurrent.futures
 import hashlib
 import hmac
 import json
+import contextlib
 import os
 import secrets
 import signal
@@ -48,7 +49,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, BinaryIO, Callable, Final, Mapping, Sequence
+from typing import Any, BinaryIO, Callable, Final, Iterator, Mapping, Sequence
 
 _HERE: Final = Path(__file__).resolve().parent
 if not __package__:  # by path from a checkout: the repository root (the core) and this folder
@@ -485,6 +486,14 @@ def elicited_yes(answer: Any) -> bool:
 # ============================================================================================
 
 
+@dataclass(slots=True)
+class _Flow:
+    """One retry key's write flow: its lock, and how many calls hold it or wait for it."""
+
+    lock: threading.Lock
+    users: int = 0
+
+
 class Guard:
     """The boundary in front of the host's servers: ``tools`` is what the client is shown,
     ``call`` runs one tools/call's name and arguments and answers its MCP result."""
@@ -497,7 +506,7 @@ class Guard:
         self._clock = clock
         # One write flow per retry key at a time: a retry that arrives while its first try waits
         # for the person, or runs, waits for it, and is then answered from the ledger.
-        self._flows: dict[str, threading.Lock] = {}
+        self._flows: dict[str, _Flow] = {}
         self._flows_lock = threading.Lock()
         self._closed = False
         self._commands = ApprovalCommands()  # the approval commands of calls that bring none of their own
@@ -639,11 +648,24 @@ class Guard:
         keys = [retry_key(self.host.principal, name, arguments, window) for window in windows]
         return self._run(lambda: self._found(name, keys))[0]
 
-    def _flow(self, key: str) -> threading.Lock:
+    @contextlib.contextmanager
+    def _flow(self, key: str) -> Iterator[None]:
+        """Hold the retry key's flow. A flow is counted from the moment a call asks for it, under
+        the table's lock, and leaves the table with its last call: a call that waits for the lock
+        always waits for the one its predecessor holds, and the table holds calls in flight only."""
         with self._flows_lock:
-            if len(self._flows) > 4 * MAX_IN_FLIGHT:  # drop the idle ones: a flow lock is only for calls in flight
-                self._flows = {held: lock for held, lock in self._flows.items() if lock.locked()}
-            return self._flows.setdefault(key, threading.Lock())
+            flow = self._flows.get(key)
+            if flow is None:
+                flow = self._flows[key] = _Flow(threading.Lock())
+            flow.users += 1
+        try:
+            with flow.lock:
+                yield
+        finally:
+            with self._flows_lock:
+                flow.users -= 1
+                if not flow.users:
+                    del self._flows[key]
 
     def _write(self, proposal: dict[str, Any], spec: td.ToolSpec, keys: Sequence[str], *,
                ask: Callable[[str], bool | None] | None, cancelled: threading.Event | None,

@@ -804,6 +804,35 @@ class TestApprovals(GuardCase):
 
 class TestRetriesAndRecovery(GuardCase):
 
+    def test_one_write_flow_per_retry_key_counted_while_it_waits_and_none_left_idle(self):
+        # A retry that arrives while its first try holds the flow waits for that very lock: the flow
+        # is counted from the moment it is asked for, never dropped while a call holds or awaits it.
+        guard = self.guard([self.demo_server()], start=False)
+        inside, release, order = threading.Event(), threading.Event(), []
+
+        def first():
+            with guard._flow("k"):
+                order.append("first in")
+                inside.set()
+                release.wait(WAIT)
+                order.append("first out")
+
+        def second():
+            with guard._flow("k"):
+                order.append("second in")
+
+        threads = [threading.Thread(target=first, daemon=True), threading.Thread(target=second, daemon=True)]
+        threads[0].start()
+        self.assertTrue(inside.wait(WAIT))
+        threads[1].start()
+        self.assertTrue(eventually(lambda: guard._flows["k"].users == 2))
+        with guard._flow("other"):  # another key never waits for this one
+            self.assertEqual(sorted(guard._flows), ["k", "other"])
+        release.set()
+        for thread in threads:
+            thread.join(WAIT)
+        self.assertEqual((order, guard._flows), (["first in", "first out", "second in"], {}))
+
     def test_a_server_killed_mid_write_gives_unknown_which_reconciles_exactly_once(self):
         guard = self.guard([self.demo_server("--crash-on-write")])
         peer = self.peer(guard, elicitation=True, answer_elicitation=yes)
@@ -976,6 +1005,10 @@ class TestAuditAndHostFile(GuardCase):
         host = gd.parse_host(json.dumps(longest).encode(), folder=self.folder.path)
         self.assertEqual((host.approver, host.servers[0].name, host.servers[0].prefix),
                          ("l" * td.MAX_IDENTIFIER_LENGTH, "n" * td.MAX_IDENTIFIER_LENGTH, "p" * 32))
+        for data in (b"not json", b'{"format": 1, "format": 2}', b"[" * 9 + b"]" * 9):  # strict JSON, 8 deep
+            with self.subTest(data=data), self.assertRaises(gd.GuardError) as caught:
+                gd.parse_host(data, folder=self.folder.path)
+            self.assertEqual((caught.exception.code, caught.exception.at), ("GUARD_HOST_INVALID", ""))
         with self.assertRaises(gd.GuardError) as caught:  # the approver is required: no file goes without one
             gd.parse_host(json.dumps({key: value for key, value in good.items() if key != "approval"}).encode(),
                           folder=self.folder.path)

@@ -929,6 +929,7 @@ class TestAuditAndHostFile(GuardCase):
             ({"format": "other"}, "format"),
             ({"principal": {"tenant": "t", "subject": "s"}}, "principal"),
             ({"principal": {"tenant": "t", "subject": "s", "roles": ["b", "b"]}}, "principal.roles"),
+            ({"principal": {"tenant": "t", "subject": "s", "roles": 5}}, "principal.roles"),
             ({"principal": {"tenant": "t/x", "subject": "s", "roles": []}}, "principal"),
             ({"approval": {"approver": "lee at the desk"}}, "approval.approver"),
             ({"approval": {"approver": "l" * (td.MAX_IDENTIFIER_LENGTH + 1)}}, "approval.approver"),
@@ -1299,6 +1300,13 @@ class TestServing(GuardCase):
                 self.assertNotIn(str(self.folder.path), done.stderr.decode())
                 self.assertNotIn("Traceback", done.stderr.decode())
 
+    def test_an_approval_command_finished_is_reaped_with_its_pipes_closed(self):
+        commands = gd.ApprovalCommands()
+        process = commands.start([sys.executable, "-B", "-S", "-c", "pass"])
+        commands.finish(process)
+        self.assertIsNotNone(process.returncode)  # reaped (killed with its group, or exited first)
+        self.assertEqual([stream.closed for stream in (process.stdin, process.stdout, process.stderr)], [True] * 3)
+
     def test_in_process_the_command_answers_its_exit_status(self):
         for number in (signal.SIGINT, signal.SIGTERM):  # main() takes both over in the main thread
             self.addCleanup(signal.signal, number, signal.getsignal(number))
@@ -1314,6 +1322,8 @@ class TestServing(GuardCase):
             self.assertEqual(gd.main(["--host", str(host)], stdin=io.BytesIO(b""), stdout=out, stderr=errors), 2)
         self.assertEqual(json.loads(errors.getvalue()),
                          {"passed": False, "error": td.BoundaryError("INTERNAL_ERROR").to_json()})
+        with mock.patch.object(gd, "serve", side_effect=gd._Stopped):  # SIGTERM while serving
+            self.assertEqual(gd.main(["--host", str(host)], stdin=io.BytesIO(b""), stdout=out, stderr=io.StringIO()), 0)
 
     def test_ctrl_c_while_serving_is_cli_interrupted_on_stderr_and_nothing_on_stdout(self):
         host = self.folder.host([self.demo_server()])

@@ -34,10 +34,10 @@ Sections, in the order a call flows:
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import hmac
 import json
-import contextlib
 import os
 import secrets
 import signal

@@ -710,6 +710,16 @@ class TestApprovals(GuardCase):
                     self.assertEqual(guard.call(name, arguments), gd._refusal(fault))
         self.assertEqual(self.note_revisions(), {})
 
+    def test_a_fault_the_status_query_raises_is_answered_as_its_own_refusal(self):
+        guard = self.guard([self.demo_server("--crash-on-write")])
+        lost = body(guard.call("notes_write_note", {"name": "a", "text": "b"}, ask=lambda _text: True))[0]
+        self.assertEqual((lost["status"], lost["outcome"]), ("unknown", "unknown"))
+        fault = td.BoundaryError("LIFECYCLE_VIOLATION")
+        with mock.patch.object(guard.dispatcher, "query_operation_status", side_effect=fault) as query:
+            self.assertEqual(guard.call("notes_write_note", {"name": "a", "text": "b"}), gd._refusal(fault))
+        self.assertEqual(query.call_count, 1)  # the retry went to the status query, which refused
+        self.assertEqual(guard.operation_state("notes_write_note", {"name": "a", "text": "b"}), "unknown")
+
     def test_the_guards_own_refusal_has_the_shape_the_readme_shows(self):
         with open(HERE / "README.md", encoding="utf-8") as handle:
             readme = handle.read()
@@ -749,6 +759,40 @@ class TestApprovals(GuardCase):
         self.assertEqual(ping["result"], {})
         peer.close()
         self.assertNotIn(json.dumps(request), peer.answers)
+        self.assertEqual(self.note_revisions(), {})
+
+    def test_a_call_cancelled_while_it_runs_is_not_answered_though_it_ends_with_a_result(self):
+        guard = self.guard([self.demo_server()])
+        self.assertIsNone(code_of(guard.call("notes_write_note", {"name": "a", "text": "b"}, ask=lambda _text: True)))
+        ran = []
+        call = guard.call
+
+        def runs_past_its_cancellation(name, arguments, *, cancelled, **options):
+            self.assertTrue(cancelled.wait(WAIT))  # the client gives the call up while it runs
+            ran.append(call(name, arguments, cancelled=cancelled, **options))
+            return ran[-1]
+
+        peer = self.peer(guard)
+        with mock.patch.object(guard, "call", side_effect=runs_past_its_cancellation):
+            request = peer.start("tools/call", {"name": "notes_read_note", "arguments": {"name": "a"}})
+            peer.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request}})
+            self.assertEqual(peer.request("ping")["result"], {})
+            peer.close()
+        self.assertEqual(len(ran), 1)
+        found, is_error = body(ran[0])  # a result, which the client no longer waits for
+        self.assertEqual((found["status"], found["data"]["text"], is_error), ("ok", "b", False))
+        self.assertNotIn(json.dumps(request), peer.answers)
+
+    def test_a_client_gone_while_its_write_is_asked_gets_no_approval_and_no_write(self):
+        guard = self.guard([self.demo_server()])
+        peer = Peer(guard, elicitation=True)  # asked, and never answers
+        request = peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
+        self.assertTrue(peer.until(lambda: peer.asked))
+        peer._to_guard.close()  # the end of input while the question waits for its answer
+        peer.server.join(WAIT)
+        self.assertFalse(peer.server.is_alive())
+        self.assertEqual(code_of(peer.wait(request)["result"]), "GUARD_APPROVAL_UNANSWERED")
+        peer.close()
         self.assertEqual(self.note_revisions(), {})
 
     def test_an_approval_command_asked_after_the_stop_is_never_started(self):

@@ -761,6 +761,29 @@ class TestApprovals(GuardCase):
         self.assertNotIn(json.dumps(request), peer.answers)
         self.assertEqual(self.note_revisions(), {})
 
+    def test_only_a_cancellation_with_its_params_an_object_cancels_a_call(self):
+        asked = threading.Event()
+        release = threading.Event()
+
+        def late_yes(message):
+            asked.set()
+            release.wait(WAIT)
+            return yes(message)
+
+        peer = self.peer(self.guard([self.demo_server()]), elicitation=True, answer_elicitation=late_yes)
+        request = peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
+        self.assertTrue(asked.wait(WAIT))
+        for method, params in (("notifications/progress", {"requestId": request, "progressToken": request}),
+                               ("notifications/message", {"requestId": request}),
+                               ("notifications/cancelled", [request]),
+                               ("notifications/cancelled", request)):
+            peer.send({"jsonrpc": "2.0", "method": method, "params": params})
+        self.assertEqual(peer.request("ping")["result"], {})  # still serving
+        release.set()
+        found = body(peer.wait(request)["result"])[0]
+        self.assertEqual((found["status"], found["data"]), ("ok", {"name": "a", "revision": 1}))
+        self.assertEqual(self.note_revisions(), {"a": 1})
+
     def test_a_call_cancelled_while_it_runs_is_not_answered_though_it_ends_with_a_result(self):
         guard = self.guard([self.demo_server()])
         self.assertIsNone(code_of(guard.call("notes_write_note", {"name": "a", "text": "b"}, ask=lambda _text: True)))
@@ -1227,7 +1250,10 @@ class TestServing(GuardCase):
         modern = self.peer(guard, era="modern")
         self.assertEqual(modern.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}})["error"],
                          {"code": -32600, "message": "Invalid request"})
-        self.assertEqual(modern.request("server/discover")["result"]["supportedVersions"], ["2026-07-28"])
+        self.assertEqual(modern.request("server/discover")["result"],
+                         {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {"listChanged": True}},
+                          "instructions": gd.INSTRUCTIONS, "resultType": "complete",
+                          "_meta": {"io.modelcontextprotocol/serverInfo": dict(gd.SERVER_INFO)}})
         self.assertEqual(modern.request("tools/list")["result"]["resultType"], "complete")
 
     def test_sigterm_stops_the_guard_as_the_end_of_input_does_and_each_answer_is_in_the_log_first(self):

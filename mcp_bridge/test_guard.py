@@ -989,6 +989,47 @@ class TestAuditAndHostFile(GuardCase):
         # the write's first try (APPROVAL_REQUIRED), its approved run, the refused read
         self.assertEqual((report.entries, report.sealed), (3, True))
 
+    def test_each_refusal_the_guard_answers_itself_is_reported_once_and_names_only_a_reviewed_tool(self):
+        broken = {**self.fault_server("crash_at_start"), "name": "broken", "prefix": "broken_"}
+        events = []
+        guard = self.guard([self.fault_server("unencodable"), broken, self.demo_server()], report=events.append)
+        del events[:]  # the start
+        withheld = guard.call("orders_get_order", {"order_ref": "ORDER-7"})
+        unavailable = guard.call("broken_ping_tool", {})
+        unanswered = guard.call("notes_write_note", {"name": "a", "text": "b"}, ask=lambda _text: None)
+        fault = td.BoundaryError("LIFECYCLE_VIOLATION")
+        with mock.patch.object(guard.dispatcher, "dispatch_for_provider", side_effect=fault):
+            faulted = guard.call("notes_read_note", {"name": "a"})
+        self.assertEqual([code_of(withheld), code_of(unavailable), code_of(unanswered), code_of(faulted)],
+                         ["GUARD_TOOL_WITHHELD", "GUARD_SERVER_UNAVAILABLE", "GUARD_APPROVAL_UNANSWERED",
+                          "LIFECYCLE_VIOLATION"])
+        self.assertEqual(events, [
+            {"event": "refused", "tool": "orders_get_order", "code": "GUARD_TOOL_WITHHELD"},
+            {"event": "refused", "tool": "broken_ping_tool", "code": "GUARD_SERVER_UNAVAILABLE"},
+            {"event": "call", "tool": "notes_write_note", "status": "error", "code": "APPROVAL_REQUIRED"},
+            {"event": "approval", "tool": "notes_write_note", "answer": "none"},
+            {"event": "refused", "tool": "notes_write_note", "code": "GUARD_APPROVAL_UNANSWERED"},
+            {"event": "refused", "tool": "notes_read_note", "code": "LIFECYCLE_VIOLATION"}])
+        del events[:]
+        peer = self.peer(guard)
+        with mock.patch.object(guard, "call", side_effect=RuntimeError("/secret/path")):
+            for name in ("notes_read_note", "no_such_tool", {"name": "notes_read_note"}):
+                with self.subTest(name=name):
+                    self.assertEqual(code_of(peer.call(name, {"name": "a"})), "INTERNAL_ERROR")
+        self.assertEqual(events, [{"event": "refused", "tool": tool, "code": "INTERNAL_ERROR"}
+                                  for tool in ("notes_read_note", None, None)])
+        self.assertEqual(self.note_revisions(), {})
+
+    def test_a_reporter_that_fails_costs_no_answer_to_a_fault(self):
+        def broken(_event):
+            raise RuntimeError("the reporter's own fault")
+
+        guard = self.guard([self.demo_server()], report=broken)
+        peer = self.peer(guard)
+        with mock.patch.object(guard, "call", side_effect=RuntimeError("a fault")):
+            self.assertEqual(code_of(peer.call("notes_read_note", {"name": "a"})), "INTERNAL_ERROR")
+        self.assertEqual(peer.request("ping")["result"], {})
+
     def test_each_host_field_out_of_bounds_is_named(self):
         good = {"format": gd.HOST_FORMAT, "principal": {"tenant": "t", "subject": "s", "roles": [ROLE]},
                 "approval": {"approver": "lee"}, "servers": [self.demo_server()]}
@@ -1185,11 +1226,14 @@ class TestServing(GuardCase):
             release.wait(WAIT)
             return no(message)
 
-        peer = self.peer(self.guard([self.demo_server()]), elicitation=True, answer_elicitation=later)
+        events = []
+        peer = self.peer(self.guard([self.demo_server()], report=events.append), elicitation=True,
+                         answer_elicitation=later)
         waiting = [peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": f"n{i}", "text": "b"}})
                    for i in range(gd.MAX_IN_FLIGHT)]
         self.assertTrue(peer.until(lambda: len(peer.asked) == gd.MAX_IN_FLIGHT))  # every one in flight, asking
         self.assertEqual(code_of(peer.call("notes_read_note", {"name": "a"})), "GUARD_BUSY")
+        self.assertEqual(events[-1], {"event": "refused", "tool": "notes_read_note", "code": "GUARD_BUSY"})
         release.set()
         self.assertEqual({code_of(peer.wait(request)["result"]) for request in waiting}, {"APPROVAL_REQUIRED"})
         self.assertEqual(code_of(peer.call("notes_read_note", {"name": "a"})), "TOOL_FAILED")  # served again
@@ -1332,7 +1376,8 @@ class TestServing(GuardCase):
         self.assertEqual(code_of(answers[0]["result"]), "GUARD_APPROVAL_UNANSWERED")
         self.assertEqual([json.loads(line) for line in err.splitlines()],
                          [{"code": "APPROVAL_REQUIRED", "event": "call", "status": "error", "tool": "orders_refund"},
-                          {"answer": "none", "event": "approval", "tool": "orders_refund"}])
+                          {"answer": "none", "event": "approval", "tool": "orders_refund"},
+                          {"code": "GUARD_APPROVAL_UNANSWERED", "event": "refused", "tool": "orders_refund"}])
         self.assertEqual(td.verify_audit_log(log.read_bytes()).entries, 1)  # closed
         entry = json.loads(log.read_bytes().splitlines()[0])
         self.assertEqual(entry["package"]["model_result"]["error"]["code"], "APPROVAL_REQUIRED")

@@ -629,7 +629,7 @@ class Guard:
         spec = self._registry.get(name) if type(name) is str else None
         refused = None if spec is None else self._refused_before(name)
         if refused is not None:
-            return self._refused(name, GuardError(refused))  # nobody is asked for a tool that may not run
+            return self.refuse(name, GuardError(refused))  # nobody is asked for a tool that may not run
         now = int(self._clock())
         if spec is None or spec.effect != "write":
             return self._run(lambda: self._dispatch_in(proposal, self._context(None), None, now)[1])
@@ -694,7 +694,7 @@ class Guard:
         if cancelled is not None and cancelled.is_set():
             return None  # asked, but the client gave the call up: nothing runs
         if answer is None:
-            return self._refused(name, GuardError("GUARD_APPROVAL_UNANSWERED"))
+            return self.refuse(name, GuardError("GUARD_APPROVAL_UNANSWERED"))
         if answer is False:
             return first[1]  # the person said no: APPROVAL_REQUIRED stands
         now = int(self._clock())
@@ -783,7 +783,7 @@ class Guard:
                                                                   approval=approval, now=now,
                                                                   deadline=now + self.host.call_timeout)
         except td.CatalogError as error:  # the host's to hear (a call in progress, a store fault): no package
-            return {"model_result": {}}, self._refused(proposal["name"], error)
+            return {"model_result": {}}, self.refuse(proposal["name"], error)
         return package, self._answer(package, context, item)
 
     def _query(self, proposal: dict[str, Any], key: str, now: int) -> dict[str, Any]:
@@ -791,10 +791,10 @@ class Guard:
         try:
             package = self.dispatcher.query_operation_status(proposal, context, self.host.principal, now=now)
         except td.CatalogError as error:
-            return self._refused(proposal["name"], error)
+            return self.refuse(proposal["name"], error)
         return self._answer(package, context)
 
-    def _refused(self, name: Any, error: td.CatalogError) -> dict[str, Any]:
+    def refuse(self, name: Any, error: td.CatalogError) -> dict[str, Any]:
         """A refusal the guard answers itself, with no package: reported as one, under the tool's
         name when the call named a reviewed tool (a client's other names are never echoed)."""
         self._report({"event": "refused", "tool": name if type(name) is str and name in self._registry else None,
@@ -1025,7 +1025,7 @@ class GuardConnection:
             return
         self._workers = [worker for worker in self._workers if worker.is_alive()]
         if len(self._workers) >= MAX_IN_FLIGHT:
-            self._answer(request_id, self.guard._refused(params.get("name"), GuardError("GUARD_BUSY")))
+            self._answer(request_id, self.guard.refuse(params.get("name"), GuardError("GUARD_BUSY")))
             return
         key = _id_key(request_id)
         if key in self._pending:
@@ -1056,7 +1056,7 @@ class GuardConnection:
         except Exception:  # noqa: BLE001 - the last line: a fault is a refusal, never a traceback
             result = _refusal(td.BoundaryError("INTERNAL_ERROR"))
             with contextlib.suppress(Exception):  # reported when it can be: the answer comes first
-                self.guard._refused(name, td.BoundaryError("INTERNAL_ERROR"))
+                self.guard.refuse(name, td.BoundaryError("INTERNAL_ERROR"))
         finally:
             # No longer in flight before it is answered: a client that has its answer may send its
             # next request under the same id at once.

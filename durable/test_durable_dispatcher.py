@@ -368,9 +368,13 @@ class TestStore(StoreCase):
         class Name(str):
             pass
 
+        class Foreign:  # a store class of no backend this layer knows
+            backend = "oracle"
+
         bad_names = ({"r": 1}, 5, "r r", "r\ud800", "r" * 65, Name("default"))
         refused: dict[str, tuple[Callable[[Any], Any], tuple[Any, ...]]] = {
-            "dispatcher store": (lambda v: dd.DurableDispatcher(ORDERS, store=v), (None, "x.sqlite3", object())),
+            "dispatcher store": (lambda v: dd.DurableDispatcher(ORDERS, store=v),
+                                 (None, "x.sqlite3", object(), Foreign())),
             "dispatcher realm": (lambda v: self.dispatcher(store, realm=v), bad_names + (None,)),
             "dispatcher owner": (lambda v: self.dispatcher(store, owner=v), bad_names),
             "dispatcher lease": (lambda v: self.dispatcher(store, lease_ms=v),
@@ -391,7 +395,7 @@ class TestStore(StoreCase):
             "prune store": (lambda v: dd.prune(v), (None,)),
             "prune retention": (lambda v: dd.prune(store, retention_ms=v),
                                 (0, -5, dd.MAX_RETENTION_MS + 1, 10 ** 30, "1000", True)),
-            "verify_chain store": (lambda v: dd.verify_chain(v), (None, "x.sqlite3")),
+            "verify_chain store": (lambda v: dd.verify_chain(v), (None, "x.sqlite3", Foreign())),
         }
         for setting, (call, values) in refused.items():
             for value in values:
@@ -816,7 +820,8 @@ class TestStore(StoreCase):
     def test_wrong_kind_call_bindings_and_receipts_are_store_errors(self) -> None:
         dispatcher = self.dispatcher()
         write(dispatcher, "a", fault="timeout_after_commit")
-        for fingerprint in ("7", '{"a": 1}', '[1, 2, 3, 4]', '["dispatch", "x", "y"]'):
+        for fingerprint in ("7", '{"a": 1}', '[1, 2, 3, 4]', '["dispatch", "x", "y"]', '["dispatch", "x", "y", 5]',
+                            '["dispatch", "x", "y", ["z"]]'):
             with self.subTest(fingerprint=fingerprint):
                 self.tamper(f"UPDATE call_bindings SET fingerprint = '{fingerprint}'")
                 self.assertDurable("STORE_INVALID", lambda: write(dispatcher, "a"))
@@ -1256,6 +1261,18 @@ class TestSealedLedger(StoreCase):
                 report = self.verify_chain()
                 self.assertEqual((report.fault.realm, report.fault.index, report.fault.error.code),
                                  ("default", None if column == "package" else 0, "STORE_TAMPERED"))
+                self.assertEqual((dict(report.heads), report.entries, report.rows), ({}, 0, 0))
+                self.assertIs(report.sealed, False)
+
+    def test_a_fault_report_keeps_the_realms_verified_before_it_and_is_never_sealed(self) -> None:
+        write(self.sealed(realm="a-good"), "a")
+        write(self.sealed(realm="b-bad"), "a")
+        self.tamper("UPDATE operations SET resource_revision = 9 WHERE realm = 'b-bad'")
+        [(head,)] = rows(self.path, "SELECT head_sha256 FROM audit_heads WHERE realm = 'a-good'")
+        report = self.verify_chain()
+        self.assertEqual((report.fault.realm, report.fault.error.code, dict(report.heads), report.entries, report.rows),
+                         ("b-bad", "STORE_TAMPERED", {"a-good": head}, 1, 1))
+        self.assertIs(report.sealed, False)
 
     def flag_dispatcher(self) -> dd.DurableDispatcher:
         """A host's own write tool with an integer and a boolean, where Python's 1 == True."""
@@ -1414,6 +1431,18 @@ class TestSealedLedger(StoreCase):
                 fault = self.verify_chain().fault
                 self.assertEqual((fault.realm, fault.index, fault.error.code, fault.request_ref),
                                  ("default", at, "STORE_TAMPERED", request_ref))
+
+    def test_a_released_row_whose_package_lost_its_seal_is_refused_not_run_again(self) -> None:
+        dispatcher = self.sealed()
+        write(dispatcher, "a", fault="handler_fails_before_commit")
+        self.assertAnswer(query(dispatcher, "q", op_tag="a"), "OPERATION_NOT_EXECUTED")  # released, its package kept
+        [(text,)] = rows(self.path, "SELECT package FROM operations")
+        package = json.loads(text)
+        self.assertEqual(package["seal"]["key_id"], "k-a")
+        package["seal"] = {"key_id": None, "hmac_sha256": None}  # every digest still holds
+        self.tamper("UPDATE operations SET package = '%s'" % td.canonical_json(package).decode("utf-8"))
+        self.assertTampered(dispatcher)
+        self.assertEqual(dispatcher.effect_count, 0)
 
     def test_an_unknown_write_that_committed_edited_to_released_is_refused(self) -> None:
         # Its unknown package is one a release may hold (receipt_absent keeps it), and its columns
@@ -2083,6 +2112,20 @@ class TestLeasesAndFencing(StoreCase):
         row = operations.ledger.read(operations.key(call.record_key))
         self.assertEqual((row.state, row.lease_epoch, row.lease_owner), ("released", 2, None))
 
+    def test_recovery_releases_a_dead_claim_and_asks_no_downstream(self) -> None:
+        # A claim never reached the downstream: its key is freed with no fence and no receipt query.
+        operations, call, _record = self.claimed_and_expired("spare")
+        key = operations.key(call.record_key)
+        downstream = rows(self.path, "SELECT * FROM downstream_fences")  # the write that claimed, in its realm
+        self.assertEqual(dd.recover(self.open_store()),
+                         (dd.RecoveryOutcome("spare", key.tool, key.idempotency_key, "claimed", "live", None),))
+        self.clock.advance(100)
+        self.assertEqual(dd.recover(self.open_store()),
+                         (dd.RecoveryOutcome("spare", key.tool, key.idempotency_key, "claimed", "released", None),))
+        row = operations.ledger.read(key)
+        self.assertEqual((row.state, row.lease_epoch, row.lease_owner), ("released", 2, None))
+        self.assertEqual(rows(self.path, "SELECT * FROM downstream_fences"), downstream)
+
     def test_a_claim_written_apart_is_started_or_released_in_a_transaction_of_its_own(self) -> None:
         for event, state in (("start", "in_progress"), ("release", "released")):
             with self.subTest(event=event):
@@ -2376,9 +2419,11 @@ class TestOutbox(StoreCase):
         row = self.row(dispatcher)
         self.assertEqual(event_id, td.derived_ref("ev-", dd.EVENT_TYPE, row.request_ref))
         self.assertIsNone(sent_at)
-        body = json.loads(payload)
-        self.assertEqual((body["state"], body["data"], body["tool"], body["request_ref"]),
-                         ("succeeded", package["model_result"]["data"], "create_refund_draft", row.request_ref))
+        self.assertEqual(json.loads(payload), {
+            "event_id": event_id, "type": dd.EVENT_TYPE, "tenant": ALICE.tenant,
+            "subject_ref": td.principal_view(td.Principal(ALICE.tenant, ALICE.subject))["subject_ref"],
+            "tool": "create_refund_draft", "request_ref": row.request_ref, "state": "succeeded",
+            "data": package["model_result"]["data"]})
         self.assertNotIn("alice", payload)
 
     def test_a_reconciled_operation_writes_its_event_with_the_receipts_data(self) -> None:

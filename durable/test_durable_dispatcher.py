@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
@@ -445,6 +446,8 @@ class TestStore(StoreCase):
             with self.subTest(options=options):
                 self.assertDurable("SETTING_INVALID", lambda: dd.DurableStore.open(self.path, **options))
         self.assertFalse(self.path.exists())
+        store = self.open_store(busy_timeout_ms=0)  # no wait at all is a setting too
+        self.assertEqual(store.query_one("PRAGMA busy_timeout"), (0,))
 
     def test_reopen_keeps_the_schema(self) -> None:
         write(self.dispatcher(), "a")
@@ -479,12 +482,23 @@ class TestStore(StoreCase):
     def test_exclusive_creates_a_new_database(self) -> None:
         store = self.open_store(exclusive=True)
         self.assertEqual(store.integrity(), "ok")
+        self.assertEqual(stat.S_IMODE(self.path.stat().st_mode) & 0o077, 0)  # its owner's only
+        self.assertDurable("STORE_UNREADABLE", lambda: dd.DurableStore.open(self.dir / "no" / "x.db", exclusive=True))
+        self.assertFalse((self.dir / "no").exists())
 
     def test_bad_paths_are_refused(self) -> None:
         for path in (str(self.dir / "a\x00b"), 42, str(self.dir).encode(), self.dir, self.dir / "no" / "x.db"):
             with self.subTest(path=repr(path)[:40]):
                 self.assertDurable("STORE_UNREADABLE", lambda: dd.DurableStore.open(path))
         self.assertEqual(sorted(self.dir.iterdir()), [])
+
+    def test_the_open_transaction_is_asked_for_only_inside_one(self) -> None:
+        store = self.open_store()
+        self.assertDurable("STORE_MISUSE", store.current)
+        connection = store.begin()
+        self.assertIs(store.current(), connection)
+        store.rollback()
+        self.assertDurable("STORE_MISUSE", store.current)
 
     def test_nested_transaction_is_refused_and_rolled_back(self) -> None:
         store = self.open_store()
@@ -967,6 +981,10 @@ class TestIdempotency(StoreCase):
         self.assertEqual(replay["execution"], {"operation_state": "succeeded", "handler_invoked": False, "effects": 0})
         self.assertEqual(dispatcher.effect_count, 1)
         self.assertEqual(dispatcher.stored_package(ALICE, "create_refund_draft", KEY), canonical(first))
+        self.assertIsNone(dispatcher.stored_package(ALICE, "create_refund_draft", "idem-none"))  # no row
+        write(dispatcher, "c", "idem-refused", fault="rate_limited")  # released before the downstream
+        self.assertEqual(self.row(dispatcher, "idem-refused").state, "released")
+        self.assertIsNone(dispatcher.stored_package(ALICE, "create_refund_draft", "idem-refused"))  # no package
 
     def test_the_host_views_check_the_key_before_reading(self) -> None:
         dispatcher = self.dispatcher()

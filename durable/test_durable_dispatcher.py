@@ -1642,12 +1642,15 @@ class TestSealedLedger(StoreCase):
         self.assertTampered(dispatcher)
         fault = self.verify_chain().fault
         self.assertEqual((fault.error.code, fault.index, fault.request_ref), ("STORE_TAMPERED", 0, row.request_ref))
+        self.assertEqual(fault.view(), {"realm": "default", "index": 0, **fault.error.to_json(),
+                                        "request_ref": row.request_ref})
 
     def test_an_unsealed_chain_verified_with_keys_fails_at_its_first_entry(self) -> None:
         write(self.dispatcher(), "a")  # written without keys
         fault = self.verify_chain(SEAL_KEYS).fault
         self.assertEqual((fault.realm, fault.index, fault.error.code, fault.request_ref),
                          ("default", 0, "AUDIT_UNSEALED", None))
+        self.assertEqual(fault.view(), {"realm": "default", "index": 0, **fault.error.to_json()})  # no request_ref
         self.assertIsNone(self.verify_chain(None).fault)
 
     def test_a_chain_past_the_logs_byte_limit_is_unreadable_at_no_entry(self) -> None:

@@ -741,16 +741,19 @@ def _uri(path: Any, mode: str) -> str:
 SIDE_FILE_SUFFIXES: Final = ("-wal", "-shm", "-journal")  # what SQLite writes beside a database file
 
 
-def _create_new_file(path: Any) -> Callable[[], None]:
-    """Create the file with O_EXCL (the command creates it, or refuses: it never adopts a file that
-    was there) and answer the undo: remove it and the side files SQLite keeps beside it. A store
-    whose creation failed (a full disk, Ctrl-C) leaves no file that a second `run` refuses as
-    existing and `recover` as damaged. (A side file without its database is no one's: SQLite
-    itself resets or deletes one it finds beside a new file.)"""
+def _create_new_file(path: Any, *, adopt: bool = False) -> Callable[[], None] | None:
+    """Create the file with O_EXCL, readable and writable by its owner only, and answer the undo:
+    remove it and the side files SQLite keeps beside it. A file that was there is STORE_EXISTS
+    (the command creates a store, or refuses: it never adopts one), or, with ``adopt``, left as it
+    is (None: nothing to undo). A store whose creation failed (a full disk, Ctrl-C) leaves no file
+    that a second `run` refuses as existing and `recover` as damaged. (A side file without its
+    database is no one's: SQLite itself resets or deletes one it finds beside a new file.)"""
     text = _checked_path(path)
     try:
         handle = os.open(text, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
+        if adopt:
+            return None
         raise DurableError("STORE_EXISTS") from None
     except OSError:
         raise DurableError("STORE_UNREADABLE") from None
@@ -819,7 +822,12 @@ class DurableStore:
         if synchronous not in SYNCHRONOUS_MODES or type(busy_timeout_ms) is not int or busy_timeout_ms < 0:
             raise DurableError("SETTING_INVALID")
         uri = _uri(path, "rwc" if create or exclusive else "rw")
+        # A store this call creates is its owner's only (SQLite gives its side files the same mode).
+        # Only `exclusive` undoes a creation that failed: a file `create` made, another opener of
+        # the same new store may already hold, as it may hold one SQLite made.
         undo = _create_new_file(path) if exclusive else None
+        if create and not exclusive:
+            _create_new_file(path, adopt=True)
         try:
             return cls._connect(uri, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms,
                                 clock_ms=clock_ms or wall_clock_ms, create=create or exclusive)

@@ -479,6 +479,20 @@ class TestStore(StoreCase):
         self.assertDurable("STORE_EXISTS", lambda: dd.DurableStore.open(self.path, exclusive=True))
         self.assertEqual(self.path.read_bytes(), b"")
 
+    def test_a_store_created_by_opening_is_its_owners_only_and_a_file_there_is_adopted_as_it_is(self) -> None:
+        write(self.dispatcher(self.open_store()), "a")
+        for suffix in ("", "-wal", "-shm"):  # SQLite gives its side files the database's mode
+            with self.subTest(suffix=suffix):
+                self.assertEqual(stat.S_IMODE(os.stat(str(self.path) + suffix).st_mode) & 0o077, 0)
+        there = self.dir / "there.sqlite3"
+        there.write_bytes(b"")
+        there.chmod(0o640)
+        with dd.DurableStore.open(there) as store:  # an empty file: the store is created in it
+            self.assertEqual(store.integrity(), "ok")
+        self.assertEqual(stat.S_IMODE(there.stat().st_mode), 0o640)
+        self.assertDurable("STORE_UNREADABLE", lambda: dd.DurableStore.open(self.dir / "no" / "x.db"))
+        self.assertFalse((self.dir / "no").exists())
+
     def test_exclusive_creates_a_new_database(self) -> None:
         store = self.open_store(exclusive=True)
         self.assertEqual(store.integrity(), "ok")

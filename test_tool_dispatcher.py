@@ -11413,6 +11413,7 @@ class TestCli(unittest.TestCase):
             status, out = run_main("--fixture", FIXTURE_PATH, "--audit-log", log_path, "--seal-key", keys_path)
             self.assertEqual((status, json.loads(out)["audit_log"]),
                              (0, {"entries": 30, "head_sha256": KNOWN_SEALED_HEAD, "sealed": True}))
+            self.assertEqual(os.stat(log_path).st_mode & 0o077, 0)  # its owner's only, whatever the umask
             status, out = run_main("--verify-audit", log_path, "--seal-key", keys_path)
             self.assertEqual((status, json.loads(out)), (0, {"passed": True, "entries": 30,
                                                              "head_sha256": KNOWN_SEALED_HEAD, "sealed": True}))

@@ -7970,9 +7970,11 @@ def _compiled_view(spec: ToolSpec) -> dict[str, Any]:
 
 
 def _write_audit_log(path: str, reports: Sequence[StepReport], seal_keys: SealKeys | None) -> dict[str, Any]:
-    # A new file only ("x"): an audit log is appended to by its writer, never overwritten by a run.
+    # A new file only (O_EXCL): an audit log is appended to by its writer, never overwritten by a
+    # run. Its owner's only: it holds every package's arguments and answers.
+    new_file = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     try:
-        with open(path, "xb") as stream:
+        with os.fdopen(os.open(path, new_file, 0o600), "wb") as stream:
             log = AuditLog(stream, seal_keys=seal_keys)
             for report in reports:
                 log.append(report.package)

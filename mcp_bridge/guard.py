@@ -1196,7 +1196,8 @@ def main(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None, st
         seal_keys = None if "--seal-key" not in options else td.load_seal_keys(options["--seal-key"])
         if "--audit-log" in options:
             try:
-                audit = open(options["--audit-log"], "xb")  # noqa: SIM115 - closed by the guard's close()
+                # A new file, its owner's only: it holds every package's arguments and answers.
+                audit = os.fdopen(os.open(options["--audit-log"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
             except FileExistsError:
                 raise td.BoundaryError("AUDIT_LOG_EXISTS") from None
             except OSError:

@@ -1266,6 +1266,7 @@ class TestServing(GuardCase):
         reports = [json.loads(line) for line in done.stderr.splitlines()]
         self.assertEqual(reports[0], {"event": "started", "servers": {"notes": {"started": True, "withheld": {}}}})
         self.assertEqual(td.verify_audit_log(log.read_bytes()).entries, 1)
+        self.assertEqual(log.stat().st_mode & 0o077, 0)  # its owner's only, whatever the umask
 
     def test_a_legacy_client_gets_the_version_it_asked_for_when_the_guard_speaks_it_else_the_newest(self):
         guard = self.guard([self.demo_server()])

@@ -861,9 +861,17 @@ class TestStore(StoreCase):
         self.assertDurable("STORE_INVALID", lambda: dd.recover(self.open_store()))
 
     def test_facts_never_hold_the_path(self) -> None:
-        facts = self.open_store().facts()
-        self.assertEqual(facts["integrity"], "ok")
+        store = self.open_store()
+        facts = store.facts()
+        self.assertEqual(facts, {"journal_mode": "wal", "synchronous": "NORMAL", "integrity": "ok", "operations": {},
+                                 "effects": 0, "events": {"written": 0, "sent": 0}})
         self.assertNotIn(str(self.dir), json.dumps(facts))
+        write(self.dispatcher(store), "a")
+        write(self.dispatcher(store), "b", "idem-2", fault="rate_limited")
+        self.assertEqual(dd.relay(store), 1)
+        self.assertEqual(store.facts(), {"journal_mode": "wal", "synchronous": "NORMAL", "integrity": "ok",
+                                         "operations": {"succeeded": 1, "released": 1}, "effects": 1,
+                                         "events": {"written": 1, "sent": 1}})
 
     def test_store_error_translation(self) -> None:
         busy = sqlite3.OperationalError("database is locked")

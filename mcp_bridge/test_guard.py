@@ -741,7 +741,8 @@ class TestApprovals(GuardCase):
         self.assertIs(gd.ask_command([*PYTHON, "-c", "print('{\"approve\": true}')"], "t", {},
                                      td.Principal("a", "b"), WAIT), True)
 
-    def test_a_call_cancelled_while_the_person_decides_never_runs_and_is_not_answered(self):
+    def write_asked(self):
+        """A write whose person has been asked, and says yes once ``release`` is set: (peer, request, release)."""
         asked = threading.Event()
         release = threading.Event()
 
@@ -753,6 +754,10 @@ class TestApprovals(GuardCase):
         peer = self.peer(self.guard([self.demo_server()]), elicitation=True, answer_elicitation=late_yes)
         request = peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
         self.assertTrue(asked.wait(WAIT))
+        return peer, request, release
+
+    def test_a_call_cancelled_while_the_person_decides_never_runs_and_is_not_answered(self):
+        peer, request, release = self.write_asked()
         peer.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request}})
         release.set()  # the answer follows the notification on the one stream: the guard reads it second
         ping = peer.request("ping")  # answered after the cancelled call's flow had its answer
@@ -762,17 +767,7 @@ class TestApprovals(GuardCase):
         self.assertEqual(self.note_revisions(), {})
 
     def test_only_a_cancellation_with_its_params_an_object_cancels_a_call(self):
-        asked = threading.Event()
-        release = threading.Event()
-
-        def late_yes(message):
-            asked.set()
-            release.wait(WAIT)
-            return yes(message)
-
-        peer = self.peer(self.guard([self.demo_server()]), elicitation=True, answer_elicitation=late_yes)
-        request = peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}})
-        self.assertTrue(asked.wait(WAIT))
+        peer, request, release = self.write_asked()
         for method, params in (("notifications/progress", {"requestId": request, "progressToken": request}),
                                ("notifications/message", {"requestId": request}),
                                ("notifications/cancelled", [request]),

@@ -142,6 +142,45 @@ def child_env() -> dict[str, str]:
     return dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
 
 
+class DriverSays:
+    """A real SQLite connection whose driver answers one kind of statement otherwise: it refuses
+    it with a SQLite result code, or (``rows``) answers it with the given rows, while ``armed``.
+    ``seen`` counts the statements it answered so. Installed with ``installed()``, for every store
+    opened meanwhile."""
+
+    def __init__(self, statement: str, *, result: int = 0, rows: list[tuple[Any, ...]] | None = None,
+                 most: int = 1_000, armed: bool = True) -> None:
+        self.statement, self.result, self.rows, self.most, self.armed = statement, result, rows, most, armed
+        self.seen = 0
+
+    def installed(self) -> Any:
+        connect = sqlite3.connect
+        return mock.patch.object(dd.sqlite3, "connect", lambda *args, **kwargs: _Answering(
+            connect(*args, **kwargs), self))
+
+
+class _Answering:
+    def __init__(self, connection: sqlite3.Connection, says: DriverSays) -> None:
+        self._connection, self._says = connection, says
+
+    def execute(self, sql: str, *params: Any) -> Any:
+        says = self._says
+        if not (says.armed and sql.startswith(says.statement)):
+            return self._connection.execute(sql, *params)
+        says.seen += 1
+        if says.seen > says.most:  # a loop that would not stop: end it here, as a failure of its own
+            raise AssertionError(f"{says.statement} asked more than {says.most} times")
+        if says.rows is not None:
+            return self._connection.execute("VALUES " + ", ".join(["(?)"] * len(says.rows)),
+                                            [row[0] for row in says.rows])
+        error = sqlite3.OperationalError("refused by the test's driver")
+        error.sqlite_errorcode = says.result  # type: ignore[attr-defined]
+        raise error
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._connection, name)
+
+
 class Clock:
     """A store clock the test moves by hand: leases expire without sleeping."""
 
@@ -277,6 +316,8 @@ class TestConstantsAndErrors(unittest.TestCase):
                                           effect_possible=True).to_json()["step_committed"])
         self.assertEqual(dict(dd.STEP_STATES), {"start": ("none", False), "release": ("none", False),
                                                 "settle": ("in_progress", True)})
+        plain = dd.DurableError("STORE_BUSY")  # no place, as every CatalogError without one: an empty text
+        self.assertEqual((plain.at, plain.operation_state, plain.effect_possible, plain.details()), ("", None, None, {}))
 
     def test_checkpoints_are_the_six_named_points(self) -> None:
         self.assertEqual(dd.CHECKPOINTS, {"after_claim", "after_downstream_commit", "after_outbox_write",
@@ -916,6 +957,61 @@ class TestStore(StoreCase):
         self.assertEqual(self.open_store(exclusive=True).integrity(), "ok")
         self.assertDurable("STORE_EXISTS", lambda: dd.DurableStore.open(self.path, exclusive=True))
         self.assertTrue(self.path.exists())  # a file that was there is never removed
+
+    def test_a_refusal_is_unreadable_while_the_store_opens_and_failed_once_it_is_open(self) -> None:
+        # SQLITE_READONLY (primary 8): the store could not be opened, nothing written; once it is
+        # open, the same refusal of a step is STORE_FAILED's "retry under the same key".
+        self.open_store().close()
+        with DriverSays("PRAGMA synchronous", result=1032).installed():  # SQLITE_READONLY_CANTLOCK
+            self.assertDurable("STORE_UNREADABLE", self.open_store)
+        says = DriverSays("BEGIN IMMEDIATE", result=1032)
+        with says.installed():
+            store = self.open_store()
+        self.assertEqual(says.seen, 0)  # opening a store that exists begins no write
+        self.assertDurable("STORE_FAILED", store.begin)
+        self.assertEqual((says.seen, store.in_transaction), (1, False))
+
+    def test_a_commit_the_driver_refuses_is_rolled_back_and_answered_by_its_code(self) -> None:
+        # Opening commits a snapshot read too: refused there, it is a store that could not be opened.
+        self.open_store().close()
+        with DriverSays("COMMIT", result=10).installed():  # SQLITE_IOERR
+            self.assertDurable("STORE_UNREADABLE", self.open_store)
+        for result, code in ((5, "STORE_BUSY"), (517, "STORE_BUSY"), (11, "STORE_INVALID"), (10, "STORE_FAILED")):
+            with self.subTest(result=result):
+                says = DriverSays("COMMIT", result=result, armed=False)
+                with says.installed():
+                    store = self.open_store()
+                says.armed = True
+                store.begin().execute("INSERT INTO key_epochs VALUES ('r', 't', 's', 'x', 'k', 7)")
+                self.assertDurable(code, store.commit)
+                self.assertFalse(store.in_transaction)
+                self.assertEqual(count(self.path, "SELECT COUNT(*) FROM key_epochs"), 0)
+
+    def test_a_first_switch_to_wal_is_retried_while_busy_for_at_most_the_busy_timeout(self) -> None:
+        # Each try but the first waits WAL_SWITCH_PAUSE_S, so the tries are bounded by the timeout
+        # however slow the machine; the first try is always made, and with no timeout it is the only one.
+        for busy_timeout_ms in (0, 100):
+            with self.subTest(busy_timeout_ms=busy_timeout_ms):
+                self.new_store(f"wal-{busy_timeout_ms}")
+                most_tries = 1 + int(busy_timeout_ms / 1000 / dd.WAL_SWITCH_PAUSE_S) + 1
+                says = DriverSays("PRAGMA journal_mode", result=5, most=most_tries)
+                started = time.monotonic()
+                with says.installed():
+                    self.assertDurable("STORE_BUSY", lambda: self.open_store(busy_timeout_ms=busy_timeout_ms))
+                self.assertGreaterEqual(time.monotonic() - started, busy_timeout_ms / 1000)
+                self.assertGreaterEqual(says.seen, 1)
+                if busy_timeout_ms == 0:
+                    self.assertEqual(says.seen, 1)
+                else:
+                    self.assertLessEqual(says.seen, most_tries)
+
+    def test_integrity_names_every_fault_sqlite_finds(self) -> None:
+        store = self.open_store()
+        self.assertEqual(store.integrity(), "ok")
+        faults = [("row 1 missing from index a",), ("row 2 missing from index a",)]
+        with DriverSays("PRAGMA integrity_check", rows=faults).installed():
+            store = self.open_store()
+        self.assertEqual(store.integrity(), "row 1 missing from index a; row 2 missing from index a")
 
     def test_text_that_is_not_utf8_is_a_damaged_value(self) -> None:
         # The sqlite3 module cannot decode it when the row is fetched (its own error, no SQLite
@@ -1960,7 +2056,11 @@ class TestLeasesAndFencing(StoreCase):
 
     def test_expired_in_progress_becomes_unknown_and_never_reruns(self) -> None:
         holder, other, pause = self.holders("after_downstream_commit", self.later(1_000, lambda d: write(d, "b")))
-        self.assertDurable("LEASE_LOST", lambda: write(holder, "a"))
+        lost = self.assertDurable("LEASE_LOST", lambda: write(holder, "a"))
+        # Refused at its settle, yet not a store error: it carries no state of the operation
+        # (whose row another holder now owns), only its code and fixed message.
+        self.assertEqual((lost.operation_state, lost.effect_possible, sorted(lost.to_json())),
+                         (None, None, ["code", "message", "retryable"]))
         self.assertEqual(pause.result["answer"], "OUTCOME_UNKNOWN")
         row = self.row(other)
         self.assertEqual((row.state, row.lease_epoch, row.recovery_hint, row.package),
@@ -2261,6 +2361,43 @@ class TestLeasesAndFencing(StoreCase):
                 ledger.claim(EpochZero(tx), dd.OperationKey("default", "t", "s", "tool", "k"), intent,
                              owner="one", lease_ms=100)
         self.assertEqual(caught.exception.code, "STORE_INVALID")
+
+    def test_a_write_binding_waits_for_its_claim_only_when_the_operations_defer_it(self) -> None:
+        # The binding a write's dispatch asks for: on disk at once by default, and with
+        # defer_bindings only when the claim commits or finish() ends the dispatch.
+        asked: list[tuple[Any, Any]] = []
+        operations = dd.LedgerOperations(self.open_store())
+        original = operations.bind_call
+        operations.bind_call = lambda identity, fingerprint: (  # type: ignore[method-assign]
+            asked.append((identity, fingerprint)) or original(identity, fingerprint))
+        write(td.Dispatcher(ORDERS, approvers=APPROVERS, operations=operations), "a")
+        identity, fingerprint = asked[0]
+        self.assertEqual(fingerprint[0], "dispatch")
+        for defer, before_finish in ((False, 1), (True, 0)):
+            with self.subTest(defer_bindings=defer):
+                self.new_store(f"defer-{defer}")
+                options = {"defer_bindings": True} if defer else {}
+                operations = dd.LedgerOperations(self.open_store(), **options)
+                self.assertEqual(operations.bind_call(identity, fingerprint), fingerprint)
+                self.assertEqual(count(self.path, "SELECT COUNT(*) FROM call_bindings"), before_finish)
+                operations.finish()
+                self.assertEqual(count(self.path, "SELECT COUNT(*) FROM call_bindings"), 1)
+
+    def test_what_the_ledger_answers_is_held_to_the_boundary_checks_of_a_store_answer(self) -> None:
+        # The dispatcher treats its ledger as any host store: a record of another key, even one
+        # of the same intent, is never replayed as this key's answer, and a record that is no
+        # OperationRecord is a damaged store's (LIFECYCLE_VIOLATION, to the host).
+        dispatcher = self.dispatcher()
+        write(dispatcher, "a")
+        write(dispatcher, "b", key="other-key")
+        others = self.row(dispatcher, "other-key").record()
+        proposal, again = refund(), replace(context("c"), operation_id="op-b")  # op-b's intent, under KEY
+        for answered in (others, {"state": "succeeded"}):
+            with self.subTest(answered=type(answered).__name__):
+                dispatcher.operations.answer = lambda call: answered  # type: ignore[method-assign]
+                self.assertBoundary("LIFECYCLE_VIOLATION", lambda: dispatcher.dispatch(
+                    proposal, again, ALICE, approval=approval_for(again, proposal), now=NOW, deadline=NOW + 30))
+        self.assertEqual(dispatcher.effect_count, 2)
 
     def test_a_call_without_a_key_is_neither_answered_nor_claimed_nor_found(self) -> None:
         store = self.open_store()

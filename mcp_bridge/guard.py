@@ -934,13 +934,22 @@ class GuardConnection:
             message = td.decode_strict_json(line, max_bytes=MAX_LINE_BYTES, max_depth=MAX_MESSAGE_DEPTH,
                                             policy=MESSAGE_JSON)
         except td.CatalogError:
-            self._error(None, PARSE_ERROR)
+            # Refused by the strict reading, yet its id may be plain to see (a lone surrogate, a
+            # repeated key or a number too large in its arguments): answered under that id, so the
+            # client's call ends now; under no id (null) when none is, or that one is still in flight.
+            request_id = _plain_request_id(line)
+            self._error(None if _id_key(request_id) in self._pending else request_id, PARSE_ERROR)
             return
         if type(message) is not dict or message.get("jsonrpc") != "2.0":
             self._error(None, INVALID_REQUEST)
             return
         if "method" not in message:
             self._answered(message)
+            return
+        if "id" in message and _id_key(message["id"]) in self._pending:
+            # An id still in flight, whatever the method: answered under no id (null), since under
+            # this one the client would take the answer for the first call's, and drop the real one.
+            self._error(None, INVALID_REQUEST)
             return
         method = message["method"]
         if type(method) is not str:
@@ -964,7 +973,7 @@ class GuardConnection:
         if handler is None:
             self._error(request_id, METHOD_NOT_FOUND)
             return
-        if self._era == "modern" and method != "server/discover" and (
+        if self._era == "modern" and method not in _BEFORE_ANY_ERA and (
                 type(params.get("_meta")) is not dict or params["_meta"].get(PROTOCOL_VERSION_KEY) != MODERN_VERSION):
             self._error(request_id, INVALID_PARAMS)
             return
@@ -1010,9 +1019,12 @@ class GuardConnection:
     def _ping(self, request_id: Any, _params: dict[str, Any]) -> None:
         self._answer(request_id, {})
 
-    def _list(self, request_id: Any, _params: dict[str, Any]) -> None:
+    def _list(self, request_id: Any, params: dict[str, Any]) -> None:
         if self._era is None:
             self._error(request_id, INVALID_REQUEST)  # no handshake yet (a ping is answered at any time)
+            return
+        if params.get("cursor") is not None:
+            self._error(request_id, INVALID_PARAMS)  # the listing is one page: no cursor was ever given
             return
         listing: dict[str, Any] = {"tools": self.guard.tools()}
         if self._era == "modern":  # a cacheable result in 2026-07-28: never cached, a tool may be withheld later
@@ -1027,12 +1039,7 @@ class GuardConnection:
         if len(self._workers) >= MAX_IN_FLIGHT:
             self._answer(request_id, self.guard.refuse(params.get("name"), GuardError("GUARD_BUSY")))
             return
-        key = _id_key(request_id)
-        if key in self._pending:
-            # An id already in flight: answered under no id (null), since under this one the
-            # client would take the refusal for the first call's answer, and drop the real one.
-            self._error(None, INVALID_REQUEST)
-            return
+        key = _id_key(request_id)  # not in flight: _handle refused an id that is
         cancelled = self._pending[key] = threading.Event()
         name, arguments = params.get("name"), params.get("arguments", {})
         options: dict[str, Any] = {"ask": self._elicit if self._elicitation else None, "commands": self._commands}
@@ -1092,6 +1099,32 @@ _METHODS: Final[Mapping[str, Callable[[GuardConnection, Any, dict[str, Any]], No
     "tools/list": GuardConnection._list,
     "tools/call": GuardConnection._call,
 })
+
+
+# The handshakes: asked before a session has an era, so they carry no 2026-07-28 version to check
+# (in a session of that era, `initialize` is its own refusal, `Invalid request`).
+_BEFORE_ANY_ERA: Final = frozenset({"server/discover", "initialize"})
+
+
+def _plain_request_id(line: bytes) -> Any:
+    """The id of a request the strict reading refused, as Python's own JSON reader finds it: a
+    JSON-RPC 2.0 request with a method and one id the guard takes. None (JSON-RPC's null: no id
+    could be found) for anything else, such as a line that is no JSON at all, or holds an object
+    with two ids (which is the request's own, nobody can say)."""
+    try:
+        message = json.loads(line, object_pairs_hook=_one_id)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, two ids, nested past the reader
+        return None
+    if (type(message) is dict and message.get("jsonrpc") == "2.0" and type(message.get("method")) is str
+            and _is_id(message.get("id"))):
+        return message["id"]
+    return None
+
+
+def _one_id(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    if sum(key == "id" for key, _value in pairs) > 1:
+        raise ValueError("two ids")
+    return dict(pairs)
 
 
 def _is_id(value: Any) -> bool:

@@ -87,6 +87,7 @@ class Peer:
         self._from_guard = os.fdopen(client_in, "rb")
         self._guard_streams = (os.fdopen(guard_in, "rb"), os.fdopen(guard_out, "wb"))
         self.answers = {}
+        self.log = []  # every answer, in the order it came (answers keeps the last one per id)
         self.notifications = []
         self.asked = []
         self.replied = []  # the ids of the guard's questions answered, once each answer is sent
@@ -125,6 +126,7 @@ class Peer:
             with self._arrived:
                 if "id" in message:
                     self.answers[json.dumps(message["id"])] = message
+                    self.log.append(message)
                 else:
                     self.notifications.append(message)
                 self._arrived.notify_all()
@@ -1189,6 +1191,57 @@ class TestServing(GuardCase):
         self.assertEqual(code_of(peer.wait("w")["result"]), "APPROVAL_REQUIRED")  # the first call's own answer
         self.assertEqual(len(peer.asked), 1)  # the second was never run
 
+    def test_no_request_under_an_id_in_flight_is_answered_under_it_whatever_its_method(self):
+        # While a write under "w" waits for the person, each request under "w" is refused under no
+        # id: a ping, a listing, an unknown method, a line the strict reading refuses. Under "w",
+        # the client would take any of them for the write's answer, and drop the real one.
+        release = threading.Event()
+        peer = self.peer(self.guard([self.demo_server()]), elicitation=True,
+                         answer_elicitation=lambda message: (release.wait(WAIT), no(message))[1])
+        peer.start("tools/call", {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}}, request_id="w")
+        self.assertTrue(peer.until(lambda: peer.asked))
+        peer.start("ping", request_id="w")
+        peer.start("tools/list", request_id="w")
+        peer.start("no/such/method", request_id="w")
+        peer.send_raw(b'{"jsonrpc": "2.0", "id": "w", "method": "ping", "params": {"x": "\\ud800"}}\n')
+        self.assertEqual(peer.request("ping")["result"], {})  # read after the four
+        with peer._arrived:
+            self.assertEqual([(message["id"], message["error"]["code"]) for message in peer.log[-5:-1]],
+                             [(None, -32600)] * 3 + [(None, -32700)])
+        release.set()
+        self.assertEqual(code_of(peer.wait("w")["result"]), "APPROVAL_REQUIRED")
+        with peer._arrived:
+            self.assertEqual(sum(message["id"] == "w" for message in peer.log), 1)  # one answer, its own
+        with peer._arrived:
+            peer.answers.clear()
+        self.assertEqual(peer.request("ping", request_id="w")["result"], {})  # answered: free again
+        self.assertEqual(len(peer.asked), 1)
+
+    def test_a_line_the_strict_reading_refuses_is_answered_under_its_id_when_that_is_plain(self):
+        # Valid JSON to Python's reader, refused by the guard's (a lone surrogate, a repeated key, a
+        # number past a double, nesting past the limit): a parse error, under the request's own id,
+        # so that the client's call ends. Under no id (null) when no single id can be read.
+        peer = self.peer(self.guard([self.demo_server()]))
+        call = b'{"jsonrpc": "2.0", "id": %s, "method": "tools/call", "params": {"name": "notes_read_note", "arguments": %s}}\n'
+        deep = b"[" * gd.MAX_MESSAGE_DEPTH + b"]" * gd.MAX_MESSAGE_DEPTH
+        for request_id, arguments in ((b"101", b'{"name": "\\ud800"}'), (b'"two"', b'{"name": "a", "name": "b"}'),
+                                      (b"103", b'{"name": 1e400}'), (b"104", b'{"name": ' + deep + b"}")):
+            with self.subTest(request_id=request_id):
+                peer.send_raw(call % (request_id, arguments))
+                self.assertEqual(peer.wait(json.loads(request_id))["error"], {"code": -32700, "message": "Parse error"})
+        for line in (b'{"jsonrpc": "2.0", "id": 5, "id": 6, "method": "tools/call", "params": {"x": "\\ud800"}}\n',
+                     b'{"jsonrpc": "2.0", "id": 7, "method": "ping", "params": {"x": "\\ud800"}\n',  # no closing brace
+                     b'{"jsonrpc": "2.0", "id": 8, "params": {"x": "\\ud800"}}\n',  # no method: not a request
+                     b'{"jsonrpc": "1.0", "id": 9, "method": "ping", "params": {"x": "\\ud800"}}\n',
+                     b'{"jsonrpc": "2.0", "id": 10, "method": "ping", "params": {"x": 1e400}, "deep": ' + deep * 30 + b"}\n"):
+            with self.subTest(line=line[:60]):
+                with peer._arrived:
+                    before = len(peer.log)
+                peer.send_raw(line)
+                self.assertTrue(peer.until(lambda: len(peer.log) > before))
+                with peer._arrived:
+                    self.assertEqual((peer.log[-1]["id"], peer.log[-1]["error"]["code"]), (None, -32700))
+
     def test_a_fault_in_a_method_answers_internal_error_and_the_guard_serves_on(self):
         guard = self.guard([self.demo_server()])
 
@@ -1229,9 +1282,23 @@ class TestServing(GuardCase):
         self.assertTrue(peer.until(lambda: len(peer.asked) == gd.MAX_IN_FLIGHT))  # every one in flight, asking
         self.assertEqual(code_of(peer.call("notes_read_note", {"name": "a"})), "GUARD_BUSY")
         self.assertEqual(events[-1], {"event": "refused", "tool": "notes_read_note", "code": "GUARD_BUSY"})
+        # Busy, and under an id in flight: refused under no id, never GUARD_BUSY under the first call's.
+        peer.start("tools/call", {"name": "notes_read_note", "arguments": {"name": "a"}}, request_id=waiting[0])
+        self.assertEqual(peer.wait(None)["error"], {"code": -32600, "message": "Invalid request"})
         release.set()
         self.assertEqual({code_of(peer.wait(request)["result"]) for request in waiting}, {"APPROVAL_REQUIRED"})
         self.assertEqual(code_of(peer.call("notes_read_note", {"name": "a"})), "TOOL_FAILED")  # served again
+        with peer._arrived:
+            self.assertEqual(sum(message["id"] == waiting[0] for message in peer.log), 1)  # one answer, its own
+
+    def test_the_listing_is_one_page_and_a_cursor_is_refused(self):
+        peer = self.peer(self.guard([self.demo_server()]))
+        self.assertEqual(len(peer.request("tools/list", {"cursor": None})["result"]["tools"]), 3)
+        for cursor in ("", "zzz", 2):
+            with self.subTest(cursor=cursor):
+                self.assertEqual(peer.request("tools/list", {"cursor": cursor})["error"],
+                                 {"code": -32602, "message": "Invalid params"})
+        self.assertNotIn("nextCursor", peer.request("tools/list")["result"])
 
     def test_a_modern_request_without_its_version_is_refused(self):
         peer = self.peer(self.guard([self.demo_server()]), era="modern")
@@ -1290,6 +1357,9 @@ class TestServing(GuardCase):
         modern = self.peer(guard, era="modern")
         self.assertEqual(modern.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}})["error"],
                          {"code": -32600, "message": "Invalid request"})
+        modern.send({"jsonrpc": "2.0", "id": "plain", "method": "initialize",  # a legacy client's own: no _meta
+                     "params": {"protocolVersion": "2025-06-18", "capabilities": {}}})
+        self.assertEqual(modern.wait("plain")["error"], {"code": -32600, "message": "Invalid request"})
         self.assertEqual(modern.request("server/discover")["result"],
                          {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {"listChanged": True}},
                           "instructions": gd.INSTRUCTIONS, "resultType": "complete",

@@ -519,6 +519,12 @@ class TestStore(StoreCase):
         self.path.write_bytes(b"")
         self.assertDurable("STORE_EXISTS", lambda: dd.DurableStore.open(self.path, exclusive=True))
         self.assertEqual(self.path.read_bytes(), b"")
+        # A directory is no database file that exists: the store cannot be opened there, as with
+        # any other opening (never "the file already exists").
+        for options in ({"exclusive": True}, {"create": True}, {"create": False}):
+            with self.subTest(**options):
+                self.assertDurable("STORE_UNREADABLE", lambda: dd.DurableStore.open(self.dir, **options))
+        self.assertEqual(sorted(self.dir.iterdir()), [self.path])
 
     def test_a_store_created_by_opening_is_its_owners_only_and_a_file_there_is_adopted_as_it_is(self) -> None:
         write(self.dispatcher(self.open_store()), "a")
@@ -3553,6 +3559,7 @@ class TestCli(StoreCase):
             ("STORE_EXISTS", ("run", "--fixture", fixture, "--db", str(self.dir / "exists.db"))),
             ("STORE_UNREADABLE", ("run", "--fixture", fixture, "--db", str(self.dir / "missing" / "x.db"))),
             ("STORE_UNREADABLE", ("run", "--fixture", fixture, "--db", str(self.dir / "a\x00b"))),
+            ("STORE_UNREADABLE", ("run", "--fixture", fixture, "--db", str(self.dir))),
             ("FIXTURE_UNREADABLE", ("run", "--fixture", str(self.dir / "none.json"), "--db", str(self.path))),
             ("FIXTURE_UNREADABLE", ("run", "--fixture", str(self.dir), "--db", str(self.path))),
             ("CLI_UNKNOWN_CASE", ("run", "--fixture", fixture, "--db", str(self.path), "--case", "nope")),

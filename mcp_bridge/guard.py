@@ -82,6 +82,11 @@ MAX_SERVERS: Final = 16
 MAX_COMMAND_PARTS: Final = 64
 MAX_LINE_BYTES: Final = 1_048_576  # one message from the client: a call's arguments at their limits
 MAX_IN_FLIGHT: Final = 16  # tools/call requests running at once; past it a call is refused at once
+# Once the guard stops: how long one write to the client may wait before the guard takes it that
+# the client stopped reading (its pipe full). A client that reads takes each line at once; one that
+# does not would hold the guard for ever, and every call that has something to say behind it.
+ANSWER_GRACE_S: Final = 5.0
+STOP_POLL_S: Final = 0.05  # how often a stopping guard looks again at a call it waits for
 DEFAULT_RETRY_WINDOW: Final = 600  # seconds: a client's retries come within minutes
 MAX_RETRY_WINDOW: Final = 86_400
 DEFAULT_CALL_TIMEOUT: Final = 30  # seconds from a call's admission to its deadline
@@ -866,6 +871,10 @@ class GuardConnection:
         self._ended = False  # the client's stream ended: nobody can answer a question
         self._commands = ApprovalCommands()  # this client's calls' approval commands: killed when it ends
         self._workers: list[threading.Thread] = []
+        self._write_since: float | None = None  # when the write under way began (monotonic), if one is
+        # A line that could not be written: the client stopped reading (its pipe full) and the guard
+        # stopped. Whoever owns the process's stdout must not wait on that pipe (main()).
+        self.undelivered = False
         self._withheld = guard.withheld()
 
     # -- writing ----------------------------------------------------------------------------------
@@ -873,11 +882,22 @@ class GuardConnection:
     def _send(self, message: Mapping[str, Any]) -> None:
         line = json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
         with self._write_lock:
+            self._write_since = time.monotonic()
             try:
                 self._writer.write(line)
                 self._writer.flush()
             except (OSError, ValueError):
                 pass  # the client went away: what ran is in the ledger
+            except BaseException:  # stopped (SIGTERM, Ctrl-C) inside a write the client did not read
+                self.undelivered = True
+                raise
+            finally:
+                self._write_since = None
+
+    def _unread(self) -> bool:
+        """Whether a write to the client has waited ANSWER_GRACE_S: the client stopped reading."""
+        since = self._write_since
+        return since is not None and time.monotonic() - since >= ANSWER_GRACE_S
 
     def _answer(self, request_id: Any, result: Mapping[str, Any]) -> None:
         if self._era == "modern" and "resultType" not in result:
@@ -893,7 +913,8 @@ class GuardConnection:
         """Read the client until its stream ends, or the guard stops (SIGTERM); then answer each call
         that waits for the person as unanswered (its question no longer waited for, its approval
         command killed) and let the calls in flight finish (each has its deadline), so that what
-        they did is in the ledger and answered."""
+        they did is in the ledger and answered. A client that stopped reading is not waited for
+        past ANSWER_GRACE_S of a write to it: ``undelivered`` then says a line was left unwritten."""
         try:
             while True:
                 try:
@@ -917,9 +938,14 @@ class GuardConnection:
                 for event, _answer in self._asked.values():
                     event.set()  # each waiting call is not approved
             self._commands.stop()  # each approval command still running is killed: not approved either
-            for worker in self._workers:
-                if worker.is_alive():  # one that SIGTERM cut off before its start never runs
-                    worker.join()
+            for worker in self._workers:  # one that SIGTERM cut off before its start is not alive
+                # Each call is waited for (its deadlines bound it: what it did is in the ledger), then
+                # its answer; unless the client stopped reading: a write that waits on it holds every
+                # call with something to say behind it, and nothing more is waited for.
+                while worker.is_alive() and not self._unread():
+                    worker.join(STOP_POLL_S)
+                if worker.is_alive():
+                    self.undelivered = True
 
     def _skip_rest(self) -> bool:
         while True:
@@ -1215,6 +1241,20 @@ def main(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None, st
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if hasattr(signal, "SIGTERM"):
             signal.signal(signal.SIGTERM, _stop)
+    served: list[GuardConnection] = []
+    status = _command(argv, stdin, stdout, errors, served)
+    if stdout is None and served and served[0].undelivered:
+        # The client stopped reading and an answer is stuck in the pipe to it: the interpreter's own
+        # exit flushes stdout, and would wait on that pipe for ever. Everything else is closed
+        # (the servers stopped, the audit log and stderr flushed): the process ends here.
+        with contextlib.suppress(Exception):
+            errors.flush()
+        os._exit(status)
+    return status
+
+
+def _command(argv: list[str], stdin: BinaryIO | None, stdout: BinaryIO | None, errors: Any,
+             served: list[GuardConnection]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         errors.write(USAGE)
         return 0
@@ -1238,8 +1278,9 @@ def main(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None, st
         guard = Guard(host, store=options.get("--store"), seal_keys=seal_keys, audit=audit,
                       report=lambda event: _emit(errors, event))
         _emit(errors, {"event": "started", "servers": guard.start()})
-        serve(guard, stdin if stdin is not None else sys.stdin.buffer,
-              stdout if stdout is not None else sys.stdout.buffer)
+        served.append(GuardConnection(guard, stdin if stdin is not None else sys.stdin.buffer,
+                                      stdout if stdout is not None else sys.stdout.buffer))
+        served[0].serve()
         return 0
     except _Stopped:
         return 0  # stopped as at the end of input: below, the servers and the audit log
@@ -1257,7 +1298,6 @@ def main(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None, st
             guard.close()
         if audit is not None:
             audit.close()
-
 
 if __name__ == "__main__":
     sys.exit(main())

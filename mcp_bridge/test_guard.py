@@ -1392,6 +1392,101 @@ class TestServing(GuardCase):
         self.assertEqual(td.verify_audit_log(log.read_bytes()).entries, 1)  # closed
         self.assertTrue(process_ended(server[0]))  # stopped and reaped before the guard left
 
+    def test_a_stop_waits_for_each_call_but_not_for_a_client_that_stopped_reading(self):
+        # The client stopped reading: a write to it never returns, here the call's answer or the
+        # question a write asks. Once the input ends (as SIGTERM ends it), the guard waits for the
+        # call, but not past ANSWER_GRACE_S of a stuck write, and says a line was left unwritten.
+        class Unread(io.RawIOBase):
+            def __init__(self, stuck_on):
+                super().__init__()
+                self.stuck_on, self.stuck = stuck_on, threading.Event()
+
+            def writable(self):
+                return True
+
+            def write(self, data):
+                if self.stuck_on in bytes(data):  # the pipe is full from here on
+                    self.stuck.set()
+                    threading.Event().wait()
+                return len(data)
+
+        class Input(io.BytesIO):  # the client's lines, and its stream's end once the guard is stuck
+            def __init__(self, data, end_after):
+                super().__init__(data)
+                self.end_after = end_after
+
+            def readline(self, size=-1):
+                line = super().readline(size)
+                if not line:
+                    self.end_after.wait(WAIT)
+                return line
+
+        guard = self.guard([self.demo_server()])
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                 "params": {"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}}}}
+        read = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "notes_read_note", "arguments": {"name": "a"}}}
+        write = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                 "params": {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}}}
+        for call, writer in ((read, io.BytesIO()), (read, Unread(b'"content"')),
+                             (write, Unread(b'"elicitation/create"'))):
+            undelivered = type(writer) is Unread
+            with self.subTest(call=call["params"]["name"], undelivered=undelivered), \
+                    mock.patch.object(gd, "ANSWER_GRACE_S", 0.05):
+                reader = Input(b"".join(json.dumps(line).encode() + b"\n" for line in (hello, call)),
+                               writer.stuck if undelivered else threading.Event())
+                if not undelivered:
+                    reader.end_after.set()
+                connection = gd.GuardConnection(guard, reader, writer)
+                serving = threading.Thread(target=connection.serve, daemon=True)
+                serving.start()
+                serving.join(WAIT)
+                self.assertFalse(serving.is_alive())
+                self.assertEqual(connection.undelivered, undelivered)
+                if undelivered:
+                    self.assertTrue(writer.stuck.is_set())
+                else:
+                    self.assertEqual([json.loads(line)["id"] for line in writer.getvalue().splitlines()], [1, 2])
+        self.assertEqual(self.note_revisions(), {})  # the write asked, nobody answered: nothing written
+
+    @unittest.skipUnless(sys.platform.startswith("linux"), "FIONREAD on a pipe: Linux")
+    def test_sigterm_stops_a_guard_whose_client_stopped_reading(self):
+        # Its answers fill the pipe and the guard's own write waits: SIGTERM still ends it, exit 0,
+        # its server stopped, rather than the interpreter's exit waiting on the pipe for ever.
+        import fcntl
+        import termios
+        child = self.started_guard(self.folder.host([self.demo_server()]), self.folder.path / "audit.jsonl")
+        server = children_of(child.pid)
+        for pid in server:
+            self.addCleanup(kill_if_running, pid)
+        child.stdin.write(b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", '
+                          b'"params": {"protocolVersion": "2025-06-18", "capabilities": {}}}\n')
+        child.stdin.flush()
+        self.assertEqual(json.loads(child.stdout.readline())["id"], 1)
+        # Calls, whose answers come once their server answered, then listings that fill the pipe.
+        child.stdin.write(b"".join(b'{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": '
+                                   b'{"name": "notes_read_note", "arguments": {"name": "a"}}}\n' % index
+                                   for index in range(10, 10 + gd.MAX_IN_FLIGHT)))
+        child.stdin.write(b'{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}\n' * 400)  # ~0.5 MB of answers
+        child.stdin.flush()
+
+        def unread():
+            return int.from_bytes(fcntl.ioctl(child.stdout.fileno(), termios.FIONREAD, b"\0" * 4), sys.byteorder)
+        size = fcntl.fcntl(child.stdout.fileno(), fcntl.F_GETPIPE_SZ)
+        self.assertTrue(eventually(lambda: unread() >= size // 2), "the guard's answers never filled the pipe")
+
+        def stalled():  # the pipe holds what it takes (its pages need not all be full): no more comes
+            before = unread()
+            time.sleep(0.3)
+            return unread() == before
+        self.assertTrue(eventually(stalled))
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=WAIT)
+        _out, err = child.communicate(timeout=WAIT)
+        self.assertEqual(child.returncode, 0)
+        self.assertNotIn(b"Traceback", err)
+        self.assertTrue(all(process_ended(pid) for pid in server))
+
     def started_guard(self, host, log):
         """The guard by its command line with an audit log, once it reported that it started."""
         child = subprocess.Popen([*PYTHON, str(HERE / "mcp_bridge.py"), "guard", "--host", str(host),

@@ -11507,6 +11507,23 @@ class TestCli(unittest.TestCase):
                 parser.parse_args(argv)
             self.assertEqual(caught.exception.code, "CLI_USAGE")
 
+    def test_a_command_shows_the_name_it_was_run_by_when_it_is_an_installed_one(self):
+        # After `pip install`, usage names the command the user typed, never the source file's.
+        for argv0, shown in (("/venv/bin/tool-dispatcher-mcp", "tool-dispatcher-mcp import"),
+                             ("tool-dispatcher-durable", "tool-dispatcher-durable import"),
+                             ("tool-dispatcher-mcp.exe", "tool-dispatcher-mcp import"),  # Windows' launcher
+                             ("tool-dispatcher", "tool-dispatcher import"),
+                             ("mcp_bridge.py", "mcp_bridge.py import"), ("/src/pkg/__main__.py", "mcp_bridge.py import"),
+                             ("tool-dispatcher-", "mcp_bridge.py import"), ("tool-dispatcher-MCP", "mcp_bridge.py import"),
+                             ("my-tool-dispatcher", "mcp_bridge.py import"), ("", "mcp_bridge.py import")):
+            with self.subTest(argv0=argv0), mock.patch.object(sys, "argv", [argv0, "--help"]):
+                self.assertEqual(td.command_name("mcp_bridge.py import"), shown)
+                self.assertEqual(td.CliParser(prog="mcp_bridge.py import").format_usage(), f"usage: {shown} [-h]\n")
+        with mock.patch.object(sys, "argv", []):
+            self.assertEqual(td.command_name("census"), "census")
+        with mock.patch.object(sys, "argv", ["tool-dispatcher-streams"]):
+            self.assertEqual((td.command_name("census"), td.CliParser().prog), ("tool-dispatcher-streams", "tool-dispatcher-streams"))
+
     def test_a_flag_is_its_whole_name_never_a_prefix(self):
         # argparse takes "--fix" for "--fixture" and "--seal" for "--seal-key": a flag added later
         # would change what an old command line means. Every CLI of the project parses with CliParser.

@@ -159,7 +159,7 @@ __all__ = [  # what other layers and readers may use; every other name is this m
     "EXPECTATION_FIELDS", "StepReport", "run_step", "fresh_dispatcher", "DispatcherFactory", "run_case",
     "run_fixture", "render_report",
     # 22. CLI
-    "CliParser", "emit_json", "cli_failure", "EXIT_INTERRUPTED", "run_cli", "main",
+    "CliParser", "command_name", "emit_json", "cli_failure", "EXIT_INTERRUPTED", "run_cli", "main",
 ]
 
 # ============================================================================================
@@ -7830,12 +7830,31 @@ class _StoreOnce(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+# The commands pyproject.toml installs ([project.scripts]): tool-dispatcher, tool-dispatcher-mcp, ...
+_INSTALLED_COMMAND: Final = re.compile(r"(tool-dispatcher(?:-[a-z]+)?)(?:\.exe)?")
+
+
+def command_name(own: str) -> str:
+    """The name a command line's usage shows: ``own`` (the file's, "mcp_bridge.py guard") as it
+    is, unless the process runs as an installed command, whose name then takes the first word's
+    place ("tool-dispatcher-mcp guard"): the name the user typed, and can type again."""
+    argv = getattr(sys, "argv", None)  # an embedding interpreter may give none
+    invoked = _INSTALLED_COMMAND.fullmatch(os.path.basename(argv[0])) if argv else None
+    if invoked is None:
+        return own
+    _first, space, rest = own.partition(" ")
+    return invoked.group(1) + space + rest
+
+
 class CliParser(argparse.ArgumentParser):
     """argparse, except that a bad command line is CLI_USAGE (argparse would print and exit), a
     flag is its whole name ("--fix" is no "--fixture", so adding a flag never changes an old
-    command), and an option that stores a value takes it once (a repeat is CLI_USAGE)."""
+    command), an option that stores a value takes it once (a repeat is CLI_USAGE), and its name
+    is the installed command's when it runs as one (command_name)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if type(kwargs.get("prog")) is str:
+            kwargs["prog"] = command_name(kwargs["prog"])
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})
         for name in (None, "store"):  # what add_argument uses unless told otherwise; subparsers are CliParsers too
             self.register("action", name, _StoreOnce)

@@ -872,9 +872,7 @@ class GuardConnection:
         self._commands = ApprovalCommands()  # this client's calls' approval commands: killed when it ends
         self._workers: list[threading.Thread] = []
         self._write_since: float | None = None  # when the write under way began (monotonic), if one is
-        # A line that could not be written: the client stopped reading (its pipe full) and the guard
-        # stopped. Whoever owns the process's stdout must not wait on that pipe (main()).
-        self.undelivered = False
+        self.undelivered = False  # a stop gave up on a write: the client stopped reading (its pipe full)
         self._withheld = guard.withheld()
 
     # -- writing ----------------------------------------------------------------------------------
@@ -888,9 +886,6 @@ class GuardConnection:
                 self._writer.flush()
             except (OSError, ValueError):
                 pass  # the client went away: what ran is in the ledger
-            except BaseException:  # stopped (SIGTERM, Ctrl-C) inside a write the client did not read
-                self.undelivered = True
-                raise
             finally:
                 self._write_since = None
 
@@ -1241,22 +1236,8 @@ def main(argv: Sequence[str] | None = None, *, stdin: BinaryIO | None = None, st
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if hasattr(signal, "SIGTERM"):
             signal.signal(signal.SIGTERM, _stop)
-    served: list[GuardConnection] = []
-    status = _command(argv, stdin, stdout, errors, served)
-    if stdout is None and served and served[0].undelivered:
-        # The client stopped reading and an answer is stuck in the pipe to it: the interpreter's own
-        # exit flushes stdout, and would wait on that pipe for ever. Everything else is closed
-        # (the servers stopped, the audit log and stderr flushed): the process ends here.
-        with contextlib.suppress(Exception):
-            errors.flush()
-        os._exit(status)
-    return status
-
-
-def _command(argv: list[str], stdin: BinaryIO | None, stdout: BinaryIO | None, errors: Any,
-             served: list[GuardConnection]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
-        errors.write(USAGE)
+        errors.write(USAGE.replace("mcp_bridge.py", td.command_name("mcp_bridge.py")))
         return 0
     guard = None
     audit = None
@@ -1278,9 +1259,8 @@ def _command(argv: list[str], stdin: BinaryIO | None, stdout: BinaryIO | None, e
         guard = Guard(host, store=options.get("--store"), seal_keys=seal_keys, audit=audit,
                       report=lambda event: _emit(errors, event))
         _emit(errors, {"event": "started", "servers": guard.start()})
-        served.append(GuardConnection(guard, stdin if stdin is not None else sys.stdin.buffer,
-                                      stdout if stdout is not None else sys.stdout.buffer))
-        served[0].serve()
+        serve(guard, stdin if stdin is not None else sys.stdin.buffer,
+              stdout if stdout is not None else sys.stdout.buffer)
         return 0
     except _Stopped:
         return 0  # stopped as at the end of input: below, the servers and the audit log
@@ -1298,6 +1278,7 @@ def _command(argv: list[str], stdin: BinaryIO | None, stdout: BinaryIO | None, e
             guard.close()
         if audit is not None:
             audit.close()
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -45,7 +45,7 @@ USAGE: Final = ("usage: mcp_bridge.py VERB [OPTIONS]\n\n"
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] in (["-h"], ["--help"]):
-        sys.stdout.write(USAGE)
+        sys.stdout.write(USAGE.replace("mcp_bridge.py", tool_dispatcher.command_name("mcp_bridge.py")))
         return 0
     verb = VERBS.get(arguments[0]) if arguments else None
     if verb is None:

@@ -1397,17 +1397,19 @@ class TestServing(GuardCase):
         # question a write asks. Once the input ends (as SIGTERM ends it), the guard waits for the
         # call, but not past ANSWER_GRACE_S of a stuck write, and says a line was left unwritten.
         class Unread(io.RawIOBase):
-            def __init__(self, stuck_on):
+            def __init__(self, stuck_on, for_s=None):
                 super().__init__()
-                self.stuck_on, self.stuck = stuck_on, threading.Event()
+                self.stuck_on, self.for_s, self.stuck = stuck_on, for_s, threading.Event()
+                self.lines = []
 
             def writable(self):
                 return True
 
             def write(self, data):
-                if self.stuck_on in bytes(data):  # the pipe is full from here on
+                if self.stuck_on in bytes(data):  # the pipe is full from here on (for_s: a slow reader's)
                     self.stuck.set()
-                    threading.Event().wait()
+                    threading.Event().wait(self.for_s)
+                self.lines.append(bytes(data))
                 return len(data)
 
         class Input(io.BytesIO):  # the client's lines, and its stream's end once the guard is stuck
@@ -1428,14 +1430,15 @@ class TestServing(GuardCase):
                 "params": {"name": "notes_read_note", "arguments": {"name": "a"}}}
         write = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                  "params": {"name": "notes_write_note", "arguments": {"name": "a", "text": "b"}}}
-        for call, writer in ((read, io.BytesIO()), (read, Unread(b'"content"')),
-                             (write, Unread(b'"elicitation/create"'))):
-            undelivered = type(writer) is Unread
-            with self.subTest(call=call["params"]["name"], undelivered=undelivered), \
-                    mock.patch.object(gd, "ANSWER_GRACE_S", 0.05):
+        for call, writer, grace in ((read, io.BytesIO(), 0.05), (read, Unread(b'"content"'), 0.05),
+                                    (write, Unread(b'"elicitation/create"'), 0.05),
+                                    (read, Unread(b'"content"', for_s=0.3), gd.ANSWER_GRACE_S)):  # slow, yet read
+            undelivered = type(writer) is Unread and writer.for_s is None
+            with self.subTest(call=call["params"]["name"], undelivered=undelivered, grace=grace), \
+                    mock.patch.object(gd, "ANSWER_GRACE_S", grace):
                 reader = Input(b"".join(json.dumps(line).encode() + b"\n" for line in (hello, call)),
-                               writer.stuck if undelivered else threading.Event())
-                if not undelivered:
+                               writer.stuck if type(writer) is Unread else threading.Event())
+                if type(writer) is not Unread:
                     reader.end_after.set()
                 connection = gd.GuardConnection(guard, reader, writer)
                 serving = threading.Thread(target=connection.serve, daemon=True)
@@ -1443,19 +1446,26 @@ class TestServing(GuardCase):
                 serving.join(WAIT)
                 self.assertFalse(serving.is_alive())
                 self.assertEqual(connection.undelivered, undelivered)
-                if undelivered:
+                if type(writer) is Unread:
                     self.assertTrue(writer.stuck.is_set())
-                else:
-                    self.assertEqual([json.loads(line)["id"] for line in writer.getvalue().splitlines()], [1, 2])
+                lines = writer.getvalue().splitlines() if type(writer) is io.BytesIO else writer.lines
+                if not undelivered:  # every answer written, the slow reader's too
+                    self.assertEqual([json.loads(line)["id"] for line in lines], [1, 2])
         self.assertEqual(self.note_revisions(), {})  # the write asked, nobody answered: nothing written
 
-    @unittest.skipUnless(sys.platform.startswith("linux"), "FIONREAD on a pipe: Linux")
+    @unittest.skipUnless(sys.platform.startswith("linux"), "a pipe's size set and read: Linux")
     def test_sigterm_stops_a_guard_whose_client_stopped_reading(self):
-        # Its answers fill the pipe and the guard's own write waits: SIGTERM still ends it, exit 0,
-        # its server stopped, rather than the interpreter's exit waiting on the pipe for ever.
+        # A call's answer larger than the pipe to a client that reads no more: its write waits for
+        # ever. SIGTERM still ends the guard (the stop gives up on that write after
+        # ANSWER_GRACE_S), exit 0, its server stopped, its audit log closed.
         import fcntl
         import termios
-        child = self.started_guard(self.folder.host([self.demo_server()]), self.folder.path / "audit.jsonl")
+        self.notes.mkdir(exist_ok=True)
+        (self.notes / "notes.json").write_text(json.dumps(  # a note of 1,000 characters, 6 bytes each as sent
+            {"format": "demo-notes-v1", "notes": {"long": {"text": "\u00e9" * 1000, "revision": 1}}, "writes": {}}))
+        log = self.folder.path / "audit.jsonl"
+        child = self.started_guard(self.folder.host([self.demo_server()]), log)
+        fcntl.fcntl(child.stdout.fileno(), fcntl.F_SETPIPE_SZ, 4096)  # the smallest pipe: one page
         server = children_of(child.pid)
         for pid in server:
             self.addCleanup(kill_if_running, pid)
@@ -1463,29 +1473,20 @@ class TestServing(GuardCase):
                           b'"params": {"protocolVersion": "2025-06-18", "capabilities": {}}}\n')
         child.stdin.flush()
         self.assertEqual(json.loads(child.stdout.readline())["id"], 1)
-        # Calls, whose answers come once their server answered, then listings that fill the pipe.
-        child.stdin.write(b"".join(b'{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": '
-                                   b'{"name": "notes_read_note", "arguments": {"name": "a"}}}\n' % index
-                                   for index in range(10, 10 + gd.MAX_IN_FLIGHT)))
-        child.stdin.write(b'{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}\n' * 400)  # ~0.5 MB of answers
+        child.stdin.write(b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", '
+                          b'"params": {"name": "notes_read_note", "arguments": {"name": "long"}}}\n')
         child.stdin.flush()
 
         def unread():
             return int.from_bytes(fcntl.ioctl(child.stdout.fileno(), termios.FIONREAD, b"\0" * 4), sys.byteorder)
-        size = fcntl.fcntl(child.stdout.fileno(), fcntl.F_GETPIPE_SZ)
-        self.assertTrue(eventually(lambda: unread() >= size // 2), "the guard's answers never filled the pipe")
-
-        def stalled():  # the pipe holds what it takes (its pages need not all be full): no more comes
-            before = unread()
-            time.sleep(0.3)
-            return unread() == before
-        self.assertTrue(eventually(stalled))
+        self.assertTrue(eventually(lambda: unread() >= 4096), "the answer never filled the pipe")
         child.send_signal(signal.SIGTERM)
         child.wait(timeout=WAIT)
         _out, err = child.communicate(timeout=WAIT)
         self.assertEqual(child.returncode, 0)
         self.assertNotIn(b"Traceback", err)
         self.assertTrue(all(process_ended(pid) for pid in server))
+        self.assertEqual(td.verify_audit_log(log.read_bytes()).entries, 1)  # the read's entry, the log closed
 
     def started_guard(self, host, log):
         """The guard by its command line with an audit log, once it reported that it started."""

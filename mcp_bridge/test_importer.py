@@ -925,6 +925,18 @@ class TestCommandLine(unittest.TestCase):
             self.assertEqual(entry.main(["--help"]), 0)
         self.assertIn("  import ", out.getvalue())
         self.assertIn("  guard ", out.getvalue())
+        # Installed, the usage names the command that was typed, and the file's name only by path.
+        for argv0, name in (("/venv/bin/tool-dispatcher-mcp", "tool-dispatcher-mcp"), (str(CLI), "mcp_bridge.py")):
+            with self.subTest(argv0=argv0), mock.patch.object(sys, "argv", [argv0]):
+                for verb, first in (([], f"usage: {name} VERB [OPTIONS]"), (["import"], f"usage: {name} import ")):
+                    with contextlib.redirect_stdout(io.StringIO()) as out:
+                        try:
+                            status = entry.main([*verb, "--help"])
+                        except SystemExit as done:  # argparse's own help ends the process
+                            status = done.code
+                    self.assertEqual(status, 0)
+                    self.assertTrue(out.getvalue().startswith(first), out.getvalue()[:80])
+                    self.assertNotIn("mcp_bridge.py" if name != "mcp_bridge.py" else "tool-dispatcher", out.getvalue())
 
     def test_the_draft_and_the_report_cannot_be_one_file(self):
         # The report was written over the draft: exit 1, a summary, and the draft gone.

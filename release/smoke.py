@@ -151,15 +151,16 @@ def commands(data: Path) -> None:
     bindir = Path(sys.executable).parent
     for command, module in COMMANDS.items():
         executable = bindir / command
-        done = run(str(executable), "--help")
-        check(done.returncode == 0 and "usage" in done.stdout.lower(), f"{command} --help")
+        done = run(str(executable), "--help")  # named as the user typed it, not by its source file
+        check(done.returncode == 0 and f"usage: {command} " in done.stdout, f"{command} --help")
         done = run(sys.executable, "-B", "-m", module, "--help")
         check(done.returncode == 0 and "usage" in done.stdout.lower(), f"python -m {module} --help")
         done = run(str(executable), "--no-such-option")
         check(failure_shape(done, "CLI_USAGE"), f"{command} --no-such-option: CLI_USAGE, exit 2, nothing on stderr")
     for verb in ("import", "guard"):
         done = run(str(bindir / "tool-dispatcher-mcp"), verb, "--help")  # the guard's stdout is the client's
-        check(done.returncode == 0 and "usage" in (done.stdout + done.stderr).lower(), f"tool-dispatcher-mcp {verb} --help")
+        check(done.returncode == 0 and f"usage: tool-dispatcher-mcp {verb} " in done.stdout + done.stderr,
+              f"tool-dispatcher-mcp {verb} --help")
     fixture = str(data / "tool-cases.json")
     for how in ([str(bindir / "tool-dispatcher")], [sys.executable, "-B", "-m", "tool_dispatcher"]):
         done = run(*how, "--fixture", fixture)

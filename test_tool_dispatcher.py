@@ -33,6 +33,7 @@ import subprocess
 import time
 import sys
 import tempfile
+import tomllib
 import tracemalloc
 import unittest
 from types import MappingProxyType
@@ -11521,6 +11522,12 @@ class TestCli(unittest.TestCase):
                 self.assertEqual(td.CliParser(prog="mcp_bridge.py import").format_usage(), f"usage: {shown} [-h]\n")
         with mock.patch.object(sys, "argv", []):
             self.assertEqual(td.command_name("census"), "census")
+        # Exactly the commands the distribution installs.
+        with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
+            installed = sorted(tomllib.load(handle)["project"]["scripts"])
+        for argv0 in (*installed, "tool-dispatcher-mcp-old", "tool-dispatcher-other", "tool-dispatcher-mcp.exe.exe"):
+            with self.subTest(argv0=argv0), mock.patch.object(sys, "argv", [f"/venv/bin/{argv0}"]):
+                self.assertEqual(td.command_name("x y"), f"{argv0} y" if argv0 in installed else "x y")
         with mock.patch.object(sys, "argv", ["tool-dispatcher-streams"]):
             self.assertEqual((td.command_name("census"), td.CliParser().prog), ("tool-dispatcher-streams", "tool-dispatcher-streams"))
 

@@ -7830,8 +7830,11 @@ class _StoreOnce(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-# The commands pyproject.toml installs ([project.scripts]): tool-dispatcher, tool-dispatcher-mcp, ...
-_INSTALLED_COMMAND: Final = re.compile(r"(tool-dispatcher(?:-[a-z]+)?)(?:\.exe)?")
+# The commands pyproject.toml installs ([project.scripts]); a test holds the two to each other.
+_INSTALLED_COMMANDS: Final = frozenset({
+    "tool-dispatcher", "tool-dispatcher-durable", "tool-dispatcher-streams", "tool-dispatcher-bench",
+    "tool-dispatcher-mcp", "tool-dispatcher-signatures", "tool-dispatcher-artifacts",
+})
 
 
 def command_name(own: str) -> str:
@@ -7839,11 +7842,12 @@ def command_name(own: str) -> str:
     is, unless the process runs as an installed command, whose name then takes the first word's
     place ("tool-dispatcher-mcp guard"): the name the user typed, and can type again."""
     argv = getattr(sys, "argv", None)  # an embedding interpreter may give none
-    invoked = _INSTALLED_COMMAND.fullmatch(os.path.basename(argv[0])) if argv else None
-    if invoked is None:
+    invoked = os.path.basename(argv[0]) if argv else ""
+    invoked = invoked[:-len(".exe")] if invoked.endswith(".exe") else invoked  # Windows' launchers
+    if invoked not in _INSTALLED_COMMANDS:
         return own
     _first, space, rest = own.partition(" ")
-    return invoked.group(1) + space + rest
+    return invoked + space + rest
 
 
 class CliParser(argparse.ArgumentParser):

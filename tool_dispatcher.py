@@ -7842,8 +7842,7 @@ def command_name(own: str) -> str:
     is, unless the process runs as an installed command, whose name then takes the first word's
     place ("tool-dispatcher-mcp guard"): the name the user typed, and can type again."""
     argv = getattr(sys, "argv", None)  # an embedding interpreter may give none
-    invoked = os.path.basename(argv[0]) if argv else ""
-    invoked = invoked[:-len(".exe")] if invoked.endswith(".exe") else invoked  # Windows' launchers
+    invoked = os.path.basename(argv[0]).removesuffix(".exe") if argv else ""  # .exe: Windows' launchers
     if invoked not in _INSTALLED_COMMANDS:
         return own
     _first, space, rest = own.partition(" ")

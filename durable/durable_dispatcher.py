@@ -745,8 +745,9 @@ def _create_new_file(path: Any, *, adopt: bool = False) -> Callable[[], None] | 
     """Create the file with O_EXCL, readable and writable by its owner only, and answer the undo:
     remove it and the side files SQLite keeps beside it. A file that was there is STORE_EXISTS
     (the command creates a store, or refuses: it never adopts one), or, with ``adopt``, left as it
-    is (None: nothing to undo); a directory there is STORE_UNREADABLE, as opening one is. A store whose creation failed (a full disk, Ctrl-C) leaves no file
-    that a second `run` refuses as existing and `recover` as damaged. (A side file without its
+    is (None: nothing to undo); a directory there is STORE_UNREADABLE, as opening one is. A store
+    whose creation failed (a full disk, Ctrl-C) leaves no file that a second `run` refuses as
+    existing and `recover` as damaged. (A side file without its
     database is no one's: SQLite itself resets or deletes one it finds beside a new file.)"""
     text = _checked_path(path)
     try:

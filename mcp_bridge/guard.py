@@ -959,7 +959,7 @@ class GuardConnection:
             # repeated key or a number too large in its arguments): answered under that id, so the
             # client's call ends now; under no id (null) when none is, or that one is still in flight.
             request_id = _plain_request_id(line)
-            self._error(None if _id_key(request_id) in self._pending else request_id, PARSE_ERROR)
+            self._error(None if self._in_flight(request_id) else request_id, PARSE_ERROR)
             return
         if type(message) is not dict or message.get("jsonrpc") != "2.0":
             self._error(None, INVALID_REQUEST)
@@ -967,7 +967,7 @@ class GuardConnection:
         if "method" not in message:
             self._answered(message)
             return
-        if "id" in message and _id_key(message["id"]) in self._pending:
+        if "id" in message and self._in_flight(message["id"]):
             # An id still in flight, whatever the method: answered under no id (null), since under
             # this one the client would take the answer for the first call's, and drop the real one.
             self._error(None, INVALID_REQUEST)
@@ -1002,6 +1002,10 @@ class GuardConnection:
             handler(self, request_id, params)
         except Exception:  # noqa: BLE001 - the last line: a fault answers its request, and the guard serves on
             self._error(request_id, INTERNAL_ERROR)
+
+    def _in_flight(self, request_id: Any) -> bool:
+        """Whether a call under this id runs: no other answer may go under it (_id_key: None for no id)."""
+        return _id_key(request_id) in self._pending
 
     def _answered(self, message: Mapping[str, Any]) -> None:
         # The client's answer to one of the guard's own requests (an elicitation).
